@@ -1,0 +1,327 @@
+"""A toy English -> French-like translation task, generated in code.
+
+Sentences are noun phrases joined by "and":
+
+    the red cat and a dog          ->  le chat rouge et un chien
+    this fast young car            ->  ce voiture rapide jeune
+
+What makes it translation rather than word-for-word copying is **reordering**: adjectives
+come before the noun in the source and after it in the target, so the alignment crosses
+(the adjective-noun swap of Bahdanau et al. 2015, Fig. 3). Grammatical gender is left out on
+purpose: it would make a determiner's translation depend on a later noun, and then the most
+useful word to look at while writing "la" is the noun, not "the" (see lesson 02).
+
+Every target word comes from exactly one source word, so the generator knows the gold
+alignment: ``pair.alignment[i]`` is the source position of target word ``i``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+# Source word -> target word.
+NOUNS = {
+    "cat": "chat",
+    "dog": "chien",
+    "bird": "oiseau",
+    "horse": "cheval",
+    "book": "livre",
+    "boat": "bateau",
+    "car": "voiture",
+    "house": "maison",
+    "table": "table",
+    "flower": "fleur",
+    "city": "ville",
+    "chair": "chaise",
+}
+ADJECTIVES = {
+    "red": "rouge",
+    "yellow": "jaune",
+    "fast": "rapide",
+    "calm": "calme",
+    "sad": "triste",
+    "shy": "timide",
+    "rich": "riche",
+    "young": "jeune",
+    "modern": "moderne",
+    "empty": "vide",
+}
+DETERMINERS = {"the": "le", "a": "un", "this": "ce"}
+CONJUNCTION = ("and", "et")
+
+PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
+PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
+MIN_PHRASE, MAX_PHRASE = 2, 4  # determiner + 0..2 adjectives + noun
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One sentence pair with its gold alignment.
+
+    ``alignment[i]`` is the position in ``source`` that ``target[i]`` translates.
+    """
+
+    source: tuple[str, ...]
+    target: tuple[str, ...]
+    alignment: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+
+def translate(source: Sequence[str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """Translate a source sentence and return ``(target, alignment)``.
+
+    Raises ``ValueError`` for a sentence the grammar cannot produce.
+    """
+    target: list[str] = []
+    alignment: list[int] = []
+    phrase: list[int] = []  # source positions of the current phrase: det, adj*, noun
+    for j, word in enumerate(source):
+        if word == CONJUNCTION[0]:
+            if phrase:
+                raise ValueError(f"'and' at position {j} interrupts a phrase: {' '.join(source)!r}")
+            target.append(CONJUNCTION[1])
+            alignment.append(j)
+        elif word in DETERMINERS:
+            if phrase:
+                raise ValueError(f"determiner {word!r} at position {j} inside a phrase")
+            phrase = [j]
+        elif word in ADJECTIVES:
+            if not phrase:
+                raise ValueError(f"adjective {word!r} at position {j} has no determiner before it")
+            phrase.append(j)
+        elif word in NOUNS:
+            if not phrase:
+                raise ValueError(f"noun {word!r} at position {j} has no determiner before it")
+            det, *adjectives = phrase
+            target += [DETERMINERS[source[det]], NOUNS[word]]
+            alignment += [det, j]
+            target += [ADJECTIVES[source[a]] for a in adjectives]  # adjectives move after the noun
+            alignment += adjectives
+            phrase = []
+        else:
+            raise ValueError(f"unknown source word {word!r}; known words: see attnedu.data.source_words()")
+    if phrase:
+        raise ValueError(f"sentence ends inside a phrase (no noun): {' '.join(source)!r}")
+    if not target:
+        raise ValueError("cannot translate an empty sentence")
+    return tuple(target), tuple(alignment)
+
+
+def sample_source(length: int, rng: random.Random) -> list[str]:
+    """A random grammatical source sentence of exactly ``length`` words (``length >= 2``)."""
+    if length < MIN_PHRASE:
+        raise ValueError(f"length must be at least {MIN_PHRASE} (a determiner and a noun), got {length}")
+    words: list[str] = []
+    remaining = length
+    while remaining:
+        if words:
+            words.append(CONJUNCTION[0])
+            remaining -= 1
+        # Phrase sizes that leave either nothing or room for "and" plus a whole phrase.
+        sizes = [
+            s
+            for s in range(MIN_PHRASE, MAX_PHRASE + 1)
+            if s <= remaining and (remaining - s == 0 or remaining - s >= MIN_PHRASE + 1)
+        ]
+        size = rng.choice(sizes)
+        words.append(rng.choice(sorted(DETERMINERS)))
+        words += rng.sample(sorted(ADJECTIVES), size - 2)
+        words.append(rng.choice(sorted(NOUNS)))
+        remaining -= size
+    return words
+
+
+def make_pairs(
+    n: int,
+    min_len: int,
+    max_len: int,
+    seed: int,
+    exclude: set[tuple[str, ...]] | None = None,
+) -> list[Pair]:
+    """``n`` distinct pairs with source lengths drawn uniformly from ``[min_len, max_len]``.
+
+    ``exclude`` holds source sentences that must not appear (e.g. the test set).
+    """
+    if not MIN_PHRASE <= min_len <= max_len:
+        raise ValueError(f"need {MIN_PHRASE} <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+    rng = random.Random(seed)
+    seen = set(exclude or ())
+    pairs: list[Pair] = []
+    attempts = 0
+    while len(pairs) < n:
+        attempts += 1
+        if attempts > 50 * n + 1000:
+            raise ValueError(
+                f"could not find {n} distinct sentences with lengths {min_len}..{max_len}; ask for fewer"
+            )
+        source = tuple(sample_source(rng.randint(min_len, max_len), rng))
+        if source in seen:
+            continue
+        seen.add(source)
+        pairs.append(Pair(source, *translate(source)))
+    return pairs
+
+
+def reverse_source(pair: Pair) -> Pair:
+    """The same pair with the source read backwards (Sutskever et al. 2014's trick)."""
+    last = len(pair.source) - 1
+    return Pair(pair.source[::-1], pair.target, tuple(last - j for j in pair.alignment))
+
+
+def source_words() -> list[str]:
+    return sorted([*DETERMINERS, *ADJECTIVES, *NOUNS, CONJUNCTION[0]])
+
+
+def target_words() -> list[str]:
+    return sorted([*DETERMINERS.values(), *ADJECTIVES.values(), *NOUNS.values(), CONJUNCTION[1]])
+
+
+class Vocab:
+    """Token <-> id. Ids 0, 1, 2 are ``<pad>``, ``<bos>``, ``<eos>`` in every vocabulary."""
+
+    def __init__(self, words: Sequence[str]):
+        self.itos = [PAD, BOS, EOS, *words]
+        self.stoi = {w: i for i, w in enumerate(self.itos)}
+        if len(self.stoi) != len(self.itos):
+            raise ValueError("vocabulary words must be distinct")
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def encode(self, words: Sequence[str]) -> list[int]:
+        try:
+            return [self.stoi[w] for w in words]
+        except KeyError as err:
+            raise ValueError(f"word {err.args[0]!r} is not in the vocabulary") from None
+
+    def decode(self, ids: Sequence[int], stop_at_eos: bool = True) -> list[str]:
+        """Ids -> words, dropping padding and ``<bos>``, stopping at ``<eos>``."""
+        words = []
+        for i in ids:
+            i = int(i)
+            if i == EOS_ID and stop_at_eos:
+                break
+            if i in (PAD_ID, BOS_ID):
+                continue
+            words.append(self.itos[i])
+        return words
+
+
+SOURCE_VOCAB = Vocab(source_words())
+TARGET_VOCAB = Vocab(target_words())
+
+
+@dataclass
+class Batch:
+    """Padded tensors for a batch of pairs.
+
+    src:         (batch, src_len)  source ids, padded with 0
+    src_lengths: (batch,)          true source lengths
+    tgt_in:      (batch, tgt_len)  <bos> y_1 ... y_{T-1}  (decoder input, teacher forcing)
+    tgt_out:     (batch, tgt_len)  y_1 ... y_T <eos>      (what the decoder must predict)
+    """
+
+    src: torch.Tensor
+    src_lengths: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.src.shape[0]
+
+
+def make_batch(pairs: Sequence[Pair], src_vocab: Vocab = SOURCE_VOCAB, tgt_vocab: Vocab = TARGET_VOCAB) -> Batch:
+    """Pad ``pairs`` into one :class:`Batch` (padded to the longest pair in it)."""
+    if len(pairs) == 0:
+        raise ValueError("cannot make a batch from zero pairs")
+    empty = [i for i, p in enumerate(pairs) if len(p.source) == 0 or len(p.target) == 0]
+    if empty:
+        raise ValueError(f"pairs {empty[:5]} have an empty source or target; every sentence needs a word")
+    src_len = max(len(p.source) for p in pairs)
+    tgt_len = max(len(p.target) for p in pairs) + 1
+    src = torch.full((len(pairs), src_len), PAD_ID, dtype=torch.long)
+    tgt_in = torch.full((len(pairs), tgt_len), PAD_ID, dtype=torch.long)
+    tgt_out = torch.full((len(pairs), tgt_len), PAD_ID, dtype=torch.long)
+    for b, p in enumerate(pairs):
+        s, t = src_vocab.encode(p.source), tgt_vocab.encode(p.target)
+        src[b, : len(s)] = torch.tensor(s)
+        tgt_in[b, : len(t) + 1] = torch.tensor([BOS_ID, *t])
+        tgt_out[b, : len(t) + 1] = torch.tensor([*t, EOS_ID])
+    lengths = torch.tensor([len(p.source) for p in pairs])
+    return Batch(src, lengths, tgt_in, tgt_out)
+
+
+class BatchSampler:
+    """Random training batches in which every source has the same length.
+
+    Equal lengths mean no padding, so no time is spent on padded positions (length
+    bucketing). A length is drawn in proportion to how many pairs have it, so every pair is
+    equally likely to be seen. Pairs are encoded once.
+
+    >>> sampler = BatchSampler(pairs, batch_size=128, seed=0)
+    >>> batch = sampler.next()
+    """
+
+    def __init__(self, pairs: Sequence[Pair], batch_size: int, seed: int = 0):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.all = make_batch(pairs)
+        self.batch_size = batch_size
+        self.tgt_lengths = (self.all.tgt_out != PAD_ID).sum(dim=1)
+        lengths = self.all.src_lengths
+        self.groups = [torch.nonzero(lengths == n).flatten() for n in lengths.unique().tolist()]
+        self.group_sizes = torch.tensor([len(g) for g in self.groups], dtype=torch.float)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def next(self) -> Batch:
+        group = self.groups[int(torch.multinomial(self.group_sizes, 1, generator=self.generator))]
+        idx = group[torch.randperm(len(group), generator=self.generator)[: self.batch_size]]
+        src_len = int(self.all.src_lengths[idx].max())
+        tgt_len = int(self.tgt_lengths[idx].max())
+        return Batch(
+            self.all.src[idx, :src_len],
+            self.all.src_lengths[idx],
+            self.all.tgt_in[idx, :tgt_len],
+            self.all.tgt_out[idx, :tgt_len],
+        )
+
+
+# Length buckets used by every lesson that measures accuracy against source length.
+LENGTH_BUCKETS = ((5, 9), (10, 14), (15, 19), (20, 24), (25, 30))
+
+
+@dataclass
+class ToyTranslation:
+    """Train pairs plus a test set per length bucket, disjoint from training."""
+
+    train: list[Pair]
+    test: dict[tuple[int, int], list[Pair]]
+
+    @classmethod
+    def generate(
+        cls,
+        n_train: int = 12_000,
+        n_test_per_bucket: int = 200,
+        buckets: Sequence[tuple[int, int]] = LENGTH_BUCKETS,
+        seed: int = 0,
+    ) -> ToyTranslation:
+        test: dict[tuple[int, int], list[Pair]] = {}
+        taken: set[tuple[str, ...]] = set()
+        for k, (lo, hi) in enumerate(buckets):
+            test[(lo, hi)] = make_pairs(n_test_per_bucket, lo, hi, seed=10_000 * (seed + 1) + k, exclude=taken)
+            taken |= {p.source for p in test[(lo, hi)]}
+        lo, hi = min(b[0] for b in buckets), max(b[1] for b in buckets)
+        train = make_pairs(n_train, lo, hi, seed=seed, exclude=taken)
+        return cls(train, test)
+
+    def reversed_source(self) -> ToyTranslation:
+        return ToyTranslation(
+            [reverse_source(p) for p in self.train],
+            {b: [reverse_source(p) for p in ps] for b, ps in self.test.items()},
+        )

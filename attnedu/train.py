@@ -1,0 +1,115 @@
+"""Training with teacher forcing, greedy decoding, and accuracy by source length."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from .data import EOS_ID, PAD_ID, BatchSampler, Pair, make_batch
+from .models import Seq2Seq
+from .runtime import progress
+
+
+@dataclass
+class TrainLog:
+    losses: list[float] = field(default_factory=list)
+
+    @property
+    def final_loss(self) -> float:
+        """Mean loss over the last 50 steps (less noisy than the last step alone)."""
+        tail = self.losses[-50:]
+        return sum(tail) / len(tail)
+
+
+def sequence_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy per target word, ignoring padding. logits (batch, len, vocab), targets (batch, len)."""
+    return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD_ID)
+
+
+def train(
+    model: Seq2Seq,
+    pairs: Sequence[Pair],
+    steps: int,
+    batch_size: int = 128,
+    lr: float = 5e-3,
+    clip: float = 5.0,
+    seed: int = 0,
+    desc: str = "training",
+) -> TrainLog:
+    """Adam with gradient clipping on random batches of ``pairs``; shows a progress bar."""
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    sampler = BatchSampler(pairs, batch_size, seed=seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    log = TrainLog()
+    model.train()
+    bar = progress(steps, desc)
+    for step in range(steps):
+        batch = sampler.next()
+        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
+        loss = sequence_loss(logits, batch.tgt_out)
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        log.losses.append(loss.item())
+        bar.update()
+        if step % 25 == 0:
+            bar.set_postfix(loss=f"{log.losses[-1]:.3f}")
+    bar.close()
+    model.eval()
+    return log
+
+
+@dataclass
+class Translations:
+    """Greedy outputs for a list of pairs: predicted words and attention (None for fixed models)."""
+
+    pairs: list[Pair]
+    predictions: list[list[str]]
+    weights: list[torch.Tensor] | None  # one (target_len, source_len) matrix per pair
+
+    @property
+    def exact_match(self) -> float:
+        """Fraction of sentences translated exactly (every word, nothing extra)."""
+        hits = sum(list(p.target) == pred for p, pred in zip(self.pairs, self.predictions))
+        return hits / len(self.pairs)
+
+
+def translate_pairs(model: Seq2Seq, pairs: Sequence[Pair], batch_size: int = 500) -> Translations:
+    """Greedy-decode every pair's source (at most target length + 5 steps)."""
+    from .data import TARGET_VOCAB
+
+    model.eval()
+    predictions: list[list[str]] = []
+    weights: list[torch.Tensor] = []
+    for start in range(0, len(pairs), batch_size):
+        chunk = list(pairs[start : start + batch_size])
+        batch = make_batch(chunk)
+        tokens, attn = model.greedy_decode(batch.src, batch.src_lengths, max_len=batch.tgt_out.shape[1] + 5)
+        for b, pair in enumerate(chunk):
+            words = TARGET_VOCAB.decode(tokens[b].tolist())
+            predictions.append(words)
+            if attn is not None:
+                # rows: the target words actually produced (plus <eos>), columns: real source words
+                n_rows = min(len(words) + 1, tokens.shape[1]) if EOS_ID in tokens[b] else len(words)
+                weights.append(attn[b, :n_rows, : len(pair.source)].clone())
+    return Translations(list(pairs), predictions, weights if weights else None)
+
+
+def accuracy_by_length(model: Seq2Seq, test: Mapping[tuple[int, int], Sequence[Pair]]) -> dict[tuple[int, int], float]:
+    """Exact-match accuracy per source-length bucket."""
+    return {bucket: translate_pairs(model, pairs).exact_match for bucket, pairs in test.items()}
+
+
+def accuracy_table(curves: Mapping[str, Mapping[tuple[int, int], float]]) -> str:
+    """Text table: one row per model, one column per length bucket."""
+    buckets = list(next(iter(curves.values())))
+    width = max(len(label) for label in curves) + 2
+    lines = ["".ljust(width) + "".join(f"{lo}-{hi}".rjust(8) for lo, hi in buckets)]
+    for label, by_bucket in curves.items():
+        lines.append(label.ljust(width) + "".join(f"{by_bucket[b]:8.3f}" for b in buckets))
+    return "\n".join(lines)
