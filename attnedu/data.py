@@ -83,8 +83,8 @@ def translate(source: Sequence[str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
     phrase: list[int] = []  # source positions of the current phrase: det, adj*, noun
     for j, word in enumerate(source):
         if word == CONJUNCTION[0]:
-            if phrase:
-                raise ValueError(f"'and' at position {j} interrupts a phrase: {' '.join(source)!r}")
+            if phrase or not target or target[-1] == CONJUNCTION[1]:
+                raise ValueError(f"'and' at position {j} must join two phrases: {' '.join(source)!r}")
             target.append(CONJUNCTION[1])
             alignment.append(j)
         elif word in DETERMINERS:
@@ -106,8 +106,8 @@ def translate(source: Sequence[str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
             phrase = []
         else:
             raise ValueError(f"unknown source word {word!r}; known words: see attnedu.data.source_words()")
-    if phrase:
-        raise ValueError(f"sentence ends inside a phrase (no noun): {' '.join(source)!r}")
+    if phrase or (target and target[-1] == CONJUNCTION[1]):
+        raise ValueError(f"sentence ends inside a phrase or after 'and': {' '.join(source)!r}")
     if not target:
         raise ValueError("cannot translate an empty sentence")
     return tuple(target), tuple(alignment)
@@ -157,9 +157,7 @@ def make_pairs(
     while len(pairs) < n:
         attempts += 1
         if attempts > 50 * n + 1000:
-            raise ValueError(
-                f"could not find {n} distinct sentences with lengths {min_len}..{max_len}; ask for fewer"
-            )
+            raise ValueError(f"could not find {n} distinct sentences with lengths {min_len}..{max_len}; ask for fewer")
         source = tuple(sample_source(rng.randint(min_len, max_len), rng))
         if source in seen:
             continue

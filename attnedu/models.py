@@ -151,6 +151,7 @@ class Seq2Seq(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Teacher forcing. src (batch, src_len), tgt_in (batch, tgt_len)
         -> logits (batch, tgt_len, vocab), attention weights (batch, tgt_len, src_len) or None."""
+        check_tensor("src", src, 2, "(batch, src_len) of token ids")
         check_tensor("tgt_in", tgt_in, 2, "(batch, tgt_len) of token ids")
         check_size("tgt_in", tgt_in, 0, src.shape[0], "the batch size of src")
         memory = self.encoder(src, src_lengths)

@@ -1,0 +1,83 @@
+import pytest
+import torch
+
+from attnedu.analysis import (
+    alignment_accuracy,
+    crossing_pairs,
+    crossing_rate,
+    source_gradient_norms,
+    word_accuracy_by_position,
+)
+from attnedu.data import SOURCE_VOCAB, TARGET_VOCAB, make_pairs
+from attnedu.models import Seq2Seq
+from attnedu.train import Translations, accuracy_table, train
+
+
+def one_hot_maps(pairs, positions):
+    return [torch.eye(len(p.source))[list(pos)] for p, pos in zip(pairs, positions)]
+
+
+def test_gold_maps_score_one_and_diagonal_maps_never_cross():
+    pairs = make_pairs(50, 5, 15, seed=0)
+    gold = one_hot_maps(pairs, [p.alignment for p in pairs])
+    assert alignment_accuracy(gold, pairs) == 1.0
+    assert crossing_rate(gold, pairs)[0] == 1.0
+    diagonal = one_hot_maps(pairs, [range(len(p.target)) for p in pairs])
+    assert crossing_rate(diagonal, pairs)[0] == 0.0
+
+
+def test_crossing_pairs_finds_swaps():
+    assert crossing_pairs((0, 3, 1, 2)) == [(1, 2), (1, 3)]
+    assert crossing_pairs((0, 1, 2)) == []
+
+
+def test_alignment_checks_shapes():
+    pairs = make_pairs(2, 5, 5, seed=0)
+    with pytest.raises(ValueError, match="expected \\(target_len, source_len\\)"):
+        alignment_accuracy([torch.zeros(3, 3), torch.zeros(3, 3)], pairs)
+
+
+def test_training_lowers_the_loss_and_shows_progress(monkeypatch, capsys):
+    monkeypatch.setenv("ATTNEDU_PROGRESS", "1")
+    torch.manual_seed(0)
+    model = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), True, False, emb_dim=8, hidden_dim=16)
+    log = train(model, make_pairs(200, 3, 6, seed=0), steps=40, batch_size=32, lr=1e-2, desc="tiny run")
+    assert sum(log.losses[-5:]) < sum(log.losses[:5])
+    assert "tiny run" in capsys.readouterr().err  # tqdm writes the bar to stderr outside notebooks
+
+
+def test_progress_bar_is_silent_when_switched_off(monkeypatch, capsys):
+    monkeypatch.setenv("ATTNEDU_PROGRESS", "0")
+    model = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), False, False, emb_dim=8, hidden_dim=8)
+    train(model, make_pairs(50, 3, 5, seed=0), steps=3, batch_size=8)
+    assert capsys.readouterr().err == ""
+
+
+def test_exact_match_counts_whole_sentences():
+    pairs = make_pairs(2, 3, 3, seed=1)
+    t = Translations(pairs, [list(pairs[0].target), list(pairs[1].target)[:-1]], None)
+    assert t.exact_match == 0.5
+
+
+def test_accuracy_table_layout():
+    table = accuracy_table({"model": {(5, 9): 1.0, (10, 14): 0.25}})
+    assert table.splitlines()[0].split() == ["5-9", "10-14"]
+    assert table.splitlines()[1].split() == ["model", "1.000", "0.250"]
+
+
+def test_gradient_norms_cover_every_source_word():
+    torch.manual_seed(0)
+    model = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), True, False, emb_dim=8, hidden_dim=16)
+    pair = make_pairs(1, 9, 9, seed=2)[0]
+    norms = source_gradient_norms(model, pair, target_step=0)
+    assert norms.shape == (9,) and (norms > 0).all()
+    with pytest.raises(ValueError, match="target_step"):
+        source_gradient_norms(model, pair, target_step=20)
+
+
+def test_word_accuracy_by_position_needs_long_enough_pairs():
+    model = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), False, False, emb_dim=8, hidden_dim=8)
+    pairs = make_pairs(5, 6, 8, seed=0)
+    assert word_accuracy_by_position(model, pairs, 6).shape == (6,)
+    with pytest.raises(ValueError, match="positions"):
+        word_accuracy_by_position(model, pairs, 9)
