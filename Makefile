@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 READY  := $(VENV)/.ready
 
-.PHONY: lab test notebooks lint clean
+.PHONY: lab test notebooks clean
 
 $(READY): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ lab: $(READY)
 
 # ATTNEDU_PROGRESS=0: progress bars change from run to run, and nbval compares outputs.
 test: $(READY)
-	$(BIN)/ruff check attnedu tests notebooks
+	$(BIN)/ruff check .
 	ATTNEDU_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist loadscope \
 		--nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
 		tests notebooks
@@ -29,10 +29,6 @@ test: $(READY)
 # Re-run every lesson top to bottom in a fresh kernel and store its outputs.
 notebooks: $(READY)
 	ATTNEDU_PROGRESS=0 $(BIN)/python tools/run_notebooks.py notebooks/*.ipynb
-
-lint: $(READY)
-	$(BIN)/ruff check attnedu tests notebooks tools
-	$(BIN)/ruff format --check attnedu tests tools
 
 clean:
 	rm -rf $(VENV) book/_build .pytest_cache
