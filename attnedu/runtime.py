@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import warnings
 
 import numpy as np
 import torch
@@ -28,7 +27,6 @@ def setup_notebook(seed: int = 0, threads: int = DEFAULT_THREADS) -> None:
     import matplotlib
 
     matplotlib.rcParams.update({"figure.figsize": FIGSIZE, "figure.dpi": 100, "savefig.dpi": 100})
-    warnings.filterwarnings("ignore", category=UserWarning, module="torch")
 
 
 def progress_enabled() -> bool:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .data import EOS_ID, PAD_ID, BatchSampler, Pair, make_batch
+from .data import PAD_ID, TARGET_VOCAB, BatchSampler, Pair, make_batch
 from .models import Seq2Seq
 from .runtime import progress
 
@@ -74,11 +74,10 @@ def train(
 
 @dataclass
 class Translations:
-    """Greedy outputs for a list of pairs: predicted words and attention (None for fixed models)."""
+    """Greedy translations of a list of pairs."""
 
     pairs: list[Pair]
     predictions: list[list[str]]
-    weights: list[torch.Tensor] | None  # one (target_len, source_len) matrix per pair
 
     @property
     def exact_match(self) -> float:
@@ -89,23 +88,13 @@ class Translations:
 
 def translate_pairs(model: Seq2Seq, pairs: Sequence[Pair], batch_size: int = 500) -> Translations:
     """Greedy-decode every pair's source (at most target length + 5 steps)."""
-    from .data import TARGET_VOCAB
-
     model.eval()
     predictions: list[list[str]] = []
-    weights: list[torch.Tensor] = []
     for start in range(0, len(pairs), batch_size):
-        chunk = list(pairs[start : start + batch_size])
-        batch = make_batch(chunk)
-        tokens, attn = model.greedy_decode(batch.src, batch.src_lengths, max_len=batch.tgt_out.shape[1] + 5)
-        for b, pair in enumerate(chunk):
-            words = TARGET_VOCAB.decode(tokens[b].tolist())
-            predictions.append(words)
-            if attn is not None:
-                # rows: the target words actually produced (plus <eos>), columns: real source words
-                n_rows = min(len(words) + 1, tokens.shape[1]) if EOS_ID in tokens[b] else len(words)
-                weights.append(attn[b, :n_rows, : len(pair.source)].clone())
-    return Translations(list(pairs), predictions, weights if weights else None)
+        batch = make_batch(pairs[start : start + batch_size])
+        tokens, _ = model.greedy_decode(batch.src, batch.src_lengths, max_len=batch.tgt_out.shape[1] + 5)
+        predictions += [TARGET_VOCAB.decode(row.tolist()) for row in tokens]
+    return Translations(list(pairs), predictions)
 
 
 def accuracy_by_length(model: Seq2Seq, test: Mapping[tuple[int, int], Sequence[Pair]]) -> dict[tuple[int, int], float]:

@@ -55,7 +55,7 @@ def test_progress_bar_is_silent_when_switched_off(monkeypatch, capsys):
 
 def test_exact_match_counts_whole_sentences():
     pairs = make_pairs(2, 3, 3, seed=1)
-    t = Translations(pairs, [list(pairs[0].target), list(pairs[1].target)[:-1]], None)
+    t = Translations(pairs, [list(pairs[0].target), list(pairs[1].target)[:-1]])
     assert t.exact_match == 0.5
 
 
