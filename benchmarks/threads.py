@@ -6,6 +6,7 @@ sharing the machine (as under `pytest -n 2` or `grade --jobs 2`). Writes a Markd
 
 from __future__ import annotations
 
+import datetime
 import json
 import platform
 import subprocess
@@ -57,7 +58,8 @@ if __name__ == "__main__":
             rows.append((attention, threads, processes, measure(attention, threads, processes)))
     print("# Torch threads for the course's small models\n")
     print(
-        f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}, {torch.get_num_threads()} cores visible; "
+        f"Measured {datetime.date.today()}. Machine: {platform.machine()}, "
+        f"{platform.processor() or 'cpu'}, {torch.get_num_threads()} cores visible; "
         f"torch {torch.__version__}; Python {platform.python_version()}."
     )
     print(
@@ -68,6 +70,14 @@ if __name__ == "__main__":
     print("|---|---|---|---|")
     for attention, threads, processes, ms in rows:
         print(f"| {'attention' if attention else 'fixed context'} | {threads} | {processes} | {ms:.1f} |")
+    ms = {(a, t, p): m for a, t, p, m in rows}
+    alone = [ms[(a, 1, 1)] / ms[(a, 2, 1)] for a in (False, True)]
+    shared = [ms[(a, 2, 2)] / ms[(a, 1, 2)] for a in (False, True)]
+    print(
+        f"\nAlone, 2 threads run {alone[0]:.1f}x (fixed) and {alone[1]:.1f}x (attention) as fast as 1 thread. "
+        f"With two processes at once, as under `make test` (pytest -n 2) or `grade --jobs 2`, 2 threads each "
+        f"are {shared[0]:.1f}x and {shared[1]:.1f}x slower than 1 thread each. So `setup_notebook` uses 1 thread."
+    )
     print(
         json.dumps([dict(attention=a, threads=t, processes=p, ms=round(m, 2)) for a, t, p, m in rows]), file=sys.stderr
     )
