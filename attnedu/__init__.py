@@ -10,6 +10,8 @@ One concept per module:
     analysis   attention maps, alignment accuracy, crossing rate, gradient paths
     plots      attention heat maps, accuracy-by-length curves
     widgets    interactive controls for JupyterLab
+    checks     the graded exercises' checks (one module per lesson)
+    build_exercises, grade   exercises/ from solutions/; batch grading of submissions
 """
 
 from .runtime import setup_notebook
