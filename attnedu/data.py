@@ -1,6 +1,6 @@
 """A toy English -> French-like translation task, generated in code.
 
-Sentences are noun phrases joined by "and":
+Sentences are noun phrases joined by "and", "or" or "with":
 
     the red cat and a dog          ->  le chat rouge et un chien
     this fast young car            ->  ce voiture rapide jeune
@@ -9,7 +9,9 @@ What makes it translation rather than word-for-word copying is **reordering**: a
 come before the noun in the source and after it in the target, so the alignment crosses
 (the adjective-noun swap of Bahdanau et al. 2015, Fig. 3). Grammatical gender is left out on
 purpose: it would make a determiner's translation depend on a later noun, and then the most
-useful word to look at while writing "la" is the noun, not "the" (see lesson 02).
+useful word to look at while writing "la" is the noun, not "the" (see lesson 02). For the same
+reason there are three conjunctions, not one: a word whose translation is predictable from
+context ("et" after every phrase) gives the model no reason to look at it.
 
 Every target word comes from exactly one source word, so the generator knows the gold
 alignment: ``pair.alignment[i]`` is the source position of target word ``i``.
@@ -51,7 +53,7 @@ ADJECTIVES = {
     "empty": "vide",
 }
 DETERMINERS = {"the": "le", "a": "un", "this": "ce"}
-CONJUNCTION = ("and", "et")
+CONJUNCTIONS = {"and": "et", "or": "ou", "with": "avec"}
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
@@ -82,10 +84,10 @@ def translate(source: Sequence[str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
     alignment: list[int] = []
     phrase: list[int] = []  # source positions of the current phrase: det, adj*, noun
     for j, word in enumerate(source):
-        if word == CONJUNCTION[0]:
-            if phrase or not target or target[-1] == CONJUNCTION[1]:
-                raise ValueError(f"'and' at position {j} must join two phrases: {' '.join(source)!r}")
-            target.append(CONJUNCTION[1])
+        if word in CONJUNCTIONS:
+            if phrase or not target or target[-1] in CONJUNCTIONS.values():
+                raise ValueError(f"{word!r} at position {j} must join two phrases: {' '.join(source)!r}")
+            target.append(CONJUNCTIONS[word])
             alignment.append(j)
         elif word in DETERMINERS:
             if phrase:
@@ -106,8 +108,8 @@ def translate(source: Sequence[str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
             phrase = []
         else:
             raise ValueError(f"unknown source word {word!r}; known words: see attnedu.data.source_words()")
-    if phrase or (target and target[-1] == CONJUNCTION[1]):
-        raise ValueError(f"sentence ends inside a phrase or after 'and': {' '.join(source)!r}")
+    if phrase or (target and target[-1] in CONJUNCTIONS.values()):
+        raise ValueError(f"sentence ends inside a phrase or after a conjunction: {' '.join(source)!r}")
     if not target:
         raise ValueError("cannot translate an empty sentence")
     return tuple(target), tuple(alignment)
@@ -121,9 +123,9 @@ def sample_source(length: int, rng: random.Random) -> list[str]:
     remaining = length
     while remaining:
         if words:
-            words.append(CONJUNCTION[0])
+            words.append(rng.choice(sorted(CONJUNCTIONS)))
             remaining -= 1
-        # Phrase sizes that leave either nothing or room for "and" plus a whole phrase.
+        # Phrase sizes that leave either nothing or room for a conjunction plus a whole phrase.
         sizes = [
             s
             for s in range(MIN_PHRASE, MAX_PHRASE + 1)
@@ -173,11 +175,11 @@ def reverse_source(pair: Pair) -> Pair:
 
 
 def source_words() -> list[str]:
-    return sorted([*DETERMINERS, *ADJECTIVES, *NOUNS, CONJUNCTION[0]])
+    return sorted([*DETERMINERS, *ADJECTIVES, *NOUNS, *CONJUNCTIONS])
 
 
 def target_words() -> list[str]:
-    return sorted([*DETERMINERS.values(), *ADJECTIVES.values(), *NOUNS.values(), CONJUNCTION[1]])
+    return sorted([*DETERMINERS.values(), *ADJECTIVES.values(), *NOUNS.values(), *CONJUNCTIONS.values()])
 
 
 class Vocab:

@@ -6,7 +6,7 @@ import torch
 from attnedu.data import (
     ADJECTIVES,
     BOS_ID,
-    CONJUNCTION,
+    CONJUNCTIONS,
     DETERMINERS,
     EOS_ID,
     NOUNS,
@@ -22,13 +22,13 @@ from attnedu.data import (
     translate,
 )
 
-DICTIONARY = {**DETERMINERS, **ADJECTIVES, **NOUNS, CONJUNCTION[0]: CONJUNCTION[1]}
+DICTIONARY = {**DETERMINERS, **ADJECTIVES, **NOUNS, **CONJUNCTIONS}
 
 
 def test_translate_moves_adjectives_after_the_noun():
-    target, alignment = translate("the red fast cat and a dog".split())
-    assert target == tuple("le chat rouge rapide et un chien".split())
-    assert alignment == (0, 3, 1, 2, 4, 5, 6)
+    target, alignment = translate("the red fast cat and a dog or this bird".split())
+    assert target == tuple("le chat rouge rapide et un chien ou ce oiseau".split())
+    assert alignment == (0, 3, 1, 2, 4, 5, 6, 7, 8, 9)
 
 
 @pytest.mark.parametrize(
