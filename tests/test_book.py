@@ -12,7 +12,6 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from browser_support import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -58,23 +57,15 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
-def test_lesson_page_renders_math_and_figures_without_leaving_the_site(served, lesson):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = launch(p)
-        try:
-            page = browser.new_page()
-            outside: list[str] = []
-            page.on("request", lambda r: None if r.url.startswith(served) else outside.append(r.url))
-            page.goto(f"{served}/notebooks/{lesson}.html", wait_until="networkidle")
-            page.wait_for_selector("mjx-container", timeout=30_000)
-            assert page.locator("mjx-merror").count() == 0, "MathJax could not typeset some formula"
-            images = page.evaluate(
-                "Array.from(document.images).map(i => [i.getAttribute('src'), i.complete && i.naturalWidth > 0])"
-            )
-            assert len(images) >= 2, "the lesson's figures should be on the page"
-            assert all(ok for _, ok in images), [src for src, ok in images if not ok]
-            assert not outside, f"the page requested {outside[:3]} outside the site"
-        finally:
-            browser.close()
+def test_lesson_page_renders_math_and_figures_without_leaving_the_site(served, page, lesson):
+    outside: list[str] = []
+    page.on("request", lambda r: None if r.url.startswith(served) else outside.append(r.url))
+    page.goto(f"{served}/notebooks/{lesson}.html", wait_until="networkidle")
+    page.wait_for_selector("mjx-container", timeout=30_000)
+    assert page.locator("mjx-merror").count() == 0, "MathJax could not typeset some formula"
+    images = page.evaluate(
+        "Array.from(document.images).map(i => [i.getAttribute('src'), i.complete && i.naturalWidth > 0])"
+    )
+    assert len(images) >= 2, "the lesson's figures should be on the page"
+    assert all(ok for _, ok in images), [src for src, ok in images if not ok]
+    assert not outside, f"the page requested {outside[:3]} outside the site"

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from browser_support import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,45 +91,26 @@ def run_all(page, base: str, notebook: str) -> None:
     page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
 
 
-def test_attention_stepper_slider_redraws_in_jupyterlab(lab):
+def test_attention_stepper_slider_redraws_in_jupyterlab(lab, page):
     """nbval runs no widget callbacks; here the real frontend moves the slider and the map follows."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    base, _ = lab
-    with sync_playwright() as p:
-        browser = launch(p)
-        try:
-            page = browser.new_page()
-            run_all(page, base, "widget.ipynb")
-            readout, image = page.locator(".widget-readout"), page.locator("img.widget-image")
-            expect(readout).to_have_text("0", timeout=60_000)
-            before = image.get_attribute("src")
-            page.locator(".widget-slider .noUi-handle").focus()
-            page.keyboard.press("ArrowRight")
-            page.keyboard.press("ArrowRight")
-            expect(readout).to_have_text("2")
-            expect(image).not_to_have_attribute("src", before)  # the kernel sent a new picture
-        finally:
-            browser.close()
+    run_all(page, lab[0], "widget.ipynb")
+    readout, image = page.locator(".widget-readout"), page.locator("img.widget-image")
+    expect(readout).to_have_text("0", timeout=60_000)
+    before = image.get_attribute("src")
+    page.locator(".widget-slider .noUi-handle").focus()
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    expect(readout).to_have_text("2")
+    expect(image).not_to_have_attribute("src", before)  # the kernel sent a new picture
 
 
-def test_exercise_checks_render_in_jupyterlab(lab):
+def test_exercise_checks_render_in_jupyterlab(lab, page):
     """An untouched exercise notebook runs to the end and each check renders as 'not attempted'."""
-    from playwright.sync_api import sync_playwright
-
-    base, _ = lab
-    with sync_playwright() as p:
-        browser = launch(p)
-        try:
-            page = browser.new_page()
-            run_all(page, base, "exercises/02_bahdanau_attention.ipynb")
-            # textContent, not the visible text: JupyterLab skips rendering cells scrolled out of view
-            outputs = "Array.from(document.querySelectorAll('.jp-OutputArea-output')).map(e => e.textContent)"
-            page.wait_for_function(
-                f"{outputs}.filter(t => t.includes('not attempted yet')).length === 4", timeout=60_000
-            )
-            rendered_as_markdown = page.locator(".jp-RenderedMarkdown.jp-OutputArea-output")
-            assert rendered_as_markdown.count() == 4  # the ⏳ result, not a plain-text repr
-            assert page.evaluate(f"{outputs}.filter(t => t.includes('Traceback')).length") == 0
-        finally:
-            browser.close()
+    run_all(page, lab[0], "exercises/02_bahdanau_attention.ipynb")
+    # textContent, not the visible text: JupyterLab skips rendering cells scrolled out of view
+    outputs = "Array.from(document.querySelectorAll('.jp-OutputArea-output')).map(e => e.textContent)"
+    page.wait_for_function(f"{outputs}.filter(t => t.includes('not attempted yet')).length === 4", timeout=60_000)
+    assert page.locator(".jp-RenderedMarkdown.jp-OutputArea-output").count() == 4  # the ⏳ Markdown result
+    assert page.evaluate(f"{outputs}.filter(t => t.includes('Traceback')).length") == 0

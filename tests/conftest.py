@@ -1,0 +1,42 @@
+"""Shared fixtures. ``page``: a fresh page in headless Chromium, for the browser tests.
+
+Debian's chromium, driven by Playwright, started with flags that keep it off the network
+(`playwright install` would download a browser; we never run it). Without a chromium the
+browser tests are skipped on a learner's machine and fail in CI (CI=true), where .ci/run
+installs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def page():
+    if CHROMIUM is None:
+        message = "browser test needs Chromium (Debian/Ubuntu: apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser.new_page()
+        finally:
+            browser.close()
