@@ -88,17 +88,3 @@ def source_gradient_norms(model: Seq2Seq, pair: Pair, target_step: int) -> torch
     finally:
         handle.remove()
     return captured[0].grad[0].norm(dim=-1).detach()
-
-
-def word_accuracy_by_position(model: Seq2Seq, pairs: Sequence[Pair], positions: int) -> torch.Tensor:
-    """Teacher-forced word accuracy at target positions 0..positions-1 (pairs must all have at
-    least ``positions`` target words). Returns (positions,)."""
-    short = [len(p.target) for p in pairs if len(p.target) < positions]
-    if short:
-        raise ValueError(f"some pairs have only {min(short)} target words; need at least positions={positions}")
-    batch = make_batch(pairs)
-    model.eval()
-    with torch.no_grad():
-        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
-    correct = logits.argmax(dim=-1)[:, :positions] == batch.tgt_out[:, :positions]
-    return correct.float().mean(dim=0)

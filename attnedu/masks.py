@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import torch
 
+from ._validate import describe
+
 
 def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     """(batch,) lengths -> (batch, max_len) bool mask, True at real tokens, False at padding.
@@ -15,7 +17,7 @@ def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
             [ True, False, False, False]])
     """
     if not isinstance(lengths, torch.Tensor) or lengths.dim() != 1:
-        raise ValueError(f"lengths must be a 1-D tensor of shape (batch,), got {_describe(lengths)}")
+        raise ValueError(f"lengths must be a 1-D tensor of shape (batch,), got {describe(lengths)}")
     if lengths.numel() and int(lengths.min()) < 1:
         bad = int(lengths.argmin())
         raise ValueError(
@@ -29,9 +31,3 @@ def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
             "lengths must not exceed the padded length"
         )
     return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
-
-
-def _describe(x) -> str:
-    if isinstance(x, torch.Tensor):
-        return f"a tensor of shape {tuple(x.shape)}"
-    return f"a {type(x).__name__}"

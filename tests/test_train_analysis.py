@@ -6,7 +6,6 @@ from attnedu.analysis import (
     crossing_pairs,
     crossing_rate,
     source_gradient_norms,
-    word_accuracy_by_position,
 )
 from attnedu.data import SOURCE_VOCAB, TARGET_VOCAB, make_pairs
 from attnedu.models import Seq2Seq
@@ -73,11 +72,3 @@ def test_gradient_norms_cover_every_source_word():
     assert norms.shape == (9,) and (norms > 0).all()
     with pytest.raises(ValueError, match="target_step"):
         source_gradient_norms(model, pair, target_step=20)
-
-
-def test_word_accuracy_by_position_needs_long_enough_pairs():
-    model = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), False, False, emb_dim=8, hidden_dim=8)
-    pairs = make_pairs(5, 6, 8, seed=0)
-    assert word_accuracy_by_position(model, pairs, 6).shape == (6,)
-    with pytest.raises(ValueError, match="positions"):
-        word_accuracy_by_position(model, pairs, 9)
