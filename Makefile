@@ -5,29 +5,43 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 READY  := $(VENV)/.ready
+# Every install is held to the exact versions in constraints.txt (regenerate with `make lock`).
+PIP    := $(BIN)/python -m pip install --quiet -c constraints.txt
+# torch goes in first, so that nothing else can pull a build of its own: a wheel already on this
+# machine if pip finds one without an index (its dependencies then come with requirements.txt),
+# else the CPU build. On Linux that is PyTorch's CPU index, because PyPI's Linux torch is the CUDA
+# build (several GB); on macOS PyPI's torch is the CPU build.
+TORCH       := torch==2.13.0
+TORCH_INDEX := $(if $(filter Linux,$(shell uname -s)),--index-url https://download.pytorch.org/whl/cpu)
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+# The perturbed run moves every trained model's seeds by this much (see attnedu/runtime.py).
+PERTURBATION := 1000
 
-.PHONY: lab test notebooks book clean
+.PHONY: lab test notebooks book lock cuda clean
 
-$(READY): requirements.txt pyproject.toml
+$(READY): requirements.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(PIP) --no-index --no-deps $(TORCH) 2>/dev/null || $(PIP) $(TORCH) $(TORCH_INDEX)
+	$(PIP) -r requirements.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	$(BIN)/python -c "import matplotlib.pyplot"  # build the font cache now, not in a notebook
 	touch $(READY)
 
+# Served from the repository root, so the file browser reaches notebooks/ and exercises/.
 lab: $(READY)
-	$(BIN)/jupyter lab notebooks/01_rnn_bottleneck.ipynb
+	$(BIN)/python tools/lab.py
 
-# Unit tests, then strict nbval over the lessons and solutions (stored outputs must match),
-# then lax nbval over the generated exercises (no stored outputs: they must run without error).
+# 1. ruff; 2. unit tests, then strict nbval over the lessons and solutions (stored outputs must match);
+# 3. lax nbval over the generated exercises (no stored outputs: they must run without error);
+# 4. the perturbed run: lessons and solutions again, strict, with every trained model's seeds moved,
+#    standing in for another machine (compared outputs must still match, asserted effects still hold).
 # ATTNEDU_PROGRESS=0: progress bars change from run to run, and nbval compares outputs.
 test: $(READY)
 	$(BIN)/ruff check .
-	ATTNEDU_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist loadscope \
-		--nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
-		tests notebooks solutions
+	ATTNEDU_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist loadscope $(NBVAL) tests notebooks solutions
 	ATTNEDU_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist loadscope --nbval-lax --nbval-current-env exercises
+	ATTNEDU_PROGRESS=0 ATTNEDU_SEED_OFFSET=$(PERTURBATION) $(BIN)/python -m pytest -n 2 --dist loadscope \
+		$(NBVAL) notebooks solutions
 
 # Re-run every lesson and solution top to bottom in a fresh kernel, store the outputs,
 # and regenerate exercises/ from solutions/.
@@ -38,6 +52,21 @@ notebooks: $(READY)
 # The static site, from the stored outputs: book/_build/html/index.html
 book: $(READY)
 	$(BIN)/jupyter-book build -W --keep-going book/
+
+# Pin every package requirements.txt pulls in, from a throwaway environment (after editing requirements.txt).
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --quiet --no-index --no-deps $(TORCH) 2>/dev/null || \
+		.venv-lock/bin/python -m pip install --quiet $(TORCH) $(TORCH_INDEX)
+	.venv-lock/bin/python -m pip install --quiet -r requirements.txt
+	{ echo "# Exact versions of everything requirements.txt installs; made by \`make lock\`, used by every install."; \
+	  .venv-lock/bin/python -m pip freeze --exclude-editable | sed -e 's/+cpu$$//'; } > constraints.txt
+	rm -rf .venv-lock
+
+# Swap the CPU build of torch in .venv for PyPI's CUDA build of the same version (Linux with an NVIDIA GPU).
+cuda: $(READY)
+	$(BIN)/python -m pip uninstall --quiet -y torch
+	$(BIN)/python -m pip install --quiet $(TORCH) --index-url https://pypi.org/simple
 
 clean:
 	rm -rf $(VENV) book/_build .pytest_cache

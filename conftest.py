@@ -1,16 +1,32 @@
-"""Benchmark table for the notebooks: wall time and the kernel's peak memory, printed at the
-end of every test run. A benchmark, not a test: numbers never decide pass or fail."""
+"""Benchmark table for the notebooks, printed at the end of every test run that ran notebooks:
+wall time, the time scaled to the slow reference machine, the kernel's peak memory, and how many of
+the outputs nbval does not compare came out different from the stored ones. A benchmark, not a
+test: times never decide pass or fail.
+
+Scaling: the reference training step of ``benchmarks/reference_step.py`` is timed in the same run
+(at the end, on the idle machine); a notebook's time times (slow machine's ms / this machine's ms)
+estimates its time on the slow reference machine, where the budget applies.
+
+The perturbed run (``ATTNEDU_SEED_OFFSET`` set, see ``attnedu.runtime``) must change what it
+stands for: a notebook with uncompared outputs none of which changed fails the session, since
+then the perturbation did not reach its trained models.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
-BUDGET_SECONDS, BUDGET_MIB = 90, 2048
+BUDGET_SECONDS, BUDGET_MIB = 60, 2048  # per notebook, on the slow reference machine
+ROOT = Path(__file__).resolve().parent
+
 _seconds: dict[str, float] = defaultdict(float)
 _peak_mib: dict[str, float] = {}
+_uncompared: dict[str, list[bool]] = defaultdict(list)  # notebook -> one "changed?" per uncompared cell
 
 
 def _kernel_peak_mib(item) -> float | None:
@@ -27,13 +43,32 @@ def _kernel_peak_mib(item) -> float | None:
     return None
 
 
+def _text(outputs) -> str:
+    """The text nbval would see in a cell's outputs (streams, plain/markdown reprs, errors)."""
+    parts = []
+    for out in outputs or []:
+        kind = out.get("output_type")
+        if kind == "stream":
+            parts.append(str(out.get("text", "")))
+        elif kind in ("execute_result", "display_data"):
+            data = out.get("data", {})
+            parts.append(str(data.get("text/markdown", "")) + str(data.get("text/plain", "")))
+        elif kind == "error":
+            parts.append(f"{out.get('ename')}: {out.get('evalue')}")
+    return "".join(parts)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     if item.path.suffix == ".ipynb" and call.when == "call":
+        report = outcome.get_result()
         peak = _kernel_peak_mib(item)
         if peak is not None:
-            outcome.get_result().user_properties.append(("kernel_peak_mib", peak))
+            report.user_properties.append(("kernel_peak_mib", peak))
+        cell, fresh = getattr(item, "cell", None), getattr(item, "test_outputs", None)
+        if cell is not None and fresh is not None and "nbval-ignore-output" in cell.metadata.get("tags", []):
+            report.user_properties.append(("uncompared_changed", _text(fresh) != _text(cell.outputs)))
 
 
 def pytest_runtest_logreport(report):
@@ -43,16 +78,67 @@ def pytest_runtest_logreport(report):
         for key, value in report.user_properties:
             if key == "kernel_peak_mib":
                 _peak_mib[path] = max(_peak_mib.get(path, 0.0), value)
+            elif key == "uncompared_changed":
+                _uncompared[path].append(value)
+
+
+def _perturbed() -> bool:
+    return os.environ.get("ATTNEDU_SEED_OFFSET", "0").strip() not in ("", "0")
+
+
+def _unreached() -> list[str]:
+    """Notebooks with uncompared outputs, none of which the perturbed run changed."""
+    return [path for path, changed in sorted(_uncompared.items()) if changed and not any(changed)]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("PYTEST_XDIST_WORKER") or not _perturbed():
+        return
+    if _unreached() and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _reference_ms() -> tuple[float, float] | None:
+    """(this machine's reference step in ms, the slow machine's), or None if it cannot be measured."""
+    spec = importlib.util.spec_from_file_location("reference_step", ROOT / "benchmarks" / "reference_step.py")
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.step_ms(), module.SLOW_MACHINE_MS
 
 
 def pytest_terminal_summary(terminalreporter):
     if not _seconds or os.environ.get("PYTEST_XDIST_WORKER"):
         return
     tr = terminalreporter
-    tr.section(f"notebook benchmark (budget {BUDGET_SECONDS} s, {BUDGET_MIB} MiB each)")
-    tr.write_line(f"{'notebook':<45}{'seconds':>9}{'peak MiB':>10}  within budget")
+    reference = _reference_ms()
+    scale = reference[1] / reference[0] if reference else None
+    seed_note = f", ATTNEDU_SEED_OFFSET={os.environ['ATTNEDU_SEED_OFFSET']}" if _perturbed() else ""
+    tr.section(f"notebook benchmark (budget {BUDGET_SECONDS} s on the slow machine, {BUDGET_MIB} MiB{seed_note})")
+    if reference:
+        tr.write_line(
+            f"machine speed: reference step {reference[0]:.1f} ms here, {reference[1]:.0f} ms on the slow machine "
+            f"(benchmarks/reference_step.py): times x {scale:.2f} estimate the slow machine"
+        )
+    tr.write_line(f"{'notebook':<45}{'seconds':>9}{'slow s':>8}{'peak MiB':>10}{'changed':>9}  within budget")
     for path in sorted(_seconds):
         seconds, peak = _seconds[path], _peak_mib.get(path)
+        slow = seconds * scale if scale else None
         peak_text = f"{peak:10.0f}" if peak is not None else f"{'n/a':>10}"
-        ok = seconds <= BUDGET_SECONDS and (peak is None or peak <= BUDGET_MIB)
-        tr.write_line(f"{path:<45}{seconds:9.1f}{peak_text}  {'yes' if ok else 'NO'}")
+        slow_text = f"{slow:8.1f}" if slow is not None else f"{'n/a':>8}"
+        changed = _uncompared.get(path, [])
+        changed_text = f"{sum(changed)}/{len(changed)}" if changed else "-"
+        ok = (slow is None or slow <= BUDGET_SECONDS) and (peak is None or peak <= BUDGET_MIB)
+        tr.write_line(f"{path:<45}{seconds:9.1f}{slow_text}{peak_text}{changed_text:>9}  {'yes' if ok else 'NO'}")
+    tr.write_line(
+        "changed: of the outputs nbval does not compare (cells tagged nbval-ignore-output), how many differ "
+        "from the stored ones"
+    )
+    if _perturbed() and _unreached():
+        tr.write_line(
+            "FAILED: the perturbed run changed none of the uncompared outputs of "
+            + ", ".join(_unreached())
+            + ": its trained models do not take their seeds from attnedu.runtime (seeded / training_seed)",
+            red=True,
+        )

@@ -1,14 +1,65 @@
-"""Measure what a model does: attention maps, alignment against the gold alignment, and the
-gradient that reaches each source word."""
+"""Measure what a model does: how accurate each word is, attention maps, alignment against the gold
+alignment (overall and by word class), and the gradient that reaches each source word."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import torch
 
-from .data import Pair, make_batch
+from .data import ADJECTIVES, CONJUNCTIONS, DETERMINERS, NOUNS, Pair, make_batch
 from .models import Seq2Seq
+
+
+def word_correct(model: Seq2Seq, pairs: Sequence[Pair]) -> list[torch.Tensor]:
+    """Teacher forcing: for each pair, whether the model's most likely next word is right at each step.
+
+    One bool tensor per pair, of length ``len(target) + 1`` (every target word, then ``<eos>``): step i
+    is predicted from the *gold* words before it, so one mistake does not cause the next. Greedy
+    decoding reproduces a sentence exactly if and only if every entry is True, so the exact-match
+    accuracy of ``attnedu.train.translate_pairs`` is the fraction of all-True rows.
+    """
+    batch = make_batch(pairs)
+    model.eval()
+    with torch.no_grad():
+        logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
+    correct = logits.argmax(dim=-1) == batch.tgt_out
+    return [correct[b, : len(p.target) + 1] for b, p in enumerate(pairs)]
+
+
+@dataclass(frozen=True)
+class WordAccuracy:
+    """Per-word and exact-match accuracy of one group of sentences, under teacher forcing."""
+
+    per_word: float  # fraction of all predicted words (and <eos>) that are right
+    exact: float  # fraction of sentences with every word right
+    mean_steps: float  # average number of predictions per sentence (target length + 1)
+
+    @property
+    def exact_if_independent(self) -> float:
+        """Exact match if every word were right with probability ``per_word``, independently:
+        per_word ** steps, averaged as if every sentence had ``mean_steps`` steps."""
+        return self.per_word**self.mean_steps
+
+
+def word_accuracy_by_length(
+    model: Seq2Seq, test: Mapping[tuple[int, int], Sequence[Pair]]
+) -> dict[tuple[int, int], WordAccuracy]:
+    """Per-word and exact-match accuracy in each source-length bucket (teacher forcing, see word_correct)."""
+    result = {}
+    for bucket, pairs in test.items():
+        if not pairs:
+            raise ValueError(f"bucket {bucket} has no sentences")
+        rows = word_correct(model, pairs)
+        words = torch.cat(rows)
+        result[bucket] = WordAccuracy(
+            per_word=words.float().mean().item(),
+            exact=sum(bool(r.all()) for r in rows) / len(rows),
+            mean_steps=len(words) / len(rows),
+        )
+    return result
 
 
 def attention_maps(model: Seq2Seq, pairs: Sequence[Pair]) -> list[torch.Tensor]:
@@ -54,6 +105,43 @@ def crossing_rate(maps: Sequence[torch.Tensor], pairs: Sequence[Pair]) -> tuple[
     if total == 0:
         raise ValueError("these pairs contain no reordering, so there is no crossing to measure")
     return crossed / total, total
+
+
+WORD_CLASSES = {
+    "determiner": set(DETERMINERS),
+    "noun": set(NOUNS),
+    "adjective": set(ADJECTIVES),
+    "conjunction": set(CONJUNCTIONS),
+}
+
+
+@dataclass(frozen=True)
+class ClassAlignment:
+    """How the argmax attention of one word class (by its source word) compares with the gold alignment."""
+
+    words: int  # target words of this class
+    hits: int  # whose most-attended source word is the gold one
+    offsets: Counter  # for the misses: most-attended position minus gold position, e.g. {+1: 40, -1: 3}
+
+    @property
+    def accuracy(self) -> float:
+        return self.hits / self.words if self.words else float("nan")
+
+
+def alignment_by_word_class(maps: Sequence[torch.Tensor], pairs: Sequence[Pair]) -> dict[str, ClassAlignment]:
+    """Alignment accuracy per word class (determiner, noun, adjective, conjunction), and where the misses land."""
+    _check_maps(maps, pairs)
+    words, hits, offsets = Counter(), Counter(), {name: Counter() for name in WORD_CLASSES}
+    for weights, pair in zip(maps, pairs):
+        predicted = weights.argmax(dim=1).tolist()
+        for guess, gold in zip(predicted, pair.alignment):
+            kind = next(name for name, members in WORD_CLASSES.items() if pair.source[gold] in members)
+            words[kind] += 1
+            if guess == gold:
+                hits[kind] += 1
+            else:
+                offsets[kind][guess - gold] += 1
+    return {name: ClassAlignment(words[name], hits[name], offsets[name]) for name in WORD_CLASSES}
 
 
 def _check_maps(maps: Sequence[torch.Tensor], pairs: Sequence[Pair]) -> None:

@@ -1,43 +1,84 @@
-"""Additive (Bahdanau) attention, one step at a time.
+"""Attention: scores, masked softmax, context, and the attention modules of lessons 02-05.
 
-Notation of lesson 02 (Bahdanau et al. 2015, Sec. 3.1 and Appendix A.1.2):
+Encoder-decoder attention (lessons 02-03), for decoder state(s) ``query`` and encoder annotations
+``keys`` h_j (Bahdanau et al. 2015, Sec. 3.1 and Appendix A.1.2; Luong et al. 2015, Sec. 3.1):
 
-    e_tj     = v_a^T tanh(W_a s_{t-1} + U_a h_j)     score of source position j at step t
-    alpha_tj = exp(e_tj) / sum_k exp(e_tk)            softmax over source positions
-    c_t      = sum_j alpha_tj h_j                     context vector
+    additive (Bahdanau)  e_j = v_a^T tanh(W_a s + U_a h_j)
+    dot      (Luong)     e_j = s^T h_j
+    general  (Luong)     e_j = s^T W_a h_j
+    concat   (Luong)     e_j = v_a^T tanh(W_a [s; h_j])
+    location (Luong)     e   = W_a s              (one score per position; never looks at h_j)
 
-Padded source positions get exactly zero weight.
+    alpha_j = exp(e_j) / sum_k exp(e_k)          softmax over source positions (masked ones get 0)
+    c       = sum_j alpha_j h_j                  context vector
+
+Scaled dot-product attention (lesson 04, Vaswani et al. 2017, Sec. 3.2.1):
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(head_dim)) V
+
+One mask convention everywhere: a boolean mask is True where attention *may* look, as in
+``torch.nn.functional.scaled_dot_product_attention``. A row with nothing to look at gets all-zero
+weights (and a zero output), never NaN; a NaN or infinity in the scores is never hidden.
+``MultiHeadAttention`` (lesson 05) lives in ``attnedu.multihead`` and is re-exported here.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
-from ._validate import check_size, check_tensor
+from ._validate import (
+    check_bool_mask,
+    check_float,
+    check_min_dims,
+    check_same_dtype,
+    check_size,
+    check_tensor,
+    describe,
+)
+
+# --------------------------------------------------------------------------------------------
+# Scores of encoder-decoder attention (lessons 02-03). query: (batch, dec_dim) for one decoder
+# step, or (batch, tgt_len, dec_dim) for every step at once; keys: (batch, src_len, enc_dim).
+# Each returns (batch, src_len) or (batch, tgt_len, src_len) to match the query.
+# --------------------------------------------------------------------------------------------
+
+
+def _check_query_keys(query, keys) -> None:
+    check_min_dims("query", query, 2, "(batch, dec_dim) or (batch, tgt_len, dec_dim)")
+    if query.dim() > 3:
+        raise ValueError(f"query must be (batch, dec_dim) or (batch, tgt_len, dec_dim), got {describe(query)}")
+    check_tensor("keys", keys, 3, "(batch, src_len, enc_dim)")
+    check_size("keys", keys, 0, query.shape[0], "the batch size of query", "pass the same sentences to both")
+    check_float("query", query)
+    check_float("keys", keys)
+
+
+def _as_steps(query: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """(batch, dec_dim) -> (batch, 1, dec_dim), remembering to squeeze the step axis back out."""
+    return (query[:, None, :], True) if query.dim() == 2 else (query, False)
 
 
 def additive_score(
     query: torch.Tensor, keys: torch.Tensor, W_a: torch.Tensor, U_a: torch.Tensor, v_a: torch.Tensor
 ) -> torch.Tensor:
-    """e_j = v_a^T tanh(W_a s + U_a h_j) for every source position j.
+    """Bahdanau: e_j = v_a^T tanh(W_a s + U_a h_j) for every source position j.
 
-    query: (batch, dec_dim)            the previous decoder state s_{t-1}
+    query: (batch, dec_dim) the previous decoder state s_{t-1} (or (batch, tgt_len, dec_dim))
     keys:  (batch, src_len, enc_dim)   the encoder annotations h_j
-    W_a:   (attn_dim, dec_dim)
-    U_a:   (attn_dim, enc_dim)
-    v_a:   (attn_dim,)
-    returns scores: (batch, src_len)
+    W_a: (attn_dim, dec_dim); U_a: (attn_dim, enc_dim); v_a: (attn_dim,)
+    returns scores: (batch, src_len) (or (batch, tgt_len, src_len))
     """
-    check_tensor("query", query, 2, "(batch, dec_dim)")
-    check_tensor("keys", keys, 3, "(batch, src_len, enc_dim)")
-    check_size("keys", keys, 0, query.shape[0], "the batch size of query")
-    check_size("W_a", W_a, 1, query.shape[1], "dec_dim, the size of the decoder state", "W_a is (attn_dim, dec_dim)")
+    _check_query_keys(query, keys)
+    check_tensor("W_a", W_a, 2, "(attn_dim, dec_dim)")
+    check_tensor("U_a", U_a, 2, "(attn_dim, enc_dim)")
+    check_size("W_a", W_a, 1, query.shape[-1], "dec_dim, the size of the decoder state", "W_a is (attn_dim, dec_dim)")
     check_size("U_a", U_a, 1, keys.shape[2], "enc_dim, the size of an annotation", "U_a is (attn_dim, enc_dim)")
     check_size("U_a", U_a, 0, W_a.shape[0], "attn_dim, the rows of W_a")
     check_size("v_a", v_a.reshape(-1), 0, W_a.shape[0], "attn_dim, the rows of W_a")
-    projected_keys = keys @ U_a.T  # (batch, src_len, attn_dim)
-    return additive_score_projected(query @ W_a.T, projected_keys, v_a)
+    return additive_score_projected(query @ W_a.T, keys @ U_a.T, v_a)
 
 
 def additive_score_projected(
@@ -45,48 +86,230 @@ def additive_score_projected(
 ) -> torch.Tensor:
     """The same score when W_a s and U_a h_j are already computed.
 
-    U_a h_j does not depend on t, so a decoder computes it once per sentence.
-    projected_query: (batch, attn_dim), projected_keys: (batch, src_len, attn_dim) -> (batch, src_len)
+    U_a h_j does not depend on the decoder step, so a decoder computes it once per sentence.
+    projected_query: (batch, attn_dim) or (batch, tgt_len, attn_dim); projected_keys: (batch, src_len, attn_dim)
+    -> (batch, src_len) or (batch, tgt_len, src_len)
     """
-    return torch.tanh(projected_query[:, None, :] + projected_keys) @ v_a.reshape(-1)
+    check_min_dims("projected_query", projected_query, 2, "(batch, attn_dim) or (batch, tgt_len, attn_dim)")
+    check_tensor("projected_keys", projected_keys, 3, "(batch, src_len, attn_dim)")
+    check_size(
+        "projected_keys", projected_keys, 0, projected_query.shape[0], "the batch size of the query",
+        "a batch of one is not stretched to fit: pass the same sentences to both",
+    )  # fmt: skip
+    steps, single = _as_steps(projected_query)
+    scores = torch.tanh(steps[:, :, None, :] + projected_keys[:, None, :, :]) @ v_a.reshape(-1)
+    return scores[:, 0] if single else scores
+
+
+def dot_score(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """Luong dot: e_j = s^T h_j. Needs dec_dim == enc_dim. Shapes as for additive_score."""
+    _check_query_keys(query, keys)
+    check_size(
+        "keys", keys, 2, query.shape[-1], "dec_dim: the dot score compares the decoder state with each annotation",
+        "use the general score (a W_a between them) when the sizes differ",
+    )  # fmt: skip
+    steps, single = _as_steps(query)
+    scores = steps @ keys.transpose(1, 2)  # (batch, tgt_len, src_len)
+    return scores[:, 0] if single else scores
+
+
+def general_score(query: torch.Tensor, keys: torch.Tensor, W_a: torch.Tensor) -> torch.Tensor:
+    """Luong general: e_j = s^T W_a h_j, W_a: (dec_dim, enc_dim). Shapes as for additive_score."""
+    _check_query_keys(query, keys)
+    check_tensor("W_a", W_a, 2, "(dec_dim, enc_dim)")
+    check_size("W_a", W_a, 0, query.shape[-1], "dec_dim", "W_a is (dec_dim, enc_dim): s^T W_a h")
+    check_size("W_a", W_a, 1, keys.shape[2], "enc_dim", "W_a is (dec_dim, enc_dim): s^T W_a h")
+    steps, single = _as_steps(query)
+    scores = (steps @ W_a) @ keys.transpose(1, 2)
+    return scores[:, 0] if single else scores
+
+
+def concat_score(query: torch.Tensor, keys: torch.Tensor, W_a: torch.Tensor, v_a: torch.Tensor) -> torch.Tensor:
+    """Luong concat: e_j = v_a^T tanh(W_a [s; h_j]), W_a: (attn_dim, dec_dim + enc_dim).
+
+    Splitting W_a into the columns that meet s and those that meet h_j shows it is Bahdanau's
+    additive score with W_a = W_a[:, :dec_dim] and U_a = W_a[:, dec_dim:]. Shapes as for additive_score.
+    """
+    _check_query_keys(query, keys)
+    check_tensor("W_a", W_a, 2, "(attn_dim, dec_dim + enc_dim)")
+    dec_dim = query.shape[-1]
+    check_size("W_a", W_a, 1, dec_dim + keys.shape[2], "dec_dim + enc_dim, the size of [s; h_j]")
+    return additive_score(query, keys, W_a[:, :dec_dim], W_a[:, dec_dim:], v_a)
+
+
+def location_score(query: torch.Tensor, W_a: torch.Tensor, src_len: int) -> torch.Tensor:
+    """Luong location: e = W_a s, one score per source position, computed from the decoder state alone.
+
+    W_a: (max_src_len, dec_dim). Returns the first ``src_len`` scores: (batch, src_len) or
+    (batch, tgt_len, src_len). It never looks at the source words, only at where they are.
+    """
+    check_min_dims("query", query, 2, "(batch, dec_dim) or (batch, tgt_len, dec_dim)")
+    check_tensor("W_a", W_a, 2, "(max_src_len, dec_dim)")
+    check_size("W_a", W_a, 1, query.shape[-1], "dec_dim", "W_a is (max_src_len, dec_dim)")
+    if not 1 <= src_len <= W_a.shape[0]:
+        raise ValueError(
+            f"src_len={src_len} but this location score has weights for {W_a.shape[0]} positions; "
+            "build it with max_src_len at least as long as the longest source"
+        )
+    return (query @ W_a.T)[..., :src_len]
+
+
+def local_p_weights(scores: torch.Tensor, center: torch.Tensor, half_width: int) -> torch.Tensor:
+    """Luong et al.'s local-p attention for one decoder step (Sec. 3.2, Eq. 10):
+
+        a_t(s) = align(h_t, h_s) * exp(-(s - p_t)^2 / (2 sigma^2)),   sigma = D / 2,
+
+    where align is the softmax of the scores over the window [p_t - D, p_t + D] only, and p_t (the
+    predicted aligned position, a real number) is given: the model computes it as
+    p_t = S * sigmoid(v_p^T tanh(W_p h_t)). Positions count from 0 here, as in code.
+    scores: (batch, src_len); center: (batch,) floats p_t; half_width: D. Returns (batch, src_len),
+    zero outside the window; a row does not sum to one (the Gaussian shrinks it), as in the paper.
+    """
+    check_tensor("scores", scores, 2, "(batch, src_len)")
+    check_float("scores", scores)
+    check_tensor("center", center, 1, "(batch,)")
+    check_size("center", center, 0, scores.shape[0], "one predicted position p_t per sentence")
+    if isinstance(half_width, bool) or not isinstance(half_width, int) or half_width < 0:
+        raise ValueError(f"half_width D must be an int >= 0, got {half_width!r}")
+    positions = torch.arange(scores.shape[1], dtype=scores.dtype, device=scores.device)[None, :]
+    p = center.to(scores.dtype)[:, None]
+    window = (positions >= torch.floor(p - half_width)) & (positions <= torch.ceil(p + half_width))
+    sigma = max(half_width, 1e-6) / 2
+    return masked_softmax(scores, window) * torch.exp(-((positions - p) ** 2) / (2 * sigma**2))
+
+
+# --------------------------------------------------------------------------------------------
+# Softmax, context, scaled dot-product attention
+# --------------------------------------------------------------------------------------------
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Softmax over the last axis (source positions), with masked positions at exactly zero.
+    """Softmax over the last axis, with masked positions at exactly zero.
 
-    scores: (batch, src_len); mask: (batch, src_len) bool, True = may attend (or None).
-    A row with no position allowed gives all zeros, not NaN.
+    scores: (..., src_len) floats; mask: bool of exactly the same shape, True = may attend (or None).
+    A row with no position allowed gives all zeros, not NaN. A NaN or infinite score at an allowed
+    position is not hidden: it makes the row NaN, as it would without a mask.
     """
-    check_tensor("scores", scores, 2, "(batch, src_len)")
+    check_min_dims("scores", scores, 1, "(..., src_len)")
+    check_float("scores", scores)
     if mask is None:
         return torch.softmax(scores, dim=-1)
-    if mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}")
+    check_bool_mask("mask", mask)
     if mask.shape != scores.shape:
         raise ValueError(
             f"mask has shape {tuple(mask.shape)} but scores have shape {tuple(scores.shape)}; "
-            "they must match exactly (no broadcasting), one entry per source position"
+            "they must match exactly (no broadcasting), one entry per score. For a padding mask of shape "
+            "(batch, src_len) and scores (batch, tgt_len, src_len), pass mask[:, None, :].expand_as(scores)"
         )
     weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-    return weights.nan_to_num(0.0)  # fully masked rows: softmax of all -inf is NaN
+    nothing_to_attend = ~mask.any(dim=-1, keepdim=True)
+    return weights.masked_fill(nothing_to_attend, 0.0)  # softmax of an all -inf row is 0/0 = NaN
 
 
 def context_vector(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """c = sum_j alpha_j h_j.  weights: (batch, src_len), values: (batch, src_len, enc_dim) -> (batch, enc_dim)."""
-    check_tensor("weights", weights, 2, "(batch, src_len)")
+    """c = sum_j alpha_j h_j.
+
+    weights (batch, src_len) -> (batch, enc_dim); or weights (batch, tgt_len, src_len) -> (batch, tgt_len, enc_dim).
+    values: (batch, src_len, enc_dim).
+    """
+    check_min_dims("weights", weights, 2, "(batch, src_len) or (batch, tgt_len, src_len)")
     check_tensor("values", values, 3, "(batch, src_len, enc_dim)")
-    if weights.shape != values.shape[:2]:
+    check_float("weights", weights)
+    check_float("values", values)
+    if weights.dim() > 3 or weights.shape[0] != values.shape[0] or weights.shape[-1] != values.shape[1]:
         raise ValueError(
             f"weights have shape {tuple(weights.shape)} but values have (batch, src_len) = "
-            f"{tuple(values.shape[:2])}; there must be one weight per source position"
+            f"{tuple(values.shape[:2])}; weights must be (batch, src_len) or (batch, tgt_len, src_len), "
+            "one weight per source position of the same sentences"
         )
-    return (weights[:, :, None] * values).sum(dim=1)
+    if weights.dim() == 2:
+        return (weights[:, :, None] * values).sum(dim=1)
+    return weights @ values
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q K^T / sqrt(head_dim) + bias) V, returning the weights too.
+
+    query: (..., query_len, head_dim); key: (..., key_len, head_dim); value: (..., key_len, value_dim),
+    with the same leading dims (e.g. (batch, heads)).
+    mask:  bool, True = may attend, with one dim per score dim (..., query_len, key_len); each dim either
+           that size or 1, so a padding mask for (batch, heads, query_len, key_len) is (batch, 1, 1, key_len).
+    is_causal: query i may attend key j only if j <= i (top-left aligned, as torch's is_causal). With a
+           mask as well, a position must be allowed by both.
+    bias:  optional floats added to the scores (e.g. ALiBi, lesson 07), with one dim per score dim, each
+           that size or 1, like the mask.
+    returns output (..., query_len, value_dim), weights (..., query_len, key_len). A query row with nothing
+    to attend gets zero weights and a zero output, never NaN.
+    """
+    for name, x, doc in (
+        ("query", query, "(..., query_len, head_dim)"),
+        ("key", key, "(..., key_len, head_dim)"),
+        ("value", value, "(..., key_len, value_dim)"),
+    ):
+        check_min_dims(name, x, 2, doc)
+        check_float(name, x)
+    check_same_dtype(query=query, key=key, value=value)
+    if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2]):
+        raise ValueError(
+            f"query, key and value must share their leading (batch, heads, ...) dims, got {tuple(query.shape)}, "
+            f"{tuple(key.shape)}, {tuple(value.shape)}; a batch of one is not stretched to fit"
+        )
+    check_size("key", key, -1, query.shape[-1], "head_dim of query: q . k needs equal sizes")
+    check_size("value", value, -2, key.shape[-2], "key_len: one value per key")
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (..., query_len, key_len)
+    if bias is not None:
+        check_float("bias", bias)
+        _check_broadcast("bias", bias, scores.shape)
+        scores = scores + bias
+    allowed = _sdpa_mask(mask, scores.shape, is_causal, scores.device)
+    weights = masked_softmax(scores, None if allowed is None else allowed.expand(scores.shape))
+    return weights @ value, weights
+
+
+def _check_broadcast(name: str, x: torch.Tensor, score_shape: torch.Size) -> None:
+    """One dim per score dim, each that size or 1: broadcasting only where the caller wrote a 1."""
+    wanted = f"(..., query_len, key_len) = {tuple(score_shape)}, each dim that size or 1"
+    if x.dim() != len(score_shape):
+        raise ValueError(
+            f"{name} has {x.dim()} dims but the scores have {len(score_shape)}: expected {wanted}. Leading "
+            "dims are not added for you, because that silently pairs the wrong axes: a (batch, key_len) "
+            f"padding mask for 4-D scores is {name}[:, None, None, :]"
+        )
+    for axis, (have, want) in enumerate(zip(x.shape, score_shape)):
+        if have not in (1, want):
+            raise ValueError(f"{name} has size {have} in dim {axis}, where the scores have {want}: expected {wanted}")
+
+
+def _sdpa_mask(mask, score_shape: torch.Size, is_causal: bool, device) -> torch.Tensor | None:
+    allowed = None
+    if mask is not None:
+        check_bool_mask("mask", mask)
+        _check_broadcast("mask", mask, score_shape)
+        allowed = mask
+    if is_causal:
+        query_len, key_len = score_shape[-2], score_shape[-1]
+        causal = torch.ones(query_len, key_len, dtype=torch.bool, device=device).tril()
+        allowed = causal if allowed is None else allowed & causal
+    return allowed
+
+
+# --------------------------------------------------------------------------------------------
+# Modules
+# --------------------------------------------------------------------------------------------
 
 
 class AdditiveAttention(nn.Module):
     """Bahdanau attention with learned W_a, U_a, v_a.
 
-    v_a starts at zero, as in Bahdanau et al. (Appendix B.2), so attention starts uniform;
+    v_a starts at zero, as in Bahdanau et al. (Appendix B.1), so attention starts uniform;
     W_a and U_a use the usual 1/sqrt(fan_in) scale rather than the paper's N(0, 0.001^2).
     """
 
@@ -114,8 +337,70 @@ class AdditiveAttention(nn.Module):
         -> context (batch, enc_dim), weights (batch, src_len)."""
         check_tensor("query", query, 2, "(batch, dec_dim)")
         check_size("query", query, 1, self.dec_dim, "dec_dim this attention was built with")
+        check_tensor("keys", keys, 3, "(batch, src_len, enc_dim)")
+        check_size("keys", keys, 0, query.shape[0], "the batch size of query", "a batch of one is not stretched")
         if projected_keys is None:
             projected_keys = self.project_keys(keys)
+        elif projected_keys.shape[:2] != keys.shape[:2]:
+            raise ValueError(
+                f"projected_keys has shape {tuple(projected_keys.shape)} but keys are {tuple(keys.shape)}; "
+                "pass project_keys(keys) of the same sentences"
+            )
         scores = additive_score_projected(query @ self.W_a.T, projected_keys, self.v_a)
         weights = masked_softmax(scores, mask)
         return context_vector(weights, keys), weights
+
+
+LUONG_SCORES = ("dot", "general", "concat", "location")
+
+
+class LuongAttention(nn.Module):
+    """Luong et al.'s global attention with one of the scores ``dot``, ``general``, ``concat``, ``location``.
+
+    forward(query (batch, tgt_len, dec_dim), keys (batch, src_len, enc_dim), mask (batch, src_len) or None)
+    -> context (batch, tgt_len, enc_dim), weights (batch, tgt_len, src_len): every decoder step at once.
+    """
+
+    def __init__(self, score: str, dec_dim: int, enc_dim: int, attn_dim: int = 64, max_src_len: int = 20):
+        super().__init__()
+        if score not in LUONG_SCORES:
+            raise ValueError(f"score must be one of {LUONG_SCORES}, got {score!r}")
+        self.score = score
+        if score == "dot" and dec_dim != enc_dim:
+            raise ValueError(f"the dot score needs dec_dim == enc_dim, got {dec_dim} and {enc_dim}; use 'general'")
+        if score == "general":
+            self.W_a = nn.Parameter(torch.randn(dec_dim, enc_dim) * enc_dim**-0.5)
+        elif score == "concat":
+            self.W_a = nn.Parameter(torch.randn(attn_dim, dec_dim + enc_dim) * (dec_dim + enc_dim) ** -0.5)
+            self.v_a = nn.Parameter(torch.randn(attn_dim) * attn_dim**-0.5)
+        elif score == "location":
+            self.W_a = nn.Parameter(torch.randn(max_src_len, dec_dim) * dec_dim**-0.5)
+
+    def scores(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        if self.score == "dot":
+            return dot_score(query, keys)
+        if self.score == "general":
+            return general_score(query, keys, self.W_a)
+        if self.score == "concat":
+            return concat_score(query, keys, self.W_a, self.v_a)
+        return location_score(query, self.W_a, keys.shape[1])
+
+    def forward(
+        self, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        check_tensor("query", query, 3, "(batch, tgt_len, dec_dim)")
+        scores = self.scores(query, keys)
+        if mask is not None:
+            check_tensor("mask", mask, 2, "(batch, src_len)")
+            mask = mask[:, None, :].expand_as(scores)
+        weights = masked_softmax(scores, mask)
+        return context_vector(weights, keys), weights
+
+
+def __getattr__(name: str):
+    """``MultiHeadAttention`` and its helpers live in attnedu.multihead; importable from here too."""
+    if name in ("MultiHeadAttention", "split_heads", "merge_heads"):
+        from . import multihead
+
+        return getattr(multihead, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,12 +1,29 @@
-"""Masks. One convention everywhere: a boolean mask is True where attention *may* look,
-as in ``torch.nn.functional.scaled_dot_product_attention``.
+"""Masks. One convention everywhere: a boolean mask is True where attention *may* look, as in
+``torch.nn.functional.scaled_dot_product_attention``. Rows are queries, columns are keys.
+
+Builders (lesson 06):
+
+    padding_mask(lengths, max_len)                  (batch, max_len): real tokens
+    causal_mask(query_len, key_len, align=...)      (query_len, key_len): no looking ahead
+    causal_padding_mask(lengths, max_len)           (batch, max_len, max_len): both at once
+    sliding_window_mask(length, window)             (length, length): |i - j| <= window
+    global_window_mask(length, window, global_positions)   Longformer: a window, plus global tokens
+
+Converters to the other conventions, named after the PyTorch API they feed:
+
+    to_mha_key_padding_mask(mask)   nn.MultiheadAttention's key_padding_mask: True = *blocked*
+    to_mha_attn_mask(mask)          nn.MultiheadAttention's boolean attn_mask: True = *blocked*
+    to_additive(mask)               a float mask added to the scores: 0 where allowed, -inf where blocked
+    from_additive(mask)             back to the course's convention
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
-from ._validate import describe
+from ._validate import check_bool_mask, check_float, check_positive_int, check_tensor, describe
 
 
 def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
@@ -16,8 +33,16 @@ def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     tensor([[ True,  True,  True, False],
             [ True, False, False, False]])
     """
-    if not isinstance(lengths, torch.Tensor) or lengths.dim() != 1:
-        raise ValueError(f"lengths must be a 1-D tensor of shape (batch,), got {describe(lengths)}")
+    if not isinstance(lengths, torch.Tensor):
+        raise TypeError(
+            f"lengths must be a 1-D integer torch.Tensor of shape (batch,), got {describe(lengths)}; "
+            "convert with torch.tensor(lengths)"
+        )
+    check_tensor("lengths", lengths, 1, "(batch,)")
+    if lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
+        raise TypeError(f"lengths must hold whole numbers (an integer dtype such as torch.long), got {lengths.dtype}")
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"max_len (the padded length) must be a positive int, got {max_len!r}")
     if lengths.numel() and int(lengths.min()) < 1:
         bad = int(lengths.argmin())
         raise ValueError(
@@ -31,3 +56,106 @@ def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
             "lengths must not exceed the padded length"
         )
     return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def causal_mask(query_len: int, key_len: int | None = None, *, align: str | None = None) -> torch.Tensor:
+    """(query_len, key_len) bool: query i may attend key j only if j is not after it.
+
+    With as many queries as keys (the usual case), query i sees keys 0..i. When the lengths differ the
+    queries must be placed against the keys, and two placements are in use, so you must say which:
+
+    * ``align="top-left"``: query i sees keys 0..i, as torch's ``is_causal=True`` (and this package's).
+    * ``align="bottom-right"``: the queries are the *last* query_len positions, so query i sees keys
+      0..i + (key_len - query_len). This is what decoding with a cache of earlier keys needs.
+    """
+    check_positive_int("query_len", query_len, "the number of queries")
+    key_len = query_len if key_len is None else key_len
+    check_positive_int("key_len", key_len, "the number of keys")
+    if align not in (None, "top-left", "bottom-right"):
+        raise ValueError(f"align must be 'top-left' or 'bottom-right', got {align!r}")
+    if align is None and query_len != key_len:
+        raise ValueError(
+            f"{query_len} queries against {key_len} keys: say how they line up. align='top-left' (query i sees "
+            "keys 0..i, as torch's is_causal) or align='bottom-right' (the queries are the last positions, as "
+            "when decoding with a cache)"
+        )
+    shift = key_len - query_len if align == "bottom-right" else 0
+    return torch.ones(query_len, key_len, dtype=torch.bool).tril(diagonal=shift)
+
+
+def causal_padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    """(batch, max_len, max_len): query i of sentence b may attend key j if j <= i and j is a real token.
+
+    Queries at padded positions keep at least key 0 (the first real token), so no row is empty; their
+    outputs are padding and should be ignored by the loss.
+    """
+    return causal_mask(max_len)[None, :, :] & padding_mask(lengths, max_len)[:, None, :]
+
+
+def sliding_window_mask(length: int, window: int, causal: bool = False) -> torch.Tensor:
+    """(length, length): query i may attend key j if |i - j| <= window (and j <= i if ``causal``).
+
+    Each query sees at most 2 * window + 1 keys, so the cost grows like length * window, not length^2.
+    """
+    check_positive_int("length", length, "the sequence length")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise ValueError(f"window (how many neighbours on each side) must be an int >= 0, got {window!r}")
+    positions = torch.arange(length)
+    offset = positions[None, :] - positions[:, None]  # j - i
+    allowed = offset.abs() <= window
+    return allowed & (offset <= 0) if causal else allowed
+
+
+def global_window_mask(length: int, window: int, global_positions: Sequence[int]) -> torch.Tensor:
+    """Longformer-style (Beltagy et al. 2020): a sliding window for everyone, plus global tokens that attend
+    to every position and that every position attends to (e.g. a classification token at position 0)."""
+    mask = sliding_window_mask(length, window)
+    positions = [int(p) for p in global_positions]
+    bad = [p for p in positions if not 0 <= p < length]
+    if bad:
+        raise ValueError(f"global positions {bad} are outside 0..{length - 1}")
+    mask[positions, :] = True
+    mask[:, positions] = True
+    return mask
+
+
+# --------------------------------------------------------------------------------------------
+# Converters
+# --------------------------------------------------------------------------------------------
+
+
+def to_mha_key_padding_mask(mask: torch.Tensor) -> torch.Tensor:
+    """(batch, key_len) True = real token -> nn.MultiheadAttention's key_padding_mask, True = *ignore this key*."""
+    check_bool_mask("mask", mask)
+    check_tensor("mask", mask, 2, "(batch, key_len)")
+    return ~mask
+
+
+def to_mha_attn_mask(mask: torch.Tensor) -> torch.Tensor:
+    """(query_len, key_len) True = may attend -> nn.MultiheadAttention's boolean attn_mask, True = *blocked*."""
+    check_bool_mask("mask", mask)
+    if mask.dim() not in (2, 3):
+        raise ValueError(
+            f"nn.MultiheadAttention takes a (query_len, key_len) or (batch*heads, ...) mask, got {describe(mask)}"
+        )
+    return ~mask
+
+
+def to_additive(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """True = may attend -> a float mask to add to the scores: 0 where allowed, -inf where blocked."""
+    check_bool_mask("mask", mask)
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, float("-inf"))
+
+
+def from_additive(mask: torch.Tensor) -> torch.Tensor:
+    """A float mask added to the scores -> True = may attend (every entry above -inf counts as allowed).
+
+    A very negative finite value such as -1e9 is *not* treated as blocked: after the softmax it still gets a
+    (tiny) weight, and a row of them gets a uniform one. Use -inf, or build the mask as bools.
+    """
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a float torch.Tensor of 0 and -inf, got {describe(mask)}")
+    check_float("mask", mask)
+    if bool(torch.isnan(mask).any()) or bool((mask == float("inf")).any()):
+        raise ValueError("an additive mask holds 0 (allowed) and -inf (blocked); this one has NaN or +inf")
+    return mask > float("-inf")

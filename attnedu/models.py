@@ -1,11 +1,29 @@
-"""GRU encoder-decoders: one fixed context vector (Cho et al. 2014) or additive attention
-(Bahdanau et al. 2015). Both use the same encoder and decoder; only the context differs:
+"""GRU encoder-decoders: one fixed context vector (Cho et al. 2014a), Bahdanau's additive attention
+(Bahdanau et al. 2015), and Luong's global attention (Luong et al. 2015). All share the encoder.
+
+Bahdanau-style decoder (lessons 01-02), fixed or attention:
 
     fixed:      c_t = c = summary of the whole source, the same at every step
     attention:  c_t = sum_j alpha_tj h_j, rebuilt from s_{t-1} at every step
+    update:     s_t = GRU([E y_{t-1}; c_t], s_{t-1})
+    output:     p(y_t) = softmax(W_o [s_t; c_t; E y_{t-1}])
 
-Decoder update, for both:  s_t = GRU([E y_{t-1}; c_t], s_{t-1})
-Output, for both:          p(y_t) = softmax(W_o [s_t; c_t; E y_{t-1}])
+The fixed decoder's input [E y_{t-1}; c] never depends on its own state, so with teacher forcing
+(the gold y_{t-1} known in advance) every step runs in one nn.GRU call. The attention decoder needs
+s_{t-1} to compute c_t, so it steps one nn.GRUCell at a time.
+
+Luong-style decoder (lesson 03): attention is computed from the state *after* the update,
+
+    update:     h_t = GRU([E y_{t-1}; h~_{t-1} if input feeding], h_{t-1})
+    attention:  a_t = softmax(score(h_t, h_j)),  c_t = sum_j a_tj h_j
+    attentional hidden state:  h~_t = tanh(W_c [c_t; h_t])
+    output:     p(y_t) = softmax(W_s h~_t)
+
+Without input feeding the recurrence never sees the attention, so teacher forcing runs the GRU over
+the whole target in one call and attends for every step in one batched product.
+
+Every decoder offers the same three methods to ``Seq2Seq``: ``forward(tgt_in, memory)`` (teacher
+forcing, all steps), ``start(memory)`` and ``next_step(prev_tokens, cache, memory)`` (greedy decoding).
 """
 
 from __future__ import annotations
@@ -17,21 +35,23 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ._validate import check_size, check_tensor
-from .attention import AdditiveAttention
+from .attention import LUONG_SCORES, AdditiveAttention, LuongAttention
 from .data import BOS_ID, EOS_ID, PAD_ID
 from .masks import padding_mask
+from .runtime import seeded
 
 
 @dataclass
 class EncoderOutput:
     """annotations (batch, src_len, enc_dim): h_j for every source position
     summary     (batch, enc_dim): the fixed vector (last state; both directions' last if bidirectional)
-    mask        (batch, src_len): True at real source tokens
+    mask        (batch, src_len): True at real source tokens; None when no sentence is padded
+                (attention then needs no masking, which saves time in training, where batches are unpadded)
     """
 
     annotations: torch.Tensor
     summary: torch.Tensor
-    mask: torch.Tensor
+    mask: torch.Tensor | None
 
 
 class Encoder(nn.Module):
@@ -58,19 +78,27 @@ class Encoder(nn.Module):
             annotations, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])
         # h_n: (directions, batch, hidden); forward's last real step, and backward's (at position 0)
         summary = torch.cat(list(h_n), dim=-1)
-        return EncoderOutput(annotations, summary, mask)
+        return EncoderOutput(annotations, summary, None if bool(mask.all()) else mask)
 
 
 class Decoder(nn.Module):
-    """GRU decoder. With ``attention=False`` its context is the encoder summary at every step."""
+    """GRU decoder. With ``attention=False`` its context is the encoder summary at every step, and its
+    recurrence is an ``nn.GRU`` (``self.rnn``) that teacher forcing runs over all steps at once; with
+    attention it is an ``nn.GRUCell`` (``self.cell``) stepped one word at a time."""
 
-    def __init__(self, vocab_size: int, emb_dim: int, hidden_dim: int, enc_dim: int, attention: bool):
+    def __init__(
+        self, vocab_size: int, emb_dim: int, hidden_dim: int, enc_dim: int, attention: bool, attn_dim: int = 64
+    ):
         super().__init__()
         self.enc_dim, self.hidden_dim = enc_dim, hidden_dim
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
         self.init_state = nn.Linear(enc_dim, hidden_dim)  # s_0 = tanh(W_s summary)
-        self.attention = AdditiveAttention(hidden_dim, enc_dim, attn_dim=hidden_dim) if attention else None
-        self.cell = nn.GRUCell(emb_dim + enc_dim, hidden_dim)
+        if attention:
+            self.attention = AdditiveAttention(hidden_dim, enc_dim, attn_dim=attn_dim)
+            self.cell = nn.GRUCell(emb_dim + enc_dim, hidden_dim)
+        else:
+            self.attention = None
+            self.rnn = nn.GRU(emb_dim + enc_dim, hidden_dim, batch_first=True)
         self.out = nn.Linear(hidden_dim + enc_dim + emb_dim, vocab_size)
 
     def start(self, memory: EncoderOutput) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -92,11 +120,37 @@ class Decoder(nn.Module):
         returns s_t (batch, hidden_dim), c_t (batch, enc_dim), alpha_t (batch, src_len) or None
         """
         if self.attention is None:
-            context, weights = memory.summary, None
-        else:
-            context, weights = self.attention(state, memory.annotations, memory.mask, projected_keys)
+            context = memory.summary
+            _, new_state = self.rnn(torch.cat([embedded, context], dim=-1)[:, None], state[None])  # one step
+            return new_state[0], context, None
+        context, weights = self.attention(state, memory.annotations, memory.mask, projected_keys)
         new_state = self.cell(torch.cat([embedded, context], dim=-1), state)
         return new_state, context, weights
+
+    def forward(self, tgt_in: torch.Tensor, memory: EncoderOutput) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Teacher forcing over the whole target: tgt_in (batch, tgt_len) ids
+        -> logits (batch, tgt_len, vocab), weights (batch, tgt_len, src_len) or None."""
+        state, keys = self.start(memory)
+        embedded = self.embedding(tgt_in)  # (batch, tgt_len, emb_dim), all steps at once
+        if self.attention is None:  # c is the same at every step: one nn.GRU call runs them all
+            context = memory.summary[:, None, :].expand(-1, tgt_in.shape[1], -1)
+            states, _ = self.rnn(torch.cat([embedded, context], dim=-1), state[None])
+            return self.readout(states, context, embedded), None
+        states, contexts, all_weights = [], [], []
+        for t in range(tgt_in.shape[1]):
+            state, context, weights = self.advance(embedded[:, t], state, memory, keys)
+            states.append(state)
+            contexts.append(context)
+            all_weights.append(weights)
+        # The readout needs no recurrence, so it runs once over all steps (same as step() per step).
+        logits = self.readout(torch.stack(states, 1), torch.stack(contexts, 1), embedded)
+        return logits, torch.stack(all_weights, dim=1)
+
+    def next_step(self, prev_tokens: torch.Tensor, cache, memory: EncoderOutput):
+        """One step of greedy decoding: cache is (s_{t-1}, U_a h) from start() or the last call."""
+        state, keys = cache
+        logits, state, weights = self.step(prev_tokens, state, memory, keys)
+        return logits, (state, keys), weights
 
     def readout(self, state: torch.Tensor, context: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
         """Logits over the target vocabulary from [s_t; c_t; E y_{t-1}] (any leading dims)."""
@@ -119,10 +173,89 @@ class Decoder(nn.Module):
         return self.readout(new_state, context, embedded), new_state, weights
 
 
-class Seq2Seq(nn.Module):
-    """Encoder + decoder. ``Seq2Seq.build(attention=...)`` makes the models of lessons 01 and 02."""
+class LuongDecoder(nn.Module):
+    """Luong et al.'s decoder with global attention (score ``dot``, ``general``, ``concat`` or ``location``).
 
-    def __init__(self, encoder: Encoder, decoder: Decoder):
+    h_t = GRU(input, h_{t-1}) with input [E y_{t-1}] or, with input feeding, [E y_{t-1}; h~_{t-1}];
+    c_t from a_t = softmax(score(h_t, h_j)); h~_t = tanh(W_c [c_t; h_t]); p(y_t) = softmax(W_s h~_t).
+    The first state is s_0 = tanh(W_s0 c) from the encoder summary, as in lessons 01-02.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        emb_dim: int,
+        hidden_dim: int,
+        enc_dim: int,
+        score: str,
+        input_feeding: bool = False,
+        attn_dim: int = 64,
+        max_src_len: int = 20,
+    ):
+        super().__init__()
+        if score not in LUONG_SCORES:
+            raise ValueError(f"score must be one of {LUONG_SCORES}, got {score!r}")
+        self.enc_dim, self.hidden_dim, self.input_feeding = enc_dim, hidden_dim, input_feeding
+        self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
+        self.init_state = nn.Linear(enc_dim, hidden_dim)
+        self.rnn = nn.GRU(emb_dim + (hidden_dim if input_feeding else 0), hidden_dim, batch_first=True)
+        self.attention = LuongAttention(score, hidden_dim, enc_dim, attn_dim, max_src_len)
+        self.combine = nn.Linear(enc_dim + hidden_dim, hidden_dim, bias=False)  # W_c
+        self.out = nn.Linear(hidden_dim, vocab_size)  # W_s
+
+    def attend(self, states: torch.Tensor, memory: EncoderOutput) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """states h_t (batch, steps, hidden) -> logits (batch, steps, vocab), h~_t (batch, steps, hidden),
+        weights (batch, steps, src_len): attention for all the given steps in one batched product."""
+        context, weights = self.attention(states, memory.annotations, memory.mask)
+        attentional = torch.tanh(self.combine(torch.cat([context, states], dim=-1)))
+        return self.out(attentional), attentional, weights
+
+    def forward(
+        self, tgt_in: torch.Tensor, memory: EncoderOutput, stepwise: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing: tgt_in (batch, tgt_len) -> logits (batch, tgt_len, vocab), weights (batch, tgt_len,
+        src_len).
+
+        Without input feeding (and unless ``stepwise``), the GRU runs over the whole target in one call and
+        attention for every step is one batched product; otherwise one step at a time. Both compute the same.
+        """
+        embedded = self.embedding(tgt_in)
+        state = torch.tanh(self.init_state(memory.summary))
+        if not (self.input_feeding or stepwise):
+            states, _ = self.rnn(embedded, state[None])  # (batch, tgt_len, hidden): every h_t, one call
+            logits, _, weights = self.attend(states, memory)
+            return logits, weights
+        cache = (state, torch.zeros_like(state))  # h~_0 = 0: nothing attended yet
+        all_logits, all_weights = [], []
+        for t in range(tgt_in.shape[1]):
+            logits, cache, weights = self._step(embedded[:, t], cache, memory)
+            all_logits.append(logits)
+            all_weights.append(weights)
+        return torch.stack(all_logits, dim=1), torch.stack(all_weights, dim=1)
+
+    def _step(self, embedded: torch.Tensor, cache, memory: EncoderOutput):
+        state, attentional = cache
+        rnn_input = torch.cat([embedded, attentional], dim=-1) if self.input_feeding else embedded
+        _, new_state = self.rnn(rnn_input[:, None], state[None])
+        logits, new_attentional, weights = self.attend(new_state[0][:, None], memory)
+        return logits[:, 0], (new_state[0], new_attentional[:, 0]), weights[:, 0]
+
+    def start(self, memory: EncoderOutput):
+        """(s_0, h~_0 = 0) for greedy decoding."""
+        state = torch.tanh(self.init_state(memory.summary))
+        return state, torch.zeros_like(state)
+
+    def next_step(self, prev_tokens: torch.Tensor, cache, memory: EncoderOutput):
+        """One step of greedy decoding: cache is (h_{t-1}, h~_{t-1})."""
+        return self._step(self.embedding(prev_tokens), cache, memory)
+
+
+class Seq2Seq(nn.Module):
+    """Encoder + decoder. ``Seq2Seq.build(attention=...)`` makes the models of lessons 01-03:
+    ``False`` (fixed context), ``True`` or ``"bahdanau"`` (additive attention), or a Luong score
+    (``"dot"``, ``"general"``, ``"concat"``, ``"location"``)."""
+
+    def __init__(self, encoder: Encoder, decoder: nn.Module):
         super().__init__()
         if decoder.enc_dim != encoder.output_dim:
             raise ValueError(
@@ -137,13 +270,31 @@ class Seq2Seq(nn.Module):
         cls,
         src_vocab_size: int,
         tgt_vocab_size: int,
-        attention: bool,
+        attention: bool | str,
         bidirectional: bool,
         emb_dim: int = 32,
         hidden_dim: int = 64,
+        attn_dim: int = 64,
+        input_feeding: bool = False,
+        max_src_len: int = 20,
+        seed: int = 0,
     ) -> Seq2Seq:
-        encoder = Encoder(src_vocab_size, emb_dim, hidden_dim, bidirectional)
-        decoder = Decoder(tgt_vocab_size, emb_dim, hidden_dim, encoder.output_dim, attention)
+        """A new model whose initial weights come from ``seed`` alone (see ``attnedu.runtime.seeded``)."""
+        kinds = (False, True, "bahdanau", *LUONG_SCORES)
+        if attention not in kinds or (isinstance(attention, (int, float)) and not isinstance(attention, bool)):
+            raise ValueError(f"attention must be one of {kinds}, got {attention!r}")
+        with seeded(seed):
+            encoder = Encoder(src_vocab_size, emb_dim, hidden_dim, bidirectional)
+            if attention in LUONG_SCORES:
+                decoder = LuongDecoder(
+                    tgt_vocab_size, emb_dim, hidden_dim, encoder.output_dim, attention, input_feeding, attn_dim,
+                    max_src_len,
+                )  # fmt: skip
+            else:
+                if input_feeding:
+                    raise ValueError("input feeding is part of Luong's decoder: use a Luong score for attention")
+                use_attention = attention in (True, "bahdanau")
+                decoder = Decoder(tgt_vocab_size, emb_dim, hidden_dim, encoder.output_dim, use_attention, attn_dim)
         return cls(encoder, decoder)
 
     def forward(
@@ -154,19 +305,7 @@ class Seq2Seq(nn.Module):
         check_tensor("src", src, 2, "(batch, src_len) of token ids")
         check_tensor("tgt_in", tgt_in, 2, "(batch, tgt_len) of token ids")
         check_size("tgt_in", tgt_in, 0, src.shape[0], "the batch size of src")
-        memory = self.encoder(src, src_lengths)
-        state, keys = self.decoder.start(memory)
-        embedded = self.decoder.embedding(tgt_in)  # (batch, tgt_len, emb_dim), all steps at once
-        states, contexts, all_weights = [], [], []
-        for t in range(tgt_in.shape[1]):
-            state, context, weights = self.decoder.advance(embedded[:, t], state, memory, keys)
-            states.append(state)
-            contexts.append(context)
-            all_weights.append(weights)
-        # The readout needs no recurrence, so it runs once over all steps (same as step() per step).
-        logits = self.decoder.readout(torch.stack(states, 1), torch.stack(contexts, 1), embedded)
-        weights = torch.stack(all_weights, dim=1) if self.decoder.attention is not None else None
-        return logits, weights
+        return self.decoder(tgt_in, self.encoder(src, src_lengths))
 
     @torch.no_grad()
     def greedy_decode(
@@ -175,19 +314,19 @@ class Seq2Seq(nn.Module):
         """Feed back the most likely word each step.
         -> tokens (batch, steps), weights (batch, steps, src_len) or None; steps <= max_len."""
         memory = self.encoder(src, src_lengths)
-        state, keys = self.decoder.start(memory)
+        cache = self.decoder.start(memory)
         prev = torch.full((src.shape[0],), BOS_ID, dtype=torch.long)
         done = torch.zeros(src.shape[0], dtype=torch.bool)
         tokens, all_weights = [], []
         for _ in range(max_len):
-            logits, state, weights = self.decoder.step(prev, state, memory, keys)
+            logits, cache, weights = self.decoder.next_step(prev, cache, memory)
             prev = logits.argmax(dim=-1).masked_fill(done, PAD_ID)
             tokens.append(prev)
             all_weights.append(weights)
             done |= prev == EOS_ID
             if bool(done.all()):
                 break
-        weights = torch.stack(all_weights, dim=1) if self.decoder.attention is not None else None
+        weights = torch.stack(all_weights, dim=1) if all_weights[0] is not None else None
         return torch.stack(tokens, dim=1), weights
 
 

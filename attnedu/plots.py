@@ -1,14 +1,17 @@
 """Plots shared by every lesson. Attention maps always use the colour scale 0..1, so maps
-from different lessons, models and sentences can be compared by eye."""
+from different lessons, models and sentences can be compared by eye. Positions and steps count
+from 1 wherever a learner reads them, as in the lessons' formulas (x_1 is the first word)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.axes import Axes
-from matplotlib.patches import Rectangle
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
 
 CMAP = "Blues"
 GOLD_COLOUR = "tab:orange"
@@ -26,8 +29,9 @@ def plot_attention(
     """Heat map of attention weights: one row per target word, one column per source word.
 
     weights: (target_len, source_len), values in [0, 1]
-    gold:    optional gold alignment, gold[i] = source position of target word i, drawn as
-             orange squares so a learner sees where the model agrees with it.
+    gold:    optional gold alignment, gold[i] = source index (from 0) of target word i, drawn as
+             orange squares so a learner sees where the model agrees with it (with a legend).
+    highlight_row: optional row index (from 0) outlined in red, e.g. the decoder step being discussed.
     Returns the image, for a shared colour bar: ``fig.colorbar(image, ax=axes)``.
     """
     weights = torch.as_tensor(weights).detach().float()
@@ -49,6 +53,8 @@ def plot_attention(
             raise ValueError(f"gold alignment has {len(gold)} entries, expected one per target word ({len(target)})")
         for i, j in enumerate(gold):
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor=GOLD_COLOUR, linewidth=1.5))
+        gold_key = Line2D([], [], marker="s", linestyle="none", markerfacecolor="none", markeredgecolor=GOLD_COLOUR)
+        ax.legend([gold_key], ["gold alignment"], loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, frameon=False)
     if highlight_row is not None:
         ax.add_patch(
             Rectangle((-0.5, highlight_row - 0.5), len(source), 1, fill=False, edgecolor="crimson", linewidth=2)
@@ -58,31 +64,166 @@ def plot_attention(
     return image
 
 
-def plot_attention_step(weights: torch.Tensor, source: Sequence[str], target: Sequence[str], step: int, ax: Axes):
-    """Bar chart of the weights alpha_t over source words for one decoder step t."""
-    row = torch.as_tensor(weights).detach().float()[step]
-    ax.bar(range(len(source)), row.numpy(), color="tab:blue")
+def plot_attention_step(
+    weights: torch.Tensor,
+    source: Sequence[str],
+    target: Sequence[str],
+    step: int,
+    ax: Axes,
+    gold: Sequence[int] | None = None,
+):
+    """Bar chart of the weights alpha_t over source words for decoder step ``step`` (counted from 1).
+
+    With ``gold`` (source index of each target word, from 0), the gold source word's bar is orange.
+    """
+    weights = torch.as_tensor(weights).detach().float()
+    if not 1 <= step <= weights.shape[0]:
+        raise ValueError(f"step counts from 1 and must be in 1..{weights.shape[0]}, got {step}")
+    row = weights[step - 1]
+    colours = ["tab:blue"] * len(source)
+    if gold is not None:
+        colours[gold[step - 1]] = GOLD_COLOUR
+        ax.legend(handles=[Patch(color=GOLD_COLOUR, label="gold source word")], fontsize=8, loc="upper right")
+    ax.bar(range(len(source)), row.numpy(), color=colours)
     ax.set_xticks(range(len(source)), labels=source, rotation=90)
     ax.set_ylim(0, 1)
     ax.set_ylabel("weight")
-    ax.set_title(f"step {step}: writing {target[step]!r}")
+    ax.set_title(f"step t = {step}: writing {target[step - 1]!r}")
 
 
 def plot_accuracy_by_length(
     curves: Mapping[str, Mapping[tuple[int, int], float]],
     ax: Axes | None = None,
     title: str = "Exact-match accuracy by source length",
+    ylabel: str = "exact-match accuracy",
 ):
-    """One line per model: accuracy in each source-length bucket."""
+    """One line per curve (a model, or a measure): accuracy in each source-length bucket."""
     ax = ax or plt.gca()
     for label, by_bucket in curves.items():
         buckets = list(by_bucket)
         ax.plot(range(len(buckets)), list(by_bucket.values()), marker="o", label=label)
         ax.set_xticks(range(len(buckets)), labels=[f"{lo}-{hi}" for lo, hi in buckets])
     ax.set_xlabel("source length (words)")
-    ax.set_ylabel("exact-match accuracy")
+    ax.set_ylabel(ylabel)
     ax.set_ylim(-0.05, 1.05)
     ax.grid(alpha=0.3)
     ax.legend()
     ax.set_title(title)
     return ax
+
+
+def plot_softmax_scaling(fig, dims: Sequence[int], n_keys: int = 64):
+    """For each d_k in ``dims`` (a column), one query's softmax weights over ``n_keys`` keys with standard
+    normal components: raw scores q.k (top) and divided by sqrt(d_k) (bottom). The draws for a given d_k
+    are fixed (seeded by d_k), so raw and scaled show the same query and keys."""
+    axes = fig.subplots(2, len(dims), squeeze=False, sharey=True)
+    for column, d_k in enumerate(dims):
+        generator = torch.Generator().manual_seed(d_k)
+        q, k = torch.randn(d_k, generator=generator), torch.randn(n_keys, d_k, generator=generator)
+        for row, scale in enumerate((1.0, d_k**-0.5)):
+            p = torch.softmax(k @ q * scale, dim=0)
+            entropy = -(p * p.clamp_min(1e-30).log()).sum().item()
+            ax = axes[row, column]
+            ax.bar(range(n_keys), p.numpy(), color="tab:orange" if row == 0 else "tab:blue", width=1.0)
+            ax.set_ylim(0, 1)
+            kind = "raw" if row == 0 else "divided by √d_k"
+            ax.set_title(f"d_k = {d_k}, {kind}\nmax {p.max().item():.2f}, entropy {entropy:.2f}", fontsize=9)
+            ax.set_xticks([])
+        axes[1, column].set_xlabel(f"{n_keys} keys")
+    axes[0, 0].set_ylabel("weight")
+    axes[1, 0].set_ylabel("weight")
+    return axes
+
+
+def plot_mask(mask: torch.Tensor, ax: Axes | None = None, title: str | None = None):
+    """A boolean mask as a grid: rows are queries, columns are keys, dark = may attend (True), light = blocked.
+    Positions count from 1 on the axes."""
+    mask = torch.as_tensor(mask)
+    if mask.dim() != 2 or mask.dtype != torch.bool:
+        raise ValueError(f"plot_mask draws one (query_len, key_len) bool mask, got {mask.dtype} {tuple(mask.shape)}")
+    ax = ax or plt.gca()
+    ax.imshow(mask.float().numpy(), cmap=CMAP, vmin=-0.15, vmax=1.0, aspect="equal")
+    ticks = range(0, max(mask.shape), max(1, max(mask.shape) // 6))
+    ax.set_xticks([t for t in ticks if t < mask.shape[1]], labels=[t + 1 for t in ticks if t < mask.shape[1]])
+    ax.set_yticks([t for t in ticks if t < mask.shape[0]], labels=[t + 1 for t in ticks if t < mask.shape[0]])
+    ax.set_xlabel("key position")
+    ax.set_ylabel("query position")
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax
+
+
+def plot_matrix(matrix: torch.Tensor, ax: Axes | None = None, title: str | None = None, xlabel: str = "",
+                ylabel: str = "", centred: bool = True):  # fmt: skip
+    """Any matrix as a heat map (not attention weights: those use plot_attention's 0..1 scale). With
+    ``centred`` the colour scale is symmetric around 0 (red positive, blue negative). Returns the image."""
+    matrix = torch.as_tensor(matrix).detach().float()
+    if matrix.dim() != 2:
+        raise ValueError(f"plot_matrix draws a 2-D matrix, got shape {tuple(matrix.shape)}")
+    ax = ax or plt.gca()
+    limit = matrix.abs().max().item() or 1.0
+    options = {"cmap": "RdBu_r", "vmin": -limit, "vmax": limit} if centred else {"cmap": "viridis"}
+    image = ax.imshow(matrix.numpy(), aspect="auto", **options)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return image
+
+
+def plot_encoding_waves(fig, d_model: int, pairs, num_positions: int = 64):
+    """The sinusoidal encoding's features for the given frequency pairs i (features 2i and 2i + 1): one panel
+    per pair, value against position, with the wavelength in the title (lesson 07)."""
+    from .positional import sinusoidal_encoding
+
+    encoding = sinusoidal_encoding(num_positions, d_model)
+    axes = fig.subplots(1, len(pairs), squeeze=False, sharey=True)[0]
+    for ax, i in zip(axes, pairs):
+        if not 0 <= i < d_model // 2:
+            raise ValueError(f"pair {i} is outside 0..{d_model // 2 - 1} for d_model={d_model}")
+        wavelength = 2 * 3.141592653589793 * 10000 ** (2 * i / d_model)
+        ax.plot(encoding[:, 2 * i].numpy(), label=f"sin (feature {2 * i})")
+        ax.plot(encoding[:, 2 * i + 1].numpy(), label=f"cos (feature {2 * i + 1})")
+        ax.set_title(f"pair {i}: wavelength {wavelength:,.0f} positions", fontsize=9)
+        ax.set_xlabel("position")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    return axes
+
+
+def online_softmax_steps(row: torch.Tensor, block_size: int) -> list[dict]:
+    """The online softmax of one row, block by block: for each block, the scores read so far, the running
+    maximum m and the running sum l before the rescale (l carried over) and after adding the block."""
+    row = torch.as_tensor(row, dtype=torch.float64).flatten()
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    steps, m, l = [], float("-inf"), 0.0
+    for start in range(0, len(row), block_size):
+        block = row[start : start + block_size]
+        m_new = max(m, block.max().item())
+        carried = l * math.exp(m - m_new) if l else 0.0
+        l = carried + torch.exp(block - m_new).sum().item()
+        m = m_new
+        steps.append({"end": start + len(block), "m": m, "carried": carried, "l": l})
+    return steps
+
+
+def plot_online_softmax(fig, row: torch.Tensor, block_size: int, steps: Sequence[int] | None = None):
+    """One panel per block (or per step in ``steps``, counted from 1): the scores read so far (blue) and still
+    to come (grey), the running maximum as a line, and the running sum in the title (lesson 08)."""
+    row = torch.as_tensor(row, dtype=torch.float64).flatten()
+    history = online_softmax_steps(row, block_size)
+    chosen = list(steps) if steps is not None else list(range(1, len(history) + 1))
+    axes = fig.subplots(1, len(chosen), squeeze=False, sharey=True)[0]
+    for ax, number in zip(axes, chosen):
+        if not 1 <= number <= len(history):
+            raise ValueError(f"step {number} is outside 1..{len(history)}")
+        step = history[number - 1]
+        colours = ["tab:blue" if k < step["end"] else "#d9d9d9" for k in range(len(row))]
+        ax.bar(range(1, len(row) + 1), row.numpy(), color=colours)
+        ax.axhline(step["m"], color="tab:orange", linestyle="--", label="running max m")
+        ax.set_title(f"block {number}: l = {step['carried']:.3f} (rescaled) -> {step['l']:.3f}", fontsize=9)
+        ax.set_xlabel("position in the row")
+    axes[0].set_ylabel("score")
+    axes[0].legend(fontsize=8)
+    return axes

@@ -1,7 +1,21 @@
-"""The one setup call every notebook makes first, and the progress-bar switch."""
+"""Running a notebook the same way everywhere: the one setup call every notebook makes first,
+seeds for the models it trains, printing that reads the same on every machine, and progress bars.
+
+Two kinds of randomness, kept apart:
+
+* ``setup_notebook(seed)`` seeds the *global* generators, which the hand-worked examples of a
+  lesson draw from (``torch.randn`` in a cell).
+* Every model a lesson trains is built and shuffled from its own seed, through ``seeded(seed)``
+  and ``training_seed(seed)``. The test command's perturbed run sets ``ATTNEDU_SEED_OFFSET`` to
+  move all of these seeds at once while the data and the hand-worked examples stay the same:
+  it stands in for another machine, whose floating-point results differ in the last bits and
+  drift apart during training.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import random
 
@@ -14,6 +28,7 @@ import torch
 DEFAULT_THREADS = 1
 FIGSIZE = (6.4, 4.0)
 PROGRESS_ENV = "ATTNEDU_PROGRESS"
+SEED_OFFSET_ENV = "ATTNEDU_SEED_OFFSET"
 
 
 def setup_notebook(seed: int = 0, threads: int = DEFAULT_THREADS) -> None:
@@ -27,6 +42,77 @@ def setup_notebook(seed: int = 0, threads: int = DEFAULT_THREADS) -> None:
     import matplotlib
 
     matplotlib.rcParams.update({"figure.figsize": FIGSIZE, "figure.dpi": 100, "savefig.dpi": 100})
+
+
+def seed_offset() -> int:
+    """``ATTNEDU_SEED_OFFSET`` as an integer (0 when unset)."""
+    text = os.environ.get(SEED_OFFSET_ENV, "0").strip() or "0"
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{SEED_OFFSET_ENV} must be an integer such as 1000, got {text!r}") from None
+
+
+def training_seed(seed: int) -> int:
+    """The seed a model's initialisation and batch order really use: ``seed`` plus ``ATTNEDU_SEED_OFFSET``."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    return seed + seed_offset()
+
+
+@contextlib.contextmanager
+def seeded(seed: int):
+    """Draw from torch's generator seeded with ``training_seed(seed)``, then put the global state back.
+
+    >>> with seeded(0):
+    ...     model = torch.nn.Linear(4, 2)   # the same weights on every run, whatever ran before
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(training_seed(seed))
+        yield
+
+
+STRICT_ROUNDING_ENV = "ATTNEDU_STRICT_ROUNDING"  # set by tools/run_notebooks.py, where outputs are stored
+STRICT_MARGIN, LOOSE_MARGIN = 2e-6, 1e-7  # last-bit differences between CPUs stay well below 2e-6
+
+
+def rounded(x, decimals: int = 3):
+    """``x`` rounded to ``decimals`` places, for printing numbers that must read the same on every machine.
+
+    Two CPUs can compute the same formula with results that differ in the last bits. Rounding
+    hides that, except for a value that lies right on a rounding boundary (0.0005 at 3 places),
+    and except for the sign of a zero (``-0.000``). So this turns -0.0 into 0.0 and refuses a value
+    too near a boundary: when a course author stores outputs (``ATTNEDU_STRICT_ROUNDING=1``, set by
+    tools/run_notebooks.py) anything within 2e-6 of one (relative to the value's size, at least 1), so that
+    the stored text survives other machines' last bits; elsewhere only a value within 1e-7, where the
+    rounding could really go either way. Print long tables of statistics to 2 decimals: fewer values
+    then sit near a boundary.
+    Accepts a tensor, a float or an int; returns the same kind.
+    """
+    if isinstance(x, bool) or isinstance(x, int):
+        return x
+    if isinstance(x, torch.Tensor):
+        if not x.is_floating_point():
+            return x
+        values = x.detach().double().flatten().tolist()
+    elif isinstance(x, float):
+        values = [x]
+    else:
+        raise TypeError(f"rounded() takes a tensor, a float or an int, got {type(x).__name__}")
+    scale = 10.0**decimals
+    margin = STRICT_MARGIN if os.environ.get(STRICT_ROUNDING_ENV) == "1" else LOOSE_MARGIN
+    for value in values:
+        if not math.isfinite(value):
+            continue
+        distance = abs(abs(value * scale) % 1.0 - 0.5) / scale  # how far from the nearest xxx.5 boundary
+        if distance < margin * max(1.0, abs(value)):
+            raise ValueError(
+                f"{value!r} lies within {margin:g} of a rounding boundary at {decimals} decimals, so another "
+                "machine could print it differently; change the example's seed or print another number of decimals"
+            )
+    if isinstance(x, torch.Tensor):
+        return torch.round(x.detach(), decimals=decimals) + 0.0  # + 0.0 turns -0.0 into 0.0
+    return round(x, decimals) + 0.0
 
 
 def progress_enabled() -> bool:

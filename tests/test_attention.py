@@ -1,7 +1,17 @@
 import pytest
 import torch
 
-from attnedu.attention import AdditiveAttention, additive_score, context_vector, masked_softmax
+from attnedu.attention import (
+    AdditiveAttention,
+    additive_score,
+    concat_score,
+    context_vector,
+    dot_score,
+    general_score,
+    location_score,
+    masked_softmax,
+    scaled_dot_product_attention,
+)
 from attnedu.masks import padding_mask
 
 
@@ -94,3 +104,137 @@ def test_attention_module_equals_the_functions_with_the_same_weights():
 def test_padding_mask_rejects_impossible_lengths(lengths, match):
     with pytest.raises(ValueError, match=match):
         padding_mask(lengths, 5)
+
+
+# --------------------------------------------------------------------------------------------
+# Luong's scores beside Bahdanau's, and what the package no longer hides
+# --------------------------------------------------------------------------------------------
+
+
+def test_masked_softmax_does_not_hide_nan_or_inf_at_an_allowed_position():
+    mask = torch.tensor([[True, True, False], [False, False, False]])
+    weights = masked_softmax(torch.tensor([[float("nan"), 1.0, 0.0], [1.0, 2.0, 3.0]]), mask)
+    assert weights[0].isnan().all(), "a NaN score must show, not turn into a fully masked row"
+    assert (weights[1] == 0).all()
+    inf = masked_softmax(torch.tensor([[float("inf"), 1.0, 0.0]]), torch.tensor([[True, True, True]]))
+    assert inf.isnan().any()
+
+
+def test_masked_softmax_works_over_leading_dims():
+    scores = torch.randn(2, 4, 5)
+    mask = padding_mask(torch.tensor([5, 2]), 5)[:, None, :].expand_as(scores)
+    weights = masked_softmax(scores, mask)
+    assert torch.allclose(weights[1, :, :2].sum(-1), torch.ones(4)) and (weights[1, :, 2:] == 0).all()
+
+
+def test_luong_scores_match_their_formulas():
+    g = torch.Generator().manual_seed(1)
+    s, h = torch.randn(2, 3, 4, generator=g), torch.randn(2, 5, 4, generator=g)  # every step at once
+    W_gen, W_cat, v = torch.randn(4, 4, generator=g), torch.randn(6, 8, generator=g), torch.randn(6, generator=g)
+    W_loc = torch.randn(7, 4, generator=g)
+    dot, general = dot_score(s, h), general_score(s, h, W_gen)
+    concat, location = concat_score(s, h, W_cat, v), location_score(s, W_loc, 5)
+    for b in range(2):
+        for t in range(3):
+            assert torch.allclose(location[b, t], (W_loc @ s[b, t])[:5], atol=1e-6)
+            for j in range(5):
+                assert torch.allclose(dot[b, t, j], s[b, t] @ h[b, j], atol=1e-6)
+                assert torch.allclose(general[b, t, j], s[b, t] @ W_gen @ h[b, j], atol=1e-6)
+                expected = v @ torch.tanh(W_cat @ torch.cat([s[b, t], h[b, j]]))
+                assert torch.allclose(concat[b, t, j], expected, atol=1e-5)
+    assert torch.allclose(dot_score(s[:, 0], h), dot[:, 0])  # one step: (batch, dec_dim) -> (batch, src_len)
+    assert torch.allclose(concat, additive_score(s, h, W_cat[:, :4], W_cat[:, 4:], v))  # concat is additive
+
+
+def test_scores_name_what_does_not_fit():
+    s, h = torch.randn(2, 4), torch.randn(2, 5, 6)
+    with pytest.raises(ValueError, match="use the general score"):
+        dot_score(s, h)
+    with pytest.raises(ValueError, match="batch size of query"):
+        dot_score(torch.randn(1, 6), h)  # a batch of one is not stretched over two sentences
+    with pytest.raises(ValueError, match="max_src_len"):
+        location_score(s, torch.randn(3, 4), 5)
+    with pytest.raises(TypeError, match="floating-point"):
+        dot_score(torch.ones(2, 6, dtype=torch.long), h)
+
+
+# --------------------------------------------------------------------------------------------
+# Scaled dot-product attention against torch's, over random shapes
+# --------------------------------------------------------------------------------------------
+
+
+def _random_case(seed: int):
+    g = torch.Generator().manual_seed(seed)
+    shape = [int(torch.randint(1, 4, (1,), generator=g)) for _ in range(2)]  # (batch, heads)
+    q_len, k_len, head_dim, v_dim = (int(torch.randint(1, 9, (1,), generator=g)) for _ in range(4))
+    q = torch.randn(*shape, q_len, head_dim, generator=g)
+    k, v = torch.randn(*shape, k_len, head_dim, generator=g), torch.randn(*shape, k_len, v_dim, generator=g)
+    mask = torch.rand(shape[0], 1, q_len, k_len, generator=g) < 0.7
+    mask[0, 0, 0] = False  # a fully masked row, always
+    return q, k, v, mask
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_sdpa_equals_torch_over_random_shapes(seed):
+    from torch.nn.functional import scaled_dot_product_attention as torch_sdpa
+
+    q, k, v, mask = _random_case(seed)
+    out, weights = scaled_dot_product_attention(q, k, v)
+    assert torch.allclose(out, torch_sdpa(q, k, v), atol=1e-5)
+    assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-5)
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    reference = torch_sdpa(q, k, v, attn_mask=mask)  # NaN on rows with nothing to attend
+    rows = mask.expand(weights.shape).any(-1)
+    assert torch.allclose(out[rows], reference[rows], atol=1e-5)
+    assert (out[~rows] == 0).all() and (weights[~rows] == 0).all() and not out.isnan().any()
+    out, _ = scaled_dot_product_attention(q, k, v, is_causal=True)  # top-left: every row sees key 0
+    assert torch.allclose(out, torch_sdpa(q, k, v, is_causal=True), atol=1e-5)
+
+
+def test_sdpa_rejects_masks_that_would_broadcast_silently():
+    q = k = v = torch.randn(2, 4, 5, 8)  # (batch, heads, len, head_dim)
+    padding = torch.ones(2, 5, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"mask\[:, None, None, :\]"):
+        scaled_dot_product_attention(q, k, v, padding)
+    with pytest.raises(ValueError, match="size 3 in dim 1"):
+        scaled_dot_product_attention(q, k, v, torch.ones(2, 3, 5, 5, dtype=torch.bool))
+    with pytest.raises(TypeError, match="bool tensor"):
+        scaled_dot_product_attention(q, k, v, torch.zeros(2, 1, 1, 5))
+    with pytest.raises(ValueError, match="head_dim"):
+        scaled_dot_product_attention(q, k[..., :4], v)
+    with pytest.raises(ValueError, match="leading"):
+        scaled_dot_product_attention(q, k[:1], v[:1])
+
+
+# --------------------------------------------------------------------------------------------
+# Luong's decoder: one call equals step by step on the same weights
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("score", ["dot", "general", "concat", "location"])
+def test_luong_decoder_one_call_equals_stepwise(score):
+    from attnedu.data import SOURCE_VOCAB, TARGET_VOCAB, make_batch, make_pairs
+    from attnedu.models import Seq2Seq
+
+    model = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), attention=score, bidirectional=False, seed=1)
+    batch = make_batch(make_pairs(4, 5, 9, seed=2))  # padded: the mask matters
+    memory = model.encoder(batch.src, batch.src_lengths)
+    fast, fast_weights = model.decoder(batch.tgt_in, memory)
+    slow, slow_weights = model.decoder(batch.tgt_in, memory, stepwise=True)
+    assert torch.allclose(fast, slow, atol=1e-5) and torch.allclose(fast_weights, slow_weights, atol=1e-6)
+    assert (fast_weights[1][:, batch.src_lengths[1] :] == 0).all()
+    tokens, weights = model.greedy_decode(batch.src, batch.src_lengths, max_len=6)
+    assert tokens.shape[0] == 4 and weights.shape[:2] == tokens.shape
+
+
+def test_input_feeding_runs_step_by_step_and_changes_the_model():
+    from attnedu.data import SOURCE_VOCAB, TARGET_VOCAB, make_batch, make_pairs
+    from attnedu.models import Seq2Seq
+
+    fed = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), "general", False, input_feeding=True, seed=1)
+    assert fed.decoder.rnn.input_size == 32 + 64  # [E y_{t-1}; h~_{t-1}]
+    batch = make_batch(make_pairs(2, 5, 6, seed=3))
+    logits, weights = fed(batch.src, batch.src_lengths, batch.tgt_in)
+    assert logits.shape[:2] == batch.tgt_in.shape and not logits.isnan().any()
+    with pytest.raises(ValueError, match="input feeding is part of Luong"):
+        Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), True, False, input_feeding=True)

@@ -124,3 +124,14 @@ def test_batch_sampler_batches_have_one_source_length():
         batch = sampler.next()
         assert (batch.src_lengths == batch.src.shape[1]).all()
         assert (batch.src != PAD_ID).all()
+
+
+def test_batch_sampler_encodes_a_training_set_once_and_notices_a_changed_list():
+    from attnedu.data import _encoded
+
+    pairs = make_pairs(30, 5, 8, seed=4)
+    assert _encoded(pairs) is _encoded(pairs)  # the same list: encoded once
+    assert _encoded(list(pairs)) is not _encoded(pairs)  # an equal but different list: its own encoding
+    first = _encoded(pairs)
+    pairs.append(make_pairs(1, 9, 9, seed=5)[0])
+    assert _encoded(pairs) is not first and len(_encoded(pairs)) == 31  # grown in place: encoded again

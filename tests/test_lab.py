@@ -4,12 +4,14 @@ stored outputs), and Chromium drives it where a browser is needed."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -31,9 +33,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _lab_module():
+    """tools/lab.py, whose ``command()`` is what ``make lab`` runs: this test starts what a learner starts."""
+    spec = importlib.util.spec_from_file_location("lab", ROOT / "tools" / "lab.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """Base URL of a running JupyterLab whose root holds copies of the lessons and exercises."""
+    """Base URL of a running JupyterLab, started by make lab's own command over a copy of the course
+    (lessons and exercises; autosave must never touch the stored outputs)."""
     root = tmp_path_factory.mktemp("lab")
     for folder in ("notebooks", "exercises"):
         shutil.copytree(ROOT / folder, root / folder)
@@ -41,12 +52,13 @@ def lab(tmp_path_factory):
     widget.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(widget, root / "widget.ipynb")
     port, log = free_port(), root / "lab.log"
-    command = [
-        sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-        "--ServerApp.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True", "--allow-root",
-        f"--ServerApp.root_dir={root}", f"--LabApp.workspaces_dir={root}", "--LabApp.expose_app_in_browser=True",
-        "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    headless = [
+        "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--ServerApp.token=", "--ServerApp.password=",
+        "--ServerApp.disable_check_xsrf=True", f"--LabApp.workspaces_dir={root}",
+        "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
     ]  # fmt: skip
+    command = _lab_module().command(headless, root=root)
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
     base = f"http://127.0.0.1:{port}"
     try:
@@ -78,6 +90,29 @@ def test_jupyterlab_starts_and_serves_lesson_01(lab):
         assert reply.status == 200 and b"JupyterLab" in reply.read()
 
 
+def test_lab_is_rooted_at_the_course_and_opens_lesson_01(lab):
+    """The file browser must reach exercises/ (the lessons send learners there), and / opens lesson 01."""
+    base, _ = lab
+    with urllib.request.urlopen(f"{base}/api/contents", timeout=10) as reply:
+        names = {entry["name"] for entry in json.load(reply)["content"]}
+    assert {"notebooks", "exercises"} <= names, names
+    opener = urllib.request.build_opener(_NoRedirect)
+    with pytest.raises(urllib.error.HTTPError) as redirect:
+        opener.open(f"{base}/", timeout=10)
+    location = redirect.value.headers["Location"]
+    assert location.split("?")[0].endswith("/lab/tree/notebooks/01_rnn_bottleneck.ipynb"), location
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def test_lab_command_allows_root_exactly_when_run_as_root():
+    """JupyterLab refuses to start as root without --allow-root (containers often run as root)."""
+    assert ("--allow-root" in _lab_module().command()) == (os.geteuid() == 0)
+
+
 def run_all(page, base: str, notebook: str) -> None:
     """Open ``notebook`` alone in JupyterLab (``?reset`` drops tabs restored from the workspace),
     wait until it is the current tab with an idle kernel, and run every cell."""
@@ -97,12 +132,12 @@ def test_attention_stepper_slider_redraws_in_jupyterlab(lab, page):
 
     run_all(page, lab[0], "widget.ipynb")
     readout, image = page.locator(".widget-readout"), page.locator("img.widget-image")
-    expect(readout).to_have_text("0", timeout=60_000)
+    expect(readout).to_have_text("1", timeout=60_000)  # steps count from 1, as t in the formulas
     before = image.get_attribute("src")
     page.locator(".widget-slider .noUi-handle").focus()
     page.keyboard.press("ArrowRight")
     page.keyboard.press("ArrowRight")
-    expect(readout).to_have_text("2")
+    expect(readout).to_have_text("3")
     expect(image).not_to_have_attribute("src", before)  # the kernel sent a new picture
 
 
@@ -111,6 +146,6 @@ def test_exercise_checks_render_in_jupyterlab(lab, page):
     run_all(page, lab[0], "exercises/02_bahdanau_attention.ipynb")
     # textContent, not the visible text: JupyterLab skips rendering cells scrolled out of view
     outputs = "Array.from(document.querySelectorAll('.jp-OutputArea-output')).map(e => e.textContent)"
-    page.wait_for_function(f"{outputs}.filter(t => t.includes('not attempted yet')).length === 4", timeout=60_000)
-    assert page.locator(".jp-RenderedMarkdown.jp-OutputArea-output").count() == 4  # the ⏳ Markdown result
+    page.wait_for_function(f"{outputs}.filter(t => t.includes('not attempted yet')).length === 5", timeout=60_000)
+    assert page.locator(".jp-RenderedMarkdown.jp-OutputArea-output").count() == 5  # the ⏳ Markdown result
     assert page.evaluate(f"{outputs}.filter(t => t.includes('Traceback')).length") == 0

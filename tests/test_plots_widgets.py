@@ -5,8 +5,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import attnedu  # noqa: E402
-from attnedu.plots import plot_accuracy_by_length, plot_attention  # noqa: E402
+from attnedu.plots import plot_accuracy_by_length, plot_attention, plot_attention_step  # noqa: E402
 from attnedu.widgets import AttentionStepper  # noqa: E402
 
 SOURCE, TARGET = ["the", "red", "cat"], ["le", "chat", "rouge"]
@@ -38,17 +37,73 @@ def test_accuracy_plot_has_one_line_per_model():
 
 def test_stepper_redraws_when_the_slider_moves():
     stepper = AttentionStepper(WEIGHTS, SOURCE, TARGET, gold=[0, 2, 1])
+    assert (stepper.slider.min, stepper.slider.max) == (1, 3)  # steps count from 1, as t in the formulas
     first = stepper.image.value
-    stepper.slider.value = 2  # traitlets callbacks run in Python, no browser needed
+    stepper.slider.value = 3  # traitlets callbacks run in Python, no browser needed
     assert bytes(stepper.image.value) != bytes(first) and bytes(stepper.image.value).startswith(b"\x89PNG")
-    assert repr(stepper) == "AttentionStepper(steps=3, step=2)"
+    assert repr(stepper) == "AttentionStepper(steps=3, step=3)"
+
+
+def test_step_bars_count_from_one_and_mark_the_gold_word():
+    fig, ax = plt.subplots()
+    plot_attention_step(WEIGHTS, SOURCE, TARGET, step=2, ax=ax, gold=[0, 2, 1])
+    assert ax.get_title() == "step t = 2: writing 'chat'"
+    bars = ax.patches
+    assert [b.get_height() for b in bars] == pytest.approx(WEIGHTS[1].tolist())
+    assert bars[2].get_facecolor() != bars[0].get_facecolor()  # the gold source word, 'cat'
+    with pytest.raises(ValueError, match="counts from 1"):
+        plot_attention_step(WEIGHTS, SOURCE, TARGET, step=0, ax=ax)
     with pytest.raises(ValueError, match="expected \\(target_len, source_len\\)"):
         AttentionStepper(WEIGHTS, SOURCE[:2], TARGET)
 
 
-def test_setup_notebook_seeds_and_uses_one_thread():
-    attnedu.setup_notebook(seed=3)
-    a = torch.rand(3)
-    attnedu.setup_notebook(seed=3)
-    assert torch.equal(a, torch.rand(3))
-    assert torch.get_num_threads() == 1
+def test_mask_explorer_redraws_for_every_control():
+    from attnedu.widgets import MASK_KINDS, MaskExplorer
+
+    explorer = MaskExplorer(length=8)
+    pictures = {bytes(explorer.image.value)}
+    for kind in MASK_KINDS[1:]:
+        explorer.controls[0].value = kind
+        pictures.add(bytes(explorer.image.value))
+    explorer.controls[3].value = 4  # the window
+    pictures.add(bytes(explorer.image.value))
+    assert len(pictures) == len(MASK_KINDS) + 1
+    assert repr(explorer).startswith("MaskExplorer(mask='sliding window + global'")
+
+
+def test_online_softmax_steps_match_torch_and_rescale():
+    from attnedu.plots import online_softmax_steps
+
+    row = torch.tensor([1.0, 3.0, 0.5, 4.0, 2.0, 0.0, 6.0, 1.0])
+    steps = online_softmax_steps(row, 3)
+    assert [s["end"] for s in steps] == [3, 6, 8] and steps[-1]["m"] == 6.0
+    assert steps[1]["carried"] == pytest.approx(steps[0]["l"] * torch.exp(torch.tensor(3.0 - 4.0)).item())
+    softmax = torch.exp(row.double() - steps[-1]["m"]) / steps[-1]["l"]
+    assert torch.allclose(softmax.float(), torch.softmax(row, 0))
+
+
+def test_stepper_and_explorer_widgets_draw():
+    from attnedu.widgets import EncodingExplorer, OnlineSoftmaxStepper, ScalingExplorer
+
+    for widget, control, value in (
+        (OnlineSoftmaxStepper(torch.arange(7.0), 3), "slider", 3),
+        (EncodingExplorer(d_model=16), "slider", 7),
+        (ScalingExplorer([8, 64]), "slider", 64),
+    ):
+        before = bytes(widget.image.value)
+        getattr(widget, control).value = value
+        assert bytes(widget.image.value) != before and bytes(widget.image.value).startswith(b"\x89PNG")
+
+
+def test_plot_mask_and_matrix_reject_what_they_cannot_draw():
+    from attnedu.plots import plot_mask, plot_matrix
+
+    fig, ax = plt.subplots()
+    plot_mask(torch.ones(3, 3, dtype=torch.bool).tril(), ax)
+    with pytest.raises(ValueError, match="bool mask"):
+        plot_mask(torch.ones(3, 3), ax)
+    image = plot_matrix(torch.tensor([[1.0, -2.0], [0.0, 0.5]]), ax)
+    assert image.get_clim() == (-2.0, 2.0)  # centred on 0
+    with pytest.raises(ValueError, match="2-D"):
+        plot_matrix(torch.ones(2, 2, 2), ax)
+    plt.close("all")

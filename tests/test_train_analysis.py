@@ -72,3 +72,45 @@ def test_gradient_norms_cover_every_source_word():
     assert norms.shape == (9,) and (norms > 0).all()
     with pytest.raises(ValueError, match="target_step"):
         source_gradient_norms(model, pair, target_step=20)
+
+
+def test_word_correct_reproduces_greedy_exact_match():
+    """Greedy decoding gets a sentence exactly right iff every teacher-forced prediction is right."""
+    from attnedu.analysis import word_correct
+    from attnedu.train import translate_pairs
+
+    pairs = make_pairs(40, 5, 8, seed=3)
+    model = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), attention=True, bidirectional=False, seed=0)
+    train(model, pairs, steps=60, batch_size=16)
+    rows = word_correct(model, pairs)
+    assert [len(r) for r in rows] == [len(p.target) + 1 for p in pairs]
+    greedy = translate_pairs(model, pairs)
+    assert [bool(r.all()) for r in rows] == [list(p.target) == pred for p, pred in zip(pairs, greedy.predictions)]
+
+
+def test_word_accuracy_by_length_and_the_independent_prediction():
+    from attnedu.analysis import WordAccuracy, word_accuracy_by_length
+
+    test = {(5, 6): make_pairs(10, 5, 6, seed=1), (9, 10): make_pairs(10, 9, 10, seed=2)}
+    model = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), attention=False, bidirectional=False, seed=0)
+    table = word_accuracy_by_length(model, test)
+    assert list(table) == list(test)
+    for bucket, result in table.items():
+        assert 0 <= result.exact <= result.per_word <= 1
+        assert result.mean_steps == pytest.approx(sum(len(p.target) + 1 for p in test[bucket]) / 10)
+    assert WordAccuracy(per_word=0.9, exact=0.5, mean_steps=3.0).exact_if_independent == pytest.approx(0.729)
+
+
+def test_alignment_by_word_class_counts_hits_and_where_misses_land():
+    from attnedu.analysis import alignment_by_word_class
+
+    pairs = [make_pairs(1, 6, 6, seed=5)[0]]
+    gold = list(pairs[0].alignment)
+    shifted = [min(j + 1, len(pairs[0].source) - 1) for j in gold]  # every argmax one word to the right
+    result = alignment_by_word_class(one_hot_maps(pairs, [shifted]), pairs)
+    assert sum(c.words for c in result.values()) == len(gold)
+    misses = sum(c.words - c.hits for c in result.values())
+    assert misses == sum(1 for g, s in zip(gold, shifted) if g != s)
+    assert all(set(c.offsets) <= {1} for c in result.values())
+    perfect = alignment_by_word_class(one_hot_maps(pairs, [gold]), pairs)
+    assert all(c.hits == c.words for c in perfect.values())

@@ -35,6 +35,7 @@ def run(path: Path, timeout: int = 600) -> float:
 
 if __name__ == "__main__":
     os.environ["ATTNEDU_PROGRESS"] = "0"
+    os.environ["ATTNEDU_STRICT_ROUNDING"] = "1"  # stored numbers must sit well away from rounding boundaries
     for arg in sys.argv[1:]:
         seconds = run(Path(arg))
         print(f"{arg}: {seconds:.1f} s")

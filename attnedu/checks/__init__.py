@@ -1,27 +1,39 @@
 """Checks for the graded exercises in ``exercises/``: one per exercise, called in the cell
 under the learner's function.
 
-    check_additive_score(additive_score)     # shows ✅ passed, ❌ failed (with the likely bug) or ⏳ not attempted
+    check_additive_score(additive_score)     # shows ✅ passed, ❌ failed (and what is wrong) or ⏳ not attempted
     hint("additive_score")                   # or: result = check_additive_score(...); result.hint()
 
-How a check works:
+How a check works (the rule itself is in :func:`engine.run_check`):
 
-* It calls the learner's function on a few small inputs built here from fixed seeds (shapes
-  that differ from each other, padding, a fully masked row, a batch of one) and compares each
-  output with a private reference from the package (``attnedu.attention``, ``attnedu.masks``,
-  ``attnedu.models``). Weights are passed in explicitly, so nothing depends on the learner's
-  seed or on the order in which they created tensors.
-* When an output is wrong it is compared with known-wrong variants (softmax over the wrong
-  axis, mask inverted, output transposed, ...): a match names the likely bug. Otherwise the
-  message says what differs: type, dtype, shape, NaN, a broken property, or the first value.
+* It calls the learner's function on every one of a few small inputs built here from fixed seeds:
+  a batch of one, sentences with and without padding, inputs large enough that a hand-written exp
+  or tanh overflows, sizes that differ from each other so that a transpose shows. Each output is
+  compared with a private reference from the package (``attnedu.attention``, ``attnedu.masks``,
+  ``attnedu.models``) or, for an exercise the package has no function for, from the lesson's checks
+  module. Weights are passed in explicitly, so nothing depends on the learner's seed or on the order
+  in which they created tensors.
+* An exception, a time-out, a crash or an input changed in place is reported on the first case where
+  it happens, unless an earlier case already gave wrong values.
+* Wrong values are compared with known-wrong variants (softmax over the wrong axis, mask inverted,
+  off by one in either direction, ...): a variant is named only if the learner's output equals it on
+  every case where the variant runs, and differs from the reference on one of them. Otherwise the
+  message says what was observed, never a guessed cause: type, dtype, shape, NaN or inf (with a
+  note on overflow when the case has large inputs), where the values differ (only at padding, only
+  in one sentence, only in a fully masked row, only at the first or last position, only in one half
+  of the features), a constant factor, on which kinds of test case it fails.
 * It **returns** a :class:`CheckResult` and never raises, so "Run all" never stops at an
   unfinished exercise. ``NotImplementedError`` means "not attempted".
 * The learner's code runs on copies of the inputs (a change to them is reported), with its
   printing captured and truncated, and under a time limit (``SIGALRM`` in the main thread on
-  Unix; elsewhere a helper thread, which cannot be stopped and is left running).
+  Unix; elsewhere a helper thread, which cannot be stopped and is left running); no case is called
+  after a time-out.
 
 Limits: the checks are not secret and run in the learner's own Python process, so they
-measure understanding, not honesty; see ``attnedu.grade`` for batch grading.
+measure understanding, not honesty. The batch grader (``attnedu.grade``) does not trust them: in
+the kernels it starts (``ATTNEDU_GRADING=1``) a check cell returns at once without calling
+anything, and the grader calls each function itself from outside the kernel, then compares and
+diagnoses in its own process with the same :func:`run_check`.
 """
 
 from __future__ import annotations
@@ -38,19 +50,23 @@ from .engine import (
     CheckResult,
     Exercise,
     Hint,
+    grading_mode,
     run_check,
 )
-from .lesson01 import LAST_REAL_STATE, PADDING_MASK, REVERSE_PADDED
-from .lesson02 import ADDITIVE_SCORE, CONTEXT_VECTOR, DECODER_STEP, MASKED_SOFTMAX
+from .lesson01 import BIDIRECTIONAL_SUMMARY, LAST_REAL_STATE, PADDING_MASK, REVERSE_PADDED
+from .lesson02 import ADDITIVE_SCORE, CONTEXT_VECTOR, COVERAGE, DECODER_STEP, MASKED_SOFTMAX
 
 __all__ = [
     "CheckResult", "Exercise", "Hint", "run_check", "check", "hint", "grade_namespace", "EXERCISES", "LESSONS",
     "PASSED", "FAILED", "NOT_ATTEMPTED", "ICONS", "MAX_PRINTED", "TIME_LIMIT",
-    "check_padding_mask", "check_last_real_state", "check_reverse_padded",
-    "check_additive_score", "check_masked_softmax", "check_context_vector", "check_decoder_step",
+    "check_padding_mask", "check_last_real_state", "check_reverse_padded", "check_bidirectional_summary",
+    "check_additive_score", "check_masked_softmax", "check_context_vector", "check_decoder_step", "check_coverage",
 ]  # fmt: skip
 
-_ALL = (PADDING_MASK, LAST_REAL_STATE, REVERSE_PADDED, ADDITIVE_SCORE, MASKED_SOFTMAX, CONTEXT_VECTOR, DECODER_STEP)
+_ALL = (
+    *(PADDING_MASK, LAST_REAL_STATE, REVERSE_PADDED, BIDIRECTIONAL_SUMMARY),
+    *(ADDITIVE_SCORE, MASKED_SOFTMAX, CONTEXT_VECTOR, DECODER_STEP, COVERAGE),
+)
 EXERCISES: dict[str, Exercise] = {e.name: e for e in _ALL}
 LESSONS: dict[str, list[str]] = {}
 for _exercise in EXERCISES.values():
@@ -61,6 +77,8 @@ def check(name: str, fn, time_limit: float = TIME_LIMIT) -> CheckResult:
     """Run the check of exercise ``name`` on ``fn``."""
     if name not in EXERCISES:
         raise ValueError(f"no exercise named {name!r}; the exercises are {', '.join(EXERCISES)}")
+    if grading_mode():
+        return CheckResult(name, NOT_ATTEMPTED, "not run here: the batch grader checks this function itself.")
     return run_check(EXERCISES[name], fn, time_limit)
 
 
@@ -77,6 +95,11 @@ def check_last_real_state(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
 def check_reverse_padded(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
     """reverse_padded(src (batch, src_len), lengths (batch,)) -> (batch, src_len)."""
     return check("reverse_padded", fn, time_limit)
+
+
+def check_bidirectional_summary(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """bidirectional_summary(states (batch, src_len, 2 * hidden), lengths (batch,)) -> (batch, 2 * hidden)."""
+    return check("bidirectional_summary", fn, time_limit)
 
 
 def check_additive_score(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
@@ -97,6 +120,11 @@ def check_context_vector(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
 def check_decoder_step(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
     """decoder_step(embedded, state, annotations, mask, attention, cell, out) -> (logits, new_state, weights)."""
     return check("decoder_step", fn, time_limit)
+
+
+def check_coverage(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """coverage(weights (batch, tgt_len, src_len), src_lengths (batch,), tgt_lengths (batch,)) -> (batch, src_len)."""
+    return check("coverage", fn, time_limit)
 
 
 def hint(name: str) -> Hint:

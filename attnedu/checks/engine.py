@@ -1,6 +1,7 @@
-"""The check engine: run a learner's function safely, compare it with a reference, and
-name the likely bug. Exercises are data (:class:`Exercise`); each lesson's live in
-``lessonNN.py`` beside this file.
+"""The check engine: run a learner's function safely on every test case, compare it with a
+reference, and name a known mistake only when the outputs establish it, else say what was
+observed. Exercises are data (:class:`Exercise`); each lesson's live in ``lessonNN.py`` beside
+this file.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import os
 import signal
 import threading
 import time
@@ -24,6 +26,10 @@ PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not_attempted"
 ICONS = {PASSED: "✅", FAILED: "❌", NOT_ATTEMPTED: "⏳"}
 TIME_LIMIT = 5.0  # seconds per call of the learner's function
 MAX_PRINTED = 500  # characters of the learner's printing kept in a result
+# Set by the batch grader in the kernels it starts: the check cells of a submission then return at once
+# (the grader calls the functions itself, from outside, see attnedu.grading).
+GRADING_ENV = "ATTNEDU_GRADING"
+TIMEOUT, CRASHED = "timeout", "crashed"  # CheckResult.reason for a function that hung or killed its process
 
 # --------------------------------------------------------------------------------------------
 # Results
@@ -57,6 +63,11 @@ class CheckResult:
     where: str = ""  # the test case that failed, e.g. "test case 2 of 3 (a fully masked row)"
     printed: str = ""  # what the learner's function printed during the check (truncated)
     hint_text: str = field(default="", repr=False)
+    reason: str = field(default="", repr=False)  # TIMEOUT or CRASHED when that is why it failed, else ""
+    # the kinds of finding its message states: "variant" (a known-wrong version named), "where" (where the values
+    # differ), "cases" (on which kinds of test case), "nonfinite", "type", "dtype", "shape", "property", "error",
+    # "inplace", "timeout", "crashed", "also" (a problem on a later case); "count" alone: only how many differ
+    findings: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def passed(self) -> bool:
@@ -136,16 +147,40 @@ class _BoundedText(io.TextIOBase):
 
 @dataclass
 class _Call:
+    """What one call of the learner's function did. In-process calls fill it directly; the grader
+    rebuilds it from what a sandboxed kernel sent back, so errors are described, not kept."""
+
     value: object = None
-    error: BaseException | None = None
-    timed_out: bool = False
+    error_name: str = ""  # the exception's type name if the function raised, else ""
+    error_text: str = ""
+    error_line: str = ""  # " (in the line `...`)" when raised in the learner's own code
+    not_implemented: bool = False  # it raised NotImplementedError: a stub
+    timed_out: bool = False  # it did not finish within the time limit
+    stopped_outside: bool = False  # ... and ignored the alarm, so it was stopped from outside its process
+    crashed: bool = False  # the process running it died (os._exit, a native crash, out of memory)
     printed: str = ""
+
+
+# How a check calls the learner's function: (case number from 1, the case, time limit) -> (what happened,
+# the arguments as the function left them). In-process for the check cells; remote for the batch grader.
+Caller = Callable[[int, "Case", float], "tuple[_Call, tuple]"]
+
+
+def in_process(fn: Callable) -> Caller:
+    """Call ``fn`` in this process, on a fresh copy of each case's arguments."""
+
+    def call(number: int, case: Case, time_limit: float) -> tuple[_Call, tuple]:
+        learner_args = copy.deepcopy(case.args)
+        return _call_learner(fn, learner_args, time_limit), learner_args
+
+    return call
 
 
 def _call_learner(fn: Callable, args: tuple, time_limit: float) -> _Call:
     """Call ``fn(*args)`` without letting it crash, flood the output or hang the caller."""
     call = _Call()
     sink = _BoundedText(MAX_PRINTED)
+    raised: list[BaseException] = []
 
     def run() -> None:
         try:
@@ -154,7 +189,7 @@ def _call_learner(fn: Callable, args: tuple, time_limit: float) -> _Call:
         except (_Timeout, KeyboardInterrupt):
             raise
         except BaseException as err:  # SystemExit too: a check must not end the kernel
-            call.error = err
+            raised.append(err)
 
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
@@ -165,6 +200,15 @@ def _call_learner(fn: Callable, args: tuple, time_limit: float) -> _Call:
             worker.join(time_limit)
             call.timed_out = worker.is_alive()  # it keeps running: threads cannot be stopped
     call.printed = sink.getvalue()
+    if raised and not call.timed_out:
+        err = raised[0]
+        try:
+            text = str(err)
+        except Exception:  # an exception whose message itself fails
+            text = "(its message could not be shown)"
+        call.error_name, call.error_text = type(err).__name__, text
+        call.error_line = _learner_line(err, fn)
+        call.not_implemented = isinstance(err, NotImplementedError)
     return call
 
 
@@ -224,7 +268,19 @@ def _learner_line(err: BaseException, fn: Callable) -> str:
 # Comparing outputs
 # --------------------------------------------------------------------------------------------
 
-ATOL, RTOL = 1e-5, 1e-4
+ATOL, RTOL = 1e-5, 1e-4  # ATOL scales with the largest value of the reference (inputs around ±1000 round more)
+
+
+def _atol(expected: torch.Tensor) -> float:
+    finite = expected.detach()[torch.isfinite(expected)]
+    return ATOL * max(1.0, float(finite.abs().max())) if finite.numel() else ATOL
+
+
+def _close(expected: torch.Tensor, got: torch.Tensor) -> torch.Tensor:
+    """Entry by entry: equal (floats within tolerance, NaN equal to NaN). Same shape and dtype assumed."""
+    if expected.is_floating_point():
+        return torch.isclose(got, expected, atol=_atol(expected), rtol=RTOL, equal_nan=True)
+    return got == expected
 
 
 def _same(expected, got) -> bool:
@@ -237,9 +293,7 @@ def _same(expected, got) -> bool:
         )
     if not isinstance(got, torch.Tensor) or got.dtype != expected.dtype or got.shape != expected.shape:
         return False
-    if expected.is_floating_point():
-        return torch.allclose(got, expected, atol=ATOL, rtol=RTOL, equal_nan=True)
-    return torch.equal(got, expected)
+    return bool(_close(expected, got).all())
 
 
 def _describe(x) -> str:
@@ -261,8 +315,8 @@ def _shape_problem(expected: torch.Tensor, got: torch.Tensor, names: tuple[str, 
     wanted = _shape_text(names, want)
     if len(have) == len(want) and sorted(have) == sorted(want):
         return (
-            f"has its dimensions in the wrong order (transposed?): expected {wanted}, got {have}. "
-            "Check which axis each index refers to."
+            f"has the wrong shape: expected {wanted}, got {have}, the same sizes in another order. Check which "
+            "axis each index, sum or concatenation refers to."
         )
     if len(have) == len(want) + 1 and 1 in have:
         return (
@@ -272,39 +326,17 @@ def _shape_problem(expected: torch.Tensor, got: torch.Tensor, names: tuple[str, 
     return f"has the wrong shape: expected {wanted}, got {have}."
 
 
-def _first_difference(expected: torch.Tensor, got: torch.Tensor) -> str:
-    if expected.is_floating_point():
-        close = torch.isclose(got, expected, atol=ATOL, rtol=RTOL, equal_nan=True)
-    else:
-        close = got == expected
-    wrong = (~close).nonzero()
-    index = tuple(wrong[0].tolist())
+def _show(x: torch.Tensor, index: tuple[int, ...]) -> str:
+    value = x[index].item()
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
-    def show(x: torch.Tensor) -> str:
-        value = x[index].item()
-        return f"{value:.4g}" if isinstance(value, float) else str(value)
 
+def _first_difference(expected: torch.Tensor, got: torch.Tensor, wrong: torch.Tensor) -> str:
+    index = tuple(wrong.nonzero()[0].tolist())
     return (
-        f"{len(wrong)} of {expected.numel()} entries differ from the reference; the first at index "
-        f"{list(index)}: expected {show(expected)}, got {show(got)}."
+        f"{int(wrong.sum())} of {expected.numel()} entries differ from the reference; the first at index "
+        f"{list(index)}: expected {_show(expected, index)}, got {_show(got, index)}."
     )
-
-
-def _output_problem(expected: torch.Tensor, got, names: tuple[str, ...], what: str) -> str:
-    """Why ``got`` is not ``expected``: type, dtype, shape, NaN or values (in that order)."""
-    if not isinstance(got, torch.Tensor):
-        return f"{what} should be a torch.Tensor of shape {_shape_text(names, expected.shape)}, got {_describe(got)}."
-    if got.dtype != expected.dtype:
-        return f"{what} has dtype {got.dtype}, expected {expected.dtype}. {_DTYPE_ADVICE.get(expected.dtype, '')}"
-    if got.shape != expected.shape:
-        return f"{what} {_shape_problem(expected, got, names)}"
-    if got.is_floating_point() and bool(torch.isnan(got).any()) and not bool(torch.isnan(expected).any()):
-        first = torch.isnan(got).nonzero()[0].tolist()
-        return (
-            f"{what} contains NaN (first at index {first}) where the reference has numbers. NaN comes from "
-            "0/0, inf - inf, or a softmax over a row that is entirely -inf."
-        )
-    return f"{what}: {_first_difference(expected, got)}"
 
 
 _DTYPE_ADVICE = {
@@ -313,22 +345,207 @@ _DTYPE_ADVICE = {
     torch.float32: "Keep the inputs' float32 dtype: do not create tensors with dtype=torch.float64.",
 }
 
+LARGE_INPUTS_NOTE = (
+    "This test case has large inputs: in float32, exp(x) is inf for x above about 88, and exp(-x) is 0 for x "
+    "above about 104, so an exp, or a tanh written with exp, overflows there and inf / inf or 0 / 0 gives NaN. "
+    "If your function computes one by hand, subtract each row's maximum before the exp (softmax is unchanged by "
+    "it), or use torch.softmax / torch.tanh, which handle large inputs."
+)
+NAN_NOTE = (
+    "NaN comes from 0/0, inf - inf or 0 * inf; inf from an overflow, a division by zero, or a fill value such as "
+    "float('-inf')."
+)
+
+# --------------------------------------------------------------------------------------------
+# Saying where an output differs (observed, never a guessed cause)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What an output's axes mean for one test case, so that a message can say where the differences are.
+
+    The batch is always axis 0. ``positions`` is the axis that runs over source (or target) positions, if
+    any; ``real`` (batch, positions) is True at real tokens (or where a mask allows), and ``words`` names
+    its True and False entries; ``halves`` names the first and second half of the last axis (e.g. the two
+    directions of a bidirectional encoder).
+    """
+
+    positions: int | None = None
+    real: torch.Tensor | None = None
+    words: tuple[str, str] = ("real positions", "padding positions")
+    halves: tuple[str, str] | None = None
+
+
+def _indices(flags: torch.Tensor) -> list[int]:
+    return flags.nonzero().flatten().tolist()
+
+
+def _listed(numbers: list[int]) -> str:
+    return ", ".join(str(n) for n in numbers)
+
+
+def _where(wrong: torch.Tensor, layout: Layout | None) -> list[str]:
+    """Facts about where the True entries of ``wrong`` lie: which sentences, which positions, which half."""
+    if wrong.dim() == 0 or not bool(wrong.any()):
+        return []
+    notes = []
+    batch = wrong.shape[0]
+    rows = wrong.reshape(batch, -1).any(dim=1)
+    bad = _indices(rows)
+    if batch > 1 and len(bad) < batch:
+        good = _indices(~rows)
+        if len(bad) == 1:
+            notes.append(f"all in one sentence, batch index {bad[0]}; the other sentences match")
+        else:
+            notes.append(f"in the sentences at batch indices {_listed(bad)}; those at {_listed(good)} match")
+    if layout is None:
+        return notes
+    if layout.positions is not None and wrong.dim() > layout.positions:
+        by_position = wrong.movedim(layout.positions, 1).reshape(batch, wrong.shape[layout.positions], -1)
+        positions = _where_positions(by_position.any(dim=-1), layout)
+        if positions and "fully masked row" in positions[0]:
+            notes = []  # says which row already
+        notes += positions
+    if layout.halves is not None and wrong.dim() >= 2 and wrong.shape[-1] % 2 == 0 and wrong.shape[-1] >= 2:
+        half = wrong.shape[-1] // 2
+        features = wrong.reshape(-1, wrong.shape[-1]).any(dim=0)
+        first, second = bool(features[:half].any()), bool(features[half:].any())
+        if first != second:
+            inside, outside = layout.halves if first else layout.halves[::-1]
+            which = "first" if first else "second"
+            other = "second" if first else "first"
+            notes.append(f"only in the {which} half of the features ({inside}); the {other} half ({outside}) matches")
+    return notes
+
+
+def _where_positions(wrong: torch.Tensor, layout: Layout) -> list[str]:
+    """``wrong``: (batch, positions) bool. Facts about which positions differ."""
+    notes = []
+    batch, length = wrong.shape
+    real = layout.real
+    real_name, other_name = layout.words
+    if real is not None and real.shape == wrong.shape:
+        empty = ~real.any(dim=1)
+        rows = wrong.any(dim=1)
+        prefix = bool((real == (torch.arange(length)[None, :] < real.sum(dim=1, keepdim=True))).all())
+        if bool(empty.any()) and bool((rows <= empty).all()):
+            listed = _listed(_indices(rows))
+            return [f"only in row {listed}, which has no {real_name} at all (a fully masked row); the other rows match"]
+        if bool(real.any()) and bool((~real).any()):
+            if not bool((wrong & real).any()):
+                notes.append(f"only at {other_name}; every one of the {real_name} matches")
+            elif not bool((wrong & ~real).any()):
+                notes.append(f"only at {real_name}; the {other_name} match")
+        if prefix:
+            lengths = real.sum(dim=1)
+            columns = torch.arange(length)[None, :]
+            last_real = columns == (lengths - 1)[:, None]
+            first_pad = columns == lengths[:, None]
+            if bool((wrong <= last_real).all()) and bool((lengths > 1).any()):
+                notes.append("only at each sentence's last real position (index length - 1)")
+            elif bool((wrong <= first_pad).all()):
+                notes.append("only at the first padding position after a sentence (index length)")
+    columns = wrong.any(dim=0)
+    if length > 1 and not notes:
+        if _indices(columns) == [0]:
+            notes.append("only at the first position (index 0)")
+        elif _indices(columns) == [length - 1]:
+            notes.append(f"only at the last position (index {length - 1})")
+    return notes
+
+
+def _output_problem(
+    expected: torch.Tensor, got, names: tuple[str, ...], what: str, layout: Layout | None, large: bool
+) -> tuple[str, list[str]]:
+    """What is wrong with one output, and the kinds of finding it states ("type", "dtype", "shape", "nonfinite",
+    "where", "count")."""
+    if not isinstance(got, torch.Tensor):
+        shape = _shape_text(names, expected.shape)
+        return f"{what} should be a torch.Tensor of shape {shape}, got {_describe(got)}.", ["type"]
+    if got.dtype != expected.dtype:
+        advice = _DTYPE_ADVICE.get(expected.dtype, "")
+        return f"{what} has dtype {got.dtype}, expected {expected.dtype}. {advice}".rstrip(), ["dtype"]
+    if got.shape != expected.shape:
+        return f"{what} {_shape_problem(expected, got, names)}", ["shape"]
+    if got.is_floating_point():
+        broken = ~torch.isfinite(got) & torch.isfinite(expected)
+        if bool(broken.any()):
+            index = broken.nonzero()[0].tolist()
+            signs = (("NaN", torch.isnan(got)), ("inf", torch.isposinf(got)), ("-inf", torch.isneginf(got)))
+            kinds = [k for k, f in signs if bool((f & broken).any())]
+            count = int(broken.sum())
+            text = f"{what} contains {' and '.join(kinds)} where the reference is finite ({count} entries, the first "
+            text += f"at index {index})."
+            where = _where(broken, layout)
+            if where:
+                text += " They are " + "; ".join(where) + "."
+            text += " " + (LARGE_INPUTS_NOTE if large else NAN_NOTE)
+            return text, ["nonfinite"] + (["where"] if where else [])
+    wrong = ~_close(expected, got)
+    text = f"{what}: {_first_difference(expected, got, wrong)}"
+    where = _where(wrong, layout)
+    if where:
+        text += " The differences are " + "; ".join(where) + ". Compare what your function does there with the rest."
+    scale = _scale(expected, got) if got.is_floating_point() else ""
+    if scale:
+        text += " " + scale
+    return text, (["where"] if where else []) + (["scale"] if scale else []) or ["count"]
+
+
+def _scale(expected: torch.Tensor, got: torch.Tensor) -> str:
+    """'Every entry is the reference's times c' (or one factor per sentence), when that is what was observed."""
+    if expected.dim() == 0 or not bool(torch.isfinite(got).all()) or not bool(torch.isfinite(expected).all()):
+        return ""
+    tol = _atol(expected)
+    zero = expected.abs() <= 100 * tol
+    if bool(zero.all()) or not bool((got[zero].abs() <= 100 * tol).all()):
+        return ""
+    ratios = got[~zero] / expected[~zero]
+    if bool(torch.allclose(ratios, ratios[0].expand_as(ratios), rtol=1e-3, atol=1e-6)):
+        return f"Every entry of yours is the reference's times {ratios[0].item():.4g}, the same factor everywhere."
+    factors = []
+    for e, g, z in zip(expected, got, zero, strict=True):
+        if bool(z.all()):
+            return ""
+        r = g[~z] / e[~z]
+        if not bool(torch.allclose(r, r[0].expand_as(r), rtol=1e-3, atol=1e-6)):
+            return ""
+        factors.append(f"{r[0].item():.4g}")
+    return f"Within each sentence, every entry of yours is the reference's times one factor: {', '.join(factors)}."
+
+
 # --------------------------------------------------------------------------------------------
 # The check engine
 # --------------------------------------------------------------------------------------------
 
+# What kind of input a test case is, in its ``tags``: every exercise has a case of each of the first four
+# (tests/test_checks.py), and a message may say "it fails exactly on the test cases with <tag>".
+ONE, PADDED, UNPADDED, LARGE, EMPTY_ROW = (
+    "a batch of one",
+    "padding",
+    "no padding",
+    "large inputs",
+    "a fully masked row",
+)
+REQUIRED_TAGS = (ONE, PADDED, UNPADDED, LARGE)
+_TAG_ORDER = (EMPTY_ROW, LARGE, ONE, PADDED, UNPADDED)
+
 
 @dataclass(frozen=True)
 class Case:
-    """One input to an exercise: ``args`` are passed positionally; ``description`` names it in messages."""
+    """One input to an exercise: ``args`` are passed positionally; ``description`` names it in messages;
+    ``tags`` say what kind of input it is (ONE, PADDED, UNPADDED, LARGE, EMPTY_ROW)."""
 
     description: str
     args: tuple
+    tags: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
 class Variant:
-    """A known-wrong version of the reference; an output equal to its output gets ``diagnosis``."""
+    """A known-wrong version of the reference; an output equal to its output on every test case where it runs
+    (and unlike the reference's on one of them) gets ``diagnosis``."""
 
     diagnosis: str
     fn: Callable
@@ -348,97 +565,252 @@ class Exercise:
     hint: str
     output_names: tuple[str, ...] = ("the output",)
     properties: Callable[[tuple, object], str | None] | None = None  # extra learner-facing checks
+    layout: Callable[[tuple], tuple[Layout | None, ...]] | None = None  # one Layout per output, from a case's args
 
 
-_UNFINISHED = object()  # what _diagnose returns for a stub
+_UNFINISHED = object()  # what _hard_problem returns for a stub
 
 
-def run_check(exercise: Exercise, fn, time_limit: float = TIME_LIMIT) -> CheckResult:
-    """Run ``fn`` on every case of ``exercise``; never raises (a failure is a result)."""
+@dataclass
+class _Outcome:
+    """One test case: what the learner's function did, and whether it matched."""
 
-    def result(status: str, message: str, where: str = "", printed: str = "") -> CheckResult:
-        return CheckResult(exercise.name, status, message, where, printed, exercise.hint)
+    number: int
+    case: Case
+    call: _Call
+    args: tuple  # as the learner's function left them
+    hard: object = None  # None, _UNFINISHED, or the message of a problem that is not about values
+    kinds: tuple[str, ...] = ()  # what kind of hard problem
+    expected: object = None
+    ok: bool = False
 
-    if not callable(fn):
-        return result(
-            FAILED,
-            f"check_{exercise.name} needs your function itself, `check_{exercise.name}({exercise.name})`, "
-            f"not the result of calling it; got {_describe(fn)}.",
-        )
+
+def run_check(
+    exercise: Exercise,
+    fn,
+    time_limit: float = TIME_LIMIT,
+    *,
+    caller: Caller | None = None,
+    cases: list[Case] | None = None,
+) -> CheckResult:
+    """Run ``fn`` on every case of ``exercise``, then decide; never raises (a failure is a result).
+
+    The single place where outputs are compared and bugs diagnosed. By default ``fn`` is called here, in
+    this process; the batch grader passes a ``caller`` that returns what a sandboxed kernel computed (then
+    ``fn`` is only a label), and the ``cases`` it sent there.
+
+    The decision, once every case has been called (calls stop after a time-out or a crash):
+
+    * every case matches: passed;
+    * the first case that does not match raised NotImplementedError: not attempted;
+    * it had a problem that is not about values (an exception, a time-out, a crash, an input changed in
+      place): that problem, on that case;
+    * else (wrong values): a known-wrong variant is named only if the function's output equals the
+      variant's on every case where the variant runs, and differs from the reference on one of them
+      (and the variant runs on every case where the values are wrong);
+      otherwise the message says what was observed: type, dtype, shape, NaN or inf, where the values
+      differ, on which kinds of test case. Problems of other kinds on later cases are added.
+    """
+
+    def result(status: str, message: str, where: str = "", reason: str = "", findings=()) -> CheckResult:
+        return CheckResult(exercise.name, status, message, where, printed, exercise.hint, reason, tuple(findings))
+
     printed = ""  # the first thing the learner's function printed, if anything
+    if caller is None:
+        if not callable(fn):
+            return result(
+                FAILED,
+                f"check_{exercise.name} needs your function itself, `check_{exercise.name}({exercise.name})`, "
+                f"not the result of calling it; got {_describe(fn)}.",
+                findings=["type"],
+            )
+        caller = in_process(fn)
     try:
-        cases = exercise.make_cases()
+        cases = exercise.make_cases() if cases is None else cases
+        outcomes: list[_Outcome] = []
         for number, case in enumerate(cases, start=1):
-            where = f"test case {number} of {len(cases)} ({case.description})"
-            learner_args = copy.deepcopy(case.args)
-            call = _call_learner(fn, learner_args, time_limit)
+            call, learner_args = caller(number, case, time_limit)
             printed = printed or call.printed
-            problem = _diagnose(exercise, fn, case, learner_args, call, time_limit)
-            if problem is _UNFINISHED:
-                return result(
-                    NOT_ATTEMPTED,
-                    f"`{exercise.name}` still raises NotImplementedError. Replace `# YOUR CODE HERE` and "
-                    "`raise NotImplementedError()` with your code, run that cell, then run this check again.",
-                )
-            if problem:
-                return result(FAILED, problem, where, printed)
-        return result(PASSED, f"all {len(cases)} test cases match the reference.", printed=printed)
+            outcome = _Outcome(number, case, call, learner_args)
+            outcome.hard, outcome.kinds = _hard_problem(exercise, case, learner_args, call, time_limit)
+            if outcome.hard is None:
+                with torch.no_grad():
+                    outcome.expected = exercise.reference(*copy.deepcopy(case.args))
+                outcome.ok = _same(outcome.expected, call.value)
+            outcomes.append(outcome)
+            if call.timed_out or call.crashed:
+                break  # each further call could cost the whole time limit again, or find no process
+        failed = [o for o in outcomes if not o.ok]
+        if not failed:
+            return result(PASSED, f"all {len(cases)} test cases match the reference.")
+        first = failed[0]
+        where = _case_name(first, len(cases))
+        if first.hard is _UNFINISHED:
+            return result(
+                NOT_ATTEMPTED,
+                f"`{exercise.name}` still raises NotImplementedError. Replace `# YOUR CODE HERE` and "
+                "`raise NotImplementedError()` with your code, run that cell, then run this check again.",
+            )
+        if first.hard is not None:
+            reason = CRASHED if first.call.crashed else TIMEOUT if first.call.timed_out else ""
+            return result(FAILED, first.hard, where, reason, first.kinds)
+        message, findings, at = _wrong_values(exercise, outcomes, len(cases))
+        return result(FAILED, message, _case_name(at, len(cases)), findings=findings)
     except Exception as err:  # a bug in the check itself must not stop the notebook either
         return result(FAILED, f"the check itself failed ({type(err).__name__}: {err}); please report this.")
 
 
-def _diagnose(exercise: Exercise, fn: Callable, case: Case, learner_args: tuple, call: _Call, time_limit: float):
-    """None if the learner's output is right, _UNFINISHED for NotImplementedError, else a message naming the bug."""
+def _case_name(outcome: _Outcome, total: int) -> str:
+    return f"test case {outcome.number} of {total} ({outcome.case.description})"
+
+
+def _hard_problem(exercise: Exercise, case: Case, learner_args: tuple, call: _Call, time_limit: float):
+    """(None, ()) if the call returned normally with its inputs intact; (_UNFINISHED, ()) for NotImplementedError;
+    else (a message, its kinds of finding)."""
+    if call.crashed:
+        return (
+            "the process running your function died (for example `os._exit`, a crash inside a library, or "
+            "running out of memory); the grader went on with the next exercise.",
+            ("crashed",),
+        )
+    if call.stopped_outside:
+        return (
+            f"your function did not finish within {time_limit:g} s and would not stop when asked (does it "
+            "ignore the alarm signal, or catch every exception in a loop?), so the grader stopped it. Is there "
+            "a loop that never ends?",
+            ("timeout",),
+        )
     if call.timed_out:
         return (
             f"your function did not finish within {time_limit:g} s. Is there a loop that never ends, "
-            "for example a `while` whose condition never changes?"
+            "for example a `while` whose condition never changes?",
+            ("timeout",),
         )
-    if isinstance(call.error, NotImplementedError):
-        return _UNFINISHED
-    if call.error is not None:
-        return f"your function raised {type(call.error).__name__}{_learner_line(call.error, fn)}: {call.error}"
+    if call.not_implemented:
+        return _UNFINISHED, ()
+    if call.error_name:
+        return f"your function raised {call.error_name}{call.error_line}: {call.error_text}", ("error",)
     for name, original, copied in zip(exercise.params, case.args, learner_args, strict=True):
         if not _unchanged(original, copied):
             return (
                 f"your function modified its input `{name}` in place (with `-=`, `+=`, `x[...] = ...` "
                 "or a method ending in `_` such as `masked_fill_`). The caller still needs its inputs: work on "
-                "a copy (`.clone()`) or use the out-of-place version (`masked_fill`)."
+                "a copy (`.clone()`) or use the out-of-place version (`masked_fill`).",
+                ("inplace",),
             )
-    with torch.no_grad():
-        expected = exercise.reference(*copy.deepcopy(case.args))
-    got = call.value
-    if _same(expected, got):
-        return None
+    return None, ()
+
+
+def _established_variant(exercise: Exercise, outcomes: list[_Outcome]) -> tuple[Variant, _Outcome] | None:
+    """The variant whose output equals the learner's on every case where it runs, and differs from the
+    reference on one of them (of several, the one that runs on the most cases; then the first listed).
+    A case where the learner's values are wrong and the variant cannot run rules the variant out: it
+    would not explain that case."""
+    best: tuple[int, Variant, _Outcome] | None = None
     for variant in exercise.variants:
-        try:
-            with torch.no_grad():
-                wrong = variant.fn(*copy.deepcopy(case.args))
-        except Exception:
-            continue  # this mistake cannot even run on this case
-        if _same(wrong, got):
-            return variant.diagnosis
+        ran, at = 0, None
+        for outcome in outcomes:
+            try:
+                with torch.no_grad():
+                    wrong = variant.fn(*copy.deepcopy(outcome.case.args))
+            except Exception:
+                if outcome.hard is None and not outcome.ok:
+                    break  # wrong values that this mistake cannot explain: it cannot even run here
+                continue  # the case says nothing about this mistake
+            if outcome.hard is not None or not _same(wrong, outcome.call.value):
+                break
+            ran += 1
+            if not outcome.ok and at is None:
+                at = outcome
+        else:
+            if at is not None and (best is None or ran > best[0]):
+                best = (ran, variant, at)
+    return None if best is None else (best[1], best[2])
+
+
+def _wrong_values(exercise: Exercise, outcomes: list[_Outcome], total: int) -> tuple[str, list[str], _Outcome]:
+    """(message, kinds of finding, the case it is about) when the first failing case returned wrong values."""
+    later = [o for o in outcomes if o.hard is not None and o.hard is not _UNFINISHED]
+    also = ""
+    if later:
+        o = later[0]
+        also = f" Also, on {_case_name(o, total)}: {o.hard}"
+    found = _established_variant(exercise, outcomes)
+    if found is not None:
+        variant, at = found
+        return variant.diagnosis + also, ["variant"] + (["also"] if also else []), at
+    at = next(o for o in outcomes if not o.ok)
+    message, findings = _observed(exercise, at)
+    across = _across_cases(outcomes, total)
+    if across:
+        message += " " + across
+        findings.append("cases")
+    if not {"type", "dtype", "shape"} & set(findings):  # a later case may show more than a count
+        for later_outcome in outcomes[outcomes.index(at) + 1 :]:
+            if later_outcome.hard is None and not later_outcome.ok:
+                text, kinds = _observed(exercise, later_outcome)
+                if {"type", "dtype", "shape"} & set(kinds):
+                    message += f" On {_case_name(later_outcome, total)}: {text}"
+                    findings += kinds
+                    break
+    findings += ["also"] if also else []
+    return message + also, list(dict.fromkeys(findings)), at
+
+
+def _observed(exercise: Exercise, outcome: _Outcome) -> tuple[str, list[str]]:
+    """What differs on one case, as observed: per output, type, dtype, shape, NaN or inf, where."""
+    expected, got, args = outcome.expected, outcome.call.value, outcome.case.args
     single = not isinstance(expected, tuple)
     expected_parts = (expected,) if single else expected
     if single:
         got_parts = (got,)
     elif not isinstance(got, (tuple, list)) or len(got) != len(expected):
         names = ", ".join(exercise.output_names)
-        return f"your function should return {len(expected)} values ({names}), got {_describe(got)}."
+        return f"your function should return {len(expected)} values ({names}), got {_describe(got)}.", ["type"]
     else:
         got_parts = tuple(got)
-    problems = []
-    for output_name, names, e, g in zip(
-        exercise.output_names, exercise.returns, expected_parts, got_parts, strict=True
+    layouts = exercise.layout(args) if exercise.layout is not None else (None,) * len(expected_parts)
+    large = LARGE in outcome.case.tags
+    problems, findings, right = [], [], []
+    for output_name, names, e, g, layout in zip(
+        exercise.output_names, exercise.returns, expected_parts, got_parts, layouts, strict=True
     ):
-        if not _same(e, g):
-            what = "your output" if single else f"`{output_name}`"
-            problems.append(_output_problem(e, g, names, what))
+        if _same(e, g):
+            right.append(f"`{output_name}`")
+            continue
+        what = "your output" if single else f"`{output_name}`"
+        text, kinds = _output_problem(e, g, names, what, layout, large)
+        problems.append(text)
+        findings += kinds
+    if right:
+        problems.append(f"({' and '.join(right)} {'matches' if len(right) == 1 else 'match'} the reference.)")
+        findings.append("where")
     if exercise.properties is not None:
-        broken = exercise.properties(case.args, got)
+        broken = exercise.properties(args, got)
         if broken:
             problems.insert(0, broken)
-    return " ".join(problems)
+            findings.insert(0, "property")
+    text = " ".join(problems[:1] + [p[0].upper() + p[1:] for p in problems[1:]])
+    return text, list(dict.fromkeys(findings))
+
+
+def _across_cases(outcomes: list[_Outcome], total: int) -> str:
+    """'It matches ... on every test case except those with <tag>', when the failing cases are exactly those."""
+    if len(outcomes) < total:
+        return ""
+    failing = {o.number for o in outcomes if not o.ok}
+    for tag in _TAG_ORDER:
+        tagged = {o.number for o in outcomes if tag in o.case.tags}
+        if tagged == failing and len(tagged) < total:
+            numbers = sorted(tagged)
+            listed = f"test case {numbers[0]}" if len(numbers) == 1 else f"test cases {_listed(numbers)}"
+            return f"It matches the reference on every test case except the ones with {tag} ({listed})."
+    return ""
+
+
+def grading_mode() -> bool:
+    """True inside a kernel the batch grader started (where check cells must not call anything)."""
+    return os.environ.get(GRADING_ENV) == "1"
 
 
 # --------------------------------------------------------------------------------------------
@@ -458,7 +830,13 @@ def _mask(rows: list[list[int]]) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.bool)
 
 
-def _tokens(g: torch.Generator, lengths: list[int], src_len: int) -> torch.Tensor:
-    """(batch, src_len) token ids in 3..29 with padding id 0 after each length."""
-    ids = torch.randint(3, 30, (len(lengths), src_len), generator=g)
-    return ids.masked_fill(~padding_mask(torch.tensor(lengths), src_len), 0)
+def _tokens(g: torch.Generator, lengths: list[int], src_len: int, vocab: int = 30) -> torch.Tensor:
+    """(batch, src_len) token ids from 3..vocab-1, all different within a row (so that moving a token shows), with
+    padding id 0 after each length: a real id never equals the padding id."""
+    rows = [torch.randperm(vocab - 3, generator=g)[:src_len] + 3 for _ in lengths]
+    return torch.stack(rows).masked_fill(~padding_mask(torch.tensor(lengths), src_len), 0)
+
+
+def kinds(*tags: str) -> frozenset[str]:
+    """A case's tags: ``Case("...", args, kinds(ONE, PADDED))``."""
+    return frozenset(tags)

@@ -1,21 +1,59 @@
-"""Checks for the exercises of lesson 01 (the RNN bottleneck)."""
+"""Checks for the exercises of lesson 01 (the RNN bottleneck).
+
+Every exercise has test cases with a batch of one, with and without padding, and with large inputs; the
+known-wrong variants include an off-by-one in both directions. Inputs are chosen so that different mistakes
+give different outputs: token ids are all different within a sentence and never equal the padding id 0,
+states at padded positions are random numbers unlike any real state, and the sizes (batch, length, hidden)
+differ from each other so that a transpose shows.
+"""
 
 from __future__ import annotations
 
 import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..masks import padding_mask
-from .engine import Case, Exercise, Variant, _generator, _randn, _tokens
+from .engine import (
+    LARGE,
+    ONE,
+    PADDED,
+    UNPADDED,
+    Case,
+    Exercise,
+    Layout,
+    Variant,
+    _generator,
+    _randn,
+    _tokens,
+    kinds,
+)
 
 LESSON = "01_rnn_bottleneck"
+
+# --------------------------------------------------------------------------------------------
+# padding_mask
+# --------------------------------------------------------------------------------------------
 
 
 def _padding_mask_cases() -> list[Case]:
     return [
-        Case("lengths [3, 5, 1], max_len 5", (torch.tensor([3, 5, 1]), 5)),
-        Case("lengths [2, 2] padded to max_len 4, longer than any sentence", (torch.tensor([2, 2]), 4)),
-        Case("one sentence of length 4, no padding", (torch.tensor([4]), 4)),
+        Case("lengths [3, 5, 1], max_len 5", (torch.tensor([3, 5, 1]), 5), kinds(PADDED)),
+        Case("lengths [2, 4] padded to max_len 6, longer than any sentence", (torch.tensor([2, 4]), 6), kinds(PADDED)),
+        Case("one sentence of length 4, no padding", (torch.tensor([4]), 4), kinds(ONE, UNPADDED)),
+        Case("one sentence of length 2 padded to max_len 5", (torch.tensor([2]), 5), kinds(ONE, PADDED)),
+        Case("4 sentences of length 3, no padding", (torch.tensor([3, 3, 3, 3]), 3), kinds(UNPADDED)),
+        Case(
+            "long sentences: lengths [1000, 613, 1], max_len 1000",
+            (torch.tensor([1000, 613, 1]), 1000),
+            kinds(LARGE, PADDED),
+        ),
     ]
+
+
+def _mask_layout(args: tuple) -> tuple[Layout]:
+    lengths, max_len = args
+    return (Layout(positions=1, real=padding_mask(lengths, max_len)),)
 
 
 PADDING_MASK = Exercise(
@@ -25,16 +63,23 @@ PADDING_MASK = Exercise(
     returns=(("batch", "max_len"),),
     reference=padding_mask,
     make_cases=_padding_mask_cases,
+    layout=_mask_layout,
     variants=(
         Variant(
             "the mask is inverted: it is True at padding and False at real tokens. In this course True means "
-            "'a real token, may attend'.",
+            "'a real token, may attend': compare `positions < lengths`.",
             lambda lengths, max_len: torch.arange(max_len)[None, :] >= lengths[:, None],
         ),
         Variant(
-            "off by one: each row has one True too many. Position j is real when j < length (positions count "
-            "from 0), so use `<`, not `<=`.",
+            "off by one: each row has one True too many (position `length`, the first padding position, is marked "
+            "real). Position j, counting from 0, is real when `j < length`: `positions < lengths`.",
             lambda lengths, max_len: torch.arange(max_len)[None, :] <= lengths[:, None],
+        ),
+        Variant(
+            "off by one: each row has one True too few (the last real word, at position `length - 1`, is marked "
+            "padding). With positions counted from 0, `torch.arange(max_len)`, position j is real when "
+            "`j < length`: compare with `lengths` itself.",
+            lambda lengths, max_len: torch.arange(max_len)[None, :] < lengths[:, None] - 1,
         ),
         Variant(
             "the mask is transposed: it has one row per position and one column per sentence. Put the batch "
@@ -42,14 +87,18 @@ PADDING_MASK = Exercise(
             lambda lengths, max_len: torch.arange(max_len)[:, None] < lengths[None, :],
         ),
         Variant(
-            "max_len is ignored: the mask is only as long as the longest sentence, but a padded batch can be "
-            "longer. Use `torch.arange(max_len)`.",
+            "the mask is only as long as the longest sentence, not max_len: a padded batch can be longer than its "
+            "longest sentence. Build the positions from max_len: `torch.arange(max_len)`.",
             lambda lengths, max_len: torch.arange(int(lengths.max()))[None, :] < lengths[:, None],
         ),
     ),
     hint="Compare a row of positions `torch.arange(max_len)` with a column of lengths: broadcasting a "
     "(1, max_len) tensor against a (batch, 1) tensor gives (batch, max_len), and `<` gives bools.",
 )
+
+# --------------------------------------------------------------------------------------------
+# last_real_state
+# --------------------------------------------------------------------------------------------
 
 
 def _last_real_state(states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -60,9 +109,19 @@ def _last_real_state(states: torch.Tensor, lengths: torch.Tensor) -> torch.Tenso
 def _last_real_state_cases() -> list[Case]:
     g = _generator(1)
     return [
-        Case("4 sentences of lengths [3, 1, 4, 2] padded to 5", (_randn(g, 4, 5, 3), torch.tensor([3, 1, 4, 2]))),
-        Case("2 sentences of lengths [4, 2] padded to 4", (_randn(g, 2, 4, 6), torch.tensor([4, 2]))),
-        Case("one sentence of length 1 padded to 3", (_randn(g, 1, 3, 2), torch.tensor([1]))),
+        Case(
+            "4 sentences of lengths [3, 1, 4, 2] padded to 5",
+            (_randn(g, 4, 5, 3), torch.tensor([3, 1, 4, 2])),
+            kinds(PADDED),
+        ),
+        Case("2 sentences of length 4, no padding", (_randn(g, 2, 4, 6), torch.tensor([4, 4])), kinds(UNPADDED)),
+        Case("one sentence of length 2 padded to 3", (_randn(g, 1, 3, 2), torch.tensor([2])), kinds(ONE, PADDED)),
+        Case("one sentence of length 5, no padding", (_randn(g, 1, 5, 4), torch.tensor([5])), kinds(ONE, UNPADDED)),
+        Case(
+            "3 sentences of lengths [300, 17, 256] padded to 300, states around ±1000",
+            (1000 * _randn(g, 3, 300, 4), torch.tensor([300, 17, 256])),
+            kinds(LARGE, PADDED),
+        ),
     ]
 
 
@@ -75,23 +134,35 @@ LAST_REAL_STATE = Exercise(
     make_cases=_last_real_state_cases,
     variants=(
         Variant(
-            "you took the state at the last position of the padded batch (`states[:, -1]`). For a sentence "
+            "your output is the state at the last position of the padded batch (`states[:, -1]`). For a sentence "
             "shorter than the batch that state has read padding: use each sentence's own last position, "
             "`lengths - 1`.",
             lambda states, lengths: states[:, -1],
         ),
         Variant(
-            "off by one: you took the state at position `lengths`, one after the last real word. Positions "
-            "count from 0, so the last real word is at `lengths - 1`.",
+            "off by one: your output is the state at position `lengths`, one after the last real word. "
+            "Positions count from 0, so the last real word is at `lengths - 1`.",
             lambda states, lengths: states[torch.arange(states.shape[0]), lengths],
         ),
         Variant(
-            "you indexed the axes in the wrong order, as if states were (src_len, batch, hidden) "
-            "(time-major, nn.GRU's default). Here states is batch-first: (batch, src_len, hidden).",
+            "off by one: your output is the state at position `lengths - 2`, one before the last real word (and, "
+            "for a sentence of one word, index -1: the last padded position). The last real word is at "
+            "`lengths - 1`.",
+            lambda states, lengths: states[torch.arange(states.shape[0]), lengths - 2],
+        ),
+        Variant(
+            "your output is the state at position 0, after the first word only. The context vector of a forward "
+            "encoder is its state after the last real word, at `lengths - 1`.",
+            lambda states, lengths: states[:, 0],
+        ),
+        Variant(
+            "your output is `states[lengths - 1, batch_index]`: the axes are used in the wrong order, as if states "
+            "were (src_len, batch, hidden) (time-major, nn.GRU's default). Here states is batch-first: "
+            "(batch, src_len, hidden), so the batch index comes first.",
             lambda states, lengths: states[lengths - 1, torch.arange(states.shape[0])],
         ),
         Variant(
-            "`states[:, lengths - 1]` picks every sentence's state at every sentence's last position "
+            "your output is `states[:, lengths - 1]`: every sentence's state at every sentence's last position "
             "(batch x batch of them). Pair sentence b with its own position: "
             "`states[torch.arange(batch), lengths - 1]`.",
             lambda states, lengths: states[:, lengths - 1],
@@ -100,6 +171,10 @@ LAST_REAL_STATE = Exercise(
     hint="Advanced indexing with two index tensors pairs them up: `x[rows, cols]` picks x[rows[0], cols[0]], "
     "x[rows[1], cols[1]], ... One index tensor runs over the batch, the other says which position.",
 )
+
+# --------------------------------------------------------------------------------------------
+# reverse_padded
+# --------------------------------------------------------------------------------------------
 
 
 def _reverse_padded(src: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -112,25 +187,48 @@ def _reverse_padded(src: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 def _reverse_padded_cases() -> list[Case]:
     g = _generator(2)
+
+    def case(description: str, lengths: list[int], src_len: int, tags, vocab: int = 30) -> Case:
+        return Case(description, (_tokens(g, lengths, src_len, vocab), torch.tensor(lengths)), tags)
+
     return [
-        Case("3 sentences of lengths [4, 5, 2] padded to 6", (_tokens(g, [4, 5, 2], 6), torch.tensor([4, 5, 2]))),
-        Case("2 sentences of lengths [3, 1] padded to 3", (_tokens(g, [3, 1], 3), torch.tensor([3, 1]))),
-        Case("one sentence of length 2 padded to 4", (_tokens(g, [2], 4), torch.tensor([2]))),
+        case("3 sentences of lengths [4, 5, 2] padded to 6", [4, 5, 2], 6, kinds(PADDED)),
+        case("2 sentences of lengths [3, 1] padded to 3", [3, 1], 3, kinds(PADDED)),
+        case("one sentence of length 2 padded to 4", [2], 4, kinds(ONE, PADDED)),
+        case("2 sentences of length 5, no padding", [5, 5], 5, kinds(UNPADDED)),
+        case("one sentence of length 3, no padding", [3], 3, kinds(ONE, UNPADDED)),
+        case(
+            "2 sentences of lengths [300, 129] padded to 300, token ids up to 50 000",
+            [300, 129],
+            300,
+            kinds(LARGE, PADDED),
+            vocab=50_000,
+        ),
     ]
 
 
-def _reverse_all_but_last(src: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+def _reverse_span(src: torch.Tensor, lengths: torch.Tensor, extra: int) -> torch.Tensor:
+    """Reverse the first ``lengths + extra`` tokens of each row."""
     out = src.clone()
     for b, n in enumerate(lengths.tolist()):
-        out[b, : n - 1] = src[b, : n - 1].flip(0)
+        out[b, : n + extra] = src[b, : n + extra].flip(0)
     return out
 
 
-def _reverse_from_length(src: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+def _reverse_shifted(src: torch.Tensor, lengths: torch.Tensor, shift: int) -> torch.Tensor:
+    """Position j < n gets token ``n - 1 - j + shift`` (raises where that leaves the row, as a learner's loop would)."""
     out = src.clone()
     for b, n in enumerate(lengths.tolist()):
-        out[b, :n] = src[b, n - torch.arange(n)]
+        index = n - 1 - torch.arange(n) + shift
+        if int(index.max()) >= src.shape[1]:
+            raise IndexError("index out of range")
+        out[b, :n] = src[b, index]
     return out
+
+
+def _reverse_layout(args: tuple) -> tuple[Layout]:
+    src, lengths = args
+    return (Layout(positions=1, real=padding_mask(lengths, src.shape[1]), words=("real tokens", "padding positions")),)
 
 
 REVERSE_PADDED = Exercise(
@@ -140,28 +238,199 @@ REVERSE_PADDED = Exercise(
     returns=(("batch", "src_len"),),
     reference=_reverse_padded,
     make_cases=_reverse_padded_cases,
+    layout=_reverse_layout,
     variants=(
         Variant(
-            "you reversed whole rows, padding included, so the padding moved to the front. Reverse only the "
-            "first `lengths[b]` tokens of row b and leave the padding at the end.",
+            "the padding moved to the front: your output is each whole row reversed, padding included. Reverse "
+            "only the first `lengths[b]` tokens of row b and leave the padding at the end.",
             lambda src, lengths: src.flip(1),
         ),
         Variant(
-            "you reversed the order of the sentences in the batch (dim 0). Reverse the words within each "
-            "sentence (dim 1), up to its length.",
+            "your output has the sentences of the batch in reverse order (dim 0), each sentence's words unchanged. "
+            "Reverse the words within each sentence (dim 1), up to its length.",
             lambda src, lengths: src.flip(0),
         ),
         Variant(
-            "off by one: the last real word stayed where it was. Reverse all `lengths[b]` real tokens, "
-            "`row[:n]`, not `row[:n - 1]`.",
-            _reverse_all_but_last,
+            "off by one: the last real word stayed where it was and only the words before it were reversed. "
+            "Reverse all `lengths[b]` real tokens: `row[:n]`.",
+            lambda src, lengths: _reverse_span(src, lengths, -1),
         ),
         Variant(
-            "off by one: position j should get token `n - 1 - j` (positions count from 0), but you took "
-            "`n - j`, which starts with the first padding token.",
-            _reverse_from_length,
+            "off by one: one token too many was reversed, so the first padding token moved to the front of the "
+            "sentence. Reverse exactly `lengths[b]` tokens: `row[:n]`.",
+            lambda src, lengths: _reverse_span(src, lengths, +1),
+        ),
+        Variant(
+            "off by one: position j got token `n - j` (so the first real position got the first padding "
+            "token), but it should get token `n - 1 - j` (positions count from 0).",
+            lambda src, lengths: _reverse_shifted(src, lengths, +1),
+        ),
+        Variant(
+            "off by one: position j got token `n - 2 - j` (and the last real position got index -1, the end of "
+            "the row), but it should get token `n - 1 - j` (positions count from 0).",
+            lambda src, lengths: _reverse_shifted(src, lengths, -1),
         ),
     ),
     hint="A loop over the batch is fine here: for row b with n = lengths[b] real tokens, the reversed row is "
     "`src[b, :n].flip(0)` followed by the row's padding. Start from a copy, `out = src.clone()`.",
+)
+
+# --------------------------------------------------------------------------------------------
+# bidirectional_summary: the fixed vector of a bidirectional encoder (a case the lesson did not show)
+# --------------------------------------------------------------------------------------------
+
+
+def _bidirectional_summary(states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """states (batch, src_len, 2 * hidden), forward features first; lengths (batch,) -> (batch, 2 * hidden):
+    [forward state at position length - 1 ; backward state at position 0], what a bidirectional nn.GRU's h_n holds
+    (``attnedu.models.Encoder``'s summary)."""
+    hidden = states.shape[-1] // 2
+    forward = states[torch.arange(states.shape[0]), lengths - 1, :hidden]
+    backward = states[:, 0, hidden:]
+    return torch.cat([forward, backward], dim=-1)
+
+
+def _gru_outputs(g: torch.Generator, lengths: list[int], src_len: int, emb: int, hidden: int) -> torch.Tensor:
+    """What a bidirectional GRU returns for a padded batch: pack, run, pad back (zeros at padding)."""
+    with torch.random.fork_rng(devices=[]):  # the constructor draws from the global RNG: leave it as it was
+        rnn = nn.GRU(emb, hidden, batch_first=True, bidirectional=True)
+    with torch.no_grad():
+        for p in rnn.parameters():
+            p.copy_(_randn(g, *p.shape))
+        embedded = _randn(g, len(lengths), src_len, emb)
+        packed = pack_padded_sequence(embedded, torch.tensor(lengths), batch_first=True, enforce_sorted=False)
+        out, _ = rnn(packed)
+        states, _ = pad_packed_sequence(out, batch_first=True, total_length=src_len)
+    return states
+
+
+def _bidirectional_summary_cases() -> list[Case]:
+    g = _generator(7)
+
+    def case(description: str, lengths: list[int], src_len: int, hidden: int, tags, scale: float = 1.0) -> Case:
+        return Case(description, (scale * _randn(g, len(lengths), src_len, 2 * hidden), torch.tensor(lengths)), tags)
+
+    lengths = [3, 5, 1, 4]
+    real = Case(
+        "the outputs of a bidirectional nn.GRU (packed, then padded back) for lengths [3, 5, 1, 4], hidden 3: "
+        "zeros at the padded positions",
+        (_gru_outputs(g, lengths, 5, emb=2, hidden=3), torch.tensor(lengths)),
+        kinds(PADDED),
+    )
+    return [
+        case("3 sentences of lengths [4, 2, 3] padded to 5, hidden 3", [4, 2, 3], 5, 3, kinds(PADDED)),
+        real,
+        case("2 sentences of length 4, no padding, hidden 2", [4, 4], 4, 2, kinds(UNPADDED)),
+        case("one sentence of length 3 padded to 6, hidden 4", [3], 6, 4, kinds(ONE, PADDED)),
+        case("one sentence of length 3, no padding, hidden 2", [3], 3, 2, kinds(ONE, UNPADDED)),
+        case(
+            "2 sentences of lengths [300, 77] padded to 300, hidden 2, states around ±1000",
+            [300, 77],
+            300,
+            2,
+            kinds(LARGE, PADDED),
+            scale=1000.0,
+        ),
+    ]
+
+
+def _halves(states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    hidden = states.shape[-1] // 2
+    return states[..., :hidden], states[..., hidden:]
+
+
+def _at(states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """(batch, src_len, features), (batch,) positions -> (batch, features)."""
+    return states[torch.arange(states.shape[0]), positions]
+
+
+def _summary_from(forward_at, backward_at, swap: bool = False):
+    """A summary that takes the forward half at ``forward_at(states, lengths)`` and the backward half at
+    ``backward_at(...)`` (positions, (batch,)); ``swap`` puts the backward half first."""
+
+    def summary(states, lengths):
+        forward, backward = _halves(states)
+        parts = [_at(forward, forward_at(states, lengths)), _at(backward, backward_at(states, lengths))]
+        return torch.cat(parts[::-1] if swap else parts, dim=-1)
+
+    return summary
+
+
+def _last_real(states, lengths):
+    return lengths - 1
+
+
+def _first(states, lengths):
+    return torch.zeros_like(lengths)
+
+
+def _last_padded(states, lengths):
+    return torch.full_like(lengths, states.shape[1] - 1)
+
+
+def _bidirectional_layout(args: tuple) -> tuple[Layout]:
+    return (Layout(halves=("the forward direction", "the backward direction")),)
+
+
+BIDIRECTIONAL_SUMMARY = Exercise(
+    name="bidirectional_summary",
+    lesson=LESSON,
+    params=("states", "lengths"),
+    returns=(("batch", "2 * hidden"),),
+    reference=_bidirectional_summary,
+    make_cases=_bidirectional_summary_cases,
+    layout=_bidirectional_layout,
+    variants=(
+        Variant(
+            "your output is `states[:, -1]`: both halves from the last position of the padded batch. For a shorter "
+            "sentence the forward state there has read padding, and the backward direction ends at position 0, "
+            "not at the end: forward half at `lengths - 1`, backward half at position 0.",
+            _summary_from(_last_padded, _last_padded),
+        ),
+        Variant(
+            "the forward half comes from the last position of the padded batch (`states[:, -1]`), which for a "
+            "shorter sentence has read padding. Take it at each sentence's own last word, `lengths - 1`.",
+            _summary_from(_last_padded, _first),
+        ),
+        Variant(
+            "the backward half comes from the last position of the padded batch. The backward direction reads the "
+            "sentence from its end to its start, so its final state is at position 0: `states[:, 0, hidden:]`.",
+            _summary_from(_last_real, _last_padded),
+        ),
+        Variant(
+            "off by one: the forward half is the state at position `lengths`, one after the last real word. "
+            "Positions count from 0, so the last real word is at `lengths - 1`.",
+            _summary_from(lambda s, n: n, _first),
+        ),
+        Variant(
+            "off by one: the forward half is the state at position `lengths - 2`, one before the last real word "
+            "(for a sentence of one word, index -1: the last padded position). Use `lengths - 1`.",
+            _summary_from(lambda s, n: n - 2, _first),
+        ),
+        Variant(
+            "the backward half was taken at the last real word, as for a forward encoder (your output is "
+            "`states[b, lengths[b] - 1]`, both halves). The backward direction has read the whole sentence only "
+            "when it reaches position 0: take its half at position 0.",
+            _summary_from(_last_real, _last_real),
+        ),
+        Variant(
+            "the two halves are swapped: the backward state comes first. The forward direction's features are the "
+            "first `hidden` ones and the summary keeps that order: `[forward ; backward]`.",
+            _summary_from(_last_real, _first, swap=True),
+        ),
+        Variant(
+            "the positions of the two directions are swapped: your forward half is from position 0 and your "
+            "backward half from the last real word. The forward direction reads left to right and finishes at "
+            "`lengths - 1`; the backward one finishes at position 0.",
+            _summary_from(_first, _last_real),
+        ),
+        Variant(
+            "your output is only the forward half (batch, hidden). The summary of a bidirectional encoder has both "
+            "directions: `torch.cat([forward, backward], dim=-1)`, (batch, 2 * hidden).",
+            lambda states, lengths: _at(_halves(states)[0], lengths - 1),
+        ),
+    ),
+    hint="Split the features: `hidden = states.shape[-1] // 2`. The forward half of sentence b is "
+    "`states[b, lengths[b] - 1, :hidden]` (pair a batch index with each position, as in exercise 2); the "
+    "backward half is `states[:, 0, hidden:]`. Join them with `torch.cat([...], dim=-1)`.",
 )

@@ -1,4 +1,11 @@
-"""Checks for the exercises of lesson 02 (Bahdanau attention)."""
+"""Checks for the exercises of lesson 02 (Bahdanau attention).
+
+Every exercise has test cases with a batch of one, with and without padding, and with large inputs
+(scores, or the tanh's argument, in the hundreds, where exp overflows in float32); the known-wrong
+variants include an off-by-one in both directions (an index, or the axis of a reduction one too low
+and one too high, with a case whose sizes let the wrong axis run). Sizes differ from each other so
+that a transpose shows.
+"""
 
 from __future__ import annotations
 
@@ -11,33 +18,74 @@ from torch import nn
 from ..attention import AdditiveAttention, additive_score, context_vector, masked_softmax
 from ..masks import padding_mask
 from ..models import Decoder, EncoderOutput
-from .engine import Case, Exercise, Variant, _generator, _mask, _randn
+from .engine import (
+    EMPTY_ROW,
+    LARGE,
+    ONE,
+    PADDED,
+    UNPADDED,
+    Case,
+    Exercise,
+    Layout,
+    Variant,
+    _generator,
+    _mask,
+    _randn,
+    kinds,
+)
 
 LESSON = "02_bahdanau_attention"
+
+# --------------------------------------------------------------------------------------------
+# additive_score
+# --------------------------------------------------------------------------------------------
 
 
 def _additive_score_cases() -> list[Case]:
     g = _generator(3)
 
-    def case(description: str, batch: int, src_len: int, dec_dim: int, enc_dim: int, attn_dim: int) -> Case:
-        args = (
-            _randn(g, batch, dec_dim),
-            _randn(g, batch, src_len, enc_dim),
-            _randn(g, attn_dim, dec_dim),
-            _randn(g, attn_dim, enc_dim),
-            _randn(g, attn_dim),
-        )
-        return Case(description, args)
+    def weights(dec_dim: int, enc_dim: int, attn_dim: int) -> tuple:
+        return _randn(g, attn_dim, dec_dim), _randn(g, attn_dim, enc_dim), _randn(g, attn_dim)
 
+    def case(sizes: tuple[int, ...], tags, lengths: list[int] | None = None) -> Case:
+        batch, src_len, dec_dim, enc_dim, attn_dim = sizes
+        keys = _randn(g, batch, src_len, enc_dim)
+        note = ""
+        if lengths is not None:  # zeros at padded positions, as pad_packed_sequence leaves them
+            keys = keys * padding_mask(torch.tensor(lengths), src_len)[:, :, None]
+            note = f"lengths {lengths}, zero keys at padding (scored like any position: masking comes later)"
+        W_a, U_a, v_a = weights(dec_dim, enc_dim, attn_dim)
+        description = f"batch {batch}, src_len {src_len}, dec_dim {dec_dim}, enc_dim {enc_dim}, attn_dim {attn_dim}"
+        return Case(description + (f"; {note}" if note else ""), (_randn(g, batch, dec_dim), keys, W_a, U_a, v_a), tags)
+
+    # Large: U_a h_j is chosen between 100 and 1000 in size, of either sign, and W_a s is small, so every tanh
+    # argument is large: tanh is ±1, and a tanh written with exp overflows.
+    W_a, U_a, v_a = weights(2, 4, 3)
+    sign = torch.where(torch.rand(2, 5, 3, generator=g) < 0.5, -1.0, 1.0)
+    projected_keys = (100 + 900 * torch.rand(2, 5, 3, generator=g)) * sign  # (batch, src_len, attn_dim)
+    large = Case(
+        "batch 2, src_len 5, dec_dim 2, enc_dim 4, attn_dim 3; W_a s + U_a h_j between 100 and 1000 in size",
+        (0.1 * _randn(g, 2, 2), projected_keys @ torch.linalg.pinv(U_a).T, W_a, U_a, v_a),
+        kinds(LARGE, UNPADDED),
+    )
+    # The first case is square (batch = src_len = every dim), so that every known-wrong variant runs on it, even
+    # those that need two sizes to be equal; the others have sizes that differ, so that a transpose shows.
     return [
-        case("batch 2, src_len 5, dec_dim = enc_dim = attn_dim = 4", 2, 5, 4, 4, 4),
-        case("batch 3, src_len 4, dec_dim 3, enc_dim 6, attn_dim 5", 3, 4, 3, 6, 5),
-        case("batch 1, src_len 1, dec_dim 2, enc_dim 3, attn_dim 2", 1, 1, 2, 3, 2),
+        case((4, 4, 4, 4, 4), kinds(UNPADDED)),
+        case((3, 4, 3, 6, 5), kinds(PADDED), lengths=[4, 2, 3]),
+        case((1, 3, 2, 3, 2), kinds(ONE, UNPADDED)),
+        case((1, 4, 3, 2, 5), kinds(ONE, PADDED), lengths=[2]),
+        case((2, 5, 4, 6, 3), kinds(UNPADDED)),
+        large,
     ]
 
 
 def _score_parts(query, keys, W_a, U_a):
     return (query @ W_a.T)[:, None, :], keys @ U_a.T  # (batch, 1, attn_dim), (batch, src_len, attn_dim)
+
+
+def _score_layout(args: tuple) -> tuple[Layout]:
+    return (Layout(positions=1),)
 
 
 ADDITIVE_SCORE = Exercise(
@@ -47,24 +95,26 @@ ADDITIVE_SCORE = Exercise(
     returns=(("batch", "src_len"),),
     reference=additive_score,
     make_cases=_additive_score_cases,
+    layout=_score_layout,
     variants=(
         Variant(
-            "the tanh is missing: e_j = v_a^T tanh(W_a s + U_a h_j). Without it the score is linear in h_j.",
+            "the tanh is missing: your scores are v_a^T (W_a s + U_a h_j), but e_j = v_a^T tanh(W_a s + U_a h_j). "
+            "Without the tanh the score is linear in h_j.",
             lambda q, k, W, U, v: (sum(_score_parts(q, k, W, U))) @ v,
         ),
         Variant(
-            "you applied a softmax: this function returns the raw scores e_j. The softmax comes in the next "
-            "exercise (masked_softmax), where the padding mask is applied first.",
+            "your output is the softmax of the scores: this function returns the raw scores e_j. The softmax "
+            "comes in the next exercise (masked_softmax), where the padding mask is applied first.",
             lambda q, k, W, U, v: torch.softmax(additive_score(q, k, W, U, v), dim=-1),
         ),
         Variant(
-            "you summed the attn_dim features instead of taking the dot product with v_a. The score is "
-            "`tanh(...) @ v_a`.",
+            "your scores are the plain sum of the attn_dim features of tanh(W_a s + U_a h_j), not their dot product "
+            "with v_a. The score is `tanh(...) @ v_a`.",
             lambda q, k, W, U, v: torch.tanh(sum(_score_parts(q, k, W, U))).sum(-1),
         ),
         Variant(
-            "W_a and U_a are swapped: W_a multiplies the decoder state s (the query) and U_a the encoder "
-            "annotations h_j (the keys).",
+            "W_a and U_a are swapped: your scores are those of `query @ U_a.T` and `keys @ W_a.T`. W_a multiplies the "
+            "decoder state s (the query) and U_a the encoder annotations h_j (the keys).",
             lambda q, k, W, U, v: additive_score(q, k, U, W, v),
         ),
         Variant(
@@ -72,7 +122,7 @@ ADDITIVE_SCORE = Exercise(
             lambda q, k, W, U, v: additive_score(q, k, W, U, v).T,
         ),
         Variant(
-            "you multiplied by W_a^T and U_a^T instead of W_a and U_a. With vectors as rows, W_a s is "
+            "your scores are those with W_a^T and U_a^T in place of W_a and U_a. With vectors as rows, W_a s is "
             "`query @ W_a.T` (W_a is (attn_dim, dec_dim)).",
             lambda q, k, W, U, v: additive_score(q, k, W.T, U.T, v),
         ),
@@ -81,24 +131,58 @@ ADDITIVE_SCORE = Exercise(
             "dot product with v_a.",
             lambda q, k, W, U, v: torch.tanh(sum(_score_parts(q, k, W, U)) @ v),
         ),
+        Variant(
+            "source position j of every sentence was scored with sentence j's query: the projected query's batch "
+            "axis met the keys' source axis, one axis too late (as `[None, :, :]`, or no new axis at all, does; it "
+            "runs only when batch equals src_len). Insert the source axis after the batch: `[:, None, :]`.",
+            lambda q, k, W, U, v: torch.tanh((q @ W.T)[None, :, :] + k @ U.T) @ v,
+        ),
+        Variant(
+            "the projected query's features met the keys' source axis, one axis too early (as `[:, :, None]` does: "
+            "(batch, attn_dim, 1), which runs only when src_len equals attn_dim), so features and positions got "
+            "mixed. Insert the source axis after the batch: `[:, None, :]`, (batch, 1, attn_dim).",
+            lambda q, k, W, U, v: torch.tanh((q @ W.T)[:, :, None] + k @ U.T) @ v,
+        ),
     ),
     hint="Project first: `query @ W_a.T` is (batch, attn_dim) and `keys @ U_a.T` is (batch, src_len, attn_dim). "
     "Insert a source axis into the first with `[:, None, :]` so they add, apply tanh, then `@ v_a`.",
 )
 
+# --------------------------------------------------------------------------------------------
+# masked_softmax
+# --------------------------------------------------------------------------------------------
+
 
 def _masked_softmax_cases() -> list[Case]:
     g = _generator(4)
+    large_scores = torch.stack([500 + 2 * _randn(g, 5), -500 + 2 * _randn(g, 5)])
     return [
         Case(
-            "3 rows of 5 scores, some positions masked",
-            (2 * _randn(g, 3, 5), _mask([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [0, 1, 1, 0, 1]])),
+            "4 rows of 4 scores, some positions masked",
+            (2 * _randn(g, 4, 4), _mask([[1, 1, 1, 1], [1, 1, 1, 0], [0, 1, 1, 0], [1, 0, 0, 0]])),
+            kinds(PADDED),
         ),
         Case(
             "2 rows of 4 scores; row 1 is fully masked, so its weights must be all zeros",
             (2 * _randn(g, 2, 4), _mask([[1, 1, 1, 0], [0, 0, 0, 0]])),
+            kinds(PADDED, EMPTY_ROW),
         ),
-        Case("one row of 3 scores, nothing masked", (2 * _randn(g, 1, 3), _mask([[1, 1, 1]]))),
+        Case("one row of 3 scores, nothing masked", (2 * _randn(g, 1, 3), _mask([[1, 1, 1]])), kinds(ONE, UNPADDED)),
+        Case(
+            "one row of 6 scores, the last 2 masked",
+            (2 * _randn(g, 1, 6), _mask([[1, 1, 1, 1, 0, 0]])),
+            kinds(ONE, PADDED),
+        ),
+        Case(
+            "3 rows of 5 scores, nothing masked",
+            (2 * _randn(g, 3, 5), torch.ones(3, 5, dtype=torch.bool)),
+            kinds(UNPADDED),
+        ),
+        Case(
+            "2 rows of 5 scores, around +500 and -500, where exp overflows (or underflows to 0), some masked",
+            (large_scores, _mask([[1, 1, 1, 1, 0], [1, 1, 0, 1, 1]])),
+            kinds(LARGE, PADDED),
+        ),
     ]
 
 
@@ -107,17 +191,47 @@ def _softmax_filled(scores, mask, fill, dim=-1):
 
 
 def _softmax_properties(args: tuple, got) -> str | None:
-    """Rows sum to one, masked weights are exactly zero, fully masked rows are all zeros."""
+    """Masked weights are exactly zero; rows sum to one (or to zero when fully masked)."""
     _, mask = args
     if not isinstance(got, torch.Tensor) or got.shape != mask.shape or not got.is_floating_point():
         return None
+    if not bool(torch.isfinite(got).all()):
+        return None  # the message about NaN and inf says more
     if bool((got[~mask] != 0).any()):
         return "masked positions must get exactly zero weight, and some of yours do not."
     sums = got.sum(dim=-1)
     open_rows = mask.any(dim=-1)
-    if not torch.allclose(sums[open_rows], torch.ones_like(sums[open_rows]), atol=1e-4):
-        return f"each row's weights must sum to one over the source positions; yours sum to {sums.tolist()}."
+    if bool(torch.isfinite(sums).all()) and not torch.allclose(
+        sums[open_rows], torch.ones_like(sums[open_rows]), atol=1e-4
+    ):
+        listed = ", ".join(f"{x:.4g}" for x in sums.tolist())
+        return (
+            f"each row's weights must sum to one over the source positions (0 if fully masked); yours sum to {listed}."
+        )
     return None
+
+
+def _softmax_layout(args: tuple) -> tuple[Layout]:
+    _, mask = args
+    return (Layout(positions=1, real=mask, words=("positions the mask allows", "masked positions")),)
+
+
+def _sum_without_keepdim(shift_by_row: bool):
+    """e / e.sum(dim=-1) without keepdim, e = exp(masked scores - their max: per row, or over everything)."""
+
+    def softmax(scores, mask):
+        shift = scores.max(dim=-1, keepdim=True).values if shift_by_row else scores.max()
+        e = torch.exp(scores.masked_fill(~mask, float("-inf")) - shift)
+        return (e / e.sum(dim=-1)).nan_to_num(0.0)
+
+    return softmax
+
+
+_WRONG_ROW_SUM = (
+    "each row was divided by the wrong row's sum: column j was divided by the sum of row j, as `e.sum(dim=-1)` "
+    "without keepdim=True does (its shape (batch,) broadcasts against the last axis of (batch, src_len); this runs "
+    "only when batch equals src_len). Keep the summed axis: `e.sum(dim=-1, keepdim=True)`."
+)
 
 
 MASKED_SOFTMAX = Exercise(
@@ -127,6 +241,7 @@ MASKED_SOFTMAX = Exercise(
     returns=(("batch", "src_len"),),
     reference=masked_softmax,
     make_cases=_masked_softmax_cases,
+    layout=_softmax_layout,
     variants=(
         Variant(
             "softmax over the wrong axis (dim=0, across the batch). Each sentence's weights are a distribution "
@@ -143,6 +258,8 @@ MASKED_SOFTMAX = Exercise(
             "over its own source positions: `dim=-1`.",
             lambda s, m: torch.softmax(s, dim=0),
         ),
+        Variant(_WRONG_ROW_SUM, _sum_without_keepdim(shift_by_row=True)),
+        Variant(_WRONG_ROW_SUM, _sum_without_keepdim(shift_by_row=False)),
         Variant(
             "the mask is inverted: the real positions got zero weight and the masked ones got all of it. True "
             "means 'may attend', so fill where the mask is False: `scores.masked_fill(~mask, ...)`.",
@@ -154,27 +271,29 @@ MASKED_SOFTMAX = Exercise(
             lambda s, m: _softmax_filled(s, m, float("-inf")),
         ),
         Variant(
-            "the mask is ignored: padded positions get weight. Set their scores to -inf before the softmax.",
+            "your weights are the softmax without the mask: padded positions get weight. Set their scores to -inf "
+            "before the softmax.",
             lambda s, m: torch.softmax(s, dim=-1),
         ),
         Variant(
-            "masked scores were filled with 0 instead of -inf. exp(0) = 1 is not small: a masked position must "
-            "get score -inf so that exp(-inf) = 0.",
+            "the masked scores became 0 instead of -inf before the softmax. exp(0) = 1 is not small: a masked "
+            "position must get score -inf so that exp(-inf) = 0.",
             lambda s, m: _softmax_filled(s, ~m, 0.0),
         ),
         Variant(
-            "you zeroed the masked weights after the softmax without renormalising, so the weights do not sum "
-            "to one. Mask the scores with -inf before the softmax instead.",
+            "your weights are the unmasked softmax with the masked weights set to 0 afterwards, without "
+            "renormalising, so they do not sum to one. Mask the scores with -inf before the softmax instead.",
             lambda s, m: torch.softmax(s, dim=-1) * m,
         ),
         Variant(
-            "a fully masked row gives NaN: the softmax of a row that is all -inf is 0/0. Such a row must give "
-            "all zeros: replace the NaN afterwards, e.g. `weights.nan_to_num(0.0)`.",
+            "a fully masked row gives NaN (0/0: nothing is left to share the weight), and everything else is right. "
+            "Such a row must give all zeros: replace the NaN afterwards, e.g. `weights.nan_to_num(0.0)`.",
             lambda s, m: _softmax_filled(s, ~m, float("-inf")),
         ),
         Variant(
-            "a fully masked row gets uniform weights, because a large negative number such as -1e9 is still "
-            "finite. A row with nothing to attend to must give all zeros (use -inf, then replace the NaN with 0).",
+            "a fully masked row gets uniform weights, as when the masked scores are a large negative number such "
+            "as -1e9, which is still finite. A row with nothing to attend to must give all zeros (use -inf, then "
+            "replace the NaN with 0).",
             lambda s, m: _softmax_filled(s, ~m, -1e9),
         ),
     ),
@@ -183,15 +302,37 @@ MASKED_SOFTMAX = Exercise(
     properties=_softmax_properties,
 )
 
+# --------------------------------------------------------------------------------------------
+# context_vector
+# --------------------------------------------------------------------------------------------
+
 
 def _context_vector_cases() -> list[Case]:
     g = _generator(5)
-    weights = masked_softmax(_randn(g, 2, 5), _mask([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]))
-    one_hot = torch.nn.functional.one_hot(torch.tensor([2, 0, 3]), 4).float()
+
+    def weights(lengths: list[int], src_len: int) -> torch.Tensor:
+        return masked_softmax(_randn(g, len(lengths), src_len), padding_mask(torch.tensor(lengths), src_len))
+
+    peaked = torch.softmax(8 * torch.nn.functional.one_hot(torch.tensor([2, 0, 3]), 4) + _randn(g, 3, 4), dim=-1)
     return [
-        Case("batch 2, src_len 5, enc_dim 3, padding in sentence 1", (weights, _randn(g, 2, 5, 3))),
-        Case("batch 3, src_len 4, enc_dim 6, each row of weights one-hot", (one_hot, _randn(g, 3, 4, 6))),
-        Case("batch 1, src_len 1, enc_dim 2", (torch.ones(1, 1), _randn(g, 1, 1, 2))),
+        Case(
+            "batch 2, src_len 5, enc_dim 3, padding in sentence 1",
+            (weights([5, 3], 5), _randn(g, 2, 5, 3)),
+            kinds(PADDED),
+        ),
+        Case(
+            "batch 3, src_len 4, enc_dim 6, each row's weight almost all on one position",
+            (peaked, _randn(g, 3, 4, 6)),
+            kinds(UNPADDED),
+        ),
+        Case("batch 1, src_len 3, enc_dim 2", (weights([3], 3), _randn(g, 1, 3, 2)), kinds(ONE, UNPADDED)),
+        Case("batch 1, src_len 4, enc_dim 5, length 2", (weights([2], 4), _randn(g, 1, 4, 5)), kinds(ONE, PADDED)),
+        Case("batch 3, src_len 3, enc_dim 5", (weights([3, 3, 3], 3), _randn(g, 3, 3, 5)), kinds(UNPADDED)),
+        Case(
+            "batch 2, src_len 4, enc_dim 3, lengths [4, 3], values around ±1000",
+            (weights([4, 3], 4), 1000 * _randn(g, 2, 4, 3)),
+            kinds(LARGE, PADDED),
+        ),
     ]
 
 
@@ -204,27 +345,34 @@ CONTEXT_VECTOR = Exercise(
     make_cases=_context_vector_cases,
     variants=(
         Variant(
-            "you took the plain mean of the states, ignoring the weights. The context is the weighted sum "
+            "your output is the plain mean of the states, without the weights. The context is the weighted sum "
             "c = sum_j alpha_j h_j.",
             lambda w, v: v.mean(dim=1),
         ),
         Variant(
-            "you took the plain sum of the states, ignoring the weights. The context is the weighted sum "
+            "your output is the plain sum of the states, without the weights. The context is the weighted sum "
             "c = sum_j alpha_j h_j.",
             lambda w, v: v.sum(dim=1),
         ),
         Variant(
-            "you summed over the wrong axis (the enc_dim features, dim 2). The sum runs over source "
+            "your output sums the weighted states over the wrong axis (the enc_dim features, dim 2, one too high). "
+            "The sum runs over source "
             "positions j: dim 1 of (batch, src_len, enc_dim).",
             lambda w, v: (w[:, :, None] * v).sum(dim=2),
+        ),
+        Variant(
+            "your output sums the weighted states over the wrong axis (the batch, dim 0, one too low). The sum runs "
+            "over source positions j: "
+            "dim 1 of (batch, src_len, enc_dim).",
+            lambda w, v: (w[:, :, None] * v).sum(dim=0),
         ),
         Variant(
             "the output is transposed: (enc_dim, batch) instead of (batch, enc_dim). Keep the batch first.",
             lambda w, v: context_vector(w, v).T,
         ),
         Variant(
-            "`weights @ values` with a 2-D weights tensor broadcasts over the batch: every sentence's weights "
-            "meet every sentence's states, (batch, batch, enc_dim). Give weights a middle axis: "
+            "your output is `weights @ values`, which with a 2-D weights tensor broadcasts over the batch: every "
+            "sentence's weights meet every sentence's states, (batch, batch, enc_dim). Give weights a middle axis: "
             "`(weights[:, None, :] @ values).squeeze(1)`, or multiply and sum.",
             lambda w, v: w @ v,
         ),
@@ -233,7 +381,7 @@ CONTEXT_VECTOR = Exercise(
             lambda w, v: w[:, None, :] @ v,
         ),
         Variant(
-            "you took the state with the largest weight (hard attention). The context is the weighted average "
+            "your output is the state with the largest weight (hard attention). The context is the weighted average "
             "of all states.",
             lambda w, v: v[torch.arange(v.shape[0]), w.argmax(dim=1)],
         ),
@@ -241,6 +389,10 @@ CONTEXT_VECTOR = Exercise(
     hint="Give weights a trailing axis, `weights[:, :, None]` is (batch, src_len, 1), so it broadcasts against "
     "values (batch, src_len, enc_dim); multiply, then sum over the source axis.",
 )
+
+# --------------------------------------------------------------------------------------------
+# decoder_step
+# --------------------------------------------------------------------------------------------
 
 
 def _decoder_step_reference(embedded, state, annotations, mask, attention, cell, out):
@@ -254,7 +406,8 @@ def _decoder_step_reference(embedded, state, annotations, mask, attention, cell,
 def _decoder_step_cases() -> list[Case]:
     g = _generator(6)
 
-    def case(description: str, batch: int, src_len: int, emb: int, hidden: int, enc: int, lengths: list[int]):
+    def case(sizes: tuple[int, ...], lengths: list[int], tags, scale: float = 1.0, note: str = "") -> Case:
+        batch, src_len, emb, hidden, enc = sizes
         with torch.random.fork_rng(devices=[]):  # module constructors draw from the global RNG: leave it as it was
             attention = AdditiveAttention(hidden, enc, attn_dim=5)
             cell = nn.GRUCell(emb + enc, hidden)
@@ -263,20 +416,33 @@ def _decoder_step_cases() -> list[Case]:
             for module in (attention, cell, out):
                 for p in module.parameters():
                     p.copy_(0.5 * _randn(g, *p.shape))  # explicit weights; v_a nonzero so attention is not uniform
+            attention.v_a.mul_(scale)
         args = (
             _randn(g, batch, emb),
             _randn(g, batch, hidden),
-            _randn(g, batch, src_len, enc),
+            scale * _randn(g, batch, src_len, enc),
             padding_mask(torch.tensor(lengths), src_len),
             attention,
             cell,
             out,
         )
-        return Case(description, args)
+        padding = "no padding" if min(lengths) == src_len else f"lengths {lengths}"
+        description = f"batch {batch}, src_len {src_len}, emb_dim {emb}, hidden_dim {hidden}, enc_dim {enc}, {padding}"
+        return Case(description + (f"; {note}" if note else ""), args, tags)
 
     return [
-        case("batch 3, src_len 4, emb_dim = hidden_dim = enc_dim = 4, padding", 3, 4, 4, 4, 4, [4, 2, 3]),
-        case("batch 2, src_len 5, emb_dim 3, hidden_dim 6, enc_dim 8, padding", 2, 5, 3, 6, 8, [5, 2]),
+        case((3, 4, 4, 4, 4), [4, 2, 3], kinds(PADDED)),
+        case((2, 5, 3, 6, 8), [5, 2], kinds(PADDED)),
+        case((1, 3, 2, 3, 5), [3], kinds(ONE, UNPADDED)),
+        case((1, 6, 3, 2, 4), [4], kinds(ONE, PADDED)),
+        case((2, 3, 5, 4, 3), [3, 3], kinds(UNPADDED)),
+        case(
+            (2, 5, 3, 4, 6),
+            [5, 3],
+            kinds(LARGE, PADDED),
+            scale=100.0,
+            note="annotations and v_a 100 times larger, so the attention scores are in the hundreds",
+        ),
     ]
 
 
@@ -304,9 +470,15 @@ def _cat(*picks):
 
 
 _READOUT_ORDER = (
-    "the readout input is concatenated in the wrong order. The output layer was built for "
+    "the output layer's input is concatenated in the wrong order. The output layer was built for "
     "[s_t; c_t; E y_{t-1}]: `torch.cat([new_state, context, embedded], dim=-1)`."
 )
+
+
+def _step_layout(args: tuple) -> tuple[Layout | None, ...]:
+    mask = args[3]
+    return None, None, Layout(positions=1, real=mask, words=("real source positions", "padding positions"))
+
 
 DECODER_STEP = Exercise(
     name="decoder_step",
@@ -316,11 +488,12 @@ DECODER_STEP = Exercise(
     reference=_decoder_step_reference,
     make_cases=_decoder_step_cases,
     output_names=("logits", "new_state", "weights"),
+    layout=_step_layout,
     variants=(
         Variant(
-            "the context used for the output comes from the new state s_t (Luong's order). In Bahdanau's "
-            "decoder the context c_t is computed once, from the previous state s_{t-1}, before the GRU update, "
-            "and the same c_t feeds both the GRU and the output layer.",
+            "one step late: the context used for the output comes from the new state s_t (Luong's order). In "
+            "Bahdanau's decoder the context c_t is computed once, from the previous state s_{t-1}, before the GRU "
+            "update, and the same c_t feeds both the GRU and the output layer.",
             _luong_order,
         ),
         Variant(
@@ -334,16 +507,18 @@ DECODER_STEP = Exercise(
             if order != ("s_t", "c", "e")
         ),
         Variant(
-            "the output layer reads the previous state s_{t-1}. Predict y_t from the new state: [s_t; c_t; E y_{t-1}].",
+            "one step early: the output layer reads the previous state s_{t-1}. Predict y_t from the new state: "
+            "[s_t; c_t; E y_{t-1}].",
             _step_with(_cat("e", "c"), _cat("s", "c", "e")),
         ),
         Variant(
-            "you returned the previous state s_{t-1}. Return the new state s_t that the GRU cell computed: the "
-            "next step starts from it.",
+            "the state you returned is the previous state s_{t-1}. Return the new state s_t that the GRU cell "
+            "computed: the next step starts from it.",
             _step_with(_cat("e", "c"), _cat("s_t", "c", "e"), returned_state="old"),
         ),
         Variant(
-            "the attention gives weight to padding: pass the mask, `attention(state, annotations, mask)`.",
+            "the attention gives weight to padding, as it does without the mask: pass it, "
+            "`attention(state, annotations, mask)`.",
             _step_with(_cat("e", "c"), _cat("s_t", "c", "e"), use_mask=False),
         ),
         Variant(
@@ -355,4 +530,165 @@ DECODER_STEP = Exercise(
     hint="Three lines, in Bahdanau's order: `context, weights = attention(state, annotations, mask)` (from "
     "s_{t-1}); `new_state = cell(torch.cat([embedded, context], -1), state)`; "
     "`logits = out(torch.cat([new_state, context, embedded], -1))`.",
+)
+
+# --------------------------------------------------------------------------------------------
+# coverage: a metric computed from attention weights, with padding on the target side (not in the lesson)
+# --------------------------------------------------------------------------------------------
+
+
+def _coverage(weights: torch.Tensor, src_lengths: torch.Tensor, tgt_lengths: torch.Tensor) -> torch.Tensor:
+    """How much attention each source word received over a whole translation.
+
+    weights (batch, tgt_len, src_len): alpha_tj at every decoder step t; src_lengths, tgt_lengths (batch,)
+    -> (batch, src_len): coverage_j = sum over the real target steps t < tgt_length of alpha_tj, 0 at padded
+    source positions. Padded target rows are ignored whatever they hold.
+    """
+    real_steps = padding_mask(tgt_lengths, weights.shape[1])  # (batch, tgt_len)
+    real_words = padding_mask(src_lengths, weights.shape[2])  # (batch, src_len)
+    total = weights.masked_fill(~real_steps[:, :, None], 0.0).sum(dim=1)
+    return total.masked_fill(~real_words, 0.0)
+
+
+def _coverage_cases() -> list[Case]:
+    g = _generator(8)
+
+    def weights(src_lengths, tgt_lengths, src_len, tgt_len, junk: float = 3.0, mask_source: bool = True):
+        """Real target rows: a softmax over the source (masked unless told otherwise); padded rows: junk."""
+        batch = len(src_lengths)
+        src_mask = padding_mask(torch.tensor(src_lengths), src_len)[:, None, :].expand(batch, tgt_len, src_len)
+        real = masked_softmax(2 * _randn(g, batch, tgt_len, src_len), src_mask if mask_source else None)
+        junk_rows = junk * (2 * torch.rand(batch, tgt_len, src_len, generator=g) - 1)
+        steps = padding_mask(torch.tensor(tgt_lengths), tgt_len)[:, :, None]
+        return torch.where(steps, real, junk_rows)
+
+    def case(src_lengths, tgt_lengths, src_len, tgt_len, tags, note: str = "", **kw) -> Case:
+        w = weights(src_lengths, tgt_lengths, src_len, tgt_len, **kw)
+        batch = len(src_lengths)
+        padded = min(src_lengths) < src_len or min(tgt_lengths) < tgt_len
+        description = f"batch {batch}, tgt_len {tgt_len}, src_len {src_len}, " + (
+            f"target lengths {tgt_lengths}, source lengths {src_lengths}" if padded else "no padding"
+        )
+        return Case(
+            description + (f"; {note}" if note else ""), (w, torch.tensor(src_lengths), torch.tensor(tgt_lengths)), tags
+        )
+
+    return [
+        case([5, 3, 4], [4, 2, 3], src_len=5, tgt_len=4, tags=kinds(PADDED)),
+        case([3, 3], [3, 3], src_len=3, tgt_len=3, tags=kinds(UNPADDED)),
+        case([2], [3], src_len=4, tgt_len=5, tags=kinds(ONE, PADDED)),
+        case([6], [2], src_len=6, tgt_len=2, tags=kinds(ONE, UNPADDED)),
+        case(
+            [2, 5],
+            [3, 4],
+            src_len=5,
+            tgt_len=4,
+            tags=kinds(PADDED),
+            mask_source=False,
+            note="the weights come from an attention that did not mask the source, so real rows also weigh padded "
+            "source positions: coverage is 0 there all the same",
+        ),
+        case(
+            [90, 100],
+            [150, 61],
+            src_len=100,
+            tgt_len=150,
+            tags=kinds(LARGE, PADDED),
+            junk=10_000.0,
+            note="padded target rows hold numbers up to ±10 000",
+        ),
+    ]
+
+
+def _steps_below(weights: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
+    """weights with the target rows t >= limit[b] set to 0 (limit may be outside 0..tgt_len)."""
+    keep = torch.arange(weights.shape[1])[None, :] < limit[:, None]
+    return weights.masked_fill(~keep[:, :, None], 0.0)
+
+
+def _source_below(total: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
+    keep = torch.arange(total.shape[-1])[None, :] < limit[:, None]
+    return total.masked_fill(~keep, 0.0)
+
+
+def _coverage_layout(args: tuple) -> tuple[Layout]:
+    weights, src_lengths, _ = args
+    real = padding_mask(src_lengths, weights.shape[2])
+    return (Layout(positions=1, real=real, words=("real source positions", "padded source positions")),)
+
+
+COVERAGE = Exercise(
+    name="coverage",
+    lesson=LESSON,
+    params=("weights", "src_lengths", "tgt_lengths"),
+    returns=(("batch", "src_len"),),
+    reference=_coverage,
+    make_cases=_coverage_cases,
+    layout=_coverage_layout,
+    variants=(
+        Variant(
+            "the padded target rows were counted: your output sums every row of `weights`, but the rows at "
+            "t >= tgt_lengths[b] are padding and may hold anything. Sum only the real steps: zero the other rows "
+            "first, e.g. `weights.masked_fill(~step_mask[:, :, None], 0.0).sum(dim=1)`.",
+            lambda w, s, t: w.sum(dim=1),
+        ),
+        Variant(
+            "the padded target rows were counted: your output sums every row of `weights`, but the rows at "
+            "t >= tgt_lengths[b] are padding and may hold anything. Sum only the real steps: zero the other rows "
+            "first, e.g. `weights.masked_fill(~step_mask[:, :, None], 0.0).sum(dim=1)`.",
+            lambda w, s, t: _source_below(w.sum(dim=1), s),
+        ),
+        Variant(
+            "your output sums over the source axis (dim 2, one too high), which gives the total weight of each target "
+            "step. Coverage sums over the target steps, dim 1 of (batch, tgt_len, src_len), one value per source "
+            "word.",
+            lambda w, s, t: _steps_below(w, t).sum(dim=2),
+        ),
+        Variant(
+            "your output sums over the source axis (dim 2, one too high), which gives the total weight of each target "
+            "step. Coverage sums over the target steps, dim 1 of (batch, tgt_len, src_len), one value per source "
+            "word.",
+            lambda w, s, t: w.sum(dim=2),
+        ),
+        Variant(
+            "your output sums over the batch (dim 0, one too low). Coverage sums over the target steps, dim 1 of "
+            "(batch, tgt_len, src_len), separately for each sentence.",
+            lambda w, s, t: _steps_below(w, t).sum(dim=0),
+        ),
+        Variant(
+            "off by one: the first padded target row (t = tgt_length) was counted too. Step t is real when "
+            "t < tgt_lengths[b] (steps count from 0): rows 0 to tgt_lengths[b] - 1.",
+            lambda w, s, t: _source_below(_steps_below(w, t + 1).sum(dim=1), s),
+        ),
+        Variant(
+            "off by one: the last real target step (t = tgt_length - 1) was left out. Step t is real when "
+            "t < tgt_lengths[b] (steps count from 0): rows 0 to tgt_lengths[b] - 1.",
+            lambda w, s, t: _source_below(_steps_below(w, t - 1).sum(dim=1), s),
+        ),
+        Variant(
+            "your output is the mean over the real target steps, not their sum. Coverage adds the weights up, so a "
+            "source word that got all the attention at 3 steps has coverage 3: do not divide by tgt_lengths.",
+            lambda w, s, t: _coverage(w, s, t) / t[:, None],
+        ),
+        Variant(
+            "your output is the mean over all target steps (`weights.mean(dim=1)`), padded rows included. Coverage "
+            "is the sum over the real steps only.",
+            lambda w, s, t: w.mean(dim=1),
+        ),
+        Variant(
+            "the padded source positions are not 0: when a real target step put weight on them (an attention that "
+            "did not mask the source), your output keeps it. Set coverage to 0 at j >= src_lengths[b].",
+            lambda w, s, t: _steps_below(w, t).sum(dim=1),
+        ),
+        Variant(
+            "src_lengths and tgt_lengths are swapped: the target rows were cut at the source lengths and the source "
+            "positions at the target lengths. `tgt_lengths` says which rows (decoder steps) are real, `src_lengths` "
+            "which columns (source words).",
+            lambda w, s, t: _source_below(_steps_below(w, s).sum(dim=1), t),
+        ),
+    ),
+    hint="Build two masks with the padding mask of lesson 01: one over the target steps, "
+    "`torch.arange(tgt_len)[None, :] < tgt_lengths[:, None]` (batch, tgt_len), one over the source words. Zero the "
+    "padded rows with `weights.masked_fill(~steps[:, :, None], 0.0)`, sum over dim 1, then zero the padded source "
+    "positions the same way.",
 )

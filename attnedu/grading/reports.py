@@ -1,0 +1,306 @@
+"""What the grader writes: the score table, a per-exercise summary, a feedback file per student,
+and a plot of the scores. Plain files, for a spreadsheet, a text editor or an email.
+
+* ``scores.csv`` (``--out``): one row per submission; per exercise its score (0/1), status and, unless
+  it passed, the diagnosis; the total, the notebook's status, the seconds it took and the notes.
+  Written once, at the end, to a temporary file that then replaces the old one.
+* in the report folder (``--report-dir``, default ``scores_report/`` beside ``--out``):
+  ``summary.md`` and ``summary.csv`` (per exercise: pass rate, how many of each status, the most
+  common diagnoses), ``scores.png`` (the statuses per exercise, the totals per lesson), and
+  ``feedback/<submission>.md``, one per submission, that can be sent to the student.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+from ..checks import LESSONS
+from ..checks.engine import CRASHED, FAILED, ICONS, NOT_ATTEMPTED, PASSED, TIMEOUT
+from .grader import FLAGGED, NOT_GRADED, STATUSES, Graded
+
+STATUS_ICONS = {**ICONS, TIMEOUT: "⌛", CRASHED: "💥", FLAGGED: "🚩", NOT_GRADED: "➖"}
+STATUS_TEXT = {
+    PASSED: "passed",
+    FAILED: "failed",
+    NOT_ATTEMPTED: "not attempted",
+    TIMEOUT: "did not finish in time",
+    CRASHED: "crashed its kernel",
+    FLAGGED: "flagged",
+    NOT_GRADED: "not graded",
+}
+_WHERE = re.compile(r"^on test case \d+ of \d+ \(.*?\): ")
+
+
+def exercise_names(graded: list[Graded], lessons: dict[str, list[str]] = LESSONS) -> list[str]:
+    used = {g.lesson for g in graded}
+    return [name for lesson, names in lessons.items() if lesson in used or None in used for name in names]
+
+
+def rows(graded: list[Graded], lessons: dict[str, list[str]] = LESSONS) -> tuple[list[str], list[dict]]:
+    """CSV header and rows: one row per submission; per exercise a score, a status and a message column."""
+    exercises = exercise_names(graded, lessons)
+    header = ["submission", "lesson"]
+    for name in exercises:
+        header += [name, f"{name}_status", f"{name}_message"]
+    header += ["total", "max_total", "notebook", "seconds", "sandbox", "notes"]
+    table = []
+    for g in graded:
+        expected = lessons.get(g.lesson, exercises) if g.lesson else exercises
+        by_name = {r.exercise: r for r in g.results}
+        row = {
+            "submission": g.submission,
+            "lesson": g.lesson or "",
+            "notebook": g.notebook,
+            "seconds": f"{g.seconds:.1f}",
+            "sandbox": "bwrap" if g.isolated else "none",
+            "notes": "; ".join(g.notes),
+        }
+        for name in expected:
+            result = by_name.get(name)
+            status = result.status if result else NOT_GRADED
+            row[name], row[f"{name}_status"] = int(status == PASSED), status
+            row[f"{name}_message"] = result.message if result else ""
+        row["total"] = sum(int(row[name]) for name in expected)
+        row["max_total"] = len(expected)
+        table.append(row)
+    return header, table
+
+
+def _cell(value) -> str:
+    """A CSV field a spreadsheet will not run as a formula (learner text can start with = + - @)."""
+    text = str(value).replace("\r", " ").replace("\n", " ")
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t") and not _number(text) else text
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def write_csv(path: Path, header: list[str], table: list[dict]) -> None:
+    """Write the table once: to a temporary file beside ``path``, then rename it over ``path``."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=header, restval="")
+            writer.writeheader()
+            writer.writerows([{k: _cell(v) for k, v in row.items()} for row in table])
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def score_table(graded: list[Graded], table: list[dict]) -> str:
+    width = max([len("submission")] + [len(g.submission) for g in graded]) + 2
+    lines = [f"{'submission':<{width}}{'lesson':<24}{'score':>7}{'seconds':>9}  notebook"]
+    for g, row in zip(graded, table, strict=True):
+        score = f"{row['total']}/{row['max_total']}"
+        lines.append(f"{g.submission:<{width}}{g.lesson or '?':<24}{score:>7}{g.seconds:9.1f}  {g.notebook}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Per exercise
+# --------------------------------------------------------------------------------------------
+
+
+def diagnosis(message: str) -> str:
+    """A message without its test case, so that the same bug on different cases counts once."""
+    return _WHERE.sub("", message)
+
+
+def exercise_summary(graded: list[Graded], top: int = 3) -> list[dict]:
+    """Per exercise: submissions, pass rate, count of each status, the most common diagnoses."""
+    summary = []
+    for name in exercise_names(graded):
+        results = [r for g in graded for r in g.results if r.exercise == name]
+        if not results:
+            continue
+        counts = Counter(r.status for r in results)
+        wrong = Counter(diagnosis(r.message) for r in results if r.status in (FAILED, TIMEOUT, CRASHED, FLAGGED))
+        summary.append(
+            {
+                "exercise": name,
+                "submissions": len(results),
+                "pass_rate": counts[PASSED] / len(results),
+                **{status: counts[status] for status in STATUSES},
+                "common_diagnoses": wrong.most_common(top),
+            }
+        )
+    return summary
+
+
+def summary_text(summary: list[dict]) -> str:
+    """The per-exercise summary for the terminal."""
+    lines = [f"{'exercise':<18}{'pass rate':>10}  " + " ".join(f"{s:>13}" for s in STATUSES)]
+    for entry in summary:
+        counts = " ".join(f"{entry[s]:>13}" for s in STATUSES)
+        lines.append(f"{entry['exercise']:<18}{entry['pass_rate']:>10.0%}  {counts}")
+        for text, count in entry["common_diagnoses"]:
+            lines.append(f"    {count} x {_shorten(text, 110)}")
+    return "\n".join(lines)
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def write_summary(folder: Path, summary: list[dict], graded: list[Graded], warnings: list[str]) -> None:
+    with open(folder / "summary.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["exercise", "submissions", "pass_rate", *STATUSES, "common_diagnoses"])
+        for e in summary:
+            common = " | ".join(f"{count} x {text}" for text, count in e["common_diagnoses"])
+            row = [e["exercise"], e["submissions"], f"{e['pass_rate']:.3f}", *[e[s] for s in STATUSES], common]
+            writer.writerow([_cell(v) for v in row])
+    lines = ["# Grading summary", ""]
+    for warning in warnings:
+        lines += [f"> **Warning:** {_md(warning)}", ""]
+    lines += [f"{len(graded)} submissions. Per exercise:", ""]
+    lines.append("| exercise | pass rate | " + " | ".join(STATUS_TEXT[s] for s in STATUSES) + " |")
+    lines.append("|---|---:|" + "---:|" * len(STATUSES))
+    for e in summary:
+        counts = " | ".join(str(e[s]) for s in STATUSES)
+        lines.append(f"| `{e['exercise']}` | {e['pass_rate']:.0%} | {counts} |")
+    lines += ["", "## Most common diagnoses", ""]
+    for e in summary:
+        if e["common_diagnoses"]:
+            lines.append(f"**`{e['exercise']}`**")
+            lines.append("")
+            lines += [f"- {count} × {_md(text)}" for text, count in e["common_diagnoses"]]
+            lines.append("")
+    notebooks = Counter(g.notebook for g in graded)
+    lines += ["## Notebooks", ""] + [f"- {status}: {count}" for status, count in notebooks.most_common()]
+    (folder / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------------
+# Feedback for one student
+# --------------------------------------------------------------------------------------------
+
+
+def _md(text: str) -> str:
+    """Learner-controlled text as inert Markdown: no HTML, no line breaks."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+
+
+def _fence(text: str) -> str:
+    ticks = "`" * max(3, max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    return f"{ticks}\n{text}\n{ticks}"
+
+
+NOTEBOOK_TEXT = {
+    "ok": "ran to the end.",
+    "cell errors": "ran to the end, but some cells raised an error (see the notes).",
+    "timeout": "ran past its time budget; the cells after that point were not run.",
+    "kernel died": "stopped: its kernel died (see the notes); the cells after that point were not run.",
+    "grader failed": "could not be graded; your instructor will look at it.",
+    "unreadable": "could not be read as a notebook. Was the file saved from JupyterLab?",
+}
+
+
+def feedback(g: Graded, row: dict) -> str:
+    lines = [f"# Feedback: {_md(g.submission)}", ""]
+    lines.append(f"**Score: {row['total']} / {row['max_total']}**" + (f" (lesson `{g.lesson}`)" if g.lesson else ""))
+    lines += ["", f"Your notebook {NOTEBOOK_TEXT.get(g.notebook, g.notebook)}", ""]
+    for r in g.results:
+        lines.append(f"## {STATUS_ICONS.get(r.status, '')} `{r.exercise}`: {STATUS_TEXT.get(r.status, r.status)}")
+        lines.append("")
+        if r.message:
+            lines += [_md(r.message), ""]
+        if r.status in (FAILED, TIMEOUT, CRASHED) and r.hint:
+            lines += [f"💡 Hint: {_md(r.hint)}", ""]
+        if r.printed:
+            lines += ["Your function printed:", "", _fence(r.printed), ""]
+    if g.notes:
+        lines += ["## Notes", ""] + [f"- {_md(n)}" for n in g.notes] + [""]
+    return "\n".join(lines)
+
+
+def feedback_name(submission: str, taken: set[str]) -> str:
+    stem = submission[: -len(".ipynb")] if submission.endswith(".ipynb") else submission
+    base = re.sub(r"[^A-Za-z0-9._-]+", "_", stem).strip("._") or "submission"
+    name, n = f"{base}.md", 1
+    while name in taken:
+        n += 1
+        name = f"{base}_{n}.md"
+    taken.add(name)
+    return name
+
+
+def write_feedback(folder: Path, graded: list[Graded], table: list[dict]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    taken: set[str] = set()
+    for g, row in zip(graded, table, strict=True):
+        (folder / feedback_name(g.submission, taken)).write_text(feedback(g, row), encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------------
+# The plot
+# --------------------------------------------------------------------------------------------
+
+COLOURS = {
+    PASSED: "#4c9a2a",
+    FAILED: "#d1495b",
+    NOT_ATTEMPTED: "#bbbbbb",
+    TIMEOUT: "#edae49",
+    CRASHED: "#8e5572",
+    FLAGGED: "#00798c",
+    NOT_GRADED: "#555555",
+}
+
+
+def plot(path: Path, summary: list[dict], graded: list[Graded], table: list[dict]) -> None:
+    """Left: how many submissions got each status, per exercise. Right: the totals, per lesson."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    lessons = sorted({g.lesson for g in graded if g.lesson})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, max(3.0, 0.45 * len(summary) + 1.5)))
+    names = [e["exercise"] for e in summary][::-1]
+    start = [0] * len(names)
+    for status in STATUSES:
+        counts = [next(e[status] for e in summary if e["exercise"] == n) for n in names]
+        if any(counts):
+            left.barh(names, counts, left=start, color=COLOURS[status], label=STATUS_TEXT[status])
+            start = [a + b for a, b in zip(start, counts, strict=True)]
+    left.set_xlabel("submissions")
+    left.set_title("Status per exercise")
+    left.legend(fontsize=8, loc="lower right")
+    for lesson in lessons:
+        totals = [int(row["total"]) for g, row in zip(graded, table, strict=True) if g.lesson == lesson]
+        top = len(LESSONS[lesson])
+        right.hist(totals, bins=[x - 0.5 for x in range(top + 2)], alpha=0.6, label=lesson)
+    right.set_xlabel("total score")
+    right.set_ylabel("submissions")
+    right.set_title("Totals per lesson")
+    if lessons:
+        right.legend(fontsize=8)
+    left.xaxis.set_major_locator(MaxNLocator(integer=True))
+    right.yaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_reports(folder: Path, graded: list[Graded], table: list[dict], warnings: list[str]) -> list[dict]:
+    folder.mkdir(parents=True, exist_ok=True)
+    summary = exercise_summary(graded)
+    write_summary(folder, summary, graded, warnings)
+    write_feedback(folder / "feedback", graded, table)
+    if summary:
+        plot(folder / "scores.png", summary, graded, table)
+    return summary

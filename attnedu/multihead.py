@@ -1,0 +1,121 @@
+"""Multi-head attention (lesson 05; Vaswani et al. 2017, Sec. 3.2.2):
+
+    head_i   = Attention(Q W_i^Q, K W_i^K, V W_i^V)        i = 1..h, each of size head_dim = d_model / h
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O
+
+The h projections W_i^Q are one (d_model, d_model) matrix whose output is cut into h slices of
+head_dim: ``split_heads`` does the cutting, ``merge_heads`` the concatenation. ``head_dim`` is the
+paper's d_k.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._validate import check_positive_int, check_size, check_tensor, describe
+from .attention import scaled_dot_product_attention
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(batch, seq_len, d_model) -> (batch, num_heads, seq_len, head_dim), head h = features h*head_dim ... ."""
+    check_tensor("x", x, 3, "(batch, seq_len, d_model)")
+    check_positive_int("num_heads", num_heads, "the number of heads")
+    batch, seq_len, d_model = x.shape
+    if d_model % num_heads:
+        raise ValueError(
+            f"num_heads={num_heads} does not divide d_model={d_model}: head_dim would not be an integer; "
+            "choose a number of heads that divides d_model"
+        )
+    return x.view(batch, seq_len, num_heads, d_model // num_heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(batch, num_heads, seq_len, head_dim) -> (batch, seq_len, num_heads * head_dim): the heads side by side."""
+    check_tensor("x", x, 4, "(batch, num_heads, seq_len, head_dim)")
+    batch, num_heads, seq_len, head_dim = x.shape
+    return x.transpose(1, 2).reshape(batch, seq_len, num_heads * head_dim)
+
+
+class MultiHeadAttention(nn.Module):
+    """h heads of scaled dot-product attention in parallel, with input and output projections.
+
+    forward(query (batch, query_len, d_model), key (batch, key_len, d_model), value (batch, key_len, d_model),
+            mask=None) -> output (batch, query_len, d_model), weights (batch, num_heads, query_len, key_len)
+
+    mask: bool, True = may attend, 4-D with each dim the score's size or 1: (batch, 1, 1, key_len) for
+    padding, (1, 1, query_len, key_len) for a causal mask; see ``attnedu.attention.scaled_dot_product_attention``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, bias: bool = True):
+        super().__init__()
+        check_positive_int("d_model", d_model, "the model width")
+        check_positive_int("num_heads", num_heads, "the number of heads")
+        if d_model % num_heads:
+            raise ValueError(
+                f"num_heads={num_heads} does not divide d_model={d_model}: head_dim would not be an integer"
+            )
+        self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        bias: torch.Tensor | None = None,
+        rope_positions: torch.Tensor | None = None,
+        rope_layout: str = "halves",
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """bias: added to every head's scores (ALiBi); rope_positions (seq_len,): rotate queries and keys by
+        their positions (RoPE, self-attention only), see ``attnedu.positional``."""
+        for name, x, length in (("query", query, "query_len"), ("key", key, "key_len"), ("value", value, "key_len")):
+            check_tensor(name, x, 3, f"(batch, {length}, d_model)")
+            check_size(name, x, 2, self.d_model, "d_model of this attention")
+        if not (query.shape[0] == key.shape[0] == value.shape[0]):
+            raise ValueError(
+                f"query, key and value must hold the same batch, got {describe(query)}, {describe(key)}, "
+                f"{describe(value)}"
+            )
+        check_size("value", value, 1, key.shape[1], "key_len: one value per key")
+        q = split_heads(self.W_q(query), self.num_heads)  # (batch, heads, query_len, head_dim)
+        k = split_heads(self.W_k(key), self.num_heads)
+        v = split_heads(self.W_v(value), self.num_heads)
+        if rope_positions is not None:
+            from .positional import apply_rope
+
+            if query.shape[1] != key.shape[1]:
+                raise ValueError(
+                    "rope_positions applies to self-attention, where queries and keys are the same positions"
+                )
+            q, k = apply_rope(q, rope_positions, rope_layout), apply_rope(k, rope_positions, rope_layout)
+        heads, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)
+        return self.W_o(merge_heads(heads)), weights
+
+    @torch.no_grad()
+    def copy_from_torch(self, mha: nn.MultiheadAttention) -> MultiHeadAttention:
+        """Take the weights of a ``torch.nn.MultiheadAttention`` of the same size (weights in, numbers out)."""
+        if not isinstance(mha, nn.MultiheadAttention):
+            raise TypeError(f"expected a torch.nn.MultiheadAttention, got {describe(mha)}")
+        if (mha.embed_dim, mha.num_heads) != (self.d_model, self.num_heads):
+            raise ValueError(
+                f"torch's module has embed_dim={mha.embed_dim}, num_heads={mha.num_heads}; this one has "
+                f"d_model={self.d_model}, num_heads={self.num_heads}"
+            )
+        if not mha._qkv_same_embed_dim:
+            raise ValueError("torch's module has kdim/vdim different from embed_dim; this one projects d_model only")
+        if (mha.in_proj_bias is None) != (self.W_q.bias is None) or mha.bias_k is not None:
+            raise ValueError("bias settings differ (bias=..., add_bias_kv=False): build both the same way")
+        for ours, theirs in zip((self.W_q, self.W_k, self.W_v), mha.in_proj_weight.chunk(3)):
+            ours.weight.copy_(theirs)
+        if mha.in_proj_bias is not None:
+            for ours, theirs in zip((self.W_q, self.W_k, self.W_v), mha.in_proj_bias.chunk(3)):
+                ours.bias.copy_(theirs)
+            self.W_o.bias.copy_(mha.out_proj.bias)
+        self.W_o.weight.copy_(mha.out_proj.weight)
+        return self

@@ -1,0 +1,124 @@
+"""Positions for attention, which otherwise cannot tell one order of its inputs from another (lesson 07).
+
+    sinusoidal_encoding(num_positions, d_model)   Vaswani et al. 2017, Sec. 3.5, added to the embeddings:
+        PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))
+        PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model))
+    LearnedPositions(max_positions, d_model)      a trained table, added to the embeddings
+    apply_rope(x, positions, layout=...)          Su et al. 2021: rotate each pair of query/key features by
+                                                  an angle proportional to the position, so q_m . k_n
+                                                  depends on m - n only
+    alibi_bias(num_heads, query_len, key_len)     Press et al. 2022: add -slope_h * (i - j) to the scores,
+                                                  slopes 2^(-8k/num_heads), k = 1..num_heads
+
+Positions count from 0 in code.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._validate import check_min_dims, check_positive_int, check_tensor, describe
+
+ROPE_LAYOUTS = ("halves", "interleaved")
+
+
+def sinusoidal_encoding(num_positions: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
+    """(num_positions, d_model): row pos is PE(pos); even features sin, odd features cos."""
+    check_positive_int("num_positions", num_positions, "how many positions to encode")
+    check_positive_int("d_model", d_model, "the embedding width")
+    if d_model % 2:
+        raise ValueError(
+            f"d_model={d_model} is odd, but the sinusoidal encoding pairs features (a sin and a cos per "
+            "frequency); use an even d_model"
+        )
+    positions = torch.arange(num_positions, dtype=torch.float64)[:, None]
+    frequencies = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # 1 / 10000^(2i/d)
+    encoding = torch.zeros(num_positions, d_model, dtype=torch.float64)
+    encoding[:, 0::2] = torch.sin(positions * frequencies)
+    encoding[:, 1::2] = torch.cos(positions * frequencies)
+    return encoding.float()
+
+
+class LearnedPositions(nn.Module):
+    """A trained table of ``max_positions`` vectors; forward(seq_len) -> (seq_len, d_model) to add to the embeddings.
+
+    It has nothing to say about a position it never saw: asking for more raises instead of guessing.
+    """
+
+    def __init__(self, max_positions: int, d_model: int):
+        super().__init__()
+        check_positive_int("max_positions", max_positions, "the length of the table")
+        self.table = nn.Embedding(max_positions, d_model)
+        nn.init.normal_(self.table.weight, std=0.02)
+
+    def forward(self, seq_len: int) -> torch.Tensor:
+        check_positive_int("seq_len", seq_len, "the sequence length")
+        if seq_len > self.table.num_embeddings:
+            raise ValueError(
+                f"a learned position table of {self.table.num_embeddings} rows has no vector for position "
+                f"{self.table.num_embeddings} or later (asked for {seq_len}); train with longer sequences or use an "
+                "encoding defined for every position (sinusoidal, RoPE, ALiBi)"
+            )
+        return self.table.weight[:seq_len]
+
+
+def rope_angles(positions: torch.Tensor, head_dim: int, base: float = 10000.0) -> torch.Tensor:
+    """(len,) positions -> (len, head_dim / 2) angles: pair i turns by position * base^(-2i / head_dim)."""
+    check_tensor("positions", positions, 1, "(seq_len,)")
+    if head_dim % 2:
+        raise ValueError(f"RoPE rotates pairs of features, so head_dim must be even, got {head_dim}")
+    frequencies = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    return positions.to(torch.float64)[:, None] * frequencies
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor, layout: str = "halves", base: float = 10000.0) -> torch.Tensor:
+    """Rotate queries or keys by their positions: x (..., seq_len, head_dim), positions (seq_len,).
+
+    Each pair of features (a, b) becomes (a cos t - b sin t, a sin t + b cos t) with t = position * frequency.
+    Which features form a pair is a *layout*, and the two in use are not interchangeable:
+
+    * ``"halves"``: feature i pairs with feature i + head_dim/2 (GPT-NeoX, Llama in Hugging Face);
+    * ``"interleaved"``: feature 2i pairs with feature 2i + 1 (the RoFormer paper, GPT-J, Meta's Llama).
+
+    Weights trained with one layout give wrong answers under the other.
+    """
+    check_min_dims("x", x, 2, "(..., seq_len, head_dim)")
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"layout must be one of {ROPE_LAYOUTS}, got {layout!r}")
+    if positions.shape != (x.shape[-2],):
+        raise ValueError(
+            f"positions must give one position per row of x: expected ({x.shape[-2]},), got {describe(positions)}"
+        )
+    angles = rope_angles(positions, x.shape[-1], base)
+    cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)  # (seq_len, head_dim / 2)
+    if layout == "halves":
+        a, b = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+
+
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """(num_heads,): 2^(-8k/num_heads) for k = 1..num_heads, the geometric sequence of Press et al. 2022."""
+    check_positive_int("num_heads", num_heads, "the number of heads")
+    return torch.tensor([2.0 ** (-8.0 * k / num_heads) for k in range(1, num_heads + 1)])
+
+
+def alibi_bias(num_heads: int, query_len: int, key_len: int | None = None) -> torch.Tensor:
+    """(num_heads, query_len, key_len) to add to the scores: -slope_h * (i - j) for key j at or before query i,
+    so a head penalises distance linearly, some heads steeply, some gently. Queries are the last query_len
+    positions (bottom-right), as in decoding; keys after a query get a positive bias, so pair ALiBi with a
+    causal mask."""
+    key_len = query_len if key_len is None else key_len
+    check_positive_int("query_len", query_len, "the number of queries")
+    check_positive_int("key_len", key_len, "the number of keys")
+    query_positions = torch.arange(key_len - query_len, key_len)
+    distance = query_positions[:, None] - torch.arange(key_len)[None, :]  # i - j
+    return -alibi_slopes(num_heads)[:, None, None] * distance[None].float()
+
+
+def encoding_similarity(encoding: torch.Tensor) -> torch.Tensor:
+    """(positions, d_model) -> (positions, positions): PE(i) . PE(j) / d_model, for the heat maps of lesson 07."""
+    check_tensor("encoding", encoding, 2, "(num_positions, d_model)")
+    return encoding @ encoding.T / encoding.shape[1]

@@ -1,0 +1,143 @@
+"""Masks and positions (lessons 06-07): properties over random shapes, and the mask conventions shown equal
+through PyTorch's own APIs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn.functional import scaled_dot_product_attention as torch_sdpa
+
+from attnedu.attention import scaled_dot_product_attention
+from attnedu.masks import (
+    causal_mask,
+    causal_padding_mask,
+    from_additive,
+    global_window_mask,
+    padding_mask,
+    sliding_window_mask,
+    to_additive,
+    to_mha_attn_mask,
+    to_mha_key_padding_mask,
+)
+from attnedu.positional import (
+    LearnedPositions,
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    sinusoidal_encoding,
+)
+from attnedu.transformer import TinyTransformer
+
+
+def test_causal_mask_alignments_when_lengths_differ():
+    assert torch.equal(causal_mask(3), torch.ones(3, 3, dtype=torch.bool).tril())
+    top_left, bottom_right = causal_mask(2, 4, align="top-left"), causal_mask(2, 4, align="bottom-right")
+    assert top_left.tolist() == [[True, False, False, False], [True, True, False, False]]
+    assert bottom_right.tolist() == [[True, True, True, False], [True, True, True, True]]
+    with pytest.raises(ValueError, match="say how they line up"):
+        causal_mask(2, 4)
+    q, k, v = torch.randn(1, 2, 2, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
+    ours, _ = scaled_dot_product_attention(q, k, v, top_left[None, None])
+    assert torch.allclose(ours, torch_sdpa(q, k, v, is_causal=True), atol=1e-6)  # torch's is_causal is top-left
+
+
+def test_sliding_window_and_global_tokens():
+    window = sliding_window_mask(6, 1)
+    assert window.sum(dim=1).tolist() == [2, 3, 3, 3, 3, 2]
+    assert sliding_window_mask(6, 1, causal=True).sum(dim=1).tolist() == [1, 2, 2, 2, 2, 2]
+    mask = global_window_mask(6, 1, [0])
+    assert mask[0].all() and mask[:, 0].all() and not mask[5, 2]
+    with pytest.raises(ValueError, match="outside 0..5"):
+        global_window_mask(6, 1, [6])
+
+
+def test_causal_padding_mask_combines_both():
+    mask = causal_padding_mask(torch.tensor([3, 2]), 3)
+    assert mask.shape == (2, 3, 3)
+    assert mask[1].tolist() == [[True, False, False], [True, True, False], [True, True, False]]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_three_conventions_agree_through_pytorchs_apis(seed):
+    g = torch.Generator().manual_seed(seed)
+    batch, length, d_model, heads = 2, int(torch.randint(3, 7, (1,), generator=g)), 8, 2
+    x = torch.randn(batch, length, d_model, generator=g)
+    lengths = torch.tensor([length, max(1, length - 2)])
+    keep = padding_mask(lengths, length)  # True = real token
+    causal = causal_mask(length)
+    q = k = v = x[:, None].expand(batch, heads, length, d_model)
+    both = keep[:, None, None, :] & causal
+    boolean = torch_sdpa(q, k, v, attn_mask=both)  # SDPA: True = may attend
+    additive = torch_sdpa(q, k, v, attn_mask=to_additive(both))  # additive: 0 / -inf
+    ours, _ = scaled_dot_product_attention(q, k, v, both)
+    assert torch.allclose(boolean, additive, atol=1e-6) and torch.allclose(ours, boolean, atol=1e-6)
+    assert torch.equal(from_additive(to_additive(both)), both)
+    mha = torch.nn.MultiheadAttention(d_model, heads, batch_first=True)
+    blocked = mha(x, x, x, key_padding_mask=to_mha_key_padding_mask(keep), attn_mask=to_mha_attn_mask(causal))[0]
+    floats = mha(x, x, x, key_padding_mask=to_additive(keep), attn_mask=to_additive(causal))[0]
+    assert torch.allclose(blocked, floats, atol=1e-6)  # MHA: True = blocked, or the additive form
+
+
+def test_wrong_masks_are_rejected_with_the_fix():
+    with pytest.raises(TypeError, match="whole numbers"):
+        padding_mask(torch.tensor([2.5, 1.0]), 3)
+    with pytest.raises(TypeError, match="torch.tensor"):
+        padding_mask([2, 1], 3)
+    with pytest.raises(ValueError, match="NaN or \\+inf"):
+        from_additive(torch.tensor([0.0, float("nan")]))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_causal_intervention_changes_nothing_before_the_changed_token(seed):
+    g = torch.Generator().manual_seed(seed)
+    model = TinyTransformer(11, 11, d_model=16, num_heads=2, num_layers=2, positions="learned", max_positions=12)
+    tokens = torch.randint(0, 11, (3, 12), generator=g)
+    j = int(torch.randint(1, 12, (1,), generator=g))
+    changed = tokens.clone()
+    changed[:, j] = (changed[:, j] + 1) % 11
+    with torch.no_grad():
+        before, after = model(tokens), model(changed)
+        open_before, open_after = model(tokens, causal=False), model(changed, causal=False)
+    assert torch.equal(before[:, :j], after[:, :j]), "with the mask, positions before j must not move at all"
+    assert not torch.allclose(open_before[:, :j], open_after[:, :j], atol=1e-4), "without it, they do"
+
+
+def test_sinusoidal_formulas_and_errors():
+    pe = sinusoidal_encoding(50, 16)
+    position, i = torch.arange(50.0)[:, None], torch.arange(0, 16, 2.0)
+    div = torch.exp(i * (-torch.log(torch.tensor(10000.0)) / 16))  # the exp-log form common in code
+    assert torch.allclose(pe[:, 0::2], torch.sin(position * div), atol=1e-5)
+    assert torch.allclose(pe[:, 1::2], torch.cos(position * div), atol=1e-5)
+    with pytest.raises(ValueError, match="odd"):
+        sinusoidal_encoding(10, 7)
+    with pytest.raises(ValueError, match="no vector for position 8"):
+        LearnedPositions(8, 4)(9)
+
+
+@pytest.mark.parametrize("layout", ["halves", "interleaved"])
+@pytest.mark.parametrize("seed", range(3))
+def test_rope_scores_depend_only_on_the_offset(layout, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(8, generator=g), torch.randn(8, generator=g)
+
+    def score(m, n):
+        rq = apply_rope(q[None], torch.tensor([m]), layout)
+        rk = apply_rope(k[None], torch.tensor([n]), layout)
+        return (rq @ rk.T).item()
+
+    for offset in (0, 1, 5):
+        values = [score(m, m - offset) for m in range(offset, offset + 20, 3)]
+        assert max(values) - min(values) < 1e-4
+    x = torch.randn(5, 8, generator=g)
+    assert torch.allclose(apply_rope(x, torch.arange(5), layout).norm(dim=-1), x.norm(dim=-1), atol=1e-5)
+
+
+def test_rope_layouts_differ():
+    x = torch.randn(4, 8)
+    assert not torch.allclose(apply_rope(x, torch.arange(4), "halves"), apply_rope(x, torch.arange(4), "interleaved"))
+
+
+def test_alibi_slopes_and_bias():
+    assert torch.allclose(alibi_slopes(8), torch.tensor([2.0**-k for k in range(1, 9)]))
+    bias = alibi_bias(2, 3)
+    assert bias.shape == (2, 3, 3) and bias[0, 2, 0] == -2 * 2.0**-4 and bias[1, 2, 2] == 0
