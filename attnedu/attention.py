@@ -30,13 +30,17 @@ import torch
 from torch import nn
 
 from ._validate import (
+    check_bool,
     check_bool_mask,
+    check_choice,
+    check_finite,
     check_float,
+    check_int,
     check_min_dims,
+    check_positive_int,
     check_same_dtype,
     check_size,
     check_tensor,
-    describe,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -47,13 +51,18 @@ from ._validate import (
 
 
 def _check_query_keys(query, keys) -> None:
-    check_min_dims("query", query, 2, "(batch, dec_dim) or (batch, tgt_len, dec_dim)")
-    if query.dim() > 3:
-        raise ValueError(f"query must be (batch, dec_dim) or (batch, tgt_len, dec_dim), got {describe(query)}")
+    check_tensor("query", query, (2, 3), "(batch, dec_dim) or (batch, tgt_len, dec_dim)")
     check_tensor("keys", keys, 3, "(batch, src_len, enc_dim)")
     check_size("keys", keys, 0, query.shape[0], "the batch size of query", "pass the same sentences to both")
     check_float("query", query)
     check_float("keys", keys)
+    check_same_dtype(query=query, keys=keys)
+
+
+def _check_weight(name: str, weight, dims: int, shape_doc: str, like: torch.Tensor) -> None:
+    check_tensor(name, weight, dims, shape_doc)
+    check_float(name, weight)
+    check_same_dtype(**{"query": like, name: weight})
 
 
 def _as_steps(query: torch.Tensor) -> tuple[torch.Tensor, bool]:
@@ -72,12 +81,11 @@ def additive_score(
     returns scores: (batch, src_len) (or (batch, tgt_len, src_len))
     """
     _check_query_keys(query, keys)
-    check_tensor("W_a", W_a, 2, "(attn_dim, dec_dim)")
-    check_tensor("U_a", U_a, 2, "(attn_dim, enc_dim)")
+    _check_weight("W_a", W_a, 2, "(attn_dim, dec_dim)", query)
+    _check_weight("U_a", U_a, 2, "(attn_dim, enc_dim)", query)
     check_size("W_a", W_a, 1, query.shape[-1], "dec_dim, the size of the decoder state", "W_a is (attn_dim, dec_dim)")
     check_size("U_a", U_a, 1, keys.shape[2], "enc_dim, the size of an annotation", "U_a is (attn_dim, enc_dim)")
     check_size("U_a", U_a, 0, W_a.shape[0], "attn_dim, the rows of W_a")
-    check_size("v_a", v_a.reshape(-1), 0, W_a.shape[0], "attn_dim, the rows of W_a")
     return additive_score_projected(query @ W_a.T, keys @ U_a.T, v_a)
 
 
@@ -90,15 +98,29 @@ def additive_score_projected(
     projected_query: (batch, attn_dim) or (batch, tgt_len, attn_dim); projected_keys: (batch, src_len, attn_dim)
     -> (batch, src_len) or (batch, tgt_len, src_len)
     """
-    check_min_dims("projected_query", projected_query, 2, "(batch, attn_dim) or (batch, tgt_len, attn_dim)")
+    check_tensor("projected_query", projected_query, (2, 3), "(batch, attn_dim) or (batch, tgt_len, attn_dim)")
     check_tensor("projected_keys", projected_keys, 3, "(batch, src_len, attn_dim)")
     check_size(
         "projected_keys", projected_keys, 0, projected_query.shape[0], "the batch size of the query",
         "a batch of one is not stretched to fit: pass the same sentences to both",
     )  # fmt: skip
+    check_size("projected_keys", projected_keys, 2, projected_query.shape[-1], "attn_dim of projected_query")
+    check_float("projected_query", projected_query)
+    check_float("projected_keys", projected_keys)
+    _check_v_a(v_a, projected_query)
     steps, single = _as_steps(projected_query)
     scores = torch.tanh(steps[:, :, None, :] + projected_keys[:, None, :, :]) @ v_a.reshape(-1)
     return scores[:, 0] if single else scores
+
+
+def _check_v_a(v_a, like: torch.Tensor) -> None:
+    """v_a: (attn_dim,); a (1, attn_dim) or (attn_dim, 1) weight (an nn.Linear's) is read as the same vector."""
+    check_tensor("v_a", v_a, (1, 2), "(attn_dim,)")
+    check_float("v_a", v_a)
+    if v_a.dim() == 2 and 1 not in v_a.shape:
+        check_size("v_a", v_a, 0, 1, "v_a is one vector of attn_dim numbers", "pass a (attn_dim,) tensor")
+    check_size("v_a", v_a.reshape(-1), 0, like.shape[-1], "attn_dim, the size of the projections")
+    check_same_dtype(query=like, v_a=v_a)
 
 
 def dot_score(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -116,7 +138,7 @@ def dot_score(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
 def general_score(query: torch.Tensor, keys: torch.Tensor, W_a: torch.Tensor) -> torch.Tensor:
     """Luong general: e_j = s^T W_a h_j, W_a: (dec_dim, enc_dim). Shapes as for additive_score."""
     _check_query_keys(query, keys)
-    check_tensor("W_a", W_a, 2, "(dec_dim, enc_dim)")
+    _check_weight("W_a", W_a, 2, "(dec_dim, enc_dim)", query)
     check_size("W_a", W_a, 0, query.shape[-1], "dec_dim", "W_a is (dec_dim, enc_dim): s^T W_a h")
     check_size("W_a", W_a, 1, keys.shape[2], "enc_dim", "W_a is (dec_dim, enc_dim): s^T W_a h")
     steps, single = _as_steps(query)
@@ -131,7 +153,7 @@ def concat_score(query: torch.Tensor, keys: torch.Tensor, W_a: torch.Tensor, v_a
     additive score with W_a = W_a[:, :dec_dim] and U_a = W_a[:, dec_dim:]. Shapes as for additive_score.
     """
     _check_query_keys(query, keys)
-    check_tensor("W_a", W_a, 2, "(attn_dim, dec_dim + enc_dim)")
+    _check_weight("W_a", W_a, 2, "(attn_dim, dec_dim + enc_dim)", query)
     dec_dim = query.shape[-1]
     check_size("W_a", W_a, 1, dec_dim + keys.shape[2], "dec_dim + enc_dim, the size of [s; h_j]")
     return additive_score(query, keys, W_a[:, :dec_dim], W_a[:, dec_dim:], v_a)
@@ -143,13 +165,15 @@ def location_score(query: torch.Tensor, W_a: torch.Tensor, src_len: int) -> torc
     W_a: (max_src_len, dec_dim). Returns the first ``src_len`` scores: (batch, src_len) or
     (batch, tgt_len, src_len). It never looks at the source words, only at where they are.
     """
-    check_min_dims("query", query, 2, "(batch, dec_dim) or (batch, tgt_len, dec_dim)")
-    check_tensor("W_a", W_a, 2, "(max_src_len, dec_dim)")
+    check_tensor("query", query, (2, 3), "(batch, dec_dim) or (batch, tgt_len, dec_dim)")
+    check_float("query", query)
+    _check_weight("W_a", W_a, 2, "(max_src_len, dec_dim)", query)
     check_size("W_a", W_a, 1, query.shape[-1], "dec_dim", "W_a is (max_src_len, dec_dim)")
-    if not 1 <= src_len <= W_a.shape[0]:
+    src_len = check_positive_int("src_len", src_len, "the source length")
+    if src_len > W_a.shape[0]:
         raise ValueError(
-            f"src_len={src_len} but this location score has weights for {W_a.shape[0]} positions; "
-            "build it with max_src_len at least as long as the longest source"
+            f"src_len should be at most max_src_len={W_a.shape[0]}, the positions this location score has "
+            f"weights for, got {src_len}; build it with max_src_len at least as long as the longest source"
         )
     return (query @ W_a.T)[..., :src_len]
 
@@ -168,9 +192,11 @@ def local_p_weights(scores: torch.Tensor, center: torch.Tensor, half_width: int)
     check_tensor("scores", scores, 2, "(batch, src_len)")
     check_float("scores", scores)
     check_tensor("center", center, 1, "(batch,)")
+    if center.dtype == torch.bool:
+        raise TypeError(f"center should be positions p_t (numbers), got dtype {center.dtype}; pass floats")
     check_size("center", center, 0, scores.shape[0], "one predicted position p_t per sentence")
-    if isinstance(half_width, bool) or not isinstance(half_width, int) or half_width < 0:
-        raise ValueError(f"half_width D must be an int >= 0, got {half_width!r}")
+    check_finite("center", center, "a NaN position would select no window and hide it as zero weights")
+    half_width = check_int("half_width", half_width, "D, the window's half width", minimum=0)
     positions = torch.arange(scores.shape[1], dtype=scores.dtype, device=scores.device)[None, :]
     p = center.to(scores.dtype)[:, None]
     window = (positions >= torch.floor(p - half_width)) & (positions <= torch.ceil(p + half_width))
@@ -197,7 +223,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
     check_bool_mask("mask", mask)
     if mask.shape != scores.shape:
         raise ValueError(
-            f"mask has shape {tuple(mask.shape)} but scores have shape {tuple(scores.shape)}; "
+            f"mask should have the shape of the scores, {tuple(scores.shape)}, got shape {tuple(mask.shape)}: "
             "they must match exactly (no broadcasting), one entry per score. For a padding mask of shape "
             "(batch, src_len) and scores (batch, tgt_len, src_len), pass mask[:, None, :].expand_as(scores)"
         )
@@ -212,15 +238,16 @@ def context_vector(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     weights (batch, src_len) -> (batch, enc_dim); or weights (batch, tgt_len, src_len) -> (batch, tgt_len, enc_dim).
     values: (batch, src_len, enc_dim).
     """
-    check_min_dims("weights", weights, 2, "(batch, src_len) or (batch, tgt_len, src_len)")
+    check_tensor("weights", weights, (2, 3), "(batch, src_len) or (batch, tgt_len, src_len)")
     check_tensor("values", values, 3, "(batch, src_len, enc_dim)")
     check_float("weights", weights)
     check_float("values", values)
-    if weights.dim() > 3 or weights.shape[0] != values.shape[0] or weights.shape[-1] != values.shape[1]:
+    check_same_dtype(weights=weights, values=values)
+    if weights.shape[0] != values.shape[0] or weights.shape[-1] != values.shape[1]:
         raise ValueError(
-            f"weights have shape {tuple(weights.shape)} but values have (batch, src_len) = "
-            f"{tuple(values.shape[:2])}; weights must be (batch, src_len) or (batch, tgt_len, src_len), "
-            "one weight per source position of the same sentences"
+            f"weights should be (batch, src_len) or (batch, tgt_len, src_len) with (batch, src_len) = "
+            f"{tuple(values.shape[:2])} as in values, got shape {tuple(weights.shape)}: one weight per source "
+            "position of the same sentences (a batch of one is not stretched to fit)"
         )
     if weights.dim() == 2:
         return (weights[:, :, None] * values).sum(dim=1)
@@ -257,9 +284,10 @@ def scaled_dot_product_attention(
         check_min_dims(name, x, 2, doc)
         check_float(name, x)
     check_same_dtype(query=query, key=key, value=value)
+    check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i")
     if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2]):
         raise ValueError(
-            f"query, key and value must share their leading (batch, heads, ...) dims, got {tuple(query.shape)}, "
+            f"query, key and value should share their leading (batch, heads, ...) dims, got {tuple(query.shape)}, "
             f"{tuple(key.shape)}, {tuple(value.shape)}; a batch of one is not stretched to fit"
         )
     check_size("key", key, -1, query.shape[-1], "head_dim of query: q . k needs equal sizes")
@@ -267,6 +295,7 @@ def scaled_dot_product_attention(
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (..., query_len, key_len)
     if bias is not None:
         check_float("bias", bias)
+        check_same_dtype(query=query, bias=bias)
         _check_broadcast("bias", bias, scores.shape)
         scores = scores + bias
     allowed = _sdpa_mask(mask, scores.shape, is_causal, scores.device)
@@ -285,7 +314,10 @@ def _check_broadcast(name: str, x: torch.Tensor, score_shape: torch.Size) -> Non
         )
     for axis, (have, want) in enumerate(zip(x.shape, score_shape)):
         if have not in (1, want):
-            raise ValueError(f"{name} has size {have} in dim {axis}, where the scores have {want}: expected {wanted}")
+            raise ValueError(
+                f"{name} has size {have} in dim {axis}, where the scores have {want}: expected {wanted}; "
+                "a batch of one is not stretched to fit unless you write the 1"
+            )
 
 
 def _sdpa_mask(mask, score_shape: torch.Size, is_causal: bool, device) -> torch.Tensor | None:
@@ -315,6 +347,8 @@ class AdditiveAttention(nn.Module):
 
     def __init__(self, dec_dim: int, enc_dim: int, attn_dim: int):
         super().__init__()
+        for name, value in (("dec_dim", dec_dim), ("enc_dim", enc_dim), ("attn_dim", attn_dim)):
+            check_positive_int(name, value, "a vector size")
         self.dec_dim, self.enc_dim, self.attn_dim = dec_dim, enc_dim, attn_dim
         self.W_a = nn.Parameter(torch.randn(attn_dim, dec_dim) * dec_dim**-0.5)
         self.U_a = nn.Parameter(torch.randn(attn_dim, enc_dim) * enc_dim**-0.5)
@@ -323,7 +357,9 @@ class AdditiveAttention(nn.Module):
     def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
         """(batch, src_len, enc_dim) -> U_a h_j: (batch, src_len, attn_dim), once per sentence."""
         check_tensor("keys", keys, 3, "(batch, src_len, enc_dim)")
+        check_float("keys", keys)
         check_size("keys", keys, 2, self.enc_dim, "enc_dim this attention was built with")
+        check_same_dtype(keys=keys, U_a=self.U_a)
         return keys @ self.U_a.T
 
     def forward(
@@ -336,16 +372,22 @@ class AdditiveAttention(nn.Module):
         """query (batch, dec_dim), keys (batch, src_len, enc_dim), mask (batch, src_len)
         -> context (batch, enc_dim), weights (batch, src_len)."""
         check_tensor("query", query, 2, "(batch, dec_dim)")
+        check_float("query", query)
         check_size("query", query, 1, self.dec_dim, "dec_dim this attention was built with")
+        check_same_dtype(query=query, W_a=self.W_a)
         check_tensor("keys", keys, 3, "(batch, src_len, enc_dim)")
         check_size("keys", keys, 0, query.shape[0], "the batch size of query", "a batch of one is not stretched")
+        check_size("keys", keys, 2, self.enc_dim, "enc_dim this attention was built with")
         if projected_keys is None:
             projected_keys = self.project_keys(keys)
-        elif projected_keys.shape[:2] != keys.shape[:2]:
-            raise ValueError(
-                f"projected_keys has shape {tuple(projected_keys.shape)} but keys are {tuple(keys.shape)}; "
-                "pass project_keys(keys) of the same sentences"
-            )
+        else:
+            check_tensor("projected_keys", projected_keys, 3, "(batch, src_len, attn_dim)")
+            if projected_keys.shape != (*keys.shape[:2], self.attn_dim):
+                raise ValueError(
+                    f"projected_keys should have shape (batch, src_len, attn_dim) = "
+                    f"{(*keys.shape[:2], self.attn_dim)}, got shape {tuple(projected_keys.shape)}; "
+                    "pass project_keys(keys) of the same sentences"
+                )
         scores = additive_score_projected(query @ self.W_a.T, projected_keys, self.v_a)
         weights = masked_softmax(scores, mask)
         return context_vector(weights, keys), weights
@@ -363,9 +405,11 @@ class LuongAttention(nn.Module):
 
     def __init__(self, score: str, dec_dim: int, enc_dim: int, attn_dim: int = 64, max_src_len: int = 20):
         super().__init__()
-        if score not in LUONG_SCORES:
-            raise ValueError(f"score must be one of {LUONG_SCORES}, got {score!r}")
-        self.score = score
+        check_choice("score", score, LUONG_SCORES)
+        for name, value in (("dec_dim", dec_dim), ("enc_dim", enc_dim), ("attn_dim", attn_dim),
+                            ("max_src_len", max_src_len)):  # fmt: skip
+            check_positive_int(name, value, "a size")
+        self.score, self.dec_dim, self.enc_dim = score, dec_dim, enc_dim
         if score == "dot" and dec_dim != enc_dim:
             raise ValueError(f"the dot score needs dec_dim == enc_dim, got {dec_dim} and {enc_dim}; use 'general'")
         if score == "general":
@@ -377,6 +421,10 @@ class LuongAttention(nn.Module):
             self.W_a = nn.Parameter(torch.randn(max_src_len, dec_dim) * dec_dim**-0.5)
 
     def scores(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """query (batch, tgt_len, dec_dim) or (batch, dec_dim), keys (batch, src_len, enc_dim) -> the scores."""
+        _check_query_keys(query, keys)
+        check_size("query", query, -1, self.dec_dim, "dec_dim this attention was built with")
+        check_size("keys", keys, 2, self.enc_dim, "enc_dim this attention was built with")
         if self.score == "dot":
             return dot_score(query, keys)
         if self.score == "general":
@@ -391,7 +439,13 @@ class LuongAttention(nn.Module):
         check_tensor("query", query, 3, "(batch, tgt_len, dec_dim)")
         scores = self.scores(query, keys)
         if mask is not None:
+            check_bool_mask("mask", mask)
             check_tensor("mask", mask, 2, "(batch, src_len)")
+            if mask.shape != (keys.shape[0], keys.shape[1]):
+                raise ValueError(
+                    f"mask should have shape (batch, src_len) = {tuple(keys.shape[:2])} as the keys, got shape "
+                    f"{tuple(mask.shape)}; build it with padding_mask(src_lengths, src_len)"
+                )
             mask = mask[:, None, :].expand_as(scores)
         weights = masked_softmax(scores, mask)
         return context_vector(weights, keys), weights

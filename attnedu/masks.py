@@ -23,7 +23,16 @@ from collections.abc import Sequence
 
 import torch
 
-from ._validate import check_bool_mask, check_float, check_positive_int, check_tensor, describe
+from ._validate import (
+    check_bool,
+    check_bool_mask,
+    check_choice,
+    check_float,
+    check_int,
+    check_positive_int,
+    check_tensor,
+    describe,
+)
 
 
 def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
@@ -35,25 +44,27 @@ def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     """
     if not isinstance(lengths, torch.Tensor):
         raise TypeError(
-            f"lengths must be a 1-D integer torch.Tensor of shape (batch,), got {describe(lengths)}; "
+            f"lengths should be a 1-D integer torch.Tensor of shape (batch,), got {describe(lengths)}; "
             "convert with torch.tensor(lengths)"
         )
     check_tensor("lengths", lengths, 1, "(batch,)")
     if lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
-        raise TypeError(f"lengths must hold whole numbers (an integer dtype such as torch.long), got {lengths.dtype}")
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"max_len (the padded length) must be a positive int, got {max_len!r}")
-    if lengths.numel() and int(lengths.min()) < 1:
+        raise TypeError(
+            f"lengths should hold whole numbers (an integer dtype such as torch.long), got dtype {lengths.dtype}; "
+            "count the real tokens of each sentence, e.g. torch.tensor([3, 5])"
+        )
+    max_len = check_positive_int("max_len", max_len, "the padded length")
+    if int(lengths.min()) < 1:
         bad = int(lengths.argmin())
         raise ValueError(
-            f"sequence {bad} has length {int(lengths[bad])}; empty sequences cannot be attended over "
-            "(drop them from the batch)"
+            f"lengths should be at least 1, got length {int(lengths[bad])} for sequence {bad}; empty sequences "
+            "cannot be attended over (drop them from the batch)"
         )
-    if lengths.numel() and int(lengths.max()) > max_len:
+    if int(lengths.max()) > max_len:
         bad = int(lengths.argmax())
         raise ValueError(
-            f"sequence {bad} has length {int(lengths[bad])} but the padded batch is only {max_len} long; "
-            "lengths must not exceed the padded length"
+            f"lengths should be at most max_len={max_len}, got length {int(lengths[bad])} for sequence {bad}: "
+            f"the padded batch is only {max_len} long; lengths must not exceed the padded length"
         )
     return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
 
@@ -71,8 +82,8 @@ def causal_mask(query_len: int, key_len: int | None = None, *, align: str | None
     check_positive_int("query_len", query_len, "the number of queries")
     key_len = query_len if key_len is None else key_len
     check_positive_int("key_len", key_len, "the number of keys")
-    if align not in (None, "top-left", "bottom-right"):
-        raise ValueError(f"align must be 'top-left' or 'bottom-right', got {align!r}")
+    if align is not None:
+        check_choice("align", align, ("top-left", "bottom-right"))
     if align is None and query_len != key_len:
         raise ValueError(
             f"{query_len} queries against {key_len} keys: say how they line up. align='top-left' (query i sees "
@@ -97,9 +108,9 @@ def sliding_window_mask(length: int, window: int, causal: bool = False) -> torch
 
     Each query sees at most 2 * window + 1 keys, so the cost grows like length * window, not length^2.
     """
-    check_positive_int("length", length, "the sequence length")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-        raise ValueError(f"window (how many neighbours on each side) must be an int >= 0, got {window!r}")
+    length = check_positive_int("length", length, "the sequence length")
+    window = check_int("window", window, "how many neighbours on each side", minimum=0)
+    causal = check_bool("causal", causal, "whether query i may only attend keys j <= i")
     positions = torch.arange(length)
     offset = positions[None, :] - positions[:, None]  # j - i
     allowed = offset.abs() <= window
@@ -110,10 +121,20 @@ def global_window_mask(length: int, window: int, global_positions: Sequence[int]
     """Longformer-style (Beltagy et al. 2020): a sliding window for everyone, plus global tokens that attend
     to every position and that every position attends to (e.g. a classification token at position 0)."""
     mask = sliding_window_mask(length, window)
-    positions = [int(p) for p in global_positions]
+    if isinstance(global_positions, torch.Tensor):
+        global_positions = global_positions.tolist()
+    if isinstance(global_positions, (str, bytes)) or not isinstance(global_positions, Sequence):
+        raise TypeError(
+            f"global_positions should be a list of positions such as [0], got {describe(global_positions)}; "
+            "wrap a single position in a list"
+        )
+    positions = [check_int("global position", p, "a position counted from 0") for p in global_positions]
     bad = [p for p in positions if not 0 <= p < length]
     if bad:
-        raise ValueError(f"global positions {bad} are outside 0..{length - 1}")
+        raise ValueError(
+            f"global positions should be in 0..{length - 1}, got {bad}, which are outside 0..{length - 1}; "
+            "positions count from 0 (negative indices are not read from the end)"
+        )
     mask[positions, :] = True
     mask[:, positions] = True
     return mask
@@ -134,28 +155,44 @@ def to_mha_key_padding_mask(mask: torch.Tensor) -> torch.Tensor:
 def to_mha_attn_mask(mask: torch.Tensor) -> torch.Tensor:
     """(query_len, key_len) True = may attend -> nn.MultiheadAttention's boolean attn_mask, True = *blocked*."""
     check_bool_mask("mask", mask)
-    if mask.dim() not in (2, 3):
-        raise ValueError(
-            f"nn.MultiheadAttention takes a (query_len, key_len) or (batch*heads, ...) mask, got {describe(mask)}"
-        )
+    check_tensor("mask", mask, (2, 3), "(query_len, key_len) or (batch * heads, query_len, key_len), as "
+                 "nn.MultiheadAttention takes")  # fmt: skip
     return ~mask
 
 
 def to_additive(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """True = may attend -> a float mask to add to the scores: 0 where allowed, -inf where blocked."""
     check_bool_mask("mask", mask)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(
+            f"dtype should be a floating-point torch.dtype (the scores'), got {dtype!r}; -inf needs floats, e.g. "
+            "torch.float32"
+        )
     return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, float("-inf"))
 
 
 def from_additive(mask: torch.Tensor) -> torch.Tensor:
-    """A float mask added to the scores -> True = may attend (every entry above -inf counts as allowed).
+    """A float mask added to the scores -> True = may attend. It must hold only 0 (allowed) and -inf (blocked).
 
-    A very negative finite value such as -1e9 is *not* treated as blocked: after the softmax it still gets a
-    (tiny) weight, and a row of them gets a uniform one. Use -inf, or build the mask as bools.
+    Anything else is refused rather than guessed at: a 0/1 float mask (1 = keep) would otherwise read as
+    all allowed, and a very negative finite value such as -1e9 is not blocked (after the softmax it still
+    gets a tiny weight, and a row of them gets a uniform one). Use -inf, or build the mask as bools.
     """
     if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a float torch.Tensor of 0 and -inf, got {describe(mask)}")
+        raise TypeError(
+            f"mask should be a float torch.Tensor of 0 and -inf, got {describe(mask)}; convert with "
+            "torch.as_tensor(mask, dtype=torch.float32)"
+        )
     check_float("mask", mask)
     if bool(torch.isnan(mask).any()) or bool((mask == float("inf")).any()):
-        raise ValueError("an additive mask holds 0 (allowed) and -inf (blocked); this one has NaN or +inf")
+        raise ValueError(
+            "mask should hold 0 (allowed) and -inf (blocked), got a mask with NaN or +inf; "
+            "an additive mask holds 0 (allowed) and -inf (blocked)"
+        )
+    other = mask[(mask != 0) & (mask != float("-inf"))]
+    if other.numel():
+        raise ValueError(
+            f"mask should hold only 0 (allowed) and -inf (blocked), got {other.numel()} other values such as "
+            f"{other[0].item()}; a 0/1 mask (1 = keep) converts with mask.bool(), a -1e9 mask with mask > -1e4"
+        )
     return mask > float("-inf")

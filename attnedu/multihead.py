@@ -13,18 +13,28 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validate import check_positive_int, check_size, check_tensor, describe
+from ._validate import (
+    check_bool,
+    check_float,
+    check_instance,
+    check_positive_int,
+    check_same_dtype,
+    check_size,
+    check_tensor,
+    describe,
+)
 from .attention import scaled_dot_product_attention
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """(batch, seq_len, d_model) -> (batch, num_heads, seq_len, head_dim), head h = features h*head_dim ... ."""
     check_tensor("x", x, 3, "(batch, seq_len, d_model)")
-    check_positive_int("num_heads", num_heads, "the number of heads")
+    num_heads = check_positive_int("num_heads", num_heads, "the number of heads")
     batch, seq_len, d_model = x.shape
     if d_model % num_heads:
         raise ValueError(
-            f"num_heads={num_heads} does not divide d_model={d_model}: head_dim would not be an integer; "
+            f"num_heads should divide d_model, got num_heads={num_heads}, which does not divide "
+            f"d_model={d_model}: head_dim would not be an integer; "
             "choose a number of heads that divides d_model"
         )
     return x.view(batch, seq_len, num_heads, d_model // num_heads).transpose(1, 2)
@@ -51,9 +61,11 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         check_positive_int("d_model", d_model, "the model width")
         check_positive_int("num_heads", num_heads, "the number of heads")
+        check_bool("bias", bias, "whether the projections have biases")
         if d_model % num_heads:
             raise ValueError(
-                f"num_heads={num_heads} does not divide d_model={d_model}: head_dim would not be an integer"
+                f"num_heads should divide d_model, got num_heads={num_heads}, which does not divide "
+                f"d_model={d_model}: head_dim would not be an integer; choose a number of heads that divides d_model"
             )
         self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
         self.W_q = nn.Linear(d_model, d_model, bias=bias)
@@ -76,11 +88,13 @@ class MultiHeadAttention(nn.Module):
         their positions (RoPE, self-attention only), see ``attnedu.positional``."""
         for name, x, length in (("query", query, "query_len"), ("key", key, "key_len"), ("value", value, "key_len")):
             check_tensor(name, x, 3, f"(batch, {length}, d_model)")
+            check_float(name, x)
             check_size(name, x, 2, self.d_model, "d_model of this attention")
+        check_same_dtype(query=query, key=key, value=value, weights=self.W_q.weight)
         if not (query.shape[0] == key.shape[0] == value.shape[0]):
             raise ValueError(
-                f"query, key and value must hold the same batch, got {describe(query)}, {describe(key)}, "
-                f"{describe(value)}"
+                f"query, key and value should hold the same batch, got {describe(query)}, {describe(key)}, "
+                f"{describe(value)}; a batch of one is not stretched to fit"
             )
         check_size("value", value, 1, key.shape[1], "key_len: one value per key")
         q = split_heads(self.W_q(query), self.num_heads)  # (batch, heads, query_len, head_dim)
@@ -91,7 +105,9 @@ class MultiHeadAttention(nn.Module):
 
             if query.shape[1] != key.shape[1]:
                 raise ValueError(
-                    "rope_positions applies to self-attention, where queries and keys are the same positions"
+                    f"rope_positions should be used with self-attention (query_len == key_len), got query_len "
+                    f"{query.shape[1]} and key_len {key.shape[1]}; rope_positions applies to self-attention, where "
+                    "queries and keys are the same positions"
                 )
             q, k = apply_rope(q, rope_positions, rope_layout), apply_rope(k, rope_positions, rope_layout)
         heads, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)
@@ -100,8 +116,7 @@ class MultiHeadAttention(nn.Module):
     @torch.no_grad()
     def copy_from_torch(self, mha: nn.MultiheadAttention) -> MultiHeadAttention:
         """Take the weights of a ``torch.nn.MultiheadAttention`` of the same size (weights in, numbers out)."""
-        if not isinstance(mha, nn.MultiheadAttention):
-            raise TypeError(f"expected a torch.nn.MultiheadAttention, got {describe(mha)}")
+        check_instance("mha", mha, nn.MultiheadAttention, "a torch.nn.MultiheadAttention")
         if (mha.embed_dim, mha.num_heads) != (self.d_model, self.num_heads):
             raise ValueError(
                 f"torch's module has embed_dim={mha.embed_dim}, num_heads={mha.num_heads}; this one has "

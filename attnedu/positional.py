@@ -18,18 +18,29 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validate import check_min_dims, check_positive_int, check_tensor, describe
+from ._validate import (
+    check_choice,
+    check_finite,
+    check_float,
+    check_min_dims,
+    check_number,
+    check_positive_int,
+    check_tensor,
+    describe,
+)
 
 ROPE_LAYOUTS = ("halves", "interleaved")
 
 
 def sinusoidal_encoding(num_positions: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
     """(num_positions, d_model): row pos is PE(pos); even features sin, odd features cos."""
-    check_positive_int("num_positions", num_positions, "how many positions to encode")
-    check_positive_int("d_model", d_model, "the embedding width")
+    num_positions = check_positive_int("num_positions", num_positions, "how many positions to encode")
+    d_model = check_positive_int("d_model", d_model, "the embedding width")
+    base = check_number("base", base, "the wavelength base", 1.0, strict=True)
     if d_model % 2:
         raise ValueError(
-            f"d_model={d_model} is odd, but the sinusoidal encoding pairs features (a sin and a cos per "
+            f"d_model should be even, got d_model={d_model}, which is odd, but the sinusoidal encoding pairs "
+            "features (a sin and a cos per "
             "frequency); use an even d_model"
         )
     positions = torch.arange(num_positions, dtype=torch.float64)[:, None]
@@ -49,6 +60,7 @@ class LearnedPositions(nn.Module):
     def __init__(self, max_positions: int, d_model: int):
         super().__init__()
         check_positive_int("max_positions", max_positions, "the length of the table")
+        check_positive_int("d_model", d_model, "the embedding width")
         self.table = nn.Embedding(max_positions, d_model)
         nn.init.normal_(self.table.weight, std=0.02)
 
@@ -66,8 +78,15 @@ class LearnedPositions(nn.Module):
 def rope_angles(positions: torch.Tensor, head_dim: int, base: float = 10000.0) -> torch.Tensor:
     """(len,) positions -> (len, head_dim / 2) angles: pair i turns by position * base^(-2i / head_dim)."""
     check_tensor("positions", positions, 1, "(seq_len,)")
+    if positions.dtype == torch.bool or positions.is_complex():
+        raise TypeError(f"positions should be numbers (counted from 0), got dtype {positions.dtype}; use torch.arange")
+    check_finite("positions", positions.double())
+    head_dim = check_positive_int("head_dim", head_dim, "features per head")
+    base = check_number("base", base, "the wavelength base", 1.0, strict=True)
     if head_dim % 2:
-        raise ValueError(f"RoPE rotates pairs of features, so head_dim must be even, got {head_dim}")
+        raise ValueError(
+            f"head_dim should be even (RoPE rotates pairs of features, so head_dim must be even), got {head_dim}"
+        )
     frequencies = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
     return positions.to(torch.float64)[:, None] * frequencies
 
@@ -84,11 +103,13 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, layout: str = "halves",
     Weights trained with one layout give wrong answers under the other.
     """
     check_min_dims("x", x, 2, "(..., seq_len, head_dim)")
-    if layout not in ROPE_LAYOUTS:
-        raise ValueError(f"layout must be one of {ROPE_LAYOUTS}, got {layout!r}")
+    check_float("x", x)
+    check_choice("layout", layout, ROPE_LAYOUTS)
+    check_tensor("positions", positions, 1, "(seq_len,)")
     if positions.shape != (x.shape[-2],):
         raise ValueError(
-            f"positions must give one position per row of x: expected ({x.shape[-2]},), got {describe(positions)}"
+            f"positions should give one position per row of x, shape ({x.shape[-2]},), got {describe(positions)}; "
+            "for x (..., seq_len, head_dim) pass torch.arange(seq_len)"
         )
     angles = rope_angles(positions, x.shape[-1], base)
     cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)  # (seq_len, head_dim / 2)
@@ -110,9 +131,14 @@ def alibi_bias(num_heads: int, query_len: int, key_len: int | None = None) -> to
     so a head penalises distance linearly, some heads steeply, some gently. Queries are the last query_len
     positions (bottom-right), as in decoding; keys after a query get a positive bias, so pair ALiBi with a
     causal mask."""
-    key_len = query_len if key_len is None else key_len
-    check_positive_int("query_len", query_len, "the number of queries")
-    check_positive_int("key_len", key_len, "the number of keys")
+    check_positive_int("num_heads", num_heads, "the number of heads")
+    query_len = check_positive_int("query_len", query_len, "the number of queries")
+    key_len = query_len if key_len is None else check_positive_int("key_len", key_len, "the number of keys")
+    if query_len > key_len:
+        raise ValueError(
+            f"query_len should be at most key_len={key_len} (the queries are the last query_len of the keys' "
+            f"positions), got {query_len}; pass key_len >= query_len"
+        )
     query_positions = torch.arange(key_len - query_len, key_len)
     distance = query_positions[:, None] - torch.arange(key_len)[None, :]  # i - j
     return -alibi_slopes(num_heads)[:, None, None] * distance[None].float()
@@ -121,4 +147,5 @@ def alibi_bias(num_heads: int, query_len: int, key_len: int | None = None) -> to
 def encoding_similarity(encoding: torch.Tensor) -> torch.Tensor:
     """(positions, d_model) -> (positions, positions): PE(i) . PE(j) / d_model, for the heat maps of lesson 07."""
     check_tensor("encoding", encoding, 2, "(num_positions, d_model)")
+    check_float("encoding", encoding)
     return encoding @ encoding.T / encoding.shape[1]
