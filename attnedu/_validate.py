@@ -27,7 +27,8 @@ def describe(x) -> str:
         return f"the bool {bool(x)}"
     if x is None or isinstance(x, (numbers.Number, str)):
         text = repr(x)
-        return f"{text if len(text) <= 40 else text[:37] + '...'} (a {type(x).__name__})"
+        kind = type(x).__name__
+        return f"{text if len(text) <= 40 else text[:37] + '...'} ({'an' if kind[0] in 'aeiou' else 'a'} {kind})"
     if isinstance(x, (list, tuple, dict, set)):
         return f"a {type(x).__name__} of {len(x)} items"
     return f"a {type(x).__name__}"
@@ -180,7 +181,7 @@ def check_bool(name: str, value, meaning: str) -> bool:
 
 def check_choice(name: str, value, choices: Sequence) -> None:
     """Raise ValueError unless ``value`` is one of ``choices``, suggesting the nearest one for a typo."""
-    if isinstance(value, (bool, np.bool_)) or not any(value == c and type(value) is type(c) for c in choices):
+    if not any(type(value) is type(c) and value == c for c in choices):
         close = difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1) \
             if isinstance(value, str) else []  # fmt: skip
         _fail(ValueError, name, f"one of {tuple(choices)}", value, f"did you mean {close[0]!r}?" if close else "")

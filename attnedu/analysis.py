@@ -9,8 +9,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ._validate import check_instance, check_int, check_items, describe
 from .data import ADJECTIVES, CONJUNCTIONS, DETERMINERS, NOUNS, Pair, make_batch
 from .models import Seq2Seq
+from .train import _check_buckets
 
 
 def word_correct(model: Seq2Seq, pairs: Sequence[Pair]) -> list[torch.Tensor]:
@@ -21,6 +23,8 @@ def word_correct(model: Seq2Seq, pairs: Sequence[Pair]) -> list[torch.Tensor]:
     decoding reproduces a sentence exactly if and only if every entry is True, so the exact-match
     accuracy of ``attnedu.train.translate_pairs`` is the fraction of all-True rows.
     """
+    _check_model(model)
+    pairs = check_items("pairs", pairs, Pair, "Pairs (from make_pairs)")
     batch = make_batch(pairs)
     model.eval()
     with torch.no_grad():
@@ -48,6 +52,7 @@ def word_accuracy_by_length(
     model: Seq2Seq, test: Mapping[tuple[int, int], Sequence[Pair]]
 ) -> dict[tuple[int, int], WordAccuracy]:
     """Per-word and exact-match accuracy in each source-length bucket (teacher forcing, see word_correct)."""
+    _check_buckets("test", test)
     result = {}
     for bucket, pairs in test.items():
         if not pairs:
@@ -68,8 +73,13 @@ def attention_maps(model: Seq2Seq, pairs: Sequence[Pair]) -> list[torch.Tensor]:
     One (target_len, source_len) matrix per pair: row i holds the weights used to produce
     target word i (the row for ``<eos>`` is dropped), columns are the real source words.
     """
+    _check_model(model)
     if model.decoder.attention is None:
-        raise ValueError("this model has no attention (it was built with attention=False)")
+        raise ValueError(
+            "model should have attention, got a model built with attention=False: this model has no attention "
+            "(it was built with attention=False); build one with attention=True or a Luong score"
+        )
+    pairs = check_items("pairs", pairs, Pair, "Pairs (from make_pairs)")
     batch = make_batch(pairs)
     model.eval()
     with torch.no_grad():
@@ -89,6 +99,9 @@ def alignment_accuracy(maps: Sequence[torch.Tensor], pairs: Sequence[Pair]) -> f
 
 def crossing_pairs(alignment: Sequence[int]) -> list[tuple[int, int]]:
     """Target positions (i, k), i < k, whose source words come in the opposite order (a swap)."""
+    if isinstance(alignment, (str, bytes)) or not isinstance(alignment, Sequence):
+        raise TypeError(f"alignment should be a list of source positions (pair.alignment), got {describe(alignment)}")
+    alignment = [check_int(f"alignment[{i}]", a, "a source position") for i, a in enumerate(alignment)]
     return [(i, k) for i in range(len(alignment)) for k in range(i + 1, len(alignment)) if alignment[i] > alignment[k]]
 
 
@@ -144,22 +157,38 @@ def alignment_by_word_class(maps: Sequence[torch.Tensor], pairs: Sequence[Pair])
     return {name: ClassAlignment(words[name], hits[name], offsets[name]) for name in WORD_CLASSES}
 
 
+def _check_model(model) -> None:
+    check_instance("model", model, Seq2Seq, "a Seq2Seq model", "build one with Seq2Seq.build(...)")
+
+
 def _check_maps(maps: Sequence[torch.Tensor], pairs: Sequence[Pair]) -> None:
+    pairs = check_items("pairs", pairs, Pair, "Pairs (from make_pairs)")
+    maps = check_items("maps", maps, torch.Tensor, "attention maps (tensors, from attention_maps)")
     if len(maps) != len(pairs):
-        raise ValueError(f"got {len(maps)} attention maps for {len(pairs)} pairs; need one per pair")
+        raise ValueError(
+            f"maps should hold one attention map per pair ({len(pairs)}), got {len(maps)} attention maps for "
+            f"{len(pairs)} pairs; need one per pair"
+        )
     for n, (weights, pair) in enumerate(zip(maps, pairs)):
         expected = (len(pair.target), len(pair.source))
         if tuple(weights.shape) != expected:
             raise ValueError(
-                f"map {n} has shape {tuple(weights.shape)}, expected (target_len, source_len) = {expected}"
+                f"map {n} should have shape {expected}, expected (target_len, source_len) for pair {n}, got shape "
+                f"{tuple(weights.shape)}; compute the maps with attention_maps(model, pairs) for the same pairs"
             )
 
 
 def source_gradient_norms(model: Seq2Seq, pair: Pair, target_step: int) -> torch.Tensor:
     """||d loss_t / d E x_j|| for every source position j: how much the loss of target word
     ``target_step`` can reach back to each source word's embedding. Returns (source_len,)."""
+    _check_model(model)
+    check_instance("pair", pair, Pair, "one Pair")
+    target_step = check_int("target_step", target_step, "a target position counted from 0")
     if not 0 <= target_step < len(pair.target):
-        raise ValueError(f"target_step must be in 0..{len(pair.target) - 1} for this pair, got {target_step}")
+        raise ValueError(
+            f"target_step should be in 0..{len(pair.target) - 1} for this pair, got {target_step}; it counts "
+            "target words from 0"
+        )
     captured: list[torch.Tensor] = []
 
     def keep(_module, _inputs, output):

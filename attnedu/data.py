@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ._validate import check_instance, check_int, check_items, check_positive_int, describe
+
 # Source word -> target word.
 NOUNS = {
     "cat": "chat",
@@ -80,6 +82,7 @@ def translate(source: Sequence[str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
 
     Raises ``ValueError`` for a sentence the grammar cannot produce.
     """
+    source = _words("source", source)
     target: list[str] = []
     alignment: list[int] = []
     phrase: list[int] = []  # source positions of the current phrase: det, adj*, noun
@@ -115,10 +118,25 @@ def translate(source: Sequence[str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
     return tuple(target), tuple(alignment)
 
 
+def _words(name: str, words) -> list[str]:
+    """A sentence as a list of words; a string (a likely slip for its .split()) is refused."""
+    if isinstance(words, str):
+        raise TypeError(f"{name} should be a list of words such as ['the', 'cat'], got {describe(words)}; "
+                        f"split it with {name}.split()")  # fmt: skip
+    if not isinstance(words, Sequence):
+        raise TypeError(f"{name} should be a list of words such as ['the', 'cat'], got {describe(words)}")
+    bad = [w for w in words if not isinstance(w, str)]
+    if bad:
+        raise TypeError(f"{name} should hold words (str), got {describe(bad[0])} among them; use Vocab.decode for ids")
+    return list(words)
+
+
 def sample_source(length: int, rng: random.Random) -> list[str]:
     """A random grammatical source sentence of exactly ``length`` words (``length >= 2``)."""
+    length = check_int("length", length, "words in the sentence")
     if length < MIN_PHRASE:
-        raise ValueError(f"length must be at least {MIN_PHRASE} (a determiner and a noun), got {length}")
+        raise ValueError(f"length should be at least {MIN_PHRASE} (a determiner and a noun), got {length}")
+    check_instance("rng", rng, random.Random, "a random.Random", "pass random.Random(seed), not the seed itself")
     words: list[str] = []
     remaining = length
     while remaining:
@@ -150,8 +168,15 @@ def make_pairs(
 
     ``exclude`` holds source sentences that must not appear (e.g. the test set).
     """
+    n = check_int("n", n, "how many pairs", minimum=0)
+    min_len = check_int("min_len", min_len, "the shortest source")
+    max_len = check_int("max_len", max_len, "the longest source")
+    check_int("seed", seed, "the random seed")
     if not MIN_PHRASE <= min_len <= max_len:
-        raise ValueError(f"need {MIN_PHRASE} <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+        raise ValueError(
+            f"min_len and max_len should satisfy {MIN_PHRASE} <= min_len <= max_len, got min_len={min_len}, "
+            f"max_len={max_len}; a sentence needs at least a determiner and a noun"
+        )
     rng = random.Random(seed)
     seen = set(exclude or ())
     pairs: list[Pair] = []
@@ -170,6 +195,7 @@ def make_pairs(
 
 def reverse_source(pair: Pair) -> Pair:
     """The same pair with the source read backwards (Sutskever et al. 2014's trick)."""
+    check_instance("pair", pair, Pair, "a Pair", "for a list of pairs use [reverse_source(p) for p in pairs]")
     last = len(pair.source) - 1
     return Pair(pair.source[::-1], pair.target, tuple(last - j for j in pair.alignment))
 
@@ -186,25 +212,52 @@ class Vocab:
     """Token <-> id. Ids 0, 1, 2 are ``<pad>``, ``<bos>``, ``<eos>`` in every vocabulary."""
 
     def __init__(self, words: Sequence[str]):
-        self.itos = [PAD, BOS, EOS, *words]
+        self.itos = [PAD, BOS, EOS, *_words("words", words)]
         self.stoi = {w: i for i, w in enumerate(self.itos)}
         if len(self.stoi) != len(self.itos):
-            raise ValueError("vocabulary words must be distinct")
+            repeated = sorted({w for w in self.itos if self.itos.count(w) > 1})
+            raise ValueError(
+                f"vocabulary words should be distinct (and not {PAD}, {BOS}, {EOS}, which every vocabulary has), "
+                f"got {repeated} more than once; remove the repeats"
+            )
 
     def __len__(self) -> int:
         return len(self.itos)
 
     def encode(self, words: Sequence[str]) -> list[int]:
+        words = _words("words", words)
         try:
             return [self.stoi[w] for w in words]
         except KeyError as err:
-            raise ValueError(f"word {err.args[0]!r} is not in the vocabulary") from None
+            raise ValueError(
+                f"words should be in the vocabulary, got word {err.args[0]!r}, which is not in the vocabulary; "
+                "see attnedu.data.source_words() and target_words()"
+            ) from None
 
     def decode(self, ids: Sequence[int], stop_at_eos: bool = True) -> list[str]:
-        """Ids -> words, dropping padding and ``<bos>``, stopping at ``<eos>``."""
+        """Ids -> words, dropping padding and ``<bos>``, stopping at ``<eos>``.
+
+        ``ids``: a list or a 1-D integer tensor of ids in 0..len(vocab)-1; a negative id is an error, not a
+        word counted from the end."""
+        if isinstance(ids, torch.Tensor):
+            if ids.dim() != 1 or ids.dtype == torch.bool or ids.is_floating_point():
+                raise TypeError(
+                    f"ids should be a 1-D integer tensor (one sentence), got {describe(ids)}; decode a batch "
+                    "row by row: [vocab.decode(row) for row in tokens]"
+                )
+            ids = ids.tolist()
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+            raise TypeError(f"ids should be a list of token ids, got {describe(ids)}")
+        if not isinstance(stop_at_eos, bool):
+            raise TypeError(f"stop_at_eos should be True or False, got {describe(stop_at_eos)}")
         words = []
-        for i in ids:
-            i = int(i)
+        for position, i in enumerate(ids):
+            i = check_int(f"ids[{position}]", i, "a token id")
+            if not 0 <= i < len(self.itos):
+                raise ValueError(
+                    f"ids should be token ids in 0..{len(self.itos) - 1} (this vocabulary has {len(self.itos)} "
+                    f"words), got {i} at position {position}; a negative id is not counted from the end"
+                )
             if i == EOS_ID and stop_at_eos:
                 break
             if i in (PAD_ID, BOS_ID):
@@ -238,8 +291,11 @@ class Batch:
 
 def make_batch(pairs: Sequence[Pair], src_vocab: Vocab = SOURCE_VOCAB, tgt_vocab: Vocab = TARGET_VOCAB) -> Batch:
     """Pad ``pairs`` into one :class:`Batch` (padded to the longest pair in it)."""
-    if len(pairs) == 0:
-        raise ValueError("cannot make a batch from zero pairs")
+    if isinstance(pairs, Sequence) and len(pairs) == 0:
+        raise ValueError("pairs should hold at least one Pair, got an empty list: cannot make a batch from zero pairs")
+    pairs = check_items("pairs", pairs, Pair, "Pairs (from make_pairs)")
+    check_instance("src_vocab", src_vocab, Vocab, "a Vocab")
+    check_instance("tgt_vocab", tgt_vocab, Vocab, "a Vocab")
     empty = [i for i, p in enumerate(pairs) if len(p.source) == 0 or len(p.target) == 0]
     if empty:
         raise ValueError(f"pairs {empty[:5]} have an empty source or target; every sentence needs a word")
@@ -289,8 +345,8 @@ class BatchSampler:
     """
 
     def __init__(self, pairs: Sequence[Pair], batch_size: int, seed: int = 0):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        batch_size = check_positive_int("batch_size", batch_size, "pairs per batch")
+        check_int("seed", seed, "the random seed")
         self.all = _encoded(pairs)
         self.batch_size = batch_size
         self.tgt_lengths = (self.all.tgt_out != PAD_ID).sum(dim=1)
@@ -334,6 +390,15 @@ class ToyTranslation:
         buckets: Sequence[tuple[int, int]] = LENGTH_BUCKETS,
         seed: int = 0,
     ) -> ToyTranslation:
+        check_int("n_train", n_train, "training pairs", minimum=1)
+        check_int("n_test_per_bucket", n_test_per_bucket, "test pairs per length bucket", minimum=1)
+        if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets or not all(
+            isinstance(b, Sequence) and len(b) == 2 for b in buckets
+        ):
+            raise TypeError(
+                "buckets should be a non-empty list of (shortest, longest) pairs such as [(5, 7), (8, 10)], "
+                f"got {describe(buckets)}"
+            )
         test: dict[tuple[int, int], list[Pair]] = {}
         taken: set[tuple[str, ...]] = set()
         for k, (lo, hi) in enumerate(buckets):

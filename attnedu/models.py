@@ -34,7 +34,15 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ._validate import check_size, check_tensor
+from ._validate import (
+    check_bool,
+    check_choice,
+    check_ids,
+    check_instance,
+    check_positive_int,
+    check_size,
+    check_tensor,
+)
 from .attention import LUONG_SCORES, AdditiveAttention, LuongAttention
 from .data import BOS_ID, EOS_ID, PAD_ID
 from .masks import padding_mask
@@ -59,13 +67,15 @@ class Encoder(nn.Module):
 
     def __init__(self, vocab_size: int, emb_dim: int, hidden_dim: int, bidirectional: bool):
         super().__init__()
+        _check_sizes(vocab_size=vocab_size, emb_dim=emb_dim, hidden_dim=hidden_dim)
+        check_bool("bidirectional", bidirectional, "whether a second GRU reads the source backwards")
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
         self.rnn = nn.GRU(emb_dim, hidden_dim, batch_first=True, bidirectional=bidirectional)
         self.output_dim = hidden_dim * (2 if bidirectional else 1)
 
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor) -> EncoderOutput:
         """src: (batch, src_len) ids, src_lengths: (batch,) -> EncoderOutput."""
-        check_tensor("src", src, 2, "(batch, src_len) of token ids")
+        check_ids("src", src, self.embedding.num_embeddings, 2, "(batch, src_len) of token ids")
         check_tensor("src_lengths", src_lengths, 1, "(batch,)")
         check_size("src_lengths", src_lengths, 0, src.shape[0], "one length per source sentence")
         mask = padding_mask(src_lengths, src.shape[1])  # also rejects empty or too-long lengths
@@ -81,6 +91,21 @@ class Encoder(nn.Module):
         return EncoderOutput(annotations, summary, None if bool(mask.all()) else mask)
 
 
+def _check_sizes(**sizes) -> None:
+    for name, value in sizes.items():
+        check_positive_int(name, value, "a size")
+
+
+def _check_memory(memory) -> None:
+    check_instance("memory", memory, EncoderOutput, "an EncoderOutput", "pass model.encoder(src, src_lengths)")
+
+
+def _check_state(name: str, state, memory: EncoderOutput, hidden_dim: int) -> None:
+    check_tensor(name, state, 2, "(batch, hidden_dim)")
+    check_size(name, state, 0, memory.summary.shape[0], "the batch size of memory")
+    check_size(name, state, 1, hidden_dim, "hidden_dim of this decoder")
+
+
 class Decoder(nn.Module):
     """GRU decoder. With ``attention=False`` its context is the encoder summary at every step, and its
     recurrence is an ``nn.GRU`` (``self.rnn``) that teacher forcing runs over all steps at once; with
@@ -90,6 +115,9 @@ class Decoder(nn.Module):
         self, vocab_size: int, emb_dim: int, hidden_dim: int, enc_dim: int, attention: bool, attn_dim: int = 64
     ):
         super().__init__()
+        _check_sizes(vocab_size=vocab_size, emb_dim=emb_dim, hidden_dim=hidden_dim, enc_dim=enc_dim,
+                     attn_dim=attn_dim)  # fmt: skip
+        check_bool("attention", attention, "whether the decoder attends")
         self.enc_dim, self.hidden_dim = enc_dim, hidden_dim
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
         self.init_state = nn.Linear(enc_dim, hidden_dim)  # s_0 = tanh(W_s summary)
@@ -103,6 +131,7 @@ class Decoder(nn.Module):
 
     def start(self, memory: EncoderOutput) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Initial state s_0 (batch, hidden_dim), and U_a h_j precomputed once (or None)."""
+        _check_memory(memory)
         state = torch.tanh(self.init_state(memory.summary))
         keys = self.attention.project_keys(memory.annotations) if self.attention is not None else None
         return state, keys
@@ -119,6 +148,10 @@ class Decoder(nn.Module):
         embedded: (batch, emb_dim) E y_{t-1};  state: (batch, hidden_dim) s_{t-1}
         returns s_t (batch, hidden_dim), c_t (batch, enc_dim), alpha_t (batch, src_len) or None
         """
+        _check_memory(memory)
+        _check_state("state", state, memory, self.hidden_dim)
+        check_tensor("embedded", embedded, 2, "(batch, emb_dim)")
+        check_size("embedded", embedded, 0, state.shape[0], "the batch size of state")
         if self.attention is None:
             context = memory.summary
             _, new_state = self.rnn(torch.cat([embedded, context], dim=-1)[:, None], state[None])  # one step
@@ -130,6 +163,7 @@ class Decoder(nn.Module):
     def forward(self, tgt_in: torch.Tensor, memory: EncoderOutput) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Teacher forcing over the whole target: tgt_in (batch, tgt_len) ids
         -> logits (batch, tgt_len, vocab), weights (batch, tgt_len, src_len) or None."""
+        _check_tgt_in(tgt_in, self.embedding.num_embeddings, memory)
         state, keys = self.start(memory)
         embedded = self.embedding(tgt_in)  # (batch, tgt_len, emb_dim), all steps at once
         if self.attention is None:  # c is the same at every step: one nn.GRU call runs them all
@@ -168,6 +202,7 @@ class Decoder(nn.Module):
         prev_tokens: (batch,) y_{t-1};  state: (batch, hidden_dim) s_{t-1}
         returns logits (batch, vocab), s_t (batch, hidden_dim), alpha_t (batch, src_len) or None
         """
+        check_ids("prev_tokens", prev_tokens, self.embedding.num_embeddings, 1, "(batch,) of token ids")
         embedded = self.embedding(prev_tokens)
         new_state, context, weights = self.advance(embedded, state, memory, projected_keys)
         return self.readout(new_state, context, embedded), new_state, weights
@@ -193,8 +228,9 @@ class LuongDecoder(nn.Module):
         max_src_len: int = 20,
     ):
         super().__init__()
-        if score not in LUONG_SCORES:
-            raise ValueError(f"score must be one of {LUONG_SCORES}, got {score!r}")
+        check_choice("score", score, LUONG_SCORES)
+        _check_sizes(vocab_size=vocab_size, emb_dim=emb_dim, hidden_dim=hidden_dim, enc_dim=enc_dim)
+        check_bool("input_feeding", input_feeding, "whether h~_{t-1} is fed back")
         self.enc_dim, self.hidden_dim, self.input_feeding = enc_dim, hidden_dim, input_feeding
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
         self.init_state = nn.Linear(enc_dim, hidden_dim)
@@ -219,6 +255,8 @@ class LuongDecoder(nn.Module):
         Without input feeding (and unless ``stepwise``), the GRU runs over the whole target in one call and
         attention for every step is one batched product; otherwise one step at a time. Both compute the same.
         """
+        _check_tgt_in(tgt_in, self.embedding.num_embeddings, memory)
+        check_bool("stepwise", stepwise, "whether to step one word at a time")
         embedded = self.embedding(tgt_in)
         state = torch.tanh(self.init_state(memory.summary))
         if not (self.input_feeding or stepwise):
@@ -242,11 +280,14 @@ class LuongDecoder(nn.Module):
 
     def start(self, memory: EncoderOutput):
         """(s_0, h~_0 = 0) for greedy decoding."""
+        _check_memory(memory)
         state = torch.tanh(self.init_state(memory.summary))
         return state, torch.zeros_like(state)
 
     def next_step(self, prev_tokens: torch.Tensor, cache, memory: EncoderOutput):
         """One step of greedy decoding: cache is (h_{t-1}, h~_{t-1})."""
+        check_ids("prev_tokens", prev_tokens, self.embedding.num_embeddings, 1, "(batch,) of token ids")
+        _check_memory(memory)
         return self._step(self.embedding(prev_tokens), cache, memory)
 
 
@@ -257,8 +298,11 @@ class Seq2Seq(nn.Module):
 
     def __init__(self, encoder: Encoder, decoder: nn.Module):
         super().__init__()
+        check_instance("encoder", encoder, Encoder, "an Encoder")
+        check_instance("decoder", decoder, (Decoder, LuongDecoder), "a Decoder or LuongDecoder")
         if decoder.enc_dim != encoder.output_dim:
             raise ValueError(
+                f"decoder.enc_dim should be the encoder's output size {encoder.output_dim}, got {decoder.enc_dim}: "
                 f"the decoder expects encoder vectors of size {decoder.enc_dim} but the encoder produces "
                 f"{encoder.output_dim} (hidden_dim x directions); build the decoder with "
                 f"enc_dim={encoder.output_dim}"
@@ -280,9 +324,9 @@ class Seq2Seq(nn.Module):
         seed: int = 0,
     ) -> Seq2Seq:
         """A new model whose initial weights come from ``seed`` alone (see ``attnedu.runtime.seeded``)."""
-        kinds = (False, True, "bahdanau", *LUONG_SCORES)
-        if attention not in kinds or (isinstance(attention, (int, float)) and not isinstance(attention, bool)):
-            raise ValueError(f"attention must be one of {kinds}, got {attention!r}")
+        check_choice("attention", attention, (False, True, "bahdanau", *LUONG_SCORES))
+        check_bool("bidirectional", bidirectional, "whether a second GRU reads the source backwards")
+        check_bool("input_feeding", input_feeding, "whether h~_{t-1} is fed back")
         with seeded(seed):
             encoder = Encoder(src_vocab_size, emb_dim, hidden_dim, bidirectional)
             if attention in LUONG_SCORES:
@@ -292,7 +336,10 @@ class Seq2Seq(nn.Module):
                 )  # fmt: skip
             else:
                 if input_feeding:
-                    raise ValueError("input feeding is part of Luong's decoder: use a Luong score for attention")
+                    raise ValueError(
+                        f"attention should be a Luong score {LUONG_SCORES} with input_feeding=True, got "
+                        f"{attention!r}: input feeding is part of Luong's decoder: use a Luong score for attention"
+                    )
                 use_attention = attention in (True, "bahdanau")
                 decoder = Decoder(tgt_vocab_size, emb_dim, hidden_dim, encoder.output_dim, use_attention, attn_dim)
         return cls(encoder, decoder)
@@ -305,6 +352,7 @@ class Seq2Seq(nn.Module):
         check_tensor("src", src, 2, "(batch, src_len) of token ids")
         check_tensor("tgt_in", tgt_in, 2, "(batch, tgt_len) of token ids")
         check_size("tgt_in", tgt_in, 0, src.shape[0], "the batch size of src")
+        check_ids("tgt_in", tgt_in, self.decoder.embedding.num_embeddings, 2, "(batch, tgt_len) of token ids")
         return self.decoder(tgt_in, self.encoder(src, src_lengths))
 
     @torch.no_grad()
@@ -313,6 +361,7 @@ class Seq2Seq(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Feed back the most likely word each step.
         -> tokens (batch, steps), weights (batch, steps, src_len) or None; steps <= max_len."""
+        max_len = check_positive_int("max_len", max_len, "the most words to write")
         memory = self.encoder(src, src_lengths)
         cache = self.decoder.start(memory)
         prev = torch.full((src.shape[0],), BOS_ID, dtype=torch.long)
@@ -330,5 +379,12 @@ class Seq2Seq(nn.Module):
         return torch.stack(tokens, dim=1), weights
 
 
+def _check_tgt_in(tgt_in, vocab_size: int, memory) -> None:
+    check_ids("tgt_in", tgt_in, vocab_size, 2, "(batch, tgt_len) of token ids")
+    _check_memory(memory)
+    check_size("tgt_in", tgt_in, 0, memory.summary.shape[0], "the batch size of memory")
+
+
 def count_parameters(model: nn.Module) -> int:
+    check_instance("model", model, nn.Module, "a torch.nn.Module")
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

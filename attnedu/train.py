@@ -9,6 +9,16 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from ._validate import (
+    check_bool,
+    check_float,
+    check_instance,
+    check_items,
+    check_number,
+    check_positive_int,
+    check_tensor,
+    describe,
+)
 from .data import PAD_ID, TARGET_VOCAB, BatchSampler, Pair, make_batch
 from .models import Seq2Seq
 from .runtime import progress, training_seed
@@ -32,12 +42,41 @@ class TrainLog:
     @property
     def final_loss(self) -> float:
         """Mean loss over the last 50 steps (less noisy than the last step alone)."""
+        if not self.losses:
+            raise ValueError("losses should hold at least one step, got none; train(...) fills the log")
         tail = self.losses[-50:]
         return sum(tail) / len(tail)
 
 
 def sequence_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy per target word, ignoring padding. logits (batch, len, vocab), targets (batch, len)."""
+    """Cross-entropy per target word, ignoring padding. logits (batch, len, vocab), targets (batch, len).
+
+    A batch whose targets are all padding has no word to score: that raises rather than returning NaN.
+    NaN or infinite logits are not hidden: the loss is then NaN or infinite too."""
+    check_tensor("logits", logits, 3, "(batch, tgt_len, vocab)")
+    check_float("logits", logits)
+    check_tensor("targets", targets, 2, "(batch, tgt_len) of token ids")
+    if targets.dtype == torch.bool or targets.is_floating_point() or targets.is_complex():
+        raise TypeError(
+            f"targets should be token ids (an integer dtype such as torch.long), got dtype {targets.dtype}; "
+            "pass batch.tgt_out"
+        )
+    if logits.shape[:2] != targets.shape:
+        raise ValueError(
+            f"logits should have (batch, tgt_len) = {tuple(targets.shape)} as the targets, got shape "
+            f"{tuple(logits.shape)}; score the model's output for batch.tgt_in against batch.tgt_out"
+        )
+    real = targets != PAD_ID
+    if not bool(real.any()):
+        raise ValueError(
+            f"targets should hold at least one word that is not padding (id {PAD_ID}), got only padding: the mean "
+            "loss over no words is undefined (NaN); leave all-padding batches out"
+        )
+    if int(targets[real].min()) < 0 or int(targets[real].max()) >= logits.shape[2]:
+        raise ValueError(
+            f"targets should be ids in 0..{logits.shape[2] - 1} (the logits' vocabulary), got ids from "
+            f"{int(targets[real].min())} to {int(targets[real].max())}; use the target vocabulary's ids"
+        )
     return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD_ID)
 
 
@@ -58,8 +97,11 @@ def train(
     short run settle instead of ending mid-bounce. ``seed`` fixes the order of the batches
     (through ``attnedu.runtime.training_seed``, so the test command's perturbed run moves it).
     """
-    if steps < 1:
-        raise ValueError(f"steps must be at least 1, got {steps}")
+    check_instance("model", model, nn.Module, "a model (an nn.Module such as Seq2Seq.build(...))")
+    steps = check_positive_int("steps", steps, "training steps")
+    lr = check_number("lr", lr, "the learning rate", 0.0, strict=True)
+    clip = check_number("clip", clip, "the largest gradient norm", 0.0, strict=True)
+    check_bool("cosine", cosine, "whether the learning rate decays")
     sampler = BatchSampler(pairs, batch_size, seed=training_seed(seed))
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps) if cosine else None
@@ -97,12 +139,17 @@ class Translations:
     @property
     def exact_match(self) -> float:
         """Fraction of sentences translated exactly (every word, nothing extra)."""
+        if not self.pairs:
+            raise ValueError("pairs should hold at least one pair, got none: the exact match of nothing is undefined")
         hits = sum(list(p.target) == pred for p, pred in zip(self.pairs, self.predictions))
         return hits / len(self.pairs)
 
 
 def translate_pairs(model: Seq2Seq, pairs: Sequence[Pair], batch_size: int = 500) -> Translations:
     """Greedy-decode every pair's source (at most target length + 5 steps)."""
+    check_instance("model", model, nn.Module, "a model such as Seq2Seq.build(...)")
+    pairs = check_items("pairs", pairs, Pair, "Pairs (from make_pairs)")
+    batch_size = check_positive_int("batch_size", batch_size, "sentences decoded at once")
     model.eval()
     predictions: list[list[str]] = []
     for start in range(0, len(pairs), batch_size):
@@ -114,14 +161,45 @@ def translate_pairs(model: Seq2Seq, pairs: Sequence[Pair], batch_size: int = 500
 
 def accuracy_by_length(model: Seq2Seq, test: Mapping[tuple[int, int], Sequence[Pair]]) -> dict[tuple[int, int], float]:
     """Exact-match accuracy per source-length bucket."""
+    _check_buckets("test", test)
     return {bucket: translate_pairs(model, pairs).exact_match for bucket, pairs in test.items()}
 
 
 def accuracy_table(curves: Mapping[str, Mapping[tuple[int, int], float]]) -> str:
-    """Text table: one row per model, one column per length bucket."""
-    buckets = list(next(iter(curves.values())))
+    """Text table: one row per model, one column per length bucket; every model needs the same buckets."""
+    if not isinstance(curves, Mapping) or not curves:
+        raise ValueError(
+            f"curves should be a non-empty dict {{model name: {{(lo, hi): accuracy}}}}, got {describe(curves)}; "
+            "e.g. {'attention': accuracy_by_length(model, data.test)}"
+        )
+    buckets = None
+    for label, by_bucket in curves.items():
+        if not isinstance(label, str) or not isinstance(by_bucket, Mapping) or not by_bucket:
+            raise TypeError(
+                f"curves should map a model name (str) to a non-empty dict {{(lo, hi): accuracy}}, got "
+                f"{describe(label)} -> {describe(by_bucket)}"
+            )
+        if buckets is None:
+            buckets = list(by_bucket)
+        elif list(by_bucket) != buckets:
+            raise ValueError(
+                f"curves should all have the same buckets, got {list(by_bucket)} for {label!r} and {buckets} for "
+                "the first; measure every model on the same test set"
+            )
+        for bucket, value in by_bucket.items():
+            check_number(f"curves[{label!r}][{bucket}]", value, "an accuracy")
     width = max(len(label) for label in curves) + 2
     lines = ["".ljust(width) + "".join(f"{lo}-{hi}".rjust(8) for lo, hi in buckets)]
     for label, by_bucket in curves.items():
         lines.append(label.ljust(width) + "".join(f"{by_bucket[b]:8.3f}" for b in buckets))
     return "\n".join(lines)
+
+
+def _check_buckets(name: str, test) -> None:
+    if not isinstance(test, Mapping):
+        raise TypeError(
+            f"{name} should be a dict {{(lo, hi): list of Pairs}}, such as ToyTranslation.generate().test, got "
+            f"{describe(test)}; for one list of pairs use translate_pairs(model, pairs)"
+        )
+    for bucket, pairs in test.items():
+        check_items(f"{name}[{bucket}]", pairs, Pair, "Pairs (from make_pairs)")
