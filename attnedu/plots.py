@@ -13,6 +13,8 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from ._validate import check_finite, check_int, check_positive_int, describe
+
 CMAP = "Blues"
 GOLD_COLOUR = "tab:orange"
 
@@ -34,13 +36,12 @@ def plot_attention(
     highlight_row: optional row index (from 0) outlined in red, e.g. the decoder step being discussed.
     Returns the image, for a shared colour bar: ``fig.colorbar(image, ax=axes)``.
     """
-    weights = torch.as_tensor(weights).detach().float()
-    if weights.dim() != 2:
-        raise ValueError(f"weights must be (target_len, source_len), got shape {tuple(weights.shape)}")
+    weights = _weights_2d(weights)
     if weights.shape != (len(target), len(source)):
         raise ValueError(
-            f"weights have shape {tuple(weights.shape)} but there are {len(target)} target and "
-            f"{len(source)} source labels; pass one label per row and per column"
+            f"weights should have shape (len(target), len(source)) = {(len(target), len(source))}, got shape "
+            f"{tuple(weights.shape)}: there are {len(target)} target and {len(source)} source labels; pass one "
+            "label per row and per column"
         )
     ax = ax or plt.gca()
     image = ax.imshow(weights.numpy(), cmap=CMAP, vmin=0.0, vmax=1.0, aspect="auto")
@@ -49,19 +50,54 @@ def plot_attention(
     ax.set_xlabel("source")
     ax.set_ylabel("target")
     if gold is not None:
-        if len(gold) != len(target):
-            raise ValueError(f"gold alignment has {len(gold)} entries, expected one per target word ({len(target)})")
+        gold = _gold(gold, len(target), len(source))
         for i, j in enumerate(gold):
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor=GOLD_COLOUR, linewidth=1.5))
         gold_key = Line2D([], [], marker="s", linestyle="none", markerfacecolor="none", markeredgecolor=GOLD_COLOUR)
         ax.legend([gold_key], ["gold alignment"], loc="lower left", bbox_to_anchor=(0, 1.0), fontsize=8, frameon=False)
     if highlight_row is not None:
+        highlight_row = check_int("highlight_row", highlight_row, "a row counted from 0", 0, len(target) - 1)
         ax.add_patch(
             Rectangle((-0.5, highlight_row - 0.5), len(source), 1, fill=False, edgecolor="crimson", linewidth=2)
         )
     if title:
         ax.set_title(title)
     return image
+
+
+def _weights_2d(weights) -> torch.Tensor:
+    """Attention weights as a float (target_len, source_len) tensor: a tensor, a NumPy array or nested lists of
+    numbers in [0, 1]. NaN or infinity, or a value outside [0, 1] (scores rather than weights), is refused."""
+    if isinstance(weights, (str, bytes)) or weights is None:
+        raise TypeError(f"weights should be a (target_len, source_len) tensor of weights, got {describe(weights)}")
+    weights = torch.as_tensor(weights).detach()
+    if weights.dtype == torch.bool:
+        raise TypeError("weights should be numbers in [0, 1], got a bool tensor; a mask is drawn with plot_mask")
+    weights = weights.float()
+    if weights.dim() != 2:
+        raise ValueError(
+            f"weights should be (target_len, source_len), got shape {tuple(weights.shape)}; weights must be "
+            "(target_len, source_len): pick one sentence (and one head), e.g. weights[0]"
+        )
+    check_finite("weights", weights, "NaN weights come from NaN scores: find where they start")
+    if weights.numel() and (float(weights.min()) < -1e-6 or float(weights.max()) > 1 + 1e-6):
+        raise ValueError(
+            f"weights should be attention weights in [0, 1], got values from {float(weights.min()):.3g} to "
+            f"{float(weights.max()):.3g}; apply the softmax first, or draw scores with plot_matrix"
+        )
+    return weights
+
+
+def _gold(gold, target_len: int, source_len: int) -> list[int]:
+    if isinstance(gold, (str, bytes)) or not isinstance(gold, Sequence):
+        raise TypeError(f"gold should be a list of source positions (pair.alignment), got {describe(gold)}")
+    if len(gold) != target_len:
+        raise ValueError(
+            f"gold should have one entry per target word ({target_len}), got {len(gold)}: gold alignment has "
+            f"{len(gold)} entries, expected one per target word ({target_len})"
+        )
+    meaning = "a source position counted from 0"
+    return [check_int(f"gold[{i}]", j, meaning, 0, source_len - 1) for i, j in enumerate(gold)]
 
 
 def plot_attention_step(
@@ -76,13 +112,19 @@ def plot_attention_step(
 
     With ``gold`` (source index of each target word, from 0), the gold source word's bar is orange.
     """
-    weights = torch.as_tensor(weights).detach().float()
+    weights = _weights_2d(weights)
+    if weights.shape != (len(target), len(source)):
+        raise ValueError(
+            f"weights should have shape (len(target), len(source)) = {(len(target), len(source))}, got shape "
+            f"{tuple(weights.shape)}; pass one label per row and per column"
+        )
+    step = check_int("step", step, "a decoder step counted from 1")
     if not 1 <= step <= weights.shape[0]:
-        raise ValueError(f"step counts from 1 and must be in 1..{weights.shape[0]}, got {step}")
+        raise ValueError(f"step should be in 1..{weights.shape[0]}, got {step}: step counts from 1")
     row = weights[step - 1]
     colours = ["tab:blue"] * len(source)
     if gold is not None:
-        colours[gold[step - 1]] = GOLD_COLOUR
+        colours[_gold(gold, len(target), len(source))[step - 1]] = GOLD_COLOUR
         ax.legend(handles=[Patch(color=GOLD_COLOUR, label="gold source word")], fontsize=8, loc="upper right")
     ax.bar(range(len(source)), row.numpy(), color=colours)
     ax.set_xticks(range(len(source)), labels=source, rotation=90)
@@ -97,7 +139,23 @@ def plot_accuracy_by_length(
     title: str = "Exact-match accuracy by source length",
     ylabel: str = "exact-match accuracy",
 ):
-    """One line per curve (a model, or a measure): accuracy in each source-length bucket."""
+    """One line per curve (a model, or a measure): accuracy in each source-length bucket (values in [0, 1])."""
+    if not isinstance(curves, Mapping) or not curves:
+        raise ValueError(
+            f"curves should be a non-empty dict {{label: {{(lo, hi): accuracy}}}}, got {describe(curves)}; "
+            "e.g. {'attention': accuracy_by_length(model, data.test)}"
+        )
+    for label, by_bucket in curves.items():
+        if not isinstance(by_bucket, Mapping) or not by_bucket:
+            raise TypeError(
+                f"curves[{label!r}] should be a non-empty dict {{(lo, hi): accuracy}}, got {describe(by_bucket)}"
+            )
+        for bucket, value in by_bucket.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise ValueError(
+                    f"curves[{label!r}][{bucket}] should be an accuracy in [0, 1], got {describe(value)}; "
+                    "divide percentages by 100"
+                )
     ax = ax or plt.gca()
     for label, by_bucket in curves.items():
         buckets = list(by_bucket)
@@ -116,6 +174,8 @@ def plot_softmax_scaling(fig, dims: Sequence[int], n_keys: int = 64):
     """For each d_k in ``dims`` (a column), one query's softmax weights over ``n_keys`` keys with standard
     normal components: raw scores q.k (top) and divided by sqrt(d_k) (bottom). The draws for a given d_k
     are fixed (seeded by d_k), so raw and scaled show the same query and keys."""
+    dims = _positive_ints("dims", dims, "head sizes d_k")
+    n_keys = check_positive_int("n_keys", n_keys, "the number of keys")
     axes = fig.subplots(2, len(dims), squeeze=False, sharey=True)
     for column, d_k in enumerate(dims):
         generator = torch.Generator().manual_seed(d_k)
@@ -139,8 +199,16 @@ def plot_mask(mask: torch.Tensor, ax: Axes | None = None, title: str | None = No
     """A boolean mask as a grid: rows are queries, columns are keys, dark = may attend (True), light = blocked.
     Positions count from 1 on the axes."""
     mask = torch.as_tensor(mask)
-    if mask.dim() != 2 or mask.dtype != torch.bool:
-        raise ValueError(f"plot_mask draws one (query_len, key_len) bool mask, got {mask.dtype} {tuple(mask.shape)}")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"mask should be a (query_len, key_len) bool mask (True = may attend), got dtype {mask.dtype}: plot_mask "
+            "draws one bool mask; convert with mask.bool() or attnedu.masks.from_additive(mask)"
+        )
+    if mask.dim() != 2 or mask.numel() == 0:
+        raise ValueError(
+            f"mask should be a (query_len, key_len) bool mask, got shape {tuple(mask.shape)}: plot_mask draws one "
+            "bool mask; pick one, e.g. mask[0] or mask[0, 0]"
+        )
     ax = ax or plt.gca()
     ax.imshow(mask.float().numpy(), cmap=CMAP, vmin=-0.15, vmax=1.0, aspect="equal")
     ticks = range(0, max(mask.shape), max(1, max(mask.shape) // 6))
@@ -158,8 +226,12 @@ def plot_matrix(matrix: torch.Tensor, ax: Axes | None = None, title: str | None 
     """Any matrix as a heat map (not attention weights: those use plot_attention's 0..1 scale). With
     ``centred`` the colour scale is symmetric around 0 (red positive, blue negative). Returns the image."""
     matrix = torch.as_tensor(matrix).detach().float()
-    if matrix.dim() != 2:
-        raise ValueError(f"plot_matrix draws a 2-D matrix, got shape {tuple(matrix.shape)}")
+    if matrix.dim() != 2 or matrix.numel() == 0:
+        raise ValueError(
+            f"matrix should be 2-D, got shape {tuple(matrix.shape)}: plot_matrix draws a 2-D matrix; pick one, "
+            "e.g. matrix[0]"
+        )
+    check_finite("matrix", matrix, "a NaN or infinity would be drawn as a blank cell: find where it comes from")
     ax = ax or plt.gca()
     limit = matrix.abs().max().item() or 1.0
     options = {"cmap": "RdBu_r", "vmin": -limit, "vmax": limit} if centred else {"cmap": "viridis"}
@@ -177,10 +249,14 @@ def plot_encoding_waves(fig, d_model: int, pairs, num_positions: int = 64):
     from .positional import sinusoidal_encoding
 
     encoding = sinusoidal_encoding(num_positions, d_model)
+    pairs = [check_int(f"pairs[{n}]", i, "a frequency pair") for n, i in enumerate(_list("pairs", pairs))]
     axes = fig.subplots(1, len(pairs), squeeze=False, sharey=True)[0]
     for ax, i in zip(axes, pairs):
         if not 0 <= i < d_model // 2:
-            raise ValueError(f"pair {i} is outside 0..{d_model // 2 - 1} for d_model={d_model}")
+            raise ValueError(
+                f"pairs should be in 0..{d_model // 2 - 1} for d_model={d_model}, got pair {i}, which is outside "
+                f"0..{d_model // 2 - 1} for d_model={d_model}"
+            )
         wavelength = 2 * 3.141592653589793 * 10000 ** (2 * i / d_model)
         ax.plot(encoding[:, 2 * i].numpy(), label=f"sin (feature {2 * i})")
         ax.plot(encoding[:, 2 * i + 1].numpy(), label=f"cos (feature {2 * i + 1})")
@@ -194,9 +270,8 @@ def plot_encoding_waves(fig, d_model: int, pairs, num_positions: int = 64):
 def online_softmax_steps(row: torch.Tensor, block_size: int) -> list[dict]:
     """The online softmax of one row, block by block: for each block, the scores read so far, the running
     maximum m and the running sum l before the rescale (l carried over) and after adding the block."""
-    row = torch.as_tensor(row, dtype=torch.float64).flatten()
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    row = _row(row)
+    block_size = check_positive_int("block_size", block_size, "scores per block")
     steps, m, l = [], float("-inf"), 0.0
     for start in range(0, len(row), block_size):
         block = row[start : start + block_size]
@@ -211,13 +286,15 @@ def online_softmax_steps(row: torch.Tensor, block_size: int) -> list[dict]:
 def plot_online_softmax(fig, row: torch.Tensor, block_size: int, steps: Sequence[int] | None = None):
     """One panel per block (or per step in ``steps``, counted from 1): the scores read so far (blue) and still
     to come (grey), the running maximum as a line, and the running sum in the title (lesson 08)."""
-    row = torch.as_tensor(row, dtype=torch.float64).flatten()
+    row = _row(row)
     history = online_softmax_steps(row, block_size)
-    chosen = list(steps) if steps is not None else list(range(1, len(history) + 1))
+    chosen = _positive_ints("steps", steps, "blocks counted from 1") if steps is not None else list(
+        range(1, len(history) + 1)
+    )
     axes = fig.subplots(1, len(chosen), squeeze=False, sharey=True)[0]
     for ax, number in zip(axes, chosen):
         if not 1 <= number <= len(history):
-            raise ValueError(f"step {number} is outside 1..{len(history)}")
+            raise ValueError(f"steps should be in 1..{len(history)} (one per block), got step {number}")
         step = history[number - 1]
         colours = ["tab:blue" if k < step["end"] else "#d9d9d9" for k in range(len(row))]
         ax.bar(range(1, len(row) + 1), row.numpy(), color=colours)
@@ -227,3 +304,25 @@ def plot_online_softmax(fig, row: torch.Tensor, block_size: int, steps: Sequence
     axes[0].set_ylabel("score")
     axes[0].legend(fontsize=8)
     return axes
+
+
+def _list(name: str, values) -> list:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+        raise TypeError(f"{name} should be a non-empty list, got {describe(values)}; wrap a single value in a list")
+    return list(values)
+
+
+def _positive_ints(name: str, values, meaning: str) -> list[int]:
+    return [check_positive_int(f"{name}[{n}]", v, meaning) for n, v in enumerate(_list(name, values))]
+
+
+def _row(row) -> torch.Tensor:
+    if isinstance(row, (str, bytes)) or row is None:
+        raise TypeError(f"row should be a 1-D tensor of scores, got {describe(row)}")
+    row = torch.as_tensor(row)
+    if row.dtype == torch.bool:
+        raise TypeError("row should be scores (numbers), got a bool tensor")
+    row = row.to(torch.float64)
+    if row.dim() != 1 or row.numel() == 0:
+        raise ValueError(f"row should be a non-empty 1-D tensor of scores, got shape {tuple(row.shape)}; pick one row")
+    return row

@@ -22,6 +22,8 @@ import random
 import numpy as np
 import torch
 
+from ._validate import check_int
+
 # Measured on the course's reference machine (2-core CPU, torch 2.13 CPU): one thread is as
 # fast as two for these small models alone, and 3-4x faster when two kernels share the cores
 # (pytest -n 2, a grader with --jobs 2). See benchmarks/threads.md for the numbers.
@@ -33,6 +35,8 @@ SEED_OFFSET_ENV = "ATTNEDU_SEED_OFFSET"
 
 def setup_notebook(seed: int = 0, threads: int = DEFAULT_THREADS) -> None:
     """Seed Python, NumPy and torch; set torch threads; fix print precision and figure size."""
+    check_int("seed", seed, "the random seed", minimum=0, maximum=2**32 - 1)
+    check_int("threads", threads, "torch threads", minimum=1)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -56,7 +60,7 @@ def seed_offset() -> int:
 def training_seed(seed: int) -> int:
     """The seed a model's initialisation and batch order really use: ``seed`` plus ``ATTNEDU_SEED_OFFSET``."""
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        raise TypeError(f"seed should be an int, got {type(seed).__name__}; seed must be an int such as 0")
     return seed + seed_offset()
 
 
@@ -89,6 +93,7 @@ def rounded(x, decimals: int = 3):
     then sit near a boundary.
     Accepts a tensor, a float or an int; returns the same kind.
     """
+    check_int("decimals", decimals, "decimal places")
     if isinstance(x, bool) or isinstance(x, int):
         return x
     if isinstance(x, torch.Tensor):
@@ -98,7 +103,10 @@ def rounded(x, decimals: int = 3):
     elif isinstance(x, float):
         values = [x]
     else:
-        raise TypeError(f"rounded() takes a tensor, a float or an int, got {type(x).__name__}")
+        raise TypeError(
+            f"x should be a tensor, a float or an int, got {type(x).__name__}: rounded() takes a tensor, a float "
+            "or an int; convert a NumPy value with float(x) or torch.as_tensor(x)"
+        )
     scale = 10.0**decimals
     margin = STRICT_MARGIN if os.environ.get(STRICT_ROUNDING_ENV) == "1" else LOOSE_MARGIN
     for value in values:
@@ -123,6 +131,7 @@ def progress_enabled() -> bool:
 
 def progress(total: int, desc: str):
     """A tqdm bar (a widget in JupyterLab, text in a terminal), or a silent stand-in."""
+    check_int("total", total, "the number of steps", minimum=0)
     if not progress_enabled():
         return _NoBar()
     from tqdm.auto import tqdm

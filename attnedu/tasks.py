@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._validate import check_positive_int
+from ._validate import check_choice, check_instance, check_int, check_positive_int, describe
 
 
 def neighbour_task(
@@ -25,9 +25,16 @@ def neighbour_task(
     for name, value, meaning in (("batch", batch, "sequences"), ("length", length, "tokens per sequence"),
                                  ("vocab", vocab, "distinct tokens")):  # fmt: skip
         check_positive_int(name, value, meaning)
-    offsets = [int(o) for o in offsets]
+    if isinstance(offsets, (str, bytes)) or not isinstance(offsets, Sequence):
+        raise TypeError(f"offsets should be a list of non-zero ints such as [-1, 1], got {describe(offsets)}")
+    offsets = [check_int(f"offsets[{n}]", o, "a position relative to each token") for n, o in enumerate(offsets)]
     if not offsets or 0 in offsets:
-        raise ValueError(f"offsets must be non-zero positions relative to each token, got {offsets}")
+        raise ValueError(
+            f"offsets should be non-zero positions relative to each token, such as [-1, 1], got {offsets}; "
+            "offsets must be non-zero (offset 0 is the token itself)"
+        )
+    check_instance("generator", generator, torch.Generator, "a torch.Generator",
+                   "pass torch.Generator().manual_seed(seed), not the seed itself")  # fmt: skip
     reach = max(abs(o) for o in offsets)
     tokens = torch.randint(0, vocab, (batch, length), generator=generator)
     edge = torch.full((batch, reach), vocab)
@@ -61,19 +68,45 @@ class CharCorpus:
 
     def batch(self, size: int, length: int, generator: torch.Generator, split: str = "train"):
         """``size`` random windows: inputs (size, length) and targets (size, length), the next character of each."""
-        data = {"train": self.train, "valid": self.valid}.get(split)
-        if data is None:
-            raise ValueError(f"split must be 'train' or 'valid', got {split!r}")
+        check_choice("split", split, ("train", "valid"))
+        data = {"train": self.train, "valid": self.valid}[split]
+        size = check_positive_int("size", size, "windows per batch")
+        length = check_positive_int("length", length, "characters per window")
+        if length > len(data) - 2:
+            raise ValueError(
+                f"length should be at most {len(data) - 2} for the {split} split, got {length}; use shorter windows"
+            )
+        check_instance("generator", generator, torch.Generator, "a torch.Generator",
+                       "pass torch.Generator().manual_seed(seed), not the seed itself")  # fmt: skip
         starts = torch.randint(0, len(data) - length - 1, (size,), generator=generator)
         windows = torch.stack([data[s : s + length + 1] for s in starts.tolist()])
         return windows[:, :-1], windows[:, 1:]
 
     def encode(self, text: str) -> torch.Tensor:
+        check_instance("text", text, str, "a str")
         index = {c: i for i, c in enumerate(self.chars)}
         unknown = sorted({c for c in text if c not in index})
         if unknown:
-            raise ValueError(f"characters {unknown} do not occur in the corpus")
+            raise ValueError(
+                f"text should use only characters of the corpus, got characters {unknown}, which do not occur in "
+                "the corpus; remove or replace them"
+            )
         return torch.tensor([index[c] for c in text])
 
     def decode(self, ids) -> str:
-        return "".join(self.chars[int(i)] for i in ids)
+        """A 1-D tensor or list of ids in 0..len(chars)-1 -> text (a negative id is an error, not counted from the
+        end)."""
+        if isinstance(ids, torch.Tensor):
+            if ids.dim() != 1 or ids.dtype == torch.bool or ids.is_floating_point():
+                raise TypeError(f"ids should be a 1-D integer tensor, got {describe(ids)}; decode one row at a time")
+            ids = ids.tolist()
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+            raise TypeError(f"ids should be a list of character ids, got {describe(ids)}")
+        ids = [check_int(f"ids[{n}]", i, "a character id") for n, i in enumerate(ids)]
+        bad = [i for i in ids if not 0 <= i < len(self.chars)]
+        if bad:
+            raise ValueError(
+                f"ids should be in 0..{len(self.chars) - 1} (the corpus has {len(self.chars)} characters), got "
+                f"{bad[:5]}; a negative id is not counted from the end"
+            )
+        return "".join(self.chars[i] for i in ids)

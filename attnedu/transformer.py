@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validate import check_positive_int, check_tensor
+from ._validate import check_bool, check_choice, check_ids, check_int, check_positive_int
 from .masks import causal_mask
 from .multihead import MultiHeadAttention
 from .positional import LearnedPositions, alibi_bias, sinusoidal_encoding
@@ -23,12 +23,16 @@ POSITIONS = ("none", "sinusoidal", "learned", "rope", "alibi")
 def attention_parameters(d_model: int, bias: bool = True) -> int:
     """W_Q, W_K, W_V, W_O, each d_model x d_model (+ d_model biases). The number of heads does not appear:
     h heads of head_dim = d_model / h share the same four matrices, cut into slices."""
+    check_positive_int("d_model", d_model, "the model width")
+    check_bool("bias", bias, "whether the projections have biases")
     return 4 * d_model * d_model + (4 * d_model if bias else 0)
 
 
 def block_parameters(d_model: int, d_ff: int) -> int:
     """One Transformer encoder block: multi-head attention, a feed-forward layer d_model -> d_ff -> d_model
     (weights and biases), and two layer norms (a scale and a shift of d_model each)."""
+    check_positive_int("d_model", d_model, "the model width")
+    check_positive_int("d_ff", d_ff, "the feed-forward width")
     feed_forward = d_model * d_ff + d_ff + d_ff * d_model + d_model
     return attention_parameters(d_model) + feed_forward + 2 * 2 * d_model
 
@@ -57,9 +61,12 @@ class AttentionClassifier(nn.Module):
             self.readout = nn.Linear(d_model, n_outputs * n_classes)
 
     def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        check_tensor("tokens", tokens, 2, "(batch, seq_len) of token ids")
+        check_ids("tokens", tokens, self.embedding.num_embeddings, 2, "(batch, seq_len) of token ids")
         if tokens.shape[1] != self.seq_len:
-            raise ValueError(f"this model has positions for {self.seq_len} tokens, got sequences of {tokens.shape[1]}")
+            raise ValueError(
+                f"tokens should be sequences of seq_len={self.seq_len}, got sequences of {tokens.shape[1]}: this model "
+                f"has positions for {self.seq_len} tokens"
+            )
         z = self.embedding(tokens) + self.positions
         attended, weights = self.attention(z, z, z)
         logits = self.readout(attended).view(*tokens.shape, self.n_outputs, self.n_classes)
@@ -72,6 +79,8 @@ class Block(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int):
         super().__init__()
+        check_positive_int("d_model", d_model, "the model width")
+        check_positive_int("d_ff", d_ff, "the feed-forward width")
         self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
         self.attention = MultiHeadAttention(d_model, num_heads)
         self.feed_forward = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
@@ -99,8 +108,14 @@ class TinyTransformer(nn.Module):
         seed: int = 0,
     ):  # fmt: skip
         super().__init__()
-        if positions not in POSITIONS:
-            raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+        check_choice("positions", positions, POSITIONS)
+        for name, value in (("vocab_size", vocab_size), ("n_out", n_out), ("d_model", d_model),
+                            ("num_heads", num_heads), ("max_positions", max_positions)):  # fmt: skip
+            check_positive_int(name, value, "a size")
+        check_int("num_layers", num_layers, "Transformer blocks", minimum=0)
+        if d_ff is not None:
+            check_positive_int("d_ff", d_ff, "the feed-forward width")
+        check_bool("causal", causal, "whether position i may only attend positions j <= i")
         self.positions, self.causal, self.num_heads = positions, causal, num_heads
         with seeded(seed):
             self.embedding = nn.Embedding(vocab_size, d_model)
@@ -111,9 +126,10 @@ class TinyTransformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor, causal: bool | None = None, return_weights: bool = False):
         """-> logits (batch, seq_len, n_out); with ``return_weights``, also each block's attention weights."""
-        check_tensor("tokens", tokens, 2, "(batch, seq_len) of token ids")
+        check_ids("tokens", tokens, self.embedding.num_embeddings, 2, "(batch, seq_len) of token ids")
         seq_len = tokens.shape[1]
-        causal = self.causal if causal is None else causal
+        causal = self.causal if causal is None else check_bool("causal", causal, "whether to mask the future")
+        check_bool("return_weights", return_weights, "whether to return each block's weights")
         x = self.embedding(tokens)
         if self.positions == "sinusoidal":
             x = x + sinusoidal_encoding(seq_len, x.shape[-1])

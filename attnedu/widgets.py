@@ -10,6 +10,7 @@ import ipywidgets as widgets
 import torch
 from matplotlib.figure import Figure
 
+from ._validate import check_choice, check_int, check_positive_int, describe
 from .masks import causal_mask, global_window_mask, padding_mask, sliding_window_mask
 from .plots import (
     online_softmax_steps,
@@ -27,6 +28,8 @@ class FigureSlider(widgets.VBox):
     combination drawn once, then cached). ``slider`` is the control, or a list of controls."""
 
     def __init__(self, slider, draw: Callable[..., None], figsize: tuple[float, float]):
+        if not callable(draw):
+            raise TypeError(f"draw should be a function draw(fig, *values), got {describe(draw)}")
         self.controls = list(slider) if isinstance(slider, (list, tuple)) else [slider]
         self.slider, self._draw, self._figsize = self.controls[0], draw, figsize
         self.image = widgets.Image(format="png")
@@ -61,12 +64,16 @@ class AttentionStepper(FigureSlider):
         target: Sequence[str],
         gold: Sequence[int] | None = None,
     ):
-        self.weights = torch.as_tensor(weights).detach().float()
+        from .plots import _gold, _weights_2d
+
+        self.weights = _weights_2d(weights)
         if self.weights.shape != (len(target), len(source)):
             raise ValueError(
-                f"weights have shape {tuple(self.weights.shape)}, expected (target_len, source_len) = "
-                f"({len(target)}, {len(source)})"
+                f"weights should have shape (len(target), len(source)) = ({len(target)}, {len(source)}), got shape "
+                f"{tuple(self.weights.shape)}: expected (target_len, source_len) = ({len(target)}, {len(source)})"
             )
+        if gold is not None:
+            gold = _gold(gold, len(target), len(source))
         self.source, self.target, self.gold = list(source), list(target), gold
         slider = widgets.IntSlider(value=1, min=1, max=len(target), description="step t")  # from 1, as t
         super().__init__(slider, self._draw_step, (9, 3.6))
@@ -87,9 +94,9 @@ class ScalingExplorer(FigureSlider):
     """
 
     def __init__(self, dims: Sequence[int]):
-        self.dims = [int(d) for d in dims]
-        if not self.dims or any(d < 1 for d in self.dims):
-            raise ValueError(f"dims must be positive head sizes d_k, got {dims!r}")
+        from .plots import _positive_ints
+
+        self.dims = _positive_ints("dims", dims, "a head size d_k")
         slider = widgets.SelectionSlider(options=self.dims, value=self.dims[0], description="d_k")
         super().__init__(slider, lambda fig, d: plot_softmax_scaling(fig, [d]), (6, 5))
 
@@ -101,7 +108,13 @@ MASK_KINDS = ("causal", "padding", "causal + padding", "sliding window", "slidin
 
 
 def draw_mask(fig: Figure, kind: str, length: int, real_tokens: int, window: int) -> None:
-    """One mask of lesson 06, drawn with plot_mask (used by MaskExplorer and for static figures)."""
+    """One mask of lesson 06, drawn with plot_mask (used by MaskExplorer and for static figures).
+
+    ``real_tokens`` larger than ``length`` means no padding (the sliders can be set that way)."""
+    check_choice("kind", kind, MASK_KINDS)
+    length = check_positive_int("length", length, "the sequence length")
+    real_tokens = check_positive_int("real_tokens", real_tokens, "tokens that are not padding")
+    window = check_int("window", window, "neighbours on each side", minimum=0)
     real_tokens = min(real_tokens, length)
     keys = padding_mask(torch.tensor([real_tokens]), length)[0]
     masks = {
@@ -122,6 +135,7 @@ class MaskExplorer(FigureSlider):
     """Pick a mask of lesson 06 and its sizes; the grid redraws (dark = may attend)."""
 
     def __init__(self, length: int = 12):
+        check_int("length", length, "the starting sequence length", minimum=2, maximum=24)
         kind = widgets.Dropdown(options=MASK_KINDS, value="causal", description="mask")
         size = widgets.IntSlider(value=length, min=2, max=24, description="length")
         real = widgets.IntSlider(value=max(1, length - 3), min=1, max=24, description="real tokens")
@@ -138,6 +152,9 @@ class EncodingExplorer(FigureSlider):
     against position. Low pairs turn fast, high pairs slowly."""
 
     def __init__(self, d_model: int = 64, num_positions: int = 64):
+        from .positional import sinusoidal_encoding
+
+        sinusoidal_encoding(num_positions, d_model)  # checks both
         pair = widgets.IntSlider(value=0, min=0, max=d_model // 2 - 1, description="pair i")
         super().__init__(pair, lambda fig, i: plot_encoding_waves(fig, d_model, [i], num_positions), (5, 3.2))
 
@@ -150,7 +167,9 @@ class OnlineSoftmaxStepper(FigureSlider):
     running sum, before and after its rescaling."""
 
     def __init__(self, row: torch.Tensor, block_size: int):
-        self.row, self.block_size = torch.as_tensor(row).flatten(), block_size
+        from .plots import _row
+
+        self.row, self.block_size = _row(row), block_size
         n_blocks = len(online_softmax_steps(self.row, block_size))
         slider = widgets.IntSlider(value=1, min=1, max=n_blocks, description="block")
         super().__init__(slider, lambda fig, b: plot_online_softmax(fig, self.row, block_size, [b]), (5, 3.4))

@@ -100,7 +100,7 @@ def test_plot_mask_and_matrix_reject_what_they_cannot_draw():
 
     fig, ax = plt.subplots()
     plot_mask(torch.ones(3, 3, dtype=torch.bool).tril(), ax)
-    with pytest.raises(ValueError, match="bool mask"):
+    with pytest.raises(TypeError, match="bool mask"):
         plot_mask(torch.ones(3, 3), ax)
     image = plot_matrix(torch.tensor([[1.0, -2.0], [0.0, 0.5]]), ax)
     assert image.get_clim() == (-2.0, 2.0)  # centred on 0
