@@ -411,7 +411,10 @@ class LuongAttention(nn.Module):
             check_positive_int(name, value, "a size")
         self.score, self.dec_dim, self.enc_dim = score, dec_dim, enc_dim
         if score == "dot" and dec_dim != enc_dim:
-            raise ValueError(f"the dot score needs dec_dim == enc_dim, got {dec_dim} and {enc_dim}; use 'general'")
+            raise ValueError(
+                f"enc_dim should equal dec_dim={dec_dim} for the dot score, got {enc_dim}: the dot score needs "
+                "dec_dim == enc_dim; use 'general'"
+            )
         if score == "general":
             self.W_a = nn.Parameter(torch.randn(dec_dim, enc_dim) * enc_dim**-0.5)
         elif score == "concat":

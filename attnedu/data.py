@@ -114,7 +114,10 @@ def translate(source: Sequence[str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
     if phrase or (target and target[-1] in CONJUNCTIONS.values()):
         raise ValueError(f"sentence ends inside a phrase or after a conjunction: {' '.join(source)!r}")
     if not target:
-        raise ValueError("cannot translate an empty sentence")
+        raise ValueError(
+            "source should hold at least one phrase such as ['the', 'cat'], got an empty sentence; cannot translate "
+            "an empty sentence"
+        )
     return tuple(target), tuple(alignment)
 
 
@@ -184,7 +187,10 @@ def make_pairs(
     while len(pairs) < n:
         attempts += 1
         if attempts > 50 * n + 1000:
-            raise ValueError(f"could not find {n} distinct sentences with lengths {min_len}..{max_len}; ask for fewer")
+            raise ValueError(
+                f"n should be at most the number of distinct sentences with lengths {min_len}..{max_len}, got {n}: "
+                f"could not find {n} distinct sentences with lengths {min_len}..{max_len}; ask for fewer"
+            )
         source = tuple(sample_source(rng.randint(min_len, max_len), rng))
         if source in seen:
             continue
