@@ -100,10 +100,9 @@ def _check_memory(memory) -> None:
     check_instance("memory", memory, EncoderOutput, "an EncoderOutput", "pass model.encoder(src, src_lengths)")
 
 
-def _check_state(name: str, state, memory: EncoderOutput, hidden_dim: int) -> None:
+def _check_state(name: str, state, memory: EncoderOutput) -> None:
     check_tensor(name, state, 2, "(batch, hidden_dim)")
-    check_size(name, state, 0, memory.summary.shape[0], "the batch size of memory")
-    check_size(name, state, 1, hidden_dim, "hidden_dim of this decoder")
+    check_size(name, state, 0, memory.annotations.shape[0], "the batch size of memory")
 
 
 class Decoder(nn.Module):
@@ -148,8 +147,8 @@ class Decoder(nn.Module):
         embedded: (batch, emb_dim) E y_{t-1};  state: (batch, hidden_dim) s_{t-1}
         returns s_t (batch, hidden_dim), c_t (batch, enc_dim), alpha_t (batch, src_len) or None
         """
-        _check_memory(memory)
-        _check_state("state", state, memory, self.hidden_dim)
+        _check_memory(memory)  # self may be any object with attention, cell (and rnn): lesson 02's check uses one
+        _check_state("state", state, memory)
         check_tensor("embedded", embedded, 2, "(batch, emb_dim)")
         check_size("embedded", embedded, 0, state.shape[0], "the batch size of state")
         if self.attention is None:
