@@ -558,3 +558,191 @@ BUGS = [
     ("coverage", cov_source_axis, "source axis"),
     ("coverage", cov_normalised, GENERIC),
 ]
+
+
+# --------------------------------------------------------------------------------------------
+# Lesson 06 (after lessons 03-05)
+# --------------------------------------------------------------------------------------------
+
+
+def cpm_loop_one_ahead(lengths, max_len):
+    mask = torch.zeros(lengths.shape[0], max_len, max_len, dtype=torch.bool)
+    for b in range(lengths.shape[0]):
+        n = int(lengths[b])
+        for i in range(max_len):
+            mask[b, i, : min(i + 2, n)] = True
+    return mask
+
+
+def cpm_strict_upper(lengths, max_len):
+    allowed = torch.triu(torch.ones(max_len, max_len, dtype=torch.bool), diagonal=1)
+    keys = torch.arange(max_len).unsqueeze(0) < lengths.unsqueeze(1)
+    return allowed.unsqueeze(0) & keys.unsqueeze(1)
+
+
+def cpm_outer_padding(lengths, max_len):
+    real = torch.arange(max_len).expand(len(lengths), max_len) < lengths.view(-1, 1)
+    pairs = real.unsqueeze(2) & real.unsqueeze(1)
+    return pairs & torch.tril(torch.ones(max_len, max_len)).bool()
+
+
+def cpm_float_product(lengths, max_len):
+    keys = (torch.arange(max_len)[None, :] < lengths[:, None]).float()
+    return torch.tril(torch.ones(max_len, max_len)) * keys[:, None, :]
+
+
+def cpm_longest_sentence(lengths, max_len):
+    n = int(lengths.max())
+    tri = torch.ones(n, n).tril().bool()
+    return tri[None] & (torch.arange(n)[None, :] < lengths[:, None])[:, None]
+
+
+def cpm_forgets_query_axis(lengths, max_len):
+    keys = torch.arange(max_len)[None, :] < lengths[:, None]
+    return torch.ones(max_len, max_len, dtype=torch.bool).tril() & keys
+
+
+def cpm_length_inclusive(lengths, max_len):
+    keys = torch.arange(max_len).view(1, 1, -1) <= lengths.view(-1, 1, 1)
+    return torch.tril(torch.ones(max_len, max_len, dtype=torch.bool)).unsqueeze(0) & keys
+
+
+def cpm_ge(lengths, max_len):
+    i = torch.arange(max_len).view(-1, 1)
+    j = torch.arange(max_len).view(1, -1)
+    return (j >= i).unsqueeze(0) & (j < lengths.view(-1, 1, 1))
+
+
+def cpm_loop_transposed(lengths, max_len):
+    mask = torch.zeros(len(lengths), max_len, max_len, dtype=torch.bool)
+    for b, n in enumerate(lengths.tolist()):
+        for i in range(max_len):
+            mask[b, : min(i + 1, n), i] = True
+    return mask
+
+
+def ta_where_big_negative(mask, dtype):
+    return torch.where(mask, 0.0, -1e9).to(dtype)
+
+
+def ta_not_times_inf(mask, dtype):
+    return mask.logical_not().float() * float("-inf")
+
+
+def ta_log_float32(mask, dtype):
+    return torch.log(mask.float())
+
+
+def ta_fill_where_true(mask, dtype):
+    return torch.zeros_like(mask, dtype=dtype).masked_fill(mask, float("-inf"))
+
+
+def ta_float32_min(mask, dtype):
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(torch.float32).min)
+
+
+def ta_ones_and_inf(mask, dtype):
+    out = mask.to(dtype)
+    out[out == 0] = float("-inf")
+    return out
+
+
+def ta_minus_one_times_inf(mask, dtype):
+    return (mask.to(dtype) - 1) * float("inf")
+
+
+def ta_inverted_bool(mask, dtype):
+    return mask.logical_not()
+
+
+def plm_loop_prefix_inclusive(prefix_lengths, lengths, max_len):
+    mask = torch.zeros(len(lengths), max_len, max_len, dtype=torch.bool)
+    for b in range(len(lengths)):
+        n, p = int(lengths[b]), int(prefix_lengths[b])
+        for i in range(max_len):
+            for j in range(n):
+                mask[b, i, j] = j <= i or j <= p
+    return mask
+
+
+def plm_blocks_without_padding(prefix_lengths, lengths, max_len):
+    pos = torch.arange(max_len)
+    prefix = pos[None, :] < prefix_lengths[:, None]
+    return (prefix[:, :, None] & prefix[:, None, :]) | torch.tril(torch.ones(max_len, max_len, dtype=torch.bool))
+
+
+def plm_loop_prefix_rows(prefix_lengths, lengths, max_len):
+    mask = torch.zeros(len(lengths), max_len, max_len, dtype=torch.bool)
+    for b in range(len(lengths)):
+        n, p = int(lengths[b]), int(prefix_lengths[b])
+        for i in range(max_len):
+            if i < p:
+                mask[b, i, :n] = True
+            else:
+                mask[b, i, : min(i + 1, n)] = True
+    return mask
+
+
+def plm_loop_causal_only(prefix_lengths, lengths, max_len):
+    mask = torch.zeros(len(lengths), max_len, max_len, dtype=torch.bool)
+    for b in range(len(lengths)):
+        for i in range(max_len):
+            mask[b, i, : min(i + 1, int(lengths[b]))] = True
+    return mask
+
+
+def plm_prefix_minus_one(prefix_lengths, lengths, max_len):
+    j = torch.arange(max_len)
+    causal = j[None, :] <= j[:, None]
+    prefix = j[None, None, :] < (prefix_lengths - 1)[:, None, None]
+    return (causal | prefix) & (j < lengths[:, None])[:, None, :]
+
+
+def plm_padded_rows_empty(prefix_lengths, lengths, max_len):
+    j = torch.arange(max_len)
+    real = j[None, :] < lengths[:, None]
+    visible = (j[None, :] <= j[:, None]) | (j[None, None, :] < prefix_lengths[:, None, None])
+    return visible & real[:, None, :] & real[:, :, None]
+
+
+def plm_float(prefix_lengths, lengths, max_len):
+    j = torch.arange(max_len)
+    visible = (j[None, :] <= j[:, None]).float() + (j[None, None, :] < prefix_lengths[:, None, None]).float()
+    return visible.clamp(max=1) * (j[None, :] < lengths[:, None]).float()[:, None, :]
+
+
+def plm_or_all(prefix_lengths, lengths, max_len):
+    j = torch.arange(max_len)
+    causal = torch.tril(torch.ones(max_len, max_len, dtype=torch.bool))
+    prefix = j.view(1, 1, -1) < prefix_lengths.view(-1, 1, 1)
+    real = j.view(1, 1, -1) < lengths.view(-1, 1, 1)
+    return causal | prefix | real
+
+
+BUGS += [
+    ("causal_padding_mask", cpm_loop_one_ahead, "the next key, j = i + 1"),
+    ("causal_padding_mask", cpm_strict_upper, GENERIC),
+    ("causal_padding_mask", cpm_outer_padding, "rows of padding queries are all False"),
+    ("causal_padding_mask", cpm_float_product, "dtype torch.float32, expected torch.bool"),
+    ("causal_padding_mask", cpm_longest_sentence, "not max_len"),
+    ("causal_padding_mask", cpm_forgets_query_axis, "raised RuntimeError"),
+    ("causal_padding_mask", cpm_length_inclusive, "one key too many"),
+    ("causal_padding_mask", cpm_ge, "triangle is the wrong one"),
+    ("causal_padding_mask", cpm_loop_transposed, "query and key axes are swapped"),
+    ("to_additive", ta_where_big_negative, "hold -1e9 instead of -inf"),
+    ("to_additive", ta_not_times_inf, "NaN"),
+    ("to_additive", ta_log_float32, "always float32"),
+    ("to_additive", ta_fill_where_true, "inverted"),
+    ("to_additive", ta_float32_min, GENERIC),
+    ("to_additive", ta_ones_and_inf, GENERIC),
+    ("to_additive", ta_minus_one_times_inf, "0 * -inf is NaN"),
+    ("to_additive", ta_inverted_bool, "still a boolean tensor"),
+    ("prefix_lm_mask", plm_loop_prefix_inclusive, "one key too long"),
+    ("prefix_lm_mask", plm_blocks_without_padding, "padding is not masked"),
+    ("prefix_lm_mask", plm_loop_prefix_rows, "applied to the queries"),
+    ("prefix_lm_mask", plm_loop_causal_only, "the prefix is ignored"),
+    ("prefix_lm_mask", plm_prefix_minus_one, "one key too short"),
+    ("prefix_lm_mask", plm_padded_rows_empty, "rows of padding queries are all False"),
+    ("prefix_lm_mask", plm_float, "dtype torch.float32"),
+    ("prefix_lm_mask", plm_or_all, "combined with OR"),
+]
