@@ -58,6 +58,7 @@ from .lesson02 import ADDITIVE_SCORE, CONTEXT_VECTOR, COVERAGE, DECODER_STEP, MA
 
 # lessons 06-07
 from .lesson06 import CAUSAL_PADDING_MASK, PREFIX_LM_MASK, TO_ADDITIVE
+from .lesson07 import ADD_SINUSOIDAL, APPLY_ROPE, ROPE_SCORES
 
 __all__ = [
     "CheckResult", "Exercise", "Hint", "run_check", "check", "hint", "grade_namespace", "EXERCISES", "LESSONS",
@@ -67,12 +68,14 @@ __all__ = [
 ]  # fmt: skip
 # lessons 06-07
 __all__ += ["check_causal_padding_mask", "check_to_additive", "check_prefix_lm_mask"]
+__all__ += ["check_add_sinusoidal", "check_apply_rope", "check_rope_scores"]
 
 _ALL = (
     *(PADDING_MASK, LAST_REAL_STATE, REVERSE_PADDED, BIDIRECTIONAL_SUMMARY),
     *(ADDITIVE_SCORE, MASKED_SOFTMAX, CONTEXT_VECTOR, DECODER_STEP, COVERAGE),
     # lessons 06-07
     *(CAUSAL_PADDING_MASK, TO_ADDITIVE, PREFIX_LM_MASK),
+    *(ADD_SINUSOIDAL, APPLY_ROPE, ROPE_SCORES),
 )
 EXERCISES: dict[str, Exercise] = {e.name: e for e in _ALL}
 LESSONS: dict[str, list[str]] = {}
@@ -150,6 +153,21 @@ def check_to_additive(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
 def check_prefix_lm_mask(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
     """prefix_lm_mask(prefix_lengths (batch,), lengths (batch,), max_len) -> (batch, max_len, max_len) bool."""
     return check("prefix_lm_mask", fn, time_limit)
+
+
+def check_add_sinusoidal(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """add_sinusoidal(embeddings (batch, seq_len, d_model)) -> (batch, seq_len, d_model), PE added."""
+    return check("add_sinusoidal", fn, time_limit)
+
+
+def check_apply_rope(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """apply_rope(x (..., seq_len, head_dim), positions (seq_len,)) -> x rotated, halves layout."""
+    return check("apply_rope", fn, time_limit)
+
+
+def check_rope_scores(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """rope_scores(q, k, q_positions, k_positions) -> (batch, heads, query_len, key_len) scaled scores."""
+    return check("rope_scores", fn, time_limit)
 
 
 def hint(name: str) -> Hint:
