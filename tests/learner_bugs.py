@@ -9,6 +9,8 @@ entries (a message that neither names a variant nor says anything localised).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -557,4 +559,399 @@ BUGS = [
     ("coverage", cov_lengths_mixed_up, "swapped"),
     ("coverage", cov_source_axis, "source axis"),
     ("coverage", cov_normalised, GENERIC),
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Lesson 06 (after lessons 03-05)
+# --------------------------------------------------------------------------------------------
+
+
+def cpm_loop_one_ahead(lengths, max_len):
+    mask = torch.zeros(lengths.shape[0], max_len, max_len, dtype=torch.bool)
+    for b in range(lengths.shape[0]):
+        n = int(lengths[b])
+        for i in range(max_len):
+            mask[b, i, : min(i + 2, n)] = True
+    return mask
+
+
+def cpm_strict_upper(lengths, max_len):
+    allowed = torch.triu(torch.ones(max_len, max_len, dtype=torch.bool), diagonal=1)
+    keys = torch.arange(max_len).unsqueeze(0) < lengths.unsqueeze(1)
+    return allowed.unsqueeze(0) & keys.unsqueeze(1)
+
+
+def cpm_outer_padding(lengths, max_len):
+    real = torch.arange(max_len).expand(len(lengths), max_len) < lengths.view(-1, 1)
+    pairs = real.unsqueeze(2) & real.unsqueeze(1)
+    return pairs & torch.tril(torch.ones(max_len, max_len)).bool()
+
+
+def cpm_float_product(lengths, max_len):
+    keys = (torch.arange(max_len)[None, :] < lengths[:, None]).float()
+    return torch.tril(torch.ones(max_len, max_len)) * keys[:, None, :]
+
+
+def cpm_longest_sentence(lengths, max_len):
+    n = int(lengths.max())
+    tri = torch.ones(n, n).tril().bool()
+    return tri[None] & (torch.arange(n)[None, :] < lengths[:, None])[:, None]
+
+
+def cpm_forgets_query_axis(lengths, max_len):
+    keys = torch.arange(max_len)[None, :] < lengths[:, None]
+    return torch.ones(max_len, max_len, dtype=torch.bool).tril() & keys
+
+
+def cpm_length_inclusive(lengths, max_len):
+    keys = torch.arange(max_len).view(1, 1, -1) <= lengths.view(-1, 1, 1)
+    return torch.tril(torch.ones(max_len, max_len, dtype=torch.bool)).unsqueeze(0) & keys
+
+
+def cpm_ge(lengths, max_len):
+    i = torch.arange(max_len).view(-1, 1)
+    j = torch.arange(max_len).view(1, -1)
+    return (j >= i).unsqueeze(0) & (j < lengths.view(-1, 1, 1))
+
+
+def cpm_loop_transposed(lengths, max_len):
+    mask = torch.zeros(len(lengths), max_len, max_len, dtype=torch.bool)
+    for b, n in enumerate(lengths.tolist()):
+        for i in range(max_len):
+            mask[b, : min(i + 1, n), i] = True
+    return mask
+
+
+def ta_where_big_negative(mask, dtype):
+    return torch.where(mask, 0.0, -1e9).to(dtype)
+
+
+def ta_not_times_inf(mask, dtype):
+    return mask.logical_not().float() * float("-inf")
+
+
+def ta_log_float32(mask, dtype):
+    return torch.log(mask.float())
+
+
+def ta_fill_where_true(mask, dtype):
+    return torch.zeros_like(mask, dtype=dtype).masked_fill(mask, float("-inf"))
+
+
+def ta_float32_min(mask, dtype):
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(torch.float32).min)
+
+
+def ta_ones_and_inf(mask, dtype):
+    out = mask.to(dtype)
+    out[out == 0] = float("-inf")
+    return out
+
+
+def ta_minus_one_times_inf(mask, dtype):
+    return (mask.to(dtype) - 1) * float("inf")
+
+
+def ta_inverted_bool(mask, dtype):
+    return mask.logical_not()
+
+
+def plm_loop_prefix_inclusive(prefix_lengths, lengths, max_len):
+    mask = torch.zeros(len(lengths), max_len, max_len, dtype=torch.bool)
+    for b in range(len(lengths)):
+        n, p = int(lengths[b]), int(prefix_lengths[b])
+        for i in range(max_len):
+            for j in range(n):
+                mask[b, i, j] = j <= i or j <= p
+    return mask
+
+
+def plm_blocks_without_padding(prefix_lengths, lengths, max_len):
+    pos = torch.arange(max_len)
+    prefix = pos[None, :] < prefix_lengths[:, None]
+    return (prefix[:, :, None] & prefix[:, None, :]) | torch.tril(torch.ones(max_len, max_len, dtype=torch.bool))
+
+
+def plm_loop_prefix_rows(prefix_lengths, lengths, max_len):
+    mask = torch.zeros(len(lengths), max_len, max_len, dtype=torch.bool)
+    for b in range(len(lengths)):
+        n, p = int(lengths[b]), int(prefix_lengths[b])
+        for i in range(max_len):
+            if i < p:
+                mask[b, i, :n] = True
+            else:
+                mask[b, i, : min(i + 1, n)] = True
+    return mask
+
+
+def plm_loop_causal_only(prefix_lengths, lengths, max_len):
+    mask = torch.zeros(len(lengths), max_len, max_len, dtype=torch.bool)
+    for b in range(len(lengths)):
+        for i in range(max_len):
+            mask[b, i, : min(i + 1, int(lengths[b]))] = True
+    return mask
+
+
+def plm_prefix_minus_one(prefix_lengths, lengths, max_len):
+    j = torch.arange(max_len)
+    causal = j[None, :] <= j[:, None]
+    prefix = j[None, None, :] < (prefix_lengths - 1)[:, None, None]
+    return (causal | prefix) & (j < lengths[:, None])[:, None, :]
+
+
+def plm_padded_rows_empty(prefix_lengths, lengths, max_len):
+    j = torch.arange(max_len)
+    real = j[None, :] < lengths[:, None]
+    visible = (j[None, :] <= j[:, None]) | (j[None, None, :] < prefix_lengths[:, None, None])
+    return visible & real[:, None, :] & real[:, :, None]
+
+
+def plm_float(prefix_lengths, lengths, max_len):
+    j = torch.arange(max_len)
+    visible = (j[None, :] <= j[:, None]).float() + (j[None, None, :] < prefix_lengths[:, None, None]).float()
+    return visible.clamp(max=1) * (j[None, :] < lengths[:, None]).float()[:, None, :]
+
+
+def plm_or_all(prefix_lengths, lengths, max_len):
+    j = torch.arange(max_len)
+    causal = torch.tril(torch.ones(max_len, max_len, dtype=torch.bool))
+    prefix = j.view(1, 1, -1) < prefix_lengths.view(-1, 1, 1)
+    real = j.view(1, 1, -1) < lengths.view(-1, 1, 1)
+    return causal | prefix | real
+
+
+BUGS += [
+    ("causal_padding_mask", cpm_loop_one_ahead, "the next key, j = i + 1"),
+    ("causal_padding_mask", cpm_strict_upper, GENERIC),
+    ("causal_padding_mask", cpm_outer_padding, "rows of padding queries are all False"),
+    ("causal_padding_mask", cpm_float_product, "dtype torch.float32, expected torch.bool"),
+    ("causal_padding_mask", cpm_longest_sentence, "not max_len"),
+    ("causal_padding_mask", cpm_forgets_query_axis, "raised RuntimeError"),
+    ("causal_padding_mask", cpm_length_inclusive, "one key too many"),
+    ("causal_padding_mask", cpm_ge, "triangle is the wrong one"),
+    ("causal_padding_mask", cpm_loop_transposed, "query and key axes are swapped"),
+    ("to_additive", ta_where_big_negative, "hold -1e9 instead of -inf"),
+    ("to_additive", ta_not_times_inf, "NaN"),
+    ("to_additive", ta_log_float32, "always float32"),
+    ("to_additive", ta_fill_where_true, "inverted"),
+    ("to_additive", ta_float32_min, GENERIC),
+    ("to_additive", ta_ones_and_inf, GENERIC),
+    ("to_additive", ta_minus_one_times_inf, "0 * -inf is NaN"),
+    ("to_additive", ta_inverted_bool, "still a boolean tensor"),
+    ("prefix_lm_mask", plm_loop_prefix_inclusive, "one key too long"),
+    ("prefix_lm_mask", plm_blocks_without_padding, "padding is not masked"),
+    ("prefix_lm_mask", plm_loop_prefix_rows, "applied to the queries"),
+    ("prefix_lm_mask", plm_loop_causal_only, "the prefix is ignored"),
+    ("prefix_lm_mask", plm_prefix_minus_one, "one key too short"),
+    ("prefix_lm_mask", plm_padded_rows_empty, "rows of padding queries are all False"),
+    ("prefix_lm_mask", plm_float, "dtype torch.float32"),
+    ("prefix_lm_mask", plm_or_all, "combined with OR"),
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Lesson 07 (after lessons 03-05)
+# --------------------------------------------------------------------------------------------
+
+
+def _pe_rows(n, d):
+    pe = torch.zeros(n, d)
+    for pos in range(n):
+        for i in range(0, d, 2):
+            pe[pos, i] = math.sin(pos / 10000 ** (i / d))
+            pe[pos, i + 1] = math.cos(pos / 10000 ** (i / d))
+    return pe
+
+
+def as_tutorial_seq_first(embeddings):
+    pe = _pe_rows(64 if embeddings.size(0) < 64 else embeddings.size(0), embeddings.size(2)).unsqueeze(1)
+    return embeddings + pe[: embeddings.size(0)]  # written for (seq_len, batch, d_model)
+
+
+def as_positions_plus_one(embeddings):
+    n, d = embeddings.shape[1], embeddings.shape[2]
+    return embeddings + _pe_rows(n + 1, d)[1:]
+
+
+def as_cos_first(embeddings):
+    n, d = embeddings.shape[1], embeddings.shape[2]
+    pos = torch.arange(n).unsqueeze(1).float()
+    div = torch.pow(10000.0, torch.arange(0, d, 2).float() / d)
+    pe = torch.zeros(n, d)
+    pe[:, 0::2] = torch.cos(pos / div)
+    pe[:, 1::2] = torch.sin(pos / div)
+    return embeddings + pe
+
+
+def as_cat_sin_cos(embeddings):
+    n, d = embeddings.shape[1], embeddings.shape[2]
+    angles = torch.arange(n).float()[:, None] / 10000 ** (torch.arange(0, d, 2).float() / d)
+    return embeddings + torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+def as_feature_index_exponent(embeddings):
+    n, d = embeddings.shape[1], embeddings.shape[2]
+    pe = torch.zeros(n, d)
+    for pos in range(n):
+        for i in range(d // 2):
+            pe[pos, 2 * i] = math.sin(pos / 10000 ** (i / d))
+            pe[pos, 2 * i + 1] = math.cos(pos / 10000 ** (i / d))
+    return embeddings + pe
+
+
+def as_exp_log_no_minus(embeddings):
+    n, d = embeddings.shape[1], embeddings.shape[2]
+    position = torch.arange(n).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d, 2) * (math.log(10000.0) / d))
+    pe = torch.zeros(n, d)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return embeddings + pe
+
+
+def as_plus_equals(embeddings):
+    embeddings += _pe_rows(embeddings.shape[1], embeddings.shape[2])
+    return embeddings
+
+
+def as_odd_uses_own_index(embeddings):
+    n, d = embeddings.shape[1], embeddings.shape[2]
+    pe = torch.zeros(n, d)
+    for pos in range(n):
+        for j in range(d):
+            angle = pos / 10000 ** (j / d)  # each feature with its own index, the cosines one step off
+            pe[pos, j] = math.sin(angle) if j % 2 == 0 else math.cos(angle)
+    return embeddings + pe
+
+
+def ar_adjacent_pairs(x, positions):
+    d = x.shape[-1]
+    theta = 10000 ** (-torch.arange(0, d, 2).float() / d)
+    ang = positions[:, None].float() * theta
+    even, odd = x[..., ::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., ::2] = even * ang.cos() - odd * ang.sin()
+    out[..., 1::2] = even * ang.sin() + odd * ang.cos()
+    return out
+
+
+def ar_rotate_half_wrong_sign(x, positions):
+    d = x.shape[-1]
+    inv_freq = 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d)
+    emb = torch.cat([positions.float()[:, None] * inv_freq] * 2, dim=-1)
+    rotated = torch.cat([x[..., d // 2 :], -x[..., : d // 2]], dim=-1)
+    return x * emb.cos() + rotated * emb.sin()
+
+
+def ar_arange_positions(x, positions):
+    d, n = x.shape[-1], x.shape[-2]
+    ang = torch.arange(n).float()[:, None] * 10000 ** (-torch.arange(0, d, 2).float() / d)
+    a, b = x[..., : d // 2], x[..., d // 2 :]
+    return torch.cat([a * ang.cos() - b * ang.sin(), a * ang.sin() + b * ang.cos()], dim=-1)
+
+
+def ar_paper_index(x, positions):
+    d = x.shape[-1]
+    i = torch.arange(d // 2).float()
+    theta = 10000 ** (-2 * (i - 1) / d)  # the paper's theta_i, with i from 0
+    ang = positions.float()[:, None] * theta
+    a, b = x[..., : d // 2], x[..., d // 2 :]
+    return torch.cat([a * ang.cos() - b * ang.sin(), a * ang.sin() + b * ang.cos()], dim=-1)
+
+
+def ar_repeat_interleave(x, positions):
+    d = x.shape[-1]
+    freqs = positions.float()[:, None] / 10000 ** (torch.arange(0, d, 2).float() / d)
+    emb = freqs.repeat_interleave(2, dim=-1)
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    return x * emb.cos() + torch.cat((-x2, x1), dim=-1) * emb.sin()
+
+
+def ar_heads_axis(x, positions):
+    d = x.shape[-1]
+    ang = positions.float()[:, None, None] * 10000 ** (-torch.arange(0, d, 2).float() / d)  # (seq, 1, d/2)
+    a, b = x[..., : d // 2], x[..., d // 2 :]
+    return torch.cat([a * ang.cos() - b * ang.sin(), a * ang.sin() + b * ang.cos()], dim=-1)
+
+
+def ar_rotates_in_place(x, positions):
+    d = x.shape[-1]
+    ang = positions.float()[:, None] * 10000 ** (-torch.arange(0, d, 2).float() / d)
+    a, b = x[..., : d // 2].clone(), x[..., d // 2 :].clone()
+    x[..., : d // 2] = a * ang.cos() - b * ang.sin()
+    x[..., d // 2 :] = a * ang.sin() + b * ang.cos()
+    return x
+
+
+def _my_rope(x, positions):
+    d = x.shape[-1]
+    ang = positions.float()[:, None] * 10000 ** (-torch.arange(0, d, 2).float() / d)
+    a, b = x[..., : d // 2], x[..., d // 2 :]
+    return torch.cat([a * ang.cos() - b * ang.sin(), a * ang.sin() + b * ang.cos()], dim=-1)
+
+
+def rsb_no_sqrt(q, k, q_positions, k_positions):
+    return torch.einsum("bhqd,bhkd->bhqk", _my_rope(q, q_positions), _my_rope(k, k_positions))
+
+
+def rsb_same_positions(q, k, q_positions, k_positions):
+    positions = torch.arange(max(q.shape[-2], k.shape[-2]))
+    return _my_rope(q, positions[: q.shape[-2]]) @ _my_rope(k, positions[: k.shape[-2]]).mT / q.shape[-1] ** 0.5
+
+
+def rsb_query_top_left(q, k, q_positions, k_positions):
+    rq = _my_rope(q, torch.arange(q.shape[-2]))
+    return rq @ _my_rope(k, k_positions).transpose(2, 3) / math.sqrt(q.size(-1))
+
+
+def rsb_key_unrotated(q, k, q_positions, k_positions):
+    return _my_rope(q, q_positions) @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
+
+
+def rsb_k_times_q(q, k, q_positions, k_positions):
+    return _my_rope(k, k_positions) @ _my_rope(q, q_positions).transpose(-1, -2) / math.sqrt(q.size(-1))
+
+
+def rsb_relative_wrong_sign(q, k, q_positions, k_positions):
+    rows = []
+    for t, m in enumerate(q_positions.tolist()):
+        rk = _my_rope(k, m - k_positions)
+        rows.append(q[:, :, t : t + 1] @ rk.transpose(-1, -2))  # (batch, heads, 1, key)
+    return torch.cat(rows, dim=2) / math.sqrt(q.size(-1))
+
+
+def rsb_weights(q, k, q_positions, k_positions):
+    scores = _my_rope(q, q_positions) @ _my_rope(k, k_positions).mT / math.sqrt(q.size(-1))
+    return F.softmax(scores, dim=-1)
+
+
+def rsb_adjacent_pairs(q, k, q_positions, k_positions):
+    return ar_adjacent_pairs(q, q_positions) @ ar_adjacent_pairs(k, k_positions).mT / math.sqrt(q.size(-1))
+
+
+BUGS += [
+    ("add_sinusoidal", as_tutorial_seq_first, "taken from the batch axis"),
+    ("add_sinusoidal", as_positions_plus_one, "the positions count from 1"),
+    ("add_sinusoidal", as_cos_first, "sin and cos are swapped"),
+    ("add_sinusoidal", as_cat_sin_cos, "first half of the features"),
+    ("add_sinusoidal", as_feature_index_exponent, "the exponent is i / d_model"),
+    ("add_sinusoidal", as_exp_log_no_minus, GENERIC),
+    ("add_sinusoidal", as_plus_equals, "modified its input `embeddings` in place"),
+    ("add_sinusoidal", as_odd_uses_own_index, GENERIC),
+    ("apply_rope", ar_adjacent_pairs, "interleaved layout"),
+    ("apply_rope", ar_rotate_half_wrong_sign, "rotation goes the wrong way"),
+    ("apply_rope", ar_arange_positions, "`positions` was ignored"),
+    ("apply_rope", ar_paper_index, "one pair too low"),
+    ("apply_rope", ar_repeat_interleave, "laid out for interleaved pairs"),
+    ("apply_rope", ar_heads_axis, GENERIC),
+    ("apply_rope", ar_rotates_in_place, "modified its input `x` in place"),
+    ("rope_scores", rsb_no_sqrt, "not scaled"),
+    ("rope_scores", rsb_same_positions, "both `q_positions` and `k_positions` were ignored"),
+    ("rope_scores", rsb_query_top_left, "queries were placed at positions 0, 1"),
+    ("rope_scores", rsb_key_unrotated, "only the queries were rotated"),
+    ("rope_scores", rsb_k_times_q, "transposed"),
+    ("rope_scores", rsb_relative_wrong_sign, "score at the opposite offset"),
+    ("rope_scores", rsb_weights, "softmax of the scores"),
+    ("rope_scores", rsb_adjacent_pairs, "interleaved layout"),
 ]

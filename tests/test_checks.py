@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+import mutants_06_07
 import pytest
 import torch
 from learner_bugs import BUGS, GENERIC
@@ -119,6 +120,8 @@ CORRECT = {
     "decoder_step": [learner_decoder_step],
     "coverage": [learner_coverage, learner_coverage_loop],
 }
+# lessons 06-07 (their galleries are in tests/mutants_06_07.py)
+CORRECT |= mutants_06_07.CORRECT
 
 
 @pytest.mark.parametrize(
@@ -633,6 +636,8 @@ MUTANTS = [
     ("coverage", coverage_lengths_swapped, "swapped"),
     ("coverage", coverage_zeroes_in_place, "modified its input `weights` in place"),
 ]
+# lessons 06-07
+MUTANTS += mutants_06_07.MUTANTS
 
 # An off-by-one in both directions, for every exercise: an index or length one too high and one too low, or the
 # axis of a reduction one too high and one too low, or (decoder_step) a state one step late and one step early.
@@ -647,6 +652,8 @@ OFF_BY_ONE = {
     "decoder_step": (step_luong, step_readout_old_state),
     "coverage": (coverage_one_row_too_many, coverage_one_row_short),
 }
+# lessons 06-07
+OFF_BY_ONE |= mutants_06_07.OFF_BY_ONE
 
 
 @pytest.mark.parametrize("name, mutant, diagnosis", MUTANTS, ids=[m[1].__name__ for m in MUTANTS])
@@ -853,14 +860,22 @@ KIND_MUTANTS = [
     ("coverage", coverage_all_rows, PADDED, "padded target rows were counted"),
     ("coverage", cov_int8_lengths, LARGE, "large inputs"),
 ]
+# lessons 06-07
+KIND_MUTANTS += mutants_06_07.KIND_MUTANTS
+# (exercise, kind of test case) with no mistake that shows there only, and why
+KINDS_NOT_APPLICABLE = {**mutants_06_07.KINDS_NOT_APPLICABLE}
 
 
 def test_every_exercise_has_every_kind_of_test_case():
+    """Every kind of test case, and a mistake that shows there only; where padding does not apply (RoPE rotates
+    whatever it is given), the exercise has neither padded nor unpadded cases, and KINDS_NOT_APPLICABLE says so."""
     for name, exercise in checks.EXERCISES.items():
         tags = set().union(*(case.tags for case in exercise.make_cases()))
-        assert set(REQUIRED_TAGS) <= tags, (name, set(REQUIRED_TAGS) - tags)
+        without_padding = {(name, PADDED), (name, UNPADDED)} <= set(KINDS_NOT_APPLICABLE)
+        required = set(REQUIRED_TAGS) - ({PADDED, UNPADDED} if without_padding else set())
+        assert required <= tags, (name, required - tags)
     covered = {(name, tag) for name, _, tag, _ in KIND_MUTANTS}
-    assert covered == {(name, tag) for name in checks.EXERCISES for tag in REQUIRED_TAGS}
+    assert covered == {(name, tag) for name in checks.EXERCISES for tag in REQUIRED_TAGS} - set(KINDS_NOT_APPLICABLE)
 
 
 @pytest.mark.parametrize(

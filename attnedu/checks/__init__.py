@@ -56,16 +56,26 @@ from .engine import (
 from .lesson01 import BIDIRECTIONAL_SUMMARY, LAST_REAL_STATE, PADDING_MASK, REVERSE_PADDED
 from .lesson02 import ADDITIVE_SCORE, CONTEXT_VECTOR, COVERAGE, DECODER_STEP, MASKED_SOFTMAX
 
+# lessons 06-07
+from .lesson06 import CAUSAL_PADDING_MASK, PREFIX_LM_MASK, TO_ADDITIVE
+from .lesson07 import ADD_SINUSOIDAL, APPLY_ROPE, ROPE_SCORES
+
 __all__ = [
     "CheckResult", "Exercise", "Hint", "run_check", "check", "hint", "grade_namespace", "EXERCISES", "LESSONS",
     "PASSED", "FAILED", "NOT_ATTEMPTED", "ICONS", "MAX_PRINTED", "TIME_LIMIT",
     "check_padding_mask", "check_last_real_state", "check_reverse_padded", "check_bidirectional_summary",
     "check_additive_score", "check_masked_softmax", "check_context_vector", "check_decoder_step", "check_coverage",
 ]  # fmt: skip
+# lessons 06-07
+__all__ += ["check_causal_padding_mask", "check_to_additive", "check_prefix_lm_mask"]
+__all__ += ["check_add_sinusoidal", "check_apply_rope", "check_rope_scores"]
 
 _ALL = (
     *(PADDING_MASK, LAST_REAL_STATE, REVERSE_PADDED, BIDIRECTIONAL_SUMMARY),
     *(ADDITIVE_SCORE, MASKED_SOFTMAX, CONTEXT_VECTOR, DECODER_STEP, COVERAGE),
+    # lessons 06-07
+    *(CAUSAL_PADDING_MASK, TO_ADDITIVE, PREFIX_LM_MASK),
+    *(ADD_SINUSOIDAL, APPLY_ROPE, ROPE_SCORES),
 )
 EXERCISES: dict[str, Exercise] = {e.name: e for e in _ALL}
 LESSONS: dict[str, list[str]] = {}
@@ -125,6 +135,39 @@ def check_decoder_step(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
 def check_coverage(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
     """coverage(weights (batch, tgt_len, src_len), src_lengths (batch,), tgt_lengths (batch,)) -> (batch, src_len)."""
     return check("coverage", fn, time_limit)
+
+
+# lessons 06-07
+
+
+def check_causal_padding_mask(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """causal_padding_mask(lengths (batch,), max_len) -> (batch, max_len, max_len) bool, True = may attend."""
+    return check("causal_padding_mask", fn, time_limit)
+
+
+def check_to_additive(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """to_additive(mask bool, dtype) -> a float mask of the same shape: 0 where allowed, -inf where blocked."""
+    return check("to_additive", fn, time_limit)
+
+
+def check_prefix_lm_mask(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """prefix_lm_mask(prefix_lengths (batch,), lengths (batch,), max_len) -> (batch, max_len, max_len) bool."""
+    return check("prefix_lm_mask", fn, time_limit)
+
+
+def check_add_sinusoidal(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """add_sinusoidal(embeddings (batch, seq_len, d_model)) -> (batch, seq_len, d_model), PE added."""
+    return check("add_sinusoidal", fn, time_limit)
+
+
+def check_apply_rope(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """apply_rope(x (..., seq_len, head_dim), positions (seq_len,)) -> x rotated, halves layout."""
+    return check("apply_rope", fn, time_limit)
+
+
+def check_rope_scores(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """rope_scores(q, k, q_positions, k_positions) -> (batch, heads, query_len, key_len) scaled scores."""
+    return check("rope_scores", fn, time_limit)
 
 
 def hint(name: str) -> Hint:
