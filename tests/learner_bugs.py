@@ -558,3 +558,226 @@ BUGS = [
     ("coverage", cov_source_axis, "source axis"),
     ("coverage", cov_normalised, GENERIC),
 ]
+
+
+# ============================================================================================
+# Lessons 03-05 (Luong; query, key, value; multi-head): a block of its own, appended to BUGS
+# ============================================================================================
+
+# --- Lesson 03 -------------------------------------------------------------------------------
+
+
+def gs_loop_without_W(query, keys, W_a):
+    scores = torch.zeros(keys.shape[0], keys.shape[1])
+    for b in range(keys.shape[0]):
+        for j in range(keys.shape[1]):
+            scores[b, j] = torch.dot(query[b], keys[b, j])
+    return scores
+
+
+def gs_einsum_W_transposed(query, keys, W_a):
+    return torch.einsum("bd,ed,bse->bs", query, W_a, keys)
+
+
+def gs_matmul_broadcast(query, keys, W_a):
+    return torch.matmul(torch.matmul(query, W_a), keys.permute(0, 2, 1))
+
+
+def gs_keys_first(query, keys, W_a):
+    return torch.einsum("bse,de,bd->sb", keys, W_a, query)
+
+
+def gs_normalised(query, keys, W_a):
+    scores = torch.einsum("bd,de,bse->bs", query, W_a, keys)
+    return scores / scores.abs().sum(dim=-1, keepdim=True)
+
+
+def gs_root_scaled(query, keys, W_a):
+    projected = query.mm(W_a)
+    return torch.bmm(keys, projected.unsqueeze(2)).squeeze(2) / keys.size(-1) ** 0.5
+
+
+def gs_double(query, keys, W_a):
+    return torch.einsum("bd,de,bse->bs", query.double(), W_a.double(), keys.double())
+
+
+def ah_linear_no_tanh(context, state, W_c):
+    return F.linear(torch.cat((context, state), -1), W_c)
+
+
+def ah_state_then_context(context, state, W_c):
+    return torch.tanh(F.linear(torch.cat((state, context), -1), W_c))
+
+
+def ah_relu(context, state, W_c):
+    return torch.relu(torch.cat([context, state], -1) @ W_c.t())
+
+
+def ah_tanh_by_hand(context, state, W_c):
+    x = torch.cat([context, state], -1) @ W_c.t()
+    return (torch.exp(2 * x) - 1) / (torch.exp(2 * x) + 1)
+
+
+def ah_sum_not_cat(context, state, W_c):
+    h = state.shape[-1]
+    return torch.tanh((context[..., :h] + state) @ W_c[:, -h:].t())
+
+
+def ah_flattened(context, state, W_c):
+    x = torch.cat([context, state], -1)
+    return torch.tanh(x.reshape(-1, x.shape[-1]) @ W_c.T)
+
+
+def ah_half_weights(context, state, W_c):
+    return torch.tanh(state @ W_c[:, context.shape[-1] :].T + context @ W_c[:, : context.shape[-1]].T / 2)
+
+
+def aas_loop_no_mask(states, annotations, src_lengths, W_a):
+    context, weights = [], []
+    for t in range(states.shape[1]):
+        scores = torch.einsum("bh,he,bse->bs", states[:, t], W_a, annotations)
+        w = F.softmax(scores, dim=-1)
+        weights.append(w)
+        context.append(torch.einsum("bs,bse->be", w, annotations))
+    return torch.stack(context, 1), torch.stack(weights, 1)
+
+
+def aas_mask_le(states, annotations, src_lengths, W_a):
+    scores = torch.bmm(states @ W_a, annotations.transpose(1, 2))
+    positions = torch.arange(annotations.shape[1]).view(1, 1, -1)
+    scores = scores.masked_fill(positions > src_lengths.view(-1, 1, 1), -1e30)
+    weights = scores.softmax(-1)
+    return torch.bmm(weights, annotations), weights
+
+
+def aas_softmax_dim_one(states, annotations, src_lengths, W_a):
+    scores = torch.bmm(states @ W_a, annotations.transpose(1, 2))
+    real = torch.arange(annotations.shape[1]).view(1, 1, -1) < src_lengths.view(-1, 1, 1)
+    weights = torch.nan_to_num(F.softmax(torch.where(real, scores, float("-inf")), dim=1))
+    return torch.bmm(weights, annotations), weights
+
+
+def aas_weights_times_mask(states, annotations, src_lengths, W_a):
+    mask = (torch.arange(annotations.shape[1])[None, :] < src_lengths[:, None]).float()
+    weights = torch.softmax(torch.bmm(states @ W_a, annotations.transpose(1, 2)), dim=-1) * mask[:, None, :]
+    return torch.bmm(weights, annotations), weights
+
+
+def aas_stable_by_hand(states, annotations, src_lengths, W_a):
+    scores = torch.bmm(states @ W_a, annotations.transpose(1, 2))
+    mask = torch.arange(annotations.shape[1])[None, None, :] < src_lengths[:, None, None]
+    e = torch.exp(scores - scores.max()) * mask  # one maximum for the whole batch
+    weights = e / e.sum(-1, keepdim=True)
+    return torch.bmm(weights, annotations), weights
+
+
+def aas_context_from_states(states, annotations, src_lengths, W_a):
+    scores = torch.bmm(states @ W_a, annotations.transpose(1, 2))
+    mask = torch.arange(annotations.shape[1])[None, None, :] < src_lengths[:, None, None]
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+    return weights.sum(-1, keepdim=True) * states.mean(1, keepdim=True), weights
+
+
+def aas_masks_the_lengths_in_place(states, annotations, src_lengths, W_a):
+    src_lengths.clamp_(max=annotations.shape[1] - 1)
+    mask = torch.arange(annotations.shape[1])[None, None, :] < src_lengths[:, None, None]
+    scores = torch.bmm(states @ W_a, annotations.transpose(1, 2)).masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return torch.bmm(weights, annotations), weights
+
+
+def gds_bahdanau_order(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    scores = torch.einsum("bh,he,bse->bs", state, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_t = cell(torch.cat((embedded, attentional), 1), state)
+    h_tilde = torch.tanh(combine(torch.cat((context, h_t), 1)))
+    return out(h_tilde), h_t, h_tilde, weights
+
+
+def gds_no_input_feeding(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    h_t = cell(torch.cat((embedded, torch.zeros_like(attentional)), 1), state)
+    scores = torch.einsum("bh,he,bse->bs", h_t, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((context, h_t), 1)))
+    return out(h_tilde), h_t, h_tilde, weights
+
+
+def gds_state_and_context_swapped(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    h_t = cell(torch.cat((embedded, attentional), 1), state)
+    scores = torch.einsum("bh,he,bse->bs", h_t, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((h_t, context), 1)))
+    return out(h_tilde), h_t, h_tilde, weights
+
+
+def gds_predicts_from_h(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    h_t = cell(torch.cat((embedded, attentional), 1), state)
+    scores = torch.einsum("bh,he,bse->bs", h_t, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((context, h_t), 1)))
+    return out(h_t), h_t, h_tilde, weights
+
+
+def gds_returns_attentional_as_state(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    h_t = cell(torch.cat((embedded, attentional), 1), state)
+    scores = torch.einsum("bh,he,bse->bs", h_t, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((context, h_t), 1)))
+    return out(h_tilde), h_tilde, h_t, weights
+
+
+def gds_dot_score(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    h_t = cell(torch.cat((embedded, attentional), 1), state)
+    scores = torch.einsum("bh,bsh->bs", h_t, annotations[..., : h_t.shape[1]]).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((context, h_t), 1)))
+    return out(h_tilde), h_t, h_tilde, weights
+
+
+def gds_in_place_state(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    state.copy_(cell(torch.cat((embedded, attentional), 1), state))
+    scores = torch.einsum("bh,he,bse->bs", state, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((context, state), 1)))
+    return out(h_tilde), state.clone(), h_tilde, weights
+
+
+BUGS_03 = [
+    ("general_score", gs_loop_without_W, "W_a is missing"),
+    ("general_score", gs_einsum_W_transposed, "W_a^T in place of W_a"),
+    ("general_score", gs_matmul_broadcast, "broadcasts over the batch"),
+    ("general_score", gs_keys_first, "transposed"),
+    ("general_score", gs_normalised, GENERIC),
+    ("general_score", gs_root_scaled, "divided by sqrt(enc_dim)"),
+    ("general_score", gs_double, "dtype torch.float64"),
+    ("attentional_hidden", ah_linear_no_tanh, "tanh is missing"),
+    ("attentional_hidden", ah_state_then_context, "wrong order"),
+    ("attentional_hidden", ah_relu, "ReLU"),
+    ("attentional_hidden", ah_tanh_by_hand, "NaN"),
+    ("attentional_hidden", ah_sum_not_cat, "raised RuntimeError"),
+    ("attentional_hidden", ah_flattened, "wrong shape"),
+    ("attentional_hidden", ah_half_weights, GENERIC),
+    ("attend_all_steps", aas_loop_no_mask, "weight to padding"),
+    ("attend_all_steps", aas_mask_le, "first padded position (j = length) gets weight"),
+    ("attend_all_steps", aas_softmax_dim_one, "dim=1, the target steps"),
+    ("attend_all_steps", aas_weights_times_mask, GENERIC),
+    ("attend_all_steps", aas_stable_by_hand, "NaN"),
+    ("attend_all_steps", aas_context_from_states, GENERIC),
+    ("attend_all_steps", aas_masks_the_lengths_in_place, "modified its input `src_lengths` in place"),
+    ("general_decoder_step", gds_bahdanau_order, "one step early"),
+    ("general_decoder_step", gds_no_input_feeding, GENERIC),
+    ("general_decoder_step", gds_state_and_context_swapped, "[h_t; c_t], the wrong order"),
+    ("general_decoder_step", gds_predicts_from_h, "logits come from the state h_t"),
+    ("general_decoder_step", gds_returns_attentional_as_state, GENERIC),
+    ("general_decoder_step", gds_dot_score, GENERIC),
+    ("general_decoder_step", gds_in_place_state, "modified its input `state` in place"),
+]
+
+BUGS += BUGS_03

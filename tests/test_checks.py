@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+import checks_lessons03_05 as lessons03_05
 import pytest
 import torch
 from learner_bugs import BUGS, GENERIC
@@ -119,6 +120,7 @@ CORRECT = {
     "decoder_step": [learner_decoder_step],
     "coverage": [learner_coverage, learner_coverage_loop],
 }
+CORRECT.update(lessons03_05.CORRECT)  # lessons 03-05: tests/checks_lessons03_05.py
 
 
 @pytest.mark.parametrize(
@@ -150,6 +152,37 @@ def test_the_bidirectional_summary_is_what_the_package_encoder_hands_its_decoder
     with torch.no_grad():
         memory = encoder(src, lengths)
     assert torch.allclose(reference(memory.annotations, lengths), memory.summary, atol=1e-6)
+
+
+def test_the_luong_references_are_what_the_package_decoder_computes():
+    """attend_all_steps is LuongAttention("general") over every step; general_decoder_step is one step of
+    attnedu.models.LuongDecoder with input feeding and the general score (same weights, same numbers)."""
+    from attnedu.attention import LuongAttention
+    from attnedu.models import EncoderOutput, LuongDecoder
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        decoder = LuongDecoder(vocab_size=9, emb_dim=3, hidden_dim=4, enc_dim=5, score="general", input_feeding=True)
+        embedded, state, attentional = torch.randn(2, 3), torch.randn(2, 4), torch.randn(2, 4)
+        annotations, states = torch.randn(2, 6, 5), torch.randn(2, 3, 4)
+    lengths = torch.tensor([6, 3])
+    mask = padding_mask(lengths, 6)
+    cell = torch.nn.GRUCell(7, 4)
+    with torch.no_grad():
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            getattr(cell, name).copy_(getattr(decoder.rnn, f"{name}_l0"))
+        memory = EncoderOutput(annotations, summary=annotations[:, 0], mask=mask)
+        logits, (new_state, new_attentional), weights = decoder._step(embedded, (state, attentional), memory)
+        step = checks.EXERCISES["general_decoder_step"].reference
+        args = (embedded, state, attentional, annotations, mask, decoder.attention.W_a, cell, decoder.combine)
+        ours = step(*args, decoder.out)
+        for a, b in zip(ours, (logits, new_state, new_attentional, weights), strict=True):
+            assert torch.allclose(a, b, atol=1e-6)
+        attention = LuongAttention("general", 4, 5)
+        context, all_weights = attention(states, annotations, mask)
+        attend = checks.EXERCISES["attend_all_steps"].reference
+        for a, b in zip(attend(states, annotations, lengths, attention.W_a), (context, all_weights), strict=True):
+            assert torch.allclose(a, b, atol=1e-6)
 
 
 # --------------------------------------------------------------------------------------------
@@ -633,6 +666,7 @@ MUTANTS = [
     ("coverage", coverage_lengths_swapped, "swapped"),
     ("coverage", coverage_zeroes_in_place, "modified its input `weights` in place"),
 ]
+MUTANTS += lessons03_05.MUTANTS  # lessons 03-05
 
 # An off-by-one in both directions, for every exercise: an index or length one too high and one too low, or the
 # axis of a reduction one too high and one too low, or (decoder_step) a state one step late and one step early.
@@ -647,6 +681,7 @@ OFF_BY_ONE = {
     "decoder_step": (step_luong, step_readout_old_state),
     "coverage": (coverage_one_row_too_many, coverage_one_row_short),
 }
+OFF_BY_ONE.update(lessons03_05.OFF_BY_ONE)  # lessons 03-05
 
 
 @pytest.mark.parametrize("name, mutant, diagnosis", MUTANTS, ids=[m[1].__name__ for m in MUTANTS])
@@ -853,6 +888,7 @@ KIND_MUTANTS = [
     ("coverage", coverage_all_rows, PADDED, "padded target rows were counted"),
     ("coverage", cov_int8_lengths, LARGE, "large inputs"),
 ]
+KIND_MUTANTS += lessons03_05.KIND_MUTANTS  # lessons 03-05
 
 
 def test_every_exercise_has_every_kind_of_test_case():

@@ -56,16 +56,27 @@ from .engine import (
 from .lesson01 import BIDIRECTIONAL_SUMMARY, LAST_REAL_STATE, PADDING_MASK, REVERSE_PADDED
 from .lesson02 import ADDITIVE_SCORE, CONTEXT_VECTOR, COVERAGE, DECODER_STEP, MASKED_SOFTMAX
 
+# --- lessons 03-05 (Luong; query, key, value; multi-head) ---------------------------------
+from .lesson03 import ATTEND_ALL_STEPS, ATTENTIONAL_HIDDEN, GENERAL_DECODER_STEP, GENERAL_SCORE
+
+_LESSONS_03_05 = (*(GENERAL_SCORE, ATTENTIONAL_HIDDEN, ATTEND_ALL_STEPS, GENERAL_DECODER_STEP),)
+_CHECKS_03_05 = [
+    "check_general_score", "check_attentional_hidden", "check_attend_all_steps", "check_general_decoder_step",
+]  # fmt: skip
+# --- end of lessons 03-05 -----------------------------------------------------------------
+
 __all__ = [
     "CheckResult", "Exercise", "Hint", "run_check", "check", "hint", "grade_namespace", "EXERCISES", "LESSONS",
     "PASSED", "FAILED", "NOT_ATTEMPTED", "ICONS", "MAX_PRINTED", "TIME_LIMIT",
     "check_padding_mask", "check_last_real_state", "check_reverse_padded", "check_bidirectional_summary",
     "check_additive_score", "check_masked_softmax", "check_context_vector", "check_decoder_step", "check_coverage",
 ]  # fmt: skip
+__all__ += _CHECKS_03_05
 
 _ALL = (
     *(PADDING_MASK, LAST_REAL_STATE, REVERSE_PADDED, BIDIRECTIONAL_SUMMARY),
     *(ADDITIVE_SCORE, MASKED_SOFTMAX, CONTEXT_VECTOR, DECODER_STEP, COVERAGE),
+    *_LESSONS_03_05,
 )
 EXERCISES: dict[str, Exercise] = {e.name: e for e in _ALL}
 LESSONS: dict[str, list[str]] = {}
@@ -125,6 +136,33 @@ def check_decoder_step(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
 def check_coverage(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
     """coverage(weights (batch, tgt_len, src_len), src_lengths (batch,), tgt_lengths (batch,)) -> (batch, src_len)."""
     return check("coverage", fn, time_limit)
+
+
+# --- lessons 03-05 ------------------------------------------------------------------------
+
+
+def check_general_score(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """general_score(query (batch, dec_dim), keys (batch, src_len, enc_dim), W_a) -> (batch, src_len)."""
+    return check("general_score", fn, time_limit)
+
+
+def check_attentional_hidden(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """attentional_hidden(context (..., enc_dim), state (..., hidden_dim), W_c) -> (..., hidden_dim)."""
+    return check("attentional_hidden", fn, time_limit)
+
+
+def check_attend_all_steps(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """attend_all_steps(states, annotations, src_lengths, W_a) -> (context, weights), every decoder step at once."""
+    return check("attend_all_steps", fn, time_limit)
+
+
+def check_general_decoder_step(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """general_decoder_step(embedded, state, attentional, annotations, mask, W_a, cell, combine, out)
+    -> (logits, new_state, new_attentional, weights)."""
+    return check("general_decoder_step", fn, time_limit)
+
+
+# --- end of lessons 03-05 -----------------------------------------------------------------
 
 
 def hint(name: str) -> Hint:
