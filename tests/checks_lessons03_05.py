@@ -421,3 +421,252 @@ KIND_MUTANTS = [
     ("general_decoder_step", gds_no_mask, PADDED, "weight to padding"),
     ("general_decoder_step", gds_attention_by_hand, LARGE, "large inputs"),
 ]
+
+
+# --------------------------------------------------------------------------------------------
+# Lesson 04: correct versions
+# --------------------------------------------------------------------------------------------
+
+
+def learner_sdpa(query, key, value, mask):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    weights = torch.softmax(scores.masked_fill(~mask, NEG_INF), dim=-1).nan_to_num(0.0)
+    return weights @ value, weights
+
+
+def learner_sdpa_by_hand(query, key, value, mask):
+    scores = torch.einsum("bqd,bkd->bqk", query, key) / query.shape[-1] ** 0.5
+    scores = scores.masked_fill(~mask, NEG_INF)
+    top = scores.max(dim=-1, keepdim=True).values
+    e = torch.exp(scores - torch.where(torch.isinf(top), torch.zeros_like(top), top))
+    total = e.sum(dim=-1, keepdim=True)
+    weights = torch.where(total > 0, e / total, torch.zeros_like(e))
+    return torch.einsum("bqk,bkv->bqv", weights, value), weights
+
+
+def learner_cross_attention(target, source, source_lengths, W_Q, W_K, W_V):
+    q, k, v = target @ W_Q, source @ W_K, source @ W_V
+    real = torch.arange(source.shape[1])[None, :] < source_lengths[:, None]
+    mask = real[:, None, :].expand(-1, target.shape[1], -1)
+    return learner_sdpa(q, k, v, mask)
+
+
+CORRECT.update(
+    {
+        "scaled_dot_product_attention": [learner_sdpa, learner_sdpa_by_hand],
+        "cross_attention": [learner_cross_attention],
+    }
+)
+
+# --------------------------------------------------------------------------------------------
+# Lesson 04: mutants
+# --------------------------------------------------------------------------------------------
+
+
+def _sd(query, key, value, mask, *, scale=None, fill=NEG_INF, dim=-1, nan_ok=False, hide=None):
+    scores = query @ key.transpose(-2, -1) / (math.sqrt(query.shape[-1]) if scale is None else scale)
+    scores = scores.masked_fill(~mask if hide is None else hide, fill)
+    weights = torch.softmax(scores, dim=dim)
+    weights = weights if nan_ok else weights.nan_to_num(0.0)
+    return weights @ value, weights
+
+
+def sd_no_scale(query, key, value, mask):
+    return _sd(query, key, value, mask, scale=1.0)
+
+
+def sd_divided_by_dim(query, key, value, mask):
+    return _sd(query, key, value, mask, scale=query.shape[-1])
+
+
+def sd_value_dim(query, key, value, mask):
+    return _sd(query, key, value, mask, scale=math.sqrt(value.shape[-1]))
+
+
+def sd_softmax_over_queries(query, key, value, mask):
+    return _sd(query, key, value, mask, dim=-2)
+
+
+def sd_sum_without_keepdim(query, key, value, mask):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    e = torch.exp(scores - scores.max(dim=-1, keepdim=True).values) * mask
+    weights = torch.nan_to_num(e / e.sum(dim=-1))
+    return weights @ value, weights
+
+
+def sd_mask_inverted(query, key, value, mask):
+    return _sd(query, key, value, mask, hide=mask)
+
+
+def sd_mask_ignored(query, key, value, mask):
+    return _sd(query, key, value, mask, hide=torch.zeros_like(mask))
+
+
+def sd_zero_fill(query, key, value, mask):
+    return _sd(query, key, value, mask, fill=0.0)
+
+
+def sd_zeroed_after(query, key, value, mask):
+    weights = torch.softmax(query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1]), dim=-1) * mask
+    return weights @ value, weights
+
+
+def sd_nan_row(query, key, value, mask):
+    return _sd(query, key, value, mask, nan_ok=True)
+
+
+def sd_large_negative(query, key, value, mask):
+    return _sd(query, key, value, mask, fill=-1e9)
+
+
+def sd_averages_keys(query, key, value, mask):
+    return (lambda out, weights: (weights @ key, weights))(*learner_sdpa(query, key, value, mask))
+
+
+def sd_naive_exp(query, key, value, mask):
+    e = torch.exp(query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])) * mask
+    weights = torch.nan_to_num(e / e.sum(dim=-1, keepdim=True))
+    return weights @ value, weights
+
+
+def sd_in_place(query, key, value, mask):
+    query /= math.sqrt(query.shape[-1])
+    weights = torch.softmax((query @ key.transpose(-2, -1)).masked_fill(~mask, NEG_INF), dim=-1).nan_to_num(0.0)
+    return weights @ value, weights
+
+
+def sd_output_only(query, key, value, mask):
+    return learner_sdpa(query, key, value, mask)[0]
+
+
+def ca_no_mask(target, source, source_lengths, W_Q, W_K, W_V):
+    weights = torch.softmax((target @ W_Q) @ (source @ W_K).transpose(1, 2) / math.sqrt(W_Q.shape[1]), dim=-1)
+    return weights @ (source @ W_V), weights
+
+
+def _ca(target, source, source_lengths, W_Q, W_K, W_V, offset=0, inverted=False, scaled=True):
+    q, k, v = target @ W_Q, source @ W_K, source @ W_V
+    real = torch.arange(source.shape[1])[None, None, :] < (source_lengths + offset)[:, None, None]
+    scores = q @ k.transpose(1, 2) / (math.sqrt(q.shape[-1]) if scaled else 1.0)
+    weights = torch.softmax(scores.masked_fill(real if inverted else ~real, NEG_INF), dim=-1).nan_to_num(0.0)
+    return weights @ v, weights
+
+
+def ca_mask_inverted(target, source, source_lengths, W_Q, W_K, W_V):
+    return _ca(target, source, source_lengths, W_Q, W_K, W_V, inverted=True)
+
+
+def ca_one_too_many(target, source, source_lengths, W_Q, W_K, W_V):
+    return _ca(target, source, source_lengths, W_Q, W_K, W_V, offset=1)
+
+
+def ca_one_too_few(target, source, source_lengths, W_Q, W_K, W_V):
+    return _ca(target, source, source_lengths, W_Q, W_K, W_V, offset=-1)
+
+
+def ca_no_scale(target, source, source_lengths, W_Q, W_K, W_V):
+    return _ca(target, source, source_lengths, W_Q, W_K, W_V, scaled=False)
+
+
+def ca_self_attention(target, source, source_lengths, W_Q, W_K, W_V):
+    q, k, v = target @ W_Q, target @ W_K, target @ W_V
+    weights = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(q.shape[-1]), dim=-1)
+    return weights @ v, weights
+
+
+def ca_values_from_target(target, source, source_lengths, W_Q, W_K, W_V):
+    out, weights = _ca(target, source, source_lengths, W_Q, W_K, W_V)
+    return weights @ (target @ W_V), weights
+
+
+def ca_roles_swapped(target, source, source_lengths, W_Q, W_K, W_V):
+    q, k, v = source @ W_Q, target @ W_K, target @ W_V
+    weights = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(q.shape[-1]), dim=-1)
+    return weights @ v, weights
+
+
+def ca_q_k_swapped(target, source, source_lengths, W_Q, W_K, W_V):
+    return _ca(target, source, source_lengths, W_K, W_Q, W_V)
+
+
+def ca_transposed_weights(target, source, source_lengths, W_Q, W_K, W_V):
+    return _ca(target, source, source_lengths, W_Q.T, W_K.T, W_V.T)
+
+
+def ca_mask_without_query_axis(target, source, source_lengths, W_Q, W_K, W_V):
+    q, k, v = target @ W_Q, source @ W_K, source @ W_V
+    real = torch.arange(source.shape[1])[None, :] < source_lengths[:, None]
+    scores = (q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])).masked_fill(~real, NEG_INF)
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return weights @ v, weights
+
+
+MUTANTS += [
+    ("scaled_dot_product_attention", sd_no_scale, "the scale is missing"),
+    ("scaled_dot_product_attention", sd_divided_by_dim, "divided by head_dim"),
+    ("scaled_dot_product_attention", sd_value_dim, "sqrt(value_dim)"),
+    ("scaled_dot_product_attention", sd_softmax_over_queries, "dim=1, the queries"),
+    ("scaled_dot_product_attention", sd_sum_without_keepdim, "divided by the wrong row's sum"),
+    ("scaled_dot_product_attention", sd_mask_inverted, "mask is inverted"),
+    ("scaled_dot_product_attention", sd_mask_ignored, "softmax without the mask"),
+    ("scaled_dot_product_attention", sd_zero_fill, "became 0 instead of -inf"),
+    ("scaled_dot_product_attention", sd_zeroed_after, "without renormalising"),
+    ("scaled_dot_product_attention", sd_nan_row, "fully masked row gives NaN"),
+    ("scaled_dot_product_attention", sd_large_negative, "uniform weights"),
+    ("scaled_dot_product_attention", sd_averages_keys, "averages the keys"),
+    ("scaled_dot_product_attention", sd_naive_exp, "large inputs"),
+    ("scaled_dot_product_attention", sd_in_place, "modified its input `query` in place"),
+    ("scaled_dot_product_attention", sd_output_only, "should return 2 values"),
+    ("cross_attention", ca_no_mask, "weight to padding"),
+    ("cross_attention", ca_mask_inverted, "mask is inverted"),
+    ("cross_attention", ca_one_too_many, "first padded source position"),
+    ("cross_attention", ca_one_too_few, "last real source word"),
+    ("cross_attention", ca_no_scale, "the scale is missing"),
+    ("cross_attention", ca_self_attention, "self-attention over the target"),
+    ("cross_attention", ca_values_from_target, "values come from the target"),
+    ("cross_attention", ca_roles_swapped, "roles are swapped"),
+    ("cross_attention", ca_q_k_swapped, "W_Q and W_K are swapped"),
+    ("cross_attention", ca_transposed_weights, "transposed matrices"),
+    ("cross_attention", ca_mask_without_query_axis, "raised RuntimeError"),
+]
+
+OFF_BY_ONE.update(
+    {
+        "scaled_dot_product_attention": (sd_sum_without_keepdim, sd_softmax_over_queries),
+        "cross_attention": (ca_one_too_many, ca_one_too_few),
+    }
+)
+
+# --------------------------------------------------------------------------------------------
+# Lesson 04: mistakes that show on one kind of test case only
+# --------------------------------------------------------------------------------------------
+
+
+def sd_unscaled_without_padding(query, key, value, mask):
+    if bool(mask.all()):
+        return _sd(query, key, value, mask, scale=1.0)  # nothing masked (but the scale is not optional)
+    return learner_sdpa(query, key, value, mask)
+
+
+def ca_unscaled_without_padding(target, source, source_lengths, W_Q, W_K, W_V):
+    if bool((source_lengths == source.shape[1]).all()):
+        return _ca(target, source, source_lengths, W_Q, W_K, W_V, scaled=False)
+    return learner_cross_attention(target, source, source_lengths, W_Q, W_K, W_V)
+
+
+def ca_naive_exp(target, source, source_lengths, W_Q, W_K, W_V):
+    q, k, v = target @ W_Q, source @ W_K, source @ W_V
+    real = torch.arange(source.shape[1])[None, None, :] < source_lengths[:, None, None]
+    e = torch.exp(q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])) * real
+    weights = e / e.sum(-1, keepdim=True)
+    return weights @ v, weights
+
+
+KIND_MUTANTS += [
+    ("scaled_dot_product_attention", sd_unscaled_without_padding, UNPADDED, "no padding"),
+    ("scaled_dot_product_attention", sd_mask_ignored, PADDED, "softmax without the mask"),
+    ("scaled_dot_product_attention", sd_naive_exp, LARGE, "large inputs"),
+    ("cross_attention", ca_unscaled_without_padding, UNPADDED, "no padding"),
+    ("cross_attention", ca_no_mask, PADDED, "weight to padding"),
+    ("cross_attention", ca_naive_exp, LARGE, "large inputs"),
+]

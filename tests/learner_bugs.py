@@ -9,6 +9,8 @@ entries (a message that neither names a variant nor says anything localised).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -781,3 +783,139 @@ BUGS_03 = [
 ]
 
 BUGS += BUGS_03
+
+
+# --- Lesson 04 -------------------------------------------------------------------------------
+
+
+def sdpa_loops_unscaled(query, key, value, mask):
+    batch, n_q, _ = query.shape
+    weights = torch.zeros(batch, n_q, key.shape[1])
+    for b in range(batch):
+        for i in range(n_q):
+            s = key[b] @ query[b, i]
+            s = s.masked_fill(~mask[b, i], float("-inf"))
+            weights[b, i] = torch.nan_to_num(F.softmax(s, dim=0))
+    return torch.bmm(weights, value), weights
+
+
+def sdpa_divides_by_len(query, key, value, mask):
+    scores = torch.einsum("bid,bjd->bij", query, key) / key.size(1) ** 0.5
+    weights = F.softmax(scores.masked_fill(mask.logical_not(), float("-inf")), -1).nan_to_num(0)
+    return torch.einsum("bij,bjv->biv", weights, value), weights
+
+
+def sdpa_einsum_wrong_axis(query, key, value, mask):
+    scores = torch.einsum("bid,bjd->bij", query, key) * query.size(-1) ** -0.5
+    weights = F.softmax(scores.masked_fill(mask.logical_not(), float("-inf")), 1).nan_to_num(0)
+    return torch.einsum("bij,bjv->biv", weights, value), weights
+
+
+def sdpa_where_minus_large(query, key, value, mask):
+    scores = torch.bmm(query, key.mT) / math.sqrt(query.size(-1))
+    weights = torch.softmax(torch.where(mask, scores, torch.full_like(scores, -1e9)), dim=-1)
+    return torch.bmm(weights, value), weights
+
+
+def sdpa_fill_true(query, key, value, mask):
+    scores = torch.bmm(query, key.mT) / math.sqrt(query.size(-1))
+    weights = torch.softmax(scores.masked_fill(mask == True, float("-inf")), dim=-1)  # noqa: E712
+    return torch.bmm(weights, value), weights
+
+
+def sdpa_no_nan_guard(query, key, value, mask):
+    scores = torch.bmm(query, key.mT) / math.sqrt(query.size(-1))
+    weights = torch.softmax(scores + torch.log(mask.float()), dim=-1)
+    return torch.bmm(weights, value), weights
+
+
+def sdpa_returns_swapped(query, key, value, mask):
+    scores = torch.bmm(query, key.mT) / math.sqrt(query.size(-1))
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).nan_to_num(0.0)
+    return weights, torch.bmm(weights, value)
+
+
+def sdpa_global_max(query, key, value, mask):
+    scores = torch.bmm(query, key.mT) / math.sqrt(query.size(-1))
+    e = torch.exp(scores - scores.max()) * mask
+    weights = e / e.sum(-1, keepdim=True).clamp_min(1e-30)
+    return torch.bmm(weights, value), weights
+
+
+def sdpa_scales_after_softmax(query, key, value, mask):
+    scores = torch.bmm(query, key.mT).masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0) / math.sqrt(query.size(-1))
+    return torch.bmm(weights, value), weights
+
+
+def ca_forgets_value_projection(target, source, source_lengths, W_Q, W_K, W_V):
+    keep = torch.arange(source.size(1)).expand(source.size(0), -1) < source_lengths.unsqueeze(-1)
+    scores = torch.einsum("btd,de,bsf,fe->bts", target, W_Q, source, W_K) / math.sqrt(W_K.size(1))
+    weights = scores.masked_fill(~keep.unsqueeze(1), float("-inf")).softmax(-1)
+    return torch.einsum("bts,bsd->btd", weights, source), weights
+
+
+def ca_all_from_source(target, source, source_lengths, W_Q, W_K, W_V):
+    q, k, v = source @ W_Q, source @ W_K, source @ W_V
+    keep = torch.arange(source.size(1)).expand(source.size(0), -1) < source_lengths.unsqueeze(-1)
+    weights = (q @ k.mT / math.sqrt(k.size(-1))).masked_fill(~keep.unsqueeze(1), float("-inf")).softmax(-1)
+    return weights @ v, weights
+
+
+def ca_mask_le(target, source, source_lengths, W_Q, W_K, W_V):
+    q, k, v = target @ W_Q, source @ W_K, source @ W_V
+    keep = torch.arange(source.size(1)).view(1, 1, -1) <= source_lengths.view(-1, 1, 1)
+    weights = (q @ k.mT / math.sqrt(k.size(-1))).masked_fill(~keep, float("-inf")).softmax(-1)
+    return weights @ v, weights
+
+
+def ca_unmasked_loop(target, source, source_lengths, W_Q, W_K, W_V):
+    outputs, weights = [], []
+    for b in range(target.size(0)):
+        q, k, v = target[b] @ W_Q, source[b] @ W_K, source[b] @ W_V
+        w = torch.softmax(q @ k.T / math.sqrt(q.size(-1)), dim=-1)
+        outputs.append(w @ v)
+        weights.append(w)
+    return torch.stack(outputs), torch.stack(weights)
+
+
+def ca_queries_from_source(target, source, source_lengths, W_Q, W_K, W_V):
+    q, k, v = source @ W_Q, target @ W_K, target @ W_V
+    weights = (q @ k.mT / math.sqrt(k.size(-1))).softmax(-1)
+    return weights @ v, weights
+
+
+def ca_scaled_by_model_width(target, source, source_lengths, W_Q, W_K, W_V):
+    q, k, v = target @ W_Q, source @ W_K, source @ W_V
+    keep = torch.arange(source.size(1)).view(1, 1, -1) < source_lengths.view(-1, 1, 1)
+    weights = (q @ k.mT / math.sqrt(target.size(-1))).masked_fill(~keep, float("-inf")).softmax(-1)
+    return weights @ v, weights
+
+
+def ca_truncates_to_shortest(target, source, source_lengths, W_Q, W_K, W_V):
+    n = int(source_lengths.min())
+    q, k, v = target @ W_Q, source[:, :n] @ W_K, source[:, :n] @ W_V
+    weights = (q @ k.mT / math.sqrt(k.size(-1))).softmax(-1)
+    return weights @ v, weights
+
+
+BUGS_04 = [
+    ("scaled_dot_product_attention", sdpa_loops_unscaled, "the scale is missing"),
+    ("scaled_dot_product_attention", sdpa_divides_by_len, "sqrt(key_len)"),
+    ("scaled_dot_product_attention", sdpa_einsum_wrong_axis, "dim=1, the queries"),
+    ("scaled_dot_product_attention", sdpa_where_minus_large, "uniform weights"),
+    ("scaled_dot_product_attention", sdpa_fill_true, "mask is inverted"),
+    ("scaled_dot_product_attention", sdpa_no_nan_guard, "fully masked row gives NaN"),
+    ("scaled_dot_product_attention", sdpa_returns_swapped, "wrong shape"),
+    ("scaled_dot_product_attention", sdpa_global_max, GENERIC),
+    ("scaled_dot_product_attention", sdpa_scales_after_softmax, GENERIC),
+    ("cross_attention", ca_forgets_value_projection, "wrong shape"),
+    ("cross_attention", ca_all_from_source, GENERIC),
+    ("cross_attention", ca_mask_le, "first padded source position"),
+    ("cross_attention", ca_unmasked_loop, "weight to padding"),
+    ("cross_attention", ca_queries_from_source, "roles are swapped"),
+    ("cross_attention", ca_scaled_by_model_width, GENERIC),
+    ("cross_attention", ca_truncates_to_shortest, "wrong shape"),
+]
+
+BUGS += BUGS_04

@@ -58,10 +58,15 @@ from .lesson02 import ADDITIVE_SCORE, CONTEXT_VECTOR, COVERAGE, DECODER_STEP, MA
 
 # --- lessons 03-05 (Luong; query, key, value; multi-head) ---------------------------------
 from .lesson03 import ATTEND_ALL_STEPS, ATTENTIONAL_HIDDEN, GENERAL_DECODER_STEP, GENERAL_SCORE
+from .lesson04 import CROSS_ATTENTION, SCALED_DOT_PRODUCT_ATTENTION
 
-_LESSONS_03_05 = (*(GENERAL_SCORE, ATTENTIONAL_HIDDEN, ATTEND_ALL_STEPS, GENERAL_DECODER_STEP),)
+_LESSONS_03_05 = (
+    *(GENERAL_SCORE, ATTENTIONAL_HIDDEN, ATTEND_ALL_STEPS, GENERAL_DECODER_STEP),
+    *(SCALED_DOT_PRODUCT_ATTENTION, CROSS_ATTENTION),
+)
 _CHECKS_03_05 = [
     "check_general_score", "check_attentional_hidden", "check_attend_all_steps", "check_general_decoder_step",
+    "check_scaled_dot_product_attention", "check_cross_attention",
 ]  # fmt: skip
 # --- end of lessons 03-05 -----------------------------------------------------------------
 
@@ -160,6 +165,16 @@ def check_general_decoder_step(fn, time_limit: float = TIME_LIMIT) -> CheckResul
     """general_decoder_step(embedded, state, attentional, annotations, mask, W_a, cell, combine, out)
     -> (logits, new_state, new_attentional, weights)."""
     return check("general_decoder_step", fn, time_limit)
+
+
+def check_scaled_dot_product_attention(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """scaled_dot_product_attention(query, key, value, mask (batch, query_len, key_len) bool) -> (output, weights)."""
+    return check("scaled_dot_product_attention", fn, time_limit)
+
+
+def check_cross_attention(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """cross_attention(target, source, source_lengths, W_Q, W_K, W_V) -> (output, weights)."""
+    return check("cross_attention", fn, time_limit)
 
 
 # --- end of lessons 03-05 -----------------------------------------------------------------
