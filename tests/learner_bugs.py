@@ -919,3 +919,237 @@ BUGS_04 = [
 ]
 
 BUGS += BUGS_04
+
+
+# --- Lesson 05 -------------------------------------------------------------------------------
+
+
+def split_reshape_then_permute_wrong(x, num_heads):
+    b, n, d = x.size()
+    return x.reshape(b, n, num_heads, d // num_heads).permute(0, 2, 3, 1)
+
+
+def split_einops_style_interleave(x, num_heads):
+    b, n, d = x.size()
+    return x.reshape(b, n, -1, num_heads).movedim(-1, 1)
+
+
+def split_chunk_on_positions(x, num_heads):
+    return torch.stack(torch.chunk(x, num_heads, dim=1), dim=1)
+
+
+def split_loop_over_heads(x, num_heads):
+    head_dim = x.size(-1) // num_heads
+    return torch.stack([x[:, :, h * head_dim : (h + 1) * head_dim] for h in range(num_heads)], dim=1).squeeze()
+
+
+def split_unflatten_no_move(x, num_heads):
+    return x.unflatten(-1, (num_heads, -1))
+
+
+def split_head_dim_heads(x, num_heads):
+    b, n, d = x.size()
+    return x.reshape(b, n, num_heads, -1).permute(0, 3, 1, 2)
+
+
+def split_as_float64(x, num_heads):
+    b, n, d = x.size()
+    return x.double().reshape(b, n, num_heads, -1).transpose(1, 2)
+
+
+def merge_flatten_wrong(x):
+    return x.flatten(start_dim=2).reshape(x.size(0), x.size(2), -1)
+
+
+def merge_permute_features_first(x):
+    return x.permute(0, 2, 3, 1).flatten(2)
+
+
+def merge_view_of_transpose(x):
+    return x.transpose(1, 2).view(x.size(0), x.size(2), -1)
+
+
+def merge_stack_positions(x):
+    return torch.cat(list(x.unbind(1)), dim=-2)
+
+
+def merge_loop_add(x):
+    out = torch.zeros_like(x[:, 0])
+    for h in range(x.size(1)):
+        out = out + x[:, h]
+    return out
+
+
+def merge_movedim_wrong(x):
+    return x.movedim(1, -1).reshape(x.size(0), x.size(2), -1)
+
+
+def merge_keeps_heads(x):
+    return x.transpose(1, 2)
+
+
+def mha_einsum_no_out(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    q = torch.einsum("bnd,de->bne", query, W_q).reshape(b, n, num_heads, -1)
+    k = torch.einsum("bmd,de->bme", key, W_k).reshape(b, key.shape[1], num_heads, -1)
+    v = torch.einsum("bmd,de->bme", value, W_v).reshape(b, key.shape[1], num_heads, -1)
+    scores = torch.einsum("bnhe,bmhe->bhnm", q, k) / math.sqrt(q.shape[-1])
+    weights = scores.masked_fill(~mask.unsqueeze(1), float("-inf")).softmax(-1).nan_to_num(0.0)
+    return torch.einsum("bhnm,bmhe->bnhe", weights, v).reshape(b, n, d), weights
+
+
+def mha_einsum_d_model_scale(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    q = torch.einsum("bnd,de->bne", query, W_q).reshape(b, n, num_heads, -1)
+    k = torch.einsum("bmd,de->bme", key, W_k).reshape(b, key.shape[1], num_heads, -1)
+    v = torch.einsum("bmd,de->bme", value, W_v).reshape(b, key.shape[1], num_heads, -1)
+    scores = torch.einsum("bnhe,bmhe->bhnm", q, k) / math.sqrt(d)
+    weights = scores.masked_fill(~mask.unsqueeze(1), float("-inf")).softmax(-1).nan_to_num(0.0)
+    return torch.einsum("bhnm,bmhe->bnhe", weights, v).reshape(b, n, d) @ W_o, weights
+
+
+def mha_loop_over_heads_unmasked(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    head_dim = query.shape[-1] // num_heads
+    outs, all_weights = [], []
+    for h in range(num_heads):
+        cols = slice(h * head_dim, (h + 1) * head_dim)
+        q, k, v = query @ W_q[:, cols], key @ W_k[:, cols], value @ W_v[:, cols]
+        w = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(head_dim), dim=-1)
+        outs.append(w @ v)
+        all_weights.append(w)
+    return torch.cat(outs, dim=-1) @ W_o, torch.stack(all_weights, dim=1)
+
+
+def mha_loop_mask_broadcast(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    heads = lambda t: t.reshape(b, t.shape[1], num_heads, -1).transpose(1, 2)  # noqa: E731
+    q, k, v = heads(query @ W_q), heads(key @ W_k), heads(value @ W_v)
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(d // num_heads)).masked_fill(mask == 0, float("-inf"))
+    weights = scores.softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def mha_merge_by_reshape(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    heads = lambda t: t.reshape(b, t.shape[1], num_heads, -1).transpose(1, 2)  # noqa: E731
+    q, k, v = heads(query @ W_q), heads(key @ W_k), heads(value @ W_v)
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(d // num_heads)).masked_fill(~mask[:, None], float("-inf"))
+    weights = scores.softmax(-1).nan_to_num(0.0)
+    return (weights @ v).reshape(b, n, d) @ W_o, weights
+
+
+def mha_torch_mean_weights(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    heads = lambda t: t.reshape(b, t.shape[1], num_heads, -1).transpose(1, 2)  # noqa: E731
+    q, k, v = heads(query @ W_q), heads(key @ W_k), heads(value @ W_v)
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(d // num_heads)).masked_fill(~mask[:, None], float("-inf"))
+    weights = scores.softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights.mean(dim=1)
+
+
+def mha_softmax_before_scale(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    heads = lambda t: t.reshape(b, t.shape[1], num_heads, -1).transpose(1, 2)  # noqa: E731
+    q, k, v = heads(query @ W_q), heads(key @ W_k), heads(value @ W_v)
+    weights = (q @ k.transpose(-1, -2)).masked_fill(~mask[:, None], float("-inf")).softmax(-1).nan_to_num(0.0)
+    weights = weights / math.sqrt(d // num_heads)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def gqa_tile_with_expand(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    hd = d // num_heads
+    q = (query @ W_q).view(b, n, num_heads, hd).transpose(1, 2)
+    k = (key @ W_k).view(b, -1, num_kv_heads, hd).transpose(1, 2)
+    v = (value @ W_v).view(b, -1, num_kv_heads, hd).transpose(1, 2)
+    k = torch.cat([k] * (num_heads // num_kv_heads), dim=1)
+    v = torch.cat([v] * (num_heads // num_kv_heads), dim=1)
+    weights = (q @ k.mT / math.sqrt(hd)).masked_fill(~mask[:, None], float("-inf")).softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def gqa_first_kv_head_only(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    hd = d // num_heads
+    q = (query @ W_q).view(b, n, num_heads, hd).transpose(1, 2)
+    k = (key @ W_k).view(b, -1, num_kv_heads, hd).transpose(1, 2)[:, :1]
+    v = (value @ W_v).view(b, -1, num_kv_heads, hd).transpose(1, 2)[:, :1]
+    weights = (q @ k.mT / math.sqrt(hd)).masked_fill(~mask[:, None], float("-inf")).softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def gqa_kv_head_dim_wrong(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    q = (query @ W_q).view(b, n, num_heads, -1).transpose(1, 2)
+    k = (key @ W_k).view(b, -1, num_heads, d // num_heads).transpose(1, 2)
+    v = (value @ W_v).view(b, -1, num_heads, d // num_heads).transpose(1, 2)
+    weights = (q @ k.mT / math.sqrt(d // num_heads)).masked_fill(~mask[:, None], float("-inf")).softmax(-1)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def gqa_unmasked_loop(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    hd, group = d // num_heads, num_heads // num_kv_heads
+    outs, ws = [], []
+    for h in range(num_heads):
+        g = h // group
+        q = query @ W_q[:, h * hd : (h + 1) * hd]
+        k, v = key @ W_k[:, g * hd : (g + 1) * hd], value @ W_v[:, g * hd : (g + 1) * hd]
+        w = torch.softmax(q @ k.mT / math.sqrt(hd), dim=-1)
+        outs.append(w @ v)
+        ws.append(w)
+    return torch.cat(outs, -1) @ W_o, torch.stack(ws, 1)
+
+
+def gqa_scale_by_kv_width(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    hd, group = d // num_heads, num_heads // num_kv_heads
+    q = (query @ W_q).view(b, n, num_heads, hd).transpose(1, 2)
+    k = (key @ W_k).view(b, -1, num_kv_heads, hd).transpose(1, 2).repeat_interleave(group, 1)
+    v = (value @ W_v).view(b, -1, num_kv_heads, hd).transpose(1, 2).repeat_interleave(group, 1)
+    scores = q @ k.mT / math.sqrt(W_k.shape[1])
+    weights = scores.masked_fill(~mask[:, None], float("-inf")).softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def gqa_mask_no_head_axis(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    hd, group = d // num_heads, num_heads // num_kv_heads
+    q = (query @ W_q).view(b, n, num_heads, hd).transpose(1, 2)
+    k = (key @ W_k).view(b, -1, num_kv_heads, hd).transpose(1, 2).repeat_interleave(group, 1)
+    v = (value @ W_v).view(b, -1, num_kv_heads, hd).transpose(1, 2).repeat_interleave(group, 1)
+    weights = torch.where(mask, q @ k.mT / math.sqrt(hd), float("-inf")).softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+BUGS_05 = [
+    ("split_heads", split_reshape_then_permute_wrong, GENERIC),
+    ("split_heads", split_einops_style_interleave, "split in the wrong order"),
+    ("split_heads", split_chunk_on_positions, GENERIC),
+    ("split_heads", split_loop_over_heads, "batch of one"),
+    ("split_heads", split_unflatten_no_move, "heads axis is left in place"),
+    ("split_heads", split_head_dim_heads, "wrong shape"),
+    ("split_heads", split_as_float64, "dtype torch.float64"),
+    ("merge_heads", merge_flatten_wrong, "without moving the heads axis back"),
+    ("merge_heads", merge_permute_features_first, "interleaved"),
+    ("merge_heads", merge_view_of_transpose, "raised RuntimeError"),
+    ("merge_heads", merge_stack_positions, "concatenated along the positions"),
+    ("merge_heads", merge_loop_add, "adds the heads up"),
+    ("merge_heads", merge_movedim_wrong, "interleaved"),
+    ("merge_heads", merge_keeps_heads, "wrong shape"),
+    ("multi_head_attention", mha_einsum_no_out, "W_o is missing"),
+    ("multi_head_attention", mha_einsum_d_model_scale, "divided by sqrt(d_model)"),
+    ("multi_head_attention", mha_loop_over_heads_unmasked, "weight to masked keys"),
+    ("multi_head_attention", mha_loop_mask_broadcast, "no head axis"),
+    ("multi_head_attention", mha_merge_by_reshape, "merged without moving the heads axis back"),
+    ("multi_head_attention", mha_torch_mean_weights, "averaged over the heads"),
+    ("multi_head_attention", mha_softmax_before_scale, GENERIC),
+    ("grouped_query_attention", gqa_tile_with_expand, "tiled"),
+    ("grouped_query_attention", gqa_first_kv_head_only, GENERIC),
+    ("grouped_query_attention", gqa_kv_head_dim_wrong, "raised RuntimeError"),
+    ("grouped_query_attention", gqa_unmasked_loop, "weight to masked keys"),
+    ("grouped_query_attention", gqa_scale_by_kv_width, GENERIC),
+    ("grouped_query_attention", gqa_mask_no_head_axis, "no head axis"),
+]
+
+BUGS += BUGS_05

@@ -59,14 +59,17 @@ from .lesson02 import ADDITIVE_SCORE, CONTEXT_VECTOR, COVERAGE, DECODER_STEP, MA
 # --- lessons 03-05 (Luong; query, key, value; multi-head) ---------------------------------
 from .lesson03 import ATTEND_ALL_STEPS, ATTENTIONAL_HIDDEN, GENERAL_DECODER_STEP, GENERAL_SCORE
 from .lesson04 import CROSS_ATTENTION, SCALED_DOT_PRODUCT_ATTENTION
+from .lesson05 import GROUPED_QUERY_ATTENTION, MERGE_HEADS, MULTI_HEAD_ATTENTION, SPLIT_HEADS
 
 _LESSONS_03_05 = (
     *(GENERAL_SCORE, ATTENTIONAL_HIDDEN, ATTEND_ALL_STEPS, GENERAL_DECODER_STEP),
     *(SCALED_DOT_PRODUCT_ATTENTION, CROSS_ATTENTION),
+    *(SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_ATTENTION, GROUPED_QUERY_ATTENTION),
 )
 _CHECKS_03_05 = [
     "check_general_score", "check_attentional_hidden", "check_attend_all_steps", "check_general_decoder_step",
     "check_scaled_dot_product_attention", "check_cross_attention",
+    "check_split_heads", "check_merge_heads", "check_multi_head_attention", "check_grouped_query_attention",
 ]  # fmt: skip
 # --- end of lessons 03-05 -----------------------------------------------------------------
 
@@ -175,6 +178,27 @@ def check_scaled_dot_product_attention(fn, time_limit: float = TIME_LIMIT) -> Ch
 def check_cross_attention(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
     """cross_attention(target, source, source_lengths, W_Q, W_K, W_V) -> (output, weights)."""
     return check("cross_attention", fn, time_limit)
+
+
+def check_split_heads(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """split_heads(x (batch, seq_len, d_model), num_heads) -> (batch, num_heads, seq_len, head_dim)."""
+    return check("split_heads", fn, time_limit)
+
+
+def check_merge_heads(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """merge_heads(x (batch, num_heads, seq_len, head_dim)) -> (batch, seq_len, num_heads * head_dim)."""
+    return check("merge_heads", fn, time_limit)
+
+
+def check_multi_head_attention(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """multi_head_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads) -> (output, weights)."""
+    return check("multi_head_attention", fn, time_limit)
+
+
+def check_grouped_query_attention(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """grouped_query_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads)
+    -> (output, weights)."""
+    return check("grouped_query_attention", fn, time_limit)
 
 
 # --- end of lessons 03-05 -----------------------------------------------------------------
