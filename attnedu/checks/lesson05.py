@@ -1,9 +1,9 @@
 """Checks for the exercises of lesson 05 (multi-head attention).
 
 Every exercise has test cases with a batch of one, with and without padding (zero vectors after each
-sentence's length, or a padding mask over the keys), and with large inputs; the first case is square (batch,
-heads, lengths and head_dim equal) so that the known-wrong variants that need two sizes to match run on it,
-the others have sizes that differ so that a transpose or a wrong reshape shows. References come from the
+sentence's length, or a padding mask over the keys), and with large inputs; in the first case the sizes that a
+known-wrong variant needs equal are equal (batch, heads, lengths, head_dim), so that it runs there; the others
+have sizes that differ so that a transpose or a wrong reshape shows. References come from the
 package (``attnedu.multihead.split_heads``, ``merge_heads``, ``attnedu.attention.scaled_dot_product_attention``);
 tests/test_checks.py checks that the multi-head reference equals ``attnedu.attention.MultiHeadAttention`` and
 the grouped-query one ``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)``.
