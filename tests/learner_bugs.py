@@ -562,6 +562,597 @@ BUGS = [
 ]
 
 
+# ============================================================================================
+# Lessons 03-05 (Luong; query, key, value; multi-head): a block of its own, appended to BUGS
+# ============================================================================================
+
+# --- Lesson 03 -------------------------------------------------------------------------------
+
+
+def gs_loop_without_W(query, keys, W_a):
+    scores = torch.zeros(keys.shape[0], keys.shape[1])
+    for b in range(keys.shape[0]):
+        for j in range(keys.shape[1]):
+            scores[b, j] = torch.dot(query[b], keys[b, j])
+    return scores
+
+
+def gs_einsum_W_transposed(query, keys, W_a):
+    return torch.einsum("bd,ed,bse->bs", query, W_a, keys)
+
+
+def gs_matmul_broadcast(query, keys, W_a):
+    return torch.matmul(torch.matmul(query, W_a), keys.permute(0, 2, 1))
+
+
+def gs_keys_first(query, keys, W_a):
+    return torch.einsum("bse,de,bd->sb", keys, W_a, query)
+
+
+def gs_normalised(query, keys, W_a):
+    scores = torch.einsum("bd,de,bse->bs", query, W_a, keys)
+    return scores / scores.abs().sum(dim=-1, keepdim=True)
+
+
+def gs_root_scaled(query, keys, W_a):
+    projected = query.mm(W_a)
+    return torch.bmm(keys, projected.unsqueeze(2)).squeeze(2) / keys.size(-1) ** 0.5
+
+
+def gs_double(query, keys, W_a):
+    return torch.einsum("bd,de,bse->bs", query.double(), W_a.double(), keys.double())
+
+
+def ah_linear_no_tanh(context, state, W_c):
+    return F.linear(torch.cat((context, state), -1), W_c)
+
+
+def ah_state_then_context(context, state, W_c):
+    return torch.tanh(F.linear(torch.cat((state, context), -1), W_c))
+
+
+def ah_relu(context, state, W_c):
+    return torch.relu(torch.cat([context, state], -1) @ W_c.t())
+
+
+def ah_tanh_by_hand(context, state, W_c):
+    x = torch.cat([context, state], -1) @ W_c.t()
+    return (torch.exp(2 * x) - 1) / (torch.exp(2 * x) + 1)
+
+
+def ah_sum_not_cat(context, state, W_c):
+    h = state.shape[-1]
+    return torch.tanh((context[..., :h] + state) @ W_c[:, -h:].t())
+
+
+def ah_flattened(context, state, W_c):
+    x = torch.cat([context, state], -1)
+    return torch.tanh(x.reshape(-1, x.shape[-1]) @ W_c.T)
+
+
+def ah_half_weights(context, state, W_c):
+    return torch.tanh(state @ W_c[:, context.shape[-1] :].T + context @ W_c[:, : context.shape[-1]].T / 2)
+
+
+def aas_loop_no_mask(states, annotations, src_lengths, W_a):
+    context, weights = [], []
+    for t in range(states.shape[1]):
+        scores = torch.einsum("bh,he,bse->bs", states[:, t], W_a, annotations)
+        w = F.softmax(scores, dim=-1)
+        weights.append(w)
+        context.append(torch.einsum("bs,bse->be", w, annotations))
+    return torch.stack(context, 1), torch.stack(weights, 1)
+
+
+def aas_mask_le(states, annotations, src_lengths, W_a):
+    scores = torch.bmm(states @ W_a, annotations.transpose(1, 2))
+    positions = torch.arange(annotations.shape[1]).view(1, 1, -1)
+    scores = scores.masked_fill(positions > src_lengths.view(-1, 1, 1), -1e30)
+    weights = scores.softmax(-1)
+    return torch.bmm(weights, annotations), weights
+
+
+def aas_softmax_dim_one(states, annotations, src_lengths, W_a):
+    scores = torch.bmm(states @ W_a, annotations.transpose(1, 2))
+    real = torch.arange(annotations.shape[1]).view(1, 1, -1) < src_lengths.view(-1, 1, 1)
+    weights = torch.nan_to_num(F.softmax(torch.where(real, scores, float("-inf")), dim=1))
+    return torch.bmm(weights, annotations), weights
+
+
+def aas_weights_times_mask(states, annotations, src_lengths, W_a):
+    mask = (torch.arange(annotations.shape[1])[None, :] < src_lengths[:, None]).float()
+    weights = torch.softmax(torch.bmm(states @ W_a, annotations.transpose(1, 2)), dim=-1) * mask[:, None, :]
+    return torch.bmm(weights, annotations), weights
+
+
+def aas_stable_by_hand(states, annotations, src_lengths, W_a):
+    scores = torch.bmm(states @ W_a, annotations.transpose(1, 2))
+    mask = torch.arange(annotations.shape[1])[None, None, :] < src_lengths[:, None, None]
+    e = torch.exp(scores - scores.max()) * mask  # one maximum for the whole batch
+    weights = e / e.sum(-1, keepdim=True)
+    return torch.bmm(weights, annotations), weights
+
+
+def aas_context_from_states(states, annotations, src_lengths, W_a):
+    scores = torch.bmm(states @ W_a, annotations.transpose(1, 2))
+    mask = torch.arange(annotations.shape[1])[None, None, :] < src_lengths[:, None, None]
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+    return weights.sum(-1, keepdim=True) * states.mean(1, keepdim=True), weights
+
+
+def aas_masks_the_lengths_in_place(states, annotations, src_lengths, W_a):
+    src_lengths.clamp_(max=annotations.shape[1] - 1)
+    mask = torch.arange(annotations.shape[1])[None, None, :] < src_lengths[:, None, None]
+    scores = torch.bmm(states @ W_a, annotations.transpose(1, 2)).masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return torch.bmm(weights, annotations), weights
+
+
+def gds_bahdanau_order(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    scores = torch.einsum("bh,he,bse->bs", state, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_t = cell(torch.cat((embedded, attentional), 1), state)
+    h_tilde = torch.tanh(combine(torch.cat((context, h_t), 1)))
+    return out(h_tilde), h_t, h_tilde, weights
+
+
+def gds_no_input_feeding(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    h_t = cell(torch.cat((embedded, torch.zeros_like(attentional)), 1), state)
+    scores = torch.einsum("bh,he,bse->bs", h_t, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((context, h_t), 1)))
+    return out(h_tilde), h_t, h_tilde, weights
+
+
+def gds_state_and_context_swapped(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    h_t = cell(torch.cat((embedded, attentional), 1), state)
+    scores = torch.einsum("bh,he,bse->bs", h_t, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((h_t, context), 1)))
+    return out(h_tilde), h_t, h_tilde, weights
+
+
+def gds_predicts_from_h(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    h_t = cell(torch.cat((embedded, attentional), 1), state)
+    scores = torch.einsum("bh,he,bse->bs", h_t, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((context, h_t), 1)))
+    return out(h_t), h_t, h_tilde, weights
+
+
+def gds_returns_attentional_as_state(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    h_t = cell(torch.cat((embedded, attentional), 1), state)
+    scores = torch.einsum("bh,he,bse->bs", h_t, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((context, h_t), 1)))
+    return out(h_tilde), h_tilde, h_t, weights
+
+
+def gds_dot_score(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    h_t = cell(torch.cat((embedded, attentional), 1), state)
+    scores = torch.einsum("bh,bsh->bs", h_t, annotations[..., : h_t.shape[1]]).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((context, h_t), 1)))
+    return out(h_tilde), h_t, h_tilde, weights
+
+
+def gds_in_place_state(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    state.copy_(cell(torch.cat((embedded, attentional), 1), state))
+    scores = torch.einsum("bh,he,bse->bs", state, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((context, state), 1)))
+    return out(h_tilde), state.clone(), h_tilde, weights
+
+
+BUGS_03 = [
+    ("general_score", gs_loop_without_W, "W_a is missing"),
+    ("general_score", gs_einsum_W_transposed, "W_a^T in place of W_a"),
+    ("general_score", gs_matmul_broadcast, "broadcasts over the batch"),
+    ("general_score", gs_keys_first, "transposed"),
+    ("general_score", gs_normalised, GENERIC),
+    ("general_score", gs_root_scaled, "divided by sqrt(enc_dim)"),
+    ("general_score", gs_double, "dtype torch.float64"),
+    ("attentional_hidden", ah_linear_no_tanh, "tanh is missing"),
+    ("attentional_hidden", ah_state_then_context, "wrong order"),
+    ("attentional_hidden", ah_relu, "ReLU"),
+    ("attentional_hidden", ah_tanh_by_hand, "NaN"),
+    ("attentional_hidden", ah_sum_not_cat, "raised RuntimeError"),
+    ("attentional_hidden", ah_flattened, "wrong shape"),
+    ("attentional_hidden", ah_half_weights, GENERIC),
+    ("attend_all_steps", aas_loop_no_mask, "weight to padding"),
+    ("attend_all_steps", aas_mask_le, "first padded position (j = length) gets weight"),
+    ("attend_all_steps", aas_softmax_dim_one, "dim=1, the target steps"),
+    ("attend_all_steps", aas_weights_times_mask, GENERIC),
+    ("attend_all_steps", aas_stable_by_hand, "NaN"),
+    ("attend_all_steps", aas_context_from_states, GENERIC),
+    ("attend_all_steps", aas_masks_the_lengths_in_place, "modified its input `src_lengths` in place"),
+    ("general_decoder_step", gds_bahdanau_order, "one step early"),
+    ("general_decoder_step", gds_no_input_feeding, GENERIC),
+    ("general_decoder_step", gds_state_and_context_swapped, "[h_t; c_t], the wrong order"),
+    ("general_decoder_step", gds_predicts_from_h, "logits come from the state h_t"),
+    ("general_decoder_step", gds_returns_attentional_as_state, GENERIC),
+    ("general_decoder_step", gds_dot_score, GENERIC),
+    ("general_decoder_step", gds_in_place_state, "modified its input `state` in place"),
+]
+
+BUGS += BUGS_03
+
+
+# --- Lesson 04 -------------------------------------------------------------------------------
+
+
+def sdpa_loops_unscaled(query, key, value, mask):
+    batch, n_q, _ = query.shape
+    weights = torch.zeros(batch, n_q, key.shape[1])
+    for b in range(batch):
+        for i in range(n_q):
+            s = key[b] @ query[b, i]
+            s = s.masked_fill(~mask[b, i], float("-inf"))
+            weights[b, i] = torch.nan_to_num(F.softmax(s, dim=0))
+    return torch.bmm(weights, value), weights
+
+
+def sdpa_divides_by_len(query, key, value, mask):
+    scores = torch.einsum("bid,bjd->bij", query, key) / key.size(1) ** 0.5
+    weights = F.softmax(scores.masked_fill(mask.logical_not(), float("-inf")), -1).nan_to_num(0)
+    return torch.einsum("bij,bjv->biv", weights, value), weights
+
+
+def sdpa_einsum_wrong_axis(query, key, value, mask):
+    scores = torch.einsum("bid,bjd->bij", query, key) * query.size(-1) ** -0.5
+    weights = F.softmax(scores.masked_fill(mask.logical_not(), float("-inf")), 1).nan_to_num(0)
+    return torch.einsum("bij,bjv->biv", weights, value), weights
+
+
+def sdpa_where_minus_large(query, key, value, mask):
+    scores = torch.bmm(query, key.mT) / math.sqrt(query.size(-1))
+    weights = torch.softmax(torch.where(mask, scores, torch.full_like(scores, -1e9)), dim=-1)
+    return torch.bmm(weights, value), weights
+
+
+def sdpa_fill_true(query, key, value, mask):
+    scores = torch.bmm(query, key.mT) / math.sqrt(query.size(-1))
+    weights = torch.softmax(scores.masked_fill(mask == True, float("-inf")), dim=-1)  # noqa: E712
+    return torch.bmm(weights, value), weights
+
+
+def sdpa_no_nan_guard(query, key, value, mask):
+    scores = torch.bmm(query, key.mT) / math.sqrt(query.size(-1))
+    weights = torch.softmax(scores + torch.log(mask.float()), dim=-1)
+    return torch.bmm(weights, value), weights
+
+
+def sdpa_returns_swapped(query, key, value, mask):
+    scores = torch.bmm(query, key.mT) / math.sqrt(query.size(-1))
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).nan_to_num(0.0)
+    return weights, torch.bmm(weights, value)
+
+
+def sdpa_global_max(query, key, value, mask):
+    scores = torch.bmm(query, key.mT) / math.sqrt(query.size(-1))
+    e = torch.exp(scores - scores.max()) * mask
+    weights = e / e.sum(-1, keepdim=True).clamp_min(1e-30)
+    return torch.bmm(weights, value), weights
+
+
+def sdpa_scales_after_softmax(query, key, value, mask):
+    scores = torch.bmm(query, key.mT).masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0) / math.sqrt(query.size(-1))
+    return torch.bmm(weights, value), weights
+
+
+def ca_forgets_value_projection(target, source, source_lengths, W_Q, W_K, W_V):
+    keep = torch.arange(source.size(1)).expand(source.size(0), -1) < source_lengths.unsqueeze(-1)
+    scores = torch.einsum("btd,de,bsf,fe->bts", target, W_Q, source, W_K) / math.sqrt(W_K.size(1))
+    weights = scores.masked_fill(~keep.unsqueeze(1), float("-inf")).softmax(-1)
+    return torch.einsum("bts,bsd->btd", weights, source), weights
+
+
+def ca_all_from_source(target, source, source_lengths, W_Q, W_K, W_V):
+    q, k, v = source @ W_Q, source @ W_K, source @ W_V
+    keep = torch.arange(source.size(1)).expand(source.size(0), -1) < source_lengths.unsqueeze(-1)
+    weights = (q @ k.mT / math.sqrt(k.size(-1))).masked_fill(~keep.unsqueeze(1), float("-inf")).softmax(-1)
+    return weights @ v, weights
+
+
+def ca_mask_le(target, source, source_lengths, W_Q, W_K, W_V):
+    q, k, v = target @ W_Q, source @ W_K, source @ W_V
+    keep = torch.arange(source.size(1)).view(1, 1, -1) <= source_lengths.view(-1, 1, 1)
+    weights = (q @ k.mT / math.sqrt(k.size(-1))).masked_fill(~keep, float("-inf")).softmax(-1)
+    return weights @ v, weights
+
+
+def ca_unmasked_loop(target, source, source_lengths, W_Q, W_K, W_V):
+    outputs, weights = [], []
+    for b in range(target.size(0)):
+        q, k, v = target[b] @ W_Q, source[b] @ W_K, source[b] @ W_V
+        w = torch.softmax(q @ k.T / math.sqrt(q.size(-1)), dim=-1)
+        outputs.append(w @ v)
+        weights.append(w)
+    return torch.stack(outputs), torch.stack(weights)
+
+
+def ca_queries_from_source(target, source, source_lengths, W_Q, W_K, W_V):
+    q, k, v = source @ W_Q, target @ W_K, target @ W_V
+    weights = (q @ k.mT / math.sqrt(k.size(-1))).softmax(-1)
+    return weights @ v, weights
+
+
+def ca_scaled_by_model_width(target, source, source_lengths, W_Q, W_K, W_V):
+    q, k, v = target @ W_Q, source @ W_K, source @ W_V
+    keep = torch.arange(source.size(1)).view(1, 1, -1) < source_lengths.view(-1, 1, 1)
+    weights = (q @ k.mT / math.sqrt(target.size(-1))).masked_fill(~keep, float("-inf")).softmax(-1)
+    return weights @ v, weights
+
+
+def ca_truncates_to_shortest(target, source, source_lengths, W_Q, W_K, W_V):
+    n = int(source_lengths.min())
+    q, k, v = target @ W_Q, source[:, :n] @ W_K, source[:, :n] @ W_V
+    weights = (q @ k.mT / math.sqrt(k.size(-1))).softmax(-1)
+    return weights @ v, weights
+
+
+BUGS_04 = [
+    ("scaled_dot_product_attention", sdpa_loops_unscaled, "the scale is missing"),
+    ("scaled_dot_product_attention", sdpa_divides_by_len, "sqrt(key_len)"),
+    ("scaled_dot_product_attention", sdpa_einsum_wrong_axis, "dim=1, the queries"),
+    ("scaled_dot_product_attention", sdpa_where_minus_large, "uniform weights"),
+    ("scaled_dot_product_attention", sdpa_fill_true, "mask is inverted"),
+    ("scaled_dot_product_attention", sdpa_no_nan_guard, "fully masked row gives NaN"),
+    ("scaled_dot_product_attention", sdpa_returns_swapped, "wrong shape"),
+    ("scaled_dot_product_attention", sdpa_global_max, GENERIC),
+    ("scaled_dot_product_attention", sdpa_scales_after_softmax, GENERIC),
+    ("cross_attention", ca_forgets_value_projection, "wrong shape"),
+    ("cross_attention", ca_all_from_source, GENERIC),
+    ("cross_attention", ca_mask_le, "first padded source position"),
+    ("cross_attention", ca_unmasked_loop, "weight to padding"),
+    ("cross_attention", ca_queries_from_source, "roles are swapped"),
+    ("cross_attention", ca_scaled_by_model_width, GENERIC),
+    ("cross_attention", ca_truncates_to_shortest, "wrong shape"),
+]
+
+BUGS += BUGS_04
+
+
+# --- Lesson 05 -------------------------------------------------------------------------------
+
+
+def split_reshape_then_permute_wrong(x, num_heads):
+    b, n, d = x.size()
+    return x.reshape(b, n, num_heads, d // num_heads).permute(0, 2, 3, 1)
+
+
+def split_einops_style_interleave(x, num_heads):
+    b, n, d = x.size()
+    return x.reshape(b, n, -1, num_heads).movedim(-1, 1)
+
+
+def split_chunk_on_positions(x, num_heads):
+    return torch.stack(torch.chunk(x, num_heads, dim=1), dim=1)
+
+
+def split_loop_over_heads(x, num_heads):
+    head_dim = x.size(-1) // num_heads
+    return torch.stack([x[:, :, h * head_dim : (h + 1) * head_dim] for h in range(num_heads)], dim=1).squeeze()
+
+
+def split_unflatten_no_move(x, num_heads):
+    return x.unflatten(-1, (num_heads, -1))
+
+
+def split_head_dim_heads(x, num_heads):
+    b, n, d = x.size()
+    return x.reshape(b, n, num_heads, -1).permute(0, 3, 1, 2)
+
+
+def split_as_float64(x, num_heads):
+    b, n, d = x.size()
+    return x.double().reshape(b, n, num_heads, -1).transpose(1, 2)
+
+
+def merge_flatten_wrong(x):
+    return x.flatten(start_dim=2).reshape(x.size(0), x.size(2), -1)
+
+
+def merge_permute_features_first(x):
+    return x.permute(0, 2, 3, 1).flatten(2)
+
+
+def merge_view_of_transpose(x):
+    return x.transpose(1, 2).view(x.size(0), x.size(2), -1)
+
+
+def merge_stack_positions(x):
+    return torch.cat(list(x.unbind(1)), dim=-2)
+
+
+def merge_loop_add(x):
+    out = torch.zeros_like(x[:, 0])
+    for h in range(x.size(1)):
+        out = out + x[:, h]
+    return out
+
+
+def merge_movedim_wrong(x):
+    return x.movedim(1, -1).reshape(x.size(0), x.size(2), -1)
+
+
+def merge_keeps_heads(x):
+    return x.transpose(1, 2)
+
+
+def mha_einsum_no_out(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    q = torch.einsum("bnd,de->bne", query, W_q).reshape(b, n, num_heads, -1)
+    k = torch.einsum("bmd,de->bme", key, W_k).reshape(b, key.shape[1], num_heads, -1)
+    v = torch.einsum("bmd,de->bme", value, W_v).reshape(b, key.shape[1], num_heads, -1)
+    scores = torch.einsum("bnhe,bmhe->bhnm", q, k) / math.sqrt(q.shape[-1])
+    weights = scores.masked_fill(~mask.unsqueeze(1), float("-inf")).softmax(-1).nan_to_num(0.0)
+    return torch.einsum("bhnm,bmhe->bnhe", weights, v).reshape(b, n, d), weights
+
+
+def mha_einsum_d_model_scale(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    q = torch.einsum("bnd,de->bne", query, W_q).reshape(b, n, num_heads, -1)
+    k = torch.einsum("bmd,de->bme", key, W_k).reshape(b, key.shape[1], num_heads, -1)
+    v = torch.einsum("bmd,de->bme", value, W_v).reshape(b, key.shape[1], num_heads, -1)
+    scores = torch.einsum("bnhe,bmhe->bhnm", q, k) / math.sqrt(d)
+    weights = scores.masked_fill(~mask.unsqueeze(1), float("-inf")).softmax(-1).nan_to_num(0.0)
+    return torch.einsum("bhnm,bmhe->bnhe", weights, v).reshape(b, n, d) @ W_o, weights
+
+
+def mha_loop_over_heads_unmasked(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    head_dim = query.shape[-1] // num_heads
+    outs, all_weights = [], []
+    for h in range(num_heads):
+        cols = slice(h * head_dim, (h + 1) * head_dim)
+        q, k, v = query @ W_q[:, cols], key @ W_k[:, cols], value @ W_v[:, cols]
+        w = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(head_dim), dim=-1)
+        outs.append(w @ v)
+        all_weights.append(w)
+    return torch.cat(outs, dim=-1) @ W_o, torch.stack(all_weights, dim=1)
+
+
+def mha_loop_mask_broadcast(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    heads = lambda t: t.reshape(b, t.shape[1], num_heads, -1).transpose(1, 2)  # noqa: E731
+    q, k, v = heads(query @ W_q), heads(key @ W_k), heads(value @ W_v)
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(d // num_heads)).masked_fill(mask == 0, float("-inf"))
+    weights = scores.softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def mha_merge_by_reshape(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    heads = lambda t: t.reshape(b, t.shape[1], num_heads, -1).transpose(1, 2)  # noqa: E731
+    q, k, v = heads(query @ W_q), heads(key @ W_k), heads(value @ W_v)
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(d // num_heads)).masked_fill(~mask[:, None], float("-inf"))
+    weights = scores.softmax(-1).nan_to_num(0.0)
+    return (weights @ v).reshape(b, n, d) @ W_o, weights
+
+
+def mha_torch_mean_weights(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    heads = lambda t: t.reshape(b, t.shape[1], num_heads, -1).transpose(1, 2)  # noqa: E731
+    q, k, v = heads(query @ W_q), heads(key @ W_k), heads(value @ W_v)
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(d // num_heads)).masked_fill(~mask[:, None], float("-inf"))
+    weights = scores.softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights.mean(dim=1)
+
+
+def mha_softmax_before_scale(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    heads = lambda t: t.reshape(b, t.shape[1], num_heads, -1).transpose(1, 2)  # noqa: E731
+    q, k, v = heads(query @ W_q), heads(key @ W_k), heads(value @ W_v)
+    weights = (q @ k.transpose(-1, -2)).masked_fill(~mask[:, None], float("-inf")).softmax(-1).nan_to_num(0.0)
+    weights = weights / math.sqrt(d // num_heads)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def gqa_tile_with_expand(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    hd = d // num_heads
+    q = (query @ W_q).view(b, n, num_heads, hd).transpose(1, 2)
+    k = (key @ W_k).view(b, -1, num_kv_heads, hd).transpose(1, 2)
+    v = (value @ W_v).view(b, -1, num_kv_heads, hd).transpose(1, 2)
+    k = torch.cat([k] * (num_heads // num_kv_heads), dim=1)
+    v = torch.cat([v] * (num_heads // num_kv_heads), dim=1)
+    weights = (q @ k.mT / math.sqrt(hd)).masked_fill(~mask[:, None], float("-inf")).softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def gqa_first_kv_head_only(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    hd = d // num_heads
+    q = (query @ W_q).view(b, n, num_heads, hd).transpose(1, 2)
+    k = (key @ W_k).view(b, -1, num_kv_heads, hd).transpose(1, 2)[:, :1]
+    v = (value @ W_v).view(b, -1, num_kv_heads, hd).transpose(1, 2)[:, :1]
+    weights = (q @ k.mT / math.sqrt(hd)).masked_fill(~mask[:, None], float("-inf")).softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def gqa_kv_head_dim_wrong(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    q = (query @ W_q).view(b, n, num_heads, -1).transpose(1, 2)
+    k = (key @ W_k).view(b, -1, num_heads, d // num_heads).transpose(1, 2)
+    v = (value @ W_v).view(b, -1, num_heads, d // num_heads).transpose(1, 2)
+    weights = (q @ k.mT / math.sqrt(d // num_heads)).masked_fill(~mask[:, None], float("-inf")).softmax(-1)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def gqa_unmasked_loop(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    hd, group = d // num_heads, num_heads // num_kv_heads
+    outs, ws = [], []
+    for h in range(num_heads):
+        g = h // group
+        q = query @ W_q[:, h * hd : (h + 1) * hd]
+        k, v = key @ W_k[:, g * hd : (g + 1) * hd], value @ W_v[:, g * hd : (g + 1) * hd]
+        w = torch.softmax(q @ k.mT / math.sqrt(hd), dim=-1)
+        outs.append(w @ v)
+        ws.append(w)
+    return torch.cat(outs, -1) @ W_o, torch.stack(ws, 1)
+
+
+def gqa_scale_by_kv_width(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    hd, group = d // num_heads, num_heads // num_kv_heads
+    q = (query @ W_q).view(b, n, num_heads, hd).transpose(1, 2)
+    k = (key @ W_k).view(b, -1, num_kv_heads, hd).transpose(1, 2).repeat_interleave(group, 1)
+    v = (value @ W_v).view(b, -1, num_kv_heads, hd).transpose(1, 2).repeat_interleave(group, 1)
+    scores = q @ k.mT / math.sqrt(W_k.shape[1])
+    weights = scores.masked_fill(~mask[:, None], float("-inf")).softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def gqa_mask_no_head_axis(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    hd, group = d // num_heads, num_heads // num_kv_heads
+    q = (query @ W_q).view(b, n, num_heads, hd).transpose(1, 2)
+    k = (key @ W_k).view(b, -1, num_kv_heads, hd).transpose(1, 2).repeat_interleave(group, 1)
+    v = (value @ W_v).view(b, -1, num_kv_heads, hd).transpose(1, 2).repeat_interleave(group, 1)
+    weights = torch.where(mask, q @ k.mT / math.sqrt(hd), float("-inf")).softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+BUGS_05 = [
+    ("split_heads", split_reshape_then_permute_wrong, GENERIC),
+    ("split_heads", split_einops_style_interleave, "split in the wrong order"),
+    ("split_heads", split_chunk_on_positions, GENERIC),
+    ("split_heads", split_loop_over_heads, "batch of one"),
+    ("split_heads", split_unflatten_no_move, "heads axis is left in place"),
+    ("split_heads", split_head_dim_heads, "wrong shape"),
+    ("split_heads", split_as_float64, "dtype torch.float64"),
+    ("merge_heads", merge_flatten_wrong, "without moving the heads axis back"),
+    ("merge_heads", merge_permute_features_first, "interleaved"),
+    ("merge_heads", merge_view_of_transpose, "raised RuntimeError"),
+    ("merge_heads", merge_stack_positions, "concatenated along the positions"),
+    ("merge_heads", merge_loop_add, "adds the heads up"),
+    ("merge_heads", merge_movedim_wrong, "interleaved"),
+    ("merge_heads", merge_keeps_heads, "wrong shape"),
+    ("multi_head_attention", mha_einsum_no_out, "W_o is missing"),
+    ("multi_head_attention", mha_einsum_d_model_scale, "divided by sqrt(d_model)"),
+    ("multi_head_attention", mha_loop_over_heads_unmasked, "weight to masked keys"),
+    ("multi_head_attention", mha_loop_mask_broadcast, "no head axis"),
+    ("multi_head_attention", mha_merge_by_reshape, "merged without moving the heads axis back"),
+    ("multi_head_attention", mha_torch_mean_weights, "averaged over the heads"),
+    ("multi_head_attention", mha_softmax_before_scale, GENERIC),
+    ("grouped_query_attention", gqa_tile_with_expand, "tiled"),
+    ("grouped_query_attention", gqa_first_kv_head_only, GENERIC),
+    ("grouped_query_attention", gqa_kv_head_dim_wrong, "raised RuntimeError"),
+    ("grouped_query_attention", gqa_unmasked_loop, "weight to masked keys"),
+    ("grouped_query_attention", gqa_scale_by_kv_width, GENERIC),
+    ("grouped_query_attention", gqa_mask_no_head_axis, "no head axis"),
+]
+
+BUGS += BUGS_05
 # --------------------------------------------------------------------------------------------
 # Lesson 06 (after lessons 03-05)
 # --------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+import checks_lessons03_05 as lessons03_05
 import mutants_06_07
 import pytest
 import torch
@@ -120,6 +121,7 @@ CORRECT = {
     "decoder_step": [learner_decoder_step],
     "coverage": [learner_coverage, learner_coverage_loop],
 }
+CORRECT.update(lessons03_05.CORRECT)  # lessons 03-05: tests/checks_lessons03_05.py
 # lessons 06-07 (their galleries are in tests/mutants_06_07.py)
 CORRECT |= mutants_06_07.CORRECT
 
@@ -153,6 +155,70 @@ def test_the_bidirectional_summary_is_what_the_package_encoder_hands_its_decoder
     with torch.no_grad():
         memory = encoder(src, lengths)
     assert torch.allclose(reference(memory.annotations, lengths), memory.summary, atol=1e-6)
+
+
+def test_the_luong_references_are_what_the_package_decoder_computes():
+    """attend_all_steps is LuongAttention("general") over every step; general_decoder_step is one step of
+    attnedu.models.LuongDecoder with input feeding and the general score (same weights, same numbers)."""
+    from attnedu.attention import LuongAttention
+    from attnedu.models import EncoderOutput, LuongDecoder
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        decoder = LuongDecoder(vocab_size=9, emb_dim=3, hidden_dim=4, enc_dim=5, score="general", input_feeding=True)
+        embedded, state, attentional = torch.randn(2, 3), torch.randn(2, 4), torch.randn(2, 4)
+        annotations, states = torch.randn(2, 6, 5), torch.randn(2, 3, 4)
+    lengths = torch.tensor([6, 3])
+    mask = padding_mask(lengths, 6)
+    cell = torch.nn.GRUCell(7, 4)
+    with torch.no_grad():
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            getattr(cell, name).copy_(getattr(decoder.rnn, f"{name}_l0"))
+        memory = EncoderOutput(annotations, summary=annotations[:, 0], mask=mask)
+        logits, (new_state, new_attentional), weights = decoder._step(embedded, (state, attentional), memory)
+        step = checks.EXERCISES["general_decoder_step"].reference
+        args = (embedded, state, attentional, annotations, mask, decoder.attention.W_a, cell, decoder.combine)
+        ours = step(*args, decoder.out)
+        for a, b in zip(ours, (logits, new_state, new_attentional, weights), strict=True):
+            assert torch.allclose(a, b, atol=1e-6)
+        attention = LuongAttention("general", 4, 5)
+        context, all_weights = attention(states, annotations, mask)
+        attend = checks.EXERCISES["attend_all_steps"].reference
+        for a, b in zip(attend(states, annotations, lengths, attention.W_a), (context, all_weights), strict=True):
+            assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_the_multi_head_references_are_the_package_module_and_torch():
+    """multi_head_attention's reference is attnedu's MultiHeadAttention (bias=False) on the same weights, and torch's
+    nn.MultiheadAttention; grouped_query_attention's is torch's scaled_dot_product_attention with enable_gqa, and
+    multi_head_attention when every query head has its own key/value head."""
+    from attnedu.attention import MultiHeadAttention
+
+    mha, gqa = checks.EXERCISES["multi_head_attention"], checks.EXERCISES["grouped_query_attention"]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        ours = MultiHeadAttention(12, 3, bias=False)
+        theirs = torch.nn.MultiheadAttention(12, 3, bias=False, batch_first=True)
+        query, key, value = torch.randn(2, 4, 12), torch.randn(2, 5, 12), torch.randn(2, 5, 12)
+    mask = padding_mask(torch.tensor([5, 2]), 5)[:, None, :].expand(-1, 4, -1)
+    with torch.no_grad():
+        ours.copy_from_torch(theirs)
+        weights = [m.weight.T for m in (ours.W_q, ours.W_k, ours.W_v, ours.W_o)]  # vectors as rows: x @ W
+        out, w = mha.reference(query, key, value, mask, *weights, 3)
+        expected, expected_w = ours(query, key, value, mask[:, None])
+        torch_out, torch_w = theirs(query, key, value, key_padding_mask=~mask[:, 0], average_attn_weights=False)
+        assert torch.allclose(out, expected, atol=1e-5) and torch.allclose(w, expected_w, atol=1e-6)
+        assert torch.allclose(out, torch_out, atol=1e-5) and torch.allclose(w, torch_w, atol=1e-6)
+        out, w = gqa.reference(query, key, value, mask, *weights, 3, 3)
+        assert torch.allclose(out, expected, atol=1e-5) and torch.allclose(w, expected_w, atol=1e-6)
+        g = torch.Generator().manual_seed(1)
+        W_q, W_k, W_v = (torch.randn(12, n, generator=g) for n in (12, 4, 4))
+        out, w = gqa.reference(query, key, value, mask, W_q, W_k, W_v, weights[3], 6, 2)  # head_dim 2, groups of 3
+        q = (query @ W_q).view(2, 4, 6, 2).transpose(1, 2)
+        k, v = ((x @ W).view(2, 5, 2, 2).transpose(1, 2) for x, W in ((key, W_k), (value, W_v)))
+        heads = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], enable_gqa=True)
+        assert torch.allclose(out, heads.transpose(1, 2).reshape(2, 4, 12) @ weights[3], atol=1e-5)
+        assert w.shape == (2, 6, 4, 5)
 
 
 # --------------------------------------------------------------------------------------------
@@ -636,6 +702,7 @@ MUTANTS = [
     ("coverage", coverage_lengths_swapped, "swapped"),
     ("coverage", coverage_zeroes_in_place, "modified its input `weights` in place"),
 ]
+MUTANTS += lessons03_05.MUTANTS  # lessons 03-05
 # lessons 06-07
 MUTANTS += mutants_06_07.MUTANTS
 
@@ -652,6 +719,7 @@ OFF_BY_ONE = {
     "decoder_step": (step_luong, step_readout_old_state),
     "coverage": (coverage_one_row_too_many, coverage_one_row_short),
 }
+OFF_BY_ONE.update(lessons03_05.OFF_BY_ONE)  # lessons 03-05
 # lessons 06-07
 OFF_BY_ONE |= mutants_06_07.OFF_BY_ONE
 
@@ -860,6 +928,7 @@ KIND_MUTANTS = [
     ("coverage", coverage_all_rows, PADDED, "padded target rows were counted"),
     ("coverage", cov_int8_lengths, LARGE, "large inputs"),
 ]
+KIND_MUTANTS += lessons03_05.KIND_MUTANTS  # lessons 03-05
 # lessons 06-07
 KIND_MUTANTS += mutants_06_07.KIND_MUTANTS
 # (exercise, kind of test case) with no mistake that shows there only, and why

@@ -55,8 +55,9 @@ from .engine import (
 )
 from .lesson01 import BIDIRECTIONAL_SUMMARY, LAST_REAL_STATE, PADDING_MASK, REVERSE_PADDED
 from .lesson02 import ADDITIVE_SCORE, CONTEXT_VECTOR, COVERAGE, DECODER_STEP, MASKED_SOFTMAX
-
-# lessons 06-07
+from .lesson03 import ATTEND_ALL_STEPS, ATTENTIONAL_HIDDEN, GENERAL_DECODER_STEP, GENERAL_SCORE
+from .lesson04 import CROSS_ATTENTION, SCALED_DOT_PRODUCT_ATTENTION
+from .lesson05 import GROUPED_QUERY_ATTENTION, MERGE_HEADS, MULTI_HEAD_ATTENTION, SPLIT_HEADS
 from .lesson06 import CAUSAL_PADDING_MASK, PREFIX_LM_MASK, TO_ADDITIVE
 from .lesson07 import ADD_SINUSOIDAL, APPLY_ROPE, ROPE_SCORES
 
@@ -66,14 +67,20 @@ __all__ = [
     "check_padding_mask", "check_last_real_state", "check_reverse_padded", "check_bidirectional_summary",
     "check_additive_score", "check_masked_softmax", "check_context_vector", "check_decoder_step", "check_coverage",
 ]  # fmt: skip
-# lessons 06-07
-__all__ += ["check_causal_padding_mask", "check_to_additive", "check_prefix_lm_mask"]
-__all__ += ["check_add_sinusoidal", "check_apply_rope", "check_rope_scores"]
+__all__ += [
+    "check_general_score", "check_attentional_hidden", "check_attend_all_steps", "check_general_decoder_step",
+    "check_scaled_dot_product_attention", "check_cross_attention",
+    "check_split_heads", "check_merge_heads", "check_multi_head_attention", "check_grouped_query_attention",
+    "check_causal_padding_mask", "check_to_additive", "check_prefix_lm_mask",
+    "check_add_sinusoidal", "check_apply_rope", "check_rope_scores",
+]  # fmt: skip
 
 _ALL = (
     *(PADDING_MASK, LAST_REAL_STATE, REVERSE_PADDED, BIDIRECTIONAL_SUMMARY),
     *(ADDITIVE_SCORE, MASKED_SOFTMAX, CONTEXT_VECTOR, DECODER_STEP, COVERAGE),
-    # lessons 06-07
+    *(GENERAL_SCORE, ATTENTIONAL_HIDDEN, ATTEND_ALL_STEPS, GENERAL_DECODER_STEP),
+    *(SCALED_DOT_PRODUCT_ATTENTION, CROSS_ATTENTION),
+    *(SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_ATTENTION, GROUPED_QUERY_ATTENTION),
     *(CAUSAL_PADDING_MASK, TO_ADDITIVE, PREFIX_LM_MASK),
     *(ADD_SINUSOIDAL, APPLY_ROPE, ROPE_SCORES),
 )
@@ -137,6 +144,62 @@ def check_coverage(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
     return check("coverage", fn, time_limit)
 
 
+# --- lessons 03-05 ------------------------------------------------------------------------
+
+
+def check_general_score(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """general_score(query (batch, dec_dim), keys (batch, src_len, enc_dim), W_a) -> (batch, src_len)."""
+    return check("general_score", fn, time_limit)
+
+
+def check_attentional_hidden(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """attentional_hidden(context (..., enc_dim), state (..., hidden_dim), W_c) -> (..., hidden_dim)."""
+    return check("attentional_hidden", fn, time_limit)
+
+
+def check_attend_all_steps(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """attend_all_steps(states, annotations, src_lengths, W_a) -> (context, weights), every decoder step at once."""
+    return check("attend_all_steps", fn, time_limit)
+
+
+def check_general_decoder_step(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """general_decoder_step(embedded, state, attentional, annotations, mask, W_a, cell, combine, out)
+    -> (logits, new_state, new_attentional, weights)."""
+    return check("general_decoder_step", fn, time_limit)
+
+
+def check_scaled_dot_product_attention(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """scaled_dot_product_attention(query, key, value, mask (batch, query_len, key_len) bool) -> (output, weights)."""
+    return check("scaled_dot_product_attention", fn, time_limit)
+
+
+def check_cross_attention(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """cross_attention(target, source, source_lengths, W_Q, W_K, W_V) -> (output, weights)."""
+    return check("cross_attention", fn, time_limit)
+
+
+def check_split_heads(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """split_heads(x (batch, seq_len, d_model), num_heads) -> (batch, num_heads, seq_len, head_dim)."""
+    return check("split_heads", fn, time_limit)
+
+
+def check_merge_heads(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """merge_heads(x (batch, num_heads, seq_len, head_dim)) -> (batch, seq_len, num_heads * head_dim)."""
+    return check("merge_heads", fn, time_limit)
+
+
+def check_multi_head_attention(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """multi_head_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads) -> (output, weights)."""
+    return check("multi_head_attention", fn, time_limit)
+
+
+def check_grouped_query_attention(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """grouped_query_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads)
+    -> (output, weights)."""
+    return check("grouped_query_attention", fn, time_limit)
+
+
+# --- end of lessons 03-05 -----------------------------------------------------------------
 # lessons 06-07
 
 

@@ -1,0 +1,550 @@
+"""Checks for the exercises of lesson 03 (Luong attention).
+
+Every exercise has test cases with a batch of one, with and without padding, and with large inputs (scores
+or a tanh's argument in the hundreds or more, where a hand-written exp overflows in float32); the first case
+is square (every size equal) so that the known-wrong variants that need two sizes to match run on it, the
+others have sizes that differ so that a transpose shows. References come from the package:
+``attnedu.attention`` (the scores, masked softmax, context) and, for the decoder step, the formulas of
+``attnedu.models.LuongDecoder`` written out (tests/test_checks.py checks that the two agree).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..attention import context_vector, general_score, masked_softmax
+from ..masks import padding_mask
+from .engine import (
+    LARGE,
+    ONE,
+    PADDED,
+    UNPADDED,
+    Case,
+    Exercise,
+    Layout,
+    Variant,
+    _generator,
+    _randn,
+    kinds,
+)
+
+LESSON = "03_luong_attention"
+
+# --------------------------------------------------------------------------------------------
+# general_score
+# --------------------------------------------------------------------------------------------
+
+
+def _general_score_cases() -> list[Case]:
+    g = _generator(31)
+
+    def case(sizes: tuple[int, ...], tags, lengths: list[int] | None = None, scale: float = 1.0, note: str = ""):
+        batch, src_len, dec_dim, enc_dim = sizes
+        keys = scale * _randn(g, batch, src_len, enc_dim)
+        if lengths is not None:  # zeros at padded positions, as pad_packed_sequence leaves them
+            keys = keys * padding_mask(torch.tensor(lengths), src_len)[:, :, None]
+            note = note or f"lengths {lengths}, zero keys at padding (scored like any position: masking comes later)"
+        description = f"batch {batch}, src_len {src_len}, dec_dim {dec_dim}, enc_dim {enc_dim}"
+        args = (_randn(g, batch, dec_dim), keys, _randn(g, dec_dim, enc_dim))
+        return Case(description + (f"; {note}" if note else ""), args, tags)
+
+    return [
+        case((4, 4, 4, 4), kinds(UNPADDED)),
+        case((3, 5, 3, 6), kinds(PADDED), lengths=[5, 2, 4]),
+        case((1, 3, 2, 5), kinds(ONE, UNPADDED)),
+        case((1, 4, 5, 3), kinds(ONE, PADDED), lengths=[2]),
+        case((2, 6, 4, 2), kinds(UNPADDED)),
+        case((2, 5, 3, 4), kinds(LARGE, UNPADDED), scale=1000.0, note="keys around ±1000, scores in the thousands"),
+    ]
+
+
+def _positions_layout(args: tuple) -> tuple[Layout]:
+    return (Layout(positions=1),)
+
+
+GENERAL_SCORE = Exercise(
+    name="general_score",
+    lesson=LESSON,
+    params=("query", "keys", "W_a"),
+    returns=(("batch", "src_len"),),
+    reference=general_score,
+    make_cases=_general_score_cases,
+    layout=_positions_layout,
+    variants=(
+        Variant(
+            "W_a is missing: your scores are s^T h_j, Luong's dot score (it runs only when dec_dim equals enc_dim). "
+            "The general score puts W_a between them: s^T W_a h_j.",
+            lambda q, k, W: (q[:, None, :] * k).sum(-1),
+        ),
+        Variant(
+            "your scores use W_a^T in place of W_a (they run only when dec_dim equals enc_dim). W_a is "
+            "(dec_dim, enc_dim), so s^T W_a is `query @ W_a`, of size enc_dim, which then meets each h_j.",
+            lambda q, k, W: general_score(q, k, W.T),
+        ),
+        Variant(
+            "your output is the softmax of the scores: this function returns the raw scores e_j. The softmax, "
+            "with its mask, comes after.",
+            lambda q, k, W: torch.softmax(general_score(q, k, W), dim=-1),
+        ),
+        Variant(
+            "your scores are divided by sqrt(enc_dim), as scaled dot-product attention (lesson 04) does. Luong's "
+            "general score is not scaled: e_j = s^T W_a h_j.",
+            lambda q, k, W: general_score(q, k, W) / math.sqrt(k.shape[-1]),
+        ),
+        Variant(
+            "the output is transposed: (src_len, batch) instead of (batch, src_len). Keep the batch first.",
+            lambda q, k, W: general_score(q, k, W).T,
+        ),
+        Variant(
+            "your output is `(query @ W_a) @ keys.transpose(1, 2)` with a 2-D query, which broadcasts over the "
+            "batch: every sentence's query meets every sentence's keys, (batch, batch, src_len). Give the query "
+            "a step axis, `(query @ W_a)[:, None, :]`, then squeeze it out (or multiply and sum over enc_dim).",
+            lambda q, k, W: (q @ W) @ k.transpose(1, 2),
+        ),
+        Variant(
+            "the output has an extra dimension of size 1: (batch, 1, src_len). Remove it with `.squeeze(1)`.",
+            lambda q, k, W: (q @ W)[:, None, :] @ k.transpose(1, 2),
+        ),
+        Variant(
+            "source position j of every sentence was scored with sentence j's query: the projected query's batch "
+            "axis met the keys' source axis, one axis too late (as `[None, :, :]` does; it runs only when batch "
+            "equals src_len). Insert the source axis after the batch: `[:, None, :]`.",
+            lambda q, k, W: ((q @ W)[None, :, :] * k).sum(-1),
+        ),
+        Variant(
+            "the projected query's features met the keys' source axis, one axis too early (as `[:, :, None]` does: "
+            "(batch, enc_dim, 1), which runs only when src_len equals enc_dim), so features and positions got "
+            "mixed. Insert the source axis after the batch: `[:, None, :]`, (batch, 1, enc_dim).",
+            lambda q, k, W: ((q @ W)[:, :, None] * k).sum(-1),
+        ),
+    ),
+    hint="`query @ W_a` is s^T W_a, (batch, enc_dim). Give it a source axis, `[:, None, :]`, multiply with `keys` "
+    "(batch, src_len, enc_dim) and sum over the last axis; or use `torch.bmm` with `keys.transpose(1, 2)`.",
+)
+
+# --------------------------------------------------------------------------------------------
+# attentional_hidden
+# --------------------------------------------------------------------------------------------
+
+
+def _attentional_hidden(context: torch.Tensor, state: torch.Tensor, W_c: torch.Tensor) -> torch.Tensor:
+    """h~_t = tanh(W_c [c_t; h_t]): context (..., enc_dim), state (..., hidden_dim), W_c (hidden_dim, enc_dim +
+    hidden_dim) -> (..., hidden_dim), as attnedu.models.LuongDecoder.attend computes it (its `combine`)."""
+    return torch.tanh(torch.cat([context, state], dim=-1) @ W_c.T)
+
+
+def _attentional_hidden_cases() -> list[Case]:
+    g = _generator(32)
+
+    def case(sizes: tuple[int, ...], tags, tgt_lengths: list[int] | None = None, scale: float = 1.0, note=""):
+        batch, tgt_len, enc_dim, hidden_dim = sizes
+        context = scale * _randn(g, batch, tgt_len, enc_dim)
+        state = _randn(g, batch, tgt_len, hidden_dim)
+        if tgt_lengths is not None:  # padded target steps: zero states and contexts, as pad_packed_sequence leaves
+            steps = padding_mask(torch.tensor(tgt_lengths), tgt_len)[:, :, None]
+            context, state = context * steps, state * steps
+            note = note or f"target lengths {tgt_lengths}, zero states and contexts at padded steps"
+        W_c = _randn(g, hidden_dim, enc_dim + hidden_dim)
+        description = f"batch {batch}, tgt_len {tgt_len}, enc_dim {enc_dim}, hidden_dim {hidden_dim}"
+        return Case(description + (f"; {note}" if note else ""), (context, state, W_c), tags)
+
+    return [
+        case((3, 3, 3, 3), kinds(UNPADDED)),
+        case((3, 4, 5, 2), kinds(PADDED), tgt_lengths=[4, 1, 3]),
+        case((1, 2, 4, 3), kinds(ONE, UNPADDED)),
+        case((1, 5, 2, 4), kinds(ONE, PADDED), tgt_lengths=[3]),
+        case((2, 3, 6, 5), kinds(UNPADDED)),
+        case(
+            (2, 4, 3, 4),
+            kinds(LARGE, UNPADDED),
+            scale=300.0,
+            note="contexts around ±300, so W_c [c_t; h_t] is in the hundreds, where exp overflows",
+        ),
+    ]
+
+
+def _steps_layout(args: tuple) -> tuple[Layout]:
+    return (Layout(positions=1),)
+
+
+ATTENTIONAL_HIDDEN = Exercise(
+    name="attentional_hidden",
+    lesson=LESSON,
+    params=("context", "state", "W_c"),
+    returns=(("batch", "tgt_len", "hidden_dim"),),
+    reference=_attentional_hidden,
+    make_cases=_attentional_hidden_cases,
+    layout=_steps_layout,
+    variants=(
+        Variant(
+            "the tanh is missing: your output is W_c [c_t; h_t], but h~_t = tanh(W_c [c_t; h_t]).",
+            lambda c, h, W: torch.cat([c, h], dim=-1) @ W.T,
+        ),
+        Variant(
+            "the concatenation is in the wrong order: [h_t; c_t] instead of [c_t; h_t] (it runs only when enc_dim "
+            "equals hidden_dim). The first enc_dim columns of W_c meet the context: `torch.cat([context, state], "
+            "dim=-1)`.",
+            lambda c, h, W: _attentional_hidden(h, c, W),
+        ),
+        Variant(
+            "the tanh is applied before W_c: your output is W_c tanh([c_t; h_t]). The formula is "
+            "tanh(W_c [c_t; h_t]): multiply first, then tanh.",
+            lambda c, h, W: torch.tanh(torch.cat([c, h], dim=-1)) @ W.T,
+        ),
+        Variant(
+            "your output ignores the context: tanh(W_c [0; h_t]), the state's part alone. h~_t combines the context "
+            "c_t with the state h_t.",
+            lambda c, h, W: torch.tanh(h @ W[:, c.shape[-1] :].T),
+        ),
+        Variant(
+            "your output ignores the state: tanh(W_c [c_t; 0]), the context's part alone. h~_t combines the context "
+            "c_t with the state h_t.",
+            lambda c, h, W: torch.tanh(c @ W[:, : c.shape[-1]].T),
+        ),
+        Variant(
+            "a sigmoid where the formula has a tanh: h~_t = tanh(W_c [c_t; h_t]), with values in (-1, 1).",
+            lambda c, h, W: torch.sigmoid(torch.cat([c, h], dim=-1) @ W.T),
+        ),
+        Variant(
+            "a ReLU where the formula has a tanh: h~_t = tanh(W_c [c_t; h_t]), with values in (-1, 1).",
+            lambda c, h, W: torch.relu(torch.cat([c, h], dim=-1) @ W.T),
+        ),
+    ),
+    hint="Concatenate along the last axis, `torch.cat([context, state], dim=-1)` is (..., enc_dim + hidden_dim); "
+    "multiply by `W_c.T` (vectors are rows); then `torch.tanh`. With dim=-1 it works for one step and for all.",
+)
+
+# --------------------------------------------------------------------------------------------
+# attend_all_steps
+# --------------------------------------------------------------------------------------------
+
+
+def _attend_all_steps(states, annotations, src_lengths, W_a):
+    """Luong's general attention for every decoder step at once, as LuongAttention.forward computes it.
+
+    states (batch, tgt_len, hidden_dim), annotations (batch, src_len, enc_dim), src_lengths (batch,),
+    W_a (hidden_dim, enc_dim) -> context (batch, tgt_len, enc_dim), weights (batch, tgt_len, src_len)."""
+    scores = general_score(states, annotations, W_a)  # (batch, tgt_len, src_len)
+    mask = padding_mask(src_lengths, annotations.shape[1])[:, None, :].expand_as(scores)
+    weights = masked_softmax(scores, mask)
+    return context_vector(weights, annotations), weights
+
+
+def _attend_all_steps_cases() -> list[Case]:
+    g = _generator(33)
+
+    def case(sizes: tuple[int, ...], lengths: list[int], tags, scale: float = 1.0, note: str = "") -> Case:
+        batch, tgt_len, src_len, hidden_dim, enc_dim = sizes
+        annotations = scale * _randn(g, batch, src_len, enc_dim)
+        states, W_a = _randn(g, batch, tgt_len, hidden_dim), _randn(g, hidden_dim, enc_dim)
+        args = (states, annotations, torch.tensor(lengths), W_a)
+        padding = "no padding" if min(lengths) == src_len else f"source lengths {lengths}"
+        description = f"batch {batch}, tgt_len {tgt_len}, src_len {src_len}, hidden_dim {hidden_dim}, enc_dim {enc_dim}"
+        return Case(f"{description}, {padding}" + (f"; {note}" if note else ""), args, tags)
+
+    return [
+        case((4, 4, 4, 4, 4), [4, 2, 3, 1], kinds(PADDED)),
+        case((3, 5, 4, 3, 6), [4, 2, 3], kinds(PADDED)),
+        case((1, 3, 5, 2, 3), [5], kinds(ONE, UNPADDED)),
+        case((1, 4, 6, 5, 2), [3], kinds(ONE, PADDED)),
+        case((2, 2, 3, 4, 5), [3, 3], kinds(UNPADDED)),
+        case(
+            (2, 3, 5, 3, 4),
+            [5, 3],
+            kinds(LARGE, PADDED),
+            scale=100.0,
+            note="annotations around ±100, so the scores are in the hundreds, where exp overflows",
+        ),
+    ]
+
+
+def _attend_with(mask_of=None, dim: int = -1, fill: float = float("-inf"), W_transposed: bool = False, nan=False):
+    """A known-wrong attend_all_steps: ``mask_of(src_lengths, src_len)`` gives the (batch, src_len) mask (None: no
+    mask), broadcast over the target steps; softmax over ``dim``; masked scores set to ``fill``; the NaN of a fully
+    masked row kept if ``nan``, else 0."""
+
+    def attend(states, annotations, src_lengths, W_a):
+        scores = general_score(states, annotations, W_a.T if W_transposed else W_a)
+        if mask_of is not None:
+            scores = scores.masked_fill(~mask_of(src_lengths, annotations.shape[1])[:, None, :], fill)
+        weights = torch.softmax(scores, dim=dim)
+        weights = weights if nan else weights.nan_to_num(0.0)
+        return weights @ annotations, weights
+
+    return attend
+
+
+def _lengths_mask(offset: int):
+    return lambda lengths, src_len: torch.arange(src_len)[None, :] < (lengths + offset)[:, None]
+
+
+def _mask_on_steps(nan: bool):
+    """The padding mask broadcast along the target steps, `mask[:, :, None]` (runs when tgt_len == src_len)."""
+
+    def attend(states, annotations, src_lengths, W_a):
+        scores = general_score(states, annotations, W_a)
+        mask = padding_mask(src_lengths, annotations.shape[1])
+        weights = torch.softmax(scores.masked_fill(~mask[:, :, None], float("-inf")), dim=-1)
+        weights = weights if nan else weights.nan_to_num(0.0)
+        return weights @ annotations, weights
+
+    return attend
+
+
+def _attend_layout(args: tuple) -> tuple[Layout | None, ...]:
+    _, annotations, src_lengths, _ = args
+    real = padding_mask(src_lengths, annotations.shape[1])
+    return None, Layout(positions=2, real=real, words=("real source positions", "padding positions"))
+
+
+ATTEND_ALL_STEPS = Exercise(
+    name="attend_all_steps",
+    lesson=LESSON,
+    params=("states", "annotations", "src_lengths", "W_a"),
+    returns=(("batch", "tgt_len", "enc_dim"), ("batch", "tgt_len", "src_len")),
+    reference=_attend_all_steps,
+    make_cases=_attend_all_steps_cases,
+    output_names=("context", "weights"),
+    layout=_attend_layout,
+    variants=(
+        Variant(
+            "the attention gives weight to padding, as it does without a mask: build the padding mask from "
+            "`src_lengths` (lesson 01) and set the scores at padded positions to -inf before the softmax.",
+            _attend_with(mask_of=None),
+        ),
+        Variant(
+            "the mask is inverted: the real source positions got zero weight and the padding got all of it. "
+            "Position j of sentence b is real when `j < src_lengths[b]`; fill where that is False.",
+            _attend_with(mask_of=lambda n, s: ~_lengths_mask(0)(n, s)),
+        ),
+        Variant(
+            "the mask is inverted: the real source positions got zero weight and the padding got all of it. "
+            "Position j of sentence b is real when `j < src_lengths[b]`; fill where that is False.",
+            _attend_with(mask_of=lambda n, s: ~_lengths_mask(0)(n, s), nan=True),
+        ),
+        Variant(
+            "off by one: the first padded position (j = length) gets weight too. Position j is real when "
+            "`j < src_lengths[b]`, counting from 0.",
+            _attend_with(mask_of=_lengths_mask(1)),
+        ),
+        Variant(
+            "off by one: the last real source word (j = length - 1) gets no weight. Position j is real when "
+            "`j < src_lengths[b]`, counting from 0.",
+            _attend_with(mask_of=_lengths_mask(-1)),
+        ),
+        Variant(
+            "off by one: the last real source word (j = length - 1) gets no weight. Position j is real when "
+            "`j < src_lengths[b]`, counting from 0.",
+            _attend_with(mask_of=_lengths_mask(-1), nan=True),
+        ),
+        Variant(
+            "the padding mask was applied along the target steps, `mask[:, :, None]` (it runs only when tgt_len "
+            "equals src_len): the mask is over source positions, the last axis of the (batch, tgt_len, src_len) "
+            "scores, so give it a step axis in the middle: `mask[:, None, :]`.",
+            _mask_on_steps(nan=False),
+        ),
+        Variant(
+            "the padding mask was applied along the target steps, `mask[:, :, None]` (it runs only when tgt_len "
+            "equals src_len): the mask is over source positions, the last axis of the (batch, tgt_len, src_len) "
+            "scores, so give it a step axis in the middle: `mask[:, None, :]`.",
+            _mask_on_steps(nan=True),
+        ),
+        Variant(
+            "softmax over the wrong axis (dim=1, the target steps). Each step's weights are a distribution over "
+            "the source positions: the last axis, `dim=-1`.",
+            _attend_with(mask_of=_lengths_mask(0), dim=1),
+        ),
+        Variant(
+            "softmax over the wrong axis (dim=1, the target steps). Each step's weights are a distribution over "
+            "the source positions: the last axis, `dim=-1`.",
+            _attend_with(mask_of=_lengths_mask(0), dim=1, nan=True),
+        ),
+        Variant(
+            "softmax over the wrong axis (dim=0, across the batch). Each step's weights are a distribution over "
+            "the source positions: the last axis, `dim=-1`.",
+            _attend_with(mask_of=_lengths_mask(0), dim=0),
+        ),
+        Variant(
+            "softmax over the wrong axis (dim=0, across the batch). Each step's weights are a distribution over "
+            "the source positions: the last axis, `dim=-1`.",
+            _attend_with(mask_of=_lengths_mask(0), dim=0, nan=True),
+        ),
+        Variant(
+            "the masked scores became 0 instead of -inf before the softmax, so padding still gets weight "
+            "(exp(0) = 1). Fill with `float('-inf')`.",
+            _attend_with(mask_of=_lengths_mask(0), fill=0.0),
+        ),
+        Variant(
+            "your scores use W_a^T in place of W_a (they run only when hidden_dim equals enc_dim). W_a is "
+            "(hidden_dim, enc_dim): the scores are `states @ W_a @ annotations.transpose(1, 2)`.",
+            _attend_with(mask_of=_lengths_mask(0), W_transposed=True),
+        ),
+    ),
+    hint="Three batched products: scores `states @ W_a @ annotations.transpose(1, 2)` (batch, tgt_len, src_len); "
+    "a mask `torch.arange(src_len)[None, :] < src_lengths[:, None]`, given a step axis `[:, None, :]`, fills the "
+    "padded scores with -inf; `torch.softmax(..., dim=-1)`; then the context is `weights @ annotations`.",
+)
+
+# --------------------------------------------------------------------------------------------
+# general_decoder_step: Luong's decoder step with input feeding and the general score (not in the lesson)
+# --------------------------------------------------------------------------------------------
+
+
+def _general_decoder_step(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    """One step of Luong's decoder with input feeding and the general score, as LuongDecoder._step computes it.
+
+    h_t = GRU([E y_{t-1}; h~_{t-1}], h_{t-1}); a_t = softmax(h_t^T W_a h_j) over the real positions;
+    c_t = sum_j a_tj h_j; h~_t = tanh(W_c [c_t; h_t]); logits = W_s h~_t.
+    -> logits (batch, vocab), h_t (batch, hidden_dim), h~_t (batch, hidden_dim), a_t (batch, src_len)."""
+    new_state = cell(torch.cat([embedded, attentional], dim=-1), state)
+    weights = masked_softmax(general_score(new_state, annotations, W_a), mask)
+    context = context_vector(weights, annotations)
+    new_attentional = torch.tanh(combine(torch.cat([context, new_state], dim=-1)))
+    return out(new_attentional), new_state, new_attentional, weights
+
+
+def _general_decoder_step_cases() -> list[Case]:
+    g = _generator(34)
+
+    def case(sizes: tuple[int, ...], lengths: list[int], tags, scale: float = 1.0, note: str = "") -> Case:
+        batch, src_len, emb, hidden, enc = sizes
+        with torch.random.fork_rng(devices=[]):  # module constructors draw from the global RNG: leave it as it was
+            cell = nn.GRUCell(emb + hidden, hidden)
+            combine = nn.Linear(enc + hidden, hidden, bias=False)
+            out = nn.Linear(hidden, 7)
+        with torch.no_grad():
+            for module in (cell, combine, out):
+                for p in module.parameters():
+                    p.copy_(0.5 * _randn(g, *p.shape))  # explicit weights, not the global RNG's
+        args = (
+            _randn(g, batch, emb),
+            _randn(g, batch, hidden),
+            torch.tanh(_randn(g, batch, hidden)),  # h~_{t-1}, in (-1, 1) as a tanh leaves it
+            scale * _randn(g, batch, src_len, enc),
+            padding_mask(torch.tensor(lengths), src_len),
+            scale * _randn(g, hidden, enc),
+            cell,
+            combine,
+            out,
+        )
+        padding = "no padding" if min(lengths) == src_len else f"lengths {lengths}"
+        description = f"batch {batch}, src_len {src_len}, emb_dim {emb}, hidden_dim {hidden}, enc_dim {enc}, {padding}"
+        return Case(description + (f"; {note}" if note else ""), args, tags)
+
+    return [
+        case((4, 4, 4, 4, 4), [4, 2, 3, 1], kinds(PADDED)),
+        case((2, 5, 3, 6, 8), [5, 2], kinds(PADDED)),
+        case((1, 3, 2, 3, 5), [3], kinds(ONE, UNPADDED)),
+        case((1, 6, 3, 2, 4), [4], kinds(ONE, PADDED)),
+        case((2, 3, 5, 4, 3), [3, 3], kinds(UNPADDED)),
+        case(
+            (2, 5, 3, 4, 6),
+            [5, 3],
+            kinds(LARGE, PADDED),
+            scale=20.0,
+            note="annotations and W_a 20 times larger, so the attention scores are in the hundreds",
+        ),
+    ]
+
+
+def _luong_step_with(
+    gru_input="ea", attend_from="new", combine_order="ch", combine_state="new", readout="att", state_out="new",
+    use_mask=True, score=None,
+):  # fmt: skip
+    """A known-wrong general_decoder_step, built from which tensors go where (e: embedded, a: h~_{t-1}, s: h_{t-1})."""
+
+    def step(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+        parts = {"e": embedded, "a": attentional, "s": state}
+        new_state = cell(torch.cat([parts[p] for p in gru_input], dim=-1), state)
+        query = new_state if attend_from == "new" else state
+        scores = (score or general_score)(query, annotations, W_a)
+        weights = masked_softmax(scores, mask if use_mask else None)
+        context = context_vector(weights, annotations)
+        h = new_state if combine_state == "new" else state
+        combined = torch.cat([context, h] if combine_order == "ch" else [h, context], dim=-1)
+        new_attentional = torch.tanh(combine(combined)) if readout != "no_tanh" else combine(combined)
+        logits = out(new_state if readout == "state" else new_attentional)
+        return logits, (new_state if state_out == "new" else state), new_attentional, weights
+
+    return step
+
+
+def _step_layout(args: tuple) -> tuple[Layout | None, ...]:
+    mask = args[4]
+    return None, None, None, Layout(positions=1, real=mask, words=("real source positions", "padding positions"))
+
+
+GENERAL_DECODER_STEP = Exercise(
+    name="general_decoder_step",
+    lesson=LESSON,
+    params=("embedded", "state", "attentional", "annotations", "mask", "W_a", "cell", "combine", "out"),
+    returns=(("batch", "vocab"), ("batch", "hidden_dim"), ("batch", "hidden_dim"), ("batch", "src_len")),
+    reference=_general_decoder_step,
+    make_cases=_general_decoder_step_cases,
+    output_names=("logits", "new_state", "new_attentional", "weights"),
+    layout=_step_layout,
+    variants=(
+        Variant(
+            "one step early: the attention asks with the previous state h_{t-1} (Bahdanau's order). Luong's decoder "
+            "updates the state first, h_t = GRU(...), then attends from the new h_t.",
+            _luong_step_with(attend_from="old"),
+        ),
+        Variant(
+            "the GRU input is concatenated in the wrong order. The cell was built for [E y_{t-1}; h~_{t-1}]: "
+            "`torch.cat([embedded, attentional], dim=-1)`.",
+            _luong_step_with(gru_input="ae"),
+        ),
+        Variant(
+            "the GRU input has the previous state h_{t-1} where h~_{t-1} belongs (input feeding passes the previous "
+            "attentional state, `attentional`); the state goes in as the cell's second argument.",
+            _luong_step_with(gru_input="es"),
+        ),
+        Variant(
+            "h~_t is built from [h_t; c_t], the wrong order: the combine layer was built for [c_t; h_t], "
+            "`torch.cat([context, new_state], dim=-1)`.",
+            _luong_step_with(combine_order="hc"),
+        ),
+        Variant(
+            "h~_t combines c_t with the previous state h_{t-1}; it combines it with the new state h_t.",
+            _luong_step_with(combine_state="old"),
+        ),
+        Variant(
+            "the tanh is missing: h~_t = tanh(W_c [c_t; h_t]), and the logits are W_s h~_t.",
+            _luong_step_with(readout="no_tanh"),
+        ),
+        Variant(
+            "the logits come from the state h_t; Luong's decoder predicts from the attentional state: "
+            "logits = out(h~_t).",
+            _luong_step_with(readout="state"),
+        ),
+        Variant(
+            "the state you returned is the previous state h_{t-1}. Return the new state h_t that the GRU cell "
+            "computed: the next step starts from it.",
+            _luong_step_with(state_out="old"),
+        ),
+        Variant(
+            "the attention gives weight to padding, as it does without the mask: apply it to the scores before the "
+            "softmax (-inf where the mask is False).",
+            _luong_step_with(use_mask=False),
+        ),
+        Variant(
+            "source position j of every sentence was scored with sentence j's query: the projected query's batch "
+            "axis met the keys' source axis, one axis too late (as `[None, :, :]` does; it runs only when batch "
+            "equals src_len). Insert the source axis after the batch: `[:, None, :]`.",
+            _luong_step_with(score=lambda q, k, W: ((q @ W)[None, :, :] * k).sum(-1)),
+        ),
+        Variant(
+            "the projected query's features met the keys' source axis, one axis too early (as `[:, :, None]` does: "
+            "(batch, enc_dim, 1), which runs only when src_len equals enc_dim), so features and positions got "
+            "mixed. Insert the source axis after the batch: `[:, None, :]`, (batch, 1, enc_dim).",
+            _luong_step_with(score=lambda q, k, W: ((q @ W)[:, :, None] * k).sum(-1)),
+        ),
+    ),
+    hint="In Luong's order: `new_state = cell(torch.cat([embedded, attentional], -1), state)`; the general "
+    "scores of `new_state` (exercise 1); -inf where `~mask`, softmax over the last axis; the context "
+    "`(weights[:, :, None] * annotations).sum(1)`; `new_attentional = torch.tanh(combine(torch.cat([context, "
+    "new_state], -1)))`; `logits = out(new_attentional)`.",
+)

@@ -1,0 +1,357 @@
+"""Checks for the exercises of lesson 04 (query, key, value).
+
+Every exercise has test cases with a batch of one, with and without padding, and with large inputs (scores
+in the hundreds, where a hand-written exp overflows in float32); query_len differs from key_len in every case
+but the first, which is square (every size equal) so that the known-wrong variants that need two sizes to
+match run on it; the others have sizes that differ so that a transpose shows. scaled_dot_product_attention
+also has a fully masked row. The reference is ``attnedu.attention.scaled_dot_product_attention``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..attention import scaled_dot_product_attention
+from ..masks import padding_mask
+from .engine import (
+    EMPTY_ROW,
+    LARGE,
+    ONE,
+    PADDED,
+    UNPADDED,
+    Case,
+    Exercise,
+    Layout,
+    Variant,
+    _generator,
+    _randn,
+    kinds,
+)
+
+LESSON = "04_query_key_value"
+
+# --------------------------------------------------------------------------------------------
+# scaled_dot_product_attention
+# --------------------------------------------------------------------------------------------
+
+
+def _sdpa(query, key, value, mask):
+    return scaled_dot_product_attention(query, key, value, mask)
+
+
+def _sdpa_cases() -> list[Case]:
+    g = _generator(41)
+
+    def case(sizes: tuple[int, ...], mask: torch.Tensor, tags, scale: float = 1.0, note: str = "") -> Case:
+        batch, query_len, key_len, head_dim, value_dim = sizes
+        args = (
+            scale * _randn(g, batch, query_len, head_dim),
+            scale * _randn(g, batch, key_len, head_dim),
+            _randn(g, batch, key_len, value_dim),
+            mask,
+        )
+        description = (
+            f"batch {batch}, query_len {query_len}, key_len {key_len}, head_dim {head_dim}, value_dim {value_dim}"
+        )
+        return Case(f"{description}, {note}", args, tags)
+
+    def keys_up_to(lengths: list[int], query_len: int, key_len: int) -> torch.Tensor:
+        """A padding mask over the keys, the same for every query: (batch, query_len, key_len)."""
+        return padding_mask(torch.tensor(lengths), key_len)[:, None, :].expand(-1, query_len, -1).clone()
+
+    def all_true(batch: int, query_len: int, key_len: int) -> torch.Tensor:
+        return torch.ones(batch, query_len, key_len, dtype=torch.bool)
+
+    causal = torch.ones(4, 4, dtype=torch.bool).tril()
+    square_mask = keys_up_to([4, 2, 3, 4], 4, 4) & torch.stack([causal, causal, torch.ones(4, 4).bool(), causal])
+    empty_row = keys_up_to([4, 2], 3, 4)
+    empty_row[1, 1] = False  # a query that may attend nothing
+    return [
+        case((4, 4, 4, 4, 4), square_mask, kinds(PADDED), note="key padding, lengths [4, 2, 3, 4], and causal masks"),
+        case((2, 4, 5, 3, 6), keys_up_to([5, 2], 4, 5), kinds(PADDED), note="key padding, lengths [5, 2]"),
+        case((1, 2, 3, 4, 2), all_true(1, 2, 3), kinds(ONE, UNPADDED), note="nothing masked"),
+        case((1, 3, 6, 2, 5), keys_up_to([4], 3, 6), kinds(ONE, PADDED), note="key padding, length 4"),
+        case((2, 5, 3, 8, 3), all_true(2, 5, 3), kinds(UNPADDED), note="nothing masked"),
+        case(
+            (2, 3, 4, 5, 2),
+            empty_row,
+            kinds(PADDED, EMPTY_ROW),
+            note="key lengths [4, 2], and query 1 of sentence 1 may attend nothing: its weights and output must be 0",
+        ),
+        case(
+            (2, 3, 5, 4, 3),
+            keys_up_to([5, 3], 3, 5),
+            kinds(LARGE, PADDED),
+            scale=15.0,
+            note="key padding, lengths [5, 3]; queries and keys around ±15, so the scores are in the hundreds",
+        ),
+    ]
+
+
+def _sdpa_layout(args: tuple) -> tuple[Layout | None, ...]:
+    mask = args[3]
+    queries = ("queries that may attend something", "queries that may attend nothing")
+    return (
+        Layout(positions=1, real=mask.any(dim=-1), words=queries),  # output: (batch, query_len, value_dim)
+        Layout(positions=2, real=mask.any(dim=1), words=("keys some query may attend", "keys no query may attend")),
+    )
+
+
+def _attend(query, key, value, mask, *, scale=None, fill=float("-inf"), dim=-1, nan=False, after=False):
+    """A known-wrong attention: divide by ``scale`` (a function of the inputs; default sqrt(head_dim)), fill the
+    scores where ``mask`` (already the positions to hide) is True with ``fill``, softmax over ``dim``; keep the NaN
+    of a fully masked row if ``nan``; with ``after``, zero the hidden weights after the softmax instead."""
+    divisor = math.sqrt(query.shape[-1]) if scale is None else scale(query, key, value)
+    scores = query @ key.transpose(-2, -1) / divisor
+    if mask is not None and not after:
+        scores = scores.masked_fill(mask, fill)
+    weights = torch.softmax(scores, dim=dim)
+    if mask is not None and after:
+        weights = weights.masked_fill(mask, 0.0)
+    weights = weights if nan else weights.nan_to_num(0.0)
+    return weights @ value, weights
+
+
+def _wrong_row_sum(query, key, value, mask):
+    """e / e.sum(dim=-1) without keepdim: (batch, query_len) broadcast against the key axis."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    e = torch.exp(scores - scores.max(dim=-1, keepdim=True).values).masked_fill(~mask, 0.0)
+    weights = (e / e.sum(dim=-1)).nan_to_num(0.0)
+    return weights @ value, weights
+
+
+_SCALE_MISSING = (
+    "the scale is missing: your scores are Q K^T, but scaled dot-product attention divides them by "
+    "sqrt(head_dim), sqrt(query.shape[-1]), before the softmax."
+)
+_WRONG_AXIS = (
+    "softmax over the wrong axis (dim=1, the queries). Each query's weights are a distribution over the keys: "
+    "the last axis, `dim=-1`."
+)
+_INVERTED = (
+    "the mask is inverted: the positions it allows got zero weight and the masked ones got all of it. True means "
+    "'may attend', so fill where the mask is False: `scores.masked_fill(~mask, float('-inf'))`."
+)
+_NAN_ROW = (
+    "a fully masked row gives NaN (0/0: nothing is left to share the weight), and everything else is right. A query "
+    "that may attend nothing must get zero weights and a zero output: replace the NaN, e.g. `weights.nan_to_num(0.0)`."
+)
+
+SCALED_DOT_PRODUCT_ATTENTION = Exercise(
+    name="scaled_dot_product_attention",
+    lesson=LESSON,
+    params=("query", "key", "value", "mask"),
+    returns=(("batch", "query_len", "value_dim"), ("batch", "query_len", "key_len")),
+    reference=_sdpa,
+    make_cases=_sdpa_cases,
+    output_names=("output", "weights"),
+    layout=_sdpa_layout,
+    variants=(
+        Variant(_SCALE_MISSING, lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: 1.0)),
+        Variant(_SCALE_MISSING, lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: 1.0, nan=True)),
+        Variant(
+            "your scores are divided by head_dim; the scale is its square root, sqrt(head_dim): the variance of "
+            "q . k grows like head_dim, so its spread like sqrt(head_dim).",
+            lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: q.shape[-1]),
+        ),
+        Variant(
+            "your scores are divided by sqrt(value_dim), the size of the values; the scale is sqrt(head_dim), the "
+            "size of the queries and keys whose dot products make the scores: `query.shape[-1]`.",
+            lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: math.sqrt(v.shape[-1])),
+        ),
+        Variant(
+            "your scores are divided by sqrt(key_len), the number of keys; the scale is sqrt(head_dim), the size "
+            "of each query and key: `query.shape[-1]`.",
+            lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: math.sqrt(k.shape[-2])),
+        ),
+        Variant(_WRONG_AXIS, lambda q, k, v, m: _attend(q, k, v, ~m, dim=1)),
+        Variant(_WRONG_AXIS, lambda q, k, v, m: _attend(q, k, v, ~m, dim=1, nan=True)),
+        Variant(
+            "each row was divided by the wrong row's sum: `e.sum(dim=-1)` without keepdim=True has shape "
+            "(batch, query_len), which broadcasts against the key axis (this runs only when query_len equals "
+            "key_len). Keep the summed axis: `e.sum(dim=-1, keepdim=True)`.",
+            _wrong_row_sum,
+        ),
+        Variant(_INVERTED, lambda q, k, v, m: _attend(q, k, v, m)),
+        Variant(_INVERTED, lambda q, k, v, m: _attend(q, k, v, m, nan=True)),
+        Variant(
+            "your weights are the softmax without the mask: masked positions get weight. Set their scores to -inf "
+            "before the softmax.",
+            lambda q, k, v, m: _attend(q, k, v, None),
+        ),
+        Variant(
+            "the masked scores became 0 instead of -inf before the softmax. exp(0) = 1 is not small: a masked "
+            "position must get score -inf so that exp(-inf) = 0.",
+            lambda q, k, v, m: _attend(q, k, v, ~m, fill=0.0),
+        ),
+        Variant(
+            "your weights are the unmasked softmax with the masked weights set to 0 afterwards, without "
+            "renormalising, so they do not sum to one. Mask the scores with -inf before the softmax instead.",
+            lambda q, k, v, m: _attend(q, k, v, ~m, after=True),
+        ),
+        Variant(_NAN_ROW, lambda q, k, v, m: _attend(q, k, v, ~m, nan=True)),
+        Variant(
+            "a fully masked row gets uniform weights, as when the masked scores are a large negative number such "
+            "as -1e9, which is still finite. A query that may attend nothing must get zero weights and output "
+            "(use -inf, then replace the NaN with 0).",
+            lambda q, k, v, m: _attend(q, k, v, ~m, fill=-1e9),
+        ),
+        Variant(
+            "your output averages the keys, not the values: it is `weights @ key` (which runs only when value_dim "
+            "equals head_dim). The keys decide the weights; the values are what gets averaged: `weights @ value`.",
+            lambda q, k, v, m: (lambda o, w: (w @ k, w))(*_sdpa(q, k, v, m)),
+        ),
+        Variant(
+            "your weights are transposed: the scores are K Q^T, (batch, key_len, query_len), one row per key. "
+            "Each query asks every key: Q K^T, `query @ key.transpose(-2, -1)`.",
+            lambda q, k, v, m: _attend(k, q, v, ~m.transpose(-2, -1)),
+        ),
+    ),
+    hint="`scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])`; "
+    "`scores.masked_fill(~mask, float('-inf'))`; `torch.softmax(..., dim=-1)`, then `.nan_to_num(0.0)` for a "
+    "query that may attend nothing; the output is `weights @ value`.",
+)
+
+# --------------------------------------------------------------------------------------------
+# cross_attention
+# --------------------------------------------------------------------------------------------
+
+
+def _cross_attention(target, source, source_lengths, W_Q, W_K, W_V):
+    """Queries from the target, keys and values from the padded source, as lesson 04's cross-attention.
+
+    target (batch, tgt_len, d_model), source (batch, src_len, d_model), source_lengths (batch,),
+    W_Q, W_K (d_model, head_dim), W_V (d_model, value_dim)
+    -> output (batch, tgt_len, value_dim), weights (batch, tgt_len, src_len)."""
+    mask = padding_mask(source_lengths, source.shape[1])[:, None, :]  # (batch, 1, src_len): every query alike
+    return scaled_dot_product_attention(target @ W_Q, source @ W_K, source @ W_V, mask)
+
+
+def _cross_attention_cases() -> list[Case]:
+    g = _generator(42)
+
+    def case(sizes: tuple[int, ...], lengths: list[int], tags, scale: float = 1.0, note: str = "") -> Case:
+        batch, tgt_len, src_len, d_model, head_dim, value_dim = sizes
+        args = (
+            _randn(g, batch, tgt_len, d_model),
+            scale * _randn(g, batch, src_len, d_model),
+            torch.tensor(lengths),
+            _randn(g, d_model, head_dim),
+            _randn(g, d_model, head_dim),
+            _randn(g, d_model, value_dim),
+        )
+        padding = "no padding" if min(lengths) == src_len else f"source lengths {lengths}"
+        description = (
+            f"batch {batch}, tgt_len {tgt_len}, src_len {src_len}, d_model {d_model}, head_dim {head_dim}, "
+            f"value_dim {value_dim}, {padding}"
+        )
+        return Case(description + (f"; {note}" if note else ""), args, tags)
+
+    return [
+        case((3, 3, 3, 3, 3, 3), [3, 1, 2], kinds(PADDED)),
+        case((2, 4, 6, 5, 3, 2), [6, 3], kinds(PADDED)),
+        case((1, 2, 5, 4, 2, 3), [5], kinds(ONE, UNPADDED)),
+        case((1, 5, 3, 3, 4, 6), [2], kinds(ONE, PADDED)),
+        case((2, 6, 4, 2, 5, 3), [4, 4], kinds(UNPADDED)),
+        case(
+            (2, 3, 5, 4, 6, 2),
+            [5, 4],
+            kinds(LARGE, PADDED),
+            scale=40.0,
+            note="the source around ±40, so the scores are in the hundreds",
+        ),
+    ]
+
+
+def _cross_with(lengths_offset=0, mask="keys", queries="target", keys="source", values="source", scale=True):
+    """A known-wrong cross-attention: which sequence gives the queries, keys and values, and which mask."""
+
+    def cross(target, source, source_lengths, W_Q, W_K, W_V):
+        seqs = {"target": target, "source": source}
+        q, k, v = seqs[queries] @ W_Q, seqs[keys] @ W_K, seqs[values] @ W_V
+        scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1.0)
+        if mask is not None:
+            real = torch.arange(k.shape[1])[None, :] < (source_lengths + lengths_offset)[:, None]
+            hide = ~real[:, None, :] if mask == "keys" else real[:, None, :]
+            scores = scores.masked_fill(hide, float("-inf"))
+        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        return weights @ v, weights
+
+    return cross
+
+
+def _cross_layout(args: tuple) -> tuple[Layout | None, ...]:
+    _, source, source_lengths, *_ = args
+    real = padding_mask(source_lengths, source.shape[1])
+    return None, Layout(positions=2, real=real, words=("real source positions", "padding positions"))
+
+
+_ROLES = (
+    "the roles are swapped: your queries come from the source and the keys and values from the target. In "
+    "cross-attention the target asks (queries: `target @ W_Q`) and the source answers (keys and values: "
+    "`source @ W_K`, `source @ W_V`)."
+)
+
+CROSS_ATTENTION = Exercise(
+    name="cross_attention",
+    lesson=LESSON,
+    params=("target", "source", "source_lengths", "W_Q", "W_K", "W_V"),
+    returns=(("batch", "tgt_len", "value_dim"), ("batch", "tgt_len", "src_len")),
+    reference=_cross_attention,
+    make_cases=_cross_attention_cases,
+    output_names=("output", "weights"),
+    layout=_cross_layout,
+    variants=(
+        Variant(
+            "the attention gives weight to padding, as it does without a mask: build the padding mask from "
+            "`source_lengths` and give it a query axis, `[:, None, :]`, so it hides the same keys from every query.",
+            _cross_with(mask=None),
+        ),
+        Variant(
+            "the mask is inverted: the real source positions got zero weight and the padding got all of it. Source "
+            "position j of sentence b is real when `j < source_lengths[b]`.",
+            _cross_with(mask="inverted"),
+        ),
+        Variant(
+            "off by one: the first padded source position (j = length) gets weight too. Position j is real when "
+            "`j < source_lengths[b]`, counting from 0.",
+            _cross_with(lengths_offset=1),
+        ),
+        Variant(
+            "off by one: the last real source word (j = length - 1) gets no weight. Position j is real when "
+            "`j < source_lengths[b]`, counting from 0.",
+            _cross_with(lengths_offset=-1),
+        ),
+        Variant(
+            "this is self-attention over the target: your keys and values come from the target too. In "
+            "cross-attention they come from the source: `source @ W_K`, `source @ W_V`.",
+            _cross_with(keys="target", values="target", mask=None),
+        ),
+        Variant(
+            "your values come from the target (which runs only when tgt_len equals src_len). The keys and the "
+            "values both come from the source: `source @ W_V`.",
+            _cross_with(values="target"),
+        ),
+        Variant(_ROLES, _cross_with(queries="source", keys="target", values="target", mask=None)),
+        Variant(
+            "W_Q and W_K are swapped: the queries are `target @ W_K` and the keys `source @ W_Q`. W_Q projects the "
+            "sequence that asks (the target), W_K the one that answers (the source).",
+            lambda t, s, n, Q, K, V: _cross_attention(t, s, n, K, Q, V),
+        ),
+        Variant(
+            _SCALE_MISSING.replace("query.shape[-1]", "the size of a projected query"),
+            _cross_with(scale=False),
+        ),
+        Variant(
+            "your projections use the transposed matrices, `x @ W.T` (which runs only when d_model equals head_dim "
+            "and value_dim). Here vectors are rows and W is (d_model, head_dim): project with `target @ W_Q`.",
+            lambda t, s, n, Q, K, V: _cross_attention(t, s, n, Q.T, K.T, V.T),
+        ),
+    ),
+    hint="Project: `q = target @ W_Q`, `k = source @ W_K`, `v = source @ W_V`. A source padding mask "
+    "`torch.arange(src_len)[None, :] < source_lengths[:, None]` is (batch, src_len); `[:, None, :]` gives it a query "
+    "axis. Then your scaled_dot_product_attention(q, k, v, mask), after expanding the mask to (batch, tgt_len, "
+    "src_len).",
+)

@@ -1,0 +1,418 @@
+"""Checks for the exercises of lesson 05 (multi-head attention).
+
+Every exercise has test cases with a batch of one, with and without padding (zero vectors after each
+sentence's length, or a padding mask over the keys), and with large inputs; in the first case the sizes that a
+known-wrong variant needs equal are equal (batch, heads, lengths, head_dim), so that it runs there; the others
+have sizes that differ so that a transpose or a wrong reshape shows. References come from the
+package (``attnedu.multihead.split_heads``, ``merge_heads``, ``attnedu.attention.scaled_dot_product_attention``);
+tests/test_checks.py checks that the multi-head reference equals ``attnedu.attention.MultiHeadAttention`` and
+the grouped-query one ``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..attention import scaled_dot_product_attention
+from ..masks import padding_mask
+from ..multihead import merge_heads, split_heads
+from .engine import (
+    LARGE,
+    ONE,
+    PADDED,
+    UNPADDED,
+    Case,
+    Exercise,
+    Layout,
+    Variant,
+    _generator,
+    _randn,
+    kinds,
+)
+
+LESSON = "05_multi_head_attention"
+
+# --------------------------------------------------------------------------------------------
+# split_heads and merge_heads
+# --------------------------------------------------------------------------------------------
+
+# (batch, seq_len, num_heads, head_dim, lengths or None, tags, scale)
+_HEAD_SIZES = (
+    (3, 3, 3, 3, None, kinds(UNPADDED), 1.0),
+    (2, 5, 4, 3, [4, 2], kinds(PADDED), 1.0),
+    (1, 4, 2, 5, None, kinds(ONE, UNPADDED), 1.0),
+    (1, 6, 3, 2, [3], kinds(ONE, PADDED), 1.0),
+    (2, 3, 6, 4, None, kinds(UNPADDED), 1.0),
+    (2, 4, 2, 6, [4, 3], kinds(LARGE, PADDED), 1e6),
+)
+
+
+def _head_inputs(seed: int) -> list[tuple]:
+    """(x (batch, seq_len, d_model), num_heads, description, tags), zero vectors at padded positions."""
+    g = _generator(seed)
+    inputs = []
+    for batch, seq_len, heads, head_dim, lengths, tags, scale in _HEAD_SIZES:
+        x = scale * _randn(g, batch, seq_len, heads * head_dim)
+        note = "no padding"
+        if lengths is not None:
+            x = x * padding_mask(torch.tensor(lengths), seq_len)[:, :, None]
+            note = f"lengths {lengths}, zero vectors at padding"
+        if scale != 1.0:
+            note += f"; values around ±{scale:.0e}"
+        description = f"batch {batch}, seq_len {seq_len}, num_heads {heads}, head_dim {head_dim}, {note}"
+        inputs.append((x, heads, description, tags))
+    return inputs
+
+
+def _split_cases() -> list[Case]:
+    return [Case(d, (x, h), tags) for x, h, d, tags in _head_inputs(51)]
+
+
+def _merge_cases() -> list[Case]:
+    # contiguous, as `weights @ v` leaves the heads in multi-head attention
+    return [Case(d, (split_heads(x, h).contiguous(),), tags) for x, h, d, tags in _head_inputs(52)]
+
+
+def _split_viewed(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    batch, seq_len, d_model = x.shape
+    return x.reshape(batch, seq_len, num_heads, d_model // num_heads)
+
+
+SPLIT_HEADS = Exercise(
+    name="split_heads",
+    lesson=LESSON,
+    params=("x", "num_heads"),
+    returns=(("batch", "num_heads", "seq_len", "head_dim"),),
+    reference=split_heads,
+    make_cases=_split_cases,
+    layout=lambda args: (Layout(positions=2),),
+    variants=(
+        Variant(
+            "the heads are split in the wrong order: head h got features h, h + num_heads, h + 2 num_heads, ... (dealt "
+            "out in turn), as `view(batch, seq_len, head_dim, num_heads)` does. Head h gets the consecutive features "
+            "h * head_dim to (h + 1) * head_dim - 1: `view(batch, seq_len, num_heads, head_dim)`.",
+            lambda x, h: x.reshape(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2),
+        ),
+        Variant(
+            "reshaped straight to (batch, num_heads, seq_len, head_dim) without a transpose: that cuts the flat "
+            "(seq_len, d_model) block of each sentence into pieces, mixing positions and heads. Reshape to "
+            "(batch, seq_len, num_heads, head_dim) first, then `.transpose(1, 2)`.",
+            lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1),
+        ),
+        Variant(
+            "the heads axis is left in place: (batch, seq_len, num_heads, head_dim). Move it before the positions "
+            "with `.transpose(1, 2)`, so that each head attends over the whole sequence.",
+            _split_viewed,
+        ),
+        Variant(
+            "num_heads and head_dim are swapped: your output has head_dim heads of num_heads features each. "
+            "head_dim = d_model // num_heads.",
+            lambda x, h: split_heads(x, x.shape[-1] // h),
+        ),
+        Variant(
+            "the transpose swaps the wrong axes, one too low: `.transpose(0, 1)` swaps the batch and the positions. "
+            "After the view to (batch, seq_len, num_heads, head_dim), swap axes 1 and 2.",
+            lambda x, h: _split_viewed(x, h).transpose(0, 1),
+        ),
+        Variant(
+            "the transpose swaps the wrong axes, one too high: `.transpose(2, 3)` swaps the heads and their "
+            "features. After the view to (batch, seq_len, num_heads, head_dim), swap axes 1 and 2.",
+            lambda x, h: _split_viewed(x, h).transpose(2, 3),
+        ),
+    ),
+    hint="`batch, seq_len, d_model = x.shape`; `x.view(batch, seq_len, num_heads, d_model // num_heads)` cuts the "
+    "features into heads; `.transpose(1, 2)` puts the heads before the positions.",
+)
+
+
+def _merge_from(x: torch.Tensor, moved: torch.Tensor) -> torch.Tensor:
+    batch, heads, seq_len, head_dim = x.shape
+    return moved.reshape(batch, seq_len, heads * head_dim)
+
+
+MERGE_HEADS = Exercise(
+    name="merge_heads",
+    lesson=LESSON,
+    params=("x",),
+    returns=(("batch", "seq_len", "d_model"),),
+    reference=merge_heads,
+    make_cases=_merge_cases,
+    layout=lambda args: (Layout(positions=1),),
+    variants=(
+        Variant(
+            "reshaped without moving the heads axis back: (batch, num_heads, seq_len, head_dim) read straight into "
+            "(batch, seq_len, d_model) mixes positions and heads. First `.transpose(1, 2)`, then reshape.",
+            lambda x: _merge_from(x, x),
+        ),
+        Variant(
+            "the heads are interleaved: feature h + num_heads * i holds feature i of head h, as a transpose to "
+            "(batch, seq_len, head_dim, num_heads) before the reshape does. The heads go side by side: "
+            "`.transpose(1, 2)` to (batch, seq_len, num_heads, head_dim), then reshape.",
+            lambda x: _merge_from(x, x.permute(0, 2, 3, 1)),
+        ),
+        Variant(
+            "your output adds the heads up: (batch, seq_len, head_dim). Multi-head attention "
+            "concatenates them side by side, giving num_heads * head_dim = d_model features.",
+            lambda x: x.sum(dim=1),
+        ),
+        Variant(
+            "your output averages the heads: (batch, seq_len, head_dim). Multi-head attention concatenates them "
+            "side by side, giving num_heads * head_dim = d_model features.",
+            lambda x: x.mean(dim=1),
+        ),
+        Variant(
+            "the heads are concatenated along the positions: (batch, num_heads * seq_len, head_dim). Concatenate "
+            "along the features: `torch.cat(heads, dim=-1)`, or `.transpose(1, 2)` then reshape.",
+            lambda x: torch.cat(x.unbind(1), dim=1),
+        ),
+        Variant(
+            "the transpose before the reshape swaps the wrong axes, one too low: `.transpose(0, 1)` swaps the batch "
+            "and the heads. Swap axes 1 and 2 (heads and positions), then reshape.",
+            lambda x: _merge_from(x, x.transpose(0, 1)),
+        ),
+        Variant(
+            "the transpose before the reshape swaps the wrong axes, one too high: `.transpose(2, 3)` swaps the "
+            "positions and the features. Swap axes 1 and 2 (heads and positions), then reshape.",
+            lambda x: _merge_from(x, x.transpose(2, 3)),
+        ),
+    ),
+    hint="`batch, num_heads, seq_len, head_dim = x.shape`; `x.transpose(1, 2)` is (batch, seq_len, num_heads, "
+    "head_dim); `.reshape(batch, seq_len, num_heads * head_dim)` (reshape, not view: the transpose is not "
+    "contiguous).",
+)
+
+# --------------------------------------------------------------------------------------------
+# multi_head_attention and grouped_query_attention
+# --------------------------------------------------------------------------------------------
+
+
+def _multi_head(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W_o, head_i = Attention(Q W_q^i, K W_k^i, V W_v^i).
+
+    query (batch, query_len, d_model), key and value (batch, key_len, d_model), mask (batch, query_len, key_len)
+    bool (True = may attend); W_* (d_model, d_model), applied as x @ W (vectors are rows).
+    -> output (batch, query_len, d_model), weights (batch, num_heads, query_len, key_len)."""
+    q = split_heads(query @ W_q, num_heads)
+    k, v = split_heads(key @ W_k, num_heads), split_heads(value @ W_v, num_heads)
+    heads, weights = scaled_dot_product_attention(q, k, v, mask[:, None])  # the same mask for every head
+    return merge_heads(heads) @ W_o, weights
+
+
+def _grouped_query(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    """Grouped-query attention: num_kv_heads key/value heads, each shared by num_heads // num_kv_heads
+    consecutive query heads (query head h uses key/value head h // group, as torch's enable_gqa).
+
+    W_q, W_o (d_model, d_model); W_k, W_v (d_model, num_kv_heads * head_dim), head_dim = d_model // num_heads."""
+    group = num_heads // num_kv_heads
+    q = split_heads(query @ W_q, num_heads)  # (batch, num_heads, query_len, head_dim)
+    k = split_heads(key @ W_k, num_kv_heads).repeat_interleave(group, dim=1)  # (batch, num_heads, key_len, head_dim)
+    v = split_heads(value @ W_v, num_kv_heads).repeat_interleave(group, dim=1)
+    heads, weights = scaled_dot_product_attention(q, k, v, mask[:, None])
+    return merge_heads(heads) @ W_o, weights
+
+
+def _attention_case(g, sizes: tuple[int, ...], lengths: list[int], tags, *, self_attention=False, scale=1.0, note=""):
+    """Inputs for multi_head_attention (6 sizes) or grouped_query_attention (with num_kv_heads)."""
+    batch, query_len, key_len, d_model, num_heads, *kv = sizes
+    num_kv_heads = kv[0] if kv else num_heads
+    kv_dim = num_kv_heads * (d_model // num_heads)
+    query = scale * _randn(g, batch, query_len, d_model)
+    key = query if self_attention else scale * _randn(g, batch, key_len, d_model)
+    value = query if self_attention else _randn(g, batch, key_len, d_model)
+    mask = padding_mask(torch.tensor(lengths), key_len)[:, None, :].expand(-1, query_len, -1).clone()
+    weights = [_randn(g, d_model, d) / math.sqrt(d_model) for d in (d_model, kv_dim, kv_dim, d_model)]
+    args = (query, key, value, mask, *weights, num_heads) + ((num_kv_heads,) if kv else ())
+    kind = "self-attention" if self_attention else "cross-attention"
+    padding = "no padding" if min(lengths) == key_len else f"key lengths {lengths}"
+    heads = f"num_heads {num_heads}" + (f", num_kv_heads {num_kv_heads}" if kv else "")
+    description = f"{kind}, batch {batch}, query_len {query_len}, key_len {key_len}, d_model {d_model}, {heads}"
+    return Case(f"{description}, {padding}" + (f"; {note}" if note else ""), args, tags)
+
+
+def _multi_head_cases() -> list[Case]:
+    g = _generator(53)
+    return [
+        _attention_case(g, (3, 3, 3, 9, 3), [3, 1, 2], kinds(PADDED)),
+        _attention_case(g, (2, 4, 5, 12, 3), [5, 2], kinds(PADDED)),
+        _attention_case(g, (1, 3, 3, 8, 2), [3], kinds(ONE, UNPADDED), self_attention=True),
+        _attention_case(g, (1, 2, 6, 6, 3), [4], kinds(ONE, PADDED)),
+        _attention_case(g, (2, 5, 3, 8, 4), [3, 3], kinds(UNPADDED)),
+        _attention_case(
+            g,
+            (2, 3, 4, 8, 2),
+            [4, 3],
+            kinds(LARGE, PADDED),
+            scale=20.0,
+            note="inputs around ±20, scores in the hundreds",
+        ),
+    ]
+
+
+def _grouped_query_cases() -> list[Case]:
+    g = _generator(54)
+    return [
+        _attention_case(g, (4, 3, 3, 12, 4, 2), [3, 1, 2, 3], kinds(PADDED)),
+        _attention_case(g, (2, 4, 5, 12, 6, 2), [5, 2], kinds(PADDED)),
+        _attention_case(g, (1, 3, 3, 8, 4, 1), [3], kinds(ONE, UNPADDED), self_attention=True),
+        _attention_case(g, (1, 2, 6, 12, 4, 2), [4], kinds(ONE, PADDED)),
+        _attention_case(g, (2, 5, 3, 16, 4, 4), [3, 3], kinds(UNPADDED)),
+        _attention_case(
+            g,
+            (2, 3, 4, 12, 6, 3),
+            [4, 3],
+            kinds(LARGE, PADDED),
+            scale=20.0,
+            note="inputs around ±20, scores in the hundreds",
+        ),
+    ]
+
+
+def _heads_with(
+    query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads=None, *, split=split_heads, merge=merge_heads,
+    scale="head_dim", use_mask=True, mask_axis=True, dim=-1, project_out=True, average=False, tile=False,
+):  # fmt: skip
+    """A known-wrong multi-head (or grouped-query, with num_kv_heads) attention, one choice changed."""
+    num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+    group = num_heads // num_kv_heads
+    q = split(query @ W_q, num_heads)
+    k, v = split(key @ W_k, num_kv_heads), split(value @ W_v, num_kv_heads)
+    if group > 1:
+        k, v = (k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)) if tile else (
+            k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1),
+        )  # fmt: skip
+    divisor = {"head_dim": math.sqrt(q.shape[-1]), "d_model": math.sqrt(query.shape[-1]), "none": 1.0}[scale]
+    scores = q @ k.transpose(-2, -1) / divisor
+    if use_mask:
+        scores = scores.masked_fill(~(mask[:, None] if mask_axis else mask), float("-inf"))
+    weights = torch.softmax(scores, dim=dim).nan_to_num(0.0)
+    merged = merge(weights @ v)
+    return (merged @ W_o if project_out else merged), (weights.mean(dim=1) if average else weights)
+
+
+def _interleaved_split(x, num_heads):
+    return x.reshape(x.shape[0], x.shape[1], -1, num_heads).permute(0, 3, 1, 2)
+
+
+def _unmoved_merge(x):
+    return x.reshape(x.shape[0], x.shape[2], -1)
+
+
+def _variants(grouped: bool) -> tuple[Variant, ...]:
+    def v(diagnosis: str, **changes) -> Variant:
+        def fn(*args):
+            return _heads_with(*args, **changes)
+
+        return Variant(diagnosis, fn)
+
+    shared = (
+        v(
+            "the output projection W_o is missing: your output is the merged heads. MultiHead = Concat(head_1, ..., "
+            "head_h) W_o: multiply the merged heads by `W_o`.",
+            project_out=False,
+        ),
+        v(
+            "your scores are divided by sqrt(d_model); each head's dot products have head_dim = d_model // num_heads "
+            "terms, so each head divides by sqrt(head_dim).",
+            scale="d_model",
+        ),
+        v("the scale is missing: each head's scores are divided by sqrt(head_dim) before the softmax.", scale="none"),
+        v(
+            "the heads are split in the wrong order: head h got features h, h + num_heads, ... (dealt out in turn). "
+            "Head h gets the consecutive features h * head_dim to (h + 1) * head_dim - 1: "
+            "`view(batch, seq_len, num_heads, head_dim).transpose(1, 2)`.",
+            split=_interleaved_split,
+        ),
+        v(
+            "the projected inputs were reshaped straight to (batch, num_heads, seq_len, head_dim), without the "
+            "transpose, which mixes positions and heads: view as (batch, seq_len, num_heads, head_dim), then "
+            "`.transpose(1, 2)`.",
+            split=lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1),
+        ),
+        v(
+            "the heads were merged without moving the heads axis back, which mixes positions and heads: "
+            "`.transpose(1, 2)` to (batch, query_len, num_heads, head_dim), then reshape to (batch, query_len, "
+            "d_model).",
+            merge=_unmoved_merge,
+        ),
+        v(
+            "the merge swaps the wrong axes, one too low: `.transpose(0, 1)` (batch and heads) before the reshape. "
+            "Swap axes 1 and 2, heads and positions.",
+            merge=lambda x: x.transpose(0, 1).reshape(x.shape[0], x.shape[2], -1),
+        ),
+        v(
+            "the merge swaps the wrong axes, one too high: `.transpose(2, 3)` (positions and features) before the "
+            "reshape. Swap axes 1 and 2, heads and positions.",
+            merge=lambda x: x.transpose(2, 3).reshape(x.shape[0], x.shape[2], -1),
+        ),
+        v(
+            "the attention gives weight to masked keys, as it does without the mask: fill the scores where "
+            "`~mask` with -inf before the softmax, in every head.",
+            use_mask=False,
+        ),
+        v(
+            "the mask has no head axis: (batch, query_len, key_len) against scores (batch, num_heads, query_len, "
+            "key_len) lines its batch axis up with the heads (it runs only when batch equals num_heads or is 1), so "
+            "head h got sentence h's mask. Give it a head axis: `mask[:, None]`.",
+            mask_axis=False,
+        ),
+        v(
+            "softmax over the wrong axis (dim=-2, the queries). Each query's weights are a distribution over the "
+            "keys: `dim=-1`.",
+            dim=-2,
+        ),
+        v(
+            "your weights are averaged over the heads, (batch, query_len, key_len), as torch.nn.MultiheadAttention "
+            "returns them by default. Return every head's weights: (batch, num_heads, query_len, key_len).",
+            average=True,
+        ),
+    )
+    if not grouped:  # (in grouped-query attention W_k and W_v are not square: `x @ W_k.T` raises)
+        return (
+            *shared,
+            Variant(
+                "your projections use the transposed matrices, `x @ W.T` (nn.Linear's convention). Here vectors "
+                "are rows and W_q is (d_model, d_model): project with `query @ W_q`, and the output with "
+                "`merged @ W_o`.",
+                lambda q, k, v, m, Wq, Wk, Wv, Wo, h: _multi_head(q, k, v, m, Wq.T, Wk.T, Wv.T, Wo.T, h),
+            ),
+        )
+    return (
+        v(
+            "query head h used key/value head h % num_kv_heads: the key/value heads were tiled, `.repeat(1, group, "
+            "1, 1)`, not repeated for each group. Consecutive query heads share a key/value head (head h uses "
+            "h // group): `.repeat_interleave(group, dim=1)`.",
+            tile=True,
+        ),
+        *shared,
+    )
+
+
+MULTI_HEAD_ATTENTION = Exercise(
+    name="multi_head_attention",
+    lesson=LESSON,
+    params=("query", "key", "value", "mask", "W_q", "W_k", "W_v", "W_o", "num_heads"),
+    returns=(("batch", "query_len", "d_model"), ("batch", "num_heads", "query_len", "key_len")),
+    reference=_multi_head,
+    make_cases=_multi_head_cases,
+    output_names=("output", "weights"),
+    variants=_variants(grouped=False),
+    hint="Project (`query @ W_q`, ...), split each into heads with your split_heads, run scaled dot-product "
+    "attention on all heads at once with the mask given a head axis, `mask[:, None]` (batch, 1, query_len, "
+    "key_len), and a scale of sqrt(head_dim); merge the heads, then `@ W_o`. Return the weights of every head.",
+)
+
+GROUPED_QUERY_ATTENTION = Exercise(
+    name="grouped_query_attention",
+    lesson=LESSON,
+    params=("query", "key", "value", "mask", "W_q", "W_k", "W_v", "W_o", "num_heads", "num_kv_heads"),
+    returns=(("batch", "query_len", "d_model"), ("batch", "num_heads", "query_len", "key_len")),
+    reference=_grouped_query,
+    make_cases=_grouped_query_cases,
+    output_names=("output", "weights"),
+    variants=_variants(grouped=True),
+    hint="Split the queries into num_heads heads and the keys and values into num_kv_heads heads (of the same "
+    "head_dim); `.repeat_interleave(num_heads // num_kv_heads, dim=1)` gives each group of consecutive query heads "
+    "its key/value head; then attention as in multi_head_attention.",
+)
