@@ -51,7 +51,8 @@ def _check_qkv(query, key, value) -> None:
             "convert with .to(query.dtype)"
         )
     if not (query.device == key.device == value.device):
-        raise ValueError(f"query, key and value must be on one device, got {query.device}, {key.device}, {value.device}")
+        devices = f"{query.device}, {key.device}, {value.device}"
+        raise ValueError(f"query, key and value must be on one device, got {devices}; move them with .to(query.device)")
     if not (query.dim() == key.dim() == value.dim()) or not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2]):
         raise ValueError(
             f"query, key and value must share their leading dimensions (batch, heads), got query {describe(query)}, "
