@@ -47,7 +47,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 METHODS = ("naive", "tiled", "sdpa", "triton")
 MEMORY_METHOD_CPU = (
     "peak resident memory (VmHWM) of a fresh process per (method, shape), reset via /proc/self/clear_refs after "
-    "the inputs were made, minus the resident memory before the call and the output's bytes"
+    "the inputs were made, minus the resident memory before the call and the output's bytes; 1 thread, "
+    "MALLOC_MMAP_THRESHOLD_=65536 so that freed blocks go back to the system"
 )
 MEMORY_METHOD_CUDA = (
     "torch.cuda.max_memory_allocated after reset_peak_memory_stats, minus memory before the call and the output"
@@ -229,7 +230,9 @@ def measure_memory(method: str, batch: int, heads: int, n: int, head_dim: int, d
         return None  # not Linux: no reliable way to reset the peak resident size
     args = [method, batch, heads, n, head_dim, dtype, int(causal)]
     command = [sys.executable, "-m", "attnedu.bench", "--child-memory", *map(str, args)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # glibc keeps freed blocks for reuse, which hides a later allocation from the peak, and a fixed mmap threshold
+    # makes it hand every block above 64 KiB back to the system when freed: the peak then counts live memory only.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"memory measurement of {method} at N={n} failed:\n{done.stderr[-2000:]}")
@@ -276,6 +279,8 @@ def provenance(device: str, dtype: str, batch: int, heads: int, threads: int, re
             + ("CUDA events + synchronize" if device == "cuda" else "time.perf_counter")
         ),
         "memory": MEMORY_METHOD_CUDA if device == "cuda" else MEMORY_METHOD_CPU,
+        "environment": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS")
+                        if k in os.environ},  # fmt: skip
         "load_average_before": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
     if device == "cuda":

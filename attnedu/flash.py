@@ -177,6 +177,7 @@ def tiled_attention_forward(query, key, value, *, is_causal=False, block_q=DEFAU
             l.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
             acc.mul_(alpha).baddbmm_(p, v[:, k_start:k_end])
             m = m_new
+            del s, p  # free this tile before the next one is allocated: one tile alive at a time
         out[:, q_start:q_end] = acc / l
         lse[:, q_start:q_end] = (m + torch.log(l)).squeeze(-1)
     return out.reshape(*lead, n_q, value_dim).to(query.dtype), lse.reshape(*lead, n_q)
