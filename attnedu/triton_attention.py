@@ -24,11 +24,11 @@ import os
 import torch
 
 from ._validate import describe
+from .flash import _check_qkv
 
 LOG2_E = 1.4426950408889634  # exp(x) = exp2(x * log2(e)): exp2 is the faster instruction on a GPU
 SHAPE_DOC = "(batch, heads, seq_len, head_dim)"
 GPU_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-INTERPRETER_DTYPES = (torch.float16, torch.float32, torch.bfloat16)
 
 
 def interpreting() -> bool:
@@ -122,28 +122,12 @@ def _build_kernel():
 
 
 def _check(query, key, value) -> None:
+    _check_qkv(query, key, value)  # tensors, floating point, one dtype and device, matching sizes
     for name, x in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor of shape {SHAPE_DOC}, got {describe(x)}")
         if x.dim() != 4:
-            raise ValueError(f"{name} must have shape {SHAPE_DOC} (4 dimensions), got {describe(x)}")
-    if not (query.dtype == key.dtype == value.dtype):
-        raise TypeError(f"query, key and value must share one dtype, got {query.dtype}, {key.dtype}, {value.dtype}")
-    allowed = GPU_DTYPES if query.is_cuda else INTERPRETER_DTYPES
-    if query.dtype not in allowed:
+            raise ValueError(f"{name} must have shape {SHAPE_DOC} (4 dimensions) for the kernel, got {describe(x)}")
+    if query.dtype not in GPU_DTYPES:
         raise TypeError(f"triton_attention takes float16, bfloat16 or float32, got {query.dtype}; convert with .half()")
-    if not (query.device == key.device == value.device):
-        devices = f"{query.device}, {key.device}, {value.device}"
-        raise ValueError(f"query, key and value must be on one device, got {devices}; move them with .to(query.device)")
-    if query.shape[:2] != key.shape[:2] or key.shape[:2] != value.shape[:2]:
-        raise ValueError(
-            f"query, key and value must share (batch, heads), got {describe(query)}, {describe(key)}, {describe(value)}"
-        )
-    if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
-        raise ValueError(
-            f"query and key need the same head_dim and key and value the same key_len, got query {describe(query)}, "
-            f"key {describe(key)}, value {describe(value)}; is the layout {SHAPE_DOC}?"
-        )
     if max(query.shape[-1], value.shape[-1]) > 256:
         raise ValueError(f"head_dim and value_dim must be at most 256 for this kernel, got {describe(query)}")
     if query.is_cuda and interpreting():
