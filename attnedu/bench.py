@@ -6,7 +6,7 @@ its backend pinned and named, and on a CUDA GPU the Triton kernel.
         --batch 4 --heads 32 --causal both --out benchmarks/attention_cuda   # any CUDA machine
     python -m attnedu.bench --quick --out /tmp/b   # seconds: what the test command runs
 
-Method (see the written reference in the course's notes on performance):
+Method:
 * time: warm-up calls per shape, then rounds in which every method runs once in turn (interleaved, so that a
   burst of load on a shared machine hits all of them); median, min and max over rounds. On CUDA, CUDA events
   around each call and a synchronize; on the CPU, ``time.perf_counter``.
@@ -32,6 +32,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -462,7 +463,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
     parser.add_argument("--memory-lengths", type=int, nargs="+", default=None, help="measure memory only at these N")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds: checks the command works")
-    parser.add_argument("--out", default=None, help="output prefix (default benchmarks/attention_<device>)")
+    parser.add_argument(
+        "--out", default=None, help="output prefix; default benchmarks/attention_<device> (--quick: a temporary folder)"
+    )
     parser.add_argument("--note", default="", help="a paragraph appended to the Markdown report")
     parser.add_argument("--child-memory", nargs=7, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -485,7 +488,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         lengths, head_dims, batch=batch, heads=heads, dtype=dtype, causal=causal, device=device, repeats=repeats,
         warmup=warmup, threads=args.threads, memory=not args.no_memory, memory_lengths=memory_lengths,
     )  # fmt: skip
-    paths = write(bench, args.out or f"benchmarks/attention_{device}", args.note)
+    default = Path(f"benchmarks/attention_{device}")
+    if args.quick:
+        default = Path(tempfile.gettempdir()) / "attnedu_bench_quick" / "attention"
+    paths = write(bench, args.out or default, args.note)  # --quick never overwrites the recorded results
     print(markdown(bench, args.note))
     print("wrote", ", ".join(map(str, paths)))
 
