@@ -58,7 +58,8 @@ MEMORY_METHOD_CUDA = (
 
 @dataclass
 class Measurement:
-    """One method at one shape: times in ms over rounds, throughput, and extra memory in MiB (None if not measured)."""
+    """One method at one shape: times in ms over rounds, throughput, and extra memory in MiB (None if not measured).
+    ``error`` says why a method could not run at this shape (e.g. "out of memory"); its numbers are then None."""
 
     method: str
     label: str
@@ -66,11 +67,12 @@ class Measurement:
     head_dim: int
     causal: bool
     times_ms: list[float]
-    median_ms: float
-    min_ms: float
-    max_ms: float
-    tflops: float
+    median_ms: float | None
+    min_ms: float | None
+    max_ms: float | None
+    tflops: float | None
     extra_mib: float | None = None
+    error: str | None = None
 
 
 @dataclass
@@ -78,10 +80,11 @@ class Benchmark:
     provenance: dict
     results: list[Measurement] = field(default_factory=list)
 
-    def find(self, method: str, n: int, head_dim: int, causal: bool) -> Measurement | None:
+    def find(self, method: str, n: int, head_dim: int, causal: bool, ran: bool = False) -> Measurement | None:
+        """The measurement of ``method`` at this shape; with ``ran``, only if it ran (no error)."""
         for r in self.results:
             if (r.method, r.n, r.head_dim, r.causal) == (method, n, head_dim, causal):
-                return r
+                return None if ran and r.error else r
         return None
 
     def ratios(self) -> list[dict]:
@@ -91,7 +94,16 @@ class Benchmark:
         for r in self.results:
             if r.method != "naive":
                 continue
-            tiled, sdpa = (self.find(m, r.n, r.head_dim, r.causal) for m in ("tiled", "sdpa"))
+            tiled, sdpa = (self.find(m, r.n, r.head_dim, r.causal, ran=True) for m in ("tiled", "sdpa"))
+            if r.error:  # naive attention ran out of memory: only the others compare
+                row = {"n": r.n, "head_dim": r.head_dim, "causal": r.causal}
+                if tiled and sdpa:
+                    row["tiled / sdpa time"] = tiled.median_ms / sdpa.median_ms
+                triton = self.find("triton", r.n, r.head_dim, r.causal, ran=True)
+                if triton and sdpa:
+                    row["triton / sdpa throughput"] = sdpa.median_ms / triton.median_ms
+                rows.append(row)
+                continue
             row = {"n": r.n, "head_dim": r.head_dim, "causal": r.causal}
             if tiled:
                 row["naive / tiled time"] = r.median_ms / tiled.median_ms
@@ -101,7 +113,7 @@ class Benchmark:
                 row["naive / sdpa time"] = r.median_ms / sdpa.median_ms
             if tiled and sdpa:
                 row["tiled / sdpa time"] = tiled.median_ms / sdpa.median_ms
-            triton = self.find("triton", r.n, r.head_dim, r.causal)
+            triton = self.find("triton", r.n, r.head_dim, r.causal, ran=True)
             if triton and sdpa:
                 row["triton / sdpa throughput"] = sdpa.median_ms / triton.median_ms
             rows.append(row)
@@ -175,20 +187,35 @@ def _time_once(fn: Callable[[], object], device: str) -> float:
     return time.perf_counter() - begin
 
 
+def _out_of_memory(error: BaseException) -> bool:
+    if isinstance(error, (MemoryError, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError))):
+        return True
+    return isinstance(error, RuntimeError) and any(s in str(error) for s in ("out of memory", "not enough memory"))
+
+
 def time_methods(
     calls: dict[str, Callable[[], object]], device: str, repeats: int, warmup: int
-) -> dict[str, list[float]]:
-    """Warm up every call, then ``repeats`` rounds in which each runs once, in turn. Seconds per call, per name."""
-    for fn in calls.values():
-        for _ in range(warmup):
-            fn()
+) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Warm up every call, then ``repeats`` rounds in which each runs once, in turn. Returns seconds per call, per
+    name, and for a call that ran out of memory during its warm-up, the error instead."""
+    errors: dict[str, str] = {}
+    for name, fn in calls.items():
+        try:
+            for _ in range(max(warmup, 1)):
+                fn()
+        except Exception as error:
+            if not _out_of_memory(error):
+                raise
+            errors[name] = "out of memory"
+            if device == "cuda":
+                torch.cuda.empty_cache()
     if device == "cuda":
         torch.cuda.synchronize()
-    times: dict[str, list[float]] = {name: [] for name in calls}
+    times: dict[str, list[float]] = {name: [] for name in calls if name not in errors}
     for _ in range(repeats):
-        for name, fn in calls.items():
-            times[name].append(_time_once(fn, device))
-    return times
+        for name in times:
+            times[name].append(_time_once(calls[name], device))
+    return times, errors
 
 
 def _status_kib(field_name: str) -> int:
@@ -333,7 +360,7 @@ def run_benchmark(
             q, k, v = make_inputs(batch, heads, n, head_dim, DTYPES[dtype], device)
             with torch.no_grad():
                 calls = {name: _bind(fn, q, k, v, is_causal) for name, (_, fn) in chosen.items()}
-                times = time_methods(calls, device, repeats, warmup)
+                times, errors = time_methods(calls, device, repeats, warmup)
             flops = attention_flops(batch, heads, n, n, head_dim, is_causal)
             for name, seconds in times.items():
                 ms = [1000 * s for s in seconds]
@@ -342,12 +369,16 @@ def run_benchmark(
                     name, chosen[name][0], n, head_dim, is_causal, [round(t, 3) for t in ms], median, min(ms),
                     max(ms), flops / (median / 1000) / 1e12,
                 ))  # fmt: skip
+            for name, error in errors.items():
+                bench.results.append(Measurement(name, chosen[name][0], n, head_dim, is_causal, [], None, None, None,
+                                                 None, error=error))  # fmt: skip
             del q, k, v, calls
             bar.update()
             if memory and n in memory_lengths:
                 for name in chosen:
-                    extra = measure_memory(name, batch, heads, n, head_dim, dtype, is_causal, device)
-                    bench.find(name, n, head_dim, is_causal).extra_mib = extra
+                    if name not in errors:
+                        extra = measure_memory(name, batch, heads, n, head_dim, dtype, is_causal, device)
+                        bench.find(name, n, head_dim, is_causal).extra_mib = extra
                     bar.update()
     finally:
         torch.set_num_threads(previous_threads)
@@ -359,7 +390,7 @@ def run_benchmark(
 def cpu_targets(bench: Benchmark, n: int = 4096, head_dim: int = 64) -> list[dict]:
     """The issue's CPU targets at (n, head_dim), non-causal: tiled within 3x of SDPA's time, at least 1.5x faster
     than naive, and at least n / (4 head_dim) times less extra memory than naive."""
-    naive, tiled, sdpa = (bench.find(m, n, head_dim, False) for m in ("naive", "tiled", "sdpa"))
+    naive, tiled, sdpa = (bench.find(m, n, head_dim, False, ran=True) for m in ("naive", "tiled", "sdpa"))
     if not (naive and tiled and sdpa):
         return []
     rows = [
@@ -385,8 +416,11 @@ def markdown(bench: Benchmark, note: str = "") -> str:
               "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in bench.results:
         memory = "-" if r.extra_mib is None else f"{r.extra_mib:,.1f}"
-        lines.append(f"| {r.n} | {r.head_dim} | {'yes' if r.causal else 'no'} | {r.label} | {r.median_ms:,.1f} | "
-                     f"{r.min_ms:,.1f}-{r.max_ms:,.1f} | {r.tflops:.4f} | {memory} |")  # fmt: skip
+        shape = f"| {r.n} | {r.head_dim} | {'yes' if r.causal else 'no'} | {r.label} | "
+        if r.error:
+            lines.append(shape + f"{r.error} | - | - | - |")
+            continue
+        lines.append(shape + f"{r.median_ms:,.1f} | {r.min_ms:,.1f}-{r.max_ms:,.1f} | {r.tflops:.4f} | {memory} |")
     lines += ["", "## Ratios", ""]
     ratios = bench.ratios()
     keys = sorted({k for row in ratios for k in row} - {"n", "head_dim", "causal"})
@@ -410,7 +444,7 @@ def plot_benchmark(fig, bench: Benchmark, head_dim: int | None = None, causal: b
     """Two panels into ``fig``: median time against N (min-max as error bars), and extra memory against N, one
     line per method, both on log scales."""
     head_dim = head_dim or bench.results[0].head_dim
-    rows = [r for r in bench.results if r.head_dim == head_dim and r.causal == causal]
+    rows = [r for r in bench.results if r.head_dim == head_dim and r.causal == causal and not r.error]
     left, right = fig.subplots(1, 2)
     for method in dict.fromkeys(r.method for r in rows):
         mine = sorted((r for r in rows if r.method == method), key=lambda r: r.n)

@@ -50,3 +50,20 @@ def test_plot_and_targets_from_a_stored_benchmark():
     assert again.find("tiled", 4096, 64, False).extra_mib == 16.0
     left, right = bench.plot_benchmark(Figure(), stored)
     assert len(left.lines) >= 3 and len(right.lines) == 3
+
+
+def test_a_method_that_runs_out_of_memory_is_recorded_not_fatal():
+    def too_big():
+        raise MemoryError("naive attention at this length")
+
+    times, errors = bench.time_methods({"fine": lambda: None, "naive": too_big}, "cpu", repeats=2, warmup=1)
+    assert errors == {"naive": "out of memory"} and len(times["fine"]) == 2 and "naive" not in times
+    ok = bench.Measurement("tiled", "tiled", 8192, 64, False, [5.0], 5.0, 5.0, 5.0, 1.0, 4.0)
+    sdpa = bench.Measurement("sdpa", "SDPA-flash", 8192, 64, False, [2.0], 2.0, 2.0, 2.0, 2.0, 1.0)
+    failed = bench.Measurement("naive", "naive", 8192, 64, False, [], None, None, None, None, error="out of memory")
+    stored = bench.Benchmark({"dtype": "bfloat16", "device_kind": "cuda", "device": "GPU", "methods": {}},
+                             [failed, ok, sdpa])  # fmt: skip
+    assert stored.ratios() == [{"n": 8192, "head_dim": 64, "causal": False, "tiled / sdpa time": 2.5}]
+    assert "| naive | out of memory |" in bench.markdown(stored)
+    left, _ = bench.plot_benchmark(Figure(), stored)
+    assert len(left.lines) >= 2
