@@ -16,6 +16,7 @@ prints a flood or never returns gives a clean failed result, never an exception.
 from __future__ import annotations
 
 import copy
+import math
 import sys
 import threading
 import time
@@ -28,6 +29,7 @@ from attnedu import checks
 from attnedu.attention import additive_score, context_vector, masked_softmax
 from attnedu.checks import FAILED, NOT_ATTEMPTED, PASSED, CheckResult
 from attnedu.checks.engine import LARGE, ONE, PADDED, REQUIRED_TAGS, UNPADDED, _same
+from attnedu.flash import online_softmax
 from attnedu.masks import padding_mask
 
 # --------------------------------------------------------------------------------------------
@@ -103,6 +105,51 @@ def learner_coverage_loop(weights, src_lengths, tgt_lengths):
     return out
 
 
+def learner_online_softmax(scores, block_size):
+    m = torch.full((scores.shape[0],), float("-inf"))
+    l = torch.zeros(scores.shape[0])
+    for start in range(0, scores.shape[1], block_size):
+        block = scores[:, start : start + block_size]
+        m_new = torch.maximum(m, block.max(dim=1).values)
+        l = l * torch.exp(m - m_new) + torch.exp(block - m_new[:, None]).sum(dim=1)
+        m = m_new
+    return torch.exp(scores - m[:, None]) / l[:, None]
+
+
+def learner_online_softmax_per_row(scores, block_size):
+    out = torch.empty_like(scores)
+    for r in range(scores.shape[0]):
+        m, l = float("-inf"), 0.0
+        for start in range(0, scores.shape[1], block_size):
+            block = scores[r, start : start + block_size]
+            m_new = max(m, block.max().item())
+            l = l * math.exp(m - m_new) + torch.exp(block - m_new).sum().item()
+            m = m_new
+        out[r] = torch.exp(scores[r] - m) / l
+    return out
+
+
+def learner_causal_tiles(n, block_q, block_k):
+    q_first, k_first = torch.arange(0, n, block_q), torch.arange(0, n, block_k)
+    q_last = torch.clamp(q_first + block_q, max=n) - 1
+    k_last = torch.clamp(k_first + block_k, max=n) - 1
+    compute = k_first[None, :] <= q_last[:, None]
+    return compute, compute & (k_last[None, :] > q_first[:, None])
+
+
+def learner_causal_tiles_loop(n, block_q, block_k):
+    rows, columns = math.ceil(n / block_q), math.ceil(n / block_k)
+    compute = torch.zeros(rows, columns, dtype=torch.bool)
+    masked = torch.zeros(rows, columns, dtype=torch.bool)
+    for i in range(rows):
+        for j in range(columns):
+            first_query, last_query = i * block_q, min((i + 1) * block_q, n) - 1
+            first_key, last_key = j * block_k, min((j + 1) * block_k, n) - 1
+            compute[i, j] = first_key <= last_query  # some key is not after some query
+            masked[i, j] = compute[i, j] and last_key > first_query  # and some key is after some query
+    return compute, masked
+
+
 CORRECT = {
     "padding_mask": [learner_padding_mask, padding_mask],
     "last_real_state": [learner_last_real_state],
@@ -118,6 +165,8 @@ CORRECT = {
     ],
     "decoder_step": [learner_decoder_step],
     "coverage": [learner_coverage, learner_coverage_loop],
+    "online_softmax": [learner_online_softmax, learner_online_softmax_per_row, online_softmax],
+    "causal_tiles": [learner_causal_tiles, learner_causal_tiles_loop],
 }
 
 
@@ -552,6 +601,131 @@ def coverage_zeroes_in_place(weights, src_lengths, tgt_lengths):
     return learner_coverage(weights, src_lengths, tgt_lengths)
 
 
+# online_softmax
+def online_no_rescale(scores, block_size):
+    m, l = torch.full((scores.shape[0],), float("-inf")), torch.zeros(scores.shape[0])
+    for start in range(0, scores.shape[1], block_size):
+        block = scores[:, start : start + block_size]
+        m = torch.maximum(m, block.max(dim=1).values)
+        l = l + torch.exp(block - m[:, None]).sum(dim=1)  # the old terms keep the old maximum
+    return torch.exp(scores - m[:, None]) / l[:, None]
+
+
+def online_rescale_inverted(scores, block_size):
+    m, l = torch.full((scores.shape[0],), float("-inf")), torch.zeros(scores.shape[0])
+    for start in range(0, scores.shape[1], block_size):
+        block = scores[:, start : start + block_size]
+        m_new = torch.maximum(m, block.max(dim=1).values)
+        l = l * torch.exp(m_new - m).nan_to_num(0.0) + torch.exp(block - m_new[:, None]).sum(dim=1)
+        m = m_new
+    return torch.exp(scores - m[:, None]) / l[:, None]
+
+
+def online_per_block(scores, block_size):
+    blocks = [scores[:, s : s + block_size] for s in range(0, scores.shape[1], block_size)]
+    return torch.cat([torch.exp(b - b.max(dim=1, keepdim=True).values) / torch.exp(
+        b - b.max(dim=1, keepdim=True).values).sum(dim=1, keepdim=True) for b in blocks], dim=1)  # fmt: skip
+
+
+def _online_blocks(scores, block_size, width, stop):
+    m, l = torch.full((scores.shape[0],), float("-inf")), torch.zeros(scores.shape[0])
+    for start in range(0, stop, block_size):
+        block = scores[:, start : start + width]
+        if block.shape[1] == 0:
+            continue
+        m_new = torch.maximum(m, block.max(dim=1).values)
+        l = l * torch.exp(m - m_new) + torch.exp(block - m_new[:, None]).sum(dim=1)
+        m = m_new
+    return torch.exp(scores - m[:, None]) / l[:, None]
+
+
+def online_block_one_short(scores, block_size):
+    return _online_blocks(scores, block_size, block_size - 1, scores.shape[1])
+
+
+def online_block_one_long(scores, block_size):
+    return _online_blocks(scores, block_size, block_size + 1, scores.shape[1])
+
+
+def online_skips_partial_block(scores, block_size):
+    return _online_blocks(scores, block_size, block_size, scores.shape[1] - block_size + 1)
+
+
+def online_naive_exp(scores, block_size):
+    l = torch.zeros(scores.shape[0])
+    for start in range(0, scores.shape[1], block_size):
+        l = l + torch.exp(scores[:, start : start + block_size]).sum(dim=1)  # no maximum: overflows
+    return torch.exp(scores) / l[:, None]
+
+
+def online_in_place(scores, block_size):
+    scores -= scores.max(dim=1, keepdim=True).values  # "to be safe"
+    return learner_online_softmax(scores, block_size)
+
+
+def os_shortcut_without_padding(scores, block_size):
+    if scores.shape[1] % block_size == 0:  # whole blocks: softmax each block (but the row is one distribution)
+        return torch.softmax(scores.view(scores.shape[0], -1, block_size), dim=-1).flatten(1)
+    return learner_online_softmax(scores, block_size)
+
+
+# causal_tiles
+def tiles_by_block_number(n, block_q, block_k):
+    i = torch.arange(math.ceil(n / block_q))[:, None]
+    j = torch.arange(math.ceil(n / block_k))[None, :]
+    return j <= i, j == i
+
+
+def tiles_one_too_many(n, block_q, block_k):
+    q_first, k_first = torch.arange(0, n, block_q), torch.arange(0, n, block_k)
+    q_end = torch.clamp(q_first + block_q, max=n)  # one past the last query, compared as if it were the last
+    k_last = torch.clamp(k_first + block_k, max=n) - 1
+    compute = k_first[None, :] <= q_end[:, None]
+    return compute, compute & (k_last[None, :] > q_first[:, None])
+
+
+def tiles_one_too_few(n, block_q, block_k):
+    q_first, k_first = torch.arange(0, n, block_q), torch.arange(0, n, block_k)
+    q_last = torch.clamp(q_first + block_q, max=n) - 1
+    k_last = torch.clamp(k_first + block_k, max=n) - 1
+    compute = k_first[None, :] < q_last[:, None]
+    return compute, compute & (k_last[None, :] > q_first[:, None])
+
+
+def tiles_mask_everything(n, block_q, block_k):
+    compute, _ = learner_causal_tiles(n, block_q, block_k)
+    return compute, compute.clone()
+
+
+def tiles_mask_touching(n, block_q, block_k):
+    q_first, k_first = torch.arange(0, n, block_q), torch.arange(0, n, block_k)
+    q_last = torch.clamp(q_first + block_q, max=n) - 1
+    k_last = torch.clamp(k_first + block_k, max=n) - 1
+    compute = k_first[None, :] <= q_last[:, None]
+    return compute, compute & (k_last[None, :] >= q_first[:, None])
+
+
+def tiles_unclamped(n, block_q, block_k):
+    q_first, k_first = torch.arange(0, n, block_q), torch.arange(0, n, block_k)
+    compute = k_first[None, :] <= (q_first + block_q - 1)[:, None]
+    return compute, compute & ((k_first + block_k - 1)[None, :] > q_first[:, None])
+
+
+def tiles_int16_positions(n, block_q, block_k):
+    q_first = torch.arange(0, n, block_q).to(torch.int16)
+    k_first = torch.arange(0, n, block_k).to(torch.int16)
+    q_last = torch.clamp(q_first + block_q, max=n) - 1
+    k_last = torch.clamp(k_first + block_k, max=n) - 1
+    compute = k_first[None, :] <= q_last[:, None]
+    return compute, compute & (k_last[None, :] > q_first[:, None])
+
+
+def tiles_shortcut_without_padding(n, block_q, block_k):
+    if n % block_q == 0 and n % block_k == 0:  # whole blocks: compare block numbers (right only if sizes match)
+        return tiles_by_block_number(n, block_q, block_k)
+    return learner_causal_tiles(n, block_q, block_k)
+
+
 MUTANTS = [
     ("padding_mask", mask_inverted, "inverted"),
     ("padding_mask", mask_off_by_one, "one True too many"),
@@ -632,6 +806,20 @@ MUTANTS = [
     ("coverage", coverage_keeps_source_padding, "padded source positions are not 0"),
     ("coverage", coverage_lengths_swapped, "swapped"),
     ("coverage", coverage_zeroes_in_place, "modified its input `weights` in place"),
+    ("online_softmax", online_no_rescale, "running sum was not rescaled"),
+    ("online_softmax", online_rescale_inverted, "rescaled the wrong way round"),
+    ("online_softmax", online_per_block, "each block was normalised on its own"),
+    ("online_softmax", online_block_one_short, "stops one score short"),
+    ("online_softmax", online_block_one_long, "reaches one score too far"),
+    ("online_softmax", online_skips_partial_block, "partial block was never read"),
+    ("online_softmax", online_naive_exp, "subtract each row's maximum"),
+    ("online_softmax", online_in_place, "modified its input `scores` in place"),
+    ("causal_tiles", tiles_by_block_number, "comparing block numbers"),
+    ("causal_tiles", tiles_one_too_many, "one tile too many"),
+    ("causal_tiles", tiles_one_too_few, "one tile too few"),
+    ("causal_tiles", tiles_mask_everything, "every computed tile is marked"),
+    ("causal_tiles", tiles_mask_touching, "last key is exactly its first query"),
+    ("causal_tiles", tiles_unclamped, "not clamped to n"),
 ]
 
 # An off-by-one in both directions, for every exercise: an index or length one too high and one too low, or the
@@ -646,6 +834,8 @@ OFF_BY_ONE = {
     "context_vector": (context_wrong_axis, context_batch_axis),
     "decoder_step": (step_luong, step_readout_old_state),
     "coverage": (coverage_one_row_too_many, coverage_one_row_short),
+    "online_softmax": (online_block_one_long, online_block_one_short),
+    "causal_tiles": (tiles_one_too_many, tiles_one_too_few),
 }
 
 
@@ -852,6 +1042,12 @@ KIND_MUTANTS = [
     ("coverage", cov_shortcut_without_padding, UNPADDED, "no padding"),
     ("coverage", coverage_all_rows, PADDED, "padded target rows were counted"),
     ("coverage", cov_int8_lengths, LARGE, "large inputs"),
+    ("online_softmax", os_shortcut_without_padding, UNPADDED, "no padding"),
+    ("online_softmax", online_skips_partial_block, PADDED, "partial block was never read"),
+    ("online_softmax", online_naive_exp, LARGE, "large inputs"),
+    ("causal_tiles", tiles_shortcut_without_padding, UNPADDED, "differ"),
+    ("causal_tiles", tiles_unclamped, PADDED, "not clamped to n"),
+    ("causal_tiles", tiles_int16_positions, LARGE, "int16_t without overflow"),
 ]
 
 
