@@ -88,32 +88,21 @@ class Benchmark:
         return None
 
     def ratios(self) -> list[dict]:
-        """Per shape: how many times slower naive is than tiled and than SDPA, tiled's time over SDPA's, and how many
-        times more extra memory naive needs than tiled."""
+        """Per shape: how many times slower naive is than tiled and than SDPA, tiled's time over SDPA's, how many
+        times more extra memory naive needs than tiled, and Triton's throughput over SDPA's. A method that did not
+        run at a shape (out of memory) is left out of that shape's ratios."""
         rows = []
-        for r in self.results:
-            if r.method != "naive":
-                continue
-            tiled, sdpa = (self.find(m, r.n, r.head_dim, r.causal, ran=True) for m in ("tiled", "sdpa"))
-            if r.error:  # naive attention ran out of memory: only the others compare
-                row = {"n": r.n, "head_dim": r.head_dim, "causal": r.causal}
-                if tiled and sdpa:
-                    row["tiled / sdpa time"] = tiled.median_ms / sdpa.median_ms
-                triton = self.find("triton", r.n, r.head_dim, r.causal, ran=True)
-                if triton and sdpa:
-                    row["triton / sdpa throughput"] = sdpa.median_ms / triton.median_ms
-                rows.append(row)
-                continue
-            row = {"n": r.n, "head_dim": r.head_dim, "causal": r.causal}
-            if tiled:
-                row["naive / tiled time"] = r.median_ms / tiled.median_ms
-                if r.extra_mib is not None and tiled.extra_mib:
-                    row["naive / tiled extra memory"] = r.extra_mib / max(tiled.extra_mib, 1e-9)
-            if sdpa:
-                row["naive / sdpa time"] = r.median_ms / sdpa.median_ms
+        for shape in dict.fromkeys((r.n, r.head_dim, r.causal) for r in self.results):
+            naive, tiled, sdpa, triton = (self.find(m, *shape, ran=True) for m in ("naive", "tiled", "sdpa", "triton"))
+            row = dict(zip(("n", "head_dim", "causal"), shape))
+            if naive and tiled:
+                row["naive / tiled time"] = naive.median_ms / tiled.median_ms
+                if naive.extra_mib is not None and tiled.extra_mib:
+                    row["naive / tiled extra memory"] = naive.extra_mib / max(tiled.extra_mib, 1e-9)
+            if naive and sdpa:
+                row["naive / sdpa time"] = naive.median_ms / sdpa.median_ms
             if tiled and sdpa:
                 row["tiled / sdpa time"] = tiled.median_ms / sdpa.median_ms
-            triton = self.find("triton", r.n, r.head_dim, r.causal, ran=True)
             if triton and sdpa:
                 row["triton / sdpa throughput"] = sdpa.median_ms / triton.median_ms
             rows.append(row)
