@@ -556,6 +556,68 @@ def os_one_maximum_for_all_rows(scores, block_size):
     return torch.exp(scores - m) / l
 
 
+def bu_loop_acc_kept(m, l, acc, q_block, k_block, v_block, valid):
+    m_out, l_out, acc_out = m.clone(), l.clone(), acc.clone()
+    for i in range(q_block.shape[0]):
+        row = torch.where(valid, k_block @ q_block[i] / math.sqrt(q_block.shape[1]), torch.tensor(-math.inf))
+        top = max(m[i].item(), row.max().item())
+        w = torch.exp(row - top)
+        l_out[i] = l[i] * math.exp(m[i].item() - top) + w.sum()
+        acc_out[i] = acc[i] + w @ v_block  # the old output keeps the old maximum
+        m_out[i] = top
+    return m_out, l_out, acc_out
+
+
+def bu_einsum_unscaled(m, l, acc, q_block, k_block, v_block, valid):
+    s = torch.einsum("qd,kd->qk", q_block, k_block).masked_fill(~valid, -math.inf)
+    new = torch.maximum(m, s.amax(dim=1))
+    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
+    return new, shrink * l + w.sum(dim=1), shrink[:, None] * acc + torch.einsum("qk,kv->qv", w, v_block)
+
+
+def bu_mask_with_zero(m, l, acc, q_block, k_block, v_block, valid):
+    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])) * valid  # invalid keys: 0, not -inf
+    new = torch.maximum(m, s.amax(dim=1))
+    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
+    return new, shrink * l + w.sum(dim=1), shrink[:, None] * acc + w @ v_block
+
+
+def bu_sqrt_of_value_dim(m, l, acc, q_block, k_block, v_block, valid):
+    s = (q_block @ k_block.T / math.sqrt(v_block.shape[1])).masked_fill(~valid, -math.inf)
+    new = torch.maximum(m, s.amax(dim=1))
+    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
+    return new, shrink * l + w.sum(dim=1), shrink[:, None] * acc + w @ v_block
+
+
+def bu_shrinks_the_new_part(m, l, acc, q_block, k_block, v_block, valid):
+    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(~valid, -math.inf)
+    new = torch.maximum(m, s.amax(dim=1))
+    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
+    return new, l + shrink * w.sum(dim=1), acc + shrink[:, None] * (w @ v_block)
+
+
+def bu_returns_two(m, l, acc, q_block, k_block, v_block, valid):
+    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(~valid, -math.inf)
+    new = torch.maximum(m, s.amax(dim=1))
+    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
+    return new, shrink[:, None] * acc + w @ v_block
+
+
+def bu_in_place(m, l, acc, q_block, k_block, v_block, valid):
+    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(~valid, -math.inf)
+    new = torch.maximum(m, s.amax(dim=1))
+    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
+    acc.mul_(shrink[:, None]).add_(w @ v_block)
+    return new, shrink * l + w.sum(dim=1), acc
+
+
+def bu_double(m, l, acc, q_block, k_block, v_block, valid):
+    s = (q_block.double() @ k_block.double().T / math.sqrt(q_block.shape[1])).masked_fill(~valid, -math.inf)
+    new = torch.maximum(m.double(), s.amax(dim=1))
+    w, shrink = torch.exp(s - new[:, None]), torch.exp(m.double() - new)
+    return new, shrink * l.double() + w.sum(dim=1), shrink[:, None] * acc.double() + w @ v_block.double()
+
+
 def ct_block_numbers_loop(n, block_q, block_k):
     rows, columns = -(-n // block_q), -(-n // block_k)
     compute = torch.tensor([[j <= i for j in range(columns)] for i in range(rows)])
@@ -712,6 +774,14 @@ BUGS = [
     ("online_softmax", os_while_whole_blocks, "partial block was never read"),
     ("online_softmax", os_rescales_new_terms, GENERIC),
     ("online_softmax", os_one_maximum_for_all_rows, GENERIC),
+    ("block_update", bu_loop_acc_kept, "running output acc was not rescaled"),
+    ("block_update", bu_einsum_unscaled, "not divided by sqrt(head_dim)"),
+    ("block_update", bu_mask_with_zero, "keys marked invalid"),
+    ("block_update", bu_sqrt_of_value_dim, GENERIC),
+    ("block_update", bu_shrinks_the_new_part, GENERIC),
+    ("block_update", bu_returns_two, "should return 3 values"),
+    ("block_update", bu_in_place, "modified its input `acc` in place"),
+    ("block_update", bu_double, "dtype torch.float64"),
     ("causal_tiles", ct_block_numbers_loop, "comparing block numbers"),
     ("causal_tiles", ct_end_not_last, "one tile too many"),
     ("causal_tiles", ct_strictly_before, "one tile too few"),

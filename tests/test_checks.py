@@ -129,6 +129,15 @@ def learner_online_softmax_per_row(scores, block_size):
     return out
 
 
+def learner_block_update(m, l, acc, q_block, k_block, v_block, valid):
+    s = q_block @ k_block.T / q_block.shape[1] ** 0.5
+    s[:, ~valid] = float("-inf")
+    m_new = torch.max(m, s.max(dim=1).values)
+    p = torch.exp(s - m_new[:, None])
+    alpha = torch.exp(m - m_new)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
 def learner_causal_tiles(n, block_q, block_k):
     q_first, k_first = torch.arange(0, n, block_q), torch.arange(0, n, block_k)
     q_last = torch.clamp(q_first + block_q, max=n) - 1
@@ -166,6 +175,7 @@ CORRECT = {
     "decoder_step": [learner_decoder_step],
     "coverage": [learner_coverage, learner_coverage_loop],
     "online_softmax": [learner_online_softmax, learner_online_softmax_per_row, online_softmax],
+    "block_update": [learner_block_update, checks.EXERCISES["block_update"].reference],
     "causal_tiles": [learner_causal_tiles, learner_causal_tiles_loop],
 }
 
@@ -669,6 +679,74 @@ def os_shortcut_without_padding(scores, block_size):
     return learner_online_softmax(scores, block_size)
 
 
+# block_update
+def _scores(q_block, k_block, valid):
+    return (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(~valid, float("-inf"))
+
+
+def update_acc_not_rescaled(m, l, acc, q_block, k_block, v_block, valid):
+    s = _scores(q_block, k_block, valid)
+    m_new = torch.maximum(m, s.amax(dim=1))
+    p = torch.exp(s - m_new[:, None])
+    return m_new, torch.exp(m - m_new) * l + p.sum(dim=1), acc + p @ v_block
+
+
+def update_nothing_rescaled(m, l, acc, q_block, k_block, v_block, valid):
+    s = _scores(q_block, k_block, valid)
+    m_new = torch.maximum(m, s.amax(dim=1))
+    p = torch.exp(s - m_new[:, None])
+    return m_new, l + p.sum(dim=1), acc + p @ v_block
+
+
+def update_without_sqrt(m, l, acc, q_block, k_block, v_block, valid):
+    s = (q_block @ k_block.T).masked_fill(~valid, float("-inf"))
+    m_new = torch.maximum(m, s.amax(dim=1))
+    p, alpha = torch.exp(s - m_new[:, None]), torch.exp(m - m_new)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+def update_ignores_valid(m, l, acc, q_block, k_block, v_block, valid):
+    s = q_block @ k_block.T / math.sqrt(q_block.shape[1])
+    m_new = torch.maximum(m, s.amax(dim=1))
+    p, alpha = torch.exp(s - m_new[:, None]), torch.exp(m - m_new)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+def update_p_one_step_late(m, l, acc, q_block, k_block, v_block, valid):
+    s = _scores(q_block, k_block, valid)
+    m_new = torch.maximum(m, s.amax(dim=1))
+    p, alpha = torch.exp(s - m[:, None]), torch.exp(m - m_new)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+def update_m_one_step_early(m, l, acc, q_block, k_block, v_block, valid):
+    s = _scores(q_block, k_block, valid)
+    m_new = torch.maximum(m, s.amax(dim=1))
+    p, alpha = torch.exp(s - m_new[:, None]), torch.exp(m - m_new)
+    return m, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+def update_softmax_tile(m, l, acc, q_block, k_block, v_block, valid):
+    s = _scores(q_block, k_block, valid)
+    m_new = torch.maximum(m, s.amax(dim=1))
+    p, alpha = torch.exp(s - m_new[:, None]), torch.exp(m - m_new)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + torch.softmax(s, dim=1) @ v_block
+
+
+def update_exp_then_divide(m, l, acc, q_block, k_block, v_block, valid):
+    s = _scores(q_block, k_block, valid)
+    m_new = torch.maximum(m, s.amax(dim=1))
+    p = torch.exp(s) / torch.exp(m_new)[:, None]  # exp of scores in the hundreds overflows
+    alpha = torch.exp(m - m_new)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+def update_shortcut_without_padding(m, l, acc, q_block, k_block, v_block, valid):
+    if bool(valid.all()):  # no padding: a plain softmax of the tile (but the running state is not a softmax)
+        return update_softmax_tile(m, l, acc, q_block, k_block, v_block, valid)
+    return learner_block_update(m, l, acc, q_block, k_block, v_block, valid)
+
+
 # causal_tiles
 def tiles_by_block_number(n, block_q, block_k):
     i = torch.arange(math.ceil(n / block_q))[:, None]
@@ -814,6 +892,14 @@ MUTANTS = [
     ("online_softmax", online_skips_partial_block, "partial block was never read"),
     ("online_softmax", online_naive_exp, "subtract each row's maximum"),
     ("online_softmax", online_in_place, "modified its input `scores` in place"),
+    ("block_update", update_acc_not_rescaled, "running output acc was not rescaled"),
+    ("block_update", update_nothing_rescaled, "neither the running sum l nor the running output acc"),
+    ("block_update", update_without_sqrt, "not divided by sqrt(head_dim)"),
+    ("block_update", update_ignores_valid, "keys marked invalid"),
+    ("block_update", update_p_one_step_late, "one step late"),
+    ("block_update", update_m_one_step_early, "one step early"),
+    ("block_update", update_softmax_tile, "normalised within the tile"),
+    ("block_update", update_exp_then_divide, "subtract each row's maximum"),
     ("causal_tiles", tiles_by_block_number, "comparing block numbers"),
     ("causal_tiles", tiles_one_too_many, "one tile too many"),
     ("causal_tiles", tiles_one_too_few, "one tile too few"),
@@ -835,6 +921,7 @@ OFF_BY_ONE = {
     "decoder_step": (step_luong, step_readout_old_state),
     "coverage": (coverage_one_row_too_many, coverage_one_row_short),
     "online_softmax": (online_block_one_long, online_block_one_short),
+    "block_update": (update_p_one_step_late, update_m_one_step_early),
     "causal_tiles": (tiles_one_too_many, tiles_one_too_few),
 }
 
@@ -1045,6 +1132,9 @@ KIND_MUTANTS = [
     ("online_softmax", os_shortcut_without_padding, UNPADDED, "no padding"),
     ("online_softmax", online_skips_partial_block, PADDED, "partial block was never read"),
     ("online_softmax", online_naive_exp, LARGE, "large inputs"),
+    ("block_update", update_shortcut_without_padding, UNPADDED, "no padding"),
+    ("block_update", update_ignores_valid, PADDED, "keys marked invalid"),
+    ("block_update", update_exp_then_divide, LARGE, "large inputs"),
     ("causal_tiles", tiles_shortcut_without_padding, UNPADDED, "differ"),
     ("causal_tiles", tiles_unclamped, PADDED, "not clamped to n"),
     ("causal_tiles", tiles_int16_positions, LARGE, "int16_t without overflow"),

@@ -55,20 +55,20 @@ from .engine import (
 )
 from .lesson01 import BIDIRECTIONAL_SUMMARY, LAST_REAL_STATE, PADDING_MASK, REVERSE_PADDED
 from .lesson02 import ADDITIVE_SCORE, CONTEXT_VECTOR, COVERAGE, DECODER_STEP, MASKED_SOFTMAX
-from .lesson08 import CAUSAL_TILES, ONLINE_SOFTMAX
+from .lesson08 import BLOCK_UPDATE, CAUSAL_TILES, ONLINE_SOFTMAX
 
 __all__ = [
     "CheckResult", "Exercise", "Hint", "run_check", "check", "hint", "grade_namespace", "EXERCISES", "LESSONS",
     "PASSED", "FAILED", "NOT_ATTEMPTED", "ICONS", "MAX_PRINTED", "TIME_LIMIT",
     "check_padding_mask", "check_last_real_state", "check_reverse_padded", "check_bidirectional_summary",
     "check_additive_score", "check_masked_softmax", "check_context_vector", "check_decoder_step", "check_coverage",
-    "check_online_softmax", "check_causal_tiles",
+    "check_online_softmax", "check_block_update", "check_causal_tiles",
 ]  # fmt: skip
 
 _ALL = (
     *(PADDING_MASK, LAST_REAL_STATE, REVERSE_PADDED, BIDIRECTIONAL_SUMMARY),
     *(ADDITIVE_SCORE, MASKED_SOFTMAX, CONTEXT_VECTOR, DECODER_STEP, COVERAGE),
-    *(ONLINE_SOFTMAX, CAUSAL_TILES),
+    *(ONLINE_SOFTMAX, BLOCK_UPDATE, CAUSAL_TILES),
 )
 EXERCISES: dict[str, Exercise] = {e.name: e for e in _ALL}
 LESSONS: dict[str, list[str]] = {}
@@ -133,6 +133,11 @@ def check_coverage(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
 def check_online_softmax(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
     """online_softmax(scores (rows, n), block_size) -> (rows, n), softmax along each row, read block by block."""
     return check("online_softmax", fn, time_limit)
+
+
+def check_block_update(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """block_update(m, l, acc, q_block, k_block, v_block, valid) -> (m_new, l_new, acc_new): one tile of the forward."""
+    return check("block_update", fn, time_limit)
 
 
 def check_causal_tiles(fn, time_limit: float = TIME_LIMIT) -> CheckResult:

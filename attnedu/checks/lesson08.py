@@ -8,6 +8,8 @@ which is when a missing or wrong rescale shows; large inputs are scores in the h
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..flash import online_softmax
@@ -239,4 +241,136 @@ CAUSAL_TILES = Exercise(
     "keys with block_k. `torch.arange(0, n, block_q)` gives every first position at once. A tile is computed when "
     "its first key is not after its last query, and masked when, in addition, its last key is after its first "
     "query. Build both (query_blocks, key_blocks) tables by broadcasting `[:, None]` against `[None, :]`.",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# block_update
+# --------------------------------------------------------------------------------------------
+
+
+def block_update(m, l, acc, q_block, k_block, v_block, valid):
+    """One tile of the FlashAttention forward for one block of queries: the running maximum m (block_q,), sum l
+    (block_q,) and unnormalised output acc (block_q, value_dim), updated with keys k_block (block_k, head_dim) and
+    values v_block (block_k, value_dim), of which only those where valid (block_k,) is True exist."""
+    scores = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(~valid[None, :], float("-inf"))
+    m_new = torch.maximum(m, scores.max(dim=1).values)
+    p = torch.exp(scores - m_new[:, None])
+    alpha = torch.exp(m - m_new)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+def _block_update_cases() -> list[Case]:
+    g = _generator(18)
+
+    def case(description, tags, block_q, block_k, head_dim, value_dim, real=None, first=False, scale=1.0) -> Case:
+        q = scale * _randn(g, block_q, head_dim)
+        k, v = scale * _randn(g, block_k, head_dim), _randn(g, block_k, value_dim)
+        valid = torch.arange(block_k) < (block_k if real is None else real)
+        k, v = k * valid[:, None], v * valid[:, None]  # keys past the end of the sequence: zero rows (padding)
+        m, l = torch.full((block_q,), float("-inf")), torch.zeros(block_q)
+        acc = torch.zeros(block_q, value_dim)
+        if not first:  # the state after an earlier tile of 3 keys
+            earlier = scale * _randn(g, 3, head_dim)
+            m, l, acc = block_update(m, l, acc, q, earlier, _randn(g, 3, value_dim), torch.ones(3, dtype=torch.bool))
+        return Case(description, (m, l, acc, q, k, v, valid), tags)
+
+    return [
+        case("block_q 3, block_k 4, head_dim 5, value_dim 2, after an earlier tile", kinds(UNPADDED), 3, 4, 5, 2),
+        case("the first tile (m = -inf, l = 0, acc = 0), block_q 4, block_k 3, head_dim 4, value_dim 3",
+             kinds(UNPADDED), 4, 3, 4, 3, first=True),
+        case("block_q 3, block_k 5, head_dim 4, value_dim 2; the last 2 keys are past the end (valid False)",
+             kinds(PADDED), 3, 5, 4, 2, real=3),
+        case("one query, block_k 4, head_dim 3, value_dim 2", kinds(ONE, UNPADDED), 1, 4, 3, 2),
+        case("one query, block_k 3, head_dim 4, value_dim 3; the last key is past the end", kinds(ONE, PADDED),
+             1, 3, 4, 3, real=2),
+        case("the first tile, block_q 2, block_k 4, head_dim 2, value_dim 2; 3 keys past the end", kinds(PADDED),
+             2, 4, 2, 2, real=1, first=True),
+        case("block_q 2, block_k 3, head_dim 4, value_dim 2, scores in the hundreds, where exp overflows",
+             kinds(LARGE, UNPADDED), 2, 3, 4, 2, scale=12.0),
+    ]  # fmt: skip
+
+
+def _update_with(rescale_l=True, rescale_acc=True, inverted=False, scale=True, use_valid=True, normalise=False,
+                 p_against_old=False, return_old_m=False):  # fmt: skip
+    """block_update with one known mistake switched on."""
+
+    def update(m, l, acc, q_block, k_block, v_block, valid):
+        scores = q_block @ k_block.T / (math.sqrt(q_block.shape[1]) if scale else 1.0)
+        if use_valid:
+            scores = scores.masked_fill(~valid[None, :], float("-inf"))
+        m_new = torch.maximum(m, scores.max(dim=1).values)
+        p = torch.exp(scores - (m if p_against_old else m_new)[:, None])
+        alpha = torch.exp(m - m_new)
+        if inverted:
+            alpha = torch.where(torch.isfinite(m), torch.exp(m_new - m), torch.zeros_like(m))
+        l_new = (alpha * l if rescale_l else l) + p.sum(dim=1)
+        tile = torch.softmax(scores, dim=1) if normalise else p
+        acc_new = (alpha[:, None] * acc if rescale_acc else acc) + tile @ v_block
+        return (m if return_old_m else m_new), l_new, acc_new
+
+    return update
+
+
+BLOCK_UPDATE = Exercise(
+    name="block_update",
+    lesson=LESSON,
+    params=("m", "l", "acc", "q_block", "k_block", "v_block", "valid"),
+    returns=(("block_q",), ("block_q",), ("block_q", "value_dim")),
+    output_names=("m", "l", "acc"),
+    reference=block_update,
+    make_cases=_block_update_cases,
+    variants=(
+        Variant(
+            "the running output acc was not rescaled when the maximum grew: like l, it was summed against the old "
+            "maximum. Multiply it by the same factor: `alpha[:, None] * acc + p @ v_block`, with "
+            "`alpha = torch.exp(m - m_new)`.",
+            _update_with(rescale_acc=False),
+        ),
+        Variant(
+            "the running sum l was not rescaled when the maximum grew (the output acc was): "
+            "`l_new = alpha * l + p.sum(dim=1)`, with `alpha = torch.exp(m - m_new)`.",
+            _update_with(rescale_l=False),
+        ),
+        Variant(
+            "neither the running sum l nor the running output acc was rescaled when the maximum grew: both were "
+            "summed against the old maximum. Multiply both by `alpha = torch.exp(m - m_new)` before adding the tile.",
+            _update_with(rescale_l=False, rescale_acc=False),
+        ),
+        Variant(
+            "the rescale is the wrong way round, exp(m_new - m), which is at least 1: the old terms must shrink "
+            "when the maximum grows. Use `alpha = torch.exp(m - m_new)` (old minus new).",
+            _update_with(inverted=True),
+        ),
+        Variant(
+            "the scores were not divided by sqrt(head_dim): `q_block @ k_block.T / math.sqrt(q_block.shape[1])`.",
+            _update_with(scale=False),
+        ),
+        Variant(
+            "keys marked invalid (past the end of the sequence) got weight. Set their scores to -inf (0 is not "
+            "enough: exp(0 - m) is not 0) before the exponential: `scores.masked_fill(~valid[None, :], "
+            "float('-inf'))`.",
+            _update_with(use_valid=False),
+        ),
+        Variant(
+            "the tile's weights were normalised within the tile (a softmax over its keys) before multiplying the "
+            "values. The tile adds unnormalised exp(s - m_new) to acc; the one division by l happens at the very "
+            "end, after the last tile.",
+            _update_with(normalise=True),
+        ),
+        Variant(
+            "the tile's weights were computed against the old maximum, one step late: "
+            "`torch.exp(scores - m[:, None])`. Use the new one, `m_new`, for the tile as for the rescale.",
+            _update_with(p_against_old=True),
+        ),
+        Variant(
+            "the m you returned is the maximum from before this tile, one step early: return `m_new`, the larger "
+            "of the old maximum and this tile's.",
+            _update_with(return_old_m=True),
+        ),
+    ),
+    hint="scores = `q_block @ k_block.T / math.sqrt(q_block.shape[1])`, with the invalid keys set to -inf; "
+    "`m_new = torch.maximum(m, scores.max(dim=1).values)`; `p = torch.exp(scores - m_new[:, None])`; "
+    "`alpha = torch.exp(m - m_new)` (0 on the first tile, where m is -inf); return `m_new`, "
+    "`alpha * l + p.sum(dim=1)` and `alpha[:, None] * acc + p @ v_block`.",
 )
