@@ -10,6 +10,9 @@ One concept per module:
     analysis   attention maps, alignment accuracy, crossing rate, gradient paths
     plots      attention heat maps, accuracy-by-length curves
     widgets    interactive controls for JupyterLab
+    flash      online softmax and tiled (Flash) attention in PyTorch, forward and backward (lesson 08)
+    triton_attention   the FlashAttention-2 forward as a Triton kernel (GPU, or CPU interpreter)
+    bench      python -m attnedu.bench: time and memory of naive, tiled, SDPA and Triton attention
     checks     the graded exercises' checks (one module per lesson)
     build_exercises, grade   exercises/ from solutions/; batch grading of submissions
 """

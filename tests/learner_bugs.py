@@ -477,6 +477,213 @@ def cov_normalised(weights, src_lengths, tgt_lengths):
     return total / total.sum(dim=-1, keepdim=True)
 
 
+# --------------------------------------------------------------------------------------------
+# Lesson 08
+# --------------------------------------------------------------------------------------------
+
+
+def os_rows_loop_no_rescale(scores, block_size):
+    out = torch.empty_like(scores)
+    for r, row in enumerate(scores):
+        biggest, total = -math.inf, 0.0
+        for start in range(0, len(row), block_size):
+            chunk = row[start : start + block_size]
+            biggest = max(biggest, chunk.max().item())
+            total += torch.exp(chunk - biggest).sum().item()
+        out[r] = torch.exp(row - biggest) / total
+    return out
+
+
+def os_blocks_softmaxed(scores, block_size):
+    pieces = []
+    for start in range(0, scores.shape[1], block_size):
+        chunk = scores[:, start : start + block_size]
+        e = torch.exp(chunk - chunk.max(dim=1, keepdim=True).values)
+        pieces.append(e / e.sum(dim=1, keepdim=True))
+    return torch.cat(pieces, dim=1)
+
+
+def os_no_max(scores, block_size):
+    total = sum(torch.exp(scores[:, s : s + block_size]).sum(dim=1) for s in range(0, scores.shape[1], block_size))
+    return torch.exp(scores) / total[:, None]
+
+
+def os_no_final_division(scores, block_size):
+    m = torch.full((scores.shape[0], 1), -math.inf)
+    for start in range(0, scores.shape[1], block_size):
+        m = torch.maximum(m, scores[:, start : start + block_size].amax(dim=1, keepdim=True))
+    return torch.exp(scores - m)
+
+
+def os_double(scores, block_size):
+    s = scores.double()
+    m, l = torch.full((s.shape[0], 1), -math.inf, dtype=torch.float64), torch.zeros(s.shape[0], 1, dtype=torch.float64)
+    for start in range(0, s.shape[1], block_size):
+        chunk = s[:, start : start + block_size]
+        new = torch.maximum(m, chunk.amax(dim=1, keepdim=True))
+        l = l * torch.exp(m - new) + torch.exp(chunk - new).sum(dim=1, keepdim=True)
+        m = new
+    return torch.exp(s - m) / l
+
+
+def os_while_whole_blocks(scores, block_size):
+    m, l, start = torch.full((scores.shape[0], 1), -math.inf), torch.zeros(scores.shape[0], 1), 0
+    while start + block_size <= scores.shape[1]:
+        chunk = scores[:, start : start + block_size]
+        new = torch.maximum(m, chunk.amax(dim=1, keepdim=True))
+        l = l * torch.exp(m - new) + torch.exp(chunk - new).sum(dim=1, keepdim=True)
+        m, start = new, start + block_size
+    return torch.exp(scores - m) / l
+
+
+def os_rescales_new_terms(scores, block_size):
+    m, l = torch.full((scores.shape[0], 1), -math.inf), torch.zeros(scores.shape[0], 1)
+    for start in range(0, scores.shape[1], block_size):
+        chunk = scores[:, start : start + block_size]
+        new = torch.maximum(m, chunk.amax(dim=1, keepdim=True))
+        l = l + torch.exp(m - new) * torch.exp(chunk - new).sum(dim=1, keepdim=True)
+        m = new
+    return torch.exp(scores - m) / l
+
+
+def os_one_maximum_for_all_rows(scores, block_size):
+    m, l = torch.tensor(-math.inf), torch.zeros(scores.shape[0], 1)
+    for start in range(0, scores.shape[1], block_size):
+        chunk = scores[:, start : start + block_size]
+        new = torch.maximum(m, chunk.max())
+        l = l * torch.exp(m - new) + torch.exp(chunk - new).sum(dim=1, keepdim=True)
+        m = new
+    return torch.exp(scores - m) / l
+
+
+def bu_loop_acc_kept(m, l, acc, q_block, k_block, v_block, valid):
+    m_out, l_out, acc_out = m.clone(), l.clone(), acc.clone()
+    for i in range(q_block.shape[0]):
+        row = torch.where(valid, k_block @ q_block[i] / math.sqrt(q_block.shape[1]), torch.tensor(-math.inf))
+        top = max(m[i].item(), row.max().item())
+        w = torch.exp(row - top)
+        l_out[i] = l[i] * math.exp(m[i].item() - top) + w.sum()
+        acc_out[i] = acc[i] + w @ v_block  # the old output keeps the old maximum
+        m_out[i] = top
+    return m_out, l_out, acc_out
+
+
+def bu_einsum_unscaled(m, l, acc, q_block, k_block, v_block, valid):
+    s = torch.einsum("qd,kd->qk", q_block, k_block).masked_fill(~valid, -math.inf)
+    new = torch.maximum(m, s.amax(dim=1))
+    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
+    return new, shrink * l + w.sum(dim=1), shrink[:, None] * acc + torch.einsum("qk,kv->qv", w, v_block)
+
+
+def bu_mask_with_zero(m, l, acc, q_block, k_block, v_block, valid):
+    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])) * valid  # invalid keys: 0, not -inf
+    new = torch.maximum(m, s.amax(dim=1))
+    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
+    return new, shrink * l + w.sum(dim=1), shrink[:, None] * acc + w @ v_block
+
+
+def bu_sqrt_of_value_dim(m, l, acc, q_block, k_block, v_block, valid):
+    s = (q_block @ k_block.T / math.sqrt(v_block.shape[1])).masked_fill(~valid, -math.inf)
+    new = torch.maximum(m, s.amax(dim=1))
+    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
+    return new, shrink * l + w.sum(dim=1), shrink[:, None] * acc + w @ v_block
+
+
+def bu_shrinks_the_new_part(m, l, acc, q_block, k_block, v_block, valid):
+    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(~valid, -math.inf)
+    new = torch.maximum(m, s.amax(dim=1))
+    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
+    return new, l + shrink * w.sum(dim=1), acc + shrink[:, None] * (w @ v_block)
+
+
+def bu_returns_two(m, l, acc, q_block, k_block, v_block, valid):
+    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(~valid, -math.inf)
+    new = torch.maximum(m, s.amax(dim=1))
+    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
+    return new, shrink[:, None] * acc + w @ v_block
+
+
+def bu_in_place(m, l, acc, q_block, k_block, v_block, valid):
+    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(~valid, -math.inf)
+    new = torch.maximum(m, s.amax(dim=1))
+    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
+    acc.mul_(shrink[:, None]).add_(w @ v_block)
+    return new, shrink * l + w.sum(dim=1), acc
+
+
+def bu_double(m, l, acc, q_block, k_block, v_block, valid):
+    s = (q_block.double() @ k_block.double().T / math.sqrt(q_block.shape[1])).masked_fill(~valid, -math.inf)
+    new = torch.maximum(m.double(), s.amax(dim=1))
+    w, shrink = torch.exp(s - new[:, None]), torch.exp(m.double() - new)
+    return new, shrink * l.double() + w.sum(dim=1), shrink[:, None] * acc.double() + w @ v_block.double()
+
+
+def ct_block_numbers_loop(n, block_q, block_k):
+    rows, columns = -(-n // block_q), -(-n // block_k)
+    compute = torch.tensor([[j <= i for j in range(columns)] for i in range(rows)])
+    return compute, torch.tensor([[j == i for j in range(columns)] for i in range(rows)])
+
+
+def ct_end_not_last(n, block_q, block_k):
+    rows, columns = -(-n // block_q), -(-n // block_k)
+    compute = torch.zeros(rows, columns, dtype=torch.bool)
+    masked = torch.zeros(rows, columns, dtype=torch.bool)
+    for i in range(rows):
+        for j in range(columns):
+            compute[i, j] = j * block_k <= min((i + 1) * block_q, n)  # the end, one past the last query
+            masked[i, j] = bool(compute[i, j]) and min((j + 1) * block_k, n) - 1 > i * block_q
+    return compute, masked
+
+
+def ct_strictly_before(n, block_q, block_k):
+    starts_q, starts_k = torch.arange(0, n, block_q), torch.arange(0, n, block_k)
+    last_q = (starts_q + block_q).clamp(max=n) - 1
+    last_k = (starts_k + block_k).clamp(max=n) - 1
+    compute = starts_k.unsqueeze(0) < last_q.unsqueeze(1)
+    return compute, compute & (last_k.unsqueeze(0) > starts_q.unsqueeze(1))
+
+
+def ct_mask_by_block_number(n, block_q, block_k):
+    starts_q, starts_k = torch.arange(0, n, block_q), torch.arange(0, n, block_k)
+    compute = starts_k.unsqueeze(0) <= ((starts_q + block_q).clamp(max=n) - 1).unsqueeze(1)
+    i, j = torch.meshgrid(torch.arange(len(starts_q)), torch.arange(len(starts_k)), indexing="ij")
+    return compute, i == j
+
+
+def ct_as_int(n, block_q, block_k):
+    starts_q, starts_k = torch.arange(0, n, block_q), torch.arange(0, n, block_k)
+    last_q = (starts_q + block_q).clamp(max=n) - 1
+    last_k = (starts_k + block_k).clamp(max=n) - 1
+    compute = (starts_k[None, :] <= last_q[:, None]).long()
+    return compute, compute * (last_k[None, :] > starts_q[:, None]).long()
+
+
+def ct_key_blocks_first(n, block_q, block_k):
+    starts_q, starts_k = torch.arange(0, n, block_q), torch.arange(0, n, block_k)
+    last_q = (starts_q + block_q).clamp(max=n) - 1
+    last_k = (starts_k + block_k).clamp(max=n) - 1
+    compute = starts_k[:, None] <= last_q[None, :]
+    return compute, compute & (last_k[:, None] > starts_q[None, :])
+
+
+def ct_mask_without_compute(n, block_q, block_k):
+    starts_q, starts_k = torch.arange(0, n, block_q), torch.arange(0, n, block_k)
+    last_q = (starts_q + block_q).clamp(max=n) - 1
+    last_k = (starts_k + block_k).clamp(max=n) - 1
+    return starts_k[None, :] <= last_q[:, None], last_k[None, :] > starts_q[:, None]
+
+
+def ct_loop_without_min(n, block_q, block_k):
+    rows, columns = math.ceil(n / block_q), math.ceil(n / block_k)
+    compute = torch.zeros(rows, columns, dtype=torch.bool)
+    masked = torch.zeros(rows, columns, dtype=torch.bool)
+    for i in range(rows):
+        for j in range(columns):
+            compute[i, j] = j * block_k <= (i + 1) * block_q - 1
+            masked[i, j] = bool(compute[i, j]) and (j + 1) * block_k - 1 > i * block_q
+    return compute, masked
+
+
 BUGS = [
     ("padding_mask", pm_loop_one_short, "one True too few"),
     ("padding_mask", pm_positions_from_one, "one True too few"),
@@ -559,6 +766,30 @@ BUGS = [
     ("coverage", cov_lengths_mixed_up, "swapped"),
     ("coverage", cov_source_axis, "source axis"),
     ("coverage", cov_normalised, GENERIC),
+    ("online_softmax", os_rows_loop_no_rescale, "running sum was not rescaled"),
+    ("online_softmax", os_blocks_softmaxed, "each block was normalised on its own"),
+    ("online_softmax", os_no_max, "large inputs"),
+    ("online_softmax", os_no_final_division, GENERIC),
+    ("online_softmax", os_double, "dtype torch.float64"),
+    ("online_softmax", os_while_whole_blocks, "partial block was never read"),
+    ("online_softmax", os_rescales_new_terms, GENERIC),
+    ("online_softmax", os_one_maximum_for_all_rows, GENERIC),
+    ("block_update", bu_loop_acc_kept, "running output acc was not rescaled"),
+    ("block_update", bu_einsum_unscaled, "not divided by sqrt(head_dim)"),
+    ("block_update", bu_mask_with_zero, "keys marked invalid"),
+    ("block_update", bu_sqrt_of_value_dim, GENERIC),
+    ("block_update", bu_shrinks_the_new_part, GENERIC),
+    ("block_update", bu_returns_two, "should return 3 values"),
+    ("block_update", bu_in_place, "modified its input `acc` in place"),
+    ("block_update", bu_double, "dtype torch.float64"),
+    ("causal_tiles", ct_block_numbers_loop, "comparing block numbers"),
+    ("causal_tiles", ct_end_not_last, "one tile too many"),
+    ("causal_tiles", ct_strictly_before, "one tile too few"),
+    ("causal_tiles", ct_mask_by_block_number, GENERIC),
+    ("causal_tiles", ct_as_int, "dtype torch.int64"),
+    ("causal_tiles", ct_key_blocks_first, GENERIC),
+    ("causal_tiles", ct_mask_without_compute, GENERIC),
+    ("causal_tiles", ct_loop_without_min, "not clamped to n"),
 ]
 
 

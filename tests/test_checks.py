@@ -16,6 +16,7 @@ prints a flood or never returns gives a clean failed result, never an exception.
 from __future__ import annotations
 
 import copy
+import math
 import sys
 import threading
 import time
@@ -30,6 +31,7 @@ from attnedu import checks
 from attnedu.attention import additive_score, context_vector, masked_softmax
 from attnedu.checks import FAILED, NOT_ATTEMPTED, PASSED, CheckResult
 from attnedu.checks.engine import LARGE, ONE, PADDED, REQUIRED_TAGS, UNPADDED, _same
+from attnedu.flash import online_softmax
 from attnedu.masks import padding_mask
 
 # --------------------------------------------------------------------------------------------
@@ -105,6 +107,60 @@ def learner_coverage_loop(weights, src_lengths, tgt_lengths):
     return out
 
 
+def learner_online_softmax(scores, block_size):
+    m = torch.full((scores.shape[0],), float("-inf"))
+    l = torch.zeros(scores.shape[0])
+    for start in range(0, scores.shape[1], block_size):
+        block = scores[:, start : start + block_size]
+        m_new = torch.maximum(m, block.max(dim=1).values)
+        l = l * torch.exp(m - m_new) + torch.exp(block - m_new[:, None]).sum(dim=1)
+        m = m_new
+    return torch.exp(scores - m[:, None]) / l[:, None]
+
+
+def learner_online_softmax_per_row(scores, block_size):
+    out = torch.empty_like(scores)
+    for r in range(scores.shape[0]):
+        m, l = float("-inf"), 0.0
+        for start in range(0, scores.shape[1], block_size):
+            block = scores[r, start : start + block_size]
+            m_new = max(m, block.max().item())
+            l = l * math.exp(m - m_new) + torch.exp(block - m_new).sum().item()
+            m = m_new
+        out[r] = torch.exp(scores[r] - m) / l
+    return out
+
+
+def learner_block_update(m, l, acc, q_block, k_block, v_block, valid):
+    s = q_block @ k_block.T / q_block.shape[1] ** 0.5
+    s[:, ~valid] = float("-inf")
+    m_new = torch.max(m, s.max(dim=1).values)
+    p = torch.exp(s - m_new[:, None])
+    alpha = torch.exp(m - m_new)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+def learner_causal_tiles(n, block_q, block_k):
+    q_first, k_first = torch.arange(0, n, block_q), torch.arange(0, n, block_k)
+    q_last = torch.clamp(q_first + block_q, max=n) - 1
+    k_last = torch.clamp(k_first + block_k, max=n) - 1
+    compute = k_first[None, :] <= q_last[:, None]
+    return compute, compute & (k_last[None, :] > q_first[:, None])
+
+
+def learner_causal_tiles_loop(n, block_q, block_k):
+    rows, columns = math.ceil(n / block_q), math.ceil(n / block_k)
+    compute = torch.zeros(rows, columns, dtype=torch.bool)
+    masked = torch.zeros(rows, columns, dtype=torch.bool)
+    for i in range(rows):
+        for j in range(columns):
+            first_query, last_query = i * block_q, min((i + 1) * block_q, n) - 1
+            first_key, last_key = j * block_k, min((j + 1) * block_k, n) - 1
+            compute[i, j] = first_key <= last_query  # some key is not after some query
+            masked[i, j] = compute[i, j] and last_key > first_query  # and some key is after some query
+    return compute, masked
+
+
 CORRECT = {
     "padding_mask": [learner_padding_mask, padding_mask],
     "last_real_state": [learner_last_real_state],
@@ -120,6 +176,9 @@ CORRECT = {
     ],
     "decoder_step": [learner_decoder_step],
     "coverage": [learner_coverage, learner_coverage_loop],
+    "online_softmax": [learner_online_softmax, learner_online_softmax_per_row, online_softmax],
+    "block_update": [learner_block_update, checks.EXERCISES["block_update"].reference],
+    "causal_tiles": [learner_causal_tiles, learner_causal_tiles_loop],
 }
 CORRECT.update(lessons03_05.CORRECT)  # lessons 03-05: tests/checks_lessons03_05.py
 # lessons 06-07 (their galleries are in tests/mutants_06_07.py)
@@ -621,6 +680,199 @@ def coverage_zeroes_in_place(weights, src_lengths, tgt_lengths):
     return learner_coverage(weights, src_lengths, tgt_lengths)
 
 
+# online_softmax
+def online_no_rescale(scores, block_size):
+    m, l = torch.full((scores.shape[0],), float("-inf")), torch.zeros(scores.shape[0])
+    for start in range(0, scores.shape[1], block_size):
+        block = scores[:, start : start + block_size]
+        m = torch.maximum(m, block.max(dim=1).values)
+        l = l + torch.exp(block - m[:, None]).sum(dim=1)  # the old terms keep the old maximum
+    return torch.exp(scores - m[:, None]) / l[:, None]
+
+
+def online_rescale_inverted(scores, block_size):
+    m, l = torch.full((scores.shape[0],), float("-inf")), torch.zeros(scores.shape[0])
+    for start in range(0, scores.shape[1], block_size):
+        block = scores[:, start : start + block_size]
+        m_new = torch.maximum(m, block.max(dim=1).values)
+        l = l * torch.exp(m_new - m).nan_to_num(0.0) + torch.exp(block - m_new[:, None]).sum(dim=1)
+        m = m_new
+    return torch.exp(scores - m[:, None]) / l[:, None]
+
+
+def online_per_block(scores, block_size):
+    blocks = [scores[:, s : s + block_size] for s in range(0, scores.shape[1], block_size)]
+    return torch.cat([torch.exp(b - b.max(dim=1, keepdim=True).values) / torch.exp(
+        b - b.max(dim=1, keepdim=True).values).sum(dim=1, keepdim=True) for b in blocks], dim=1)  # fmt: skip
+
+
+def _online_blocks(scores, block_size, width, stop):
+    m, l = torch.full((scores.shape[0],), float("-inf")), torch.zeros(scores.shape[0])
+    for start in range(0, stop, block_size):
+        block = scores[:, start : start + width]
+        if block.shape[1] == 0:
+            continue
+        m_new = torch.maximum(m, block.max(dim=1).values)
+        l = l * torch.exp(m - m_new) + torch.exp(block - m_new[:, None]).sum(dim=1)
+        m = m_new
+    return torch.exp(scores - m[:, None]) / l[:, None]
+
+
+def online_block_one_short(scores, block_size):
+    return _online_blocks(scores, block_size, block_size - 1, scores.shape[1])
+
+
+def online_block_one_long(scores, block_size):
+    return _online_blocks(scores, block_size, block_size + 1, scores.shape[1])
+
+
+def online_skips_partial_block(scores, block_size):
+    return _online_blocks(scores, block_size, block_size, scores.shape[1] - block_size + 1)
+
+
+def online_naive_exp(scores, block_size):
+    l = torch.zeros(scores.shape[0])
+    for start in range(0, scores.shape[1], block_size):
+        l = l + torch.exp(scores[:, start : start + block_size]).sum(dim=1)  # no maximum: overflows
+    return torch.exp(scores) / l[:, None]
+
+
+def online_in_place(scores, block_size):
+    scores -= scores.max(dim=1, keepdim=True).values  # "to be safe"
+    return learner_online_softmax(scores, block_size)
+
+
+def os_shortcut_without_padding(scores, block_size):
+    if scores.shape[1] % block_size == 0:  # whole blocks: softmax each block (but the row is one distribution)
+        return torch.softmax(scores.view(scores.shape[0], -1, block_size), dim=-1).flatten(1)
+    return learner_online_softmax(scores, block_size)
+
+
+# block_update
+def _scores(q_block, k_block, valid):
+    return (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(~valid, float("-inf"))
+
+
+def update_acc_not_rescaled(m, l, acc, q_block, k_block, v_block, valid):
+    s = _scores(q_block, k_block, valid)
+    m_new = torch.maximum(m, s.amax(dim=1))
+    p = torch.exp(s - m_new[:, None])
+    return m_new, torch.exp(m - m_new) * l + p.sum(dim=1), acc + p @ v_block
+
+
+def update_nothing_rescaled(m, l, acc, q_block, k_block, v_block, valid):
+    s = _scores(q_block, k_block, valid)
+    m_new = torch.maximum(m, s.amax(dim=1))
+    p = torch.exp(s - m_new[:, None])
+    return m_new, l + p.sum(dim=1), acc + p @ v_block
+
+
+def update_without_sqrt(m, l, acc, q_block, k_block, v_block, valid):
+    s = (q_block @ k_block.T).masked_fill(~valid, float("-inf"))
+    m_new = torch.maximum(m, s.amax(dim=1))
+    p, alpha = torch.exp(s - m_new[:, None]), torch.exp(m - m_new)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+def update_ignores_valid(m, l, acc, q_block, k_block, v_block, valid):
+    s = q_block @ k_block.T / math.sqrt(q_block.shape[1])
+    m_new = torch.maximum(m, s.amax(dim=1))
+    p, alpha = torch.exp(s - m_new[:, None]), torch.exp(m - m_new)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+def update_p_one_step_late(m, l, acc, q_block, k_block, v_block, valid):
+    s = _scores(q_block, k_block, valid)
+    m_new = torch.maximum(m, s.amax(dim=1))
+    p, alpha = torch.exp(s - m[:, None]), torch.exp(m - m_new)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+def update_m_one_step_early(m, l, acc, q_block, k_block, v_block, valid):
+    s = _scores(q_block, k_block, valid)
+    m_new = torch.maximum(m, s.amax(dim=1))
+    p, alpha = torch.exp(s - m_new[:, None]), torch.exp(m - m_new)
+    return m, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+def update_softmax_tile(m, l, acc, q_block, k_block, v_block, valid):
+    s = _scores(q_block, k_block, valid)
+    m_new = torch.maximum(m, s.amax(dim=1))
+    p, alpha = torch.exp(s - m_new[:, None]), torch.exp(m - m_new)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + torch.softmax(s, dim=1) @ v_block
+
+
+def update_exp_then_divide(m, l, acc, q_block, k_block, v_block, valid):
+    s = _scores(q_block, k_block, valid)
+    m_new = torch.maximum(m, s.amax(dim=1))
+    p = torch.exp(s) / torch.exp(m_new)[:, None]  # exp of scores in the hundreds overflows
+    alpha = torch.exp(m - m_new)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+def update_shortcut_without_padding(m, l, acc, q_block, k_block, v_block, valid):
+    if bool(valid.all()):  # no padding: a plain softmax of the tile (but the running state is not a softmax)
+        return update_softmax_tile(m, l, acc, q_block, k_block, v_block, valid)
+    return learner_block_update(m, l, acc, q_block, k_block, v_block, valid)
+
+
+# causal_tiles
+def tiles_by_block_number(n, block_q, block_k):
+    i = torch.arange(math.ceil(n / block_q))[:, None]
+    j = torch.arange(math.ceil(n / block_k))[None, :]
+    return j <= i, j == i
+
+
+def tiles_one_too_many(n, block_q, block_k):
+    q_first, k_first = torch.arange(0, n, block_q), torch.arange(0, n, block_k)
+    q_end = torch.clamp(q_first + block_q, max=n)  # one past the last query, compared as if it were the last
+    k_last = torch.clamp(k_first + block_k, max=n) - 1
+    compute = k_first[None, :] <= q_end[:, None]
+    return compute, compute & (k_last[None, :] > q_first[:, None])
+
+
+def tiles_one_too_few(n, block_q, block_k):
+    q_first, k_first = torch.arange(0, n, block_q), torch.arange(0, n, block_k)
+    q_last = torch.clamp(q_first + block_q, max=n) - 1
+    k_last = torch.clamp(k_first + block_k, max=n) - 1
+    compute = k_first[None, :] < q_last[:, None]
+    return compute, compute & (k_last[None, :] > q_first[:, None])
+
+
+def tiles_mask_everything(n, block_q, block_k):
+    compute, _ = learner_causal_tiles(n, block_q, block_k)
+    return compute, compute.clone()
+
+
+def tiles_mask_touching(n, block_q, block_k):
+    q_first, k_first = torch.arange(0, n, block_q), torch.arange(0, n, block_k)
+    q_last = torch.clamp(q_first + block_q, max=n) - 1
+    k_last = torch.clamp(k_first + block_k, max=n) - 1
+    compute = k_first[None, :] <= q_last[:, None]
+    return compute, compute & (k_last[None, :] >= q_first[:, None])
+
+
+def tiles_unclamped(n, block_q, block_k):
+    q_first, k_first = torch.arange(0, n, block_q), torch.arange(0, n, block_k)
+    compute = k_first[None, :] <= (q_first + block_q - 1)[:, None]
+    return compute, compute & ((k_first + block_k - 1)[None, :] > q_first[:, None])
+
+
+def tiles_int16_positions(n, block_q, block_k):
+    q_first = torch.arange(0, n, block_q).to(torch.int16)
+    k_first = torch.arange(0, n, block_k).to(torch.int16)
+    q_last = torch.clamp(q_first + block_q, max=n) - 1
+    k_last = torch.clamp(k_first + block_k, max=n) - 1
+    compute = k_first[None, :] <= q_last[:, None]
+    return compute, compute & (k_last[None, :] > q_first[:, None])
+
+
+def tiles_shortcut_without_padding(n, block_q, block_k):
+    if n % block_q == 0 and n % block_k == 0:  # whole blocks: compare block numbers (right only if sizes match)
+        return tiles_by_block_number(n, block_q, block_k)
+    return learner_causal_tiles(n, block_q, block_k)
+
+
 MUTANTS = [
     ("padding_mask", mask_inverted, "inverted"),
     ("padding_mask", mask_off_by_one, "one True too many"),
@@ -701,6 +953,28 @@ MUTANTS = [
     ("coverage", coverage_keeps_source_padding, "padded source positions are not 0"),
     ("coverage", coverage_lengths_swapped, "swapped"),
     ("coverage", coverage_zeroes_in_place, "modified its input `weights` in place"),
+    ("online_softmax", online_no_rescale, "running sum was not rescaled"),
+    ("online_softmax", online_rescale_inverted, "rescaled the wrong way round"),
+    ("online_softmax", online_per_block, "each block was normalised on its own"),
+    ("online_softmax", online_block_one_short, "stops one score short"),
+    ("online_softmax", online_block_one_long, "reaches one score too far"),
+    ("online_softmax", online_skips_partial_block, "partial block was never read"),
+    ("online_softmax", online_naive_exp, "subtract each row's maximum"),
+    ("online_softmax", online_in_place, "modified its input `scores` in place"),
+    ("block_update", update_acc_not_rescaled, "running output acc was not rescaled"),
+    ("block_update", update_nothing_rescaled, "neither the running sum l nor the running output acc"),
+    ("block_update", update_without_sqrt, "not divided by sqrt(head_dim)"),
+    ("block_update", update_ignores_valid, "keys marked invalid"),
+    ("block_update", update_p_one_step_late, "one step late"),
+    ("block_update", update_m_one_step_early, "one step early"),
+    ("block_update", update_softmax_tile, "normalised within the tile"),
+    ("block_update", update_exp_then_divide, "subtract each row's maximum"),
+    ("causal_tiles", tiles_by_block_number, "comparing block numbers"),
+    ("causal_tiles", tiles_one_too_many, "one tile too many"),
+    ("causal_tiles", tiles_one_too_few, "one tile too few"),
+    ("causal_tiles", tiles_mask_everything, "every computed tile is marked"),
+    ("causal_tiles", tiles_mask_touching, "last key is exactly its first query"),
+    ("causal_tiles", tiles_unclamped, "not clamped to n"),
 ]
 MUTANTS += lessons03_05.MUTANTS  # lessons 03-05
 # lessons 06-07
@@ -718,6 +992,9 @@ OFF_BY_ONE = {
     "context_vector": (context_wrong_axis, context_batch_axis),
     "decoder_step": (step_luong, step_readout_old_state),
     "coverage": (coverage_one_row_too_many, coverage_one_row_short),
+    "online_softmax": (online_block_one_long, online_block_one_short),
+    "block_update": (update_p_one_step_late, update_m_one_step_early),
+    "causal_tiles": (tiles_one_too_many, tiles_one_too_few),
 }
 OFF_BY_ONE.update(lessons03_05.OFF_BY_ONE)  # lessons 03-05
 # lessons 06-07
@@ -927,6 +1204,15 @@ KIND_MUTANTS = [
     ("coverage", cov_shortcut_without_padding, UNPADDED, "no padding"),
     ("coverage", coverage_all_rows, PADDED, "padded target rows were counted"),
     ("coverage", cov_int8_lengths, LARGE, "large inputs"),
+    ("online_softmax", os_shortcut_without_padding, UNPADDED, "no padding"),
+    ("online_softmax", online_skips_partial_block, PADDED, "partial block was never read"),
+    ("online_softmax", online_naive_exp, LARGE, "large inputs"),
+    ("block_update", update_shortcut_without_padding, UNPADDED, "no padding"),
+    ("block_update", update_ignores_valid, PADDED, "keys marked invalid"),
+    ("block_update", update_exp_then_divide, LARGE, "large inputs"),
+    ("causal_tiles", tiles_shortcut_without_padding, UNPADDED, "differ"),
+    ("causal_tiles", tiles_unclamped, PADDED, "not clamped to n"),
+    ("causal_tiles", tiles_int16_positions, LARGE, "int16_t without overflow"),
 ]
 KIND_MUTANTS += lessons03_05.KIND_MUTANTS  # lessons 03-05
 # lessons 06-07

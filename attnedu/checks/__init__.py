@@ -60,12 +60,14 @@ from .lesson04 import CROSS_ATTENTION, SCALED_DOT_PRODUCT_ATTENTION
 from .lesson05 import GROUPED_QUERY_ATTENTION, MERGE_HEADS, MULTI_HEAD_ATTENTION, SPLIT_HEADS
 from .lesson06 import CAUSAL_PADDING_MASK, PREFIX_LM_MASK, TO_ADDITIVE
 from .lesson07 import ADD_SINUSOIDAL, APPLY_ROPE, ROPE_SCORES
+from .lesson08 import BLOCK_UPDATE, CAUSAL_TILES, ONLINE_SOFTMAX
 
 __all__ = [
     "CheckResult", "Exercise", "Hint", "run_check", "check", "hint", "grade_namespace", "EXERCISES", "LESSONS",
     "PASSED", "FAILED", "NOT_ATTEMPTED", "ICONS", "MAX_PRINTED", "TIME_LIMIT",
     "check_padding_mask", "check_last_real_state", "check_reverse_padded", "check_bidirectional_summary",
     "check_additive_score", "check_masked_softmax", "check_context_vector", "check_decoder_step", "check_coverage",
+    "check_online_softmax", "check_block_update", "check_causal_tiles",
 ]  # fmt: skip
 __all__ += [
     "check_general_score", "check_attentional_hidden", "check_attend_all_steps", "check_general_decoder_step",
@@ -83,6 +85,7 @@ _ALL = (
     *(SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_ATTENTION, GROUPED_QUERY_ATTENTION),
     *(CAUSAL_PADDING_MASK, TO_ADDITIVE, PREFIX_LM_MASK),
     *(ADD_SINUSOIDAL, APPLY_ROPE, ROPE_SCORES),
+    *(ONLINE_SOFTMAX, BLOCK_UPDATE, CAUSAL_TILES),
 )
 EXERCISES: dict[str, Exercise] = {e.name: e for e in _ALL}
 LESSONS: dict[str, list[str]] = {}
@@ -231,6 +234,19 @@ def check_apply_rope(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
 def check_rope_scores(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
     """rope_scores(q, k, q_positions, k_positions) -> (batch, heads, query_len, key_len) scaled scores."""
     return check("rope_scores", fn, time_limit)
+def check_online_softmax(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """online_softmax(scores (rows, n), block_size) -> (rows, n), softmax along each row, read block by block."""
+    return check("online_softmax", fn, time_limit)
+
+
+def check_block_update(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """block_update(m, l, acc, q_block, k_block, v_block, valid) -> (m_new, l_new, acc_new): one tile of the forward."""
+    return check("block_update", fn, time_limit)
+
+
+def check_causal_tiles(fn, time_limit: float = TIME_LIMIT) -> CheckResult:
+    """causal_tiles(n, block_q, block_k) -> (compute, masked), each (query_blocks, key_blocks) bool."""
+    return check("causal_tiles", fn, time_limit)
 
 
 def hint(name: str) -> Hint:

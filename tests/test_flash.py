@@ -1,0 +1,150 @@
+"""attnedu.flash: naive, online softmax and tiled attention against PyTorch's SDPA."""
+
+import itertools
+
+import pytest
+import torch
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+from attnedu.flash import (
+    attention_flops,
+    naive_attention,
+    online_softmax,
+    scores_bytes,
+    tiled_attention,
+    tiled_attention_forward,
+)
+
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 1e-2, torch.float64: 1e-10}
+
+
+def qkv(batch, heads, n_q, n_k, head_dim, value_dim=None, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads, n_q, head_dim, generator=g)
+    k = torch.randn(batch, heads, n_k, head_dim, generator=g)
+    v = torch.randn(batch, heads, n_k, value_dim or head_dim, generator=g)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def reference(q, k, v, causal):
+    """SDPA in float64: the exact answer the low-precision versions are compared with."""
+    return sdpa(q.double(), k.double(), v.double(), is_causal=causal)
+
+
+@pytest.mark.parametrize("block", [1, 3, 4, 7, 100])
+def test_online_softmax_equals_softmax(block):
+    scores = 30 * torch.randn(3, 5, 11, generator=torch.Generator().manual_seed(block))  # large: exp would overflow
+    torch.testing.assert_close(online_softmax(scores, block), torch.softmax(scores, dim=-1))
+
+
+def test_online_softmax_keeps_minus_infinity_as_zero_weight():
+    scores = torch.tensor([[0.0, float("-inf"), 1.0, float("-inf")]])
+    torch.testing.assert_close(online_softmax(scores, 2), torch.softmax(scores, dim=-1))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_naive_equals_sdpa(causal):
+    q, k, v = qkv(2, 3, 9, 9, 8)
+    torch.testing.assert_close(naive_attention(q, k, v, is_causal=causal), sdpa(q, k, v, is_causal=causal))
+
+
+# Random shapes: lengths that are and are not multiples of the blocks, query_len != key_len, value_dim != head_dim.
+SHAPES = [
+    (1, 1, 1, 1, 4, 4, 4, 4),
+    (2, 3, 17, 17, 8, 8, 4, 4),
+    (1, 2, 33, 20, 16, 12, 8, 16),
+    (2, 1, 20, 33, 16, 16, 16, 8),
+    (1, 2, 64, 64, 32, 32, 16, 16),
+    (1, 1, 50, 50, 8, 8, 64, 64),  # one block bigger than the sequence
+]
+
+
+@pytest.mark.parametrize(("shape", "causal", "dtype"), list(itertools.product(SHAPES, [False, True], TOLERANCE)))
+def test_tiled_equals_sdpa(shape, causal, dtype):
+    batch, heads, n_q, n_k, head_dim, value_dim, block_q, block_k = shape
+    q, k, v = qkv(batch, heads, n_q, n_k, head_dim, value_dim, dtype=dtype, seed=n_q * n_k)
+    out = tiled_attention(q, k, v, is_causal=causal, block_q=block_q, block_k=block_k)
+    assert out.dtype == dtype and out.shape == (batch, heads, n_q, value_dim)
+    expected = reference(q, k, v, causal)
+    assert (out.double() - expected).abs().max().item() <= TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_tiled_equals_sdpa_over_random_shapes(seed):
+    g = torch.Generator().manual_seed(seed)
+    n_q, n_k, head_dim, block_q, block_k = (int(torch.randint(1, hi, (1,), generator=g)) for hi in (70, 70, 33, 40, 40))
+    causal = bool(seed % 2)
+    q, k, v = qkv(2, 2, n_q, n_k, head_dim, seed=seed)
+    out = tiled_attention(q, k, v, is_causal=causal, block_q=block_q, block_k=block_k)
+    torch.testing.assert_close(out, sdpa(q, k, v, is_causal=causal), atol=1e-5, rtol=1e-5)
+
+
+def test_tiled_works_at_default_blocks_and_returns_the_log_sum_exp():
+    q, k, v = qkv(1, 2, 300, 700, 16)
+    out, lse = tiled_attention_forward(q, k, v)
+    torch.testing.assert_close(out, sdpa(q, k, v), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, torch.logsumexp(q @ k.transpose(-1, -2) / 4, dim=-1), atol=1e-5, rtol=1e-5)
+
+
+def test_tiled_accepts_three_dimensional_inputs():
+    q, k, v = (t[0] for t in qkv(1, 3, 10, 12, 8))
+    torch.testing.assert_close(tiled_attention(q, k, v, block_q=4, block_k=5), sdpa(q, k, v))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_by_recomputation_matches_autograd(causal):
+    q, k, v = qkv(2, 2, 19, 19 if causal else 23, 8, 6, dtype=torch.float64)
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    grad_out = torch.randn(2, 2, 19, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    ours = torch.autograd.grad(tiled_attention(q, k, v, is_causal=causal, block_q=4, block_k=8), (q, k, v), grad_out)
+    theirs = torch.autograd.grad(sdpa(q, k, v, is_causal=causal), (q, k, v), grad_out)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b)
+
+
+def test_gradcheck():
+    q, k, v = (t.requires_grad_(True) for t in qkv(1, 1, 5, 6, 3, dtype=torch.float64))
+    assert torch.autograd.gradcheck(lambda a, b, c: tiled_attention(a, b, c, block_q=2, block_k=4), (q, k, v))
+
+
+def test_causal_rows_never_see_the_future():
+    q, k, v = qkv(1, 1, 12, 12, 4)
+    v2 = v.clone()
+    v2[..., 7:, :] += 100  # change only keys after position 6
+    before = tiled_attention(q, k, v, is_causal=True, block_q=3, block_k=5)
+    after = tiled_attention(q, k, v2, is_causal=True, block_q=3, block_k=5)
+    torch.testing.assert_close(before[..., :7, :], after[..., :7, :])
+
+
+def test_bad_inputs_raise_errors_that_say_the_fix():
+    q, k, v = qkv(1, 2, 4, 5, 8)
+    with pytest.raises(ValueError, match="same head_dim"):
+        tiled_attention(q, k[..., :4], v)
+    with pytest.raises(ValueError, match="same key_len"):
+        tiled_attention(q, k, v[..., :3, :])
+    with pytest.raises(ValueError, match="leading dimensions"):
+        tiled_attention(q, k[:, :1], v[:, :1])
+    with pytest.raises(TypeError, match="share one dtype"):
+        tiled_attention(q, k.double(), v)
+    with pytest.raises(TypeError, match="floating-point"):
+        tiled_attention(q.long(), k.long(), v.long())
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        tiled_attention(q.tolist(), k, v)
+    with pytest.raises(ValueError, match="block_q"):
+        tiled_attention(q, k, v, block_q=0)
+    with pytest.raises(ValueError, match="block_k"):
+        tiled_attention(q, k, v, block_k=2.5)
+    with pytest.raises(TypeError, match="is_causal"):
+        tiled_attention(q, k, v, is_causal="yes")
+    with pytest.raises(ValueError, match="block_size"):
+        online_softmax(torch.zeros(3), 0)
+
+
+def test_flops_and_bytes_conventions():
+    assert attention_flops(1, 1, 2, 3, 4) == 4 * 2 * 3 * 4
+    assert attention_flops(16, 8, 4096, 4096, 64) == 4 * 16 * 8 * 4096**2 * 64
+    assert attention_flops(2, 2, 8, 8, 8, causal=True) * 2 == attention_flops(2, 2, 8, 8, 8)
+    assert scores_bytes(1, 8, 4096, 4096, 4) == 512 * 2**20  # performance.md: 512 MiB at 4k for B=1, H=8, fp32
+    with pytest.raises(ValueError, match="head_dim"):
+        attention_flops(1, 1, 2, 2, 0)
