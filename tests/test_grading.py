@@ -136,7 +136,9 @@ attempt("system", lambda: overwrite("/usr/attacked", "x"))
 seen["uid"] = os.getuid()
 seen["nnp"] = open("/proc/self/status").read().split("NoNewPrivs:")[1].split()[0]
 seen["limits"] = [resource.getrlimit(getattr(resource, n))[0] for n in ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE")]
-seen["others"] = [name for name in os.listdir("/tmp") if name != "work" and not name.endswith(".json")]
+# besides its work folder, /tmp may hold only the read-only mount points of what the grader runs on (when the
+# course itself lives under /tmp, e.g. a clone in /tmp/course)
+seen["others"] = [name for name in os.listdir("/tmp") if name not in {mounts!r} and not name.endswith(".json")]
 seen["pids"] = sum(p.isdigit() for p in os.listdir("/proc"))
 seen["interfaces"] = sorted(name for _, name in socket.if_nameindex())
 attempt("net", lambda: socket.create_connection(TARGET, timeout=3).close())
@@ -210,7 +212,10 @@ def write_submissions(folder: Path, out: Path, report: Path, target: tuple[str, 
     nbformat.write(swallow, folder / "00_swallow.ipynb")  # the longest: graded first, so the two jobs end together
 
     # the attacker (only where a sandbox will hold it: never run it loose on a machine)
-    attack = ATTACK.format(submissions=str(folder), out=str(out), report=str(report), target=target, marker=MARKER)
+    mounts = {"work"} | {p.relative_to("/tmp").parts[0] for p in sandbox.needed_paths() if Path("/tmp") in p.parents}
+    attack = ATTACK.format(
+        submissions=str(folder), out=str(out), report=str(report), target=target, marker=MARKER, mounts=mounts
+    )
     attacker = insert_after(solution(L01), "setup_notebook", "import json\n\n" + (attack if BWRAP else ""))
     insert_after(attacker, "import json", "import nonexistent_module")  # and a careless error, which costs nothing
     prepend_to_body(attacker, "padding_mask", REPORT_PROBE)
