@@ -31,14 +31,17 @@ $(READY): requirements.txt constraints.txt pyproject.toml
 lab: $(READY)
 	$(BIN)/python tools/lab.py
 
-# 1. ruff; 2. unit tests, then strict nbval over the lessons and solutions (stored outputs must match);
-# 3. lax nbval over the generated exercises (no stored outputs: they must run without error);
-# 4. the perturbed run: lessons and solutions again, strict, with every trained model's seeds moved,
+# 1. ruff; 2. unit tests, two at a time; 3. strict nbval over the lessons and solutions (stored outputs
+#    must match), one notebook at a time, as a learner runs them: the benchmark table it prints judges each
+#    notebook's own time against the budget (lessons train models on every core, see attnedu.runtime);
+# 4. lax nbval over the generated exercises (no stored outputs: they must run without error);
+# 5. the perturbed run: lessons and solutions again, strict, with every trained model's seeds moved,
 #    standing in for another machine (compared outputs must still match, asserted effects still hold).
 # ATTNEDU_PROGRESS=0: progress bars change from run to run, and nbval compares outputs.
 test: $(READY)
 	$(BIN)/ruff check .
-	ATTNEDU_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist loadscope $(NBVAL) tests notebooks solutions
+	ATTNEDU_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist loadscope tests
+	ATTNEDU_PROGRESS=0 $(BIN)/python -m pytest $(NBVAL) notebooks solutions
 	ATTNEDU_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist loadscope --nbval-lax --nbval-current-env exercises
 	ATTNEDU_PROGRESS=0 ATTNEDU_SEED_OFFSET=$(PERTURBATION) $(BIN)/python -m pytest -n 2 --dist loadscope \
 		$(NBVAL) notebooks solutions

@@ -240,12 +240,12 @@ def report(results: list[dict], args) -> None:
     print(
         f"Measured {datetime.date.today()} by `benchmarks/calibrate.py` ({args.jobs} processes at once, 1 torch thread "
         f"each). Machine: {platform.machine()}, {os.cpu_count()} cores; torch {torch.__version__}; Python "
-        f"{platform.python_version()}. Recipe: {STEPS} steps, batch 64, Adam lr {LR} with cosine decay, batches drawn "
-        "in proportion to target words (`attnedu.data.BatchSampler`). Seed = `ATTNEDU_SEED_OFFSET` (model "
-        "initialisation and batch order; the data are the same); 1000 and 1001 are what the test command's perturbed "
-        "run gives seeds 0 and 1. Models: lesson 01's fixed context (normal and reversed source), lesson 02's "
-        "attention (Bahdanau), lesson 03's four Luong scores (concat with attn_dim 32). Times are not recorded "
-        "here: see notebooks.md.\n"
+        f"{platform.python_version()}. Recipe: {STEPS} steps, batch 64, Adam (fused) lr {LR} with cosine decay, "
+        "batches drawn in proportion to target words (`attnedu.data.BatchSampler`). Seed = `ATTNEDU_SEED_OFFSET` "
+        "(model initialisation and batch order; the data are the same); 1000 and 1001 are what the test command's "
+        "perturbed run gives seeds 0 and 1. Models: lesson 01's fixed context (normal and reversed source), "
+        "lesson 02's attention (Bahdanau), lesson 03's four Luong scores (concat with attn_dim 32). Times are not "
+        "recorded here: see notebooks.md.\n"
     )
     print("## Exact match by source length\n")
     print("| model | seed | " + " | ".join(buckets) + " | final loss |")

@@ -3,13 +3,16 @@ uses in place of another machine, and printing that reads the same on every mach
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import torch
 
 import attnedu
 from attnedu.data import SOURCE_VOCAB, TARGET_VOCAB, BatchSampler, make_pairs
 from attnedu.models import Seq2Seq
-from attnedu.runtime import SEED_OFFSET_ENV, rounded, seeded, training_seed
+from attnedu.runtime import SEED_OFFSET_ENV, in_parallel, progress, rounded, seeded, training_seed
 from attnedu.train import train
 
 
@@ -94,3 +97,70 @@ def test_rounded_refuses_a_value_on_a_rounding_boundary(monkeypatch):
         rounded(near)
     with pytest.raises(TypeError, match="takes a tensor, a float or an int"):
         rounded("0.5")
+
+
+def _train_small(kind: str):
+    """One small model of lessons 01-03 (built inside the job, as lessons 05-07 do), a few steps."""
+    pairs = make_pairs(64, 5, 8, seed=0)
+    model = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), attention=kind, bidirectional=False, seed=0)
+    log = train(model, pairs, steps=6, batch_size=16, seed=0)
+    return log.losses, {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def test_in_parallel_trains_every_model_exactly_as_one_after_another():
+    attnedu.setup_notebook(seed=0)
+    kinds = [False, "bahdanau", "general", "dot"]
+    alone = [_train_small(kind) for kind in kinds]
+    together = in_parallel(_train_small, kinds, workers=2)
+    assert torch.get_num_threads() == 1
+    for (losses_a, weights_a), (losses_b, weights_b) in zip(alone, together):
+        assert losses_a == losses_b  # bit for bit, in the order of the items
+        assert all(torch.equal(weights_a[name], weights_b[name]) for name in weights_a)
+    assert len({tuple(losses) for losses, _ in together}) == len(kinds)  # four different models
+
+
+def test_in_parallel_keeps_the_order_and_runs_jobs_at_once():
+    started, release = threading.Barrier(2, timeout=10), []
+
+    def job(item):
+        started.wait()  # both jobs must be running at the same time to pass this barrier
+        release.append(item)
+        return item * 10
+
+    assert in_parallel(job, [1, 2], workers=2) == [10, 20]
+    assert sorted(release) == [1, 2]
+    assert in_parallel(lambda x: x + 1, range(5), workers=1) == [1, 2, 3, 4, 5]
+    assert in_parallel(lambda x: x, []) == []
+
+
+def test_in_parallel_stops_the_other_jobs_when_one_fails(monkeypatch):
+    monkeypatch.setenv("ATTNEDU_PROGRESS", "0")
+    steps_done = []
+
+    def job(name):
+        if name == "bad":
+            raise ValueError("this job failed")
+        bar = progress(10_000, name)
+        for step in range(10_000):
+            time.sleep(0.001)
+            bar.update()  # raises Cancelled once the failure is known
+            steps_done.append(step)
+        return name
+
+    with pytest.raises(ValueError, match="this job failed"):
+        in_parallel(job, ["slow", "bad"], workers=2)
+    assert len(steps_done) < 10_000  # the slow job stopped early instead of running to the end
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        ((len, [1], 0), ValueError, "workers"),
+        ((len, [1], 1.5), TypeError, "workers"),
+        ((len, 3), TypeError, "items should be an iterable"),
+        ((3, [1]), TypeError, "function should be callable"),
+    ],
+)
+def test_in_parallel_rejects_bad_calls(args, error, message):
+    with pytest.raises(error, match=message):
+        in_parallel(*args)
