@@ -122,6 +122,8 @@ def pytest_terminal_summary(terminalreporter):
     reference = _reference_ms()
     scale = reference[1] / reference[0] if reference else None
     seed_note = f", ATTNEDU_SEED_OFFSET={os.environ['ATTNEDU_SEED_OFFSET']}" if _perturbed() else ""
+    if os.environ.get("ATEN_CPU_CAPABILITY"):
+        seed_note += f", ATEN_CPU_CAPABILITY={os.environ['ATEN_CPU_CAPABILITY']}"
     tr.section(f"notebook benchmark (budget {BUDGET_SECONDS} s on the slow machine, {BUDGET_MIB} MiB{seed_note})")
     if reference:
         tr.write_line(

@@ -4,6 +4,11 @@ observed gap). Seeds go through ``ATTNEDU_SEED_OFFSET`` exactly as in the test c
 run, so seed 1000 here is the perturbed run's model.
 
     python benchmarks/calibrate.py [--seeds 0 1 2 1000 1001] [--jobs 2] > benchmarks/calibration.md
+    ATEN_CPU_CAPABILITY=avx2 python benchmarks/calibrate.py > benchmarks/calibration_avx2.md
+
+The second run computes the same seeds with torch's AVX2 kernels instead of AVX-512 ones (on a CPU that
+has AVX-512): other floating-point results in the last bits, as on another machine. The test command's
+perturbed run does the same where it can.
 
 Each (model, seed) trains in its own process with one torch thread, ``--jobs`` at a time.
 """
@@ -239,7 +244,8 @@ def report(results: list[dict], args) -> None:
     print("# Calibration of lessons 01-07\n")
     print(
         f"Measured {datetime.date.today()} by `benchmarks/calibrate.py` ({args.jobs} processes at once, 1 torch thread "
-        f"each). Machine: {platform.machine()}, {os.cpu_count()} cores; torch {torch.__version__}; Python "
+        f"each). Machine: {platform.machine()}, {os.cpu_count()} cores, torch's CPU kernels for "
+        f"{torch.backends.cpu.get_cpu_capability()}; torch {torch.__version__}; Python "
         f"{platform.python_version()}. Recipe: {STEPS} steps, batch 64, Adam (fused) lr {LR} with cosine decay, "
         "batches drawn in proportion to target words (`attnedu.data.BatchSampler`). Seed = `ATTNEDU_SEED_OFFSET` "
         "(model initialisation and batch order; the data are the same); 1000 and 1001 are what the test command's "
