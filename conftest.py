@@ -3,9 +3,12 @@ wall time, the time scaled to the slow reference machine, the kernel's peak memo
 the outputs nbval does not compare came out different from the stored ones. A benchmark, not a
 test: times never decide pass or fail.
 
-Scaling: the reference training step of ``benchmarks/reference_step.py`` is timed in the same run
-(at the end, on the idle machine); a notebook's time times (slow machine's ms / this machine's ms)
-estimates its time on the slow reference machine, where the budget applies.
+Scaling: the reference training step of ``benchmarks/reference_step.py`` is timed in the same run;
+a notebook's time times (slow machine's ms / this machine's ms) estimates its time on the slow
+reference machine, where the budget applies. A machine's speed drifts (a shared host, turbo, heat):
+in a run of one notebook at a time the step is timed just before every notebook and once more at the
+end, and each notebook is scaled by the mean of the measurements just before and just after it. Under
+``pytest -n 2`` only the end is measured.
 
 The budget is a notebook's own time, as a learner meets it: one notebook on the machine. Only a run of
 one notebook at a time judges it (the test command's third step). Under ``pytest -n 2`` two notebooks
@@ -103,14 +106,62 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+_reference_module = []  # benchmarks/reference_step.py, loaded once
+_reference_before: dict[str, float] = {}  # notebook -> reference step (ms) just before it ran (serial runs only)
+
+
+def _reference():
+    """benchmarks/reference_step.py as a module, or None if it cannot be loaded."""
+    if not _reference_module:
+        spec = importlib.util.spec_from_file_location("reference_step", ROOT / "benchmarks" / "reference_step.py")
+        if spec is None or spec.loader is None:
+            return None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _reference_module.append(module)
+    return _reference_module[0]
+
+
+def _serial(config) -> bool:
+    workers = config.getoption("numprocesses", None) or 0
+    return isinstance(workers, int) and workers <= 1
+
+
+def pytest_runtest_logstart(nodeid, location):
+    """Before a notebook's first cell (outside any timed phase): time the reference step, in serial runs."""
+    path = nodeid.split("::")[0]
+    if path.endswith(".ipynb") and path not in _reference_before and _CONFIG and _serial(_CONFIG[0]):
+        module = _reference()
+        if module is not None:
+            if not _reference_before:
+                module.step_ms()  # the first timing in a process can run slow (seen here: up to 1.5x): warm up
+            _reference_before[path] = module.step_ms()
+
+
+_CONFIG = []
+
+
+def pytest_configure(config):
+    _CONFIG.append(config)
+
+
 def _reference_ms() -> tuple[float, float] | None:
-    """(this machine's reference step in ms, the slow machine's), or None if it cannot be measured."""
-    spec = importlib.util.spec_from_file_location("reference_step", ROOT / "benchmarks" / "reference_step.py")
-    if spec is None or spec.loader is None:
+    """(this machine's reference step in ms now, the slow machine's), or None if it cannot be measured."""
+    module = _reference()
+    if module is None:
         return None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     return sorted(module.step_ms() for _ in range(3))[1], module.SLOW_MACHINE_MS  # median of 3: the step is noisy
+
+
+def _adjacent_ms(path: str, final_ms: float) -> float:
+    """The mean of the reference steps timed just before ``path`` and just after it (the next notebook's, or
+    the final one); the final one alone where none was timed before."""
+    order = list(_reference_before)  # notebooks in the order they ran
+    if path not in _reference_before:
+        return final_ms
+    i = order.index(path)
+    after = _reference_before[order[i + 1]] if i + 1 < len(order) else final_ms
+    return (_reference_before[path] + after) / 2
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -118,7 +169,7 @@ def pytest_terminal_summary(terminalreporter):
         return
     tr = terminalreporter
     workers = tr.config.getoption("numprocesses", None) or 0
-    shared = not isinstance(workers, int) or workers > 1  # "-n auto" or "-n 2": notebooks shared the cores
+    shared = not _serial(tr.config)  # "-n auto" or "-n 2": notebooks shared the cores
     reference = _reference_ms()
     scale = reference[1] / reference[0] if reference else None
     seed_note = f", ATTNEDU_SEED_OFFSET={os.environ['ATTNEDU_SEED_OFFSET']}" if _perturbed() else ""
@@ -127,20 +178,30 @@ def pytest_terminal_summary(terminalreporter):
     tr.section(f"notebook benchmark (budget {BUDGET_SECONDS} s on the slow machine, {BUDGET_MIB} MiB{seed_note})")
     if reference:
         tr.write_line(
-            f"machine speed: reference step {reference[0]:.1f} ms here (median of 3), {reference[1]:.0f} ms on the "
-            f"slow machine (benchmarks/reference_step.py): times x {scale:.2f} estimate the slow machine"
+            f"machine speed: reference step {reference[0]:.1f} ms here at the end (median of 3), {reference[1]:.0f} ms "
+            f"on the slow machine (benchmarks/reference_step.py): times x {scale:.2f} estimate the slow machine"
         )
-    tr.write_line(f"{'notebook':<45}{'seconds':>9}{'slow s':>8}{'peak MiB':>10}{'changed':>9}  within budget")
+        if _reference_before:
+            before = _reference_before.values()
+            tr.write_line(
+                f"timed before each notebook too: {min(before):.1f} to {max(before):.1f} ms; each notebook is scaled "
+                "by the mean of the steps timed just before and after it (column 'ref ms')"
+            )
+    tr.write_line(
+        f"{'notebook':<45}{'seconds':>9}{'ref ms':>8}{'slow s':>8}{'peak MiB':>10}{'changed':>9}  within budget"
+    )
     for path in sorted(_seconds):
         seconds, peak = _seconds[path], _peak_mib.get(path)
-        slow = seconds * scale if scale else None
+        ref = _adjacent_ms(path, reference[0]) if reference else None
+        slow = seconds * reference[1] / ref if reference else None
+        ref_text = f"{ref:8.1f}" if ref is not None else f"{'n/a':>8}"
         peak_text = f"{peak:10.0f}" if peak is not None else f"{'n/a':>10}"
         slow_text = f"{slow:8.1f}" if slow is not None else f"{'n/a':>8}"
         changed = _uncompared.get(path, [])
         changed_text = f"{sum(changed)}/{len(changed)}" if changed else "-"
         ok = (slow is None or slow <= BUDGET_SECONDS) and (peak is None or peak <= BUDGET_MIB)
         verdict = "- (shared)" if shared else ("yes" if ok else "NO")
-        tr.write_line(f"{path:<45}{seconds:9.1f}{slow_text}{peak_text}{changed_text:>9}  {verdict}")
+        tr.write_line(f"{path:<45}{seconds:9.1f}{ref_text}{slow_text}{peak_text}{changed_text:>9}  {verdict}")
     tr.write_line(
         "changed: of the outputs nbval does not compare (cells tagged nbval-ignore-output), how many differ "
         "from the stored ones"
