@@ -60,6 +60,15 @@ def _frame(ax: Axes | None, width: float, height: float) -> Axes:
     return ax
 
 
+def _encoder_row(ax: Axes, source: Sequence[str], y: float) -> None:
+    """The encoder states h_1..h_n at height y, each over its source word, linked left to right."""
+    for j, word in enumerate(source):
+        box(ax, j, y, f"$h_{{{j + 1}}}$", "encoder")
+        ax.text(j, y - 0.55, word, ha="center", va="top", fontsize=9)
+        if j:
+            arrow(ax, (j - 1, y), (j, y))
+
+
 def seq2seq_diagram(
     source: Sequence[str],
     target: Sequence[str],
@@ -93,11 +102,7 @@ def seq2seq_diagram(
     x_dec = n_src + gap  # the decoder sits to the right of the encoder
     ax = _frame(ax, x_dec + n_tgt, 4.2)
     y_enc, y_ctx, y_dec = 0.6, 2.0, 3.2
-    for j, word in enumerate(source):
-        box(ax, j, y_enc, f"$h_{{{j + 1}}}$", "encoder")
-        ax.text(j, y_enc - 0.55, word, ha="center", va="top", fontsize=9)
-        if j:
-            arrow(ax, (j - 1, y_enc), (j, y_enc))
+    _encoder_row(ax, source, y_enc)
     for t, word in enumerate(target):
         x = x_dec + t
         box(ax, x, y_dec, f"$s_{{{t + 1}}}$", "decoder")
@@ -148,11 +153,7 @@ def luong_diagram(
     x_dec = len(source) + 1.0
     ax = _frame(ax, x_dec + len(target), 5.2)
     y_enc, y_ctx, y_dec, y_att = 0.6, 1.9, 3.0, 4.1
-    for j, word in enumerate(source):
-        box(ax, j, y_enc, f"$h_{{{j + 1}}}$", "encoder")
-        ax.text(j, y_enc - 0.55, word, ha="center", va="top", fontsize=9)
-        if j:
-            arrow(ax, (j - 1, y_enc), (j, y_enc))
+    _encoder_row(ax, source, y_enc)
     for t, word in enumerate(target):
         x = x_dec + t
         box(ax, x, y_dec, f"$s_{{{t + 1}}}$", "decoder")
