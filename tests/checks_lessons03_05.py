@@ -9,7 +9,7 @@ import math
 import torch
 
 from attnedu.attention import general_score
-from attnedu.checks.engine import LARGE, PADDED, UNPADDED
+from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
 
 NEG_INF = float("-inf")
 

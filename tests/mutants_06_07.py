@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from attnedu.checks.engine import LARGE, PADDED, UNPADDED
+from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
 from attnedu.masks import causal_padding_mask, to_additive
 from attnedu.positional import apply_rope
 

@@ -30,7 +30,8 @@ from learner_bugs import BUGS, GENERIC
 from attnedu import checks
 from attnedu.attention import additive_score, context_vector, masked_softmax
 from attnedu.checks import FAILED, NOT_ATTEMPTED, PASSED, CheckResult
-from attnedu.checks.engine import LARGE, ONE, PADDED, REQUIRED_TAGS, UNPADDED, _same
+from attnedu.checks.diagnosis import same
+from attnedu.checks.exercise import LARGE, ONE, PADDED, REQUIRED_TAGS, UNPADDED
 from attnedu.flash import online_softmax
 from attnedu.masks import padding_mask
 
@@ -1021,8 +1022,13 @@ def test_every_known_wrong_variant_gets_its_own_diagnosis():
     """Each variant inside a check, submitted as is, is recognised (none is shadowed by an earlier one)."""
     for name, exercise in checks.EXERCISES.items():
         for variant in exercise.variants:
-            result = checks.check(name, variant.fn)
-            assert result.status == FAILED and variant.diagnosis in result.message, (name, variant.diagnosis, result)
+            for fn in variant.fns:
+                result = checks.check(name, fn)
+                assert result.status == FAILED and variant.diagnosis in result.message, (
+                    name,
+                    variant.diagnosis,
+                    result,
+                )
 
 
 def _outputs(fn, cases):
@@ -1043,13 +1049,14 @@ def test_distinct_mistakes_give_distinct_outputs():
     for name, exercise in checks.EXERCISES.items():
         cases = exercise.make_cases()
         reference = _outputs(exercise.reference, cases)
-        outputs = [_outputs(v.fn, cases) for v in exercise.variants]
-        for variant, mine in zip(exercise.variants, outputs, strict=True):
-            assert any(o is not None and not _same(r, o) for o, r in zip(mine, reference, strict=True)), variant
-            for other, theirs in zip(exercise.variants, outputs, strict=True):
+        versions = [(v, fn) for v in exercise.variants for fn in v.fns]
+        outputs = [_outputs(fn, cases) for _, fn in versions]
+        for (variant, _), mine in zip(versions, outputs, strict=True):
+            assert any(o is not None and not same(r, o) for o, r in zip(mine, reference, strict=True)), variant
+            for (other, _), theirs in zip(versions, outputs, strict=True):
                 if other.diagnosis == variant.diagnosis:
                     continue
-                shadowed = all(t is None or (m is not None and _same(t, m)) for m, t in zip(mine, theirs, strict=True))
+                shadowed = all(t is None or (m is not None and same(t, m)) for m, t in zip(mine, theirs, strict=True))
                 assert not shadowed, (name, variant.diagnosis, "would also be", other.diagnosis)
 
 
@@ -1242,7 +1249,7 @@ def test_each_kind_of_case_catches_a_mistake_the_others_miss(name, mutant, tag, 
     failing = [
         case
         for case, got, expected in zip(cases, _outputs(mutant, cases), _outputs(exercise.reference, cases), strict=True)
-        if got is None or not _same(expected, got)
+        if got is None or not same(expected, got)
     ]
     assert failing and all(tag in case.tags for case in failing), [c.description for c in failing]
     result = checks.check(name, mutant)
@@ -1273,7 +1280,9 @@ def test_the_independent_gallery_is_large_enough():
     def code(fn):
         return fn.__code__.co_code, fn.__code__.co_names, fn.__code__.co_consts[1:]  # [0]: the docstring
 
-    ours = {code(m[1]) for m in MUTANTS} | {code(v.fn) for e in checks.EXERCISES.values() for v in e.variants}
+    ours = {code(m[1]) for m in MUTANTS} | {
+        code(fn) for e in checks.EXERCISES.values() for v in e.variants for fn in v.fns
+    }
     assert not [fn.__name__ for _, fn, _ in BUGS if code(fn) in ours]  # none copied
 
 
@@ -1427,10 +1436,12 @@ def test_local_and_remote_calls_give_the_same_result():
         records = {}
         for index, case in enumerate(cases):
             args = copy.deepcopy(case.args)
-            call = checks.engine._call_learner(fn, args, 5.0)
+            call = checks.calling.call_learner(fn, args, 5.0)
             records[index] = {"value": call.value, "args": args, "error_name": call.error_name,
                               "error_text": call.error_text, "error_line": call.error_line}  # fmt: skip
-        remote = checks.engine.run_check(exercise, "last_real_state", caller=remote_call(records, "done"), cases=cases)
+        remote = checks.diagnosis.run_check(
+            exercise, "last_real_state", caller=remote_call(records, "done"), cases=cases
+        )
         assert (remote.status, remote.message, remote.where) == (local.status, local.message, local.where)
 
 

@@ -88,7 +88,7 @@ from attnedu.checks import CheckResult
 
 # 1. every check passes
 C.run_check = lambda exercise, fn, *args, **kwargs: CheckResult(exercise.name, "passed", "forged")
-attnedu.checks.engine.run_check = C.run_check
+attnedu.checks.diagnosis.run_check = C.run_check
 
 # 2. a grade line printed before every cell, as the old grader's cell printed it
 FULL = {"lesson": "01_rnn_bottleneck", "results": [
@@ -574,7 +574,11 @@ SCAN_CASES = [
         "",
         "assigns `attnedu.checks.run_check`",
     ),
-    (["from attnedu.checks import engine\nsetattr(engine, 'run_check', None)"], "", "calls `setattr` on `engine`"),
+    (
+        ["from attnedu.checks import diagnosis\nsetattr(diagnosis, 'run_check', None)"],
+        "",
+        "calls `setattr` on `diagnosis`",
+    ),
     (["import sys\nsys.modules['attnedu.checks'] = None"], "", "replaces a module in `sys.modules`"),
     (["get_ipython().events.register('post_run_cell', print)"], "", "installs a hook"),
     (["%time x = 1\nprint('ATTNEDU-GRADE {}')"], "", "forged grade"),
@@ -622,7 +626,7 @@ def test_files_from_the_sandbox_are_read_without_following_links(tmp_path):
 
 
 def test_what_comes_back_is_diagnosed_like_a_local_call():
-    from attnedu.checks.engine import run_check
+    from attnedu.checks.diagnosis import run_check
     from attnedu.grading.results import remote_call
 
     exercise = EXERCISES["masked_softmax"]

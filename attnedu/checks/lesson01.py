@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..masks import padding_mask
-from .engine import (
+from .exercise import (
     LARGE,
     ONE,
     PADDED,
@@ -23,10 +23,10 @@ from .engine import (
     Exercise,
     Layout,
     Variant,
-    _generator,
-    _randn,
-    _tokens,
+    generator,
     kinds,
+    randn,
+    tokens,
 )
 
 LESSON = "01_rnn_bottleneck"
@@ -107,19 +107,19 @@ def _last_real_state(states: torch.Tensor, lengths: torch.Tensor) -> torch.Tenso
 
 
 def _last_real_state_cases() -> list[Case]:
-    g = _generator(1)
+    g = generator(1)
     return [
         Case(
             "4 sentences of lengths [3, 1, 4, 2] padded to 5",
-            (_randn(g, 4, 5, 3), torch.tensor([3, 1, 4, 2])),
+            (randn(g, 4, 5, 3), torch.tensor([3, 1, 4, 2])),
             kinds(PADDED),
         ),
-        Case("2 sentences of length 4, no padding", (_randn(g, 2, 4, 6), torch.tensor([4, 4])), kinds(UNPADDED)),
-        Case("one sentence of length 2 padded to 3", (_randn(g, 1, 3, 2), torch.tensor([2])), kinds(ONE, PADDED)),
-        Case("one sentence of length 5, no padding", (_randn(g, 1, 5, 4), torch.tensor([5])), kinds(ONE, UNPADDED)),
+        Case("2 sentences of length 4, no padding", (randn(g, 2, 4, 6), torch.tensor([4, 4])), kinds(UNPADDED)),
+        Case("one sentence of length 2 padded to 3", (randn(g, 1, 3, 2), torch.tensor([2])), kinds(ONE, PADDED)),
+        Case("one sentence of length 5, no padding", (randn(g, 1, 5, 4), torch.tensor([5])), kinds(ONE, UNPADDED)),
         Case(
             "3 sentences of lengths [300, 17, 256] padded to 300, states around ±1000",
-            (1000 * _randn(g, 3, 300, 4), torch.tensor([300, 17, 256])),
+            (1000 * randn(g, 3, 300, 4), torch.tensor([300, 17, 256])),
             kinds(LARGE, PADDED),
         ),
     ]
@@ -186,10 +186,10 @@ def _reverse_padded(src: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 
 def _reverse_padded_cases() -> list[Case]:
-    g = _generator(2)
+    g = generator(2)
 
     def case(description: str, lengths: list[int], src_len: int, tags, vocab: int = 30) -> Case:
-        return Case(description, (_tokens(g, lengths, src_len, vocab), torch.tensor(lengths)), tags)
+        return Case(description, (tokens(g, lengths, src_len, vocab), torch.tensor(lengths)), tags)
 
     return [
         case("3 sentences of lengths [4, 5, 2] padded to 6", [4, 5, 2], 6, kinds(PADDED)),
@@ -296,8 +296,8 @@ def _gru_outputs(g: torch.Generator, lengths: list[int], src_len: int, emb: int,
         rnn = nn.GRU(emb, hidden, batch_first=True, bidirectional=True)
     with torch.no_grad():
         for p in rnn.parameters():
-            p.copy_(_randn(g, *p.shape))
-        embedded = _randn(g, len(lengths), src_len, emb)
+            p.copy_(randn(g, *p.shape))
+        embedded = randn(g, len(lengths), src_len, emb)
         packed = pack_padded_sequence(embedded, torch.tensor(lengths), batch_first=True, enforce_sorted=False)
         out, _ = rnn(packed)
         states, _ = pad_packed_sequence(out, batch_first=True, total_length=src_len)
@@ -305,10 +305,10 @@ def _gru_outputs(g: torch.Generator, lengths: list[int], src_len: int, emb: int,
 
 
 def _bidirectional_summary_cases() -> list[Case]:
-    g = _generator(7)
+    g = generator(7)
 
     def case(description: str, lengths: list[int], src_len: int, hidden: int, tags, scale: float = 1.0) -> Case:
-        return Case(description, (scale * _randn(g, len(lengths), src_len, 2 * hidden), torch.tensor(lengths)), tags)
+        return Case(description, (scale * randn(g, len(lengths), src_len, 2 * hidden), torch.tensor(lengths)), tags)
 
     lengths = [3, 5, 1, 4]
     real = Case(
@@ -434,3 +434,5 @@ BIDIRECTIONAL_SUMMARY = Exercise(
     "`states[b, lengths[b] - 1, :hidden]` (pair a batch index with each position, as in exercise 2); the "
     "backward half is `states[:, 0, hidden:]`. Join them with `torch.cat([...], dim=-1)`.",
 )
+
+EXERCISES = (PADDING_MASK, LAST_REAL_STATE, REVERSE_PADDED, BIDIRECTIONAL_SUMMARY)

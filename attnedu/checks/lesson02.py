@@ -18,7 +18,7 @@ from torch import nn
 from ..attention import AdditiveAttention, additive_score, context_vector, masked_softmax
 from ..masks import padding_mask
 from ..models import Decoder, EncoderOutput
-from .engine import (
+from .exercise import (
     EMPTY_ROW,
     LARGE,
     ONE,
@@ -28,11 +28,12 @@ from .engine import (
     Exercise,
     Layout,
     Variant,
-    _generator,
-    _mask,
-    _randn,
+    bool_mask,
+    generator,
     kinds,
+    randn,
 )
+from .mistakes import MASKED_AFTER_SOFTMAX, MASKED_WITH_ZERO, TRANSPOSED_SCORES
 
 LESSON = "02_bahdanau_attention"
 
@@ -42,21 +43,21 @@ LESSON = "02_bahdanau_attention"
 
 
 def _additive_score_cases() -> list[Case]:
-    g = _generator(3)
+    g = generator(3)
 
     def weights(dec_dim: int, enc_dim: int, attn_dim: int) -> tuple:
-        return _randn(g, attn_dim, dec_dim), _randn(g, attn_dim, enc_dim), _randn(g, attn_dim)
+        return randn(g, attn_dim, dec_dim), randn(g, attn_dim, enc_dim), randn(g, attn_dim)
 
     def case(sizes: tuple[int, ...], tags, lengths: list[int] | None = None) -> Case:
         batch, src_len, dec_dim, enc_dim, attn_dim = sizes
-        keys = _randn(g, batch, src_len, enc_dim)
+        keys = randn(g, batch, src_len, enc_dim)
         note = ""
         if lengths is not None:  # zeros at padded positions, as pad_packed_sequence leaves them
             keys = keys * padding_mask(torch.tensor(lengths), src_len)[:, :, None]
             note = f"lengths {lengths}, zero keys at padding (scored like any position: masking comes later)"
         W_a, U_a, v_a = weights(dec_dim, enc_dim, attn_dim)
         description = f"batch {batch}, src_len {src_len}, dec_dim {dec_dim}, enc_dim {enc_dim}, attn_dim {attn_dim}"
-        return Case(description + (f"; {note}" if note else ""), (_randn(g, batch, dec_dim), keys, W_a, U_a, v_a), tags)
+        return Case(description + (f"; {note}" if note else ""), (randn(g, batch, dec_dim), keys, W_a, U_a, v_a), tags)
 
     # Large: U_a h_j is chosen between 100 and 1000 in size, of either sign, and W_a s is small, so every tanh
     # argument is large: tanh is ±1, and a tanh written with exp overflows.
@@ -65,7 +66,7 @@ def _additive_score_cases() -> list[Case]:
     projected_keys = (100 + 900 * torch.rand(2, 5, 3, generator=g)) * sign  # (batch, src_len, attn_dim)
     large = Case(
         "batch 2, src_len 5, dec_dim 2, enc_dim 4, attn_dim 3; W_a s + U_a h_j between 100 and 1000 in size",
-        (0.1 * _randn(g, 2, 2), projected_keys @ torch.linalg.pinv(U_a).T, W_a, U_a, v_a),
+        (0.1 * randn(g, 2, 2), projected_keys @ torch.linalg.pinv(U_a).T, W_a, U_a, v_a),
         kinds(LARGE, UNPADDED),
     )
     # The first case is square (batch = src_len = every dim), so that every known-wrong variant runs on it, even
@@ -118,7 +119,7 @@ ADDITIVE_SCORE = Exercise(
             lambda q, k, W, U, v: additive_score(q, k, U, W, v),
         ),
         Variant(
-            "the output is transposed: (src_len, batch) instead of (batch, src_len). Keep the batch first.",
+            TRANSPOSED_SCORES,
             lambda q, k, W, U, v: additive_score(q, k, W, U, v).T,
         ),
         Variant(
@@ -154,33 +155,33 @@ ADDITIVE_SCORE = Exercise(
 
 
 def _masked_softmax_cases() -> list[Case]:
-    g = _generator(4)
-    large_scores = torch.stack([500 + 2 * _randn(g, 5), -500 + 2 * _randn(g, 5)])
+    g = generator(4)
+    large_scores = torch.stack([500 + 2 * randn(g, 5), -500 + 2 * randn(g, 5)])
     return [
         Case(
             "4 rows of 4 scores, some positions masked",
-            (2 * _randn(g, 4, 4), _mask([[1, 1, 1, 1], [1, 1, 1, 0], [0, 1, 1, 0], [1, 0, 0, 0]])),
+            (2 * randn(g, 4, 4), bool_mask([[1, 1, 1, 1], [1, 1, 1, 0], [0, 1, 1, 0], [1, 0, 0, 0]])),
             kinds(PADDED),
         ),
         Case(
             "2 rows of 4 scores; row 1 is fully masked, so its weights must be all zeros",
-            (2 * _randn(g, 2, 4), _mask([[1, 1, 1, 0], [0, 0, 0, 0]])),
+            (2 * randn(g, 2, 4), bool_mask([[1, 1, 1, 0], [0, 0, 0, 0]])),
             kinds(PADDED, EMPTY_ROW),
         ),
-        Case("one row of 3 scores, nothing masked", (2 * _randn(g, 1, 3), _mask([[1, 1, 1]])), kinds(ONE, UNPADDED)),
+        Case("one row of 3 scores, nothing masked", (2 * randn(g, 1, 3), bool_mask([[1, 1, 1]])), kinds(ONE, UNPADDED)),
         Case(
             "one row of 6 scores, the last 2 masked",
-            (2 * _randn(g, 1, 6), _mask([[1, 1, 1, 1, 0, 0]])),
+            (2 * randn(g, 1, 6), bool_mask([[1, 1, 1, 1, 0, 0]])),
             kinds(ONE, PADDED),
         ),
         Case(
             "3 rows of 5 scores, nothing masked",
-            (2 * _randn(g, 3, 5), torch.ones(3, 5, dtype=torch.bool)),
+            (2 * randn(g, 3, 5), torch.ones(3, 5, dtype=torch.bool)),
             kinds(UNPADDED),
         ),
         Case(
             "2 rows of 5 scores, around +500 and -500, where exp overflows (or underflows to 0), some masked",
-            (large_scores, _mask([[1, 1, 1, 1, 0], [1, 1, 0, 1, 1]])),
+            (large_scores, bool_mask([[1, 1, 1, 1, 0], [1, 1, 0, 1, 1]])),
             kinds(LARGE, PADDED),
         ),
     ]
@@ -247,27 +248,18 @@ MASKED_SOFTMAX = Exercise(
             "softmax over the wrong axis (dim=0, across the batch). Each sentence's weights are a distribution "
             "over its own source positions: `dim=-1`.",
             lambda s, m: _softmax_filled(s, ~m, float("-inf"), dim=0).nan_to_num(0.0),
-        ),
-        Variant(
-            "softmax over the wrong axis (dim=0, across the batch). Each sentence's weights are a distribution "
-            "over its own source positions: `dim=-1`.",
             lambda s, m: _softmax_filled(s, ~m, float("-inf"), dim=0),
-        ),
-        Variant(
-            "softmax over the wrong axis (dim=0, across the batch). Each sentence's weights are a distribution "
-            "over its own source positions: `dim=-1`.",
             lambda s, m: torch.softmax(s, dim=0),
         ),
-        Variant(_WRONG_ROW_SUM, _sum_without_keepdim(shift_by_row=True)),
-        Variant(_WRONG_ROW_SUM, _sum_without_keepdim(shift_by_row=False)),
+        Variant(
+            _WRONG_ROW_SUM,
+            _sum_without_keepdim(shift_by_row=True),
+            _sum_without_keepdim(shift_by_row=False),
+        ),
         Variant(
             "the mask is inverted: the real positions got zero weight and the masked ones got all of it. True "
             "means 'may attend', so fill where the mask is False: `scores.masked_fill(~mask, ...)`.",
             lambda s, m: _softmax_filled(s, m, float("-inf")).nan_to_num(0.0),
-        ),
-        Variant(
-            "the mask is inverted: the real positions got zero weight and the masked ones got all of it. True "
-            "means 'may attend', so fill where the mask is False: `scores.masked_fill(~mask, ...)`.",
             lambda s, m: _softmax_filled(s, m, float("-inf")),
         ),
         Variant(
@@ -276,13 +268,11 @@ MASKED_SOFTMAX = Exercise(
             lambda s, m: torch.softmax(s, dim=-1),
         ),
         Variant(
-            "the masked scores became 0 instead of -inf before the softmax. exp(0) = 1 is not small: a masked "
-            "position must get score -inf so that exp(-inf) = 0.",
+            MASKED_WITH_ZERO,
             lambda s, m: _softmax_filled(s, ~m, 0.0),
         ),
         Variant(
-            "your weights are the unmasked softmax with the masked weights set to 0 afterwards, without "
-            "renormalising, so they do not sum to one. Mask the scores with -inf before the softmax instead.",
+            MASKED_AFTER_SOFTMAX,
             lambda s, m: torch.softmax(s, dim=-1) * m,
         ),
         Variant(
@@ -308,29 +298,29 @@ MASKED_SOFTMAX = Exercise(
 
 
 def _context_vector_cases() -> list[Case]:
-    g = _generator(5)
+    g = generator(5)
 
     def weights(lengths: list[int], src_len: int) -> torch.Tensor:
-        return masked_softmax(_randn(g, len(lengths), src_len), padding_mask(torch.tensor(lengths), src_len))
+        return masked_softmax(randn(g, len(lengths), src_len), padding_mask(torch.tensor(lengths), src_len))
 
-    peaked = torch.softmax(8 * torch.nn.functional.one_hot(torch.tensor([2, 0, 3]), 4) + _randn(g, 3, 4), dim=-1)
+    peaked = torch.softmax(8 * torch.nn.functional.one_hot(torch.tensor([2, 0, 3]), 4) + randn(g, 3, 4), dim=-1)
     return [
         Case(
             "batch 2, src_len 5, enc_dim 3, padding in sentence 1",
-            (weights([5, 3], 5), _randn(g, 2, 5, 3)),
+            (weights([5, 3], 5), randn(g, 2, 5, 3)),
             kinds(PADDED),
         ),
         Case(
             "batch 3, src_len 4, enc_dim 6, each row's weight almost all on one position",
-            (peaked, _randn(g, 3, 4, 6)),
+            (peaked, randn(g, 3, 4, 6)),
             kinds(UNPADDED),
         ),
-        Case("batch 1, src_len 3, enc_dim 2", (weights([3], 3), _randn(g, 1, 3, 2)), kinds(ONE, UNPADDED)),
-        Case("batch 1, src_len 4, enc_dim 5, length 2", (weights([2], 4), _randn(g, 1, 4, 5)), kinds(ONE, PADDED)),
-        Case("batch 3, src_len 3, enc_dim 5", (weights([3, 3, 3], 3), _randn(g, 3, 3, 5)), kinds(UNPADDED)),
+        Case("batch 1, src_len 3, enc_dim 2", (weights([3], 3), randn(g, 1, 3, 2)), kinds(ONE, UNPADDED)),
+        Case("batch 1, src_len 4, enc_dim 5, length 2", (weights([2], 4), randn(g, 1, 4, 5)), kinds(ONE, PADDED)),
+        Case("batch 3, src_len 3, enc_dim 5", (weights([3, 3, 3], 3), randn(g, 3, 3, 5)), kinds(UNPADDED)),
         Case(
             "batch 2, src_len 4, enc_dim 3, lengths [4, 3], values around ±1000",
-            (weights([4, 3], 4), 1000 * _randn(g, 2, 4, 3)),
+            (weights([4, 3], 4), 1000 * randn(g, 2, 4, 3)),
             kinds(LARGE, PADDED),
         ),
     ]
@@ -404,7 +394,7 @@ def _decoder_step_reference(embedded, state, annotations, mask, attention, cell,
 
 
 def _decoder_step_cases() -> list[Case]:
-    g = _generator(6)
+    g = generator(6)
 
     def case(sizes: tuple[int, ...], lengths: list[int], tags, scale: float = 1.0, note: str = "") -> Case:
         batch, src_len, emb, hidden, enc = sizes
@@ -415,12 +405,12 @@ def _decoder_step_cases() -> list[Case]:
         with torch.no_grad():
             for module in (attention, cell, out):
                 for p in module.parameters():
-                    p.copy_(0.5 * _randn(g, *p.shape))  # explicit weights; v_a nonzero so attention is not uniform
+                    p.copy_(0.5 * randn(g, *p.shape))  # explicit weights; v_a nonzero so attention is not uniform
             attention.v_a.mul_(scale)
         args = (
-            _randn(g, batch, emb),
-            _randn(g, batch, hidden),
-            scale * _randn(g, batch, src_len, enc),
+            randn(g, batch, emb),
+            randn(g, batch, hidden),
+            scale * randn(g, batch, src_len, enc),
             padding_mask(torch.tensor(lengths), src_len),
             attention,
             cell,
@@ -551,13 +541,13 @@ def _coverage(weights: torch.Tensor, src_lengths: torch.Tensor, tgt_lengths: tor
 
 
 def _coverage_cases() -> list[Case]:
-    g = _generator(8)
+    g = generator(8)
 
     def weights(src_lengths, tgt_lengths, src_len, tgt_len, junk: float = 3.0, mask_source: bool = True):
         """Real target rows: a softmax over the source (masked unless told otherwise); padded rows: junk."""
         batch = len(src_lengths)
         src_mask = padding_mask(torch.tensor(src_lengths), src_len)[:, None, :].expand(batch, tgt_len, src_len)
-        real = masked_softmax(2 * _randn(g, batch, tgt_len, src_len), src_mask if mask_source else None)
+        real = masked_softmax(2 * randn(g, batch, tgt_len, src_len), src_mask if mask_source else None)
         junk_rows = junk * (2 * torch.rand(batch, tgt_len, src_len, generator=g) - 1)
         steps = padding_mask(torch.tensor(tgt_lengths), tgt_len)[:, :, None]
         return torch.where(steps, real, junk_rows)
@@ -631,11 +621,6 @@ COVERAGE = Exercise(
             "t >= tgt_lengths[b] are padding and may hold anything. Sum only the real steps: zero the other rows "
             "first, e.g. `weights.masked_fill(~step_mask[:, :, None], 0.0).sum(dim=1)`.",
             lambda w, s, t: w.sum(dim=1),
-        ),
-        Variant(
-            "the padded target rows were counted: your output sums every row of `weights`, but the rows at "
-            "t >= tgt_lengths[b] are padding and may hold anything. Sum only the real steps: zero the other rows "
-            "first, e.g. `weights.masked_fill(~step_mask[:, :, None], 0.0).sum(dim=1)`.",
             lambda w, s, t: _source_below(w.sum(dim=1), s),
         ),
         Variant(
@@ -643,11 +628,6 @@ COVERAGE = Exercise(
             "step. Coverage sums over the target steps, dim 1 of (batch, tgt_len, src_len), one value per source "
             "word.",
             lambda w, s, t: _steps_below(w, t).sum(dim=2),
-        ),
-        Variant(
-            "your output sums over the source axis (dim 2, one too high), which gives the total weight of each target "
-            "step. Coverage sums over the target steps, dim 1 of (batch, tgt_len, src_len), one value per source "
-            "word.",
             lambda w, s, t: w.sum(dim=2),
         ),
         Variant(
@@ -692,3 +672,5 @@ COVERAGE = Exercise(
     "padded rows with `weights.masked_fill(~steps[:, :, None], 0.0)`, sum over dim 1, then zero the padded source "
     "positions the same way.",
 )
+
+EXERCISES = (ADDITIVE_SCORE, MASKED_SOFTMAX, CONTEXT_VECTOR, DECODER_STEP, COVERAGE)

@@ -17,7 +17,7 @@ from torch import nn
 
 from ..attention import context_vector, general_score, masked_softmax
 from ..masks import padding_mask
-from .engine import (
+from .exercise import (
     LARGE,
     ONE,
     PADDED,
@@ -26,12 +26,25 @@ from .engine import (
     Exercise,
     Layout,
     Variant,
-    _generator,
-    _randn,
+    generator,
     kinds,
+    randn,
 )
+from .mistakes import TRANSPOSED_SCORES
 
 LESSON = "03_luong_attention"
+
+# Mistakes in placing the projected query against the keys, made in general_score and again in a decoder step.
+_QUERY_BATCH_ONE_LATE = (
+    "source position j of every sentence was scored with sentence j's query: the projected query's batch "
+    "axis met the keys' source axis, one axis too late (as `[None, :, :]` does; it runs only when batch "
+    "equals src_len). Insert the source axis after the batch: `[:, None, :]`."
+)
+_QUERY_FEATURES_ONE_EARLY = (
+    "the projected query's features met the keys' source axis, one axis too early (as `[:, :, None]` does: "
+    "(batch, enc_dim, 1), which runs only when src_len equals enc_dim), so features and positions got "
+    "mixed. Insert the source axis after the batch: `[:, None, :]`, (batch, 1, enc_dim)."
+)
 
 # --------------------------------------------------------------------------------------------
 # general_score
@@ -39,16 +52,16 @@ LESSON = "03_luong_attention"
 
 
 def _general_score_cases() -> list[Case]:
-    g = _generator(31)
+    g = generator(31)
 
     def case(sizes: tuple[int, ...], tags, lengths: list[int] | None = None, scale: float = 1.0, note: str = ""):
         batch, src_len, dec_dim, enc_dim = sizes
-        keys = scale * _randn(g, batch, src_len, enc_dim)
+        keys = scale * randn(g, batch, src_len, enc_dim)
         if lengths is not None:  # zeros at padded positions, as pad_packed_sequence leaves them
             keys = keys * padding_mask(torch.tensor(lengths), src_len)[:, :, None]
             note = note or f"lengths {lengths}, zero keys at padding (scored like any position: masking comes later)"
         description = f"batch {batch}, src_len {src_len}, dec_dim {dec_dim}, enc_dim {enc_dim}"
-        args = (_randn(g, batch, dec_dim), keys, _randn(g, dec_dim, enc_dim))
+        args = (randn(g, batch, dec_dim), keys, randn(g, dec_dim, enc_dim))
         return Case(description + (f"; {note}" if note else ""), args, tags)
 
     return [
@@ -95,7 +108,7 @@ GENERAL_SCORE = Exercise(
             lambda q, k, W: general_score(q, k, W) / math.sqrt(k.shape[-1]),
         ),
         Variant(
-            "the output is transposed: (src_len, batch) instead of (batch, src_len). Keep the batch first.",
+            TRANSPOSED_SCORES,
             lambda q, k, W: general_score(q, k, W).T,
         ),
         Variant(
@@ -109,15 +122,11 @@ GENERAL_SCORE = Exercise(
             lambda q, k, W: (q @ W)[:, None, :] @ k.transpose(1, 2),
         ),
         Variant(
-            "source position j of every sentence was scored with sentence j's query: the projected query's batch "
-            "axis met the keys' source axis, one axis too late (as `[None, :, :]` does; it runs only when batch "
-            "equals src_len). Insert the source axis after the batch: `[:, None, :]`.",
+            _QUERY_BATCH_ONE_LATE,
             lambda q, k, W: ((q @ W)[None, :, :] * k).sum(-1),
         ),
         Variant(
-            "the projected query's features met the keys' source axis, one axis too early (as `[:, :, None]` does: "
-            "(batch, enc_dim, 1), which runs only when src_len equals enc_dim), so features and positions got "
-            "mixed. Insert the source axis after the batch: `[:, None, :]`, (batch, 1, enc_dim).",
+            _QUERY_FEATURES_ONE_EARLY,
             lambda q, k, W: ((q @ W)[:, :, None] * k).sum(-1),
         ),
     ),
@@ -137,17 +146,17 @@ def _attentional_hidden(context: torch.Tensor, state: torch.Tensor, W_c: torch.T
 
 
 def _attentional_hidden_cases() -> list[Case]:
-    g = _generator(32)
+    g = generator(32)
 
     def case(sizes: tuple[int, ...], tags, tgt_lengths: list[int] | None = None, scale: float = 1.0, note=""):
         batch, tgt_len, enc_dim, hidden_dim = sizes
-        context = scale * _randn(g, batch, tgt_len, enc_dim)
-        state = _randn(g, batch, tgt_len, hidden_dim)
+        context = scale * randn(g, batch, tgt_len, enc_dim)
+        state = randn(g, batch, tgt_len, hidden_dim)
         if tgt_lengths is not None:  # padded target steps: zero states and contexts, as pad_packed_sequence leaves
             steps = padding_mask(torch.tensor(tgt_lengths), tgt_len)[:, :, None]
             context, state = context * steps, state * steps
             note = note or f"target lengths {tgt_lengths}, zero states and contexts at padded steps"
-        W_c = _randn(g, hidden_dim, enc_dim + hidden_dim)
+        W_c = randn(g, hidden_dim, enc_dim + hidden_dim)
         description = f"batch {batch}, tgt_len {tgt_len}, enc_dim {enc_dim}, hidden_dim {hidden_dim}"
         return Case(description + (f"; {note}" if note else ""), (context, state, W_c), tags)
 
@@ -234,12 +243,12 @@ def _attend_all_steps(states, annotations, src_lengths, W_a):
 
 
 def _attend_all_steps_cases() -> list[Case]:
-    g = _generator(33)
+    g = generator(33)
 
     def case(sizes: tuple[int, ...], lengths: list[int], tags, scale: float = 1.0, note: str = "") -> Case:
         batch, tgt_len, src_len, hidden_dim, enc_dim = sizes
-        annotations = scale * _randn(g, batch, src_len, enc_dim)
-        states, W_a = _randn(g, batch, tgt_len, hidden_dim), _randn(g, hidden_dim, enc_dim)
+        annotations = scale * randn(g, batch, src_len, enc_dim)
+        states, W_a = randn(g, batch, tgt_len, hidden_dim), randn(g, hidden_dim, enc_dim)
         args = (states, annotations, torch.tensor(lengths), W_a)
         padding = "no padding" if min(lengths) == src_len else f"source lengths {lengths}"
         description = f"batch {batch}, tgt_len {tgt_len}, src_len {src_len}, hidden_dim {hidden_dim}, enc_dim {enc_dim}"
@@ -319,10 +328,6 @@ ATTEND_ALL_STEPS = Exercise(
             "the mask is inverted: the real source positions got zero weight and the padding got all of it. "
             "Position j of sentence b is real when `j < src_lengths[b]`; fill where that is False.",
             _attend_with(mask_of=lambda n, s: ~_lengths_mask(0)(n, s)),
-        ),
-        Variant(
-            "the mask is inverted: the real source positions got zero weight and the padding got all of it. "
-            "Position j of sentence b is real when `j < src_lengths[b]`; fill where that is False.",
             _attend_with(mask_of=lambda n, s: ~_lengths_mask(0)(n, s), nan=True),
         ),
         Variant(
@@ -334,10 +339,6 @@ ATTEND_ALL_STEPS = Exercise(
             "off by one: the last real source word (j = length - 1) gets no weight. Position j is real when "
             "`j < src_lengths[b]`, counting from 0.",
             _attend_with(mask_of=_lengths_mask(-1)),
-        ),
-        Variant(
-            "off by one: the last real source word (j = length - 1) gets no weight. Position j is real when "
-            "`j < src_lengths[b]`, counting from 0.",
             _attend_with(mask_of=_lengths_mask(-1), nan=True),
         ),
         Variant(
@@ -345,31 +346,18 @@ ATTEND_ALL_STEPS = Exercise(
             "equals src_len): the mask is over source positions, the last axis of the (batch, tgt_len, src_len) "
             "scores, so give it a step axis in the middle: `mask[:, None, :]`.",
             _mask_on_steps(nan=False),
-        ),
-        Variant(
-            "the padding mask was applied along the target steps, `mask[:, :, None]` (it runs only when tgt_len "
-            "equals src_len): the mask is over source positions, the last axis of the (batch, tgt_len, src_len) "
-            "scores, so give it a step axis in the middle: `mask[:, None, :]`.",
             _mask_on_steps(nan=True),
         ),
         Variant(
             "softmax over the wrong axis (dim=1, the target steps). Each step's weights are a distribution over "
             "the source positions: the last axis, `dim=-1`.",
             _attend_with(mask_of=_lengths_mask(0), dim=1),
-        ),
-        Variant(
-            "softmax over the wrong axis (dim=1, the target steps). Each step's weights are a distribution over "
-            "the source positions: the last axis, `dim=-1`.",
             _attend_with(mask_of=_lengths_mask(0), dim=1, nan=True),
         ),
         Variant(
             "softmax over the wrong axis (dim=0, across the batch). Each step's weights are a distribution over "
             "the source positions: the last axis, `dim=-1`.",
             _attend_with(mask_of=_lengths_mask(0), dim=0),
-        ),
-        Variant(
-            "softmax over the wrong axis (dim=0, across the batch). Each step's weights are a distribution over "
-            "the source positions: the last axis, `dim=-1`.",
             _attend_with(mask_of=_lengths_mask(0), dim=0, nan=True),
         ),
         Variant(
@@ -407,7 +395,7 @@ def _general_decoder_step(embedded, state, attentional, annotations, mask, W_a, 
 
 
 def _general_decoder_step_cases() -> list[Case]:
-    g = _generator(34)
+    g = generator(34)
 
     def case(sizes: tuple[int, ...], lengths: list[int], tags, scale: float = 1.0, note: str = "") -> Case:
         batch, src_len, emb, hidden, enc = sizes
@@ -418,14 +406,14 @@ def _general_decoder_step_cases() -> list[Case]:
         with torch.no_grad():
             for module in (cell, combine, out):
                 for p in module.parameters():
-                    p.copy_(0.5 * _randn(g, *p.shape))  # explicit weights, not the global RNG's
+                    p.copy_(0.5 * randn(g, *p.shape))  # explicit weights, not the global RNG's
         args = (
-            _randn(g, batch, emb),
-            _randn(g, batch, hidden),
-            torch.tanh(_randn(g, batch, hidden)),  # h~_{t-1}, in (-1, 1) as a tanh leaves it
-            scale * _randn(g, batch, src_len, enc),
+            randn(g, batch, emb),
+            randn(g, batch, hidden),
+            torch.tanh(randn(g, batch, hidden)),  # h~_{t-1}, in (-1, 1) as a tanh leaves it
+            scale * randn(g, batch, src_len, enc),
             padding_mask(torch.tensor(lengths), src_len),
-            scale * _randn(g, hidden, enc),
+            scale * randn(g, hidden, enc),
             cell,
             combine,
             out,
@@ -531,15 +519,11 @@ GENERAL_DECODER_STEP = Exercise(
             _luong_step_with(use_mask=False),
         ),
         Variant(
-            "source position j of every sentence was scored with sentence j's query: the projected query's batch "
-            "axis met the keys' source axis, one axis too late (as `[None, :, :]` does; it runs only when batch "
-            "equals src_len). Insert the source axis after the batch: `[:, None, :]`.",
+            _QUERY_BATCH_ONE_LATE,
             _luong_step_with(score=lambda q, k, W: ((q @ W)[None, :, :] * k).sum(-1)),
         ),
         Variant(
-            "the projected query's features met the keys' source axis, one axis too early (as `[:, :, None]` does: "
-            "(batch, enc_dim, 1), which runs only when src_len equals enc_dim), so features and positions got "
-            "mixed. Insert the source axis after the batch: `[:, None, :]`, (batch, 1, enc_dim).",
+            _QUERY_FEATURES_ONE_EARLY,
             _luong_step_with(score=lambda q, k, W: ((q @ W)[:, :, None] * k).sum(-1)),
         ),
     ),
@@ -548,3 +532,5 @@ GENERAL_DECODER_STEP = Exercise(
     "`(weights[:, :, None] * annotations).sum(1)`; `new_attentional = torch.tanh(combine(torch.cat([context, "
     "new_state], -1)))`; `logits = out(new_attentional)`.",
 )
+
+EXERCISES = (GENERAL_SCORE, ATTENTIONAL_HIDDEN, ATTEND_ALL_STEPS, GENERAL_DECODER_STEP)

@@ -15,7 +15,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ..masks import padding_mask
-from .engine import (
+from .exercise import (
     EMPTY_ROW,
     LARGE,
     ONE,
@@ -25,10 +25,11 @@ from .engine import (
     Exercise,
     Layout,
     Variant,
-    _generator,
-    _randn,
+    generator,
     kinds,
+    randn,
 )
+from .mistakes import MASKED_AFTER_SOFTMAX, MASKED_WITH_ZERO
 
 LESSON = "04_query_key_value"
 
@@ -42,14 +43,14 @@ def _sdpa(query, key, value, mask):
 
 
 def _sdpa_cases() -> list[Case]:
-    g = _generator(41)
+    g = generator(41)
 
     def case(sizes: tuple[int, ...], mask: torch.Tensor, tags, scale: float = 1.0, note: str = "") -> Case:
         batch, query_len, key_len, head_dim, value_dim = sizes
         args = (
-            scale * _randn(g, batch, query_len, head_dim),
-            scale * _randn(g, batch, key_len, head_dim),
-            _randn(g, batch, key_len, value_dim),
+            scale * randn(g, batch, query_len, head_dim),
+            scale * randn(g, batch, key_len, head_dim),
+            randn(g, batch, key_len, value_dim),
             mask,
         )
         description = (
@@ -149,8 +150,11 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
     output_names=("output", "weights"),
     layout=_sdpa_layout,
     variants=(
-        Variant(_SCALE_MISSING, lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: 1.0)),
-        Variant(_SCALE_MISSING, lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: 1.0, nan=True)),
+        Variant(
+            _SCALE_MISSING,
+            lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: 1.0),
+            lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: 1.0, nan=True),
+        ),
         Variant(
             "your scores are divided by head_dim; the scale is its square root, sqrt(head_dim): the variance of "
             "q . k grows like head_dim, so its spread like sqrt(head_dim).",
@@ -166,29 +170,33 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
             "of each query and key: `query.shape[-1]`.",
             lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: math.sqrt(k.shape[-2])),
         ),
-        Variant(_WRONG_AXIS, lambda q, k, v, m: _attend(q, k, v, ~m, dim=1)),
-        Variant(_WRONG_AXIS, lambda q, k, v, m: _attend(q, k, v, ~m, dim=1, nan=True)),
+        Variant(
+            _WRONG_AXIS,
+            lambda q, k, v, m: _attend(q, k, v, ~m, dim=1),
+            lambda q, k, v, m: _attend(q, k, v, ~m, dim=1, nan=True),
+        ),
         Variant(
             "each row was divided by the wrong row's sum: `e.sum(dim=-1)` without keepdim=True has shape "
             "(batch, query_len), which broadcasts against the key axis (this runs only when query_len equals "
             "key_len). Keep the summed axis: `e.sum(dim=-1, keepdim=True)`.",
             _wrong_row_sum,
         ),
-        Variant(_INVERTED, lambda q, k, v, m: _attend(q, k, v, m)),
-        Variant(_INVERTED, lambda q, k, v, m: _attend(q, k, v, m, nan=True)),
+        Variant(
+            _INVERTED,
+            lambda q, k, v, m: _attend(q, k, v, m),
+            lambda q, k, v, m: _attend(q, k, v, m, nan=True),
+        ),
         Variant(
             "your weights are the softmax without the mask: masked positions get weight. Set their scores to -inf "
             "before the softmax.",
             lambda q, k, v, m: _attend(q, k, v, None),
         ),
         Variant(
-            "the masked scores became 0 instead of -inf before the softmax. exp(0) = 1 is not small: a masked "
-            "position must get score -inf so that exp(-inf) = 0.",
+            MASKED_WITH_ZERO,
             lambda q, k, v, m: _attend(q, k, v, ~m, fill=0.0),
         ),
         Variant(
-            "your weights are the unmasked softmax with the masked weights set to 0 afterwards, without "
-            "renormalising, so they do not sum to one. Mask the scores with -inf before the softmax instead.",
+            MASKED_AFTER_SOFTMAX,
             lambda q, k, v, m: _attend(q, k, v, ~m, after=True),
         ),
         Variant(_NAN_ROW, lambda q, k, v, m: _attend(q, k, v, ~m, nan=True)),
@@ -230,17 +238,17 @@ def _cross_attention(target, source, source_lengths, W_Q, W_K, W_V):
 
 
 def _cross_attention_cases() -> list[Case]:
-    g = _generator(42)
+    g = generator(42)
 
     def case(sizes: tuple[int, ...], lengths: list[int], tags, scale: float = 1.0, note: str = "") -> Case:
         batch, tgt_len, src_len, d_model, head_dim, value_dim = sizes
         args = (
-            _randn(g, batch, tgt_len, d_model),
-            scale * _randn(g, batch, src_len, d_model),
+            randn(g, batch, tgt_len, d_model),
+            scale * randn(g, batch, src_len, d_model),
             torch.tensor(lengths),
-            _randn(g, d_model, head_dim),
-            _randn(g, d_model, head_dim),
-            _randn(g, d_model, value_dim),
+            randn(g, d_model, head_dim),
+            randn(g, d_model, head_dim),
+            randn(g, d_model, value_dim),
         )
         padding = "no padding" if min(lengths) == src_len else f"source lengths {lengths}"
         description = (
@@ -355,3 +363,5 @@ CROSS_ATTENTION = Exercise(
     "axis. Then your scaled_dot_product_attention(q, k, v, mask), after expanding the mask to (batch, tgt_len, "
     "src_len).",
 )
+
+EXERCISES = (SCALED_DOT_PRODUCT_ATTENTION, CROSS_ATTENTION)

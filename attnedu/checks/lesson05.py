@@ -18,7 +18,7 @@ import torch
 from ..attention import scaled_dot_product_attention
 from ..masks import padding_mask
 from ..multihead import merge_heads, split_heads
-from .engine import (
+from .exercise import (
     LARGE,
     ONE,
     PADDED,
@@ -27,9 +27,9 @@ from .engine import (
     Exercise,
     Layout,
     Variant,
-    _generator,
-    _randn,
+    generator,
     kinds,
+    randn,
 )
 
 LESSON = "05_multi_head_attention"
@@ -51,10 +51,10 @@ _HEAD_SIZES = (
 
 def _head_inputs(seed: int) -> list[tuple]:
     """(x (batch, seq_len, d_model), num_heads, description, tags), zero vectors at padded positions."""
-    g = _generator(seed)
+    g = generator(seed)
     inputs = []
     for batch, seq_len, heads, head_dim, lengths, tags, scale in _HEAD_SIZES:
-        x = scale * _randn(g, batch, seq_len, heads * head_dim)
+        x = scale * randn(g, batch, seq_len, heads * head_dim)
         note = "no padding"
         if lengths is not None:
             x = x * padding_mask(torch.tensor(lengths), seq_len)[:, :, None]
@@ -218,11 +218,11 @@ def _attention_case(g, sizes: tuple[int, ...], lengths: list[int], tags, *, self
     batch, query_len, key_len, d_model, num_heads, *kv = sizes
     num_kv_heads = kv[0] if kv else num_heads
     kv_dim = num_kv_heads * (d_model // num_heads)
-    query = scale * _randn(g, batch, query_len, d_model)
-    key = query if self_attention else scale * _randn(g, batch, key_len, d_model)
-    value = query if self_attention else _randn(g, batch, key_len, d_model)
+    query = scale * randn(g, batch, query_len, d_model)
+    key = query if self_attention else scale * randn(g, batch, key_len, d_model)
+    value = query if self_attention else randn(g, batch, key_len, d_model)
     mask = padding_mask(torch.tensor(lengths), key_len)[:, None, :].expand(-1, query_len, -1).clone()
-    weights = [_randn(g, d_model, d) / math.sqrt(d_model) for d in (d_model, kv_dim, kv_dim, d_model)]
+    weights = [randn(g, d_model, d) / math.sqrt(d_model) for d in (d_model, kv_dim, kv_dim, d_model)]
     args = (query, key, value, mask, *weights, num_heads) + ((num_kv_heads,) if kv else ())
     kind = "self-attention" if self_attention else "cross-attention"
     padding = "no padding" if min(lengths) == key_len else f"key lengths {lengths}"
@@ -232,7 +232,7 @@ def _attention_case(g, sizes: tuple[int, ...], lengths: list[int], tags, *, self
 
 
 def _multi_head_cases() -> list[Case]:
-    g = _generator(53)
+    g = generator(53)
     return [
         _attention_case(g, (3, 3, 3, 9, 3), [3, 1, 2], kinds(PADDED)),
         _attention_case(g, (2, 4, 5, 12, 3), [5, 2], kinds(PADDED)),
@@ -251,7 +251,7 @@ def _multi_head_cases() -> list[Case]:
 
 
 def _grouped_query_cases() -> list[Case]:
-    g = _generator(54)
+    g = generator(54)
     return [
         _attention_case(g, (4, 3, 3, 12, 4, 2), [3, 1, 2, 3], kinds(PADDED)),
         _attention_case(g, (2, 4, 5, 12, 6, 2), [5, 2], kinds(PADDED)),
@@ -416,3 +416,5 @@ GROUPED_QUERY_ATTENTION = Exercise(
     "head_dim); `.repeat_interleave(num_heads // num_kv_heads, dim=1)` gives each group of consecutive query heads "
     "its key/value head; then attention as in multi_head_attention.",
 )
+
+EXERCISES = (SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_ATTENTION, GROUPED_QUERY_ATTENTION)

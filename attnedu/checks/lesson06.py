@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..masks import causal_mask, causal_padding_mask, padding_mask, to_additive
-from .engine import (
+from .exercise import (
     EMPTY_ROW,
     LARGE,
     ONE,
@@ -432,3 +432,5 @@ PREFIX_LM_MASK = Exercise(
     "prefix_lengths[:, None, None])` with `i = torch.arange(max_len)[:, None]` and `j = torch.arange(max_len)[None, "
     ":]`. Then AND with the padding mask of the keys.",
 )
+
+EXERCISES = (CAUSAL_PADDING_MASK, TO_ADDITIVE, PREFIX_LM_MASK)

@@ -20,7 +20,7 @@ import torch
 
 from ..masks import padding_mask
 from ..positional import apply_rope, sinusoidal_encoding
-from .engine import (
+from .exercise import (
     LARGE,
     ONE,
     PADDED,
@@ -29,9 +29,9 @@ from .engine import (
     Exercise,
     Layout,
     Variant,
-    _generator,
-    _randn,
+    generator,
     kinds,
+    randn,
 )
 
 LESSON = "07_positional_encoding"
@@ -48,10 +48,10 @@ def _add_sinusoidal(embeddings: torch.Tensor) -> torch.Tensor:
 
 
 def _add_sinusoidal_cases() -> list[Case]:
-    g = _generator(70)
+    g = generator(70)
 
     def case(batch: int, seq_len: int, d_model: int, tags, lengths: list[int] | None = None, scale=1.0, note=""):
-        x = scale * _randn(g, batch, seq_len, d_model)
+        x = scale * randn(g, batch, seq_len, d_model)
         padded = ""
         if lengths is not None:  # the padding token's embedding is zeros (nn.Embedding's padding_idx)
             x = x * padding_mask(torch.tensor(lengths), seq_len)[:, :, None]
@@ -197,14 +197,14 @@ def _rope(x, positions, *, pair=lambda i: i, exponent=2.0, base=10000.0, directi
 
 
 def _apply_rope_cases() -> list[Case]:
-    g = _generator(71)
+    g = generator(71)
 
     def case(shape: tuple[int, ...], positions: list[int], tags, scale: float = 1.0, note: str = "") -> Case:
         names = ("batch", "heads", "seq_len", "head_dim") if len(shape) == 4 else ("batch", "seq_len", "head_dim")
         sizes = ", ".join(f"{n} {s}" for n, s in zip(names, shape, strict=True))
         listed = positions if len(positions) <= 6 else f"{positions[0]} to {positions[-1]}"
         description = f"{sizes}, positions {listed}" + (f"; {note}" if note else "")
-        return Case(description, (scale * _randn(g, *shape), torch.tensor(positions)), tags)
+        return Case(description, (scale * randn(g, *shape), torch.tensor(positions)), tags)
 
     return [
         case((2, 3, 5, 8), [0, 1, 2, 3, 4], kinds()),
@@ -314,7 +314,7 @@ def _rope_scores(
 
 
 def _rope_scores_cases() -> list[Case]:
-    g = _generator(72)
+    g = generator(72)
 
     def case(sizes, q_positions, k_positions, tags, scale: float = 1.0, note: str = "") -> Case:
         batch, heads, head_dim = sizes
@@ -326,8 +326,8 @@ def _rope_scores_cases() -> list[Case]:
             f"batch {batch}, heads {heads}, head_dim {head_dim}; queries at positions {listed(q_positions)}, "
             f"keys at {listed(k_positions)}" + (f"; {note}" if note else "")
         )
-        q = scale * _randn(g, batch, heads, len(q_positions), head_dim)
-        k = scale * _randn(g, batch, heads, len(k_positions), head_dim)
+        q = scale * randn(g, batch, heads, len(q_positions), head_dim)
+        k = scale * randn(g, batch, heads, len(k_positions), head_dim)
         return Case(description, (q, k, torch.tensor(q_positions), torch.tensor(k_positions)), tags)
 
     return [
@@ -445,3 +445,5 @@ ROPE_SCORES = Exercise(
     "function from exercise 2), then `rq @ rk.transpose(-2, -1) / math.sqrt(head_dim)`. Each side keeps its own "
     "positions; query_len and key_len may differ.",
 )
+
+EXERCISES = (ADD_SINUSOIDAL, APPLY_ROPE, ROPE_SCORES)

@@ -13,7 +13,7 @@ import math
 import torch
 
 from ..flash import online_softmax
-from .engine import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Variant, _generator, _randn, kinds
+from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Variant, generator, kinds, randn
 
 LESSON = "08_flash_attention"
 
@@ -23,11 +23,11 @@ LESSON = "08_flash_attention"
 
 
 def _online_softmax_cases() -> list[Case]:
-    g = _generator(8)
+    g = generator(8)
 
     def rising(rows: int, n: int, spread: float = 2.0, offset: float = 0.0) -> torch.Tensor:
         """Random scores with an upward trend, so that later blocks raise the running maximum."""
-        return offset + spread * _randn(g, rows, n) + torch.linspace(0.0, 4.0, n)
+        return offset + spread * randn(g, rows, n) + torch.linspace(0.0, 4.0, n)
 
     large = torch.cat([rising(1, 12, 30.0, 300.0), rising(1, 12, 30.0, -600.0)])
     return [
@@ -261,18 +261,18 @@ def block_update(m, l, acc, q_block, k_block, v_block, valid):
 
 
 def _block_update_cases() -> list[Case]:
-    g = _generator(18)
+    g = generator(18)
 
     def case(description, tags, block_q, block_k, head_dim, value_dim, real=None, first=False, scale=1.0) -> Case:
-        q = scale * _randn(g, block_q, head_dim)
-        k, v = scale * _randn(g, block_k, head_dim), _randn(g, block_k, value_dim)
+        q = scale * randn(g, block_q, head_dim)
+        k, v = scale * randn(g, block_k, head_dim), randn(g, block_k, value_dim)
         valid = torch.arange(block_k) < (block_k if real is None else real)
         k, v = k * valid[:, None], v * valid[:, None]  # keys past the end of the sequence: zero rows (padding)
         m, l = torch.full((block_q,), float("-inf")), torch.zeros(block_q)
         acc = torch.zeros(block_q, value_dim)
         if not first:  # the state after an earlier tile of 3 keys
-            earlier = scale * _randn(g, 3, head_dim)
-            m, l, acc = block_update(m, l, acc, q, earlier, _randn(g, 3, value_dim), torch.ones(3, dtype=torch.bool))
+            earlier = scale * randn(g, 3, head_dim)
+            m, l, acc = block_update(m, l, acc, q, earlier, randn(g, 3, value_dim), torch.ones(3, dtype=torch.bool))
         return Case(description, (m, l, acc, q, k, v, valid), tags)
 
     return [
@@ -374,3 +374,5 @@ BLOCK_UPDATE = Exercise(
     "`alpha = torch.exp(m - m_new)` (0 on the first tile, where m is -inf); return `m_new`, "
     "`alpha * l + p.sum(dim=1)` and `alpha[:, None] * acc + p @ v_block`.",
 )
+
+EXERCISES = (ONLINE_SOFTMAX, BLOCK_UPDATE, CAUSAL_TILES)

@@ -10,7 +10,7 @@ One module per part (none imports torch or the notebook machinery on ``import at
     worker    runs inside the sandbox: the notebook's cells, then each function's calls, under deadlines
     kernel    runs inside the learner's kernel: calls one function on the grader's inputs (in a forked child),
               saves the outputs
-    results   reads what came back as untrusted data, and checks it with attnedu.checks.engine.run_check
+    results   reads what came back as untrusted data, and checks it with attnedu.checks.diagnosis.run_check
     scan      reads the notebook's code for forgeries (patched checks, hooks, the reference implementation)
     reports   scores.csv, summary.md/.csv, feedback/<submission>.md, scores.png
 

@@ -34,7 +34,8 @@ import nbformat
 import torch
 
 from ..checks import EXERCISES, LESSONS
-from ..checks.engine import CRASHED, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT, Case
+from ..checks.exercise import Case
+from ..checks.results import CRASHED, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT
 from ..runtime import progress
 from . import worker as worker_module
 from .results import OUTCOMES, check_remote, load_json

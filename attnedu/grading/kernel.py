@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..checks.engine import _call_learner
+from ..checks.calling import call_learner
 
 MAX_ELEMENTS = 1 << 22  # a larger tensor is described, not sent
 MAX_ITEMS = 64  # of a tuple or list
@@ -56,7 +56,7 @@ def call_exercise(namespace: Mapping, name: str, cases_path: str, out_dir: str, 
 def _call_cases(fn: Callable, cases_path: str, out: Path, time_limit: float) -> None:
     cases = torch.load(cases_path, weights_only=False)  # written by the grader: modules included
     for index, args in enumerate(cases):
-        call = _call_learner(fn, args, time_limit)
+        call = call_learner(fn, args, time_limit)
         record = {
             "value": encode(call.value),
             "args": encode(tuple(args)),  # as the function left them: a change in place shows

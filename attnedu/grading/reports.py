@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..checks import LESSONS
-from ..checks.engine import CRASHED, FAILED, ICONS, NOT_ATTEMPTED, PASSED, TIMEOUT
+from ..checks.results import CRASHED, FAILED, ICONS, NOT_ATTEMPTED, PASSED, TIMEOUT
 from .grader import FLAGGED, NOT_GRADED, STATUSES, Graded
 
 STATUS_ICONS = {**ICONS, TIMEOUT: "⌛", CRASHED: "💥", FLAGGED: "🚩", NOT_GRADED: "➖"}

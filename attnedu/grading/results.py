@@ -5,7 +5,7 @@ symbolic link to somewhere else, a FIFO, huge, or a crafted pickle. So files are
 work folder without following any link, only regular files of bounded size are read, JSON is
 parsed as JSON, and tensors are loaded with ``torch.load(weights_only=True)``, which builds
 tensors and plain containers and nothing else. What came back is then compared with the
-references here, in the grader's process, by the same :func:`attnedu.checks.engine.run_check`
+references here, in the grader's process, by the same :func:`attnedu.checks.diagnosis.run_check`
 that learners use in their notebooks.
 """
 
@@ -22,7 +22,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..checks.engine import FAILED, MAX_PRINTED, NOT_ATTEMPTED, Case, CheckResult, Exercise, _Call, run_check
+from ..checks.calling import MAX_PRINTED, Call
+from ..checks.diagnosis import run_check
+from ..checks.exercise import Case, Exercise
+from ..checks.results import FAILED, NOT_ATTEMPTED, CheckResult
 
 MAX_RECORD_BYTES = 64 << 20
 MAX_JSON_BYTES = 1 << 20
@@ -136,16 +139,16 @@ def _text(value, limit: int = 500) -> str:
 def remote_call(records: dict[int, dict], outcome: str):
     """A caller for run_check that replays what the kernel recorded, case by case (numbered from 1)."""
 
-    def call(number: int, case: Case, time_limit: float) -> tuple[_Call, tuple]:
+    def call(number: int, case: Case, time_limit: float) -> tuple[Call, tuple]:
         record = records.get(number - 1)
         if record is None:
             if outcome == "timeout":
-                return _Call(timed_out=True, stopped_outside=True), copy.deepcopy(case.args)
+                return Call(timed_out=True, stopped_outside=True), copy.deepcopy(case.args)
             if outcome == "crashed":
-                return _Call(crashed=True), copy.deepcopy(case.args)
-            missing = _Call(error_name="RuntimeError", error_text="no result came back from the kernel")
+                return Call(crashed=True), copy.deepcopy(case.args)
+            missing = Call(error_name="RuntimeError", error_text="no result came back from the kernel")
             return missing, copy.deepcopy(case.args)
-        result = _Call(
+        result = Call(
             value=decode(record.get("value")),
             error_name=_text(record.get("error_name"), 100),
             error_text=_text(record.get("error_text")),

@@ -1,268 +1,20 @@
-"""The check engine: run a learner's function safely on every test case, compare it with a
-reference, and name a known mistake only when the outputs establish it, else say what was
-observed. Exercises are data (:class:`Exercise`); each lesson's live in ``lessonNN.py`` beside
-this file.
+"""Deciding: compare the learner's outputs with the reference on every test case, and name a known mistake only
+when the outputs establish it; otherwise say what was observed (type, dtype, shape, NaN or inf, where the values
+differ, on which kinds of test case), never a guessed cause. :func:`run_check` is the one place where that happens,
+for the check cells and for the batch grader alike.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import io
-import os
-import signal
-import threading
-import time
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
-from torch import nn
 
-from ..masks import padding_mask
-
-PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not_attempted"
-ICONS = {PASSED: "✅", FAILED: "❌", NOT_ATTEMPTED: "⏳"}
-TIME_LIMIT = 5.0  # seconds per call of the learner's function
-MAX_PRINTED = 500  # characters of the learner's printing kept in a result
-# Set by the batch grader in the kernels it starts: the check cells of a submission then return at once
-# (the grader calls the functions itself, from outside, see attnedu.grading).
-GRADING_ENV = "ATTNEDU_GRADING"
-TIMEOUT, CRASHED = "timeout", "crashed"  # CheckResult.reason for a function that hung or killed its process
-
-# --------------------------------------------------------------------------------------------
-# Results
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Hint:
-    """A hint for one exercise; renders as Markdown in JupyterLab."""
-
-    exercise: str
-    text: str
-
-    def _repr_markdown_(self) -> str:
-        return f"💡 **Hint for `{self.exercise}`:** {self.text}"
-
-    def __repr__(self) -> str:
-        return f"💡 Hint for {self.exercise}: {self.text}"
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """What a check found. ``status`` is "passed", "failed" or "not_attempted".
-
-    Renders as ✅ / ❌ / ⏳ in JupyterLab (``_repr_markdown_``) and as plain text elsewhere.
-    """
-
-    exercise: str
-    status: str
-    message: str
-    where: str = ""  # the test case that failed, e.g. "test case 2 of 3 (a fully masked row)"
-    printed: str = ""  # what the learner's function printed during the check (truncated)
-    hint_text: str = field(default="", repr=False)
-    reason: str = field(default="", repr=False)  # TIMEOUT or CRASHED when that is why it failed, else ""
-    # the kinds of finding its message states: "variant" (a known-wrong version named), "where" (where the values
-    # differ), "cases" (on which kinds of test case), "nonfinite", "type", "dtype", "shape", "property", "error",
-    # "inplace", "timeout", "crashed", "also" (a problem on a later case); "count" alone: only how many differ
-    findings: tuple[str, ...] = field(default=(), repr=False)
-
-    @property
-    def passed(self) -> bool:
-        return self.status == PASSED
-
-    @property
-    def score(self) -> int:
-        return int(self.passed)
-
-    def hint(self) -> Hint:
-        return Hint(self.exercise, self.hint_text or "no hint is available for this exercise.")
-
-    def to_dict(self) -> dict:
-        message = f"on {self.where}: {self.message}" if self.where else self.message
-        return {"exercise": self.exercise, "status": self.status, "score": self.score, "message": message}
-
-    def _headline(self) -> str:
-        return _LABELS[self.status] + (f" on {self.where}" if self.where else "")
-
-    def _footer(self) -> str:
-        if self.status == FAILED:
-            return f'Stuck? `hint("{self.exercise}")` or `.hint()` on this result.'
-        return ""
-
-    def _repr_markdown_(self) -> str:
-        text = f"{ICONS[self.status]} **`{self.exercise}`** {self._headline()}: {self.message}"
-        if self.printed:
-            text += f"\n\nYour function printed:\n\n```\n{self.printed}\n```"
-        if self._footer():
-            text += f"\n\n{self._footer()}"
-        return text
-
-    def __repr__(self) -> str:
-        text = f"{ICONS[self.status]} {self.exercise} {self._headline()}: {self.message}"
-        if self.printed:
-            text += "\nYour function printed:\n" + "\n".join("    " + line for line in self.printed.splitlines())
-        if self._footer():
-            text += "\n" + self._footer().replace("`", "")
-        return text
-
-
-_LABELS = {PASSED: "passed", FAILED: "failed", NOT_ATTEMPTED: "not attempted yet"}
-
-# --------------------------------------------------------------------------------------------
-# Running the learner's code: copies of the inputs, captured printing, a time limit
-# --------------------------------------------------------------------------------------------
-
-
-class _Timeout(BaseException):
-    """Raised by the alarm inside the learner's code (a BaseException, so `except Exception` misses it)."""
-
-
-class _BoundedText(io.TextIOBase):
-    """A stdout/stderr stand-in that keeps the first ``limit`` characters and counts the rest."""
-
-    def __init__(self, limit: int):
-        self.limit, self.parts, self.kept, self.dropped = limit, [], 0, 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text) -> int:
-        text = str(text)
-        room = max(self.limit - self.kept, 0)
-        if room:
-            self.parts.append(text[:room])
-            self.kept += min(len(text), room)
-        self.dropped += max(len(text) - room, 0)
-        return len(text)
-
-    def getvalue(self) -> str:
-        text = "".join(self.parts).rstrip("\n")
-        if self.dropped:
-            text += f"\n... ({self.dropped} more characters not shown)"
-        return text
-
-
-@dataclass
-class _Call:
-    """What one call of the learner's function did. In-process calls fill it directly; the grader
-    rebuilds it from what a sandboxed kernel sent back, so errors are described, not kept."""
-
-    value: object = None
-    error_name: str = ""  # the exception's type name if the function raised, else ""
-    error_text: str = ""
-    error_line: str = ""  # " (in the line `...`)" when raised in the learner's own code
-    not_implemented: bool = False  # it raised NotImplementedError: a stub
-    timed_out: bool = False  # it did not finish within the time limit
-    stopped_outside: bool = False  # ... and ignored the alarm, so it was stopped from outside its process
-    crashed: bool = False  # the process running it died (os._exit, a native crash, out of memory)
-    printed: str = ""
-
-
-# How a check calls the learner's function: (case number from 1, the case, time limit) -> (what happened,
-# the arguments as the function left them). In-process for the check cells; remote for the batch grader.
-Caller = Callable[[int, "Case", float], "tuple[_Call, tuple]"]
-
-
-def in_process(fn: Callable) -> Caller:
-    """Call ``fn`` in this process, on a fresh copy of each case's arguments."""
-
-    def call(number: int, case: Case, time_limit: float) -> tuple[_Call, tuple]:
-        learner_args = copy.deepcopy(case.args)
-        return _call_learner(fn, learner_args, time_limit), learner_args
-
-    return call
-
-
-def _call_learner(fn: Callable, args: tuple, time_limit: float) -> _Call:
-    """Call ``fn(*args)`` without letting it crash, flood the output or hang the caller."""
-    call = _Call()
-    sink = _BoundedText(MAX_PRINTED)
-    raised: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            with torch.no_grad():
-                call.value = fn(*args)
-        except (_Timeout, KeyboardInterrupt):
-            raise
-        except BaseException as err:  # SystemExit too: a check must not end the kernel
-            raised.append(err)
-
-    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-        if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
-            call.timed_out = _run_with_alarm(run, time_limit)
-        else:
-            worker = threading.Thread(target=run, daemon=True, name="attnedu-check")
-            worker.start()
-            worker.join(time_limit)
-            call.timed_out = worker.is_alive()  # it keeps running: threads cannot be stopped
-    call.printed = sink.getvalue()
-    if raised and not call.timed_out:
-        err = raised[0]
-        try:
-            text = str(err)
-        except Exception:  # an exception whose message itself fails
-            text = "(its message could not be shown)"
-        call.error_name, call.error_text = type(err).__name__, text
-        call.error_line = _learner_line(err, fn)
-        call.not_implemented = isinstance(err, NotImplementedError)
-    return call
-
-
-def _run_with_alarm(run: Callable[[], None], seconds: float) -> bool:
-    """Run ``run()`` under a SIGALRM time limit; True if it was cut off. Restores any previous timer."""
-    state = {"active": True, "fired": False}
-
-    def on_alarm(signum, frame):
-        if state["active"]:
-            state["fired"] = True
-            signal.setitimer(signal.ITIMER_REAL, 0.5)  # fire again if the learner's code swallows this one
-            raise _Timeout
-
-    started = time.monotonic()
-    previous_handler = signal.signal(signal.SIGALRM, on_alarm)
-    previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        try:
-            run()
-        finally:
-            state["active"] = False
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    except _Timeout:
-        state["active"] = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    finally:
-        signal.signal(signal.SIGALRM, previous_handler)
-        if previous_delay > 0:
-            remaining = max(previous_delay - (time.monotonic() - started), 0.001)
-            signal.setitimer(signal.ITIMER_REAL, remaining, previous_interval)
-    return state["fired"]
-
-
-def _unchanged(original, copied) -> bool:
-    """True if the copy handed to the learner still equals the original (values, shape, dtype)."""
-    if isinstance(original, torch.Tensor):
-        return (
-            isinstance(copied, torch.Tensor)
-            and copied.shape == original.shape
-            and copied.dtype == original.dtype
-            and torch.equal(copied.nan_to_num(), original.nan_to_num())
-        )
-    if isinstance(original, nn.Module):
-        before, after = original.state_dict(), copied.state_dict()
-        return before.keys() == after.keys() and all(_unchanged(before[k], after[k]) for k in before)
-    return original == copied
-
-
-def _learner_line(err: BaseException, fn: Callable) -> str:
-    """The line of the learner's own code where ``err`` was raised, if it was raised there."""
-    filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
-    frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == filename and f.line]
-    return f" (in the line `{frames[-1].line.strip()}`)" if frames else ""
-
+from .calling import TIME_LIMIT, Call, Caller, in_process, inputs_unchanged
+from .exercise import LARGE, TAG_ORDER, Case, Exercise, Layout, Variant
+from .results import CRASHED, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT, CheckResult
 
 # --------------------------------------------------------------------------------------------
 # Comparing outputs
@@ -283,20 +35,20 @@ def _close(expected: torch.Tensor, got: torch.Tensor) -> torch.Tensor:
     return got == expected
 
 
-def _same(expected, got) -> bool:
+def same(expected, got) -> bool:
     """Same structure, dtype, shape and values (floats within tolerance, NaN equal to NaN)."""
     if isinstance(expected, tuple):
         return (
             isinstance(got, (tuple, list))
             and len(got) == len(expected)
-            and all(_same(e, g) for e, g in zip(expected, got, strict=True))
+            and all(same(e, g) for e, g in zip(expected, got, strict=True))
         )
     if not isinstance(got, torch.Tensor) or got.dtype != expected.dtype or got.shape != expected.shape:
         return False
     return bool(_close(expected, got).all())
 
 
-def _describe(x) -> str:
+def describe(x) -> str:
     if isinstance(x, torch.Tensor):
         return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
     if x is None:
@@ -355,26 +107,6 @@ NAN_NOTE = (
     "NaN comes from 0/0, inf - inf or 0 * inf; inf from an overflow, a division by zero, or a fill value such as "
     "float('-inf')."
 )
-
-# --------------------------------------------------------------------------------------------
-# Saying where an output differs (observed, never a guessed cause)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What an output's axes mean for one test case, so that a message can say where the differences are.
-
-    The batch is always axis 0. ``positions`` is the axis that runs over source (or target) positions, if
-    any; ``real`` (batch, positions) is True at real tokens (or where a mask allows), and ``words`` names
-    its True and False entries; ``halves`` names the first and second half of the last axis (e.g. the two
-    directions of a bidirectional encoder).
-    """
-
-    positions: int | None = None
-    real: torch.Tensor | None = None
-    words: tuple[str, str] = ("real positions", "padding positions")
-    halves: tuple[str, str] | None = None
 
 
 def _indices(flags: torch.Tensor) -> list[int]:
@@ -462,7 +194,7 @@ def _output_problem(
     "where", "count")."""
     if not isinstance(got, torch.Tensor):
         shape = _shape_text(names, expected.shape)
-        return f"{what} should be a torch.Tensor of shape {shape}, got {_describe(got)}.", ["type"]
+        return f"{what} should be a torch.Tensor of shape {shape}, got {describe(got)}.", ["type"]
     if got.dtype != expected.dtype:
         advice = _DTYPE_ADVICE.get(expected.dtype, "")
         return f"{what} has dtype {got.dtype}, expected {expected.dtype}. {advice}".rstrip(), ["dtype"]
@@ -515,59 +247,6 @@ def _scale(expected: torch.Tensor, got: torch.Tensor) -> str:
     return f"Within each sentence, every entry of yours is the reference's times one factor: {', '.join(factors)}."
 
 
-# --------------------------------------------------------------------------------------------
-# The check engine
-# --------------------------------------------------------------------------------------------
-
-# What kind of input a test case is, in its ``tags``: every exercise has a case of each of the first four
-# (tests/test_checks.py), and a message may say "it fails exactly on the test cases with <tag>".
-ONE, PADDED, UNPADDED, LARGE, EMPTY_ROW = (
-    "a batch of one",
-    "padding",
-    "no padding",
-    "large inputs",
-    "a fully masked row",
-)
-REQUIRED_TAGS = (ONE, PADDED, UNPADDED, LARGE)
-_TAG_ORDER = (EMPTY_ROW, LARGE, ONE, PADDED, UNPADDED)
-
-
-@dataclass(frozen=True)
-class Case:
-    """One input to an exercise: ``args`` are passed positionally; ``description`` names it in messages;
-    ``tags`` say what kind of input it is (ONE, PADDED, UNPADDED, LARGE, EMPTY_ROW)."""
-
-    description: str
-    args: tuple
-    tags: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class Variant:
-    """A known-wrong version of the reference; an output equal to its output on every test case where it runs
-    (and unlike the reference's on one of them) gets ``diagnosis``."""
-
-    diagnosis: str
-    fn: Callable
-
-
-@dataclass(frozen=True)
-class Exercise:
-    """Everything a check needs. ``returns`` names the output's dimensions, one tuple per output."""
-
-    name: str
-    lesson: str
-    params: tuple[str, ...]
-    returns: tuple[tuple[str, ...], ...]
-    reference: Callable
-    make_cases: Callable[[], list[Case]]
-    variants: tuple[Variant, ...]
-    hint: str
-    output_names: tuple[str, ...] = ("the output",)
-    properties: Callable[[tuple, object], str | None] | None = None  # extra learner-facing checks
-    layout: Callable[[tuple], tuple[Layout | None, ...]] | None = None  # one Layout per output, from a case's args
-
-
 _UNFINISHED = object()  # what _hard_problem returns for a stub
 
 
@@ -577,7 +256,7 @@ class _Outcome:
 
     number: int
     case: Case
-    call: _Call
+    call: Call
     args: tuple  # as the learner's function left them
     hard: object = None  # None, _UNFINISHED, or the message of a problem that is not about values
     kinds: tuple[str, ...] = ()  # what kind of hard problem
@@ -621,7 +300,7 @@ def run_check(
             return result(
                 FAILED,
                 f"check_{exercise.name} needs your function itself, `check_{exercise.name}({exercise.name})`, "
-                f"not the result of calling it; got {_describe(fn)}.",
+                f"not the result of calling it; got {describe(fn)}.",
                 findings=["type"],
             )
         caller = in_process(fn)
@@ -636,7 +315,7 @@ def run_check(
             if outcome.hard is None:
                 with torch.no_grad():
                     outcome.expected = exercise.reference(*copy.deepcopy(case.args))
-                outcome.ok = _same(outcome.expected, call.value)
+                outcome.ok = same(outcome.expected, call.value)
             outcomes.append(outcome)
             if call.timed_out or call.crashed:
                 break  # each further call could cost the whole time limit again, or find no process
@@ -664,7 +343,7 @@ def _case_name(outcome: _Outcome, total: int) -> str:
     return f"test case {outcome.number} of {total} ({outcome.case.description})"
 
 
-def _hard_problem(exercise: Exercise, case: Case, learner_args: tuple, call: _Call, time_limit: float):
+def _hard_problem(exercise: Exercise, case: Case, learner_args: tuple, call: Call, time_limit: float):
     """(None, ()) if the call returned normally with its inputs intact; (_UNFINISHED, ()) for NotImplementedError;
     else (a message, its kinds of finding)."""
     if call.crashed:
@@ -691,7 +370,7 @@ def _hard_problem(exercise: Exercise, case: Case, learner_args: tuple, call: _Ca
     if call.error_name:
         return f"your function raised {call.error_name}{call.error_line}: {call.error_text}", ("error",)
     for name, original, copied in zip(exercise.params, case.args, learner_args, strict=True):
-        if not _unchanged(original, copied):
+        if not inputs_unchanged(original, copied):
             return (
                 f"your function modified its input `{name}` in place (with `-=`, `+=`, `x[...] = ...` "
                 "or a method ending in `_` such as `masked_fill_`). The caller still needs its inputs: work on "
@@ -702,30 +381,37 @@ def _hard_problem(exercise: Exercise, case: Case, learner_args: tuple, call: _Ca
 
 
 def _established_variant(exercise: Exercise, outcomes: list[_Outcome]) -> tuple[Variant, _Outcome] | None:
-    """The variant whose output equals the learner's on every case where it runs, and differs from the
-    reference on one of them (of several, the one that runs on the most cases; then the first listed).
-    A case where the learner's values are wrong and the variant cannot run rules the variant out: it
-    would not explain that case."""
+    """The variant one of whose versions gives the learner's output on every case where it runs, and differs from
+    the reference on one of them (of several, the version that runs on the most cases; then the first listed).
+    A case where the learner's values are wrong and the version cannot run rules it out: it would not explain
+    that case."""
     best: tuple[int, Variant, _Outcome] | None = None
     for variant in exercise.variants:
-        ran, at = 0, None
-        for outcome in outcomes:
-            try:
-                with torch.no_grad():
-                    wrong = variant.fn(*copy.deepcopy(outcome.case.args))
-            except Exception:
-                if outcome.hard is None and not outcome.ok:
-                    break  # wrong values that this mistake cannot explain: it cannot even run here
-                continue  # the case says nothing about this mistake
-            if outcome.hard is not None or not _same(wrong, outcome.call.value):
-                break
-            ran += 1
-            if not outcome.ok and at is None:
-                at = outcome
-        else:
+        for fn in variant.fns:
+            ran, at = _explains(fn, outcomes)
             if at is not None and (best is None or ran > best[0]):
                 best = (ran, variant, at)
     return None if best is None else (best[1], best[2])
+
+
+def _explains(fn: Callable, outcomes: list[_Outcome]) -> tuple[int, _Outcome | None]:
+    """(on how many cases ``fn`` ran, the first case it explains that the reference does not), or (0, None) when
+    its output differs from the learner's on a case where it runs, or it cannot run where the learner is wrong."""
+    ran, at = 0, None
+    for outcome in outcomes:
+        try:
+            with torch.no_grad():
+                wrong = fn(*copy.deepcopy(outcome.case.args))
+        except Exception:
+            if outcome.hard is None and not outcome.ok:
+                return 0, None  # wrong values that this mistake cannot explain: it cannot even run here
+            continue  # the case says nothing about this mistake
+        if outcome.hard is not None or not same(wrong, outcome.call.value):
+            return 0, None
+        ran += 1
+        if not outcome.ok and at is None:
+            at = outcome
+    return ran, at
 
 
 def _wrong_values(exercise: Exercise, outcomes: list[_Outcome], total: int) -> tuple[str, list[str], _Outcome]:
@@ -766,7 +452,7 @@ def _observed(exercise: Exercise, outcome: _Outcome) -> tuple[str, list[str]]:
         got_parts = (got,)
     elif not isinstance(got, (tuple, list)) or len(got) != len(expected):
         names = ", ".join(exercise.output_names)
-        return f"your function should return {len(expected)} values ({names}), got {_describe(got)}.", ["type"]
+        return f"your function should return {len(expected)} values ({names}), got {describe(got)}.", ["type"]
     else:
         got_parts = tuple(got)
     layouts = exercise.layout(args) if exercise.layout is not None else (None,) * len(expected_parts)
@@ -775,7 +461,7 @@ def _observed(exercise: Exercise, outcome: _Outcome) -> tuple[str, list[str]]:
     for output_name, names, e, g, layout in zip(
         exercise.output_names, exercise.returns, expected_parts, got_parts, layouts, strict=True
     ):
-        if _same(e, g):
+        if same(e, g):
             right.append(f"`{output_name}`")
             continue
         what = "your output" if single else f"`{output_name}`"
@@ -799,44 +485,10 @@ def _across_cases(outcomes: list[_Outcome], total: int) -> str:
     if len(outcomes) < total:
         return ""
     failing = {o.number for o in outcomes if not o.ok}
-    for tag in _TAG_ORDER:
+    for tag in TAG_ORDER:
         tagged = {o.number for o in outcomes if tag in o.case.tags}
         if tagged == failing and len(tagged) < total:
             numbers = sorted(tagged)
             listed = f"test case {numbers[0]}" if len(numbers) == 1 else f"test cases {_listed(numbers)}"
             return f"It matches the reference on every test case except the ones with {tag} ({listed})."
     return ""
-
-
-def grading_mode() -> bool:
-    """True inside a kernel the batch grader started (where check cells must not call anything)."""
-    return os.environ.get(GRADING_ENV) == "1"
-
-
-# --------------------------------------------------------------------------------------------
-# Inputs
-# --------------------------------------------------------------------------------------------
-
-
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _randn(g: torch.Generator, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=g)
-
-
-def _mask(rows: list[list[int]]) -> torch.Tensor:
-    return torch.tensor(rows, dtype=torch.bool)
-
-
-def _tokens(g: torch.Generator, lengths: list[int], src_len: int, vocab: int = 30) -> torch.Tensor:
-    """(batch, src_len) token ids from 3..vocab-1, all different within a row (so that moving a token shows), with
-    padding id 0 after each length: a real id never equals the padding id."""
-    rows = [torch.randperm(vocab - 3, generator=g)[:src_len] + 3 for _ in lengths]
-    return torch.stack(rows).masked_fill(~padding_mask(torch.tensor(lengths), src_len), 0)
-
-
-def kinds(*tags: str) -> frozenset[str]:
-    """A case's tags: ``Case("...", args, kinds(ONE, PADDED))``."""
-    return frozenset(tags)

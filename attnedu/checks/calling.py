@@ -1,0 +1,181 @@
+"""Calling the learner's function safely: on a copy of each test case's inputs, with its printing captured and
+truncated, under a time limit, never letting an exception (or SystemExit) escape. The batch grader makes the same
+calls in a sandboxed kernel (attnedu.grading) and hands back what happened as a :class:`Call`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .exercise import Case
+
+TIME_LIMIT = 5.0  # seconds per call of the learner's function
+MAX_PRINTED = 500  # characters of the learner's printing kept in a result
+# Set by the batch grader in the kernels it starts: the check cells of a submission then return at once
+# (the grader calls the functions itself, from outside, see attnedu.grading).
+GRADING_ENV = "ATTNEDU_GRADING"
+
+
+def grading_mode() -> bool:
+    """True inside a kernel the batch grader started (where check cells must not call anything)."""
+    return os.environ.get(GRADING_ENV) == "1"
+
+
+class _Timeout(BaseException):
+    """Raised by the alarm inside the learner's code (a BaseException, so `except Exception` misses it)."""
+
+
+class _BoundedText(io.TextIOBase):
+    """A stdout/stderr stand-in that keeps the first ``limit`` characters and counts the rest."""
+
+    def __init__(self, limit: int):
+        self.limit, self.parts, self.kept, self.dropped = limit, [], 0, 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text) -> int:
+        text = str(text)
+        room = max(self.limit - self.kept, 0)
+        if room:
+            self.parts.append(text[:room])
+            self.kept += min(len(text), room)
+        self.dropped += max(len(text) - room, 0)
+        return len(text)
+
+    def getvalue(self) -> str:
+        text = "".join(self.parts).rstrip("\n")
+        if self.dropped:
+            text += f"\n... ({self.dropped} more characters not shown)"
+        return text
+
+
+@dataclass
+class Call:
+    """What one call of the learner's function did. In-process calls fill it directly; the grader
+    rebuilds it from what a sandboxed kernel sent back, so errors are described, not kept."""
+
+    value: object = None
+    error_name: str = ""  # the exception's type name if the function raised, else ""
+    error_text: str = ""
+    error_line: str = ""  # " (in the line `...`)" when raised in the learner's own code
+    not_implemented: bool = False  # it raised NotImplementedError: a stub
+    timed_out: bool = False  # it did not finish within the time limit
+    stopped_outside: bool = False  # ... and ignored the alarm, so it was stopped from outside its process
+    crashed: bool = False  # the process running it died (os._exit, a native crash, out of memory)
+    printed: str = ""
+
+
+# How a check calls the learner's function: (case number from 1, the case, time limit) -> (what happened,
+# the arguments as the function left them). In-process for the check cells; remote for the batch grader.
+Caller = Callable[[int, Case, float], "tuple[Call, tuple]"]
+
+
+def in_process(fn: Callable) -> Caller:
+    """Call ``fn`` in this process, on a fresh copy of each case's arguments."""
+
+    def call(number: int, case: Case, time_limit: float) -> tuple[Call, tuple]:
+        learner_args = copy.deepcopy(case.args)
+        return call_learner(fn, learner_args, time_limit), learner_args
+
+    return call
+
+
+def call_learner(fn: Callable, args: tuple, time_limit: float) -> Call:
+    """Call ``fn(*args)`` without letting it crash, flood the output or hang the caller."""
+    call = Call()
+    sink = _BoundedText(MAX_PRINTED)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with torch.no_grad():
+                call.value = fn(*args)
+        except (_Timeout, KeyboardInterrupt):
+            raise
+        except BaseException as err:  # SystemExit too: a check must not end the kernel
+            raised.append(err)
+
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
+            call.timed_out = _run_with_alarm(run, time_limit)
+        else:
+            worker = threading.Thread(target=run, daemon=True, name="attnedu-check")
+            worker.start()
+            worker.join(time_limit)
+            call.timed_out = worker.is_alive()  # it keeps running: threads cannot be stopped
+    call.printed = sink.getvalue()
+    if raised and not call.timed_out:
+        err = raised[0]
+        try:
+            text = str(err)
+        except Exception:  # an exception whose message itself fails
+            text = "(its message could not be shown)"
+        call.error_name, call.error_text = type(err).__name__, text
+        call.error_line = _learner_line(err, fn)
+        call.not_implemented = isinstance(err, NotImplementedError)
+    return call
+
+
+def _run_with_alarm(run: Callable[[], None], seconds: float) -> bool:
+    """Run ``run()`` under a SIGALRM time limit; True if it was cut off. Restores any previous timer."""
+    state = {"active": True, "fired": False}
+
+    def on_alarm(signum, frame):
+        if state["active"]:
+            state["fired"] = True
+            signal.setitimer(signal.ITIMER_REAL, 0.5)  # fire again if the learner's code swallows this one
+            raise _Timeout
+
+    started = time.monotonic()
+    previous_handler = signal.signal(signal.SIGALRM, on_alarm)
+    previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        try:
+            run()
+        finally:
+            state["active"] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _Timeout:
+        state["active"] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        signal.signal(signal.SIGALRM, previous_handler)
+        if previous_delay > 0:
+            remaining = max(previous_delay - (time.monotonic() - started), 0.001)
+            signal.setitimer(signal.ITIMER_REAL, remaining, previous_interval)
+    return state["fired"]
+
+
+def inputs_unchanged(original, copied) -> bool:
+    """True if the copy handed to the learner still equals the original (values, shape, dtype)."""
+    if isinstance(original, torch.Tensor):
+        return (
+            isinstance(copied, torch.Tensor)
+            and copied.shape == original.shape
+            and copied.dtype == original.dtype
+            and torch.equal(copied.nan_to_num(), original.nan_to_num())
+        )
+    if isinstance(original, nn.Module):
+        before, after = original.state_dict(), copied.state_dict()
+        return before.keys() == after.keys() and all(inputs_unchanged(before[k], after[k]) for k in before)
+    return original == copied
+
+
+def _learner_line(err: BaseException, fn: Callable) -> str:
+    """The line of the learner's own code where ``err`` was raised, if it was raised there."""
+    filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == filename and f.line]
+    return f" (in the line `{frames[-1].line.strip()}`)" if frames else ""

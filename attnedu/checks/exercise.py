@@ -1,0 +1,113 @@
+"""Exercises as data: an :class:`Exercise` names the learner's function, its reference in the package, the test
+cases (:class:`Case`) and the known mistakes (:class:`Variant`) with their diagnoses. Each lesson's exercises live in
+``lessonNN.py`` beside this file; helpers here build their inputs from fixed seeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ..masks import padding_mask
+
+# What kind of input a test case is, in its ``tags``: every exercise has a case of each of the first four
+# (tests/test_checks.py), and a message may say "it fails exactly on the test cases with <tag>".
+ONE, PADDED, UNPADDED, LARGE, EMPTY_ROW = (
+    "a batch of one",
+    "padding",
+    "no padding",
+    "large inputs",
+    "a fully masked row",
+)
+REQUIRED_TAGS = (ONE, PADDED, UNPADDED, LARGE)
+TAG_ORDER = (EMPTY_ROW, LARGE, ONE, PADDED, UNPADDED)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What an output's axes mean for one test case, so that a message can say where the differences are.
+
+    The batch is always axis 0. ``positions`` is the axis that runs over source (or target) positions, if
+    any; ``real`` (batch, positions) is True at real tokens (or where a mask allows), and ``words`` names
+    its True and False entries; ``halves`` names the first and second half of the last axis (e.g. the two
+    directions of a bidirectional encoder).
+    """
+
+    positions: int | None = None
+    real: torch.Tensor | None = None
+    words: tuple[str, str] = ("real positions", "padding positions")
+    halves: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input to an exercise: ``args`` are passed positionally; ``description`` names it in messages;
+    ``tags`` say what kind of input it is (ONE, PADDED, UNPADDED, LARGE, EMPTY_ROW)."""
+
+    description: str
+    args: tuple
+    tags: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, init=False)
+class Variant:
+    """A known mistake: one diagnosis, and one or more known-wrong versions of the reference that make it (written
+    differently, or differing only in a detail the diagnosis does not name). An output equal to one version's output
+    on every test case where that version runs (and unlike the reference's on one of them) gets ``diagnosis``."""
+
+    diagnosis: str
+    fns: tuple[Callable, ...]
+
+    def __init__(self, diagnosis: str, *fns: Callable):
+        if not fns or not all(callable(fn) for fn in fns):
+            raise TypeError(f"a Variant needs one or more functions after its diagnosis, got {fns!r}")
+        object.__setattr__(self, "diagnosis", diagnosis)
+        object.__setattr__(self, "fns", fns)
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """Everything a check needs. ``returns`` names the output's dimensions, one tuple per output."""
+
+    name: str
+    lesson: str
+    params: tuple[str, ...]
+    returns: tuple[tuple[str, ...], ...]
+    reference: Callable
+    make_cases: Callable[[], list[Case]]
+    variants: tuple[Variant, ...]
+    hint: str
+    output_names: tuple[str, ...] = ("the output",)
+    properties: Callable[[tuple, object], str | None] | None = None  # extra learner-facing checks
+    layout: Callable[[tuple], tuple[Layout | None, ...]] | None = None  # one Layout per output, from a case's args
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs, from fixed seeds: nothing depends on the learner's seed or on the order they made tensors in
+# --------------------------------------------------------------------------------------------
+
+
+def generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(g: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=g)
+
+
+def bool_mask(rows: list[list[int]]) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.bool)
+
+
+def tokens(g: torch.Generator, lengths: list[int], src_len: int, vocab: int = 30) -> torch.Tensor:
+    """(batch, src_len) token ids from 3..vocab-1, all different within a row (so that moving a token shows), with
+    padding id 0 after each length: a real id never equals the padding id."""
+    rows = [torch.randperm(vocab - 3, generator=g)[:src_len] + 3 for _ in lengths]
+    return torch.stack(rows).masked_fill(~padding_mask(torch.tensor(lengths), src_len), 0)
+
+
+def kinds(*tags: str) -> frozenset[str]:
+    """A case's tags: ``Case("...", args, kinds(ONE, PADDED))``."""
+    return frozenset(tags)
