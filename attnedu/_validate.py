@@ -219,3 +219,15 @@ def check_items(name: str, values, kind: type, expected: str, *, allow_empty: bo
     if not allow_empty and len(values) == 0:
         _fail(ValueError, name, f"a non-empty list of {expected}", values)
     return list(values)
+
+
+def check_list(name: str, values) -> list:
+    """``values`` as a list, or TypeError unless a non-empty sequence (not a string)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+        raise TypeError(f"{name} should be a non-empty list, got {describe(values)}; wrap a single value in a list")
+    return list(values)
+
+
+def check_positive_ints(name: str, values, meaning: str) -> list[int]:
+    """A non-empty list of positive whole numbers, or the error that names the first bad one."""
+    return [check_positive_int(f"{name}[{n}]", v, meaning) for n, v in enumerate(check_list(name, values))]

@@ -12,7 +12,7 @@ import torch
 from ._validate import check_instance, check_int, check_items, describe
 from .data import ADJECTIVES, CONJUNCTIONS, DETERMINERS, NOUNS, Pair, make_batch
 from .models import Seq2Seq
-from .train import _check_buckets
+from .train import check_buckets
 
 
 def word_correct(model: Seq2Seq, pairs: Sequence[Pair]) -> list[torch.Tensor]:
@@ -52,7 +52,7 @@ def word_accuracy_by_length(
     model: Seq2Seq, test: Mapping[tuple[int, int], Sequence[Pair]]
 ) -> dict[tuple[int, int], WordAccuracy]:
     """Per-word and exact-match accuracy in each source-length bucket (teacher forcing, see word_correct)."""
-    _check_buckets("test", test)
+    check_buckets("test", test)
     result = {}
     for bucket, pairs in test.items():
         if not pairs:

@@ -19,7 +19,7 @@ Scaled dot-product attention (lesson 04, Vaswani et al. 2017, Sec. 3.2.1):
 One mask convention everywhere: a boolean mask is True where attention *may* look, as in
 ``torch.nn.functional.scaled_dot_product_attention``. A row with nothing to look at gets all-zero
 weights (and a zero output), never NaN; a NaN or infinity in the scores is never hidden.
-``MultiHeadAttention`` (lesson 05) lives in ``attnedu.multihead`` and is re-exported here.
+Multi-head attention (lesson 05) is in ``attnedu.multihead``, which builds on this module.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from ._validate import (
     check_size,
     check_tensor,
 )
+from .masks import causal_mask
 
 # --------------------------------------------------------------------------------------------
 # Scores of encoder-decoder attention (lessons 02-03). query: (batch, dec_dim) for one decoder
@@ -227,6 +228,11 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
             "they must match exactly (no broadcasting), one entry per score. For a padding mask of shape "
             "(batch, src_len) and scores (batch, tgt_len, src_len), pass mask[:, None, :].expand_as(scores)"
         )
+    return _masked_softmax(scores, mask)
+
+
+def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """masked_softmax for a mask already checked: bool, the scores' shape (or broadcastable to it)."""
     weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
     nothing_to_attend = ~mask.any(dim=-1, keepdim=True)
     return weights.masked_fill(nothing_to_attend, 0.0)  # softmax of an all -inf row is 0/0 = NaN
@@ -299,7 +305,7 @@ def scaled_dot_product_attention(
         _check_broadcast("bias", bias, scores.shape)
         scores = scores + bias
     allowed = _sdpa_mask(mask, scores.shape, is_causal, scores.device)
-    weights = masked_softmax(scores, None if allowed is None else allowed.expand(scores.shape))
+    weights = torch.softmax(scores, dim=-1) if allowed is None else _masked_softmax(scores, allowed.expand_as(scores))
     return weights @ value, weights
 
 
@@ -327,8 +333,7 @@ def _sdpa_mask(mask, score_shape: torch.Size, is_causal: bool, device) -> torch.
         _check_broadcast("mask", mask, score_shape)
         allowed = mask
     if is_causal:
-        query_len, key_len = score_shape[-2], score_shape[-1]
-        causal = torch.ones(query_len, key_len, dtype=torch.bool, device=device).tril()
+        causal = causal_mask(score_shape[-2], score_shape[-1], align="top-left", device=device)
         allowed = causal if allowed is None else allowed & causal
     return allowed
 
@@ -452,12 +457,3 @@ class LuongAttention(nn.Module):
             mask = mask[:, None, :].expand_as(scores)
         weights = masked_softmax(scores, mask)
         return context_vector(weights, keys), weights
-
-
-def __getattr__(name: str):
-    """``MultiHeadAttention`` and its helpers live in attnedu.multihead; importable from here too."""
-    if name in ("MultiHeadAttention", "split_heads", "merge_heads"):
-        from . import multihead
-
-        return getattr(multihead, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

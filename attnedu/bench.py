@@ -296,8 +296,9 @@ def provenance(device: str, dtype: str, batch: int, heads: int, threads: int, re
             + ("CUDA events + synchronize" if device == "cuda" else "time.perf_counter")
         ),
         "memory": MEMORY_METHOD_CUDA if device == "cuda" else MEMORY_METHOD_CPU,
-        "environment": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS")
-                        if k in os.environ},  # fmt: skip
+        "environment": {
+            k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS") if k in os.environ
+        },  # fmt: skip
         "load_average_before": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
     if device == "cuda":

@@ -398,8 +398,11 @@ class ToyTranslation:
     ) -> ToyTranslation:
         check_int("n_train", n_train, "training pairs", minimum=1)
         check_int("n_test_per_bucket", n_test_per_bucket, "test pairs per length bucket", minimum=1)
-        if isinstance(buckets, (str, bytes)) or not isinstance(buckets, Sequence) or not buckets or not all(
-            isinstance(b, Sequence) and len(b) == 2 for b in buckets
+        if (
+            isinstance(buckets, (str, bytes))
+            or not isinstance(buckets, Sequence)
+            or not buckets
+            or not all(isinstance(b, Sequence) and len(b) == 2 for b in buckets)
         ):
             raise TypeError(
                 "buckets should be a non-empty list of (shortest, longest) pairs such as [(5, 7), (8, 10)], "

@@ -2,7 +2,10 @@
 that the (query_len, key_len) score matrix never exists in memory.
 
     naive_attention    softmax(Q K^T / sqrt(head_dim)) V, with the whole score matrix S in memory
-    online_softmax     softmax over the last axis, read one block of keys at a time (Milakov and Gimelshein 2018)
+    online_softmax     softmax over the last axis, read one block of keys at a time (Milakov and Gimelshein 2018);
+                       online_softmax_blocks yields the running maximum and sum after each block
+    block_update       one tile of the FlashAttention forward: the online softmax carried into the output
+    causal_tiles       which tiles a causal tiled pass computes, and which of those need the mask
     tiled_attention    the FlashAttention forward (Dao et al. 2022, 2023), and a backward by recomputation
     attention_flops    the FLOP count every benchmark of the course uses
 
@@ -25,10 +28,21 @@ rebuild any tile of the softmax: P_ij = exp(s_ij - lse_i).
 from __future__ import annotations
 
 import math
+from collections import deque
+from collections.abc import Iterator
 
 import torch
 
-from ._validate import check_float, check_min_dims, check_positive_int, describe
+from ._validate import (
+    check_bool,
+    check_bool_mask,
+    check_float,
+    check_min_dims,
+    check_number,
+    check_positive_int,
+    describe,
+)
+from .masks import causal_block, causal_mask
 
 # Chosen by a sweep of block sizes from 128 x 128 to 1024 x 1024 on the course's 2-core CPU (torch 2.13, float32,
 # batch 1, 8 heads, N = 4096, head_dim 64): 256 x 512 was the fastest. Larger query blocks amortise Python's cost per
@@ -39,7 +53,8 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 SHAPE_DOC = "(batch, heads, seq_len, head_dim)"
 
 
-def _check_qkv(query, key, value) -> None:
+def check_qkv(query, key, value) -> None:
+    """Refuse, with a message that names the argument, inputs no attention function of this module can take."""
     for name, x in (("query", query), ("key", key), ("value", value)):
         check_min_dims(name, x, 2, SHAPE_DOC)
         check_float(name, x)
@@ -84,21 +99,19 @@ def naive_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     value (batch, heads, key_len, value_dim) -> (batch, heads, query_len, value_dim), in query's dtype.
     Its memory grows as query_len x key_len: S and P each hold batch * heads * query_len * key_len numbers.
     """
-    _check_qkv(query, key, value)
+    check_qkv(query, key, value)
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # S: (..., query_len, key_len)
-    if is_causal:
-        allowed = torch.ones(query.shape[-2], key.shape[-2], dtype=torch.bool, device=query.device).tril()
+    if check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i"):
+        allowed = causal_mask(query.shape[-2], key.shape[-2], align="top-left", device=query.device)
         scores = scores.masked_fill(~allowed, float("-inf"))
     return torch.softmax(scores, dim=-1) @ value  # P V
 
 
-def online_softmax(scores: torch.Tensor, block_size: int) -> torch.Tensor:
-    """softmax(scores, dim=-1), computed by reading the last axis ``block_size`` entries at a time.
-
-    Pass 1 keeps only the running maximum m and the running sum l (rescaled by exp(m_old - m_new) whenever
-    the maximum grows); pass 2 writes exp(s - m) / l. Equal to ``torch.softmax(scores, dim=-1)``.
-    scores: (..., n) -> (..., n).
-    """
+def online_softmax_blocks(scores: torch.Tensor, block_size: int) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """The online softmax's running state, after each block of ``block_size`` scores along the last axis:
+    yields (end, m, l), where ``end`` is how many scores have been read, m (...,) the running maximum and
+    l (...,) the running sum of exp(s - m), rescaled by exp(m_old - m_new) whenever the maximum grows.
+    Computed in float32 (float64 for float64 scores). scores: (..., n)."""
     if not isinstance(scores, torch.Tensor):
         raise TypeError(f"scores must be a torch.Tensor, got {describe(scores)}")
     check_float("scores", scores)
@@ -113,6 +126,17 @@ def online_softmax(scores: torch.Tensor, block_size: int) -> torch.Tensor:
         m_new = torch.maximum(m, block.amax(dim=-1))
         l = l * torch.exp(m - m_new) + torch.exp(block - m_new[..., None]).sum(dim=-1)  # rescale, then add
         m = m_new
+        yield start + block.shape[-1], m, l
+
+
+def online_softmax(scores: torch.Tensor, block_size: int) -> torch.Tensor:
+    """softmax(scores, dim=-1), computed by reading the last axis ``block_size`` entries at a time.
+
+    Pass 1 keeps only the running maximum m and the running sum l (``online_softmax_blocks``); pass 2 writes
+    exp(s - m) / l. Equal to ``torch.softmax(scores, dim=-1)``. scores: (..., n) -> (..., n).
+    """
+    _, m, l = deque(online_softmax_blocks(scores, block_size), maxlen=1)[0]  # the state after the last block
+    work = scores.to(m.dtype)
     return (torch.exp(work - m[..., None]) / l[..., None]).to(scores.dtype)
 
 
@@ -127,59 +151,142 @@ def _block_sizes(block_q, block_k) -> tuple[int, int]:
     return block_q, block_k
 
 
-def _last_key(q_end: int, key_len: int, is_causal: bool) -> int:
-    """Keys from this index on are never read by queries before ``q_end``: with a causal mask, the tiles
-    wholly above the diagonal (every key index > every query index) are skipped without being computed."""
-    return min(key_len, q_end) if is_causal else key_len
+def causal_tiles(query_len: int, block_q: int, block_k: int, key_len: int | None = None):
+    """Which tiles a causal tiled pass computes, and which of those need the mask: ``(compute, masked)``, each
+    (query_blocks, key_blocks) bool. Query i may attend key j when j <= i (top-left aligned, as ``is_causal``).
+
+    Tile (i, j) holds queries i*block_q .. min((i+1)*block_q, query_len) - 1 and keys j*block_k ..
+    min((j+1)*block_k, key_len) - 1 (key_len defaults to query_len). It is computed when its first key is not
+    after its last query (else every pair in it is in the future), and masked when, in addition, its last key is
+    after its first query (the diagonal crosses it); the tiles below the diagonal need no mask at all.
+    """
+    check_positive_int("query_len", query_len, "the number of queries")
+    key_len = query_len if key_len is None else check_positive_int("key_len", key_len, "the number of keys")
+    block_q, block_k = _block_sizes(block_q, block_k)
+    q_first = torch.arange(0, query_len, block_q)
+    q_last = (q_first + block_q).clamp(max=query_len) - 1
+    k_first = torch.arange(0, key_len, block_k)
+    k_last = (k_first + block_k).clamp(max=key_len) - 1
+    compute = k_first[None, :] <= q_last[:, None]
+    return compute, compute & (k_last[None, :] > q_first[:, None])
 
 
-def _causal_fill(scores: torch.Tensor, q_start: int, k_start: int) -> None:
-    """Set to -inf, in place, the scores of keys after their query, in a tile that crosses the diagonal."""
-    rows = torch.arange(q_start, q_start + scores.shape[-2], device=scores.device)[:, None]
-    cols = torch.arange(k_start, k_start + scores.shape[-1], device=scores.device)[None, :]
-    scores.masked_fill_(cols > rows, float("-inf"))
+def _tiles(query_len: int, key_len: int, block_q: int, block_k: int, is_causal: bool):
+    """(compute, masked) for every (query block, key block): all computed and none masked without a causal mask."""
+    if is_causal:
+        return causal_tiles(query_len, block_q, block_k, key_len)
+    shape = (-(-query_len // block_q), -(-key_len // block_k))
+    return torch.ones(shape, dtype=torch.bool), torch.zeros(shape, dtype=torch.bool)
+
+
+def block_update(m, l, acc, q_block, k_block, v_block, allowed=None, *, scale=None):
+    """One tile of the FlashAttention forward, for one block of queries and one block of keys: the running
+    maximum m (..., block_q), the running sum l (..., block_q) and the unnormalised output acc
+    (..., block_q, value_dim), carried over one more tile. With s = Q_i K_j^T * scale (scale 1/sqrt(head_dim) by
+    default; pass 1.0 for queries already scaled):
+
+        m_new = max(m, rowmax(s));  P = exp(s - m_new);  alpha = exp(m - m_new)
+        l_new = alpha * l + rowsum(P);  acc_new = alpha * acc + P V_j
+
+    q_block (..., block_q, head_dim), k_block (..., block_k, head_dim), v_block (..., block_k, value_dim);
+    allowed: None, or bool (True = may attend) broadcastable to (..., block_q, block_k), e.g. (block_k,) for keys
+    past the end of the sequence or (block_q, block_k) for the causal diagonal. Returns (m_new, l_new, acc_new);
+    the inputs are not modified. A row whose keys are all blocked keeps its state, once m is finite.
+    """
+    for name, x, dims in (
+        ("m", m, "(..., block_q)"), ("l", l, "(..., block_q)"), ("acc", acc, "(..., block_q, value_dim)"),
+        ("q_block", q_block, "(..., block_q, head_dim)"), ("k_block", k_block, "(..., block_k, head_dim)"),
+        ("v_block", v_block, "(..., block_k, value_dim)"),
+    ):  # fmt: skip
+        check_min_dims(name, x, 1 if name in ("m", "l") else 2, dims)
+        check_float(name, x)
+    block_k = k_block.shape[-2]
+    if k_block.shape[-1] != q_block.shape[-1] or v_block.shape[-2] != block_k:
+        raise ValueError(
+            f"k_block should be (..., block_k, head_dim) with q_block's head_dim and v_block (..., block_k, "
+            f"value_dim) with k_block's block_k, got q_block {describe(q_block)}, k_block {describe(k_block)}, "
+            f"v_block {describe(v_block)}"
+        )
+    if m.shape != q_block.shape[:-1] or l.shape != m.shape or acc.shape != (*m.shape, v_block.shape[-1]):
+        raise ValueError(
+            f"m and l should be (..., block_q) = {tuple(q_block.shape[:-1])} and acc (..., block_q, value_dim) = "
+            f"{(*q_block.shape[:-1], v_block.shape[-1])}, one running state per query, got m {describe(m)}, "
+            f"l {describe(l)}, acc {describe(acc)}"
+        )
+    if allowed is not None:
+        check_bool_mask("allowed", allowed)
+        try:
+            torch.broadcast_shapes(allowed.shape, (*q_block.shape[:-1], block_k))
+        except RuntimeError:
+            raise ValueError(
+                f"allowed should broadcast to the tile's scores (..., block_q, block_k) = "
+                f"{(*q_block.shape[:-1], block_k)}, e.g. (block_k,) or (block_q, block_k), got {describe(allowed)}"
+            ) from None
+    if scale is not None:
+        scale = check_number("scale", scale, "the factor of the scores", 0.0, strict=True)
+    return _update(m, l, acc, q_block, k_block, v_block, allowed, scale)
+
+
+def _update(m, l, acc, q_block, k_block, v_block, allowed, scale, in_place: bool = False):
+    """block_update on checked inputs; ``in_place`` overwrites l and acc (the tiled forward owns them)."""
+    scores = q_block @ k_block.transpose(-2, -1)  # one tile of scores: (..., block_q, block_k)
+    scale = 1.0 / math.sqrt(q_block.shape[-1]) if scale is None else scale
+    if scale != 1.0:
+        scores *= scale
+    if allowed is not None:
+        scores.masked_fill_(~allowed, float("-inf"))
+    m_new = torch.maximum(m, scores.amax(dim=-1))
+    alpha = torch.exp(m - m_new)  # <= 1: re-expresses l and acc, summed against m, against m_new
+    p = scores.sub_(m_new[..., None]).exp_()  # in place: the tile's memory is reused for P
+    if not in_place:
+        l, acc = l.clone(), acc.clone()
+    l.mul_(alpha).add_(p.sum(dim=-1))
+    acc.mul_(alpha[..., None])
+    if p.dim() == 3:  # (batch * heads, block_q, block_k): the product added in one fused call
+        acc.baddbmm_(p, v_block)
+    else:
+        acc.add_(p @ v_block)
+    return m_new, l, acc
 
 
 def tiled_attention_forward(query, key, value, *, is_causal=False, block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K):
     """The FlashAttention forward: ``(output, lse)``, never holding more than one (block_q, block_k) tile of
     scores per (batch, head).
 
-    For each block of queries Q_i, for each block of keys K_j (in order), with s = Q_i K_j^T / sqrt(head_dim):
-        m_new = max(m, rowmax(s));  P = exp(s - m_new);  alpha = exp(m - m_new)
-        l = alpha * l + rowsum(P);  O = alpha * O + P V_j;  m = m_new
-    then O / l is the output and lse = m + log(l) the log-sum-exp of each query's scores.
+    For each block of queries Q_i: start with m = -inf, l = 0, acc = 0; for each block of keys K_j (in order),
+    ``block_update``; then O_i = acc / l is the output and lse = m + log(l) the log-sum-exp of each query's
+    scores. With ``is_causal``, the tiles wholly above the diagonal are skipped and only those it crosses are
+    masked (``causal_tiles``).
     Returns output (..., query_len, value_dim) in query's dtype and lse (..., query_len) in float32
     (float64 for float64 inputs).
     """
-    _check_qkv(query, key, value)
-    block_q, block_k = _block_sizes(block_q, block_k)
+    check_qkv(query, key, value)
+    check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i")
+    return _forward(query, key, value, is_causal, *_block_sizes(block_q, block_k))
+
+
+def _forward(query, key, value, is_causal: bool, block_q: int, block_k: int):
     lead, (n_q, head_dim), (n_k, value_dim) = query.shape[:-2], query.shape[-2:], value.shape[-2:]
     work = _compute_dtype(query.dtype)
     scale = 1.0 / math.sqrt(head_dim)
     q, k, v = _flatten(query, work), _flatten(key, work), _flatten(value, work)  # (batch * heads, seq, dim)
-    k_t = k.transpose(1, 2)  # (batch * heads, head_dim, key_len): read in column blocks, never copied
     out = torch.empty(q.shape[0], n_q, value_dim, dtype=work, device=q.device)
     lse = torch.empty(q.shape[0], n_q, dtype=work, device=q.device)
-    for q_start in range(0, n_q, block_q):
+    compute, masked = _tiles(n_q, n_k, block_q, block_k, is_causal)
+    for i, q_start in enumerate(range(0, n_q, block_q)):
         q_end = min(q_start + block_q, n_q)
-        q_block = q[:, q_start:q_end] * scale
-        m = torch.full((q.shape[0], q_end - q_start, 1), float("-inf"), dtype=work, device=q.device)  # running max
+        q_block = q[:, q_start:q_end] * scale  # scaled once here, not in every tile
+        m = torch.full((q.shape[0], q_end - q_start), float("-inf"), dtype=work, device=q.device)  # running max
         l = torch.zeros_like(m)  # running sum
         acc = torch.zeros(q.shape[0], q_end - q_start, value_dim, dtype=work, device=q.device)  # unnormalised O
-        for k_start in range(0, _last_key(q_end, n_k, is_causal), block_k):
+        for j, k_start in enumerate(range(0, n_k, block_k)):
+            if not compute[i, j]:
+                break  # with a causal mask, every later key block is wholly in the future
             k_end = min(k_start + block_k, n_k)
-            s = torch.bmm(q_block, k_t[:, :, k_start:k_end])  # one tile of scores: (batch * heads, bq, bk)
-            if is_causal and k_end - 1 > q_start:  # the tile crosses the diagonal
-                _causal_fill(s, q_start, k_start)
-            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
-            alpha = torch.exp(m - m_new)  # <= 1: re-expresses l and O, summed against m, against m_new
-            p = s.sub_(m_new).exp_()  # in place: the tile's memory is reused for P
-            l.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
-            acc.mul_(alpha).baddbmm_(p, v[:, k_start:k_end])
-            m = m_new
-            del s, p  # free this tile before the next one is allocated: one tile alive at a time
-        out[:, q_start:q_end] = acc / l
-        lse[:, q_start:q_end] = (m + torch.log(l)).squeeze(-1)
+            allowed = causal_block(q_start, q_end, k_start, k_end, device=q.device) if masked[i, j] else None
+            m, l, acc = _update(m, l, acc, q_block, k[:, k_start:k_end], v[:, k_start:k_end], allowed, 1.0, True)
+        out[:, q_start:q_end] = acc / l[..., None]
+        lse[:, q_start:q_end] = m + torch.log(l)
     return out.reshape(*lead, n_q, value_dim).to(query.dtype), lse.reshape(*lead, n_q)
 
 
@@ -188,11 +295,24 @@ def tiled_attention_backward(query, key, value, out, lse, grad_out, *, is_causal
     """Gradients (d_query, d_key, d_value) of tiled attention by recomputation: every tile of P is rebuilt
     from the saved log-sum-exp, P = exp(Q_i K_j^T / sqrt(head_dim) - lse_i), instead of being stored.
 
+    out and lse are what ``tiled_attention_forward`` returned for these inputs; grad_out has out's shape.
     With D_i = rowsum(dO_i * O_i) (one number per query):
         dV_j += P^T dO_i;  dP = dO_i V_j^T;  dS = P * (dP - D_i)
         dQ_i += dS K_j / sqrt(head_dim);  dK_j += dS^T Q_i / sqrt(head_dim)
     """
-    block_q, block_k = _block_sizes(block_q, block_k)
+    check_qkv(query, key, value)
+    check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i")
+    expected = (*query.shape[:-1], value.shape[-1])
+    for name, x, shape in (("out", out, expected), ("lse", lse, expected[:-1]), ("grad_out", grad_out, expected)):
+        if not isinstance(x, torch.Tensor) or tuple(x.shape) != shape or not x.is_floating_point():
+            raise ValueError(
+                f"{name} should be a float tensor of shape {shape}, what tiled_attention_forward returns for these "
+                f"inputs (and the gradient of its output), got {describe(x)}"
+            )
+    return _backward(query, key, value, out, lse, grad_out, is_causal, *_block_sizes(block_q, block_k))
+
+
+def _backward(query, key, value, out, lse, grad_out, is_causal: bool, block_q: int, block_k: int):
     n_q, head_dim, n_k = query.shape[-2], query.shape[-1], key.shape[-2]
     work = _compute_dtype(query.dtype)
     scale = 1.0 / math.sqrt(head_dim)
@@ -201,14 +321,17 @@ def tiled_attention_backward(query, key, value, out, lse, grad_out, *, is_causal
     lse = lse.reshape(-1, n_q, 1).to(work)
     d_row = (do * o).sum(dim=-1, keepdim=True)  # D_i: (batch * heads, query_len, 1)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    for q_start in range(0, n_q, block_q):
+    compute, masked = _tiles(n_q, n_k, block_q, block_k, is_causal)
+    for i, q_start in enumerate(range(0, n_q, block_q)):
         q_end = min(q_start + block_q, n_q)
         q_block, do_block = q[:, q_start:q_end], do[:, q_start:q_end]
-        for k_start in range(0, _last_key(q_end, n_k, is_causal), block_k):
+        for j, k_start in enumerate(range(0, n_k, block_k)):
+            if not compute[i, j]:
+                break  # with a causal mask, every later key block is wholly in the future
             k_end = min(k_start + block_k, n_k)
             s = torch.bmm(q_block, k[:, k_start:k_end].transpose(1, 2)) * scale
-            if is_causal and k_end - 1 > q_start:
-                _causal_fill(s, q_start, k_start)
+            if masked[i, j]:
+                s.masked_fill_(~causal_block(q_start, q_end, k_start, k_end, device=s.device), float("-inf"))
             p = torch.exp(s - lse[:, q_start:q_end])  # the softmax tile, rebuilt
             dv[:, k_start:k_end] += p.transpose(1, 2) @ do_block
             ds = p * (do_block @ v[:, k_start:k_end].transpose(1, 2) - d_row[:, q_start:q_end])
@@ -220,19 +343,19 @@ def tiled_attention_backward(query, key, value, out, lse, grad_out, *, is_causal
 
 class TiledAttention(torch.autograd.Function):
     """Tiled attention with a backward by recomputation: it saves the inputs, the output and the log-sum-exp
-    (one number per query), never a (query_len, key_len) matrix."""
+    (one number per query), never a (query_len, key_len) matrix. Its inputs are checked by ``tiled_attention``."""
 
     @staticmethod
     def forward(ctx, query, key, value, is_causal, block_q, block_k):
-        out, lse = tiled_attention_forward(query, key, value, is_causal=is_causal, block_q=block_q, block_k=block_k)
+        out, lse = _forward(query, key, value, is_causal, block_q, block_k)
         ctx.save_for_backward(query, key, value, out, lse)
-        ctx.options = {"is_causal": is_causal, "block_q": block_q, "block_k": block_k}
+        ctx.options = (is_causal, block_q, block_k)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         query, key, value, out, lse = ctx.saved_tensors
-        grads = tiled_attention_backward(query, key, value, out, lse, grad_out, **ctx.options)
+        grads = _backward(query, key, value, out, lse, grad_out, *ctx.options)
         return (*grads, None, None, None)
 
 
@@ -245,22 +368,22 @@ def tiled_attention(query, key, value, *, is_causal=False, block_q=DEFAULT_BLOCK
     value (batch, heads, key_len, value_dim) -> (batch, heads, query_len, value_dim), in query's dtype
     (bfloat16 and float16 are accumulated in float32). Differentiable: the backward recomputes each tile.
     """
-    _check_qkv(query, key, value)
-    _block_sizes(block_q, block_k)
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
+    check_qkv(query, key, value)
+    check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i")
+    block_q, block_k = _block_sizes(block_q, block_k)
     if torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value)):
         return TiledAttention.apply(query, key, value, is_causal, block_q, block_k)
-    return tiled_attention_forward(query, key, value, is_causal=is_causal, block_q=block_q, block_k=block_k)[0]
+    return _forward(query, key, value, is_causal, block_q, block_k)[0]
 
 
 def attention_flops(batch: int, heads: int, n_q: int, n_k: int, head_dim: int, causal: bool = False) -> int:
-    """Forward FLOPs of attention, the convention of the FlashAttention papers: two matrix products
-    (Q K^T and P V), each 2 * n_q * n_k * head_dim multiply-adds counted as 2 FLOPs, so 4 * n_q * n_k * head_dim
-    per (batch, head); halved when causal (only half the pairs are needed). Softmax is not counted.
-    (A backward pass is counted as 2.5 times this.)"""
+    """Forward FLOPs of attention, the convention of the FlashAttention papers: two matrix products, Q K^T and
+    P V, each n_q * n_k * head_dim multiply-adds per (batch, head), and a multiply-add is 2 FLOPs, so
+    4 * n_q * n_k * head_dim FLOPs per (batch, head); halved when causal (only half the pairs are needed).
+    Softmax is not counted. A backward pass is counted as 2.5 times the forward (forward + backward: 3.5 times)."""
     for name, value in (("batch", batch), ("heads", heads), ("n_q", n_q), ("n_k", n_k), ("head_dim", head_dim)):
         check_positive_int(name, value, "a size")
+    check_bool("causal", causal, "whether only the pairs j <= i are counted")
     flops = 4 * batch * heads * n_q * n_k * head_dim
     return flops // 2 if causal else flops
 

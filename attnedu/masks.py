@@ -5,9 +5,11 @@ Builders (lesson 06):
 
     padding_mask(lengths, max_len)                  (batch, max_len): real tokens
     causal_mask(query_len, key_len, align=...)      (query_len, key_len): no looking ahead
+    causal_block(q_start, q_end, k_start, k_end)    one tile of the causal mask, for a tiled kernel (lesson 08)
     causal_padding_mask(lengths, max_len)           (batch, max_len, max_len): both at once
     sliding_window_mask(length, window)             (length, length): |i - j| <= window
     global_window_mask(length, window, global_positions)   Longformer: a window, plus global tokens
+    prefix_lm_mask(prefix_lengths, lengths, max_len)        a prefix read both ways, the rest causal
 
 Converters to the other conventions, named after the PyTorch API they feed:
 
@@ -69,7 +71,9 @@ def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
 
 
-def causal_mask(query_len: int, key_len: int | None = None, *, align: str | None = None) -> torch.Tensor:
+def causal_mask(
+    query_len: int, key_len: int | None = None, *, align: str | None = None, device: torch.device | str | None = None
+) -> torch.Tensor:
     """(query_len, key_len) bool: query i may attend key j only if j is not after it.
 
     With as many queries as keys (the usual case), query i sees keys 0..i. When the lengths differ the
@@ -91,7 +95,25 @@ def causal_mask(query_len: int, key_len: int | None = None, *, align: str | None
             "when decoding with a cache)"
         )
     shift = key_len - query_len if align == "bottom-right" else 0
-    return torch.ones(query_len, key_len, dtype=torch.bool).tril(diagonal=shift)
+    return causal_block(shift, shift + query_len, 0, key_len, device=device)
+
+
+def causal_block(
+    query_start: int, query_end: int, key_start: int, key_end: int, *, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """The causal rule for queries at positions query_start..query_end - 1 and keys at key_start..key_end - 1:
+    (query_end - query_start, key_end - key_start) bool, True where key j is not after query i (j <= i).
+
+    ``causal_mask`` is the block that starts at (0, 0); a tiled kernel (lesson 08) builds only the tiles the
+    diagonal crosses, never the whole (query_len, key_len) mask.
+    """
+    for name, value in (("query_start", query_start), ("key_start", key_start)):
+        check_int(name, value, "a position counted from 0", minimum=0)
+    check_int("query_end", query_end, "one past the last query position", minimum=query_start + 1)
+    check_int("key_end", key_end, "one past the last key position", minimum=key_start + 1)
+    queries = torch.arange(query_start, query_end, device=device)
+    keys = torch.arange(key_start, key_end, device=device)
+    return keys[None, :] <= queries[:, None]
 
 
 def causal_padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
@@ -138,6 +160,33 @@ def global_window_mask(length: int, window: int, global_positions: Sequence[int]
     mask[positions, :] = True
     mask[:, positions] = True
     return mask
+
+
+def prefix_lm_mask(prefix_lengths: torch.Tensor, lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    """(batch, max_len, max_len) bool, the mask of a prefix language model (Raffel et al. 2020; Dong et al. 2019's
+    UniLM): the first prefix_lengths[b] tokens of sequence b are read both ways, the rest is written left to right.
+
+    Query i may attend key j when key j is a real token (j < lengths[b]) and either j <= i (causal) or j is in the
+    prefix (j < prefix_lengths[b]). A prefix of 0 gives ``causal_padding_mask``; a prefix as long as the sequence
+    lets every real token see every other.
+    """
+    real = padding_mask(lengths, max_len)  # (batch, max_len), validates lengths and max_len
+    if not isinstance(prefix_lengths, torch.Tensor):
+        raise TypeError(f"prefix_lengths should be a 1-D integer torch.Tensor of shape (batch,), got "
+                        f"{describe(prefix_lengths)}; convert with torch.tensor(prefix_lengths)")  # fmt: skip
+    check_tensor("prefix_lengths", prefix_lengths, 1, "(batch,)")
+    if prefix_lengths.dtype == torch.bool or prefix_lengths.is_floating_point() or prefix_lengths.is_complex():
+        raise TypeError(f"prefix_lengths should hold whole numbers (an integer dtype), got {prefix_lengths.dtype}")
+    if prefix_lengths.shape != lengths.shape:
+        raise ValueError(f"prefix_lengths should have one entry per sequence, shape {tuple(lengths.shape)} as "
+                         f"lengths, got {describe(prefix_lengths)}")  # fmt: skip
+    if bool((prefix_lengths < 0).any()) or bool((prefix_lengths > lengths).any()):
+        raise ValueError(f"prefix_lengths should be between 0 and each sequence's length, got prefix_lengths "
+                         f"{prefix_lengths.tolist()} for lengths {lengths.tolist()}")  # fmt: skip
+    keys = torch.arange(max_len, device=lengths.device)
+    in_prefix = keys[None, :] < prefix_lengths[:, None]  # (batch, key)
+    visible = causal_mask(max_len, device=lengths.device)[None] | in_prefix[:, None, :]
+    return visible & real[:, None, :]
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,7 +5,11 @@
 
 The h projections W_i^Q are one (d_model, d_model) matrix whose output is cut into h slices of
 head_dim: ``split_heads`` does the cutting, ``merge_heads`` the concatenation. ``head_dim`` is the
-paper's d_k.
+paper's d_k. Heads are counted from 0 in code.
+
+    multi_head_attention(...)     the formula above with the weights passed in (vectors are rows: Q = X W_q)
+    grouped_query_attention(...)  fewer key/value heads than query heads, each shared by a group (Ainslie et al. 2023)
+    MultiHeadAttention            the module, with nn.Linear projections; equal to torch.nn.MultiheadAttention
 """
 
 from __future__ import annotations
@@ -45,6 +49,68 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     check_tensor("x", x, 4, "(batch, num_heads, seq_len, head_dim)")
     batch, num_heads, seq_len, head_dim = x.shape
     return x.transpose(1, 2).reshape(batch, seq_len, num_heads * head_dim)
+
+
+def multi_head_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads: int):
+    """MultiHead(Q, K, V) = Concat(head_0, ..., head_{h-1}) W_o, head_i = Attention(Q W_q^i, K W_k^i, V W_v^i).
+
+    query (batch, query_len, d_model), key and value (batch, key_len, d_model), mask None or (batch, query_len,
+    key_len) bool (True = may attend), the same for every head; W_q, W_k, W_v, W_o (d_model, d_model), applied as
+    x @ W (vectors are rows). -> output (batch, query_len, d_model), weights (batch, num_heads, query_len, key_len).
+    """
+    return grouped_query_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_heads)
+
+
+def grouped_query_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads: int, num_kv_heads: int):
+    """Grouped-query attention (Ainslie et al. 2023): num_kv_heads key/value heads, each shared by a group of
+    num_heads // num_kv_heads consecutive query heads: query head h uses key/value head h // group, as
+    ``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)`` pairs them. num_kv_heads = num_heads
+    is multi-head attention, num_kv_heads = 1 multi-query attention (Shazeer 2019).
+
+    query (batch, query_len, d_model), key and value (batch, key_len, d_model), mask None or (batch, query_len,
+    key_len) bool; W_q, W_o (d_model, d_model); W_k, W_v (d_model, num_kv_heads * head_dim) with
+    head_dim = d_model // num_heads. -> output (batch, query_len, d_model), weights (batch, num_heads, query_len,
+    key_len).
+    """
+    for name, x, length in (("query", query, "query_len"), ("key", key, "key_len"), ("value", value, "key_len")):
+        check_tensor(name, x, 3, f"(batch, {length}, d_model)")
+        check_float(name, x)
+    batch, query_len, d_model = query.shape
+    num_heads = check_positive_int("num_heads", num_heads, "the number of query heads")
+    num_kv_heads = check_positive_int("num_kv_heads", num_kv_heads, "the number of key/value heads")
+    if d_model % num_heads or num_heads % num_kv_heads:
+        raise ValueError(
+            f"num_heads should divide d_model and num_kv_heads should divide num_heads, got d_model={d_model}, "
+            f"num_heads={num_heads}, num_kv_heads={num_kv_heads}: every head needs head_dim = d_model // num_heads "
+            "features, and every key/value head the same number of query heads"
+        )
+    kv_dim = num_kv_heads * (d_model // num_heads)
+    for name, W, cols in (("W_q", W_q, d_model), ("W_k", W_k, kv_dim), ("W_v", W_v, kv_dim), ("W_o", W_o, d_model)):
+        check_tensor(name, W, 2, f"(d_model, {cols})")
+        if tuple(W.shape) != (d_model, cols):
+            raise ValueError(f"{name} should be (d_model, {cols}) = {(d_model, cols)}, applied as x @ {name}, got "
+                             f"{describe(W)}")  # fmt: skip
+    check_same_dtype(query=query, key=key, value=value, W_q=W_q, W_k=W_k, W_v=W_v, W_o=W_o)
+    if (
+        key.shape[0] != batch
+        or value.shape[:2] != key.shape[:2]
+        or key.shape[2] != d_model
+        or value.shape[2] != d_model
+    ):
+        raise ValueError(f"key and value should be (batch, key_len, d_model) with query's batch and d_model, got "
+                         f"query {describe(query)}, key {describe(key)}, value {describe(value)}")  # fmt: skip
+    if mask is not None:
+        check_tensor("mask", mask, 3, "(batch, query_len, key_len)")
+        if tuple(mask.shape) != (batch, query_len, key.shape[1]):
+            raise ValueError(f"mask should be (batch, query_len, key_len) = {(batch, query_len, key.shape[1])}, "
+                             f"the same for every head, got {describe(mask)}")  # fmt: skip
+        mask = mask[:, None]  # (batch, 1, query_len, key_len): one mask for every head
+    group = num_heads // num_kv_heads
+    q = split_heads(query @ W_q, num_heads)  # (batch, num_heads, query_len, head_dim)
+    k = split_heads(key @ W_k, num_kv_heads).repeat_interleave(group, dim=1)  # (batch, num_heads, key_len, head_dim)
+    v = split_heads(value @ W_v, num_kv_heads).repeat_interleave(group, dim=1)
+    heads, weights = scaled_dot_product_attention(q, k, v, mask)
+    return merge_heads(heads) @ W_o, weights
 
 
 class MultiHeadAttention(nn.Module):

@@ -13,7 +13,8 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from ._validate import check_finite, check_int, check_positive_int, describe
+from ._validate import check_finite, check_int, check_list, check_positive_int, check_positive_ints, describe
+from .flash import online_softmax_blocks
 
 CMAP = "Blues"
 GOLD_COLOUR = "tab:orange"
@@ -36,7 +37,7 @@ def plot_attention(
     highlight_row: optional row index (from 0) outlined in red, e.g. the decoder step being discussed.
     Returns the image, for a shared colour bar: ``fig.colorbar(image, ax=axes)``.
     """
-    weights = _weights_2d(weights)
+    weights = weights_matrix(weights)
     if weights.shape != (len(target), len(source)):
         raise ValueError(
             f"weights should have shape (len(target), len(source)) = {(len(target), len(source))}, got shape "
@@ -50,7 +51,7 @@ def plot_attention(
     ax.set_xlabel("source")
     ax.set_ylabel("target")
     if gold is not None:
-        gold = _gold(gold, len(target), len(source))
+        gold = gold_positions(gold, len(target), len(source))
         for i, j in enumerate(gold):
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor=GOLD_COLOUR, linewidth=1.5))
         gold_key = Line2D([], [], marker="s", linestyle="none", markerfacecolor="none", markeredgecolor=GOLD_COLOUR)
@@ -65,7 +66,7 @@ def plot_attention(
     return image
 
 
-def _weights_2d(weights) -> torch.Tensor:
+def weights_matrix(weights) -> torch.Tensor:
     """Attention weights as a float (target_len, source_len) tensor: a tensor, a NumPy array or nested lists of
     numbers in [0, 1]. NaN or infinity, or a value outside [0, 1] (scores rather than weights), is refused."""
     if isinstance(weights, (str, bytes)) or weights is None:
@@ -88,7 +89,7 @@ def _weights_2d(weights) -> torch.Tensor:
     return weights
 
 
-def _gold(gold, target_len: int, source_len: int) -> list[int]:
+def gold_positions(gold, target_len: int, source_len: int) -> list[int]:
     if isinstance(gold, (str, bytes)) or not isinstance(gold, Sequence):
         raise TypeError(f"gold should be a list of source positions (pair.alignment), got {describe(gold)}")
     if len(gold) != target_len:
@@ -112,7 +113,7 @@ def plot_attention_step(
 
     With ``gold`` (source index of each target word, from 0), the gold source word's bar is orange.
     """
-    weights = _weights_2d(weights)
+    weights = weights_matrix(weights)
     if weights.shape != (len(target), len(source)):
         raise ValueError(
             f"weights should have shape (len(target), len(source)) = {(len(target), len(source))}, got shape "
@@ -124,7 +125,7 @@ def plot_attention_step(
     row = weights[step - 1]
     colours = ["tab:blue"] * len(source)
     if gold is not None:
-        colours[_gold(gold, len(target), len(source))[step - 1]] = GOLD_COLOUR
+        colours[gold_positions(gold, len(target), len(source))[step - 1]] = GOLD_COLOUR
         ax.legend(handles=[Patch(color=GOLD_COLOUR, label="gold source word")], fontsize=8, loc="upper right")
     ax.bar(range(len(source)), row.numpy(), color=colours)
     ax.set_xticks(range(len(source)), labels=source, rotation=90)
@@ -174,7 +175,7 @@ def plot_softmax_scaling(fig, dims: Sequence[int], n_keys: int = 64):
     """For each d_k in ``dims`` (a column), one query's softmax weights over ``n_keys`` keys with standard
     normal components: raw scores q.k (top) and divided by sqrt(d_k) (bottom). The draws for a given d_k
     are fixed (seeded by d_k), so raw and scaled show the same query and keys."""
-    dims = _positive_ints("dims", dims, "head sizes d_k")
+    dims = check_positive_ints("dims", dims, "head sizes d_k")
     n_keys = check_positive_int("n_keys", n_keys, "the number of keys")
     axes = fig.subplots(2, len(dims), squeeze=False, sharey=True)
     for column, d_k in enumerate(dims):
@@ -249,7 +250,7 @@ def plot_encoding_waves(fig, d_model: int, pairs, num_positions: int = 64):
     from .positional import sinusoidal_encoding
 
     encoding = sinusoidal_encoding(num_positions, d_model)
-    pairs = [check_int(f"pairs[{n}]", i, "a frequency pair") for n, i in enumerate(_list("pairs", pairs))]
+    pairs = [check_int(f"pairs[{n}]", i, "a frequency pair") for n, i in enumerate(check_list("pairs", pairs))]
     axes = fig.subplots(1, len(pairs), squeeze=False, sharey=True)[0]
     for ax, i in zip(axes, pairs):
         if not 0 <= i < d_model // 2:
@@ -268,28 +269,28 @@ def plot_encoding_waves(fig, d_model: int, pairs, num_positions: int = 64):
 
 
 def online_softmax_steps(row: torch.Tensor, block_size: int) -> list[dict]:
-    """The online softmax of one row, block by block: for each block, the scores read so far, the running
-    maximum m and the running sum l before the rescale (l carried over) and after adding the block."""
-    row = _row(row)
+    """The online softmax of one row (``attnedu.flash.online_softmax_blocks``), block by block: for each block,
+    how many scores have been read (``end``), the running maximum ``m``, the old running sum rescaled to the new
+    maximum (``carried``, l_old * exp(m_old - m)) and the running sum ``l`` after adding the block."""
+    row = score_row(row)
     block_size = check_positive_int("block_size", block_size, "scores per block")
-    steps, m, l = [], float("-inf"), 0.0
-    for start in range(0, len(row), block_size):
-        block = row[start : start + block_size]
-        m_new = max(m, block.max().item())
-        carried = l * math.exp(m - m_new) if l else 0.0
-        l = carried + torch.exp(block - m_new).sum().item()
-        m = m_new
-        steps.append({"end": start + len(block), "m": m, "carried": carried, "l": l})
+    steps, m_old, l_old = [], float("-inf"), 0.0
+    for end, m, l in online_softmax_blocks(row, block_size):
+        m, l = m.item(), l.item()
+        steps.append({"end": end, "m": m, "carried": l_old * math.exp(m_old - m) if l_old else 0.0, "l": l})
+        m_old, l_old = m, l
     return steps
 
 
 def plot_online_softmax(fig, row: torch.Tensor, block_size: int, steps: Sequence[int] | None = None):
     """One panel per block (or per step in ``steps``, counted from 1): the scores read so far (blue) and still
     to come (grey), the running maximum as a line, and the running sum in the title (lesson 08)."""
-    row = _row(row)
+    row = score_row(row)
     history = online_softmax_steps(row, block_size)
-    chosen = _positive_ints("steps", steps, "blocks counted from 1") if steps is not None else list(
-        range(1, len(history) + 1)
+    chosen = (
+        check_positive_ints("steps", steps, "blocks counted from 1")
+        if steps is not None
+        else list(range(1, len(history) + 1))
     )
     axes = fig.subplots(1, len(chosen), squeeze=False, sharey=True)[0]
     for ax, number in zip(axes, chosen):
@@ -306,17 +307,7 @@ def plot_online_softmax(fig, row: torch.Tensor, block_size: int, steps: Sequence
     return axes
 
 
-def _list(name: str, values) -> list:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-        raise TypeError(f"{name} should be a non-empty list, got {describe(values)}; wrap a single value in a list")
-    return list(values)
-
-
-def _positive_ints(name: str, values, meaning: str) -> list[int]:
-    return [check_positive_int(f"{name}[{n}]", v, meaning) for n, v in enumerate(_list(name, values))]
-
-
-def _row(row) -> torch.Tensor:
+def score_row(row) -> torch.Tensor:
     if isinstance(row, (str, bytes)) or row is None:
         raise TypeError(f"row should be a 1-D tensor of scores, got {describe(row)}")
     row = torch.as_tensor(row)

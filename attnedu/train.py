@@ -162,7 +162,7 @@ def translate_pairs(model: Seq2Seq, pairs: Sequence[Pair], batch_size: int = 500
 
 def accuracy_by_length(model: Seq2Seq, test: Mapping[tuple[int, int], Sequence[Pair]]) -> dict[tuple[int, int], float]:
     """Exact-match accuracy per source-length bucket."""
-    _check_buckets("test", test)
+    check_buckets("test", test)
     return {bucket: translate_pairs(model, pairs).exact_match for bucket, pairs in test.items()}
 
 
@@ -196,7 +196,8 @@ def accuracy_table(curves: Mapping[str, Mapping[tuple[int, int], float]]) -> str
     return "\n".join(lines)
 
 
-def _check_buckets(name: str, test) -> None:
+def check_buckets(name: str, test) -> None:
+    """Refuse anything but the dict of length buckets that ToyTranslation.generate().test holds."""
     if not isinstance(test, Mapping):
         raise TypeError(
             f"{name} should be a dict {{(lo, hi): list of Pairs}}, such as ToyTranslation.generate().test, got "

@@ -24,7 +24,7 @@ import os
 import torch
 
 from ._validate import describe
-from .flash import _check_qkv
+from .flash import check_qkv
 
 LOG2_E = 1.4426950408889634  # exp(x) = exp2(x * log2(e)): exp2 is the faster instruction on a GPU
 SHAPE_DOC = "(batch, heads, seq_len, head_dim)"
@@ -122,7 +122,7 @@ def _build_kernel():
 
 
 def _check(query, key, value) -> None:
-    _check_qkv(query, key, value)  # tensors, floating point, one dtype and device, matching sizes
+    check_qkv(query, key, value)  # tensors, floating point, one dtype and device, matching sizes
     for name, x in (("query", query), ("key", key), ("value", value)):
         if x.dim() != 4:
             raise ValueError(f"{name} must have shape {SHAPE_DOC} (4 dimensions) for the kernel, got {describe(x)}")

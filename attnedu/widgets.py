@@ -10,7 +10,7 @@ import ipywidgets as widgets
 import torch
 from matplotlib.figure import Figure
 
-from ._validate import check_choice, check_int, check_positive_int, describe
+from ._validate import check_choice, check_int, check_positive_int, check_positive_ints, describe
 from .masks import causal_mask, global_window_mask, padding_mask, sliding_window_mask
 from .plots import (
     online_softmax_steps,
@@ -64,16 +64,16 @@ class AttentionStepper(FigureSlider):
         target: Sequence[str],
         gold: Sequence[int] | None = None,
     ):
-        from .plots import _gold, _weights_2d
+        from .plots import gold_positions, weights_matrix
 
-        self.weights = _weights_2d(weights)
+        self.weights = weights_matrix(weights)
         if self.weights.shape != (len(target), len(source)):
             raise ValueError(
                 f"weights should have shape (len(target), len(source)) = ({len(target)}, {len(source)}), got shape "
                 f"{tuple(self.weights.shape)}: expected (target_len, source_len) = ({len(target)}, {len(source)})"
             )
         if gold is not None:
-            gold = _gold(gold, len(target), len(source))
+            gold = gold_positions(gold, len(target), len(source))
         self.source, self.target, self.gold = list(source), list(target), gold
         slider = widgets.IntSlider(value=1, min=1, max=len(target), description="step t")  # from 1, as t
         super().__init__(slider, self._draw_step, (9, 3.6))
@@ -94,9 +94,8 @@ class ScalingExplorer(FigureSlider):
     """
 
     def __init__(self, dims: Sequence[int]):
-        from .plots import _positive_ints
 
-        self.dims = _positive_ints("dims", dims, "a head size d_k")
+        self.dims = check_positive_ints("dims", dims, "a head size d_k")
         slider = widgets.SelectionSlider(options=self.dims, value=self.dims[0], description="d_k")
         super().__init__(slider, lambda fig, d: plot_softmax_scaling(fig, [d]), (6, 5))
 
@@ -167,9 +166,9 @@ class OnlineSoftmaxStepper(FigureSlider):
     running sum, before and after its rescaling."""
 
     def __init__(self, row: torch.Tensor, block_size: int):
-        from .plots import _row
+        from .plots import score_row
 
-        self.row, self.block_size = _row(row), block_size
+        self.row, self.block_size = score_row(row), block_size
         n_blocks = len(online_softmax_steps(self.row, block_size))
         slider = widgets.IntSlider(value=1, min=1, max=n_blocks, description="block")
         super().__init__(slider, lambda fig, b: plot_online_softmax(fig, self.row, block_size, [b]), (5, 3.4))

@@ -248,39 +248,6 @@ def test_the_luong_references_are_what_the_package_decoder_computes():
             assert torch.allclose(a, b, atol=1e-6)
 
 
-def test_the_multi_head_references_are_the_package_module_and_torch():
-    """multi_head_attention's reference is attnedu's MultiHeadAttention (bias=False) on the same weights, and torch's
-    nn.MultiheadAttention; grouped_query_attention's is torch's scaled_dot_product_attention with enable_gqa, and
-    multi_head_attention when every query head has its own key/value head."""
-    from attnedu.attention import MultiHeadAttention
-
-    mha, gqa = checks.EXERCISES["multi_head_attention"], checks.EXERCISES["grouped_query_attention"]
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        ours = MultiHeadAttention(12, 3, bias=False)
-        theirs = torch.nn.MultiheadAttention(12, 3, bias=False, batch_first=True)
-        query, key, value = torch.randn(2, 4, 12), torch.randn(2, 5, 12), torch.randn(2, 5, 12)
-    mask = padding_mask(torch.tensor([5, 2]), 5)[:, None, :].expand(-1, 4, -1)
-    with torch.no_grad():
-        ours.copy_from_torch(theirs)
-        weights = [m.weight.T for m in (ours.W_q, ours.W_k, ours.W_v, ours.W_o)]  # vectors as rows: x @ W
-        out, w = mha.reference(query, key, value, mask, *weights, 3)
-        expected, expected_w = ours(query, key, value, mask[:, None])
-        torch_out, torch_w = theirs(query, key, value, key_padding_mask=~mask[:, 0], average_attn_weights=False)
-        assert torch.allclose(out, expected, atol=1e-5) and torch.allclose(w, expected_w, atol=1e-6)
-        assert torch.allclose(out, torch_out, atol=1e-5) and torch.allclose(w, torch_w, atol=1e-6)
-        out, w = gqa.reference(query, key, value, mask, *weights, 3, 3)
-        assert torch.allclose(out, expected, atol=1e-5) and torch.allclose(w, expected_w, atol=1e-6)
-        g = torch.Generator().manual_seed(1)
-        W_q, W_k, W_v = (torch.randn(12, n, generator=g) for n in (12, 4, 4))
-        out, w = gqa.reference(query, key, value, mask, W_q, W_k, W_v, weights[3], 6, 2)  # head_dim 2, groups of 3
-        q = (query @ W_q).view(2, 4, 6, 2).transpose(1, 2)
-        k, v = ((x @ W).view(2, 5, 2, 2).transpose(1, 2) for x, W in ((key, W_k), (value, W_v)))
-        heads = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], enable_gqa=True)
-        assert torch.allclose(out, heads.transpose(1, 2).reshape(2, 4, 12) @ weights[3], atol=1e-5)
-        assert w.shape == (2, 6, 4, 5)
-
-
 # --------------------------------------------------------------------------------------------
 # The mutant gallery: (exercise, mutant, a substring of the expected diagnosis)
 # --------------------------------------------------------------------------------------------

@@ -6,14 +6,19 @@ import pytest
 import torch
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
+from attnedu import checks
 from attnedu.flash import (
     attention_flops,
+    block_update,
+    causal_tiles,
     naive_attention,
     online_softmax,
+    online_softmax_blocks,
     scores_bytes,
     tiled_attention,
     tiled_attention_forward,
 )
+from attnedu.masks import causal_block, causal_mask
 
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 1e-2, torch.float64: 1e-10}
 
@@ -148,3 +153,51 @@ def test_flops_and_bytes_conventions():
     assert scores_bytes(1, 8, 4096, 4096, 4) == 512 * 2**20  # performance.md: 512 MiB at 4k for B=1, H=8, fp32
     with pytest.raises(ValueError, match="head_dim"):
         attention_flops(1, 1, 2, 2, 0)
+
+
+@pytest.mark.parametrize("n_q, n_k, block_q, block_k", [(8, 8, 2, 2), (12, 12, 4, 3), (10, 10, 3, 4), (5, 5, 8, 2),
+                                                        (13, 13, 2, 5), (7, 11, 3, 4), (11, 7, 4, 3)])  # fmt: skip
+def test_causal_tiles_agree_with_the_pairs_they_hold(n_q, n_k, block_q, block_k):
+    """A tile is computed exactly when one of its (query, key) pairs is allowed, and masked exactly when it holds
+    both an allowed and a blocked pair (brute force over the full causal mask)."""
+    compute, masked = causal_tiles(n_q, block_q, block_k, n_k)
+    full = causal_mask(n_q, n_k, align="top-left")
+    for i, q_start in enumerate(range(0, n_q, block_q)):
+        for j, k_start in enumerate(range(0, n_k, block_k)):
+            tile = full[q_start : q_start + block_q, k_start : k_start + block_k]
+            assert bool(compute[i, j]) == bool(tile.any()), (i, j)
+            assert bool(masked[i, j]) == bool(tile.any() and not tile.all()), (i, j)
+            assert torch.equal(tile, causal_block(q_start, q_start + tile.shape[0], k_start, k_start + tile.shape[1]))
+    assert checks.EXERCISES["causal_tiles"].reference is causal_tiles
+
+
+def test_block_update_carries_the_softmax_across_tiles():
+    """block_update over the key blocks of one query block, then acc / l, equals softmax attention; with keys
+    marked invalid it equals attention over the valid keys only; the inputs are left unchanged."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = torch.randn(5, 4, generator=g), torch.randn(11, 4, generator=g), torch.randn(11, 3, generator=g)
+    m, l, acc = torch.full((5,), float("-inf")), torch.zeros(5), torch.zeros(5, 3)
+    valid = torch.arange(11) < 9
+    for start in range(0, 11, 4):
+        before = (m.clone(), l.clone(), acc.clone(), q.clone())
+        state = block_update(m, l, acc, q, k[start : start + 4], v[start : start + 4], valid[start : start + 4])
+        assert all(torch.equal(a, b) for a, b in zip(before, (m, l, acc, q), strict=True))  # inputs unchanged
+        m, l, acc = state
+    expected = torch.softmax(q @ k[:9].T / 2.0, dim=-1) @ v[:9]
+    torch.testing.assert_close(acc / l[:, None], expected)
+    torch.testing.assert_close(m + torch.log(l), torch.logsumexp(q @ k[:9].T / 2.0, dim=-1))
+    assert checks.EXERCISES["block_update"].reference is block_update
+    with pytest.raises(ValueError, match="allowed should broadcast"):
+        block_update(m, l, acc, q, k[:4], v[:4], torch.ones(3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="m and l should be"):
+        block_update(m[:2], l, acc, q, k[:4], v[:4])
+
+
+def test_online_softmax_blocks_show_the_rescale():
+    """After each block: the running maximum of what was read, and the sum of exp(s - m) over it."""
+    row = torch.tensor([[1.0, 3.0, 0.5, 2.0, 6.0, 1.5, 0.0]], dtype=torch.float64)
+    states = list(online_softmax_blocks(row, 3))
+    assert [end for end, _, _ in states] == [3, 6, 7]
+    for end, m, l in states:
+        assert m.item() == row[0, :end].max().item()
+        assert abs(l.item() - torch.exp(row[0, :end] - m).sum().item()) < 1e-12

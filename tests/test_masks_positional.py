@@ -3,10 +3,13 @@ through PyTorch's own APIs."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from torch.nn.functional import scaled_dot_product_attention as torch_sdpa
 
+from attnedu import checks
 from attnedu.attention import scaled_dot_product_attention
 from attnedu.masks import (
     causal_mask,
@@ -14,6 +17,7 @@ from attnedu.masks import (
     from_additive,
     global_window_mask,
     padding_mask,
+    prefix_lm_mask,
     sliding_window_mask,
     to_additive,
     to_mha_attn_mask,
@@ -141,3 +145,20 @@ def test_alibi_slopes_and_bias():
     assert torch.allclose(alibi_slopes(8), torch.tensor([2.0**-k for k in range(1, 9)]))
     bias = alibi_bias(2, 3)
     assert bias.shape == (2, 3, 3) and bias[0, 2, 0] == -2 * 2.0**-4 and bias[1, 2, 2] == 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_prefix_lm_mask_against_the_rule_entry_by_entry(seed):
+    """Key j is visible to query i of sequence b when j < lengths[b] and (j <= i or j < prefix_lengths[b])."""
+    g = torch.Generator().manual_seed(seed)
+    batch, max_len = 3, 7
+    lengths = torch.randint(1, max_len + 1, (batch,), generator=g)
+    prefix = (torch.rand(batch, generator=g) * (lengths + 1)).long().clamp(max=lengths)
+    mask = prefix_lm_mask(prefix, lengths, max_len)
+    for b, i, j in itertools.product(range(batch), range(max_len), range(max_len)):
+        assert bool(mask[b, i, j]) == (j < lengths[b] and (j <= i or j < prefix[b])), (b, i, j)
+    no_prefix = prefix_lm_mask(torch.zeros_like(lengths), lengths, max_len)
+    assert torch.equal(no_prefix, causal_padding_mask(lengths, max_len))
+    assert checks.EXERCISES["prefix_lm_mask"].reference is prefix_lm_mask
+    with pytest.raises(ValueError, match="between 0 and each sequence's length"):
+        prefix_lm_mask(lengths + 1, lengths, max_len)

@@ -5,7 +5,7 @@ sentence's length, or a padding mask over the keys), and with large inputs; in t
 known-wrong variant needs equal are equal (batch, heads, lengths, head_dim), so that it runs there; the others
 have sizes that differ so that a transpose or a wrong reshape shows. References come from the
 package (``attnedu.multihead.split_heads``, ``merge_heads``, ``attnedu.attention.scaled_dot_product_attention``);
-tests/test_checks.py checks that the multi-head reference equals ``attnedu.attention.MultiHeadAttention`` and
+tests/test_checks.py checks that the multi-head reference equals ``attnedu.multihead.MultiHeadAttention`` and
 the grouped-query one ``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)``.
 """
 
@@ -15,9 +15,8 @@ import math
 
 import torch
 
-from ..attention import scaled_dot_product_attention
 from ..masks import padding_mask
-from ..multihead import merge_heads, split_heads
+from ..multihead import grouped_query_attention, merge_heads, multi_head_attention, split_heads
 from .exercise import (
     LARGE,
     ONE,
@@ -188,31 +187,6 @@ MERGE_HEADS = Exercise(
 # --------------------------------------------------------------------------------------------
 
 
-def _multi_head(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    """MultiHead(Q, K, V) = Concat(head_1..head_h) W_o, head_i = Attention(Q W_q^i, K W_k^i, V W_v^i).
-
-    query (batch, query_len, d_model), key and value (batch, key_len, d_model), mask (batch, query_len, key_len)
-    bool (True = may attend); W_* (d_model, d_model), applied as x @ W (vectors are rows).
-    -> output (batch, query_len, d_model), weights (batch, num_heads, query_len, key_len)."""
-    q = split_heads(query @ W_q, num_heads)
-    k, v = split_heads(key @ W_k, num_heads), split_heads(value @ W_v, num_heads)
-    heads, weights = scaled_dot_product_attention(q, k, v, mask[:, None])  # the same mask for every head
-    return merge_heads(heads) @ W_o, weights
-
-
-def _grouped_query(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
-    """Grouped-query attention: num_kv_heads key/value heads, each shared by num_heads // num_kv_heads
-    consecutive query heads (query head h uses key/value head h // group, as torch's enable_gqa).
-
-    W_q, W_o (d_model, d_model); W_k, W_v (d_model, num_kv_heads * head_dim), head_dim = d_model // num_heads."""
-    group = num_heads // num_kv_heads
-    q = split_heads(query @ W_q, num_heads)  # (batch, num_heads, query_len, head_dim)
-    k = split_heads(key @ W_k, num_kv_heads).repeat_interleave(group, dim=1)  # (batch, num_heads, key_len, head_dim)
-    v = split_heads(value @ W_v, num_kv_heads).repeat_interleave(group, dim=1)
-    heads, weights = scaled_dot_product_attention(q, k, v, mask[:, None])
-    return merge_heads(heads) @ W_o, weights
-
-
 def _attention_case(g, sizes: tuple[int, ...], lengths: list[int], tags, *, self_attention=False, scale=1.0, note=""):
     """Inputs for multi_head_attention (6 sizes) or grouped_query_attention (with num_kv_heads)."""
     batch, query_len, key_len, d_model, num_heads, *kv = sizes
@@ -375,7 +349,7 @@ def _variants(grouped: bool) -> tuple[Variant, ...]:
                 "your projections use the transposed matrices, `x @ W.T` (nn.Linear's convention). Here vectors "
                 "are rows and W_q is (d_model, d_model): project with `query @ W_q`, and the output with "
                 "`merged @ W_o`.",
-                lambda q, k, v, m, Wq, Wk, Wv, Wo, h: _multi_head(q, k, v, m, Wq.T, Wk.T, Wv.T, Wo.T, h),
+                lambda q, k, v, m, Wq, Wk, Wv, Wo, h: multi_head_attention(q, k, v, m, Wq.T, Wk.T, Wv.T, Wo.T, h),
             ),
         )
     return (
@@ -394,7 +368,7 @@ MULTI_HEAD_ATTENTION = Exercise(
     lesson=LESSON,
     params=("query", "key", "value", "mask", "W_q", "W_k", "W_v", "W_o", "num_heads"),
     returns=(("batch", "query_len", "d_model"), ("batch", "num_heads", "query_len", "key_len")),
-    reference=_multi_head,
+    reference=multi_head_attention,
     make_cases=_multi_head_cases,
     output_names=("output", "weights"),
     variants=_variants(grouped=False),
@@ -408,7 +382,7 @@ GROUPED_QUERY_ATTENTION = Exercise(
     lesson=LESSON,
     params=("query", "key", "value", "mask", "W_q", "W_k", "W_v", "W_o", "num_heads", "num_kv_heads"),
     returns=(("batch", "query_len", "d_model"), ("batch", "num_heads", "query_len", "key_len")),
-    reference=_grouped_query,
+    reference=grouped_query_attention,
     make_cases=_grouped_query_cases,
     output_names=("output", "weights"),
     variants=_variants(grouped=True),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..masks import causal_mask, causal_padding_mask, padding_mask, to_additive
+from ..masks import causal_mask, causal_padding_mask, padding_mask, prefix_lm_mask, to_additive
 from .exercise import (
     EMPTY_ROW,
     LARGE,
@@ -306,13 +306,11 @@ TO_ADDITIVE = Exercise(
 # --------------------------------------------------------------------------------------------
 
 
-def _prefix_lm_mask(prefix_lengths: torch.Tensor, lengths: torch.Tensor, max_len: int) -> torch.Tensor:
-    """(batch, max_len, max_len): query i of sentence b may attend key j if j is real (j < lengths[b]) and either
-    j <= i (causal) or j is in the prefix (j < prefix_lengths[b]): the prefix is read both ways, the rest is
-    written left to right (Raffel et al. 2020's prefix LM; Dong et al. 2019's UniLM)."""
+def _swapped_prefix_lm_mask(prefix_lengths, lengths, max_len):
+    """prefix_lm_mask with its two length arguments swapped (keys real up to the prefix, prefix up to the length)."""
     i, j = _grid(max_len)
-    visible = (j <= i)[None] | (j[None] < prefix_lengths[:, None, None])
-    return visible & _keys_real(lengths, max_len)
+    visible = (j <= i)[None] | (j[None] < lengths[:, None, None])
+    return visible & _keys_real(prefix_lengths, max_len)
 
 
 def _prefix_lm_mask_cases() -> list[Case]:
@@ -355,7 +353,7 @@ PREFIX_LM_MASK = Exercise(
     lesson=LESSON,
     params=("prefix_lengths", "lengths", "max_len"),
     returns=(("batch", "max_len", "max_len"),),
-    reference=_prefix_lm_mask,
+    reference=prefix_lm_mask,
     make_cases=_prefix_lm_mask_cases,
     layout=_query_layout,
     properties=_empty_rows,
@@ -363,7 +361,7 @@ PREFIX_LM_MASK = Exercise(
         Variant(
             "the mask is inverted: True where attention is blocked and False where it is allowed. In this course "
             "True means 'may attend'.",
-            lambda p, n, max_len: ~_prefix_lm_mask(p, n, max_len),
+            lambda p, n, max_len: ~prefix_lm_mask(p, n, max_len),
         ),
         Variant(
             "the prefix was applied to the queries (rows) instead of the keys (columns): the queries of the prefix "
@@ -419,12 +417,12 @@ PREFIX_LM_MASK = Exercise(
         Variant(
             "prefix_lengths and lengths are swapped: the keys were cut at the prefix length and the prefix runs to "
             "the end of the sentence. `lengths` says which keys are real, `prefix_lengths` which are read both ways.",
-            lambda p, n, max_len: _prefix_lm_mask(n, p, max_len),
+            lambda p, n, max_len: _swapped_prefix_lm_mask(p, n, max_len),
         ),
         Variant(
             "the query and key axes are swapped: your mask is the reference transposed. Rows are queries and columns "
             "keys: `mask[b, i, j]` says whether query i may attend key j.",
-            lambda p, n, max_len: _prefix_lm_mask(p, n, max_len).transpose(1, 2),
+            lambda p, n, max_len: prefix_lm_mask(p, n, max_len).transpose(1, 2),
         ),
     ),
     hint="Start from your causal-plus-padding mask's two parts, then widen the causal one: key j is visible to "

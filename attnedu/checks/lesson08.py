@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ..flash import online_softmax
+from ..flash import block_update, causal_tiles, online_softmax
 from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Variant, generator, kinds, randn
 
 LESSON = "08_flash_attention"
@@ -145,19 +145,6 @@ ONLINE_SOFTMAX = Exercise(
 # --------------------------------------------------------------------------------------------
 
 
-def causal_tiles(n: int, block_q: int, block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Which tiles of a causal attention of length n a tiled forward pass computes, and which of those need the
-    mask: (compute, masked), each (query_blocks, key_blocks) bool. Tile (i, j) holds queries
-    i*block_q .. min((i+1)*block_q, n) - 1 and keys j*block_k .. min((j+1)*block_k, n) - 1; it is computed when
-    its first key is not after its last query, and masked when its last key is after its first query."""
-    q_first = torch.arange(0, n, block_q)
-    q_last = (q_first + block_q).clamp(max=n) - 1
-    k_first = torch.arange(0, n, block_k)
-    k_last = (k_first + block_k).clamp(max=n) - 1
-    compute = k_first[None, :] <= q_last[:, None]
-    return compute, compute & (k_last[None, :] > q_first[:, None])
-
-
 def _causal_tiles_cases() -> list[Case]:
     def case(n: int, block_q: int, block_k: int, tags, note: str = "") -> Case:
         rows, columns = -(-n // block_q), -(-n // block_k)
@@ -247,17 +234,6 @@ CAUSAL_TILES = Exercise(
 # --------------------------------------------------------------------------------------------
 # block_update
 # --------------------------------------------------------------------------------------------
-
-
-def block_update(m, l, acc, q_block, k_block, v_block, valid):
-    """One tile of the FlashAttention forward for one block of queries: the running maximum m (block_q,), sum l
-    (block_q,) and unnormalised output acc (block_q, value_dim), updated with keys k_block (block_k, head_dim) and
-    values v_block (block_k, value_dim), of which only those where valid (block_k,) is True exist."""
-    scores = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(~valid[None, :], float("-inf"))
-    m_new = torch.maximum(m, scores.max(dim=1).values)
-    p = torch.exp(scores - m_new[:, None])
-    alpha = torch.exp(m - m_new)
-    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
 
 
 def _block_update_cases() -> list[Case]:
