@@ -331,8 +331,8 @@ class LuongDecoder(nn.Module):
 
 class Seq2Seq(nn.Module):
     """Encoder + decoder. ``Seq2Seq.build(attention=...)`` makes the models of lessons 01-03:
-    ``False`` (fixed context), ``True`` or ``"bahdanau"`` (additive attention), or a Luong score
-    (``"dot"``, ``"general"``, ``"concat"``, ``"location"``)."""
+    ``False`` (a FixedContextDecoder), ``True`` or ``"bahdanau"`` (a BahdanauDecoder: additive attention),
+    or a Luong score (``"dot"``, ``"general"``, ``"concat"``, ``"location"``: a LuongDecoder)."""
 
     def __init__(self, encoder: Encoder, decoder: nn.Module):
         super().__init__()
