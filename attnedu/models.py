@@ -1,18 +1,18 @@
 """GRU encoder-decoders: one fixed context vector (Cho et al. 2014a), Bahdanau's additive attention
 (Bahdanau et al. 2015), and Luong's global attention (Luong et al. 2015). All share the encoder.
 
-Bahdanau-style decoder (lessons 01-02), fixed or attention:
+FixedContextDecoder (lesson 01) and BahdanauDecoder (lesson 02) differ only in the context c_t:
 
-    fixed:      c_t = c = summary of the whole source, the same at every step
-    attention:  c_t = sum_j alpha_tj h_j, rebuilt from s_{t-1} at every step
-    update:     s_t = GRU([E y_{t-1}; c_t], s_{t-1})
-    output:     p(y_t) = softmax(W_o [s_t; c_t; E y_{t-1}])
+    FixedContextDecoder:  c_t = c = summary of the whole source, the same at every step
+    BahdanauDecoder:      c_t = sum_j alpha_tj h_j, rebuilt from s_{t-1} at every step
+    update (both):        s_t = GRU([E y_{t-1}; c_t], s_{t-1})
+    output (both):        p(y_t) = softmax(W_o [s_t; c_t; E y_{t-1}])
 
 The fixed decoder's input [E y_{t-1}; c] never depends on its own state, so with teacher forcing
-(the gold y_{t-1} known in advance) every step runs in one nn.GRU call. The attention decoder needs
+(the gold y_{t-1} known in advance) every step runs in one nn.GRU call. The Bahdanau decoder needs
 s_{t-1} to compute c_t, so it steps one nn.GRUCell at a time.
 
-Luong-style decoder (lesson 03): attention is computed from the state *after* the update,
+LuongDecoder (lesson 03): attention is computed from the state *after* the update,
 
     update:     h_t = GRU([E y_{t-1}; h~_{t-1} if input feeding], h_{t-1})
     attention:  a_t = softmax(score(h_t, h_j)),  c_t = sum_j a_tj h_j
@@ -23,7 +23,9 @@ Without input feeding the recurrence never sees the attention, so teacher forcin
 the whole target in one call and attends for every step in one batched product.
 
 Every decoder offers the same three methods to ``Seq2Seq``: ``forward(tgt_in, memory)`` (teacher
-forcing, all steps), ``start(memory)`` and ``next_step(prev_tokens, cache, memory)`` (greedy decoding).
+forcing, all steps), ``start(memory)`` and ``next_step(prev_tokens, cache, memory)`` (greedy decoding),
+where the cache is what one step hands the next: s_{t-1} for the fixed decoder, (s_{t-1}, U_a h_j) for
+Bahdanau's, (h_{t-1}, h~_{t-1}) for Luong's.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ._validate import (
     check_positive_int,
     check_size,
     check_tensor,
+    describe,
 )
 from .attention import LUONG_SCORES, AdditiveAttention, LuongAttention
 from .data import BOS_ID, EOS_ID, PAD_ID
@@ -105,35 +108,117 @@ def _check_state(name: str, state, memory: EncoderOutput) -> None:
     check_size(name, state, 0, memory.annotations.shape[0], "the batch size of memory")
 
 
-class Decoder(nn.Module):
-    """GRU decoder. With ``attention=False`` its context is the encoder summary at every step, and its
-    recurrence is an ``nn.GRU`` (``self.rnn``) that teacher forcing runs over all steps at once; with
-    attention it is an ``nn.GRUCell`` (``self.cell``) stepped one word at a time."""
+class FixedContextDecoder(nn.Module):
+    """Cho et al.'s GRU decoder (lesson 01): the context is the encoder summary c at every step.
 
-    def __init__(
-        self, vocab_size: int, emb_dim: int, hidden_dim: int, enc_dim: int, attention: bool, attn_dim: int = 64
-    ):
+    s_0 = tanh(W_s c);  s_t = GRU([E y_{t-1}; c], s_{t-1});  p(y_t) = softmax(W_o [s_t; c; E y_{t-1}])
+
+    Its input [E y_{t-1}; c] never depends on its own state, so with teacher forcing (the gold y_{t-1}
+    known in advance) one ``nn.GRU`` call (``self.rnn``) runs every step at once.
+    """
+
+    attention = None  # no attention: Seq2Seq.forward and greedy_decode return no weights
+
+    def __init__(self, vocab_size: int, emb_dim: int, hidden_dim: int, enc_dim: int):
+        super().__init__()
+        _check_sizes(vocab_size=vocab_size, emb_dim=emb_dim, hidden_dim=hidden_dim, enc_dim=enc_dim)
+        self.enc_dim, self.hidden_dim = enc_dim, hidden_dim
+        self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
+        self.init_state = nn.Linear(enc_dim, hidden_dim)  # s_0 = tanh(W_s c)
+        self.rnn = nn.GRU(emb_dim + enc_dim, hidden_dim, batch_first=True)
+        self.out = nn.Linear(hidden_dim + enc_dim + emb_dim, vocab_size)  # W_o
+
+    def forward(self, tgt_in: torch.Tensor, memory: EncoderOutput) -> tuple[torch.Tensor, None]:
+        """Teacher forcing over the whole target: tgt_in (batch, tgt_len) ids
+        -> logits (batch, tgt_len, vocab), None (no attention weights)."""
+        _check_tgt_in(tgt_in, self.embedding.num_embeddings, memory)
+        state = self.start(memory)
+        embedded = self.embedding(tgt_in)  # (batch, tgt_len, emb_dim), all steps at once
+        context = memory.summary[:, None, :].expand(-1, tgt_in.shape[1], -1)  # the same c at every step
+        states, _ = self.rnn(torch.cat([embedded, context], dim=-1), state[None])  # every s_t, one call
+        return self.out(torch.cat([states, context, embedded], dim=-1)), None
+
+    def start(self, memory: EncoderOutput) -> torch.Tensor:
+        """s_0 = tanh(W_s c): (batch, hidden_dim), the state greedy decoding starts from."""
+        _check_memory(memory)
+        return torch.tanh(self.init_state(memory.summary))
+
+    def next_step(
+        self, prev_tokens: torch.Tensor, state: torch.Tensor, memory: EncoderOutput
+    ) -> tuple[torch.Tensor, torch.Tensor, None]:
+        """One step of greedy decoding. prev_tokens: (batch,) y_{t-1}; state: (batch, hidden_dim) s_{t-1},
+        from start() or the last call -> logits (batch, vocab), s_t (batch, hidden_dim), None."""
+        check_ids("prev_tokens", prev_tokens, self.embedding.num_embeddings, 1, "(batch,) of token ids")
+        _check_memory(memory)
+        _check_state("state", state, memory)
+        check_size("prev_tokens", prev_tokens, 0, state.shape[0], "the batch size of state")
+        embedded, context = self.embedding(prev_tokens), memory.summary  # E y_{t-1}, c
+        _, new_state = self.rnn(torch.cat([embedded, context], dim=-1)[:, None], state[None])  # one GRU step
+        new_state = new_state[0]
+        return self.out(torch.cat([new_state, context, embedded], dim=-1)), new_state, None
+
+
+class BahdanauDecoder(nn.Module):
+    """Bahdanau et al.'s GRU decoder with additive attention (lesson 02), in their order: the context
+    for step t comes from the previous state s_{t-1}, before the update.
+
+    s_0 = tanh(W_s c);  c_t, alpha_t = attention(s_{t-1}, h);  s_t = GRU([E y_{t-1}; c_t], s_{t-1});
+    p(y_t) = softmax(W_o [s_t; c_t; E y_{t-1}])
+
+    c_t needs s_{t-1} and s_t needs c_t, so even with teacher forcing it steps one ``nn.GRUCell``
+    (``self.cell``) at a time. A step is ``advance`` (attend, then update) and ``readout``; ``forward``
+    runs the readout once over all steps, ``next_step`` once per step.
+    """
+
+    def __init__(self, vocab_size: int, emb_dim: int, hidden_dim: int, enc_dim: int, attn_dim: int = 64):
         super().__init__()
         _check_sizes(vocab_size=vocab_size, emb_dim=emb_dim, hidden_dim=hidden_dim, enc_dim=enc_dim,
                      attn_dim=attn_dim)  # fmt: skip
-        check_bool("attention", attention, "whether the decoder attends")
         self.enc_dim, self.hidden_dim = enc_dim, hidden_dim
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
-        self.init_state = nn.Linear(enc_dim, hidden_dim)  # s_0 = tanh(W_s summary)
-        if attention:
-            self.attention = AdditiveAttention(hidden_dim, enc_dim, attn_dim=attn_dim)
-            self.cell = nn.GRUCell(emb_dim + enc_dim, hidden_dim)
-        else:
-            self.attention = None
-            self.rnn = nn.GRU(emb_dim + enc_dim, hidden_dim, batch_first=True)
-        self.out = nn.Linear(hidden_dim + enc_dim + emb_dim, vocab_size)
+        self.init_state = nn.Linear(enc_dim, hidden_dim)  # s_0 = tanh(W_s c)
+        self.attention = AdditiveAttention(hidden_dim, enc_dim, attn_dim=attn_dim)  # W_a, U_a, v_a
+        self.cell = nn.GRUCell(emb_dim + enc_dim, hidden_dim)
+        self.out = nn.Linear(hidden_dim + enc_dim + emb_dim, vocab_size)  # W_o
 
-    def start(self, memory: EncoderOutput) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Initial state s_0 (batch, hidden_dim), and U_a h_j precomputed once (or None)."""
+    def forward(self, tgt_in: torch.Tensor, memory: EncoderOutput) -> tuple[torch.Tensor, torch.Tensor]:
+        """Teacher forcing over the whole target: tgt_in (batch, tgt_len) ids
+        -> logits (batch, tgt_len, vocab), weights (batch, tgt_len, src_len)."""
+        _check_tgt_in(tgt_in, self.embedding.num_embeddings, memory)
+        state, keys = self.start(memory)
+        embedded = self.embedding(tgt_in)  # (batch, tgt_len, emb_dim), all steps at once
+        states, contexts, all_weights = [], [], []
+        for t in range(tgt_in.shape[1]):
+            state, context, weights = self.advance(embedded[:, t], state, memory, keys)
+            states.append(state)
+            contexts.append(context)
+            all_weights.append(weights)
+        # The readout needs no recurrence, so it runs once over all steps (as next_step does per step).
+        logits = self.readout(torch.stack(states, 1), torch.stack(contexts, 1), embedded)
+        return logits, torch.stack(all_weights, dim=1)
+
+    def start(self, memory: EncoderOutput) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cache greedy decoding starts from: s_0 (batch, hidden_dim), and U_a h_j (batch, src_len,
+        attn_dim), which does not depend on the step, so it is computed once per sentence."""
         _check_memory(memory)
         state = torch.tanh(self.init_state(memory.summary))
-        keys = self.attention.project_keys(memory.annotations) if self.attention is not None else None
-        return state, keys
+        return state, self.attention.project_keys(memory.annotations)
+
+    def next_step(
+        self, prev_tokens: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], memory: EncoderOutput
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """One step of greedy decoding. prev_tokens: (batch,) y_{t-1}; cache: (s_{t-1}, U_a h_j), from
+        start() or the last call -> logits (batch, vocab), (s_t, U_a h_j), alpha_t (batch, src_len)."""
+        check_ids("prev_tokens", prev_tokens, self.embedding.num_embeddings, 1, "(batch,) of token ids")
+        if not (isinstance(cache, tuple) and len(cache) == 2):
+            raise TypeError(
+                f"cache should be the pair (s_{{t-1}}, U_a h_j), got {describe(cache)}: pass what start(memory) "
+                "or the last next_step returned"
+            )
+        state, keys = cache
+        embedded = self.embedding(prev_tokens)
+        new_state, context, weights = self.advance(embedded, state, memory, keys)
+        return self.readout(new_state, context, embedded), (new_state, keys), weights
 
     def advance(
         self,
@@ -141,70 +226,24 @@ class Decoder(nn.Module):
         state: torch.Tensor,
         memory: EncoderOutput,
         projected_keys: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """c_t from s_{t-1}, then s_t = GRU([E y_{t-1}; c_t], s_{t-1}).
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """c_t, alpha_t = attention(s_{t-1}, h), then s_t = GRU([E y_{t-1}; c_t], s_{t-1}).
 
-        embedded: (batch, emb_dim) E y_{t-1};  state: (batch, hidden_dim) s_{t-1}
-        returns s_t (batch, hidden_dim), c_t (batch, enc_dim), alpha_t (batch, src_len) or None
+        embedded: (batch, emb_dim) E y_{t-1};  state: (batch, hidden_dim) s_{t-1};
+        projected_keys: U_a h_j from start() (None: computed here)
+        returns s_t (batch, hidden_dim), c_t (batch, enc_dim), alpha_t (batch, src_len)
         """
-        _check_memory(memory)  # self may be any object with attention, cell (and rnn): lesson 02's check uses one
+        _check_memory(memory)  # self may be any object with attention and cell: lesson 02's check uses one
         _check_state("state", state, memory)
         check_tensor("embedded", embedded, 2, "(batch, emb_dim)")
         check_size("embedded", embedded, 0, state.shape[0], "the batch size of state")
-        if self.attention is None:
-            context = memory.summary
-            _, new_state = self.rnn(torch.cat([embedded, context], dim=-1)[:, None], state[None])  # one step
-            return new_state[0], context, None
         context, weights = self.attention(state, memory.annotations, memory.mask, projected_keys)
         new_state = self.cell(torch.cat([embedded, context], dim=-1), state)
         return new_state, context, weights
 
-    def forward(self, tgt_in: torch.Tensor, memory: EncoderOutput) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Teacher forcing over the whole target: tgt_in (batch, tgt_len) ids
-        -> logits (batch, tgt_len, vocab), weights (batch, tgt_len, src_len) or None."""
-        _check_tgt_in(tgt_in, self.embedding.num_embeddings, memory)
-        state, keys = self.start(memory)
-        embedded = self.embedding(tgt_in)  # (batch, tgt_len, emb_dim), all steps at once
-        if self.attention is None:  # c is the same at every step: one nn.GRU call runs them all
-            context = memory.summary[:, None, :].expand(-1, tgt_in.shape[1], -1)
-            states, _ = self.rnn(torch.cat([embedded, context], dim=-1), state[None])
-            return self.readout(states, context, embedded), None
-        states, contexts, all_weights = [], [], []
-        for t in range(tgt_in.shape[1]):
-            state, context, weights = self.advance(embedded[:, t], state, memory, keys)
-            states.append(state)
-            contexts.append(context)
-            all_weights.append(weights)
-        # The readout needs no recurrence, so it runs once over all steps (same as step() per step).
-        logits = self.readout(torch.stack(states, 1), torch.stack(contexts, 1), embedded)
-        return logits, torch.stack(all_weights, dim=1)
-
-    def next_step(self, prev_tokens: torch.Tensor, cache, memory: EncoderOutput):
-        """One step of greedy decoding: cache is (s_{t-1}, U_a h) from start() or the last call."""
-        state, keys = cache
-        logits, state, weights = self.step(prev_tokens, state, memory, keys)
-        return logits, (state, keys), weights
-
     def readout(self, state: torch.Tensor, context: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
-        """Logits over the target vocabulary from [s_t; c_t; E y_{t-1}] (any leading dims)."""
+        """Logits W_o [s_t; c_t; E y_{t-1}] over the target vocabulary (any leading dims: one step or all)."""
         return self.out(torch.cat([state, context, embedded], dim=-1))
-
-    def step(
-        self,
-        prev_tokens: torch.Tensor,
-        state: torch.Tensor,
-        memory: EncoderOutput,
-        projected_keys: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """One whole decoder step.
-
-        prev_tokens: (batch,) y_{t-1};  state: (batch, hidden_dim) s_{t-1}
-        returns logits (batch, vocab), s_t (batch, hidden_dim), alpha_t (batch, src_len) or None
-        """
-        check_ids("prev_tokens", prev_tokens, self.embedding.num_embeddings, 1, "(batch,) of token ids")
-        embedded = self.embedding(prev_tokens)
-        new_state, context, weights = self.advance(embedded, state, memory, projected_keys)
-        return self.readout(new_state, context, embedded), new_state, weights
 
 
 class LuongDecoder(nn.Module):
@@ -292,13 +331,16 @@ class LuongDecoder(nn.Module):
 
 class Seq2Seq(nn.Module):
     """Encoder + decoder. ``Seq2Seq.build(attention=...)`` makes the models of lessons 01-03:
-    ``False`` (fixed context), ``True`` or ``"bahdanau"`` (additive attention), or a Luong score
-    (``"dot"``, ``"general"``, ``"concat"``, ``"location"``)."""
+    ``False`` (a FixedContextDecoder), ``True`` or ``"bahdanau"`` (a BahdanauDecoder: additive attention),
+    or a Luong score (``"dot"``, ``"general"``, ``"concat"``, ``"location"``: a LuongDecoder)."""
 
     def __init__(self, encoder: Encoder, decoder: nn.Module):
         super().__init__()
         check_instance("encoder", encoder, Encoder, "an Encoder")
-        check_instance("decoder", decoder, (Decoder, LuongDecoder), "a Decoder or LuongDecoder")
+        check_instance(
+            "decoder", decoder, (FixedContextDecoder, BahdanauDecoder, LuongDecoder),
+            "a FixedContextDecoder, BahdanauDecoder or LuongDecoder",
+        )  # fmt: skip
         if decoder.enc_dim != encoder.output_dim:
             raise ValueError(
                 f"decoder.enc_dim should be the encoder's output size {encoder.output_dim}, got {decoder.enc_dim}: "
@@ -326,6 +368,7 @@ class Seq2Seq(nn.Module):
         check_choice("attention", attention, (False, True, "bahdanau", *LUONG_SCORES))
         check_bool("bidirectional", bidirectional, "whether a second GRU reads the source backwards")
         check_bool("input_feeding", input_feeding, "whether h~_{t-1} is fed back")
+        _check_sizes(attn_dim=attn_dim)
         with seeded(seed):
             encoder = Encoder(src_vocab_size, emb_dim, hidden_dim, bidirectional)
             if attention in LUONG_SCORES:
@@ -339,8 +382,10 @@ class Seq2Seq(nn.Module):
                         f"attention should be a Luong score {LUONG_SCORES} with input_feeding=True, got "
                         f"{attention!r}: input feeding is part of Luong's decoder: use a Luong score for attention"
                     )
-                use_attention = attention in (True, "bahdanau")
-                decoder = Decoder(tgt_vocab_size, emb_dim, hidden_dim, encoder.output_dim, use_attention, attn_dim)
+                if attention is False:
+                    decoder = FixedContextDecoder(tgt_vocab_size, emb_dim, hidden_dim, encoder.output_dim)
+                else:  # True or "bahdanau"
+                    decoder = BahdanauDecoder(tgt_vocab_size, emb_dim, hidden_dim, encoder.output_dim, attn_dim)
         return cls(encoder, decoder)
 
     def forward(

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from attnedu.data import SOURCE_VOCAB, TARGET_VOCAB, make_batch, make_pairs
-from attnedu.models import Decoder, Encoder, Seq2Seq
+from attnedu.models import BahdanauDecoder, Encoder, FixedContextDecoder, Seq2Seq
 
 
 def build(attention=True, bidirectional=False):
@@ -51,16 +51,25 @@ def test_encoder_summary_is_the_last_real_state():
         assert (out.annotations[b, n:] == 0).all()
 
 
-def test_forward_equals_stepping_the_decoder_by_hand():
-    model = trained_like(build()).eval()
+@pytest.mark.parametrize("attention", [False, True])
+def test_forward_equals_stepping_the_decoder_by_hand(attention):
+    """Teacher forcing over all steps at once gives what next_step (greedy decoding's step) gives per step."""
+    model = trained_like(build(attention)).eval()
     batch = make_batch(make_pairs(2, 5, 8, seed=6))
     with torch.no_grad():
         logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
         memory = model.encoder(batch.src, batch.src_lengths)
-        state, keys = model.decoder.start(memory)
+        cache = model.decoder.start(memory)
         for t in range(batch.tgt_in.shape[1]):
-            step_logits, state, _ = model.decoder.step(batch.tgt_in[:, t], state, memory, keys)
+            step_logits, cache, _ = model.decoder.next_step(batch.tgt_in[:, t], cache, memory)
             assert torch.allclose(step_logits, logits[:, t], atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("attention", "decoder"), [(False, FixedContextDecoder), (True, BahdanauDecoder), ("bahdanau", BahdanauDecoder)]
+)
+def test_build_picks_the_decoder(attention, decoder):
+    assert type(build(attention).decoder) is decoder
 
 
 def test_greedy_decode_shapes():
@@ -74,9 +83,9 @@ def test_greedy_decode_shapes():
 
 def test_mismatched_hidden_sizes_are_named():
     encoder = Encoder(10, 8, 12, bidirectional=True)  # produces 24-dimensional states
-    decoder = Decoder(10, 8, 12, enc_dim=12, attention=True)
-    with pytest.raises(ValueError, match="enc_dim=24"):
-        Seq2Seq(encoder, decoder)
+    for decoder in (FixedContextDecoder(10, 8, 12, enc_dim=12), BahdanauDecoder(10, 8, 12, enc_dim=12)):
+        with pytest.raises(ValueError, match="enc_dim=24"):
+            Seq2Seq(encoder, decoder)
 
 
 def test_bad_batches_get_clear_errors():

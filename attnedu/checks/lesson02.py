@@ -17,7 +17,7 @@ from torch import nn
 
 from ..attention import AdditiveAttention, additive_score, context_vector, masked_softmax
 from ..masks import padding_mask
-from ..models import Decoder, EncoderOutput
+from ..models import BahdanauDecoder, EncoderOutput
 from .exercise import (
     EMPTY_ROW,
     LARGE,
@@ -386,11 +386,11 @@ CONTEXT_VECTOR = Exercise(
 
 
 def _decoder_step_reference(embedded, state, annotations, mask, attention, cell, out):
-    """One Bahdanau decoder step, by the package's own Decoder.advance and Decoder.readout."""
+    """One Bahdanau decoder step, by the package's own BahdanauDecoder.advance and BahdanauDecoder.readout."""
     parts = SimpleNamespace(attention=attention, cell=cell, out=out)
     memory = EncoderOutput(annotations, summary=annotations[:, 0], mask=mask)  # summary unused with attention
-    new_state, context, weights = Decoder.advance(parts, embedded, state, memory)
-    return Decoder.readout(parts, new_state, context, embedded), new_state, weights
+    new_state, context, weights = BahdanauDecoder.advance(parts, embedded, state, memory)
+    return BahdanauDecoder.readout(parts, new_state, context, embedded), new_state, weights
 
 
 def _decoder_step_cases() -> list[Case]:
