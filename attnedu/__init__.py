@@ -1,20 +1,26 @@
 """attnedu: the small package behind the attention course.
 
-One concept per module:
-    runtime    setup_notebook(), the first call of every notebook; progress bars
-    data       the toy translation task with gold alignments, vocabularies, batches
-    masks      padding masks (True = may attend)
-    attention  additive (Bahdanau) score, masked softmax, context vector
-    models     GRU encoder-decoder, fixed context or attention
-    train      training loop, greedy translation, accuracy by length
-    analysis   attention maps, alignment accuracy, crossing rate, gradient paths
-    plots      attention heat maps, accuracy-by-length curves
-    widgets    interactive controls for JupyterLab
-    flash      online softmax and tiled (Flash) attention in PyTorch, forward and backward (lesson 08)
-    triton_attention   the FlashAttention-2 forward as a Triton kernel (GPU, or CPU interpreter)
-    bench      python -m attnedu.bench: time and memory of naive, tiled, SDPA and Triton attention
-    checks     the graded exercises' checks (one module per lesson)
-    build_exercises, grade   exercises/ from solutions/; batch grading of submissions
+One concept per module; a lesson's library code lives in the module its concept names (CONTRIBUTING.md):
+    runtime            setup_notebook(), the first call of every notebook; seeds, threads, progress bars
+    data               the toy translation task with gold alignments, vocabularies, batches (lessons 01-03)
+    tasks              synthetic sequence tasks for the Transformer lessons (05-07)
+    masks              every mask (True = may attend): padding, causal, windows, prefix LM; converters (06)
+    attention          scores (additive, dot, general, concat, location), masked softmax, scaled dot-product (02-04)
+    multihead          split and merge heads, multi-head and grouped-query attention (05)
+    positional         sinusoidal, learned, RoPE, ALiBi (07)
+    models             GRU encoder-decoders: fixed context, Bahdanau, Luong (01-03)
+    transformer        small attention models for lessons 05-07, and parameter counts
+    train              training loop, greedy translation, accuracy by length
+    analysis           attention maps, alignment accuracy, crossing rate, gradient paths
+    flash              online softmax, tiles, tiled (Flash) attention in PyTorch, forward and backward (08)
+    triton_attention   FlashAttention-2 as a Triton kernel (GPU, or CPU interpreter) (08)
+    bench              python -m attnedu.bench: time and memory of naive, tiled, SDPA and Triton attention (08)
+    plots, diagrams    attention heat maps and other figures; the diagram of each lesson's model
+    widgets            interactive controls for JupyterLab
+    checks             the graded exercises: one module per lesson (lessonNN.py) and the machinery that checks them
+    build_exercises    exercises/ generated from solutions/
+    grade, grading     python -m attnedu.grade: batch grading of submissions in a sandbox
+    _validate          the input checks every public function uses, one form of error message
 """
 
 from .runtime import setup_notebook

@@ -87,7 +87,8 @@ def additive_score(
     check_size("W_a", W_a, 1, query.shape[-1], "dec_dim, the size of the decoder state", "W_a is (attn_dim, dec_dim)")
     check_size("U_a", U_a, 1, keys.shape[2], "enc_dim, the size of an annotation", "U_a is (attn_dim, enc_dim)")
     check_size("U_a", U_a, 0, W_a.shape[0], "attn_dim, the rows of W_a")
-    return additive_score_projected(query @ W_a.T, keys @ U_a.T, v_a)
+    _check_v_a(v_a, W_a[:, 0])
+    return _additive(query @ W_a.T, keys @ U_a.T, v_a)
 
 
 def additive_score_projected(
@@ -109,6 +110,11 @@ def additive_score_projected(
     check_float("projected_query", projected_query)
     check_float("projected_keys", projected_keys)
     _check_v_a(v_a, projected_query)
+    return _additive(projected_query, projected_keys, v_a)
+
+
+def _additive(projected_query: torch.Tensor, projected_keys: torch.Tensor, v_a: torch.Tensor) -> torch.Tensor:
+    """v_a^T tanh(W_a s + U_a h_j) from the projections, inputs already checked."""
     steps, single = _as_steps(projected_query)
     scores = torch.tanh(steps[:, :, None, :] + projected_keys[:, None, :, :]) @ v_a.reshape(-1)
     return scores[:, 0] if single else scores
@@ -131,6 +137,10 @@ def dot_score(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         "keys", keys, 2, query.shape[-1], "dec_dim: the dot score compares the decoder state with each annotation",
         "use the general score (a W_a between them) when the sizes differ",
     )  # fmt: skip
+    return _dot(query, keys)
+
+
+def _dot(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     steps, single = _as_steps(query)
     scores = steps @ keys.transpose(1, 2)  # (batch, tgt_len, src_len)
     return scores[:, 0] if single else scores
@@ -142,6 +152,10 @@ def general_score(query: torch.Tensor, keys: torch.Tensor, W_a: torch.Tensor) ->
     _check_weight("W_a", W_a, 2, "(dec_dim, enc_dim)", query)
     check_size("W_a", W_a, 0, query.shape[-1], "dec_dim", "W_a is (dec_dim, enc_dim): s^T W_a h")
     check_size("W_a", W_a, 1, keys.shape[2], "enc_dim", "W_a is (dec_dim, enc_dim): s^T W_a h")
+    return _general(query, keys, W_a)
+
+
+def _general(query: torch.Tensor, keys: torch.Tensor, W_a: torch.Tensor) -> torch.Tensor:
     steps, single = _as_steps(query)
     scores = (steps @ W_a) @ keys.transpose(1, 2)
     return scores[:, 0] if single else scores
@@ -157,7 +171,13 @@ def concat_score(query: torch.Tensor, keys: torch.Tensor, W_a: torch.Tensor, v_a
     _check_weight("W_a", W_a, 2, "(attn_dim, dec_dim + enc_dim)", query)
     dec_dim = query.shape[-1]
     check_size("W_a", W_a, 1, dec_dim + keys.shape[2], "dec_dim + enc_dim, the size of [s; h_j]")
-    return additive_score(query, keys, W_a[:, :dec_dim], W_a[:, dec_dim:], v_a)
+    _check_v_a(v_a, W_a[:, 0])
+    return _concat(query, keys, W_a, v_a)
+
+
+def _concat(query: torch.Tensor, keys: torch.Tensor, W_a: torch.Tensor, v_a: torch.Tensor) -> torch.Tensor:
+    dec_dim = query.shape[-1]
+    return _additive(query @ W_a[:, :dec_dim].T, keys @ W_a[:, dec_dim:].T, v_a)
 
 
 def location_score(query: torch.Tensor, W_a: torch.Tensor, src_len: int) -> torch.Tensor:
@@ -221,14 +241,18 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
     check_float("scores", scores)
     if mask is None:
         return torch.softmax(scores, dim=-1)
+    _check_mask(mask, scores.shape)
+    return _masked_softmax(scores, mask)
+
+
+def _check_mask(mask, score_shape) -> None:
     check_bool_mask("mask", mask)
-    if mask.shape != scores.shape:
+    if mask.shape != score_shape:
         raise ValueError(
-            f"mask should have the shape of the scores, {tuple(scores.shape)}, got shape {tuple(mask.shape)}: "
+            f"mask should have the shape of the scores, {tuple(score_shape)}, got shape {tuple(mask.shape)}: "
             "they must match exactly (no broadcasting), one entry per score. For a padding mask of shape "
             "(batch, src_len) and scores (batch, tgt_len, src_len), pass mask[:, None, :].expand_as(scores)"
         )
-    return _masked_softmax(scores, mask)
 
 
 def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -255,6 +279,10 @@ def context_vector(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
             f"{tuple(values.shape[:2])} as in values, got shape {tuple(weights.shape)}: one weight per source "
             "position of the same sentences (a batch of one is not stretched to fit)"
         )
+    return _context(weights, values)
+
+
+def _context(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     if weights.dim() == 2:
         return (weights[:, :, None] * values).sum(dim=1)
     return weights @ values
@@ -393,9 +421,11 @@ class AdditiveAttention(nn.Module):
                     f"{(*keys.shape[:2], self.attn_dim)}, got shape {tuple(projected_keys.shape)}; "
                     "pass project_keys(keys) of the same sentences"
                 )
-        scores = additive_score_projected(query @ self.W_a.T, projected_keys, self.v_a)
-        weights = masked_softmax(scores, mask)
-        return context_vector(weights, keys), weights
+        if mask is not None:
+            _check_mask(mask, keys.shape[:2])  # the scores' shape: (batch, src_len)
+        scores = _additive(query @ self.W_a.T, projected_keys, self.v_a)
+        weights = torch.softmax(scores, dim=-1) if mask is None else _masked_softmax(scores, mask)
+        return _context(weights, keys), weights
 
 
 LUONG_SCORES = ("dot", "general", "concat", "location")
@@ -433,13 +463,16 @@ class LuongAttention(nn.Module):
         _check_query_keys(query, keys)
         check_size("query", query, -1, self.dec_dim, "dec_dim this attention was built with")
         check_size("keys", keys, 2, self.enc_dim, "enc_dim this attention was built with")
+        check_same_dtype(query=query, weights=next(self.parameters(), query))
         if self.score == "dot":
-            return dot_score(query, keys)
+            return _dot(query, keys)
         if self.score == "general":
-            return general_score(query, keys, self.W_a)
+            return _general(query, keys, self.W_a)
         if self.score == "concat":
-            return concat_score(query, keys, self.W_a, self.v_a)
-        return location_score(query, self.W_a, keys.shape[1])
+            return _concat(query, keys, self.W_a, self.v_a)
+        if keys.shape[1] > self.W_a.shape[0]:
+            location_score(query, self.W_a, keys.shape[1])  # raises the error that says why
+        return (query @ self.W_a.T)[..., : keys.shape[1]]
 
     def forward(
         self, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None = None
@@ -454,6 +487,7 @@ class LuongAttention(nn.Module):
                     f"mask should have shape (batch, src_len) = {tuple(keys.shape[:2])} as the keys, got shape "
                     f"{tuple(mask.shape)}; build it with padding_mask(src_lengths, src_len)"
                 )
-            mask = mask[:, None, :].expand_as(scores)
-        weights = masked_softmax(scores, mask)
-        return context_vector(weights, keys), weights
+            weights = _masked_softmax(scores, mask[:, None, :].expand_as(scores))
+        else:
+            weights = torch.softmax(scores, dim=-1)
+        return _context(weights, keys), weights

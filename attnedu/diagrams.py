@@ -60,6 +60,14 @@ def _frame(ax: Axes | None, width: float, height: float) -> Axes:
     return ax
 
 
+def _context_box(ax: Axes, weights: Sequence[float], step: int, x_c: float, y_enc: float, y_ctx: float) -> None:
+    """The context c_step, and a line from every encoder state to it, as thick as that state's weight."""
+    box(ax, x_c, y_ctx, f"$c_{{{step}}}$", "context", width=0.6)
+    for j, w in enumerate(weights):
+        ax.plot([j, x_c], [y_enc + BOX_H / 2, y_ctx - BOX_H / 2], color=COLOURS["context"],
+                linewidth=0.3 + 6 * w, alpha=0.35 + 0.65 * w, solid_capstyle="round")  # fmt: skip
+
+
 def _encoder_row(ax: Axes, source: Sequence[str], y: float) -> None:
     """The encoder states h_1..h_n at height y, each over its source word, linked left to right."""
     for j, word in enumerate(source):
@@ -118,10 +126,7 @@ def seq2seq_diagram(
     else:
         x_step = x_dec + step - 1
         x_c = x_step - 0.5
-        box(ax, x_c, y_ctx, f"$c_{{{step}}}$", "context", width=0.6)
-        for j, w in enumerate(weights):
-            ax.plot([j, x_c], [y_enc + BOX_H / 2, y_ctx - BOX_H / 2], color=COLOURS["context"],
-                    linewidth=0.3 + 6 * w, alpha=0.35 + 0.65 * w, solid_capstyle="round")  # fmt: skip
+        _context_box(ax, weights, step, x_c, y_enc, y_ctx)
         arrow(ax, (x_c, y_ctx), (x_step, y_dec), COLOURS["context"], 1.6)
         if step > 1:  # s_{t-1} asks the question: its arrow to c_t
             arrow(ax, (x_step - 1, y_dec), (x_c, y_ctx), COLOURS["decoder"], 1.0)
@@ -166,10 +171,7 @@ def luong_diagram(
                 arrow(ax, (x - 1, y_att), (x, y_dec), COLOURS["attentional"], 1.0, style="--")
     x_step = x_dec + step - 1
     x_c = x_step - 0.5
-    box(ax, x_c, y_ctx, f"$c_{{{step}}}$", "context", width=0.6)
-    for j, w in enumerate(weights):
-        ax.plot([j, x_c], [y_enc + BOX_H / 2, y_ctx - BOX_H / 2], color=COLOURS["context"],
-                linewidth=0.3 + 6 * w, alpha=0.35 + 0.65 * w, solid_capstyle="round")  # fmt: skip
+    _context_box(ax, weights, step, x_c, y_enc, y_ctx)
     arrow(ax, (x_step, y_dec), (x_c, y_ctx), COLOURS["decoder"], 1.0)  # s_t asks
     arrow(ax, (x_c, y_ctx), (x_step, y_att), COLOURS["context"], 1.6)
     if title:

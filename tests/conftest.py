@@ -12,6 +12,14 @@ import os
 import shutil
 
 import pytest
+import torch
+
+# Triton decorates its own standard library (tl.sum, tl.max, ...) when it is first imported, reading TRITON_INTERPRET
+# then, and torch.optim imports it (through torch._dynamo) as soon as a test trains a model. Once imported compiled,
+# the CPU interpreter fails ("Cannot call @triton.jit'd outside of the scope of a kernel"), so on a machine without a
+# GPU the interpreter is switched on before any test can import triton.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = [
