@@ -21,11 +21,11 @@ import sys
 import threading
 import time
 
-import checks_lessons03_05 as lessons03_05
-import mutants_06_07
 import pytest
 import torch
-from learner_bugs import BUGS, GENERIC
+from galleries import lesson03 as lessons03_05
+from galleries import lesson06 as mutants_06_07
+from galleries.lesson01 import BUGS, GENERIC
 
 from attnedu import checks
 from attnedu.attention import additive_score, context_vector, masked_softmax
