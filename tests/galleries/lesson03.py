@@ -1,5 +1,6 @@
-"""The mutant gallery of lessons 03-05, merged into tests/test_checks.py's tables (CORRECT, MUTANTS,
-OFF_BY_ONE, KIND_MUTANTS) there; the independent gallery of these lessons is in tests/learner_bugs.py.
+"""Lesson 03, 03_luong_attention: the galleries of ``general_score``, ``attentional_hidden``, ``attend_all_steps``
+and ``general_decoder_step`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
+tests/galleries/__init__.py describes them).
 """
 
 from __future__ import annotations
@@ -7,14 +8,15 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from attnedu.attention import general_score
 from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
 
-NEG_INF = float("-inf")
+from .common import GENERIC, NEG_INF, batch_of_one
 
 # --------------------------------------------------------------------------------------------
-# Lesson 03: correct versions, written as a learner would
+# Correct versions, written as a learner would
 # --------------------------------------------------------------------------------------------
 
 
@@ -65,8 +67,9 @@ CORRECT = {
     "general_decoder_step": [learner_general_decoder_step],
 }
 
+
 # --------------------------------------------------------------------------------------------
-# Lesson 03: mutants
+# The mutant gallery: (exercise, mutant, a substring of the expected diagnosis)
 # --------------------------------------------------------------------------------------------
 
 
@@ -346,6 +349,7 @@ MUTANTS = [
     ("general_decoder_step", gds_overwrites_attentional, "modified its input `attentional` in place"),
 ]
 
+
 OFF_BY_ONE = {
     "general_score": (gs_batch_axis_one_late, gs_features_one_early),
     "attentional_hidden": (ah_cat_axis_one_high, ah_cat_axis_one_low),
@@ -353,8 +357,9 @@ OFF_BY_ONE = {
     "general_decoder_step": (gds_batch_axis_one_late, gds_features_one_early),
 }
 
+
 # --------------------------------------------------------------------------------------------
-# Lesson 03: mistakes that show on one kind of test case only
+# Mistakes that show on one kind of test case only
 # --------------------------------------------------------------------------------------------
 
 
@@ -408,6 +413,7 @@ def gds_attention_by_hand(embedded, state, attentional, annotations, mask, W_a, 
 
 
 KIND_MUTANTS = [
+    *batch_of_one(CORRECT),
     ("general_score", gs_dot_without_padding, UNPADDED, "no padding"),
     ("general_score", gs_masks_zero_keys, PADDED, "contains -inf"),
     ("general_score", gs_clamped_keys, LARGE, "large inputs"),
@@ -423,623 +429,223 @@ KIND_MUTANTS = [
 ]
 
 
-# --------------------------------------------------------------------------------------------
-# Lesson 04: correct versions
-# --------------------------------------------------------------------------------------------
+KINDS_NOT_APPLICABLE: dict[tuple[str, str], str] = {}
 
-
-def learner_sdpa(query, key, value, mask):
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
-    weights = torch.softmax(scores.masked_fill(~mask, NEG_INF), dim=-1).nan_to_num(0.0)
-    return weights @ value, weights
-
-
-def learner_sdpa_by_hand(query, key, value, mask):
-    scores = torch.einsum("bqd,bkd->bqk", query, key) / query.shape[-1] ** 0.5
-    scores = scores.masked_fill(~mask, NEG_INF)
-    top = scores.max(dim=-1, keepdim=True).values
-    e = torch.exp(scores - torch.where(torch.isinf(top), torch.zeros_like(top), top))
-    total = e.sum(dim=-1, keepdim=True)
-    weights = torch.where(total > 0, e / total, torch.zeros_like(e))
-    return torch.einsum("bqk,bkv->bqv", weights, value), weights
-
-
-def learner_cross_attention(target, source, source_lengths, W_Q, W_K, W_V):
-    q, k, v = target @ W_Q, source @ W_K, source @ W_V
-    real = torch.arange(source.shape[1])[None, :] < source_lengths[:, None]
-    mask = real[:, None, :].expand(-1, target.shape[1], -1)
-    return learner_sdpa(q, k, v, mask)
-
-
-CORRECT.update(
-    {
-        "scaled_dot_product_attention": [learner_sdpa, learner_sdpa_by_hand],
-        "cross_attention": [learner_cross_attention],
-    }
-)
 
 # --------------------------------------------------------------------------------------------
-# Lesson 04: mutants
+# The independent gallery: bugs written as a learner would, none copied from the mutants above or the checks' variants
 # --------------------------------------------------------------------------------------------
 
 
-def _sd(query, key, value, mask, *, scale=None, fill=NEG_INF, dim=-1, nan_ok=False, hide=None):
-    scores = query @ key.transpose(-2, -1) / (math.sqrt(query.shape[-1]) if scale is None else scale)
-    scores = scores.masked_fill(~mask if hide is None else hide, fill)
-    weights = torch.softmax(scores, dim=dim)
-    weights = weights if nan_ok else weights.nan_to_num(0.0)
-    return weights @ value, weights
+def gs_loop_without_W(query, keys, W_a):
+    scores = torch.zeros(keys.shape[0], keys.shape[1])
+    for b in range(keys.shape[0]):
+        for j in range(keys.shape[1]):
+            scores[b, j] = torch.dot(query[b], keys[b, j])
+    return scores
 
 
-def sd_no_scale(query, key, value, mask):
-    return _sd(query, key, value, mask, scale=1.0)
+def gs_einsum_W_transposed(query, keys, W_a):
+    return torch.einsum("bd,ed,bse->bs", query, W_a, keys)
 
 
-def sd_divided_by_dim(query, key, value, mask):
-    return _sd(query, key, value, mask, scale=query.shape[-1])
+def gs_matmul_broadcast(query, keys, W_a):
+    return torch.matmul(torch.matmul(query, W_a), keys.permute(0, 2, 1))
 
 
-def sd_value_dim(query, key, value, mask):
-    return _sd(query, key, value, mask, scale=math.sqrt(value.shape[-1]))
+def gs_keys_first(query, keys, W_a):
+    return torch.einsum("bse,de,bd->sb", keys, W_a, query)
 
 
-def sd_softmax_over_queries(query, key, value, mask):
-    return _sd(query, key, value, mask, dim=-2)
+def gs_normalised(query, keys, W_a):
+    scores = torch.einsum("bd,de,bse->bs", query, W_a, keys)
+    return scores / scores.abs().sum(dim=-1, keepdim=True)
 
 
-def sd_sum_without_keepdim(query, key, value, mask):
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
-    e = torch.exp(scores - scores.max(dim=-1, keepdim=True).values) * mask
-    weights = torch.nan_to_num(e / e.sum(dim=-1))
-    return weights @ value, weights
+def gs_root_scaled(query, keys, W_a):
+    projected = query.mm(W_a)
+    return torch.bmm(keys, projected.unsqueeze(2)).squeeze(2) / keys.size(-1) ** 0.5
 
 
-def sd_mask_inverted(query, key, value, mask):
-    return _sd(query, key, value, mask, hide=mask)
+def gs_double(query, keys, W_a):
+    return torch.einsum("bd,de,bse->bs", query.double(), W_a.double(), keys.double())
 
 
-def sd_mask_ignored(query, key, value, mask):
-    return _sd(query, key, value, mask, hide=torch.zeros_like(mask))
+def ah_linear_no_tanh(context, state, W_c):
+    return F.linear(torch.cat((context, state), -1), W_c)
 
 
-def sd_zero_fill(query, key, value, mask):
-    return _sd(query, key, value, mask, fill=0.0)
+def ah_state_then_context(context, state, W_c):
+    return torch.tanh(F.linear(torch.cat((state, context), -1), W_c))
 
 
-def sd_zeroed_after(query, key, value, mask):
-    weights = torch.softmax(query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1]), dim=-1) * mask
-    return weights @ value, weights
+def ah_relu_instead_of_tanh(context, state, W_c):
+    return torch.relu(torch.cat([context, state], -1) @ W_c.t())
 
 
-def sd_nan_row(query, key, value, mask):
-    return _sd(query, key, value, mask, nan_ok=True)
+def ah_tanh_by_hand(context, state, W_c):
+    x = torch.cat([context, state], -1) @ W_c.t()
+    return (torch.exp(2 * x) - 1) / (torch.exp(2 * x) + 1)
 
 
-def sd_large_negative(query, key, value, mask):
-    return _sd(query, key, value, mask, fill=-1e9)
+def ah_sum_not_cat(context, state, W_c):
+    h = state.shape[-1]
+    return torch.tanh((context[..., :h] + state) @ W_c[:, -h:].t())
 
 
-def sd_averages_keys(query, key, value, mask):
-    return (lambda out, weights: (weights @ key, weights))(*learner_sdpa(query, key, value, mask))
+def ah_flattened(context, state, W_c):
+    x = torch.cat([context, state], -1)
+    return torch.tanh(x.reshape(-1, x.shape[-1]) @ W_c.T)
 
 
-def sd_naive_exp(query, key, value, mask):
-    e = torch.exp(query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])) * mask
-    weights = torch.nan_to_num(e / e.sum(dim=-1, keepdim=True))
-    return weights @ value, weights
+def ah_half_weights(context, state, W_c):
+    return torch.tanh(state @ W_c[:, context.shape[-1] :].T + context @ W_c[:, : context.shape[-1]].T / 2)
 
 
-def sd_in_place(query, key, value, mask):
-    query /= math.sqrt(query.shape[-1])
-    weights = torch.softmax((query @ key.transpose(-2, -1)).masked_fill(~mask, NEG_INF), dim=-1).nan_to_num(0.0)
-    return weights @ value, weights
+def aas_loop_no_mask(states, annotations, src_lengths, W_a):
+    context, weights = [], []
+    for t in range(states.shape[1]):
+        scores = torch.einsum("bh,he,bse->bs", states[:, t], W_a, annotations)
+        w = F.softmax(scores, dim=-1)
+        weights.append(w)
+        context.append(torch.einsum("bs,bse->be", w, annotations))
+    return torch.stack(context, 1), torch.stack(weights, 1)
 
 
-def sd_output_only(query, key, value, mask):
-    return learner_sdpa(query, key, value, mask)[0]
+def aas_mask_le(states, annotations, src_lengths, W_a):
+    scores = torch.bmm(states @ W_a, annotations.transpose(1, 2))
+    positions = torch.arange(annotations.shape[1]).view(1, 1, -1)
+    scores = scores.masked_fill(positions > src_lengths.view(-1, 1, 1), -1e30)
+    weights = scores.softmax(-1)
+    return torch.bmm(weights, annotations), weights
 
 
-def ca_no_mask(target, source, source_lengths, W_Q, W_K, W_V):
-    weights = torch.softmax((target @ W_Q) @ (source @ W_K).transpose(1, 2) / math.sqrt(W_Q.shape[1]), dim=-1)
-    return weights @ (source @ W_V), weights
+def aas_softmax_dim_one(states, annotations, src_lengths, W_a):
+    scores = torch.bmm(states @ W_a, annotations.transpose(1, 2))
+    real = torch.arange(annotations.shape[1]).view(1, 1, -1) < src_lengths.view(-1, 1, 1)
+    weights = torch.nan_to_num(F.softmax(torch.where(real, scores, float("-inf")), dim=1))
+    return torch.bmm(weights, annotations), weights
 
 
-def _ca(target, source, source_lengths, W_Q, W_K, W_V, offset=0, inverted=False, scaled=True):
-    q, k, v = target @ W_Q, source @ W_K, source @ W_V
-    real = torch.arange(source.shape[1])[None, None, :] < (source_lengths + offset)[:, None, None]
-    scores = q @ k.transpose(1, 2) / (math.sqrt(q.shape[-1]) if scaled else 1.0)
-    weights = torch.softmax(scores.masked_fill(real if inverted else ~real, NEG_INF), dim=-1).nan_to_num(0.0)
-    return weights @ v, weights
+def aas_weights_times_mask(states, annotations, src_lengths, W_a):
+    mask = (torch.arange(annotations.shape[1])[None, :] < src_lengths[:, None]).float()
+    weights = torch.softmax(torch.bmm(states @ W_a, annotations.transpose(1, 2)), dim=-1) * mask[:, None, :]
+    return torch.bmm(weights, annotations), weights
 
 
-def ca_mask_inverted(target, source, source_lengths, W_Q, W_K, W_V):
-    return _ca(target, source, source_lengths, W_Q, W_K, W_V, inverted=True)
-
-
-def ca_one_too_many(target, source, source_lengths, W_Q, W_K, W_V):
-    return _ca(target, source, source_lengths, W_Q, W_K, W_V, offset=1)
-
-
-def ca_one_too_few(target, source, source_lengths, W_Q, W_K, W_V):
-    return _ca(target, source, source_lengths, W_Q, W_K, W_V, offset=-1)
-
-
-def ca_no_scale(target, source, source_lengths, W_Q, W_K, W_V):
-    return _ca(target, source, source_lengths, W_Q, W_K, W_V, scaled=False)
-
-
-def ca_self_attention(target, source, source_lengths, W_Q, W_K, W_V):
-    q, k, v = target @ W_Q, target @ W_K, target @ W_V
-    weights = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(q.shape[-1]), dim=-1)
-    return weights @ v, weights
-
-
-def ca_values_from_target(target, source, source_lengths, W_Q, W_K, W_V):
-    out, weights = _ca(target, source, source_lengths, W_Q, W_K, W_V)
-    return weights @ (target @ W_V), weights
-
-
-def ca_roles_swapped(target, source, source_lengths, W_Q, W_K, W_V):
-    q, k, v = source @ W_Q, target @ W_K, target @ W_V
-    weights = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(q.shape[-1]), dim=-1)
-    return weights @ v, weights
-
-
-def ca_q_k_swapped(target, source, source_lengths, W_Q, W_K, W_V):
-    return _ca(target, source, source_lengths, W_K, W_Q, W_V)
-
-
-def ca_transposed_weights(target, source, source_lengths, W_Q, W_K, W_V):
-    return _ca(target, source, source_lengths, W_Q.T, W_K.T, W_V.T)
-
-
-def ca_mask_without_query_axis(target, source, source_lengths, W_Q, W_K, W_V):
-    q, k, v = target @ W_Q, source @ W_K, source @ W_V
-    real = torch.arange(source.shape[1])[None, :] < source_lengths[:, None]
-    scores = (q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])).masked_fill(~real, NEG_INF)
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return weights @ v, weights
-
-
-MUTANTS += [
-    ("scaled_dot_product_attention", sd_no_scale, "the scale is missing"),
-    ("scaled_dot_product_attention", sd_divided_by_dim, "divided by head_dim"),
-    ("scaled_dot_product_attention", sd_value_dim, "sqrt(value_dim)"),
-    ("scaled_dot_product_attention", sd_softmax_over_queries, "dim=1, the queries"),
-    ("scaled_dot_product_attention", sd_sum_without_keepdim, "divided by the wrong row's sum"),
-    ("scaled_dot_product_attention", sd_mask_inverted, "mask is inverted"),
-    ("scaled_dot_product_attention", sd_mask_ignored, "softmax without the mask"),
-    ("scaled_dot_product_attention", sd_zero_fill, "became 0 instead of -inf"),
-    ("scaled_dot_product_attention", sd_zeroed_after, "without renormalising"),
-    ("scaled_dot_product_attention", sd_nan_row, "fully masked row gives NaN"),
-    ("scaled_dot_product_attention", sd_large_negative, "uniform weights"),
-    ("scaled_dot_product_attention", sd_averages_keys, "averages the keys"),
-    ("scaled_dot_product_attention", sd_naive_exp, "large inputs"),
-    ("scaled_dot_product_attention", sd_in_place, "modified its input `query` in place"),
-    ("scaled_dot_product_attention", sd_output_only, "should return 2 values"),
-    ("cross_attention", ca_no_mask, "weight to padding"),
-    ("cross_attention", ca_mask_inverted, "mask is inverted"),
-    ("cross_attention", ca_one_too_many, "first padded source position"),
-    ("cross_attention", ca_one_too_few, "last real source word"),
-    ("cross_attention", ca_no_scale, "the scale is missing"),
-    ("cross_attention", ca_self_attention, "self-attention over the target"),
-    ("cross_attention", ca_values_from_target, "values come from the target"),
-    ("cross_attention", ca_roles_swapped, "roles are swapped"),
-    ("cross_attention", ca_q_k_swapped, "W_Q and W_K are swapped"),
-    ("cross_attention", ca_transposed_weights, "transposed matrices"),
-    ("cross_attention", ca_mask_without_query_axis, "raised RuntimeError"),
-]
-
-OFF_BY_ONE.update(
-    {
-        "scaled_dot_product_attention": (sd_sum_without_keepdim, sd_softmax_over_queries),
-        "cross_attention": (ca_one_too_many, ca_one_too_few),
-    }
-)
-
-# --------------------------------------------------------------------------------------------
-# Lesson 04: mistakes that show on one kind of test case only
-# --------------------------------------------------------------------------------------------
-
-
-def sd_unscaled_without_padding(query, key, value, mask):
-    if bool(mask.all()):
-        return _sd(query, key, value, mask, scale=1.0)  # nothing masked (but the scale is not optional)
-    return learner_sdpa(query, key, value, mask)
-
-
-def ca_unscaled_without_padding(target, source, source_lengths, W_Q, W_K, W_V):
-    if bool((source_lengths == source.shape[1]).all()):
-        return _ca(target, source, source_lengths, W_Q, W_K, W_V, scaled=False)
-    return learner_cross_attention(target, source, source_lengths, W_Q, W_K, W_V)
-
-
-def ca_naive_exp(target, source, source_lengths, W_Q, W_K, W_V):
-    q, k, v = target @ W_Q, source @ W_K, source @ W_V
-    real = torch.arange(source.shape[1])[None, None, :] < source_lengths[:, None, None]
-    e = torch.exp(q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])) * real
+def aas_stable_by_hand(states, annotations, src_lengths, W_a):
+    scores = torch.bmm(states @ W_a, annotations.transpose(1, 2))
+    mask = torch.arange(annotations.shape[1])[None, None, :] < src_lengths[:, None, None]
+    e = torch.exp(scores - scores.max()) * mask  # one maximum for the whole batch
     weights = e / e.sum(-1, keepdim=True)
-    return weights @ v, weights
-
-
-KIND_MUTANTS += [
-    ("scaled_dot_product_attention", sd_unscaled_without_padding, UNPADDED, "no padding"),
-    ("scaled_dot_product_attention", sd_mask_ignored, PADDED, "softmax without the mask"),
-    ("scaled_dot_product_attention", sd_naive_exp, LARGE, "large inputs"),
-    ("cross_attention", ca_unscaled_without_padding, UNPADDED, "no padding"),
-    ("cross_attention", ca_no_mask, PADDED, "weight to padding"),
-    ("cross_attention", ca_naive_exp, LARGE, "large inputs"),
-]
-
-
-# --------------------------------------------------------------------------------------------
-# Lesson 05: correct versions
-# --------------------------------------------------------------------------------------------
-
-
-def learner_split_heads(x, num_heads):
-    batch, seq_len, d_model = x.shape
-    return x.view(batch, seq_len, num_heads, d_model // num_heads).transpose(1, 2)
-
-
-def learner_split_heads_chunks(x, num_heads):
-    return torch.stack(x.chunk(num_heads, dim=-1), dim=1)
-
-
-def learner_merge_heads(x):
-    batch, num_heads, seq_len, head_dim = x.shape
-    return x.transpose(1, 2).reshape(batch, seq_len, num_heads * head_dim)
-
-
-def learner_merge_heads_cat(x):
-    return torch.cat(x.unbind(dim=1), dim=-1)
-
-
-def _learner_attention(q, k, v, mask):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    weights = torch.softmax(scores.masked_fill(~mask[:, None], NEG_INF), dim=-1).nan_to_num(0.0)
-    return weights @ v, weights
-
-
-def learner_multi_head_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    q, k, v = (learner_split_heads(x @ W, num_heads) for x, W in ((query, W_q), (key, W_k), (value, W_v)))
-    heads, weights = _learner_attention(q, k, v, mask)
-    return learner_merge_heads(heads) @ W_o, weights
-
-
-def learner_grouped_query_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
-    group = num_heads // num_kv_heads
-    q = learner_split_heads(query @ W_q, num_heads)
-    k = learner_split_heads(key @ W_k, num_kv_heads).repeat_interleave(group, dim=1)
-    v = learner_split_heads(value @ W_v, num_kv_heads).repeat_interleave(group, dim=1)
-    heads, weights = _learner_attention(q, k, v, mask)
-    return learner_merge_heads(heads) @ W_o, weights
-
-
-def learner_grouped_query_attention_grouped(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
-    """Without repeating: the query heads reshaped into (batch, num_kv_heads, group, ...) groups."""
-    batch, query_len, d_model = query.shape
-    head_dim, group = d_model // num_heads, num_heads // num_kv_heads
-    q = (query @ W_q).view(batch, query_len, num_kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
-    k = learner_split_heads(key @ W_k, num_kv_heads)[:, :, None]  # (batch, kv_heads, 1, key_len, head_dim)
-    v = learner_split_heads(value @ W_v, num_kv_heads)[:, :, None]
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(head_dim)).masked_fill(~mask[:, None, None], NEG_INF)
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    heads = (weights @ v).reshape(batch, num_heads, query_len, head_dim)
-    return learner_merge_heads(heads) @ W_o, weights.reshape(batch, num_heads, query_len, -1)
-
-
-CORRECT.update(
-    {
-        "split_heads": [learner_split_heads, learner_split_heads_chunks],
-        "merge_heads": [learner_merge_heads, learner_merge_heads_cat],
-        "multi_head_attention": [learner_multi_head_attention],
-        "grouped_query_attention": [learner_grouped_query_attention, learner_grouped_query_attention_grouped],
-    }
-)
-
-# --------------------------------------------------------------------------------------------
-# Lesson 05: mutants
-# --------------------------------------------------------------------------------------------
-
-
-def sh_interleaved(x, num_heads):
-    batch, seq_len, d_model = x.shape
-    return x.view(batch, seq_len, d_model // num_heads, num_heads).permute(0, 3, 1, 2)
-
-
-def sh_no_transpose_reshape(x, num_heads):
-    batch, seq_len, d_model = x.shape
-    return x.view(batch, num_heads, seq_len, d_model // num_heads)
-
-
-def sh_axis_in_place(x, num_heads):
-    batch, seq_len, d_model = x.shape
-    return x.view(batch, seq_len, num_heads, d_model // num_heads)
-
-
-def sh_heads_and_dim_swapped(x, num_heads):
-    batch, seq_len, d_model = x.shape
-    return x.view(batch, seq_len, d_model // num_heads, num_heads).transpose(1, 2)
-
-
-def sh_transpose_one_low(x, num_heads):
-    batch, seq_len, d_model = x.shape
-    return x.view(batch, seq_len, num_heads, d_model // num_heads).transpose(0, 1)
-
-
-def sh_transpose_one_high(x, num_heads):
-    batch, seq_len, d_model = x.shape
-    return x.view(batch, seq_len, num_heads, d_model // num_heads).transpose(2, 3)
-
-
-def sh_clamped(x, num_heads):
-    return learner_split_heads(x.clamp(-1e4, 1e4), num_heads)  # "to be safe"
-
-
-def mh_view_without_transpose(x):
-    batch, num_heads, seq_len, head_dim = x.shape
-    return x.reshape(batch, seq_len, num_heads * head_dim)
-
-
-def mh_interleaved(x):
-    batch, num_heads, seq_len, head_dim = x.shape
-    return x.permute(0, 2, 3, 1).reshape(batch, seq_len, num_heads * head_dim)
-
-
-def mh_sum(x):
-    return x.sum(dim=1)
-
-
-def mh_mean(x):
-    return x.mean(dim=1)
-
-
-def mh_cat_positions(x):
-    return torch.cat([x[:, h] for h in range(x.shape[1])], dim=1)
-
-
-def mh_transpose_one_low(x):
-    batch, num_heads, seq_len, head_dim = x.shape
-    return x.transpose(0, 1).reshape(batch, seq_len, num_heads * head_dim)
-
-
-def mh_transpose_one_high(x):
-    batch, num_heads, seq_len, head_dim = x.shape
-    return x.transpose(2, 3).reshape(batch, seq_len, num_heads * head_dim)
-
-
-def mh_view_after_transpose(x):
-    batch, num_heads, seq_len, head_dim = x.shape
-    return x.transpose(1, 2).view(batch, seq_len, num_heads * head_dim)
-
-
-def _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, *, split=None, merge=None, scale=None,
-         head_axis=True, use_mask=True, dim=-1, project=True, average=False):  # fmt: skip
-    split = split or learner_split_heads
-    merge = merge or learner_merge_heads
-    q, k, v = (split(x @ W, num_heads) for x, W in ((query, W_q), (key, W_k), (value, W_v)))
-    scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale is None else scale)
-    if use_mask:
-        scores = scores.masked_fill(~(mask[:, None] if head_axis else mask), NEG_INF)
-    weights = torch.softmax(scores, dim=dim).nan_to_num(0.0)
-    merged = merge(weights @ v)
-    return (merged @ W_o if project else merged), (weights.mean(1) if average else weights)
-
-
-def mha_no_output_projection(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, project=False)
-
-
-def mha_scaled_by_d_model(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, scale=math.sqrt(query.shape[-1]))
-
-
-def mha_no_scale(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, scale=1.0)
-
-
-def mha_interleaved_split(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, split=sh_interleaved)
-
-
-def mha_reshape_without_transpose(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, split=sh_no_transpose_reshape)
-
-
-def mha_merge_without_transpose(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, merge=mh_view_without_transpose)
-
-
-def mha_merge_one_low(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, merge=mh_transpose_one_low)
-
-
-def mha_merge_one_high(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, merge=mh_transpose_one_high)
-
-
-def mha_no_mask(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, use_mask=False)
-
-
-def mha_mask_without_head_axis(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, head_axis=False)
-
-
-def mha_softmax_over_queries(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, dim=-2)
-
-
-def mha_averaged_weights(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, average=True)
-
-
-def mha_linear_convention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    return learner_multi_head_attention(query, key, value, mask, W_q.T, W_k.T, W_v.T, W_o.T, num_heads)
-
-
-def mha_naive_exp(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    q, k, v = (learner_split_heads(x @ W, num_heads) for x, W in ((query, W_q), (key, W_k), (value, W_v)))
-    e = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])) * mask[:, None]
-    weights = e / e.sum(-1, keepdim=True)
-    return learner_merge_heads(weights @ v) @ W_o, weights
-
-
-def _gqa(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads, *, tile=False, scale=None,
-         merge=None, use_mask=True):  # fmt: skip
-    group = num_heads // num_kv_heads
-    q = learner_split_heads(query @ W_q, num_heads)
-    k, v = learner_split_heads(key @ W_k, num_kv_heads), learner_split_heads(value @ W_v, num_kv_heads)
-    if tile:
-        k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
-    else:
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-    scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale is None else scale)
-    if use_mask:
-        scores = scores.masked_fill(~mask[:, None], NEG_INF)
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return (merge or learner_merge_heads)(weights @ v) @ W_o, weights
-
-
-def gqa_tiled(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
-    return _gqa(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads, tile=True)
-
-
-def gqa_scaled_by_d_model(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
-    args = (query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads)
-    return _gqa(*args, scale=math.sqrt(query.shape[-1]))
-
-
-def gqa_no_mask(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
-    return _gqa(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads, use_mask=False)
-
-
-def gqa_merge_one_low(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
-    return _gqa(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads, merge=mh_transpose_one_low)
-
-
-def gqa_merge_one_high(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
-    return _gqa(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads, merge=mh_transpose_one_high)
-
-
-def gqa_kv_split_into_all_heads(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
-    q = learner_split_heads(query @ W_q, num_heads)
-    k, v = learner_split_heads(key @ W_k, num_heads), learner_split_heads(value @ W_v, num_heads)
-    heads, weights = _learner_attention(q, k, v, mask)
-    return learner_merge_heads(heads) @ W_o, weights
-
-
-def gqa_naive_exp(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
-    group = num_heads // num_kv_heads
-    q = learner_split_heads(query @ W_q, num_heads)
-    k = learner_split_heads(key @ W_k, num_kv_heads).repeat_interleave(group, dim=1)
-    v = learner_split_heads(value @ W_v, num_kv_heads).repeat_interleave(group, dim=1)
-    e = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])) * mask[:, None]
-    weights = e / e.sum(-1, keepdim=True)
-    return learner_merge_heads(weights @ v) @ W_o, weights
-
-
-MUTANTS += [
-    ("split_heads", sh_interleaved, "split in the wrong order"),
-    ("split_heads", sh_no_transpose_reshape, "without a transpose"),
-    ("split_heads", sh_axis_in_place, "heads axis is left in place"),
-    ("split_heads", sh_heads_and_dim_swapped, "num_heads and head_dim are swapped"),
-    ("split_heads", sh_transpose_one_low, "one too low"),
-    ("split_heads", sh_transpose_one_high, "one too high"),
-    ("merge_heads", mh_view_without_transpose, "without moving the heads axis back"),
-    ("merge_heads", mh_interleaved, "interleaved"),
-    ("merge_heads", mh_sum, "adds the heads up"),
-    ("merge_heads", mh_mean, "averages the heads"),
-    ("merge_heads", mh_cat_positions, "concatenated along the positions"),
-    ("merge_heads", mh_transpose_one_low, "one too low"),
-    ("merge_heads", mh_transpose_one_high, "one too high"),
-    ("merge_heads", mh_view_after_transpose, "raised RuntimeError"),
-    ("multi_head_attention", mha_no_output_projection, "W_o is missing"),
-    ("multi_head_attention", mha_scaled_by_d_model, "divided by sqrt(d_model)"),
-    ("multi_head_attention", mha_no_scale, "the scale is missing"),
-    ("multi_head_attention", mha_interleaved_split, "split in the wrong order"),
-    ("multi_head_attention", mha_reshape_without_transpose, "without the transpose"),
-    ("multi_head_attention", mha_merge_without_transpose, "merged without moving the heads axis back"),
-    ("multi_head_attention", mha_merge_one_low, "one too low"),
-    ("multi_head_attention", mha_merge_one_high, "one too high"),
-    ("multi_head_attention", mha_no_mask, "weight to masked keys"),
-    ("multi_head_attention", mha_mask_without_head_axis, "no head axis"),
-    ("multi_head_attention", mha_softmax_over_queries, "dim=-2, the queries"),
-    ("multi_head_attention", mha_averaged_weights, "averaged over the heads"),
-    ("multi_head_attention", mha_linear_convention, "nn.Linear's convention"),
-    ("grouped_query_attention", gqa_tiled, "tiled"),
-    ("grouped_query_attention", gqa_scaled_by_d_model, "divided by sqrt(d_model)"),
-    ("grouped_query_attention", gqa_no_mask, "weight to masked keys"),
-    ("grouped_query_attention", gqa_merge_one_low, "one too low"),
-    ("grouped_query_attention", gqa_merge_one_high, "one too high"),
-    ("grouped_query_attention", gqa_kv_split_into_all_heads, "raised RuntimeError"),
-]
-
-OFF_BY_ONE.update(
-    {
-        "split_heads": (sh_transpose_one_low, sh_transpose_one_high),
-        "merge_heads": (mh_transpose_one_low, mh_transpose_one_high),
-        "multi_head_attention": (mha_merge_one_low, mha_merge_one_high),
-        "grouped_query_attention": (gqa_merge_one_low, gqa_merge_one_high),
-    }
-)
-
-# --------------------------------------------------------------------------------------------
-# Lesson 05: mistakes that show on one kind of test case only
-# --------------------------------------------------------------------------------------------
-
-
-def sh_only_as_long_as_the_longest(x, num_heads):
-    longest = int((x.abs().sum(-1) > 0).sum(1).max())  # the longest sentence, "the rest is padding"
-    return learner_split_heads(x[:, :longest], num_heads)
-
-
-def sh_shortcut_without_padding(x, num_heads):
-    if bool((x.abs().sum(-1) > 0).all()):
-        return sh_no_transpose_reshape(x, num_heads)  # nothing padded: "a plain reshape will do"
-    return learner_split_heads(x, num_heads)
-
-
-def mh_only_as_long_as_the_longest(x):
-    longest = int((x.abs().sum(-1) > 0).any(1).sum(1).max())
-    return learner_merge_heads(x[:, :, :longest])
-
-
-def mh_shortcut_without_padding(x):
-    if bool((x.abs().sum(-1) > 0).all()):
-        return mh_view_without_transpose(x)
-    return learner_merge_heads(x)
-
-
-def mh_clamped(x):
-    return learner_merge_heads(x.clamp(-1e4, 1e4))
-
-
-def mha_unscaled_without_padding(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
-    if bool(mask.all()):
-        return mha_no_scale(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads)
-    return learner_multi_head_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads)
-
-
-def gqa_unscaled_without_padding(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
-    args = (query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads)
-    if bool(mask.all()):
-        return _gqa(*args, scale=1.0)
-    return learner_grouped_query_attention(*args)
-
-
-KIND_MUTANTS += [
-    ("split_heads", sh_shortcut_without_padding, UNPADDED, "no padding"),
-    ("split_heads", sh_only_as_long_as_the_longest, PADDED, "wrong shape"),
-    ("split_heads", sh_clamped, LARGE, "large inputs"),
-    ("merge_heads", mh_shortcut_without_padding, UNPADDED, "no padding"),
-    ("merge_heads", mh_only_as_long_as_the_longest, PADDED, "wrong shape"),
-    ("merge_heads", mh_clamped, LARGE, "large inputs"),
-    ("multi_head_attention", mha_unscaled_without_padding, UNPADDED, "no padding"),
-    ("multi_head_attention", mha_no_mask, PADDED, "weight to masked keys"),
-    ("multi_head_attention", mha_naive_exp, LARGE, "large inputs"),
-    ("grouped_query_attention", gqa_unscaled_without_padding, UNPADDED, "no padding"),
-    ("grouped_query_attention", gqa_no_mask, PADDED, "weight to masked keys"),
-    ("grouped_query_attention", gqa_naive_exp, LARGE, "large inputs"),
+    return torch.bmm(weights, annotations), weights
+
+
+def aas_context_from_states(states, annotations, src_lengths, W_a):
+    scores = torch.bmm(states @ W_a, annotations.transpose(1, 2))
+    mask = torch.arange(annotations.shape[1])[None, None, :] < src_lengths[:, None, None]
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+    return weights.sum(-1, keepdim=True) * states.mean(1, keepdim=True), weights
+
+
+def aas_masks_the_lengths_in_place(states, annotations, src_lengths, W_a):
+    src_lengths.clamp_(max=annotations.shape[1] - 1)
+    mask = torch.arange(annotations.shape[1])[None, None, :] < src_lengths[:, None, None]
+    scores = torch.bmm(states @ W_a, annotations.transpose(1, 2)).masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return torch.bmm(weights, annotations), weights
+
+
+def gds_bahdanau_order(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    scores = torch.einsum("bh,he,bse->bs", state, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_t = cell(torch.cat((embedded, attentional), 1), state)
+    h_tilde = torch.tanh(combine(torch.cat((context, h_t), 1)))
+    return out(h_tilde), h_t, h_tilde, weights
+
+
+def gds_no_input_feeding(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    h_t = cell(torch.cat((embedded, torch.zeros_like(attentional)), 1), state)
+    scores = torch.einsum("bh,he,bse->bs", h_t, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((context, h_t), 1)))
+    return out(h_tilde), h_t, h_tilde, weights
+
+
+def gds_state_and_context_swapped(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    h_t = cell(torch.cat((embedded, attentional), 1), state)
+    scores = torch.einsum("bh,he,bse->bs", h_t, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((h_t, context), 1)))
+    return out(h_tilde), h_t, h_tilde, weights
+
+
+def gds_predicts_from_h(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    h_t = cell(torch.cat((embedded, attentional), 1), state)
+    scores = torch.einsum("bh,he,bse->bs", h_t, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((context, h_t), 1)))
+    return out(h_t), h_t, h_tilde, weights
+
+
+def gds_returns_attentional_as_state(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    h_t = cell(torch.cat((embedded, attentional), 1), state)
+    scores = torch.einsum("bh,he,bse->bs", h_t, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((context, h_t), 1)))
+    return out(h_tilde), h_tilde, h_t, weights
+
+
+def gds_dot_score(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    h_t = cell(torch.cat((embedded, attentional), 1), state)
+    scores = torch.einsum("bh,bsh->bs", h_t, annotations[..., : h_t.shape[1]]).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((context, h_t), 1)))
+    return out(h_tilde), h_t, h_tilde, weights
+
+
+def gds_in_place_state(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    state.copy_(cell(torch.cat((embedded, attentional), 1), state))
+    scores = torch.einsum("bh,he,bse->bs", state, W_a, annotations).masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=1)
+    context = torch.einsum("bs,bse->be", weights, annotations)
+    h_tilde = torch.tanh(combine(torch.cat((context, state), 1)))
+    return out(h_tilde), state.clone(), h_tilde, weights
+
+
+BUGS = [
+    ("general_score", gs_loop_without_W, "W_a is missing"),
+    ("general_score", gs_einsum_W_transposed, "W_a^T in place of W_a"),
+    ("general_score", gs_matmul_broadcast, "broadcasts over the batch"),
+    ("general_score", gs_keys_first, "transposed"),
+    ("general_score", gs_normalised, GENERIC),
+    ("general_score", gs_root_scaled, "divided by sqrt(enc_dim)"),
+    ("general_score", gs_double, "dtype torch.float64"),
+    ("attentional_hidden", ah_linear_no_tanh, "tanh is missing"),
+    ("attentional_hidden", ah_state_then_context, "wrong order"),
+    ("attentional_hidden", ah_relu_instead_of_tanh, "ReLU"),
+    ("attentional_hidden", ah_tanh_by_hand, "NaN"),
+    ("attentional_hidden", ah_sum_not_cat, "raised RuntimeError"),
+    ("attentional_hidden", ah_flattened, "wrong shape"),
+    ("attentional_hidden", ah_half_weights, GENERIC),
+    ("attend_all_steps", aas_loop_no_mask, "weight to padding"),
+    ("attend_all_steps", aas_mask_le, "first padded position (j = length) gets weight"),
+    ("attend_all_steps", aas_softmax_dim_one, "dim=1, the target steps"),
+    ("attend_all_steps", aas_weights_times_mask, GENERIC),
+    ("attend_all_steps", aas_stable_by_hand, "NaN"),
+    ("attend_all_steps", aas_context_from_states, GENERIC),
+    ("attend_all_steps", aas_masks_the_lengths_in_place, "modified its input `src_lengths` in place"),
+    ("general_decoder_step", gds_bahdanau_order, "one step early"),
+    ("general_decoder_step", gds_no_input_feeding, GENERIC),
+    ("general_decoder_step", gds_state_and_context_swapped, "[h_t; c_t], the wrong order"),
+    ("general_decoder_step", gds_predicts_from_h, "logits come from the state h_t"),
+    ("general_decoder_step", gds_returns_attentional_as_state, GENERIC),
+    ("general_decoder_step", gds_dot_score, GENERIC),
+    ("general_decoder_step", gds_in_place_state, "modified its input `state` in place"),
 ]

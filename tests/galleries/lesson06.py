@@ -1,27 +1,22 @@
-"""The mutant gallery of lessons 06 and 07, in the format of tests/test_checks.py, which merges these tables
-into its own: correct versions written as a learner would (CORRECT), known mistakes with the diagnosis each
-must get (MUTANTS), an off-by-one in both directions (OFF_BY_ONE), and a mistake that shows only on each
-kind of test case (KIND_MUTANTS).
+"""Lesson 06, 06_masking: the galleries of ``causal_padding_mask``, ``to_additive`` and ``prefix_lm_mask``
+(CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py
+describes them).
 
-Where a kind of test case does not apply, KINDS_NOT_APPLICABLE says why: RoPE has no padding (it rotates
-whatever vectors it is given), and a boolean-to-float conversion has no value that could overflow, so no
-mistake shows on large inputs only. Those exercises still have large test cases.
+``to_additive`` converts booleans, which have no value that could overflow: no mistake shows on large inputs
+only (KINDS_NOT_APPLICABLE), though the exercise still has large test cases.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 
 from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
 from attnedu.masks import causal_padding_mask, to_additive
-from attnedu.positional import apply_rope
 
-NEG_INF = float("-inf")
+from .common import GENERIC, NEG_INF, batch_of_one
 
 # --------------------------------------------------------------------------------------------
-# Lesson 06: correct versions
+# Correct versions, written as a learner would
 # --------------------------------------------------------------------------------------------
 
 
@@ -75,8 +70,9 @@ CORRECT = {
     "prefix_lm_mask": [learner_prefix_lm_mask, learner_prefix_lm_mask_blocks],
 }
 
+
 # --------------------------------------------------------------------------------------------
-# Lesson 06: mutants
+# The mutant gallery: (exercise, mutant, a substring of the expected diagnosis)
 # --------------------------------------------------------------------------------------------
 
 
@@ -300,6 +296,7 @@ MUTANTS = [
     ("prefix_lm_mask", plm_as_float, "dtype torch.float32, expected torch.bool"),
 ]
 
+
 # causal diagonal shifted up and down; blocked value one too high (1 where allowed, from `mask.to(dtype)`) and one
 # too low (-1, not -inf); the end of the prefix one key too far and one too short
 OFF_BY_ONE = {
@@ -308,8 +305,9 @@ OFF_BY_ONE = {
     "prefix_lm_mask": (plm_prefix_one_long, plm_prefix_one_short),
 }
 
+
 # --------------------------------------------------------------------------------------------
-# Lesson 06: a mistake that shows on one kind of test case only
+# Mistakes that show on one kind of test case only
 # --------------------------------------------------------------------------------------------
 
 
@@ -349,6 +347,7 @@ def plm_int8_positions(prefix_lengths, lengths, max_len):
 
 
 KIND_MUTANTS = [
+    *batch_of_one(CORRECT),
     ("causal_padding_mask", cpm_shortcut_without_padding, UNPADDED, "no padding"),
     ("causal_padding_mask", cpm_no_padding, PADDED, "padding is not masked"),
     ("causal_padding_mask", cpm_int8_positions, LARGE, "large inputs"),
@@ -359,393 +358,195 @@ KIND_MUTANTS = [
     ("prefix_lm_mask", plm_int8_positions, LARGE, "large inputs"),
 ]
 
+
 KINDS_NOT_APPLICABLE = {
     ("to_additive", LARGE): "a conversion of booleans has no value that could overflow",
 }
 
-# --------------------------------------------------------------------------------------------
-# Lesson 07: correct versions, all in float32 as a learner writes them
-# --------------------------------------------------------------------------------------------
-
-
-def learner_add_sinusoidal(embeddings):
-    _, seq_len, d_model = embeddings.shape
-    positions = torch.arange(seq_len).float()[:, None]
-    frequencies = 10000 ** (-torch.arange(0, d_model, 2).float() / d_model)
-    pe = torch.zeros(seq_len, d_model)
-    pe[:, 0::2] = torch.sin(positions * frequencies)
-    pe[:, 1::2] = torch.cos(positions * frequencies)
-    return embeddings + pe
-
-
-def learner_add_sinusoidal_exp_log(embeddings):
-    """The form of PyTorch's tutorial and the annotated Transformer: exp(2i * -log(10000) / d)."""
-    seq_len, d_model = embeddings.shape[1], embeddings.shape[2]
-    position = torch.arange(0, seq_len).unsqueeze(1)
-    div_term = torch.exp(torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model))
-    pe = torch.zeros(seq_len, d_model)
-    pe[:, 0::2] = torch.sin(position * div_term)
-    pe[:, 1::2] = torch.cos(position * div_term)
-    return embeddings + pe.unsqueeze(0)
-
-
-def learner_add_sinusoidal_loop(embeddings):
-    _, seq_len, d_model = embeddings.shape
-    pe = torch.zeros(seq_len, d_model)
-    for pos in range(seq_len):
-        for i in range(0, d_model, 2):
-            pe[pos, i] = math.sin(pos / 10000 ** (i / d_model))
-            pe[pos, i + 1] = math.cos(pos / 10000 ** (i / d_model))
-    return embeddings + pe
-
-
-def learner_apply_rope(x, positions):
-    half = x.shape[-1] // 2
-    frequencies = 10000.0 ** (-torch.arange(half).float() * 2 / x.shape[-1])
-    angles = positions.float()[:, None] * frequencies
-    cos, sin = torch.cos(angles), torch.sin(angles)
-    a, b = x[..., :half], x[..., half:]
-    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
-
-
-def learner_apply_rope_rotate_half(x, positions):
-    """Hugging Face's Llama: inv_freq, cat(freqs, freqs), x * cos + rotate_half(x) * sin."""
-    dim = x.shape[-1]
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
-    freqs = torch.outer(positions.float(), inv_freq)
-    emb = torch.cat((freqs, freqs), dim=-1)
-    x1, x2 = x[..., : dim // 2], x[..., dim // 2 :]
-    rotated = torch.cat((-x2, x1), dim=-1)
-    return x * emb.cos() + rotated * emb.sin()
-
-
-def learner_apply_rope_complex(x, positions):
-    half = x.shape[-1] // 2
-    angles = positions.float()[:, None] * torch.exp(-math.log(10000.0) * torch.arange(half).float() * 2 / (2 * half))
-    z = torch.complex(x[..., :half].contiguous(), x[..., half:].contiguous()) * torch.polar(
-        torch.ones_like(angles), angles
-    )
-    return torch.cat([z.real, z.imag], dim=-1)
-
-
-def learner_rope_scores(q, k, q_positions, k_positions):
-    rq, rk = learner_apply_rope(q, q_positions), learner_apply_rope(k, k_positions)
-    return rq @ rk.transpose(-2, -1) / math.sqrt(q.shape[-1])
-
-
-def learner_rope_scores_relative(q, k, q_positions, k_positions):
-    """Only the offset matters: rotate each key by n - m for every query m (a loop over queries)."""
-    rows = []
-    for t, m in enumerate(q_positions.tolist()):
-        rk = learner_apply_rope_rotate_half(k, k_positions - m)  # (batch, heads, key_len, head_dim)
-        rows.append((q[..., t : t + 1, :] @ rk.transpose(-2, -1)).squeeze(-2))
-    return torch.stack(rows, dim=-2) / q.shape[-1] ** 0.5
-
-
-CORRECT |= {
-    "add_sinusoidal": [learner_add_sinusoidal, learner_add_sinusoidal_exp_log, learner_add_sinusoidal_loop],
-    "apply_rope": [learner_apply_rope, learner_apply_rope_rotate_half, learner_apply_rope_complex, apply_rope],
-    "rope_scores": [learner_rope_scores, learner_rope_scores_relative],
-}
 
 # --------------------------------------------------------------------------------------------
-# Lesson 07: mutants
+# The independent gallery: bugs written as a learner would, none copied from the mutants above or the checks' variants
 # --------------------------------------------------------------------------------------------
 
 
-def _table(seq_len, d_model, positions=None, exponent=2.0, base=10000.0, swap=False, halves=False):
-    position = (torch.arange(seq_len) if positions is None else positions).double()[:, None]
-    i = torch.arange(d_model // 2).double()
-    scale = base ** (exponent * i / d_model)
-    angles = position / scale
-    first, second = (angles.cos(), angles.sin()) if swap else (angles.sin(), angles.cos())
-    if halves:
-        return torch.cat([first, second], dim=1).float()
-    pe = torch.zeros(seq_len, d_model, dtype=torch.float64)
-    pe[:, 0::2], pe[:, 1::2] = first, second
-    return pe.float()
+def cpm_loop_one_ahead(lengths, max_len):
+    mask = torch.zeros(lengths.shape[0], max_len, max_len, dtype=torch.bool)
+    for b in range(lengths.shape[0]):
+        n = int(lengths[b])
+        for i in range(max_len):
+            mask[b, i, : min(i + 2, n)] = True
+    return mask
 
 
-def sin_batch_axis(embeddings):
-    pe = _table(embeddings.shape[0], embeddings.shape[2])
-    return embeddings + pe.unsqueeze(1)  # (batch, 1, d_model): PE(b) for sentence b
+def cpm_strict_upper(lengths, max_len):
+    allowed = torch.triu(torch.ones(max_len, max_len, dtype=torch.bool), diagonal=1)
+    keys = torch.arange(max_len).unsqueeze(0) < lengths.unsqueeze(1)
+    return allowed.unsqueeze(0) & keys.unsqueeze(1)
 
 
-def sin_from_one(embeddings):
-    return embeddings + _table(
-        embeddings.shape[1], embeddings.shape[2], positions=torch.arange(1, embeddings.shape[1] + 1)
-    )
+def cpm_outer_padding(lengths, max_len):
+    real = torch.arange(max_len).expand(len(lengths), max_len) < lengths.view(-1, 1)
+    pairs = real.unsqueeze(2) & real.unsqueeze(1)
+    return pairs & torch.tril(torch.ones(max_len, max_len)).bool()
 
 
-def sin_swapped(embeddings):
-    return embeddings + _table(embeddings.shape[1], embeddings.shape[2], swap=True)
+def cpm_float_product(lengths, max_len):
+    keys = (torch.arange(max_len)[None, :] < lengths[:, None]).float()
+    return torch.tril(torch.ones(max_len, max_len)) * keys[:, None, :]
 
 
-def sin_concatenated(embeddings):
-    return embeddings + _table(embeddings.shape[1], embeddings.shape[2], halves=True)
+def cpm_longest_sentence(lengths, max_len):
+    n = int(lengths.max())
+    tri = torch.ones(n, n).tril().bool()
+    return tri[None] & (torch.arange(n)[None, :] < lengths[:, None])[:, None]
 
 
-def sin_pair_exponent(embeddings):
-    return embeddings + _table(embeddings.shape[1], embeddings.shape[2], exponent=1.0)
+def cpm_forgets_query_axis(lengths, max_len):
+    keys = torch.arange(max_len)[None, :] < lengths[:, None]
+    return torch.ones(max_len, max_len, dtype=torch.bool).tril() & keys
 
 
-def sin_double_exponent(embeddings):
-    return embeddings + _table(embeddings.shape[1], embeddings.shape[2], exponent=4.0)
+def cpm_length_inclusive(lengths, max_len):
+    keys = torch.arange(max_len).view(1, 1, -1) <= lengths.view(-1, 1, 1)
+    return torch.tril(torch.ones(max_len, max_len, dtype=torch.bool)).unsqueeze(0) & keys
 
 
-def sin_base_1000(embeddings):
-    return embeddings + _table(embeddings.shape[1], embeddings.shape[2], base=1000.0)
+def cpm_ge(lengths, max_len):
+    i = torch.arange(max_len).view(-1, 1)
+    j = torch.arange(max_len).view(1, -1)
+    return (j >= i).unsqueeze(0) & (j < lengths.view(-1, 1, 1))
 
 
-def sin_encoding_only(embeddings):
-    return _table(embeddings.shape[1], embeddings.shape[2]).repeat(embeddings.shape[0], 1, 1)
+def cpm_loop_transposed(lengths, max_len):
+    mask = torch.zeros(len(lengths), max_len, max_len, dtype=torch.bool)
+    for b, n in enumerate(lengths.tolist()):
+        for i in range(max_len):
+            mask[b, : min(i + 1, n), i] = True
+    return mask
 
 
-def sin_skips_padding(embeddings):
-    real = (embeddings != 0).any(dim=-1, keepdim=True)
-    return embeddings + _table(embeddings.shape[1], embeddings.shape[2]) * real
+def ta_where_big_negative(mask, dtype):
+    return torch.where(mask, 0.0, -1e9).to(dtype)
 
 
-def sin_in_place(embeddings):
-    embeddings += _table(embeddings.shape[1], embeddings.shape[2])
-    return embeddings
+def ta_not_times_inf(mask, dtype):
+    return mask.logical_not().float() * float("-inf")
 
 
-def sin_float64(embeddings):
-    return embeddings + _table(embeddings.shape[1], embeddings.shape[2]).double()
+def ta_log_float32(mask, dtype):
+    return torch.log(mask.float())
 
 
-def sin_concatenates(embeddings):
-    pe = _table(embeddings.shape[1], embeddings.shape[2])
-    return torch.cat([embeddings, pe.expand_as(embeddings)], dim=-1)
+def ta_fill_where_true(mask, dtype):
+    return torch.zeros_like(mask, dtype=dtype).masked_fill(mask, float("-inf"))
 
 
-def _rotate(x, positions, pair_shift=0, sign=1.0, exponent=2.0, swap=False):
-    half = x.shape[-1] // 2
-    frequencies = 10000.0 ** (-exponent * (torch.arange(half).double() + pair_shift) / x.shape[-1])
-    angles = sign * positions.double()[:, None] * frequencies
-    cos, sin = angles.cos().float(), angles.sin().float()
-    if swap:
-        cos, sin = sin, cos
-    a, b = x[..., :half], x[..., half:]
-    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+def ta_float32_min(mask, dtype):
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(torch.float32).min)
 
 
-def rope_interleaved(x, positions):
-    half = x.shape[-1] // 2
-    angles = positions.double()[:, None] * 10000.0 ** (-2 * torch.arange(half).double() / x.shape[-1])
-    cos, sin = angles.cos().float(), angles.sin().float()
-    a, b = x[..., 0::2], x[..., 1::2]
-    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+def ta_ones_and_inf(mask, dtype):
+    out = mask.to(dtype)
+    out[out == 0] = float("-inf")
+    return out
 
 
-def rope_backwards(x, positions):
-    return _rotate(x, positions, sign=-1.0)
+def ta_minus_one_times_inf(mask, dtype):
+    return (mask.to(dtype) - 1) * float("inf")
 
 
-def rope_cos_sin_swapped(x, positions):
-    return _rotate(x, positions, swap=True)
+def ta_inverted_bool(mask, dtype):
+    return mask.logical_not()
 
 
-def rope_ignores_positions(x, positions):
-    return _rotate(x, torch.arange(x.shape[-2]))
+def plm_loop_prefix_inclusive(prefix_lengths, lengths, max_len):
+    mask = torch.zeros(len(lengths), max_len, max_len, dtype=torch.bool)
+    for b in range(len(lengths)):
+        n, p = int(lengths[b]), int(prefix_lengths[b])
+        for i in range(max_len):
+            for j in range(n):
+                mask[b, i, j] = j <= i or j <= p
+    return mask
 
 
-def rope_from_one(x, positions):
-    return _rotate(x, torch.arange(1, x.shape[-2] + 1))
-
-
-def rope_pair_one_high(x, positions):
-    return _rotate(x, positions, pair_shift=1)
-
-
-def rope_pair_one_low(x, positions):
-    return _rotate(x, positions, pair_shift=-1)
-
-
-def rope_half_exponent(x, positions):
-    return _rotate(x, positions, exponent=1.0)
-
-
-def rope_frequencies_interleaved(x, positions):
-    dim = x.shape[-1]
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2).double() / dim))
-    emb = (positions.double()[:, None] * inv_freq).repeat_interleave(2, dim=-1)
-    rotated = torch.cat((-x[..., dim // 2 :], x[..., : dim // 2]), dim=-1)
-    return x * emb.cos().float() + rotated * emb.sin().float()
-
-
-def rope_identity(x, positions):
-    return x.clone()
-
-
-def rope_in_place(x, positions):
-    x.copy_(apply_rope(x, positions))
-    return x
-
-
-def rope_float64(x, positions):
-    return apply_rope(x.double(), positions)
-
-
-def _scores(q, k, qp, kp, rope=apply_rope, scale=None):
-    s = rope(q, qp) @ rope(k, kp).transpose(-2, -1)
-    return s / (math.sqrt(q.shape[-1]) if scale is None else scale)
-
-
-def rs_unscaled(q, k, q_positions, k_positions):
-    return _scores(q, k, q_positions, k_positions, scale=1.0)
-
-
-def rs_divided_by_dim(q, k, q_positions, k_positions):
-    return _scores(q, k, q_positions, k_positions, scale=q.shape[-1])
-
-
-def rs_queries_from_zero(q, k, q_positions, k_positions):
-    return _scores(q, k, torch.arange(q.shape[-2]), k_positions)
-
-
-def rs_keys_from_zero(q, k, q_positions, k_positions):
-    return _scores(q, k, q_positions, torch.arange(k.shape[-2]))
-
-
-def rs_both_from_zero(q, k, q_positions, k_positions):
-    return _scores(q, k, torch.arange(q.shape[-2]), torch.arange(k.shape[-2]))
-
-
-def rs_queries_only(q, k, q_positions, k_positions):
-    return apply_rope(q, q_positions) @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-
-
-def rs_keys_only(q, k, q_positions, k_positions):
-    return q @ apply_rope(k, k_positions).transpose(-2, -1) / math.sqrt(q.shape[-1])
-
-
-def rs_interleaved(q, k, q_positions, k_positions):
-    return _scores(q, k, q_positions, k_positions, rope=rope_interleaved)
-
-
-def rs_backwards(q, k, q_positions, k_positions):
-    return _scores(q, k, q_positions, k_positions, rope=rope_backwards)
-
-
-def rs_pair_one_high(q, k, q_positions, k_positions):
-    return _scores(q, k, q_positions, k_positions, rope=rope_pair_one_high)
-
-
-def rs_pair_one_low(q, k, q_positions, k_positions):
-    return _scores(q, k, q_positions, k_positions, rope=rope_pair_one_low)
-
-
-def rs_transposed(q, k, q_positions, k_positions):
-    return apply_rope(k, k_positions) @ apply_rope(q, q_positions).transpose(-2, -1) / math.sqrt(q.shape[-1])
-
-
-def rs_softmax(q, k, q_positions, k_positions):
-    return _scores(q, k, q_positions, k_positions).softmax(dim=-1)
-
-
-def rs_unrotated(q, k, q_positions, k_positions):
-    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-
-
-def rs_positions_mixed_up(q, k, q_positions, k_positions):
-    return _scores(q, k, k_positions[-q.shape[-2] :], q_positions[: k.shape[-2]])
-
-
-MUTANTS += [
-    ("add_sinusoidal", sin_batch_axis, "taken from the batch axis"),
-    ("add_sinusoidal", sin_from_one, "the positions count from 1"),
-    ("add_sinusoidal", sin_swapped, "sin and cos are swapped"),
-    ("add_sinusoidal", sin_concatenated, "first half of the features"),
-    ("add_sinusoidal", sin_pair_exponent, "the exponent is i / d_model"),
-    ("add_sinusoidal", sin_double_exponent, "twice the formula's"),
-    ("add_sinusoidal", sin_base_1000, "base is 1000"),
-    ("add_sinusoidal", sin_encoding_only, "the encoding alone"),
-    ("add_sinusoidal", sin_skips_padding, "left out at the padding positions"),
-    ("add_sinusoidal", sin_in_place, "modified its input `embeddings` in place"),
-    ("add_sinusoidal", sin_float64, "dtype torch.float64"),
-    ("add_sinusoidal", sin_concatenates, "wrong shape"),
-    ("apply_rope", rope_interleaved, "interleaved layout"),
-    ("apply_rope", rope_backwards, "rotation goes the wrong way"),
-    ("apply_rope", rope_cos_sin_swapped, "cos and sin are swapped"),
-    ("apply_rope", rope_ignores_positions, "`positions` was ignored"),
-    ("apply_rope", rope_from_one, "the positions count from 1"),
-    ("apply_rope", rope_pair_one_high, "one pair too high"),
-    ("apply_rope", rope_pair_one_low, "one pair too low"),
-    ("apply_rope", rope_half_exponent, "the exponent is -i/head_dim"),
-    ("apply_rope", rope_frequencies_interleaved, "laid out for interleaved pairs"),
-    ("apply_rope", rope_identity, "nothing was rotated"),
-    ("apply_rope", rope_in_place, "modified its input `x` in place"),
-    ("apply_rope", rope_float64, "dtype torch.float64"),
-    ("rope_scores", rs_unscaled, "not scaled"),
-    ("rope_scores", rs_divided_by_dim, "divided by head_dim"),
-    ("rope_scores", rs_queries_from_zero, "queries were placed at positions 0, 1"),
-    ("rope_scores", rs_keys_from_zero, "keys were placed at positions 0, 1"),
-    ("rope_scores", rs_both_from_zero, "both `q_positions` and `k_positions` were ignored"),
-    ("rope_scores", rs_queries_only, "only the queries were rotated"),
-    ("rope_scores", rs_keys_only, "only the keys were rotated"),
-    ("rope_scores", rs_interleaved, "interleaved layout"),
-    ("rope_scores", rs_backwards, "rotation goes the wrong way"),
-    ("rope_scores", rs_pair_one_high, "one pair too high"),
-    ("rope_scores", rs_pair_one_low, "one pair too low"),
-    ("rope_scores", rs_transposed, "transposed"),
-    ("rope_scores", rs_softmax, "softmax of the scores"),
-    ("rope_scores", rs_unrotated, "nothing was rotated"),
-    ("rope_scores", rs_positions_mixed_up, "raised"),
+def plm_blocks_without_padding(prefix_lengths, lengths, max_len):
+    pos = torch.arange(max_len)
+    prefix = pos[None, :] < prefix_lengths[:, None]
+    return (prefix[:, :, None] & prefix[:, None, :]) | torch.tril(torch.ones(max_len, max_len, dtype=torch.bool))
+
+
+def plm_loop_prefix_rows(prefix_lengths, lengths, max_len):
+    mask = torch.zeros(len(lengths), max_len, max_len, dtype=torch.bool)
+    for b in range(len(lengths)):
+        n, p = int(lengths[b]), int(prefix_lengths[b])
+        for i in range(max_len):
+            if i < p:
+                mask[b, i, :n] = True
+            else:
+                mask[b, i, : min(i + 1, n)] = True
+    return mask
+
+
+def plm_loop_causal_only(prefix_lengths, lengths, max_len):
+    mask = torch.zeros(len(lengths), max_len, max_len, dtype=torch.bool)
+    for b in range(len(lengths)):
+        for i in range(max_len):
+            mask[b, i, : min(i + 1, int(lengths[b]))] = True
+    return mask
+
+
+def plm_prefix_minus_one(prefix_lengths, lengths, max_len):
+    j = torch.arange(max_len)
+    causal = j[None, :] <= j[:, None]
+    prefix = j[None, None, :] < (prefix_lengths - 1)[:, None, None]
+    return (causal | prefix) & (j < lengths[:, None])[:, None, :]
+
+
+def plm_padded_rows_empty(prefix_lengths, lengths, max_len):
+    j = torch.arange(max_len)
+    real = j[None, :] < lengths[:, None]
+    visible = (j[None, :] <= j[:, None]) | (j[None, None, :] < prefix_lengths[:, None, None])
+    return visible & real[:, None, :] & real[:, :, None]
+
+
+def plm_float(prefix_lengths, lengths, max_len):
+    j = torch.arange(max_len)
+    visible = (j[None, :] <= j[:, None]).float() + (j[None, None, :] < prefix_lengths[:, None, None]).float()
+    return visible.clamp(max=1) * (j[None, :] < lengths[:, None]).float()[:, None, :]
+
+
+def plm_or_all(prefix_lengths, lengths, max_len):
+    j = torch.arange(max_len)
+    causal = torch.tril(torch.ones(max_len, max_len, dtype=torch.bool))
+    prefix = j.view(1, 1, -1) < prefix_lengths.view(-1, 1, 1)
+    real = j.view(1, 1, -1) < lengths.view(-1, 1, 1)
+    return causal | prefix | real
+
+
+BUGS = [
+    ("causal_padding_mask", cpm_loop_one_ahead, "the next key, j = i + 1"),
+    ("causal_padding_mask", cpm_strict_upper, GENERIC),
+    ("causal_padding_mask", cpm_outer_padding, "rows of padding queries are all False"),
+    ("causal_padding_mask", cpm_float_product, "dtype torch.float32, expected torch.bool"),
+    ("causal_padding_mask", cpm_longest_sentence, "not max_len"),
+    ("causal_padding_mask", cpm_forgets_query_axis, "raised RuntimeError"),
+    ("causal_padding_mask", cpm_length_inclusive, "one key too many"),
+    ("causal_padding_mask", cpm_ge, "triangle is the wrong one"),
+    ("causal_padding_mask", cpm_loop_transposed, "query and key axes are swapped"),
+    ("to_additive", ta_where_big_negative, "hold -1e9 instead of -inf"),
+    ("to_additive", ta_not_times_inf, "NaN"),
+    ("to_additive", ta_log_float32, "always float32"),
+    ("to_additive", ta_fill_where_true, "inverted"),
+    ("to_additive", ta_float32_min, GENERIC),
+    ("to_additive", ta_ones_and_inf, GENERIC),
+    ("to_additive", ta_minus_one_times_inf, "0 * -inf is NaN"),
+    ("to_additive", ta_inverted_bool, "still a boolean tensor"),
+    ("prefix_lm_mask", plm_loop_prefix_inclusive, "one key too long"),
+    ("prefix_lm_mask", plm_blocks_without_padding, "padding is not masked"),
+    ("prefix_lm_mask", plm_loop_prefix_rows, "applied to the queries"),
+    ("prefix_lm_mask", plm_loop_causal_only, "the prefix is ignored"),
+    ("prefix_lm_mask", plm_prefix_minus_one, "one key too short"),
+    ("prefix_lm_mask", plm_padded_rows_empty, "rows of padding queries are all False"),
+    ("prefix_lm_mask", plm_float, "dtype torch.float32"),
+    ("prefix_lm_mask", plm_or_all, "combined with OR"),
 ]
-
-# positions one too high (counted from 1) and taken from the axis one too low (the batch); the frequency index
-# one pair too high and one too low
-OFF_BY_ONE |= {
-    "add_sinusoidal": (sin_from_one, sin_batch_axis),
-    "apply_rope": (rope_pair_one_high, rope_pair_one_low),
-    "rope_scores": (rs_pair_one_high, rs_pair_one_low),
-}
-
-# --------------------------------------------------------------------------------------------
-# Lesson 07: a mistake that shows on one kind of test case only
-# --------------------------------------------------------------------------------------------
-
-_TABLE_512 = _table(512, 16)
-
-
-def sin_table_of_512(embeddings):
-    pe = _table(512, embeddings.shape[2]) if embeddings.shape[2] != 16 else _TABLE_512  # precomputed, as in BERT
-    return embeddings + pe[: embeddings.shape[1]]
-
-
-def sin_shortcut_without_padding(embeddings):
-    if bool((embeddings != 0).any(dim=-1).all()):
-        return embeddings.double() + _table(embeddings.shape[1], embeddings.shape[2]).double()  # (but float64)
-    return learner_add_sinusoidal(embeddings)
-
-
-def _cached(rope_fn):
-    """A cos/sin cache for 2048 positions, as models precompute one (max_position_embeddings), indexed by positions."""
-
-    def with_cache(x, positions):
-        table = torch.arange(2048)
-        return rope_fn(x, table[positions])
-
-    return with_cache
-
-
-def rs_cache_of_2048(q, k, q_positions, k_positions):
-    rope = _cached(learner_apply_rope)
-    return rope(q, q_positions) @ rope(k, k_positions).transpose(-2, -1) / math.sqrt(q.shape[-1])
-
-
-KIND_MUTANTS += [
-    ("add_sinusoidal", sin_shortcut_without_padding, UNPADDED, "dtype torch.float64"),
-    ("add_sinusoidal", sin_skips_padding, PADDED, "left out at the padding positions"),
-    ("add_sinusoidal", sin_table_of_512, LARGE, "raised RuntimeError"),
-    ("apply_rope", _cached(learner_apply_rope), LARGE, "raised IndexError"),
-    ("rope_scores", rs_cache_of_2048, LARGE, "raised IndexError"),
-]
-
-KINDS_NOT_APPLICABLE |= {
-    (name, kind): "RoPE rotates whatever vectors it is given: padding changes nothing"
-    for name in ("apply_rope", "rope_scores")
-    for kind in (PADDED, UNPADDED)
-}
