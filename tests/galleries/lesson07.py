@@ -1,11 +1,10 @@
-"""The mutant gallery of lessons 06 and 07, in the format of tests/test_checks.py, which merges these tables
-into its own: correct versions written as a learner would (CORRECT), known mistakes with the diagnosis each
-must get (MUTANTS), an off-by-one in both directions (OFF_BY_ONE), and a mistake that shows only on each
-kind of test case (KIND_MUTANTS).
+"""Lesson 07, 07_positional_encoding: the galleries of ``add_sinusoidal``, ``apply_rope`` and ``rope_scores``
+(CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py
+describes them).
 
-Where a kind of test case does not apply, KINDS_NOT_APPLICABLE says why: RoPE has no padding (it rotates
-whatever vectors it is given), and a boolean-to-float conversion has no value that could overflow, so no
-mistake shows on large inputs only. Those exercises still have large test cases.
+The correct versions are all in float32, as a learner writes them. RoPE rotates whatever vectors it is
+given, so padding changes nothing: ``apply_rope`` and ``rope_scores`` have neither padded nor unpadded
+test cases (KINDS_NOT_APPLICABLE); they still have large ones.
 """
 
 from __future__ import annotations
@@ -13,358 +12,15 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
-from attnedu.masks import causal_padding_mask, to_additive
 from attnedu.positional import apply_rope
 
-NEG_INF = float("-inf")
+from .common import GENERIC, batch_of_one
 
 # --------------------------------------------------------------------------------------------
-# Lesson 06: correct versions
-# --------------------------------------------------------------------------------------------
-
-
-def learner_causal_padding_mask(lengths, max_len):
-    causal = torch.ones(max_len, max_len, dtype=torch.bool).tril()
-    padding = torch.arange(max_len)[None, :] < lengths[:, None]
-    return causal[None, :, :] & padding[:, None, :]
-
-
-def learner_causal_padding_mask_loop(lengths, max_len):
-    mask = torch.zeros(len(lengths), max_len, max_len, dtype=torch.bool)
-    for b, n in enumerate(lengths.tolist()):
-        for i in range(max_len):
-            mask[b, i, : min(i + 1, n)] = True
-    return mask
-
-
-def learner_to_additive(mask, dtype):
-    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, NEG_INF)
-
-
-def learner_to_additive_where(mask, dtype):
-    return torch.where(mask, 0.0, NEG_INF).to(dtype)
-
-
-def learner_to_additive_log(mask, dtype):
-    return mask.to(dtype).log()  # log 1 = 0, log 0 = -inf
-
-
-def learner_prefix_lm_mask(prefix_lengths, lengths, max_len):
-    i = torch.arange(max_len)[:, None]
-    j = torch.arange(max_len)[None, :]
-    visible = (j <= i)[None] | (j[None] < prefix_lengths[:, None, None])
-    real = torch.arange(max_len)[None, :] < lengths[:, None]
-    return visible & real[:, None, :]
-
-
-def learner_prefix_lm_mask_blocks(prefix_lengths, lengths, max_len):
-    """The prefix as a block: queries and keys both in the prefix see each other; the rest is causal."""
-    positions = torch.arange(max_len)
-    in_prefix = positions[None, :] < prefix_lengths[:, None]  # (batch, max_len)
-    block = in_prefix[:, :, None] & in_prefix[:, None, :]
-    causal = torch.tril(torch.ones(max_len, max_len, dtype=torch.bool))
-    real = positions[None, :] < lengths[:, None]
-    return (block | causal) & real[:, None, :]
-
-
-CORRECT = {
-    "causal_padding_mask": [learner_causal_padding_mask, learner_causal_padding_mask_loop, causal_padding_mask],
-    "to_additive": [learner_to_additive, learner_to_additive_where, learner_to_additive_log, to_additive],
-    "prefix_lm_mask": [learner_prefix_lm_mask, learner_prefix_lm_mask_blocks],
-}
-
-# --------------------------------------------------------------------------------------------
-# Lesson 06: mutants
-# --------------------------------------------------------------------------------------------
-
-
-def _padding(lengths, max_len):
-    return torch.arange(max_len)[None, :] < lengths[:, None]
-
-
-# causal_padding_mask
-def cpm_inverted(lengths, max_len):
-    return ~learner_causal_padding_mask(lengths, max_len)
-
-
-def cpm_sees_next(lengths, max_len):
-    causal = torch.ones(max_len, max_len, dtype=torch.bool).tril(1)
-    return causal[None] & _padding(lengths, max_len)[:, None, :]
-
-
-def cpm_not_itself(lengths, max_len):
-    causal = torch.ones(max_len, max_len, dtype=torch.bool).tril(-1)
-    return causal[None] & _padding(lengths, max_len)[:, None, :]
-
-
-def cpm_upper_triangle(lengths, max_len):
-    causal = torch.ones(max_len, max_len, dtype=torch.bool).triu()
-    return causal[None] & _padding(lengths, max_len)[:, None, :]
-
-
-def cpm_no_padding(lengths, max_len):
-    return torch.ones(max_len, max_len, dtype=torch.bool).tril().repeat(len(lengths), 1, 1)
-
-
-def cpm_no_causal(lengths, max_len):
-    return _padding(lengths, max_len)[:, None, :].repeat(1, max_len, 1)
-
-
-def cpm_or(lengths, max_len):
-    return torch.ones(max_len, max_len, dtype=torch.bool).tril()[None] | _padding(lengths, max_len)[:, None, :]
-
-
-def cpm_pads_queries(lengths, max_len):
-    return torch.ones(max_len, max_len, dtype=torch.bool).tril()[None] & _padding(lengths, max_len)[:, :, None]
-
-
-def cpm_pads_both(lengths, max_len):
-    pad = _padding(lengths, max_len)
-    return learner_causal_padding_mask(lengths, max_len) & pad[:, :, None]
-
-
-def cpm_transposed(lengths, max_len):
-    return learner_causal_padding_mask(lengths, max_len).transpose(-1, -2)
-
-
-def cpm_padding_one_long(lengths, max_len):
-    return learner_causal_padding_mask(lengths + 1, max_len)
-
-
-def cpm_padding_one_short(lengths, max_len):
-    return learner_causal_padding_mask(lengths - 1, max_len)
-
-
-def cpm_longest(lengths, max_len):
-    return learner_causal_padding_mask(lengths, int(lengths.max()))
-
-
-def cpm_as_int(lengths, max_len):
-    return learner_causal_padding_mask(lengths, max_len).long()
-
-
-def cpm_two_dims(lengths, max_len):
-    return torch.ones(max_len, max_len, dtype=torch.bool).tril() & _padding(lengths, max_len)
-
-
-# to_additive
-def ta_inverted(mask, dtype):
-    return torch.zeros(mask.shape, dtype=dtype).masked_fill(mask, NEG_INF)
-
-
-def ta_minus_1e9(mask, dtype):
-    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, -1e9)
-
-
-def ta_bert(mask, dtype):
-    return (1.0 - mask.to(dtype)) * -10000.0
-
-
-def ta_finfo_min(mask, dtype):
-    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
-
-
-def ta_as_floats(mask, dtype):
-    return mask.to(dtype)
-
-
-def ta_minus_one(mask, dtype):
-    return mask.to(dtype) - 1
-
-
-def ta_plus_inf(mask, dtype):
-    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, float("inf"))
-
-
-def ta_times_inf(mask, dtype):
-    return (1 - mask.to(dtype)) * NEG_INF
-
-
-def ta_float32(mask, dtype):
-    return torch.zeros(mask.shape).masked_fill(~mask, NEG_INF)
-
-
-def ta_in_place(mask, dtype):
-    mask.logical_not_()
-    return torch.zeros(mask.shape, dtype=dtype).masked_fill(mask, NEG_INF)
-
-
-def ta_bool(mask, dtype):
-    return ~mask
-
-
-# prefix_lm_mask
-def _prefix(prefix_lengths, lengths, max_len, shift=0, diagonal=0):
-    i = torch.arange(max_len)[:, None]
-    j = torch.arange(max_len)[None, :]
-    visible = (j <= i + diagonal)[None] | (j[None] < prefix_lengths[:, None, None] + shift)
-    return visible & _padding(lengths, max_len)[:, None, :]
-
-
-def plm_inverted(prefix_lengths, lengths, max_len):
-    return ~learner_prefix_lm_mask(prefix_lengths, lengths, max_len)
-
-
-def plm_prefix_on_queries(prefix_lengths, lengths, max_len):
-    i = torch.arange(max_len)[:, None]
-    j = torch.arange(max_len)[None, :]
-    visible = (j <= i)[None] | (i[None] < prefix_lengths[:, None, None])
-    return visible & _padding(lengths, max_len)[:, None, :]
-
-
-def plm_prefix_one_long(prefix_lengths, lengths, max_len):
-    return _prefix(prefix_lengths, lengths, max_len, shift=1)
-
-
-def plm_prefix_one_short(prefix_lengths, lengths, max_len):
-    return _prefix(prefix_lengths, lengths, max_len, shift=-1)
-
-
-def plm_sees_next(prefix_lengths, lengths, max_len):
-    return _prefix(prefix_lengths, lengths, max_len, diagonal=1)
-
-
-def plm_not_itself(prefix_lengths, lengths, max_len):
-    return _prefix(prefix_lengths, lengths, max_len, diagonal=-1)
-
-
-def plm_no_prefix(prefix_lengths, lengths, max_len):
-    return learner_causal_padding_mask(lengths, max_len)
-
-
-def plm_bidirectional(prefix_lengths, lengths, max_len):
-    return _padding(lengths, max_len)[:, None, :].expand(-1, max_len, -1)
-
-
-def plm_no_padding(prefix_lengths, lengths, max_len):
-    return _prefix(prefix_lengths, torch.full_like(lengths, max_len), max_len)
-
-
-def plm_pads_queries_too(prefix_lengths, lengths, max_len):
-    return learner_prefix_lm_mask(prefix_lengths, lengths, max_len) & _padding(lengths, max_len)[:, :, None]
-
-
-def plm_lengths_swapped(prefix_lengths, lengths, max_len):
-    return learner_prefix_lm_mask(lengths, prefix_lengths, max_len)
-
-
-def plm_transposed(prefix_lengths, lengths, max_len):
-    return learner_prefix_lm_mask(prefix_lengths, lengths, max_len).mT
-
-
-def plm_as_float(prefix_lengths, lengths, max_len):
-    return learner_prefix_lm_mask(prefix_lengths, lengths, max_len).float()
-
-
-MUTANTS = [
-    ("causal_padding_mask", cpm_inverted, "inverted"),
-    ("causal_padding_mask", cpm_sees_next, "the next key, j = i + 1"),
-    ("causal_padding_mask", cpm_not_itself, "may not attend to its own position"),
-    ("causal_padding_mask", cpm_upper_triangle, "triangle is the wrong one"),
-    ("causal_padding_mask", cpm_no_padding, "padding is not masked"),
-    ("causal_padding_mask", cpm_no_causal, "causal part is missing"),
-    ("causal_padding_mask", cpm_or, "combined with OR"),
-    ("causal_padding_mask", cpm_pads_queries, "rows of padding queries are all False"),
-    ("causal_padding_mask", cpm_pads_both, "rows of padding queries are all False"),
-    ("causal_padding_mask", cpm_transposed, "query and key axes are swapped"),
-    ("causal_padding_mask", cpm_padding_one_long, "one key too many"),
-    ("causal_padding_mask", cpm_padding_one_short, "last real word"),
-    ("causal_padding_mask", cpm_longest, "not max_len"),
-    ("causal_padding_mask", cpm_as_int, "dtype torch.int64, expected torch.bool"),
-    ("causal_padding_mask", cpm_two_dims, "raised RuntimeError"),
-    ("to_additive", ta_inverted, "inverted"),
-    ("to_additive", ta_minus_1e9, "hold -1e9 instead of -inf"),
-    ("to_additive", ta_bert, "hold -10000 instead of -inf"),
-    ("to_additive", ta_finfo_min, "torch.finfo(dtype).min"),
-    ("to_additive", ta_as_floats, "0/1 numbers"),
-    ("to_additive", ta_minus_one, "blocked entries hold -1"),
-    ("to_additive", ta_plus_inf, "+inf instead of -inf"),
-    ("to_additive", ta_times_inf, "0 * -inf is NaN"),
-    ("to_additive", ta_float32, "always float32"),
-    ("to_additive", ta_in_place, "modified its input `mask` in place"),
-    ("to_additive", ta_bool, "still a boolean tensor"),
-    ("prefix_lm_mask", plm_inverted, "inverted"),
-    ("prefix_lm_mask", plm_prefix_on_queries, "applied to the queries"),
-    ("prefix_lm_mask", plm_prefix_one_long, "one key too long"),
-    ("prefix_lm_mask", plm_prefix_one_short, "one key too short"),
-    ("prefix_lm_mask", plm_sees_next, "the next key, j = i + 1"),
-    ("prefix_lm_mask", plm_not_itself, "may not see its own position"),
-    ("prefix_lm_mask", plm_no_prefix, "the prefix is ignored"),
-    ("prefix_lm_mask", plm_bidirectional, "causal part is missing"),
-    ("prefix_lm_mask", plm_no_padding, "padding is not masked"),
-    ("prefix_lm_mask", plm_pads_queries_too, "rows of padding queries are all False"),
-    ("prefix_lm_mask", plm_lengths_swapped, "swapped"),
-    ("prefix_lm_mask", plm_transposed, "query and key axes are swapped"),
-    ("prefix_lm_mask", plm_as_float, "dtype torch.float32, expected torch.bool"),
-]
-
-# causal diagonal shifted up and down; blocked value one too high (1 where allowed, from `mask.to(dtype)`) and one
-# too low (-1, not -inf); the end of the prefix one key too far and one too short
-OFF_BY_ONE = {
-    "causal_padding_mask": (cpm_sees_next, cpm_not_itself),
-    "to_additive": (ta_as_floats, ta_minus_one),
-    "prefix_lm_mask": (plm_prefix_one_long, plm_prefix_one_short),
-}
-
-# --------------------------------------------------------------------------------------------
-# Lesson 06: a mistake that shows on one kind of test case only
-# --------------------------------------------------------------------------------------------
-
-
-def cpm_shortcut_without_padding(lengths, max_len):
-    if bool((lengths == max_len).all()):
-        return torch.ones(max_len, max_len, dtype=torch.bool).tril()  # nothing is padded (but the batch axis?)
-    return learner_causal_padding_mask(lengths, max_len)
-
-
-def cpm_int8_positions(lengths, max_len):
-    positions = torch.arange(max_len).to(torch.int8)  # wraps around after 127
-    causal = positions[None, :] <= positions[:, None]
-    return causal[None] & (positions[None, :] < lengths[:, None])[:, None, :]
-
-
-def ta_shortcut_without_padding(mask, dtype):
-    if bool(mask.any(dim=-2).all()):  # every key is allowed somewhere: "no padding, nothing to block"
-        return torch.zeros(mask.shape, dtype=dtype)
-    return learner_to_additive(mask, dtype)
-
-
-def ta_assumes_causal(mask, dtype):
-    return torch.full(mask.shape, NEG_INF, dtype=dtype).triu(1)  # the mask itself is never read
-
-
-def plm_shortcut_without_padding(prefix_lengths, lengths, max_len):
-    if bool((lengths == max_len).all()):
-        return learner_prefix_lm_mask(prefix_lengths, lengths, max_len).float()  # (but a mask is bool)
-    return learner_prefix_lm_mask(prefix_lengths, lengths, max_len)
-
-
-def plm_int8_positions(prefix_lengths, lengths, max_len):
-    positions = torch.arange(max_len).to(torch.int8)
-    causal = positions[None, :] <= positions[:, None]
-    visible = causal[None] | (positions[None, None, :] < prefix_lengths[:, None, None])
-    return visible & (positions[None, :] < lengths[:, None])[:, None, :]
-
-
-KIND_MUTANTS = [
-    ("causal_padding_mask", cpm_shortcut_without_padding, UNPADDED, "no padding"),
-    ("causal_padding_mask", cpm_no_padding, PADDED, "padding is not masked"),
-    ("causal_padding_mask", cpm_int8_positions, LARGE, "large inputs"),
-    ("to_additive", ta_shortcut_without_padding, UNPADDED, "expected -inf, got 0"),
-    ("to_additive", ta_assumes_causal, PADDED, "differ"),
-    ("prefix_lm_mask", plm_shortcut_without_padding, UNPADDED, "dtype torch.float32"),
-    ("prefix_lm_mask", plm_no_padding, PADDED, "padding is not masked"),
-    ("prefix_lm_mask", plm_int8_positions, LARGE, "large inputs"),
-]
-
-KINDS_NOT_APPLICABLE = {
-    ("to_additive", LARGE): "a conversion of booleans has no value that could overflow",
-}
-
-# --------------------------------------------------------------------------------------------
-# Lesson 07: correct versions, all in float32 as a learner writes them
+# Correct versions, all in float32 as a learner writes them
 # --------------------------------------------------------------------------------------------
 
 
@@ -442,14 +98,15 @@ def learner_rope_scores_relative(q, k, q_positions, k_positions):
     return torch.stack(rows, dim=-2) / q.shape[-1] ** 0.5
 
 
-CORRECT |= {
+CORRECT = {
     "add_sinusoidal": [learner_add_sinusoidal, learner_add_sinusoidal_exp_log, learner_add_sinusoidal_loop],
     "apply_rope": [learner_apply_rope, learner_apply_rope_rotate_half, learner_apply_rope_complex, apply_rope],
     "rope_scores": [learner_rope_scores, learner_rope_scores_relative],
 }
 
+
 # --------------------------------------------------------------------------------------------
-# Lesson 07: mutants
+# The mutant gallery: (exercise, mutant, a substring of the expected diagnosis)
 # --------------------------------------------------------------------------------------------
 
 
@@ -653,7 +310,7 @@ def rs_positions_mixed_up(q, k, q_positions, k_positions):
     return _scores(q, k, k_positions[-q.shape[-2] :], q_positions[: k.shape[-2]])
 
 
-MUTANTS += [
+MUTANTS = [
     ("add_sinusoidal", sin_batch_axis, "taken from the batch axis"),
     ("add_sinusoidal", sin_from_one, "the positions count from 1"),
     ("add_sinusoidal", sin_swapped, "sin and cos are swapped"),
@@ -695,17 +352,20 @@ MUTANTS += [
     ("rope_scores", rs_positions_mixed_up, "raised"),
 ]
 
+
 # positions one too high (counted from 1) and taken from the axis one too low (the batch); the frequency index
 # one pair too high and one too low
-OFF_BY_ONE |= {
+OFF_BY_ONE = {
     "add_sinusoidal": (sin_from_one, sin_batch_axis),
     "apply_rope": (rope_pair_one_high, rope_pair_one_low),
     "rope_scores": (rs_pair_one_high, rs_pair_one_low),
 }
 
+
 # --------------------------------------------------------------------------------------------
-# Lesson 07: a mistake that shows on one kind of test case only
+# Mistakes that show on one kind of test case only
 # --------------------------------------------------------------------------------------------
+
 
 _TABLE_512 = _table(512, 16)
 
@@ -736,7 +396,8 @@ def rs_cache_of_2048(q, k, q_positions, k_positions):
     return rope(q, q_positions) @ rope(k, k_positions).transpose(-2, -1) / math.sqrt(q.shape[-1])
 
 
-KIND_MUTANTS += [
+KIND_MUTANTS = [
+    *batch_of_one(CORRECT),
     ("add_sinusoidal", sin_shortcut_without_padding, UNPADDED, "dtype torch.float64"),
     ("add_sinusoidal", sin_skips_padding, PADDED, "left out at the padding positions"),
     ("add_sinusoidal", sin_table_of_512, LARGE, "raised RuntimeError"),
@@ -744,8 +405,216 @@ KIND_MUTANTS += [
     ("rope_scores", rs_cache_of_2048, LARGE, "raised IndexError"),
 ]
 
-KINDS_NOT_APPLICABLE |= {
+
+KINDS_NOT_APPLICABLE = {
     (name, kind): "RoPE rotates whatever vectors it is given: padding changes nothing"
     for name in ("apply_rope", "rope_scores")
     for kind in (PADDED, UNPADDED)
 }
+
+
+# --------------------------------------------------------------------------------------------
+# The independent gallery: bugs written as a learner would, none copied from the mutants above or the checks' variants
+# --------------------------------------------------------------------------------------------
+
+
+def _pe_rows(n, d):
+    pe = torch.zeros(n, d)
+    for pos in range(n):
+        for i in range(0, d, 2):
+            pe[pos, i] = math.sin(pos / 10000 ** (i / d))
+            pe[pos, i + 1] = math.cos(pos / 10000 ** (i / d))
+    return pe
+
+
+def as_tutorial_seq_first(embeddings):
+    pe = _pe_rows(64 if embeddings.size(0) < 64 else embeddings.size(0), embeddings.size(2)).unsqueeze(1)
+    return embeddings + pe[: embeddings.size(0)]  # written for (seq_len, batch, d_model)
+
+
+def as_positions_plus_one(embeddings):
+    n, d = embeddings.shape[1], embeddings.shape[2]
+    return embeddings + _pe_rows(n + 1, d)[1:]
+
+
+def as_cos_first(embeddings):
+    n, d = embeddings.shape[1], embeddings.shape[2]
+    pos = torch.arange(n).unsqueeze(1).float()
+    div = torch.pow(10000.0, torch.arange(0, d, 2).float() / d)
+    pe = torch.zeros(n, d)
+    pe[:, 0::2] = torch.cos(pos / div)
+    pe[:, 1::2] = torch.sin(pos / div)
+    return embeddings + pe
+
+
+def as_cat_sin_cos(embeddings):
+    n, d = embeddings.shape[1], embeddings.shape[2]
+    angles = torch.arange(n).float()[:, None] / 10000 ** (torch.arange(0, d, 2).float() / d)
+    return embeddings + torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+def as_feature_index_exponent(embeddings):
+    n, d = embeddings.shape[1], embeddings.shape[2]
+    pe = torch.zeros(n, d)
+    for pos in range(n):
+        for i in range(d // 2):
+            pe[pos, 2 * i] = math.sin(pos / 10000 ** (i / d))
+            pe[pos, 2 * i + 1] = math.cos(pos / 10000 ** (i / d))
+    return embeddings + pe
+
+
+def as_exp_log_no_minus(embeddings):
+    n, d = embeddings.shape[1], embeddings.shape[2]
+    position = torch.arange(n).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d, 2) * (math.log(10000.0) / d))
+    pe = torch.zeros(n, d)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return embeddings + pe
+
+
+def as_plus_equals(embeddings):
+    embeddings += _pe_rows(embeddings.shape[1], embeddings.shape[2])
+    return embeddings
+
+
+def as_odd_uses_own_index(embeddings):
+    n, d = embeddings.shape[1], embeddings.shape[2]
+    pe = torch.zeros(n, d)
+    for pos in range(n):
+        for j in range(d):
+            angle = pos / 10000 ** (j / d)  # each feature with its own index, the cosines one step off
+            pe[pos, j] = math.sin(angle) if j % 2 == 0 else math.cos(angle)
+    return embeddings + pe
+
+
+def ar_adjacent_pairs(x, positions):
+    d = x.shape[-1]
+    theta = 10000 ** (-torch.arange(0, d, 2).float() / d)
+    ang = positions[:, None].float() * theta
+    even, odd = x[..., ::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., ::2] = even * ang.cos() - odd * ang.sin()
+    out[..., 1::2] = even * ang.sin() + odd * ang.cos()
+    return out
+
+
+def ar_rotate_half_wrong_sign(x, positions):
+    d = x.shape[-1]
+    inv_freq = 1.0 / 10000 ** (torch.arange(0, d, 2).float() / d)
+    emb = torch.cat([positions.float()[:, None] * inv_freq] * 2, dim=-1)
+    rotated = torch.cat([x[..., d // 2 :], -x[..., : d // 2]], dim=-1)
+    return x * emb.cos() + rotated * emb.sin()
+
+
+def ar_arange_positions(x, positions):
+    d, n = x.shape[-1], x.shape[-2]
+    ang = torch.arange(n).float()[:, None] * 10000 ** (-torch.arange(0, d, 2).float() / d)
+    a, b = x[..., : d // 2], x[..., d // 2 :]
+    return torch.cat([a * ang.cos() - b * ang.sin(), a * ang.sin() + b * ang.cos()], dim=-1)
+
+
+def ar_paper_index(x, positions):
+    d = x.shape[-1]
+    i = torch.arange(d // 2).float()
+    theta = 10000 ** (-2 * (i - 1) / d)  # the paper's theta_i, with i from 0
+    ang = positions.float()[:, None] * theta
+    a, b = x[..., : d // 2], x[..., d // 2 :]
+    return torch.cat([a * ang.cos() - b * ang.sin(), a * ang.sin() + b * ang.cos()], dim=-1)
+
+
+def ar_repeat_interleave(x, positions):
+    d = x.shape[-1]
+    freqs = positions.float()[:, None] / 10000 ** (torch.arange(0, d, 2).float() / d)
+    emb = freqs.repeat_interleave(2, dim=-1)
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    return x * emb.cos() + torch.cat((-x2, x1), dim=-1) * emb.sin()
+
+
+def ar_heads_axis(x, positions):
+    d = x.shape[-1]
+    ang = positions.float()[:, None, None] * 10000 ** (-torch.arange(0, d, 2).float() / d)  # (seq, 1, d/2)
+    a, b = x[..., : d // 2], x[..., d // 2 :]
+    return torch.cat([a * ang.cos() - b * ang.sin(), a * ang.sin() + b * ang.cos()], dim=-1)
+
+
+def ar_rotates_in_place(x, positions):
+    d = x.shape[-1]
+    ang = positions.float()[:, None] * 10000 ** (-torch.arange(0, d, 2).float() / d)
+    a, b = x[..., : d // 2].clone(), x[..., d // 2 :].clone()
+    x[..., : d // 2] = a * ang.cos() - b * ang.sin()
+    x[..., d // 2 :] = a * ang.sin() + b * ang.cos()
+    return x
+
+
+def _my_rope(x, positions):
+    d = x.shape[-1]
+    ang = positions.float()[:, None] * 10000 ** (-torch.arange(0, d, 2).float() / d)
+    a, b = x[..., : d // 2], x[..., d // 2 :]
+    return torch.cat([a * ang.cos() - b * ang.sin(), a * ang.sin() + b * ang.cos()], dim=-1)
+
+
+def rsb_no_sqrt(q, k, q_positions, k_positions):
+    return torch.einsum("bhqd,bhkd->bhqk", _my_rope(q, q_positions), _my_rope(k, k_positions))
+
+
+def rsb_same_positions(q, k, q_positions, k_positions):
+    positions = torch.arange(max(q.shape[-2], k.shape[-2]))
+    return _my_rope(q, positions[: q.shape[-2]]) @ _my_rope(k, positions[: k.shape[-2]]).mT / q.shape[-1] ** 0.5
+
+
+def rsb_query_top_left(q, k, q_positions, k_positions):
+    rq = _my_rope(q, torch.arange(q.shape[-2]))
+    return rq @ _my_rope(k, k_positions).transpose(2, 3) / math.sqrt(q.size(-1))
+
+
+def rsb_key_unrotated(q, k, q_positions, k_positions):
+    return _my_rope(q, q_positions) @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
+
+
+def rsb_k_times_q(q, k, q_positions, k_positions):
+    return _my_rope(k, k_positions) @ _my_rope(q, q_positions).transpose(-1, -2) / math.sqrt(q.size(-1))
+
+
+def rsb_relative_wrong_sign(q, k, q_positions, k_positions):
+    rows = []
+    for t, m in enumerate(q_positions.tolist()):
+        rk = _my_rope(k, m - k_positions)
+        rows.append(q[:, :, t : t + 1] @ rk.transpose(-1, -2))  # (batch, heads, 1, key)
+    return torch.cat(rows, dim=2) / math.sqrt(q.size(-1))
+
+
+def rsb_weights(q, k, q_positions, k_positions):
+    scores = _my_rope(q, q_positions) @ _my_rope(k, k_positions).mT / math.sqrt(q.size(-1))
+    return F.softmax(scores, dim=-1)
+
+
+def rsb_adjacent_pairs(q, k, q_positions, k_positions):
+    return ar_adjacent_pairs(q, q_positions) @ ar_adjacent_pairs(k, k_positions).mT / math.sqrt(q.size(-1))
+
+
+BUGS = [
+    ("add_sinusoidal", as_tutorial_seq_first, "taken from the batch axis"),
+    ("add_sinusoidal", as_positions_plus_one, "the positions count from 1"),
+    ("add_sinusoidal", as_cos_first, "sin and cos are swapped"),
+    ("add_sinusoidal", as_cat_sin_cos, "first half of the features"),
+    ("add_sinusoidal", as_feature_index_exponent, "the exponent is i / d_model"),
+    ("add_sinusoidal", as_exp_log_no_minus, GENERIC),
+    ("add_sinusoidal", as_plus_equals, "modified its input `embeddings` in place"),
+    ("add_sinusoidal", as_odd_uses_own_index, GENERIC),
+    ("apply_rope", ar_adjacent_pairs, "interleaved layout"),
+    ("apply_rope", ar_rotate_half_wrong_sign, "rotation goes the wrong way"),
+    ("apply_rope", ar_arange_positions, "`positions` was ignored"),
+    ("apply_rope", ar_paper_index, "one pair too low"),
+    ("apply_rope", ar_repeat_interleave, "laid out for interleaved pairs"),
+    ("apply_rope", ar_heads_axis, GENERIC),
+    ("apply_rope", ar_rotates_in_place, "modified its input `x` in place"),
+    ("rope_scores", rsb_no_sqrt, "not scaled"),
+    ("rope_scores", rsb_same_positions, "both `q_positions` and `k_positions` were ignored"),
+    ("rope_scores", rsb_query_top_left, "queries were placed at positions 0, 1"),
+    ("rope_scores", rsb_key_unrotated, "only the queries were rotated"),
+    ("rope_scores", rsb_k_times_q, "transposed"),
+    ("rope_scores", rsb_relative_wrong_sign, "score at the opposite offset"),
+    ("rope_scores", rsb_weights, "softmax of the scores"),
+    ("rope_scores", rsb_adjacent_pairs, "interleaved layout"),
+]

@@ -1,0 +1,623 @@
+"""Lesson 05, 05_multi_head_attention: the galleries of ``split_heads``, ``merge_heads``, ``multi_head_attention``
+and ``grouped_query_attention`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
+tests/galleries/__init__.py describes them).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
+
+from .common import GENERIC, NEG_INF, batch_of_one
+
+# --------------------------------------------------------------------------------------------
+# Correct versions, written as a learner would
+# --------------------------------------------------------------------------------------------
+
+
+def learner_split_heads(x, num_heads):
+    batch, seq_len, d_model = x.shape
+    return x.view(batch, seq_len, num_heads, d_model // num_heads).transpose(1, 2)
+
+
+def learner_split_heads_chunks(x, num_heads):
+    return torch.stack(x.chunk(num_heads, dim=-1), dim=1)
+
+
+def learner_merge_heads(x):
+    batch, num_heads, seq_len, head_dim = x.shape
+    return x.transpose(1, 2).reshape(batch, seq_len, num_heads * head_dim)
+
+
+def learner_merge_heads_cat(x):
+    return torch.cat(x.unbind(dim=1), dim=-1)
+
+
+def _learner_attention(q, k, v, mask):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    weights = torch.softmax(scores.masked_fill(~mask[:, None], NEG_INF), dim=-1).nan_to_num(0.0)
+    return weights @ v, weights
+
+
+def learner_multi_head_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    q, k, v = (learner_split_heads(x @ W, num_heads) for x, W in ((query, W_q), (key, W_k), (value, W_v)))
+    heads, weights = _learner_attention(q, k, v, mask)
+    return learner_merge_heads(heads) @ W_o, weights
+
+
+def learner_grouped_query_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    group = num_heads // num_kv_heads
+    q = learner_split_heads(query @ W_q, num_heads)
+    k = learner_split_heads(key @ W_k, num_kv_heads).repeat_interleave(group, dim=1)
+    v = learner_split_heads(value @ W_v, num_kv_heads).repeat_interleave(group, dim=1)
+    heads, weights = _learner_attention(q, k, v, mask)
+    return learner_merge_heads(heads) @ W_o, weights
+
+
+def learner_grouped_query_attention_grouped(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    """Without repeating: the query heads reshaped into (batch, num_kv_heads, group, ...) groups."""
+    batch, query_len, d_model = query.shape
+    head_dim, group = d_model // num_heads, num_heads // num_kv_heads
+    q = (query @ W_q).view(batch, query_len, num_kv_heads, group, head_dim).permute(0, 2, 3, 1, 4)
+    k = learner_split_heads(key @ W_k, num_kv_heads)[:, :, None]  # (batch, kv_heads, 1, key_len, head_dim)
+    v = learner_split_heads(value @ W_v, num_kv_heads)[:, :, None]
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(head_dim)).masked_fill(~mask[:, None, None], NEG_INF)
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    heads = (weights @ v).reshape(batch, num_heads, query_len, head_dim)
+    return learner_merge_heads(heads) @ W_o, weights.reshape(batch, num_heads, query_len, -1)
+
+
+CORRECT = {
+    "split_heads": [learner_split_heads, learner_split_heads_chunks],
+    "merge_heads": [learner_merge_heads, learner_merge_heads_cat],
+    "multi_head_attention": [learner_multi_head_attention],
+    "grouped_query_attention": [learner_grouped_query_attention, learner_grouped_query_attention_grouped],
+}
+
+
+# --------------------------------------------------------------------------------------------
+# The mutant gallery: (exercise, mutant, a substring of the expected diagnosis)
+# --------------------------------------------------------------------------------------------
+
+
+def sh_interleaved(x, num_heads):
+    batch, seq_len, d_model = x.shape
+    return x.view(batch, seq_len, d_model // num_heads, num_heads).permute(0, 3, 1, 2)
+
+
+def sh_no_transpose_reshape(x, num_heads):
+    batch, seq_len, d_model = x.shape
+    return x.view(batch, num_heads, seq_len, d_model // num_heads)
+
+
+def sh_axis_in_place(x, num_heads):
+    batch, seq_len, d_model = x.shape
+    return x.view(batch, seq_len, num_heads, d_model // num_heads)
+
+
+def sh_heads_and_dim_swapped(x, num_heads):
+    batch, seq_len, d_model = x.shape
+    return x.view(batch, seq_len, d_model // num_heads, num_heads).transpose(1, 2)
+
+
+def sh_transpose_one_low(x, num_heads):
+    batch, seq_len, d_model = x.shape
+    return x.view(batch, seq_len, num_heads, d_model // num_heads).transpose(0, 1)
+
+
+def sh_transpose_one_high(x, num_heads):
+    batch, seq_len, d_model = x.shape
+    return x.view(batch, seq_len, num_heads, d_model // num_heads).transpose(2, 3)
+
+
+def sh_clamped(x, num_heads):
+    return learner_split_heads(x.clamp(-1e4, 1e4), num_heads)  # "to be safe"
+
+
+def mh_view_without_transpose(x):
+    batch, num_heads, seq_len, head_dim = x.shape
+    return x.reshape(batch, seq_len, num_heads * head_dim)
+
+
+def mh_interleaved(x):
+    batch, num_heads, seq_len, head_dim = x.shape
+    return x.permute(0, 2, 3, 1).reshape(batch, seq_len, num_heads * head_dim)
+
+
+def mh_sum(x):
+    return x.sum(dim=1)
+
+
+def mh_mean(x):
+    return x.mean(dim=1)
+
+
+def mh_cat_positions(x):
+    return torch.cat([x[:, h] for h in range(x.shape[1])], dim=1)
+
+
+def mh_transpose_one_low(x):
+    batch, num_heads, seq_len, head_dim = x.shape
+    return x.transpose(0, 1).reshape(batch, seq_len, num_heads * head_dim)
+
+
+def mh_transpose_one_high(x):
+    batch, num_heads, seq_len, head_dim = x.shape
+    return x.transpose(2, 3).reshape(batch, seq_len, num_heads * head_dim)
+
+
+def mh_view_after_transpose(x):
+    batch, num_heads, seq_len, head_dim = x.shape
+    return x.transpose(1, 2).view(batch, seq_len, num_heads * head_dim)
+
+
+def _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, *, split=None, merge=None, scale=None,
+         head_axis=True, use_mask=True, dim=-1, project=True, average=False):  # fmt: skip
+    split = split or learner_split_heads
+    merge = merge or learner_merge_heads
+    q, k, v = (split(x @ W, num_heads) for x, W in ((query, W_q), (key, W_k), (value, W_v)))
+    scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale is None else scale)
+    if use_mask:
+        scores = scores.masked_fill(~(mask[:, None] if head_axis else mask), NEG_INF)
+    weights = torch.softmax(scores, dim=dim).nan_to_num(0.0)
+    merged = merge(weights @ v)
+    return (merged @ W_o if project else merged), (weights.mean(1) if average else weights)
+
+
+def mha_no_output_projection(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, project=False)
+
+
+def mha_scaled_by_d_model(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, scale=math.sqrt(query.shape[-1]))
+
+
+def mha_no_scale(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, scale=1.0)
+
+
+def mha_interleaved_split(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, split=sh_interleaved)
+
+
+def mha_reshape_without_transpose(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, split=sh_no_transpose_reshape)
+
+
+def mha_merge_without_transpose(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, merge=mh_view_without_transpose)
+
+
+def mha_merge_one_low(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, merge=mh_transpose_one_low)
+
+
+def mha_merge_one_high(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, merge=mh_transpose_one_high)
+
+
+def mha_no_mask(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, use_mask=False)
+
+
+def mha_mask_without_head_axis(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, head_axis=False)
+
+
+def mha_softmax_over_queries(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, dim=-2)
+
+
+def mha_averaged_weights(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, average=True)
+
+
+def mha_linear_convention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    return learner_multi_head_attention(query, key, value, mask, W_q.T, W_k.T, W_v.T, W_o.T, num_heads)
+
+
+def mha_naive_exp(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    q, k, v = (learner_split_heads(x @ W, num_heads) for x, W in ((query, W_q), (key, W_k), (value, W_v)))
+    e = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])) * mask[:, None]
+    weights = e / e.sum(-1, keepdim=True)
+    return learner_merge_heads(weights @ v) @ W_o, weights
+
+
+def _gqa(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads, *, tile=False, scale=None,
+         merge=None, use_mask=True):  # fmt: skip
+    group = num_heads // num_kv_heads
+    q = learner_split_heads(query @ W_q, num_heads)
+    k, v = learner_split_heads(key @ W_k, num_kv_heads), learner_split_heads(value @ W_v, num_kv_heads)
+    if tile:
+        k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
+    else:
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale is None else scale)
+    if use_mask:
+        scores = scores.masked_fill(~mask[:, None], NEG_INF)
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return (merge or learner_merge_heads)(weights @ v) @ W_o, weights
+
+
+def gqa_tiled(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    return _gqa(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads, tile=True)
+
+
+def gqa_scaled_by_d_model(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    args = (query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads)
+    return _gqa(*args, scale=math.sqrt(query.shape[-1]))
+
+
+def gqa_no_mask(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    return _gqa(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads, use_mask=False)
+
+
+def gqa_merge_one_low(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    return _gqa(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads, merge=mh_transpose_one_low)
+
+
+def gqa_merge_one_high(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    return _gqa(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads, merge=mh_transpose_one_high)
+
+
+def gqa_kv_split_into_all_heads(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    q = learner_split_heads(query @ W_q, num_heads)
+    k, v = learner_split_heads(key @ W_k, num_heads), learner_split_heads(value @ W_v, num_heads)
+    heads, weights = _learner_attention(q, k, v, mask)
+    return learner_merge_heads(heads) @ W_o, weights
+
+
+def gqa_naive_exp(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    group = num_heads // num_kv_heads
+    q = learner_split_heads(query @ W_q, num_heads)
+    k = learner_split_heads(key @ W_k, num_kv_heads).repeat_interleave(group, dim=1)
+    v = learner_split_heads(value @ W_v, num_kv_heads).repeat_interleave(group, dim=1)
+    e = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])) * mask[:, None]
+    weights = e / e.sum(-1, keepdim=True)
+    return learner_merge_heads(weights @ v) @ W_o, weights
+
+
+MUTANTS = [
+    ("split_heads", sh_interleaved, "split in the wrong order"),
+    ("split_heads", sh_no_transpose_reshape, "without a transpose"),
+    ("split_heads", sh_axis_in_place, "heads axis is left in place"),
+    ("split_heads", sh_heads_and_dim_swapped, "num_heads and head_dim are swapped"),
+    ("split_heads", sh_transpose_one_low, "one too low"),
+    ("split_heads", sh_transpose_one_high, "one too high"),
+    ("merge_heads", mh_view_without_transpose, "without moving the heads axis back"),
+    ("merge_heads", mh_interleaved, "interleaved"),
+    ("merge_heads", mh_sum, "adds the heads up"),
+    ("merge_heads", mh_mean, "averages the heads"),
+    ("merge_heads", mh_cat_positions, "concatenated along the positions"),
+    ("merge_heads", mh_transpose_one_low, "one too low"),
+    ("merge_heads", mh_transpose_one_high, "one too high"),
+    ("merge_heads", mh_view_after_transpose, "raised RuntimeError"),
+    ("multi_head_attention", mha_no_output_projection, "W_o is missing"),
+    ("multi_head_attention", mha_scaled_by_d_model, "divided by sqrt(d_model)"),
+    ("multi_head_attention", mha_no_scale, "the scale is missing"),
+    ("multi_head_attention", mha_interleaved_split, "split in the wrong order"),
+    ("multi_head_attention", mha_reshape_without_transpose, "without the transpose"),
+    ("multi_head_attention", mha_merge_without_transpose, "merged without moving the heads axis back"),
+    ("multi_head_attention", mha_merge_one_low, "one too low"),
+    ("multi_head_attention", mha_merge_one_high, "one too high"),
+    ("multi_head_attention", mha_no_mask, "weight to masked keys"),
+    ("multi_head_attention", mha_mask_without_head_axis, "no head axis"),
+    ("multi_head_attention", mha_softmax_over_queries, "dim=-2, the queries"),
+    ("multi_head_attention", mha_averaged_weights, "averaged over the heads"),
+    ("multi_head_attention", mha_linear_convention, "nn.Linear's convention"),
+    ("grouped_query_attention", gqa_tiled, "tiled"),
+    ("grouped_query_attention", gqa_scaled_by_d_model, "divided by sqrt(d_model)"),
+    ("grouped_query_attention", gqa_no_mask, "weight to masked keys"),
+    ("grouped_query_attention", gqa_merge_one_low, "one too low"),
+    ("grouped_query_attention", gqa_merge_one_high, "one too high"),
+    ("grouped_query_attention", gqa_kv_split_into_all_heads, "raised RuntimeError"),
+]
+
+
+OFF_BY_ONE = {
+    "split_heads": (sh_transpose_one_low, sh_transpose_one_high),
+    "merge_heads": (mh_transpose_one_low, mh_transpose_one_high),
+    "multi_head_attention": (mha_merge_one_low, mha_merge_one_high),
+    "grouped_query_attention": (gqa_merge_one_low, gqa_merge_one_high),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Mistakes that show on one kind of test case only
+# --------------------------------------------------------------------------------------------
+
+
+def sh_only_as_long_as_the_longest(x, num_heads):
+    longest = int((x.abs().sum(-1) > 0).sum(1).max())  # the longest sentence, "the rest is padding"
+    return learner_split_heads(x[:, :longest], num_heads)
+
+
+def sh_shortcut_without_padding(x, num_heads):
+    if bool((x.abs().sum(-1) > 0).all()):
+        return sh_no_transpose_reshape(x, num_heads)  # nothing padded: "a plain reshape will do"
+    return learner_split_heads(x, num_heads)
+
+
+def mh_only_as_long_as_the_longest(x):
+    longest = int((x.abs().sum(-1) > 0).any(1).sum(1).max())
+    return learner_merge_heads(x[:, :, :longest])
+
+
+def mh_shortcut_without_padding(x):
+    if bool((x.abs().sum(-1) > 0).all()):
+        return mh_view_without_transpose(x)
+    return learner_merge_heads(x)
+
+
+def mh_clamped(x):
+    return learner_merge_heads(x.clamp(-1e4, 1e4))
+
+
+def mha_unscaled_without_padding(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    if bool(mask.all()):
+        return mha_no_scale(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads)
+    return learner_multi_head_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads)
+
+
+def gqa_unscaled_without_padding(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    args = (query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads)
+    if bool(mask.all()):
+        return _gqa(*args, scale=1.0)
+    return learner_grouped_query_attention(*args)
+
+
+KIND_MUTANTS = [
+    *batch_of_one(CORRECT),
+    ("split_heads", sh_shortcut_without_padding, UNPADDED, "no padding"),
+    ("split_heads", sh_only_as_long_as_the_longest, PADDED, "wrong shape"),
+    ("split_heads", sh_clamped, LARGE, "large inputs"),
+    ("merge_heads", mh_shortcut_without_padding, UNPADDED, "no padding"),
+    ("merge_heads", mh_only_as_long_as_the_longest, PADDED, "wrong shape"),
+    ("merge_heads", mh_clamped, LARGE, "large inputs"),
+    ("multi_head_attention", mha_unscaled_without_padding, UNPADDED, "no padding"),
+    ("multi_head_attention", mha_no_mask, PADDED, "weight to masked keys"),
+    ("multi_head_attention", mha_naive_exp, LARGE, "large inputs"),
+    ("grouped_query_attention", gqa_unscaled_without_padding, UNPADDED, "no padding"),
+    ("grouped_query_attention", gqa_no_mask, PADDED, "weight to masked keys"),
+    ("grouped_query_attention", gqa_naive_exp, LARGE, "large inputs"),
+]
+
+
+KINDS_NOT_APPLICABLE: dict[tuple[str, str], str] = {}
+
+
+# --------------------------------------------------------------------------------------------
+# The independent gallery: bugs written as a learner would, none copied from the mutants above or the checks' variants
+# --------------------------------------------------------------------------------------------
+
+
+def split_reshape_then_permute_wrong(x, num_heads):
+    b, n, d = x.size()
+    return x.reshape(b, n, num_heads, d // num_heads).permute(0, 2, 3, 1)
+
+
+def split_einops_style_interleave(x, num_heads):
+    b, n, d = x.size()
+    return x.reshape(b, n, -1, num_heads).movedim(-1, 1)
+
+
+def split_chunk_on_positions(x, num_heads):
+    return torch.stack(torch.chunk(x, num_heads, dim=1), dim=1)
+
+
+def split_loop_over_heads(x, num_heads):
+    head_dim = x.size(-1) // num_heads
+    return torch.stack([x[:, :, h * head_dim : (h + 1) * head_dim] for h in range(num_heads)], dim=1).squeeze()
+
+
+def split_unflatten_no_move(x, num_heads):
+    return x.unflatten(-1, (num_heads, -1))
+
+
+def split_head_dim_heads(x, num_heads):
+    b, n, d = x.size()
+    return x.reshape(b, n, num_heads, -1).permute(0, 3, 1, 2)
+
+
+def split_as_float64(x, num_heads):
+    b, n, d = x.size()
+    return x.double().reshape(b, n, num_heads, -1).transpose(1, 2)
+
+
+def merge_flatten_wrong(x):
+    return x.flatten(start_dim=2).reshape(x.size(0), x.size(2), -1)
+
+
+def merge_permute_features_first(x):
+    return x.permute(0, 2, 3, 1).flatten(2)
+
+
+def merge_view_of_transpose(x):
+    return x.transpose(1, 2).view(x.size(0), x.size(2), -1)
+
+
+def merge_stack_positions(x):
+    return torch.cat(list(x.unbind(1)), dim=-2)
+
+
+def merge_loop_add(x):
+    out = torch.zeros_like(x[:, 0])
+    for h in range(x.size(1)):
+        out = out + x[:, h]
+    return out
+
+
+def merge_movedim_wrong(x):
+    return x.movedim(1, -1).reshape(x.size(0), x.size(2), -1)
+
+
+def merge_keeps_heads(x):
+    return x.transpose(1, 2)
+
+
+def mha_einsum_no_out(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    q = torch.einsum("bnd,de->bne", query, W_q).reshape(b, n, num_heads, -1)
+    k = torch.einsum("bmd,de->bme", key, W_k).reshape(b, key.shape[1], num_heads, -1)
+    v = torch.einsum("bmd,de->bme", value, W_v).reshape(b, key.shape[1], num_heads, -1)
+    scores = torch.einsum("bnhe,bmhe->bhnm", q, k) / math.sqrt(q.shape[-1])
+    weights = scores.masked_fill(~mask.unsqueeze(1), float("-inf")).softmax(-1).nan_to_num(0.0)
+    return torch.einsum("bhnm,bmhe->bnhe", weights, v).reshape(b, n, d), weights
+
+
+def mha_einsum_d_model_scale(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    q = torch.einsum("bnd,de->bne", query, W_q).reshape(b, n, num_heads, -1)
+    k = torch.einsum("bmd,de->bme", key, W_k).reshape(b, key.shape[1], num_heads, -1)
+    v = torch.einsum("bmd,de->bme", value, W_v).reshape(b, key.shape[1], num_heads, -1)
+    scores = torch.einsum("bnhe,bmhe->bhnm", q, k) / math.sqrt(d)
+    weights = scores.masked_fill(~mask.unsqueeze(1), float("-inf")).softmax(-1).nan_to_num(0.0)
+    return torch.einsum("bhnm,bmhe->bnhe", weights, v).reshape(b, n, d) @ W_o, weights
+
+
+def mha_loop_over_heads_unmasked(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    head_dim = query.shape[-1] // num_heads
+    outs, all_weights = [], []
+    for h in range(num_heads):
+        cols = slice(h * head_dim, (h + 1) * head_dim)
+        q, k, v = query @ W_q[:, cols], key @ W_k[:, cols], value @ W_v[:, cols]
+        w = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(head_dim), dim=-1)
+        outs.append(w @ v)
+        all_weights.append(w)
+    return torch.cat(outs, dim=-1) @ W_o, torch.stack(all_weights, dim=1)
+
+
+def mha_loop_mask_broadcast(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    heads = lambda t: t.reshape(b, t.shape[1], num_heads, -1).transpose(1, 2)  # noqa: E731
+    q, k, v = heads(query @ W_q), heads(key @ W_k), heads(value @ W_v)
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(d // num_heads)).masked_fill(mask == 0, float("-inf"))
+    weights = scores.softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def mha_merge_by_reshape(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    heads = lambda t: t.reshape(b, t.shape[1], num_heads, -1).transpose(1, 2)  # noqa: E731
+    q, k, v = heads(query @ W_q), heads(key @ W_k), heads(value @ W_v)
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(d // num_heads)).masked_fill(~mask[:, None], float("-inf"))
+    weights = scores.softmax(-1).nan_to_num(0.0)
+    return (weights @ v).reshape(b, n, d) @ W_o, weights
+
+
+def mha_torch_mean_weights(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    heads = lambda t: t.reshape(b, t.shape[1], num_heads, -1).transpose(1, 2)  # noqa: E731
+    q, k, v = heads(query @ W_q), heads(key @ W_k), heads(value @ W_v)
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(d // num_heads)).masked_fill(~mask[:, None], float("-inf"))
+    weights = scores.softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights.mean(dim=1)
+
+
+def mha_softmax_before_scale(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    b, n, d = query.shape
+    heads = lambda t: t.reshape(b, t.shape[1], num_heads, -1).transpose(1, 2)  # noqa: E731
+    q, k, v = heads(query @ W_q), heads(key @ W_k), heads(value @ W_v)
+    weights = (q @ k.transpose(-1, -2)).masked_fill(~mask[:, None], float("-inf")).softmax(-1).nan_to_num(0.0)
+    weights = weights / math.sqrt(d // num_heads)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def gqa_tile_with_expand(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    hd = d // num_heads
+    q = (query @ W_q).view(b, n, num_heads, hd).transpose(1, 2)
+    k = (key @ W_k).view(b, -1, num_kv_heads, hd).transpose(1, 2)
+    v = (value @ W_v).view(b, -1, num_kv_heads, hd).transpose(1, 2)
+    k = torch.cat([k] * (num_heads // num_kv_heads), dim=1)
+    v = torch.cat([v] * (num_heads // num_kv_heads), dim=1)
+    weights = (q @ k.mT / math.sqrt(hd)).masked_fill(~mask[:, None], float("-inf")).softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def gqa_first_kv_head_only(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    hd = d // num_heads
+    q = (query @ W_q).view(b, n, num_heads, hd).transpose(1, 2)
+    k = (key @ W_k).view(b, -1, num_kv_heads, hd).transpose(1, 2)[:, :1]
+    v = (value @ W_v).view(b, -1, num_kv_heads, hd).transpose(1, 2)[:, :1]
+    weights = (q @ k.mT / math.sqrt(hd)).masked_fill(~mask[:, None], float("-inf")).softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def gqa_kv_head_dim_wrong(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    q = (query @ W_q).view(b, n, num_heads, -1).transpose(1, 2)
+    k = (key @ W_k).view(b, -1, num_heads, d // num_heads).transpose(1, 2)
+    v = (value @ W_v).view(b, -1, num_heads, d // num_heads).transpose(1, 2)
+    weights = (q @ k.mT / math.sqrt(d // num_heads)).masked_fill(~mask[:, None], float("-inf")).softmax(-1)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def gqa_unmasked_loop(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    hd, group = d // num_heads, num_heads // num_kv_heads
+    outs, ws = [], []
+    for h in range(num_heads):
+        g = h // group
+        q = query @ W_q[:, h * hd : (h + 1) * hd]
+        k, v = key @ W_k[:, g * hd : (g + 1) * hd], value @ W_v[:, g * hd : (g + 1) * hd]
+        w = torch.softmax(q @ k.mT / math.sqrt(hd), dim=-1)
+        outs.append(w @ v)
+        ws.append(w)
+    return torch.cat(outs, -1) @ W_o, torch.stack(ws, 1)
+
+
+def gqa_scale_by_kv_width(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    hd, group = d // num_heads, num_heads // num_kv_heads
+    q = (query @ W_q).view(b, n, num_heads, hd).transpose(1, 2)
+    k = (key @ W_k).view(b, -1, num_kv_heads, hd).transpose(1, 2).repeat_interleave(group, 1)
+    v = (value @ W_v).view(b, -1, num_kv_heads, hd).transpose(1, 2).repeat_interleave(group, 1)
+    scores = q @ k.mT / math.sqrt(W_k.shape[1])
+    weights = scores.masked_fill(~mask[:, None], float("-inf")).softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+def gqa_mask_no_head_axis(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    b, n, d = query.shape
+    hd, group = d // num_heads, num_heads // num_kv_heads
+    q = (query @ W_q).view(b, n, num_heads, hd).transpose(1, 2)
+    k = (key @ W_k).view(b, -1, num_kv_heads, hd).transpose(1, 2).repeat_interleave(group, 1)
+    v = (value @ W_v).view(b, -1, num_kv_heads, hd).transpose(1, 2).repeat_interleave(group, 1)
+    weights = torch.where(mask, q @ k.mT / math.sqrt(hd), float("-inf")).softmax(-1).nan_to_num(0.0)
+    return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
+
+
+BUGS = [
+    ("split_heads", split_reshape_then_permute_wrong, GENERIC),
+    ("split_heads", split_einops_style_interleave, "split in the wrong order"),
+    ("split_heads", split_chunk_on_positions, GENERIC),
+    ("split_heads", split_loop_over_heads, "batch of one"),
+    ("split_heads", split_unflatten_no_move, "heads axis is left in place"),
+    ("split_heads", split_head_dim_heads, "wrong shape"),
+    ("split_heads", split_as_float64, "dtype torch.float64"),
+    ("merge_heads", merge_flatten_wrong, "without moving the heads axis back"),
+    ("merge_heads", merge_permute_features_first, "interleaved"),
+    ("merge_heads", merge_view_of_transpose, "raised RuntimeError"),
+    ("merge_heads", merge_stack_positions, "concatenated along the positions"),
+    ("merge_heads", merge_loop_add, "adds the heads up"),
+    ("merge_heads", merge_movedim_wrong, "interleaved"),
+    ("merge_heads", merge_keeps_heads, "wrong shape"),
+    ("multi_head_attention", mha_einsum_no_out, "W_o is missing"),
+    ("multi_head_attention", mha_einsum_d_model_scale, "divided by sqrt(d_model)"),
+    ("multi_head_attention", mha_loop_over_heads_unmasked, "weight to masked keys"),
+    ("multi_head_attention", mha_loop_mask_broadcast, "no head axis"),
+    ("multi_head_attention", mha_merge_by_reshape, "merged without moving the heads axis back"),
+    ("multi_head_attention", mha_torch_mean_weights, "averaged over the heads"),
+    ("multi_head_attention", mha_softmax_before_scale, GENERIC),
+    ("grouped_query_attention", gqa_tile_with_expand, "tiled"),
+    ("grouped_query_attention", gqa_first_kv_head_only, GENERIC),
+    ("grouped_query_attention", gqa_kv_head_dim_wrong, "raised RuntimeError"),
+    ("grouped_query_attention", gqa_unmasked_loop, "weight to masked keys"),
+    ("grouped_query_attention", gqa_scale_by_kv_width, GENERIC),
+    ("grouped_query_attention", gqa_mask_no_head_axis, "no head axis"),
+]
