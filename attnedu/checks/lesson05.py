@@ -17,19 +17,7 @@ import torch
 
 from ..masks import padding_mask
 from ..multihead import grouped_query_attention, merge_heads, multi_head_attention, split_heads
-from .exercise import (
-    LARGE,
-    ONE,
-    PADDED,
-    UNPADDED,
-    Case,
-    Exercise,
-    Layout,
-    Variant,
-    generator,
-    kinds,
-    randn,
-)
+from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
 
 LESSON = "05_multi_head_attention"
 

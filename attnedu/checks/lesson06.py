@@ -13,18 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..masks import causal_mask, causal_padding_mask, padding_mask, prefix_lm_mask, to_additive
-from .exercise import (
-    EMPTY_ROW,
-    LARGE,
-    ONE,
-    PADDED,
-    UNPADDED,
-    Case,
-    Exercise,
-    Layout,
-    Variant,
-    kinds,
-)
+from .exercise import EMPTY_ROW, LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, kinds
 
 LESSON = "06_masking"
 

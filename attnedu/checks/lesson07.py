@@ -20,19 +20,7 @@ import torch
 
 from ..masks import padding_mask
 from ..positional import apply_rope, sinusoidal_encoding
-from .exercise import (
-    LARGE,
-    ONE,
-    PADDED,
-    UNPADDED,
-    Case,
-    Exercise,
-    Layout,
-    Variant,
-    generator,
-    kinds,
-    randn,
-)
+from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
 
 LESSON = "07_positional_encoding"
 
