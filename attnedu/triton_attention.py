@@ -76,8 +76,9 @@ DQ_CONFIGS = {
     128: [(128, 32, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3), (64, 32, 4, 2)],
     256: [(64, 32, 8, 2), (32, 32, 4, 2), (64, 16, 4, 2)],
 }
-# Small enough for any head_dim and dtype on any GPU Triton supports; added when fewer than two candidates fit.
-FALLBACK_CONFIGS = [(64, 32, 4, 2), (32, 32, 4, 1), (16, 16, 4, 1)]
+# Smaller configurations, added (those that fit) when fewer than two candidates fit, e.g. float32 at head_dim 128; the
+# last fits any head_dim and dtype on any GPU Triton supports.
+FALLBACK_CONFIGS = [(64, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 1), (16, 16, 4, 1)]
 # Under the interpreter: one configuration, no autotuning (each program costs NumPy calls, so few big tiles).
 INTERPRETER_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64}
 DELTA_BLOCK = 128  # rows per program of the D = rowsum(dO * O) kernel (memory-bound, nothing to tune)
@@ -303,29 +304,50 @@ def _forward(query, key, value, is_causal: bool, config: dict | None = None):
     return out, lse
 
 
+class _BackwardLaunch:
+    """The three backward kernels of one call, launchable one at a time (benchmarks/tune_triton.py times each):
+    ``delta()`` first, then ``dkdv(config)`` and ``dq(config)`` in either order; ``grads`` holds the results."""
+
+    def __init__(self, query, key, value, out, lse, grad_out, is_causal: bool):
+        batch, heads, n_q, head_dim = query.shape
+        n_k, value_dim = value.shape[-2:]
+        grad_out = grad_out.contiguous()  # e.g. the stride-0 gradient of out.sum()
+        self.out, self.grad_out, self.delta_rows = out, grad_out, torch.empty_like(lse)
+        self.grads = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+        self.batch_heads, self.n_q, self.n_k, self.heads, self.value_dim = batch * heads, n_q, n_k, heads, value_dim
+        pad_d, pad_dv, block_d, block_dv = _dims(head_dim, value_dim)
+        self.block_dv = block_dv
+        scale = 1.0 / math.sqrt(head_dim)
+        common = (heads, n_q, n_k, head_dim, value_dim, LOG2_E * scale, scale, _seq_bucket(max(n_q, n_k)), is_causal,
+                  pad_d, pad_dv, block_d, block_dv)  # fmt: skip
+        tensors = (query, key, value, grad_out, lse, self.delta_rows)
+        strides = (*query.stride(), *key.stride(), *value.stride(), *grad_out.stride())
+        d_query, d_key, d_value = self.grads
+        self.dkdv_args = (*tensors, d_key, d_value, *strides, *d_key.stride(), *d_value.stride(), *common)
+        self.dq_args = (*tensors, d_query, *strides, *d_query.stride(), *common)
+
+    def delta(self) -> None:
+        """D = rowsum(dO * O), float32, one number per query."""
+        block = INTERPRETER_CONFIG["BLOCK_M"] if interpreting() else DELTA_BLOCK
+        _get_kernels().raw["delta"][(-(-self.n_q // block), self.batch_heads)](
+            self.out, self.grad_out, self.delta_rows, *self.out.stride(), *self.grad_out.stride(), self.heads,
+            self.n_q, self.value_dim, BLOCK_M=block, BLOCK_DV=self.block_dv,
+        )  # fmt: skip
+
+    def dkdv(self, config: dict | None = None) -> None:
+        _launch("dkdv", self.dkdv_args, self.n_k, "BLOCK_N", self.batch_heads, config)
+
+    def dq(self, config: dict | None = None) -> None:
+        _launch("dq", self.dq_args, self.n_q, "BLOCK_M", self.batch_heads, config)
+
+
 def _backward(query, key, value, out, lse, grad_out, is_causal: bool, dkdv_config=None, dq_config=None):
     """(d_query, d_key, d_value), each in its input's dtype, from the saved output and log-sum-exp."""
-    batch, heads, n_q, head_dim = query.shape
-    n_k, value_dim = value.shape[-2:]
-    grad_out = grad_out.contiguous()  # e.g. the stride-0 gradient of out.sum()
-    delta = torch.empty_like(lse)
-    pad_d, pad_dv, block_d, block_dv = _dims(head_dim, value_dim)
-    delta_kernel = _get_kernels().raw["delta"]
-    block = INTERPRETER_CONFIG["BLOCK_M"] if interpreting() else DELTA_BLOCK
-    delta_kernel[(-(-n_q // block), batch * heads)](
-        out, grad_out, delta, *out.stride(), *grad_out.stride(), heads, n_q, value_dim,
-        BLOCK_M=block, BLOCK_DV=block_dv,
-    )  # fmt: skip
-    d_query, d_key, d_value = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
-    scale = 1.0 / math.sqrt(head_dim)
-    common = (heads, n_q, n_k, head_dim, value_dim, LOG2_E * scale, scale, _seq_bucket(max(n_q, n_k)), is_causal,
-              pad_d, pad_dv, block_d, block_dv)  # fmt: skip
-    tensors = (query, key, value, grad_out, lse, delta)
-    strides = (*query.stride(), *key.stride(), *value.stride(), *grad_out.stride())
-    _launch("dkdv", (*tensors, d_key, d_value, *strides, *d_key.stride(), *d_value.stride(), *common),
-            n_k, "BLOCK_N", batch * heads, dkdv_config)  # fmt: skip
-    _launch("dq", (*tensors, d_query, *strides, *d_query.stride(), *common), n_q, "BLOCK_M", batch * heads, dq_config)
-    return d_query, d_key, d_value
+    launch = _BackwardLaunch(query, key, value, out, lse, grad_out, is_causal)
+    launch.delta()
+    launch.dkdv(dkdv_config)
+    launch.dq(dq_config)
+    return launch.grads
 
 
 class TritonAttention(torch.autograd.Function):

@@ -8,6 +8,7 @@ need only torch, triton, numpy and pytest.
 import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +27,7 @@ TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 GRAD_TOLERANCE = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 1e-2}
 # (n_q, n_k, head_dim, value_dim): lengths off the 64-block, n_q != n_k both ways, head_dim not a power of two
 SHAPES = [(37, 37, 16, 16), (70, 50, 32, 32), (20, 90, 64, 64), (65, 65, 24, 40)]
+H100_SHARED = 232448 - 8 * 1024  # the limit _shared_memory_limit returns on an H100
 
 
 def qkv(n_q, n_k, head_dim, value_dim, dtype, device="cpu", batch=2, heads=2, requires_grad=False):
@@ -209,11 +211,26 @@ def _first_tile_masked_probe(Q, K, V, O, qk_scale):
     tl.store(O + rows[:, None] * 16 + dims[None, :], acc / l[:, None])
 
 
+@needs_triton
+def test_the_tuning_script_runs_every_candidate_under_the_interpreter(interpreter):
+    """benchmarks/tune_triton.py, whose GPU run picks the candidate lists: its loop, checks and table, on the CPU
+    with a fake timer. Every candidate must come out right (no "WRONG") and be timed."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "tune_triton.py"
+    spec = importlib.util.spec_from_file_location("tune_triton", path)
+    tune_triton = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tune_triton)
+    lines = []
+    totals = tune_triton.tune([40], [16], ["float32"], [True], tokens=40, hidden=32, device="cpu",
+                              timer=lambda fn: 1.0, limit=H100_SHARED, log=lines.append)  # fmt: skip
+    text = "\n".join(lines)
+    assert "WRONG" not in text and "Error" not in text and "first candidate" in text
+    for kind in tune_triton.KERNELS:
+        assert len(totals[(kind, 16, "float32", True)]) == len(tune_triton.candidates(kind, 16, 4, H100_SHARED, False))
+
+
 # ------------------------------------------------------------------------------------------------------------
 # configurations, inputs, availability (no kernel runs)
 # ------------------------------------------------------------------------------------------------------------
-
-H100_SHARED = 232448 - 8 * 1024  # the limit _shared_memory_limit returns on an H100
 
 
 def test_the_pre_autotuning_configuration_stays_first_among_the_candidates():
