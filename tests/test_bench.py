@@ -11,7 +11,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from attnedu import bench
+from attnedu import bench, bench_gpu
 from attnedu.flash import attention_flops
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,7 +160,7 @@ def fake_gpu(monkeypatch):
         return {"median": ms, "q20": 0.9 * ms, "q80": 1.2 * ms, "min": 0.8 * ms, "max": 1.5 * ms}
 
     monkeypatch.setattr(bench, "make_methods", make_methods)
-    monkeypatch.setattr(bench, "gpu_time", gpu_time)
+    monkeypatch.setattr(bench_gpu, "gpu_time", gpu_time)
 
 
 def run_fake_suite(**overrides):
@@ -168,7 +168,7 @@ def run_fake_suite(**overrides):
                "modes": bench.MODES, "methods": ("triton", "sdpa_flash", "sdpa_cudnn", "naive"), "tokens": 1024,
                "hidden": 64, "warmup_ms": 1, "rep_ms": 1, "log": None, "device": "cpu"}  # fmt: skip
     options.update(overrides)
-    return bench._run_suite(**options)
+    return bench_gpu._run_suite(**options)
 
 
 def test_gpu_suite_table_ratios_and_throughput_with_a_fake_timer(fake_gpu, tmp_path):
@@ -208,7 +208,7 @@ def test_gpu_provenance_records_the_machine(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=None: props)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: props.name)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(bench, "_nvidia_smi", lambda: {"driver_version": "999.1", "clocks.sm": "1980"})
+    monkeypatch.setattr(bench_gpu, "_nvidia_smi", lambda: {"driver_version": "999.1", "clocks.sm": "1980"})
     info = bench.provenance("cuda", "bfloat16", 1, 8, 1, 1, 0)
     for key in ("device", "gpu", "nvidia_smi", "cuda", "cudnn", "torch", "triton", "tf32_matmul", "l2",
                 "first_call", "triton_autotune", "timing", "memory"):  # fmt: skip
@@ -219,7 +219,7 @@ def test_gpu_provenance_records_the_machine(monkeypatch):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
 def test_the_gpu_suite_refuses_to_run_without_a_gpu(capsys):
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
-        bench.run_gpu_suite(lengths=[1024])
+        bench_gpu.run_gpu_suite(lengths=[1024])
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--gpu-suite", "--lengths", "1024"])
     assert "--gpu-suite" in str(exit_info.value.code) and "CUDA GPU" in str(exit_info.value.code)
@@ -240,10 +240,10 @@ def test_the_gpu_suite_refuses_to_run_without_a_gpu(capsys):
         (lambda: bench.run_benchmark(modes=["backward"]), ValueError, r"modes\[0\] should be one of"),
         (lambda: bench.run_benchmark(dtype="fp16"), ValueError, r"dtype should be one of"),
         (lambda: bench.run_benchmark(threads=0), ValueError, r"threads"),
-        (lambda: bench.run_gpu_suite(dtypes="bfloat16"), TypeError, r"dtypes should be a list of names"),
-        (lambda: bench.run_gpu_suite(head_dims=[64, 96], hidden=2048), ValueError, r"hidden=2048 .* head_dim=96"),
-        (lambda: bench.run_gpu_suite(rep_ms=0), ValueError, r"rep_ms"),
-        (lambda: bench.run_gpu_suite(methods=["triton", "sdpa-flash"]), ValueError, r"did you mean 'sdpa_flash'"),
+        (lambda: bench_gpu.run_gpu_suite(dtypes="bfloat16"), TypeError, r"dtypes should be a list of names"),
+        (lambda: bench_gpu.run_gpu_suite(head_dims=[64, 96], hidden=2048), ValueError, r"hidden=2048 .* head_dim=96"),
+        (lambda: bench_gpu.run_gpu_suite(rep_ms=0), ValueError, r"rep_ms"),
+        (lambda: bench_gpu.run_gpu_suite(methods=["triton", "sdpa-flash"]), ValueError, r"did you mean 'sdpa_flash'"),
     ],
 )
 def test_bad_arguments_are_refused_naming_the_argument(call, error, message):
@@ -254,10 +254,10 @@ def test_bad_arguments_are_refused_naming_the_argument(call, error, message):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here")
 def test_gpu_suite_runs_on_a_real_gpu(tmp_path):
     """A one-shape suite on the GPU: every method measured (or refused/out of memory, recorded), files written."""
-    suite = bench.run_gpu_suite(lengths=[1024], head_dims=[64], dtypes=["bfloat16"], causal=[True], warmup_ms=5,
+    suite = bench_gpu.run_gpu_suite(lengths=[1024], head_dims=[64], dtypes=["bfloat16"], causal=[True], warmup_ms=5,
                                 rep_ms=20, log=print)  # fmt: skip
     found = {(r.method, r.mode): r for r in suite.results}
-    assert len(found) == len(bench.GPU_SUITE["methods"]) * 2
+    assert len(found) == len(bench_gpu.GPU_SUITE["methods"]) * 2
     for mode in bench.MODES:
         triton = found[("triton", mode)]
         assert triton.error is None and triton.tflops > 0 and triton.extra_mib is not None

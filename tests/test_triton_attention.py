@@ -302,7 +302,7 @@ def test_importing_the_kernel_and_the_benchmark_needs_no_notebook_packages():
         "import sys\n"
         "for name in ('ipywidgets', 'nbformat', 'nbclient', 'IPython'):\n"
         "    sys.modules[name] = None  # importing it now raises ImportError\n"
-        "import attnedu.triton_attention, attnedu.bench\n"
+        "import attnedu.triton_attention, attnedu.bench, attnedu.bench_gpu\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
