@@ -77,7 +77,7 @@ cuda: $(READY)
 
 # After `make cuda`, on a machine with an NVIDIA GPU: the Triton kernels against SDPA's flash, cuDNN and efficient
 # backends and naive attention, forward and forward+backward, N 1k..16k, head_dim 64 and 128, causal and not,
-# bfloat16 and float16 -> benchmarks/attention_cuda.{json,md,png} (about 5-8 minutes on an H100; see
+# bfloat16 and float16 -> benchmarks/attention_cuda.{json,md,png} (estimated 4-7 minutes on an H100; see
 # benchmarks/gpu_bench.md). It refuses to run without a CUDA GPU.
 gpu-bench: $(READY)
 	$(BIN)/python -m attnedu.bench --gpu-suite --out benchmarks/attention_cuda

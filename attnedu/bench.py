@@ -258,9 +258,11 @@ def _causal_kw(fn, q, k, v, causal):
 
 def make_inputs(batch: int, heads: int, n: int, head_dim: int, dtype: torch.dtype, device: str, seed: int = 0,
                 requires_grad: bool = False):  # fmt: skip
-    g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(batch, heads, n, head_dim, generator=g).to(device, dtype).requires_grad_(requires_grad)
-                 for _ in range(3))  # fmt: skip
+    """Query, key and value (batch, heads, n, head_dim) from torch.randn, drawn on ``device`` (on a GPU, drawing
+    the GPU suite's 3 x 33 million numbers on the CPU would take a second per shape)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    return tuple(torch.randn(batch, heads, n, head_dim, generator=g, device=device).to(dtype)
+                 .requires_grad_(requires_grad) for _ in range(3))  # fmt: skip
 
 
 def make_call(fn: Callable, q, k, v, causal: bool, mode: str, grad_out=None) -> Callable[[], object]:

@@ -279,10 +279,17 @@ def _launch(kind: str, args: tuple, n_rows: int, grid_block: str, batch_heads: i
     kernels = _get_kernels()
     if kernels.tuned is None:  # the interpreter: one small configuration, launch options ignored
         config = {key: value for key, value in (config or INTERPRETER_CONFIG).items() if key.startswith("BLOCK")}
-    elif config is None and not autotuning():
+    elif config is None and not autotuning():  # the first candidate that compiles (the estimate is rough)
         q = args[0]
         limit = _shared_memory_limit(q.device.index or 0)
-        config = candidate_configs(kind, args[-2], args[-1], q.element_size(), limit)[0]
+        candidates = candidate_configs(kind, args[-2], args[-1], q.element_size(), limit)
+        for i, config in enumerate(candidates):
+            try:
+                kernels.raw[kind][(-(-n_rows // config[grid_block]), batch_heads)](*args, **config)
+                return
+            except Exception as error:  # triton.runtime.errors.OutOfResources: too much shared memory
+                if type(error).__name__ != "OutOfResources" or i == len(candidates) - 1:
+                    raise
     if config is None:
         kernels.tuned[kind][lambda meta: (-(-n_rows // meta[grid_block]), batch_heads)](*args)
     else:
@@ -403,7 +410,7 @@ def triton_attention(query, key, value, *, is_causal: bool = False, return_lse: 
     Scores and sums are accumulated in float32; P and dS are cast to the input's dtype before their matrix products,
     as FlashAttention-2 does (on a GPU, float32 inputs go through TF32 in ``tl.dot``, so expect about 1e-3 error
     there). Measured under the interpreter (exact float32 products), against PyTorch autograd of naive attention in
-    float64: outputs and gradients agree to about 1e-6 in float32 (tests/test_triton_attention.py allows 1e-5).
+    float64: outputs and gradients agree to about 2e-6 in float32 (tests/test_triton_attention.py allows 1e-5).
     """
     reason = unavailable_reason()
     if reason is not None:
