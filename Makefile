@@ -20,7 +20,7 @@ PERTURBATION := 1000
 OTHER_KERNELS = env $$($(BIN)/python -c "import torch; \
 	print('ATEN_CPU_CAPABILITY=avx2' if torch.backends.cpu.get_cpu_capability() == 'AVX512' else '')")
 
-.PHONY: lab test notebooks book lock cuda clean
+.PHONY: lab test notebooks book lock cuda gpu-bench clean
 
 $(READY): requirements.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,13 @@ lock:
 cuda: $(READY)
 	$(BIN)/python -m pip uninstall --quiet -y torch
 	$(BIN)/python -m pip install --quiet $(TORCH) --index-url https://pypi.org/simple
+
+# After `make cuda`, on a machine with an NVIDIA GPU: the Triton kernels against SDPA's flash, cuDNN and efficient
+# backends and naive attention, forward and forward+backward, N 1k..16k, head_dim 64 and 128, causal and not,
+# bfloat16 and float16 -> benchmarks/attention_cuda.{json,md,png} (estimated 4-7 minutes on an H100; see
+# benchmarks/gpu_bench.md). It refuses to run without a CUDA GPU.
+gpu-bench: $(READY)
+	$(BIN)/python -m attnedu.bench --gpu-suite --out benchmarks/attention_cuda
 
 clean:
 	rm -rf $(VENV) book/_build .pytest_cache

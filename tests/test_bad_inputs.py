@@ -907,8 +907,10 @@ SPECS = {
 def _wrong_rank_tensor(like: torch.Tensor, allowed: tuple[int, ...], draw: random.Random) -> torch.Tensor:
     rank = draw.choice([r for r in range(0, 6) if r not in allowed])
     shape = [draw.randint(1, 4) for _ in range(rank)]
-    return torch.randn(shape, generator=g).to(like.dtype) if like.is_floating_point() else torch.ones(
-        shape, dtype=like.dtype
+    return (
+        torch.randn(shape, generator=g).to(like.dtype)
+        if like.is_floating_point()
+        else torch.ones(shape, dtype=like.dtype)
     )
 
 
