@@ -149,7 +149,8 @@ class Benchmark:
         """Per shape: how many times slower naive is than tiled and than SDPA, tiled's time over SDPA's, how many
         times more extra memory naive needs than tiled, Triton's throughput over each SDPA backend's, and naive's
         time and memory over Triton's. A method that did not run at a shape (out of memory, refused) is left out of
-        that shape's ratios."""
+        that shape's ratios, and so is a memory ratio whose denominator measured under 1 MiB (at that size the
+        difference of two allocator readings is noise, and can even come out negative)."""
         rows = []
         for mode, dtype, n, head_dim, causal in self.shapes():
             row = {"mode": mode, "dtype": dtype, "n": n, "head_dim": head_dim, "causal": causal}
@@ -161,8 +162,8 @@ class Benchmark:
                     row[f"{a} / {b} time"] = x.median_ms / y.median_ms
                 elif what == "throughput":
                     row[f"{a} / {b} throughput"] = y.median_ms / x.median_ms
-                elif x.extra_mib is not None and y.extra_mib:
-                    row[f"{a} / {b} extra memory"] = x.extra_mib / max(y.extra_mib, 1e-9)
+                elif x.extra_mib is not None and y.extra_mib is not None and y.extra_mib >= 1.0:
+                    row[f"{a} / {b} extra memory"] = x.extra_mib / y.extra_mib
             rows.append(row)
         return rows
 
