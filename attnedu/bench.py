@@ -641,19 +641,23 @@ def _run_cuda_shapes(bench, chosen, shapes, batch, heads, dtype, memory, memory_
 
 
 def cpu_targets(bench: Benchmark, n: int = 4096, head_dim: int = 64) -> list[dict]:
-    """The issue's CPU targets at (n, head_dim), non-causal forward: tiled within 3x of SDPA's time, at least 1.5x
-    faster than naive, and at least n / (4 head_dim) times less extra memory than naive."""
-    naive, tiled, sdpa = (bench.find(m, n, head_dim, False, ran=True) for m in ("naive", "tiled", "sdpa"))
-    if not (naive and tiled and sdpa):
-        return []
-    rows = [
-        {"target": "tiled time / SDPA time", "value": tiled.median_ms / sdpa.median_ms, "bound": "<= 3"},
-        {"target": "naive time / tiled time", "value": naive.median_ms / tiled.median_ms, "bound": ">= 1.5"},
-    ]
-    if naive.extra_mib is not None and tiled.extra_mib is not None:
-        ratio = naive.extra_mib / max(tiled.extra_mib, 1e-9)
-        bound = f">= {n / (4 * head_dim):g}"
-        rows.append({"target": "naive extra memory / tiled extra memory", "value": ratio, "bound": bound})
+    """The CPU targets at (n, head_dim), not causal: the tiled PyTorch version within 1.5 times SDPA's fused kernel's
+    time, forward and (where measured) forward+backward; at least 1.5 times faster than naive attention, and at least
+    n / (4 head_dim) times less extra memory, forward. One row per target that the benchmark measured."""
+    rows = []
+    for mode in MODES:
+        tiled, sdpa = (bench.find(m, n, head_dim, False, ran=True, mode=mode) for m in ("tiled", "sdpa"))
+        if tiled and sdpa:
+            rows.append({"target": f"tiled time / SDPA time, {mode}", "value": tiled.median_ms / sdpa.median_ms,
+                         "bound": "<= 1.5"})  # fmt: skip
+    naive, tiled = (bench.find(m, n, head_dim, False, ran=True) for m in ("naive", "tiled"))
+    if naive and tiled:
+        rows.append({"target": "naive time / tiled time, forward", "value": naive.median_ms / tiled.median_ms,
+                     "bound": ">= 1.5"})  # fmt: skip
+        if naive.extra_mib is not None and tiled.extra_mib is not None and tiled.extra_mib >= 1.0:
+            memory = naive.extra_mib / tiled.extra_mib
+            bound = f">= {n / (4 * head_dim):g}"
+            rows.append({"target": "naive extra memory / tiled extra memory, forward", "value": memory, "bound": bound})
     for row in rows:
         op, bound = row["bound"].split()
         row["met"] = row["value"] <= float(bound) if op == "<=" else row["value"] >= float(bound)
@@ -818,6 +822,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--note", default="", help="a paragraph appended to the Markdown report")
     parser.add_argument("--child-memory", nargs=8, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    command = "python -m attnedu.bench " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.child_memory:
         method, batch, heads, n, head_dim, dtype, causal, mode = args.child_memory
         print(_child_memory(method, int(batch), int(heads), int(n), int(head_dim), dtype, bool(int(causal)), mode))
@@ -840,6 +845,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             if torch.cuda.is_available():
                 raise
             sys.exit(f"python -m attnedu.bench --gpu-suite: {error}")
+        bench.provenance["command"] = command
         paths = write(bench, args.out or "benchmarks/attention_cuda", args.note)
         print(markdown(bench, args.note))
         print("wrote", ", ".join(map(str, paths)))
@@ -863,6 +869,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         threads=args.threads, memory=not args.no_memory, memory_lengths=memory_lengths,
         modes=args.modes or ["forward"], min_run_time=min_run_time,
     )  # fmt: skip
+    bench.provenance["command"] = command
     default = Path(f"benchmarks/attention_{device}")
     if args.quick:
         default = Path(tempfile.gettempdir()) / "attnedu_bench_quick" / "attention"
