@@ -54,7 +54,7 @@ from pathlib import Path
 
 import torch
 
-from ._validate import check_bool, check_choice, check_int, check_items, check_number
+from ._validate import check_bool, check_choice, check_int, check_items, check_number, check_positive_ints
 from .flash import attention_flops, naive_attention, tiled_attention
 from .runtime import progress
 
@@ -484,13 +484,6 @@ def _check_device(device) -> None:
     check_choice("device", device, DEVICES)
 
 
-def _check_positive_ints(name: str, values, meaning: str) -> list[int]:
-    values = check_items(name, values, int, f"positive ints ({meaning})")
-    for i, value in enumerate(values):
-        check_int(f"{name}[{i}]", value, meaning, minimum=1)
-    return values
-
-
 def _check_names(name: str, values, choices: Sequence[str]) -> list[str]:
     values = check_items(name, values, str, f"names from {tuple(choices)}")
     for i, value in enumerate(values):
@@ -499,8 +492,8 @@ def _check_names(name: str, values, choices: Sequence[str]) -> list[str]:
 
 
 def _check_common(lengths, head_dims, causal, methods, modes, repeats=1, warmup=0) -> None:
-    _check_positive_ints("lengths", lengths, "sequence length N")
-    _check_positive_ints("head_dims", head_dims, "head size")
+    check_positive_ints("lengths", lengths, "sequence length N")
+    check_positive_ints("head_dims", head_dims, "head size")
     check_items("causal", causal, bool, "bools (False: no mask, True: causal)")
     _check_names("methods", methods, METHODS)
     _check_names("modes", modes, MODES)
@@ -560,7 +553,7 @@ def run_benchmark(
         check_int(name, value, meaning, minimum=1)
     check_bool("memory", memory, "whether to measure memory")
     if memory_lengths is not None:
-        _check_positive_ints("memory_lengths", memory_lengths, "N at which to measure memory")
+        check_positive_ints("memory_lengths", memory_lengths, "N at which to measure memory")
     check_number("min_run_time", min_run_time, "seconds per Timer measurement", minimum=0, strict=True)
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device='cuda' but torch sees no CUDA GPU; use device='cpu' or install PyTorch's CUDA build")
