@@ -202,8 +202,9 @@ class MultiHeadAttention(nn.Module):
             )
         if self.num_kv_heads != self.num_heads:
             raise ValueError(
-                f"this module has num_kv_heads={self.num_kv_heads}; torch.nn.MultiheadAttention has one key/value head "
-                "per query head: build this one with num_kv_heads=None"
+                f"num_kv_heads should equal num_heads={self.num_heads} to copy torch.nn.MultiheadAttention (one "
+                f"key/value head per query head), got num_kv_heads={self.num_kv_heads}; build this one with "
+                "num_kv_heads=None"
             )
         if not mha._qkv_same_embed_dim:
             raise ValueError("torch's module has kdim/vdim different from embed_dim; this one projects d_model only")

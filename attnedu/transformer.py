@@ -544,13 +544,14 @@ class DecoderLM(nn.Module):
             self.head = None if tie_embeddings else nn.Linear(d_model, vocab_size, bias=False)
 
     def forward(self, tokens: torch.Tensor, return_weights: bool = False):
-        check_ids("tokens", tokens, self.embedding.num_embeddings, 2, "(batch, seq_len) of token ids")
+        check_tensor("tokens", tokens, 2, "(batch, seq_len) of token ids")
         if tokens.device != self.embedding.weight.device:
             device = self.embedding.weight.device
             raise ValueError(
                 f"tokens should be on the model's device, {device}, got {tokens.device}; move them with "
                 f"tokens.to({str(device)!r})"
             )
+        check_ids("tokens", tokens, self.embedding.num_embeddings, 2, "(batch, seq_len) of token ids")
         check_bool("return_weights", return_weights, "whether to return each block's weights")
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         x = self.embedding(tokens)

@@ -74,3 +74,16 @@ def test_the_other_diagrams_draw_and_check_their_arguments():
     with pytest.raises(ValueError, match="1..8"):
         multihead_diagram(9)
     plt.close("all")
+
+
+def test_the_blocks_diagram_draws_both_arrangements_with_a_legend():
+    from attnedu.diagrams import transformer_blocks_diagram
+
+    ax = transformer_blocks_diagram()
+    texts = _texts(ax)
+    assert texts.count("Add & LayerNorm") == 2 and texts.count("RMSNorm") == 2 and texts.count("+") == 2
+    assert {"2017 encoder block (post-norm)", "today's decoder block (pre-norm)", "SwiGLU"} <= set(texts)
+    assert len(ax.lines) == 4  # two residual connections per block
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["attention", "feed-forward", "normalisation", "add", "residual connection"]
+    plt.close("all")
