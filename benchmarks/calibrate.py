@@ -339,7 +339,7 @@ def report(results: list[dict], args) -> None:
     later = {m: by_model.pop(m) for m in TRANSFORMER}
     results = [r for r in results if r["model"] in MODELS]
     buckets = list(results[0]["accuracy"]) if results else []
-    print("# Calibration of lessons 01-07\n")
+    print("# Calibration of lessons 01-09\n")
     print(
         f"Measured {datetime.date.today()} by `benchmarks/calibrate.py` ({args.jobs} processes at once, 1 torch thread "
         f"each). Machine: {platform.machine()}, {os.cpu_count()} cores, torch's CPU kernels for "
