@@ -38,6 +38,7 @@ LR = 1e-2
 class TrainLog:
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0  # wall time of the training steps (batches, forward, backward, update)
+    lrs: list[float] = field(default_factory=list)  # the learning rate of each step, where the loop records it
 
     @property
     def ms_per_step(self) -> float:
@@ -252,6 +253,7 @@ def train_lm(
         optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), clip)
+        log.lrs.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
         schedule.step()
         log.losses.append(loss.item())

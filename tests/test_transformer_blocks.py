@@ -331,6 +331,9 @@ def test_training_a_language_model_lowers_its_held_out_loss():
     assert before == pytest.approx(manual, rel=1e-5)
     log = train_lm(lm, corpus, 60, 8, 16, 1e-2, warmup=5, seed=0)
     assert len(log.losses) == 60 and not lm.training
+    assert log.lrs[:5] == pytest.approx([2e-3, 4e-3, 6e-3, 8e-3, 1e-2])  # warm-up, then half a cosine down to 0
+    assert log.lrs[5] == pytest.approx(1e-2)
+    assert log.lrs[-1] == pytest.approx(1e-2 * (1 + math.cos(math.pi * 54 / 55)) / 2)
     assert lm_loss(lm, inputs, targets) < 0.5 * before
     again = DecoderLM(len(chars), 16, 2, 2, seed=0)
     assert train_lm(again, corpus, 60, 8, 16, 1e-2, warmup=5, seed=0).losses == log.losses
