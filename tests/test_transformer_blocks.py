@@ -39,6 +39,15 @@ from attnedu.transformer import (
 )
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread, as the notebooks use: with two, tiny models crawl when other work shares the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
