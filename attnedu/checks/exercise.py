@@ -22,6 +22,7 @@ ONE, PADDED, UNPADDED, LARGE, EMPTY_ROW = (
     "a fully masked row",
 )
 REQUIRED_TAGS = (ONE, PADDED, UNPADDED, LARGE)
+SENTENCES = ("sentence", "sentences", "batch index")  # what an index of the first axis is, by default
 TAG_ORDER = (EMPTY_ROW, LARGE, ONE, PADDED, UNPADDED)
 
 
@@ -82,6 +83,14 @@ class Exercise:
     output_names: tuple[str, ...] = ("the output",)
     properties: Callable[[tuple, object], str | None] | None = None  # extra learner-facing checks
     layout: Callable[[tuple], tuple[Layout | None, ...]] | None = None  # one Layout per output, from a case's args
+    # What one index of each output's first axis is, in the exercise's own words (singular, plural, "batch index"
+    # or "index"), one per output; by default a sentence of a batch.
+    units: tuple[tuple[str, str, str], ...] | None = None
+    large_note: str | None = None  # said when NaN or inf appear on large inputs, in the exercise's words
+    nan_note: str | None = None  # said when they appear on other inputs
+
+    def unit(self, output: int = 0) -> tuple[str, str, str]:
+        return SENTENCES if self.units is None else self.units[output]
 
 
 # --------------------------------------------------------------------------------------------
