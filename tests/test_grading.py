@@ -11,6 +11,9 @@ One grader run (``--jobs 2``) over a folder of:
 * hangs and crashes: a function that ignores SIGALRM and loops, one that calls ``os._exit`` (the
   kernel stops the child process that calls them); a cell whose loop swallows KeyboardInterrupt,
   and a function that ignores SIGALRM in a kernel without ``os.fork`` (the worker stops the kernel);
+  Triton kernels (lesson 08, under the interpreter) that loop forever, read far out of bounds (stopped by
+  the launcher's memory check and reported), and read far out of bounds with that check sabotaged
+  (the process running it dies);
 * an attacker that tries to delete and overwrite its neighbours, plant a notebook, write the
   output files, start a detached process that writes after grading, use 64 GiB, start 200
   processes and reach the network, and reports what it saw through its function's printing
@@ -46,7 +49,7 @@ TIMEOUT = 10  # seconds for a submission's own cells: far more than a solution n
 TIME_LIMIT = 1  # seconds per call of a learner's function
 MARKER = "987.654"  # in the command line of the attacker's detached process
 BWRAP = sandbox.find_bwrap() is not None
-L01, L02 = "01_rnn_bottleneck", "02_bahdanau_attention"
+L01, L02, L08 = "01_rnn_bottleneck", "02_bahdanau_attention", "08_flash_attention"
 
 
 def read(path: Path):
@@ -169,6 +172,23 @@ for child in children:
     child.wait()
 """
 
+UNCHECKED = """\
+import contextlib
+
+import attnedu.triton_basics as unchecked
+
+_launch = unchecked._launch
+
+
+def launch_unchecked(kernel, *args, **kwargs):  # the causal kernel runs without the memory check
+    if "causal" in kernel.fn.__name__:
+        unchecked._checked = lambda buffers: contextlib.nullcontext()
+    return _launch(kernel, *args, **kwargs)
+
+
+unchecked._launch = launch_unchecked
+"""
+
 REPORT_PROBE = '    print("PROBE " + json.dumps(seen, separators=(",", ":")))\n'
 
 
@@ -210,6 +230,14 @@ def write_submissions(folder: Path, out: Path, report: Path, target: tuple[str, 
     prepend_to_body(swallow, "padding_mask", ignore_alarm + "    while True:\n        pass\n")
     swallow.cells.append(nbformat.v4.new_code_cell(SWALLOW_INTERRUPT))
     nbformat.write(swallow, folder / "00_swallow.ipynb")  # the longest: graded first, so the two jobs end together
+
+    kernels = solution(L08)  # Triton kernels: one loops forever, one reads far away, one does with the check off
+    prepend_to_body(kernels, "softmax_kernel", "    while row >= 0:\n        row = row + 0\n")
+    prepend_to_body(kernels, "attention_kernel", f"    q = tl.load(Q + rows[:, None] * stride_q * {10**8})\n")
+    far = f"    q = tl.load(Q + (rows[:, None] * stride_q).to(tl.int64) * {2**40})\n"  # 4 TiB away: SIGSEGV
+    prepend_to_body(kernels, "causal_attention_kernel", far)
+    insert_after(kernels, "import triton.language as tl", UNCHECKED)
+    nbformat.write(kernels, folder / "08_kernels.ipynb")
 
     # the attacker (only where a sandbox will hold it: never run it loose on a machine)
     mounts = {"work"} | {p.relative_to("/tmp").parts[0] for p in sandbox.needed_paths() if Path("/tmp") in p.parents}
@@ -398,6 +426,23 @@ def test_a_hang_and_a_crash_cost_only_their_own_exercises(graded):
     assert "context_vector: crashed (the process running it died)" in row["notes"]
     assert "would not stop when asked" in row["additive_score_message"]
     assert float(row["seconds"]) < budget(L02) and "ran past the budget" not in row["notes"], row
+
+
+def test_triton_kernels_that_hang_or_read_far_away_cost_only_their_own_exercises(graded):
+    """Under the interpreter, in the sandbox: a kernel that loops forever is stopped by its time limit; one that
+    reads far out of bounds is stopped before the read, and told where; with that check sabotaged, the read ends the
+    process running the calls, and the grader goes on."""
+    row = graded["table"]["08_kernels.ipynb"]
+    assert row["notebook"] == "ok", row
+    statuses = dict(zip(LESSONS[L08], [row[f"{name}_status"] for name in LESSONS[L08]], strict=True))
+    assert statuses.pop("softmax_kernel") == "timeout", row
+    assert statuses.pop("attention_kernel") == "failed", row
+    assert statuses.pop("causal_attention_kernel") == "crashed", row
+    assert set(statuses.values()) == {"passed"} and row["total"] == str(len(LESSONS[L08]) - 3), row
+    assert "far outside every tensor" in row["attention_kernel_message"]
+    assert "in the line `q = tl.load(Q + rows[:, None] * stride_q * 100000000)`" in row["attention_kernel_message"]
+    assert "softmax_kernel: hung" in row["notes"] and "causal_attention_kernel: crashed" in row["notes"], row
+    assert float(row["seconds"]) < budget(L08) and "ran past the budget" not in row["notes"], row
 
 
 def test_a_cell_that_swallows_interrupts_and_a_kernel_that_hangs_are_stopped_from_outside(graded):

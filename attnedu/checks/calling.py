@@ -26,6 +26,9 @@ MAX_PRINTED = 500  # characters of the learner's printing kept in a result
 # Set by the batch grader in the kernels it starts: the check cells of a submission then return at once
 # (the grader calls the functions itself, from outside, see attnedu.grading).
 GRADING_ENV = "ATTNEDU_GRADING"
+# Errors a launcher raises about the learner's kernel or the notebook's state (attnedu.triton_basics): their message
+# is the diagnosis, shown as it is rather than as "your function raised ...".
+REPORTED_AS_IS = ("KernelError", "TritonModeError", "KernelMemoryError")
 
 
 def grading_mode() -> bool:
@@ -83,18 +86,19 @@ class Call:
 Caller = Callable[[int, Case, float], "tuple[Call, tuple]"]
 
 
-def in_process(fn: Callable) -> Caller:
-    """Call ``fn`` in this process, on a fresh copy of each case's arguments."""
+def in_process(fn: Callable, launch: Callable | None = None) -> Caller:
+    """Call ``fn`` (or ``launch(fn, ...)``) in this process, on a fresh copy of each case's arguments."""
 
     def call(number: int, case: Case, time_limit: float) -> tuple[Call, tuple]:
         learner_args = copy.deepcopy(case.args)
-        return call_learner(fn, learner_args, time_limit), learner_args
+        return call_learner(fn, learner_args, time_limit, launch), learner_args
 
     return call
 
 
-def call_learner(fn: Callable, args: tuple, time_limit: float) -> Call:
-    """Call ``fn(*args)`` without letting it crash, flood the output or hang the caller."""
+def call_learner(fn: Callable, args: tuple, time_limit: float, launch: Callable | None = None) -> Call:
+    """Call ``fn(*args)`` (or, for an answer that is not called directly, such as a Triton kernel,
+    ``launch(fn, *args)``) without letting it crash, flood the output or hang the caller."""
     call = Call()
     sink = _BoundedText(MAX_PRINTED)
     raised: list[BaseException] = []
@@ -102,7 +106,7 @@ def call_learner(fn: Callable, args: tuple, time_limit: float) -> Call:
     def run() -> None:
         try:
             with torch.no_grad():
-                call.value = fn(*args)
+                call.value = fn(*args) if launch is None else launch(fn, *args)
         except (_Timeout, KeyboardInterrupt):
             raise
         except BaseException as err:  # SystemExit too: a check must not end the kernel
@@ -176,6 +180,7 @@ def inputs_unchanged(original, copied) -> bool:
 
 def _learner_line(err: BaseException, fn: Callable) -> str:
     """The line of the learner's own code where ``err`` was raised, if it was raised there."""
-    filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    code = getattr(fn, "__code__", None) or getattr(getattr(fn, "fn", None), "__code__", None)  # a Triton kernel
+    filename = getattr(code, "co_filename", None)
     frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == filename and f.line]
     return f" (in the line `{frames[-1].line.strip()}`)" if frames else ""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .calling import TIME_LIMIT, Call, Caller, in_process, inputs_unchanged
+from .calling import REPORTED_AS_IS, TIME_LIMIT, Call, Caller, in_process, inputs_unchanged
 from .exercise import LARGE, SENTENCES, TAG_ORDER, Case, Exercise, Layout, Variant
 from .results import CRASHED, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT, CheckResult
 
@@ -321,7 +321,7 @@ def run_check(
                 f"not the result of calling it; got {describe(fn)}.",
                 findings=["type"],
             )
-        caller = in_process(fn)
+        caller = in_process(fn, exercise.launch)
     try:
         cases = exercise.make_cases() if cases is None else cases
         outcomes: list[_Outcome] = []
@@ -385,6 +385,9 @@ def _hard_problem(exercise: Exercise, case: Case, learner_args: tuple, call: Cal
         )
     if call.not_implemented:
         return _UNFINISHED, ()
+    if call.error_name in REPORTED_AS_IS:  # a launcher's own diagnosis of the kernel, or of the notebook's state
+        line = call.error_line.strip().removeprefix("(in the line ").removesuffix(")")
+        return (f"in the line {line}: " if line else "") + call.error_text, ("error",)
     if call.error_name:
         return f"your function raised {call.error_name}{call.error_line}: {call.error_text}", ("error",)
     for name, original, copied in zip(exercise.params, case.args, learner_args, strict=True):

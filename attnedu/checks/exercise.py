@@ -88,6 +88,9 @@ class Exercise:
     units: tuple[tuple[str, str, str], ...] | None = None
     large_note: str | None = None  # said when NaN or inf appear on large inputs, in the exercise's words
     nan_note: str | None = None  # said when they appear on other inputs
+    # For an exercise whose answer is not a function but, say, a Triton kernel: ``launch(answer, *case.args)`` runs
+    # it on a case (the answer is then never called directly).
+    launch: Callable | None = None
 
     def unit(self, output: int = 0) -> tuple[str, str, str]:
         return SENTENCES if self.units is None else self.units[output]

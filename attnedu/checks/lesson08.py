@@ -1,6 +1,10 @@
-"""Checks for the exercises of lesson 08 (FlashAttention): merging two partial softmax states (split-K,
-flash-decoding), which tiles a causal pass computes, the causal mask inside one tile, the backward of one tile from
-the saved log-sum-exp, and what a benchmark should report from a timing loop.
+"""Checks for the exercises of lesson 08 (FlashAttention).
+
+Part A, the algorithm in PyTorch: merging two partial softmax states (split-K, flash-decoding), which tiles a causal
+pass computes, the causal mask inside one tile, the backward of one tile from the saved log-sum-exp, and what a
+benchmark should report from a timing loop. Part B, Triton kernels, run on the CPU under Triton's interpreter by a
+launcher of the course (``attnedu.triton_basics``): a row-wise softmax, the FlashAttention forward of one head, and
+its causal version.
 
 Here "padding" means what it means inside a FlashAttention kernel: a length that is not a multiple of the block, so
 that the last block is partial (a kernel pads it and masks the padding); for the merge, a query whose keys in one
@@ -22,14 +26,23 @@ from ..flash import (
     causal_block_update,
     causal_tiles,
     merge_softmax_states,
+    naive_attention,
+    online_softmax,
     tile_backward,
 )
+from ..triton_basics import launch_attention, launch_softmax
 from .exercise import EMPTY_ROW, LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Variant, generator, kinds, randn
 
 LESSON = "08_flash_attention"
 QUERIES = ("query", "queries", "index")
 KEYS = ("key", "keys", "index")
+ROWS = ("row", "rows", "index")
 NEG_INF = float("-inf")
+LN2, LOG2_E = math.log(2.0), 1.4426950408889634
+KERNEL_NAN_NOTE = (
+    "NaN comes from 0/0, inf - inf or 0 * inf, inf from an overflow; and the entries of the output your kernel never "
+    "stores stay NaN (the launcher fills the output with NaN first)."
+)
 
 
 def _safe(m: torch.Tensor) -> torch.Tensor:
@@ -698,10 +711,373 @@ BENCHMARK_MEDIAN = Exercise(
 )
 
 
+# --------------------------------------------------------------------------------------------
+# softmax_kernel (Triton, under the interpreter)
+# --------------------------------------------------------------------------------------------
+
+
+def _softmax_kernel_cases() -> list[Case]:
+    g = generator(68)
+
+    def rows(count: int, n: int, spread: float = 2.0, offset: float = 0.0) -> torch.Tensor:
+        """Rising rows (the maximum grows from one block to the next), every other one below 0."""
+        shift = torch.tensor([offset - (3.0 if r % 2 else 0.0) for r in range(count)])[:, None]
+        return shift + spread * randn(g, count, n) + torch.linspace(0.0, 4.0, n)
+
+    large = torch.cat([rows(1, 32, 30.0, 300.0), rows(1, 32, 30.0, -600.0)])
+    return [
+        Case("4 rows of 32 numbers, BLOCK = 16: two full blocks a row", (rows(4, 32), 16), kinds(UNPADDED)),
+        Case("3 rows of 40 numbers, BLOCK = 16: the last block of each row holds 8", (rows(3, 40), 16), kinds(PADDED)),
+        Case("one row of 48 numbers, BLOCK = 16", (rows(1, 48), 16), kinds(ONE, UNPADDED)),
+        Case("one row of 10 numbers, BLOCK = 16: a row shorter than one block", (rows(1, 10), 16), kinds(ONE, PADDED)),
+        Case("2 rows of 64 numbers, BLOCK = 32", (rows(2, 64), 32), kinds(UNPADDED)),
+        Case("3 rows of 37 numbers, BLOCK = 8: five blocks, the last holds 5", (rows(3, 37), 8), kinds(PADDED)),
+        Case("2 rows of 32 numbers around +300 and -600, BLOCK = 16, where exp overflows (or underflows to 0)",
+             (large, 16), kinds(LARGE, UNPADDED)),
+    ]  # fmt: skip
+
+
+def _blockwise_softmax(rescale=lambda l, m, m_new: l * torch.exp(m - m_new), one_pass=False):
+    """An online softmax of each row with one known mistake in its rescale; or written block by block with the
+    running maximum and sum at the time (``one_pass``)."""
+
+    def softmax(x, block):
+        m, l = torch.full((x.shape[0],), NEG_INF), torch.zeros(x.shape[0])
+        pieces = []
+        for start in range(0, x.shape[1], block):
+            b = x[:, start : start + block]
+            m_new = torch.maximum(m, b.amax(dim=1))
+            l = rescale(l, m, m_new) + torch.exp(b - m_new[:, None]).sum(dim=1)
+            m = m_new
+            pieces.append(torch.exp(b - m[:, None]) / l[:, None])
+        return torch.cat(pieces, dim=1) if one_pass else torch.exp(x - m[:, None]) / l[:, None]
+
+    return softmax
+
+
+def _padding_as(value: float):
+    def softmax(x, block):
+        width = -(-x.shape[1] // block) * block
+        padded = torch.cat([x, torch.full((x.shape[0], width - x.shape[1]), value)], dim=1)
+        return torch.softmax(padded, dim=1)[:, : x.shape[1]]
+
+    return softmax
+
+
+def _last_column_left_out(store_all: bool):
+    def softmax(x, block):
+        out = torch.full_like(x, float("nan"))
+        inner = torch.softmax(x[:, :-1], dim=1)
+        out[:, :-1] = inner
+        if store_all:
+            out[:, -1] = 0.0  # read as -inf: weight exp(-inf) = 0, stored
+        return out
+
+    return softmax
+
+
+def _rescaled_input(factor: float):
+    def softmax(x, block):
+        return torch.softmax(x * factor, dim=1)
+
+    return softmax
+
+
+def _per_block(x, block):
+    return torch.cat([torch.softmax(b, dim=1) for b in x.split(block, dim=1)], dim=1)
+
+
+def _no_max(x, block):
+    e = torch.exp(x)
+    return e / e.sum(dim=1, keepdim=True)
+
+
+SOFTMAX_KERNEL = Exercise(
+    name="softmax_kernel",
+    lesson=LESSON,
+    params=("x", "block"),
+    returns=(("rows", "n_cols"),),
+    reference=online_softmax,
+    make_cases=_softmax_kernel_cases,
+    units=(ROWS,),
+    launch=launch_softmax,
+    variants=(
+        Variant(
+            "the running sum l was not rescaled when the maximum grew: the terms already in l were computed against "
+            "the old maximum, so they are too large by exp(m_new - m_old). Multiply l by the factor "
+            "exp2((m - m_new) * log2(e)) before adding the new block's terms.",
+            _blockwise_softmax(rescale=lambda l, m, m_new: l),
+        ),
+        Variant(
+            "the running sum l was rescaled the wrong way round, by exp(m_new - m), which is at least 1: the old "
+            "terms must shrink when the maximum grows, by exp2((m - m_new) * log2(e)) (old minus new).",
+            _blockwise_softmax(rescale=lambda l, m, m_new: torch.where(l > 0, l * torch.exp(m_new - m), l)),
+        ),
+        Variant(
+            "each block was normalised on its own: the numbers of every block sum to one, instead of the whole row. "
+            "The blocks only build up the row's maximum m and sum l; a second pass over the row writes "
+            "exp(x - m) / l with the final ones.",
+            _per_block,
+        ),
+        Variant(
+            "each block was written in the same pass that reads it, with the maximum and sum of the blocks read so "
+            "far: the first blocks are divided by a sum that is not yet the row's. Finish the pass that finds m and "
+            "l, then loop over the row again to write exp(x - m) / l.",
+            _blockwise_softmax(one_pass=True),
+        ),
+        Variant(
+            "tl.exp2 was used without the factor log2(e): exp2(x - m) is 2 to the power x - m, not e to it, so "
+            "this is the softmax of x * ln(2). exp(z) = exp2(z * log2(e)), with log2(e) = 1.4426950408889634.",
+            _rescaled_input(LN2),
+        ),
+        Variant(
+            "the numbers were multiplied by log2(e) and then given to tl.exp, not tl.exp2: exp(z * log2(e)) is not "
+            "exp(z). The factor belongs with exp2: exp(z) = exp2(z * log2(e)).",
+            _rescaled_input(LOG2_E),
+        ),
+        Variant(
+            "the lanes of the last, partial block past the end of the row were read as 0 (`other=0.0`), so they "
+            "count in the maximum and the sum as numbers of value 0. Give them `other=float('-inf')`, whose "
+            "exponential is 0.",
+            _padding_as(0.0),
+        ),
+        Variant(
+            "the mask `cols < n_cols - 1` leaves out the last number of each row (it is never stored, and was read "
+            "as padding): the columns of a row are 0 to n_cols - 1, so `cols < n_cols`.",
+            _last_column_left_out(False),
+            _last_column_left_out(True),
+        ),
+        Variant(
+            "the row's maximum was not subtracted before the exponential: exp2(x * log2(e)) overflows to inf for "
+            "numbers above about 88, and inf / inf is NaN. Subtract the running maximum, exp2((x - m) * log2(e)), "
+            "which is at most 1.",
+            _no_max,
+        ),
+    ),
+    large_note="This test case has large inputs: numbers around +300 and -600. exp2(x * log2(e)) is inf in float32 "
+    "for x above about 88, and 0 below about -104, so inf / inf or 0 / 0 gives NaN: subtract the row's running "
+    "maximum m first, exp2((x - m) * log2(e)), which is at most 1.",
+    nan_note=KERNEL_NAN_NOTE,
+    hint="One program per row: `row = tl.program_id(0)`, its numbers at `X + row * stride_x + cols`. A first loop "
+    "`for start in range(0, n_cols, BLOCK)` with `cols = start + tl.arange(0, BLOCK)` loads each block (`mask=cols < "
+    "n_cols, other=float('-inf')`) and updates the running maximum m and sum l, as the online softmax does, with "
+    "`tl.exp2((...) * 1.4426950408889634)`; start from `m = tl.full([1], float('-inf'), tl.float32)` and "
+    "`l = tl.zeros([1], tl.float32)`. A second loop loads each block again and stores exp2((x - m) * log2(e)) / l to "
+    "`Y + row * stride_y + cols`, with the same mask.",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# attention_kernel and causal_attention_kernel (Triton, under the interpreter)
+# --------------------------------------------------------------------------------------------
+
+
+def _attention_kernel_cases(causal: bool) -> list[Case]:
+    g = generator(78 if causal else 88)
+    head_dim = 16
+
+    def qkv(n_q, n_k, scale=1.0):
+        q, k, v = scale * randn(g, n_q, head_dim), scale * randn(g, n_k, head_dim), randn(g, n_k, head_dim)
+        q[:, 0] = q[:, 0].abs() + 2.0 * scale  # later keys score higher: the running maximum grows
+        k[:, 0] += scale * torch.linspace(-3.0, 3.0, n_k)
+        return q, k, v
+
+    if causal:
+        return [
+            Case("64 queries and keys, head_dim 16, BLOCK_M 16, BLOCK_N 32: full blocks", (*qkv(64, 64), 16, 32),
+                 kinds(UNPADDED)),
+            Case("48 queries and keys, BLOCK_M 16, BLOCK_N 32: the last key block holds 16 of 32",
+                 (*qkv(48, 48), 16, 32), kinds(PADDED)),
+            Case("one query and one key, BLOCK_M 16, BLOCK_N 32", (*qkv(1, 1), 16, 32), kinds(ONE, PADDED)),
+            Case("32 queries and keys, BLOCK_M 32, BLOCK_N 16", (*qkv(32, 32), 32, 16), kinds(UNPADDED)),
+            Case("80 queries and keys, BLOCK_M 16, BLOCK_N 32: the last key block holds 16", (*qkv(80, 80), 16, 32),
+                 kinds(PADDED)),
+            Case("32 queries and keys with scores in the hundreds, BLOCK_M 16, BLOCK_N 32",
+                 (*qkv(32, 32, scale=6.0), 16, 32), kinds(LARGE, UNPADDED)),
+        ]  # fmt: skip
+    return [
+        Case("32 queries, 64 keys, head_dim 16, BLOCK_M 16, BLOCK_N 32: full blocks", (*qkv(32, 64), 16, 32),
+             kinds(UNPADDED)),
+        Case("32 queries, 40 keys, BLOCK_N 32: the last key block holds 8 keys of 32", (*qkv(32, 40), 16, 32),
+             kinds(PADDED)),
+        Case("one query, 32 keys, BLOCK_M 16, BLOCK_N 32", (*qkv(1, 32), 16, 32), kinds(ONE, UNPADDED)),
+        Case("16 queries, 96 keys, BLOCK_M 16, BLOCK_N 32: three key blocks", (*qkv(16, 96), 16, 32),
+             kinds(UNPADDED)),
+        Case("48 queries, 50 keys, BLOCK_M 16, BLOCK_N 16: the last key block holds 2", (*qkv(48, 50), 16, 16),
+             kinds(PADDED)),
+        Case("16 queries, 64 keys with scores in the hundreds, BLOCK_M 16, BLOCK_N 32",
+             (*qkv(16, 64, scale=6.0), 16, 32), kinds(LARGE, UNPADDED)),
+    ]  # fmt: skip
+
+
+def _attention(q, k, v, block_m, block_n):
+    return naive_attention(q, k, v)
+
+
+def _causal_attention(q, k, v, block_m, block_n):
+    return naive_attention(q, k, v, is_causal=True)
+
+
+def _kernel_loop(rescale_l=True, rescale_acc=True, base=2.0, factor=LOG2_E, scaled=True, pad_score=None,
+                 drop_last_key=False, causal=None, hi="diagonal"):  # fmt: skip
+    """What an attention kernel computes with one known mistake, block by block as the kernel does (BLOCK_N keys at
+    a time, in float32): the rescale of l or acc missing; the exponential in ``base`` of the scores times ``factor``
+    (2 and log2(e) when right); sm_scale left out; keys past the end scored ``pad_score`` (0 when the score mask is
+    missing); the last key dropped; the causal rule ``causal(query, key)``, over the key blocks up to ``hi``
+    ("diagonal": those that hold keys up to the block's last query; "before": those before its first)."""
+
+    def attend(q, k, v, block_m, block_n):
+        n_q, head_dim = q.shape
+        n_k = k.shape[0] - (1 if drop_last_key else 0)
+        out = torch.empty(n_q, v.shape[1])
+        for start_m in range(0, n_q, block_m):
+            rows = torch.arange(start_m, min(start_m + block_m, n_q))
+            m, l = torch.full((len(rows),), NEG_INF), torch.zeros(len(rows))
+            acc = torch.zeros(len(rows), v.shape[1])
+            end = k.shape[0]
+            if causal is not None:
+                end = min(start_m + block_m, k.shape[0]) if hi == "diagonal" else start_m
+            for start_n in range(0, end, block_n):
+                keys = torch.arange(start_n, start_n + block_n)
+                inside = keys < k.shape[0]
+                kb = torch.zeros(block_n, head_dim)
+                vb = torch.zeros(block_n, v.shape[1])
+                kb[inside], vb[inside] = k[keys[inside]], v[keys[inside]]
+                s = q[rows] @ kb.T * ((1.0 / math.sqrt(head_dim)) if scaled else 1.0) * factor
+                valid = (keys < n_k)[None, :].expand(len(rows), -1)
+                if causal is not None:
+                    valid = valid & causal(rows[:, None], keys[None, :])
+                if pad_score is not None:
+                    valid = valid | ~inside[None, :]
+                    s = torch.where(inside[None, :], s, torch.full_like(s, pad_score))
+                s = s.masked_fill(~valid, NEG_INF)
+                m_new = torch.maximum(m, s.amax(dim=1))
+                p = torch.pow(base, s - m_new[:, None])
+                alpha = torch.pow(base, m - m_new)
+                l = (l * alpha if rescale_l else l) + p.sum(dim=1)
+                acc = (acc * alpha[:, None] if rescale_acc else acc) + p @ vb
+                m = m_new
+            out[rows] = acc / l[:, None]
+        return out
+
+    return attend
+
+
+def _attention_variants(causal: bool) -> tuple[Variant, ...]:
+    rule = (lambda i, j: j <= i) if causal else None
+    common = (
+        Variant(
+            "the running output acc was not rescaled when the maximum grew: like l, it holds terms computed against "
+            "the old maximum, and must be multiplied by alpha = exp2(m - m_new) before tl.dot(p, v) is added.",
+            _kernel_loop(rescale_acc=False, causal=rule),
+        ),
+        Variant(
+            "the running sum l was not rescaled when the maximum grew (acc was): l = l * alpha + tl.sum(p, 1), with "
+            "alpha = exp2(m - m_new).",
+            _kernel_loop(rescale_l=False, causal=rule),
+        ),
+        Variant(
+            "neither l nor acc was rescaled when the maximum grew: both hold terms computed against the old maximum. "
+            "Multiply both by alpha = exp2(m - m_new) before adding the block's.",
+            _kernel_loop(rescale_l=False, rescale_acc=False, causal=rule),
+        ),
+        Variant(
+            "tl.exp2 was used without the factor log2(e): the scores must be multiplied by sm_scale * log2(e) "
+            "(1.4426950408889634) before exp2, since exp(s) = exp2(s * log2(e)); without it this is the softmax of "
+            "the scores times ln(2).",
+            _kernel_loop(factor=1.0, causal=rule),
+        ),
+        Variant(
+            "the scores were multiplied by log2(e) but given to tl.exp: the factor log2(e) belongs with tl.exp2, "
+            "exp(s) = exp2(s * log2(e)).",
+            _kernel_loop(base=math.e, causal=rule),
+        ),
+        Variant(
+            "the scores were not multiplied by sm_scale (1 / sqrt(HEAD_DIM)): s = tl.dot(q, k_t) * sm_scale, in "
+            "base 2 times log2(e).",
+            _kernel_loop(scaled=False, causal=rule),
+        ),
+    )
+    if causal:
+        below = rule
+        return common + (
+            Variant(
+                "the diagonal is off by one, one key too few: a query may not attend to its own key (`keys < rows`), "
+                "and the first query sees no key at all. Query i may attend key j when j <= i.",
+                _kernel_loop(causal=lambda i, j: j < i),
+            ),
+            Variant(
+                "the diagonal is off by one, one key too many: each query also attends to the key right after it "
+                "(`keys <= rows + 1`). Query i may attend key j when j <= i.",
+                _kernel_loop(causal=lambda i, j: j <= i + 1),
+            ),
+            Variant(
+                "no mask inside the tiles the diagonal crosses: the loop stops after the key block of the block's "
+                "last query, but within that block each query also sees the keys after it. Set their scores to "
+                "-inf with tl.where: `keys[None, :] <= rows[:, None]`.",
+                _kernel_loop(causal=lambda i, j: j >= 0),
+            ),
+            Variant(
+                "the loop over key blocks stops before the block of the program's first query: the keys from there "
+                "up to each query itself are never read (the first block of queries reads none at all). Loop up to "
+                "`tl.minimum(start_m + BLOCK_M, n_keys)`, and mask inside.",
+                _kernel_loop(causal=below, hi="before"),
+            ),
+            Variant(
+                "no causal mask at all: every query attends to every key, the future ones included.",
+                _kernel_loop(),
+            ),
+        )
+    return common + (
+        Variant(
+            "keys past n_keys got weight: their K rows were loaded as 0 (the load was masked), so their score is "
+            "0, not -inf, and exp2(0 - m) is not 0. Set the scores of the keys past the end to -inf with tl.where.",
+            _kernel_loop(pad_score=0.0),
+        ),
+        Variant(
+            "the mask `keys < n_keys - 1` leaves out the last key: the keys are 0 to n_keys - 1, so `keys < n_keys`.",
+            _kernel_loop(drop_last_key=True),
+        ),
+    )
+
+
+def _attention_exercise(causal: bool) -> Exercise:
+    name = "causal_attention_kernel" if causal else "attention_kernel"
+    return Exercise(
+        name=name,
+        lesson=LESSON,
+        params=("q", "k", "v", "block_m", "block_n"),
+        returns=(("n_queries", "head_dim"),),
+        reference=_causal_attention if causal else _attention,
+        make_cases=lambda: _attention_kernel_cases(causal),
+        units=(QUERIES,),
+        launch=launch_attention,
+        variants=_attention_variants(causal),
+        large_note="This test case has large inputs: scores in the hundreds. exp2 of a score times log2(e) is inf "
+        "in float32 above about 88, so inf / inf gives NaN: subtract the running maximum before tl.exp2, "
+        "exp2(s - m_new) with s in base 2, which is at most 1.",
+        nan_note=KERNEL_NAN_NOTE,
+        hint="In the loop `for start_n in range(0, "
+        + ("tl.minimum(start_m + BLOCK_M, n_keys)" if causal else "n_keys")
+        + ", BLOCK_N)`: `keys = start_n + tl.arange(0, BLOCK_N)`; K^T as a (HEAD_DIM, BLOCK_N) tile, `tl.load(K + "
+        "keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)`, and V as (BLOCK_N, "
+        "HEAD_DIM); `s = tl.dot(q, k_t) * (sm_scale * 1.4426950408889634)`, set to -inf with tl.where where "
+        + ("`(keys[None, :] < n_keys) & (keys[None, :] <= rows[:, None])`" if causal else "`keys[None, :] >= n_keys`")
+        + "; then `m_new = tl.maximum(m, tl.max(s, 1))`, `p = tl.exp2(s - m_new[:, None])`, `alpha = tl.exp2(m - "
+        "m_new)`, `l = l * alpha + tl.sum(p, 1)`, `acc = acc * alpha[:, None] + tl.dot(p, v)`, `m = m_new`.",
+    )
+
+
+ATTENTION_KERNEL = _attention_exercise(causal=False)
+CAUSAL_ATTENTION_KERNEL = _attention_exercise(causal=True)
+
 EXERCISES = (
     MERGE_SOFTMAX_STATES,
     CAUSAL_TILES,
     CAUSAL_BLOCK_UPDATE,
     TILE_BACKWARD,
     BENCHMARK_MEDIAN,
+    SOFTMAX_KERNEL,
+    ATTENTION_KERNEL,
+    CAUSAL_ATTENTION_KERNEL,
 )

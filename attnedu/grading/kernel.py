@@ -3,7 +3,8 @@
     call_exercise(globals(), "additive_score", "cases/additive_score.pt", "out/additive_score", 5.0)
 
 calls the learner's function on the inputs the grader wrote (under the kernel's own alarm, on
-its own copies) and saves what happened, one file per case, for the grader to compare in its
+its own copies; an answer that is not called directly, such as a Triton kernel, through its
+exercise's ``launch``) and saves what happened, one file per case, for the grader to compare in its
 own process. Nothing is compared here, and nothing here is trusted: a submission can replace
 this module, and all it gains is to choose the outputs its "function" returns.
 
@@ -30,6 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..checks import EXERCISES
 from ..checks.calling import call_learner
 
 MAX_ELEMENTS = 1 << 22  # a larger tensor is described, not sent
@@ -47,16 +49,18 @@ def call_exercise(namespace: Mapping, name: str, cases_path: str, out_dir: str, 
     if not callable(fn):
         return
     fork = getattr(os, "fork", None)
+    exercise = EXERCISES.get(name)
+    launch = exercise.launch if exercise is not None else None  # e.g. a Triton kernel, run by the course's launcher
     if sys.platform.startswith("linux") and callable(fork):
-        _call_in_child(fork, fn, cases_path, out, time_limit)
+        _call_in_child(fork, fn, cases_path, out, time_limit, launch)
     else:
-        _call_cases(fn, cases_path, out, time_limit)
+        _call_cases(fn, cases_path, out, time_limit, launch)
 
 
-def _call_cases(fn: Callable, cases_path: str, out: Path, time_limit: float) -> None:
+def _call_cases(fn: Callable, cases_path: str, out: Path, time_limit: float, launch: Callable | None = None) -> None:
     cases = torch.load(cases_path, weights_only=False)  # written by the grader: modules included
     for index, args in enumerate(cases):
-        call = call_learner(fn, args, time_limit)
+        call = call_learner(fn, args, time_limit, launch)
         record = {
             "value": encode(call.value),
             "args": encode(tuple(args)),  # as the function left them: a change in place shows
@@ -72,15 +76,15 @@ def _call_cases(fn: Callable, cases_path: str, out: Path, time_limit: float) -> 
             break  # the check calls no further case after a time-out (each could cost the time limit again)
 
 
-def _call_in_child(fork: Callable, fn: Callable, cases_path: str, out: Path, time_limit: float) -> None:
+def _call_in_child(fork: Callable, fn: Callable, cases_path: str, out: Path, time_limit: float, launch=None) -> None:
     try:
         pid = fork()
     except OSError:  # e.g. the process limit: call here instead
-        _call_cases(fn, cases_path, out, time_limit)
+        _call_cases(fn, cases_path, out, time_limit, launch)
         return
     if pid == 0:  # the child: call, save, and leave without running any of the kernel's exit handlers
         try:
-            _call_cases(fn, cases_path, out, time_limit)
+            _call_cases(fn, cases_path, out, time_limit, launch)
             (out / "finished").touch()
         finally:
             os._exit(0)
@@ -114,7 +118,7 @@ def describe(fn) -> dict:
     info = {"defined": fn is not None, "callable": callable(fn), "type": "", "module": "", "qualname": "", "file": ""}
     try:
         target = fn
-        for attr in ("__wrapped__", "func"):  # functools.wraps, functools.partial
+        for attr in ("__wrapped__", "func", "fn"):  # functools.wraps, functools.partial, @triton.jit
             inner = getattr(target, attr, None)
             if callable(inner):
                 target = inner

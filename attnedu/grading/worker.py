@@ -314,13 +314,20 @@ def become(uid: int) -> None:
 
 
 def probe() -> dict:
-    """What the grader checks before trusting this sandbox with a class: it starts, and finds its packages."""
+    """What the grader checks before trusting this sandbox with a class: it starts, and finds its packages. attnedu
+    is looked for as the kernel will look for it, in a Python started without -I (which honours PYTHONPATH, where a
+    course that is not installed, or a checkout beside an installed one, is found)."""
     import importlib.util
 
+    look = "import importlib.util; print(importlib.util.find_spec('attnedu') is not None)"
+    try:
+        found = subprocess.run([sys.executable, "-c", look], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        found = ""
     return {
         "uid": os.getuid(),
         "nbclient": importlib.util.find_spec("nbclient") is not None,
-        "attnedu": importlib.util.find_spec("attnedu") is not None,
+        "attnedu": found.strip() == "True",
     }
 
 

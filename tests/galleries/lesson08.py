@@ -1,6 +1,9 @@
 """Lesson 08, 08_flash_attention: the galleries of its exercises (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS,
-KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes them): ``merge_softmax_states``,
-``causal_tiles``, ``causal_block_update``, ``tile_backward`` and ``benchmark_median``.
+KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes them): Part A, ``merge_softmax_states``,
+``causal_tiles``, ``causal_block_update``, ``tile_backward`` and ``benchmark_median``; Part B, the Triton kernels
+``softmax_kernel``, ``attention_kernel`` and ``causal_attention_kernel`` (after Part A, and only where triton is
+installed). The attention mutants are switches of one kernel (``_attention_with``); the kernels of the independent
+gallery are written out.
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ import statistics
 import torch
 
 from attnedu import checks
-from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
+from attnedu.checks.exercise import LARGE, ONE, PADDED, UNPADDED
 
 from .common import GENERIC, batch_of_one
 
 NEG_INF = float("-inf")
+# A kernel's output is a buffer the launcher allocates: it cannot lose its batch axis, so its mistake of a batch of
+# one is another (common.batch_of_one leaves the kernels out).
+KERNEL_EXERCISES = ("softmax_kernel", "attention_kernel", "causal_attention_kernel")
 
 # --------------------------------------------------------------------------------------------
 # Correct versions, written as a learner would
@@ -587,7 +593,7 @@ OFF_BY_ONE = {
 
 
 KIND_MUTANTS = [
-    *batch_of_one(CORRECT),
+    *batch_of_one({name: fns for name, fns in CORRECT.items() if name not in KERNEL_EXERCISES}),
     ("merge_softmax_states", merge_shortcut_without_padding, UNPADDED, "except the ones with no padding"),
     ("merge_softmax_states", merge_through_normalised_outputs, PADDED, "NaN"),
     ("merge_softmax_states", merge_exp_of_maxima, LARGE, "large inputs"),
@@ -937,3 +943,1075 @@ BUGS = [
     ("benchmark_median", bm_sorted_first, GENERIC),
     ("benchmark_median", bm_overall, GENERIC),
 ]
+
+
+# ============================================================================================
+# Part B: Triton kernels, launched by attnedu.triton_basics under the interpreter. Written with @triton.jit as a
+# learner writes them; decorated when this module is imported (tests/conftest.py switches the interpreter on first).
+# Without triton (it installs on Linux only) the kernel exercises have no gallery, and tests/test_checks.py skips them.
+# ============================================================================================
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover (macOS, Windows)
+    triton = None
+
+if triton is not None:
+    from attnedu.triton_basics import reference_kernel
+
+    # ----------------------------------------------------------------------------------------
+    # softmax_kernel: correct versions
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def learner_softmax_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def learner_softmax_kernel_three_passes(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        x_row = X + tl.program_id(0) * stride_x
+        y_row = Y + tl.program_id(0) * stride_y
+        biggest = tl.full([BLOCK], float("-inf"), tl.float32)
+        for start in range(0, n_cols, BLOCK):  # pass 1: the maximum, lane by lane
+            offsets = start + tl.arange(0, BLOCK)
+            biggest = tl.maximum(biggest, tl.load(x_row + offsets, mask=offsets < n_cols, other=float("-inf")))
+        top = tl.max(biggest, 0)
+        total = tl.zeros([BLOCK], tl.float32)
+        for start in range(0, n_cols, BLOCK):  # pass 2: the sum
+            offsets = start + tl.arange(0, BLOCK)
+            total += tl.exp(tl.load(x_row + offsets, mask=offsets < n_cols, other=float("-inf")) - top)
+        denominator = tl.sum(total, 0)
+        for start in range(0, n_cols, BLOCK):  # pass 3: the weights
+            offsets = start + tl.arange(0, BLOCK)
+            x = tl.load(x_row + offsets, mask=offsets < n_cols, other=float("-inf"))
+            tl.store(y_row + offsets, tl.exp(x - top) / denominator, mask=offsets < n_cols)
+
+    # ----------------------------------------------------------------------------------------
+    # softmax_kernel: mutants
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def sk_no_rescale(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m = tl.maximum(m, tl.max(x, 0))
+            l += tl.sum(tl.exp2((x - m) * 1.4426950408889634), 0)  # the old terms keep the old maximum
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_rescale_inverted(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            grow = tl.where(l > 0, tl.exp2((m_new - m) * 1.4426950408889634), 1.0)
+            l = l * grow + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_per_block(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            e = tl.exp(x - tl.max(x, 0))
+            tl.store(Y + row * stride_y + cols, e / tl.sum(e, 0), mask=cols < n_cols)
+
+    @triton.jit
+    def sk_one_pass(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_exp2_without_log2e(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2(m - m_new) + tl.sum(tl.exp2(x - m_new), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2(x - m) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_exp_with_log2e(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_other_zero(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=0.0)
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=0.0)
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_mask_one_short(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols - 1, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols - 1, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols - 1)
+
+    @triton.jit
+    def sk_mask_one_long(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols <= n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols <= n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols <= n_cols)
+
+    @triton.jit
+    def sk_no_mask(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols)
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols)
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l)
+
+    @triton.jit
+    def sk_row_offset_n_cols(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * n_cols + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * n_cols + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_store_with_stride_x(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_x + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_no_max(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            l += tl.sum(tl.exp2(x * 1.4426950408889634), 0)  # no maximum: overflows for large numbers
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2(x * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_first_block_unmasked(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        first = tl.arange(0, BLOCK)
+        x0 = tl.load(X + row * stride_x + first)  # "the first block is always full"
+        m = tl.max(x0, 0)
+        l = tl.sum(tl.exp2((x0 - m) * 1.4426950408889634), 0)
+        for start in range(BLOCK, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_fast_path_without_rescale(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        if n_cols % BLOCK == 0:  # whole blocks: no masks needed (and the rescale forgotten here)
+            for start in range(0, n_cols, BLOCK):
+                cols = start + tl.arange(0, BLOCK)
+                x = tl.load(X + row * stride_x + cols)
+                m = tl.maximum(m, tl.max(x, 0))
+                l += tl.sum(tl.exp2((x - m) * 1.4426950408889634), 0)
+        else:
+            for start in range(0, n_cols, BLOCK):
+                cols = start + tl.arange(0, BLOCK)
+                x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+                m_new = tl.maximum(m, tl.max(x, 0))
+                l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(
+                    tl.exp2((x - m_new) * 1.4426950408889634), 0)  # fmt: skip
+                m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    # ----------------------------------------------------------------------------------------
+    # softmax_kernel: independent bugs
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def skb_other_forgotten(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        run_max = tl.full([1], float("-inf"), tl.float32)
+        run_sum = tl.zeros([1], tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols)  # masked lanes: 0
+            new_max = tl.maximum(run_max, tl.max(vals, 0))
+            run_sum = run_sum * tl.exp(run_max - new_max) + tl.sum(tl.exp(vals - new_max), 0)
+            run_max = new_max
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols)
+            tl.store(Y + pid * stride_y + idx, tl.exp(vals - run_max) / run_sum, mask=idx < n_cols)
+
+    @triton.jit
+    def skb_store_unmasked(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        run_max = tl.full([1], float("-inf"), tl.float32)
+        run_sum = tl.zeros([1], tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            new_max = tl.maximum(run_max, tl.max(vals, 0))
+            run_sum = run_sum * tl.exp(run_max - new_max) + tl.sum(tl.exp(vals - new_max), 0)
+            run_max = new_max
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            tl.store(Y + pid * stride_y + idx, tl.exp(vals - run_max) / run_sum)
+
+    @triton.jit
+    def skb_last_block_sum_only(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        top = tl.full([BLOCK], float("-inf"), tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            top = tl.maximum(top, tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf")))
+        m = tl.max(top, 0)
+        total = tl.zeros([1], tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            total = tl.sum(tl.exp(vals - m), 0)  # = where += was meant: only the last block's sum is kept
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            tl.store(Y + pid * stride_y + idx, tl.exp(vals - m) / total, mask=idx < n_cols)
+
+    @triton.jit
+    def skb_sum_not_shifted(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        top = tl.full([BLOCK], float("-inf"), tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            top = tl.maximum(top, tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf")))
+        m = tl.max(top, 0)
+        total = tl.zeros([1], tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            total += tl.sum(tl.exp(tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))), 0)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            tl.store(Y + pid * stride_y + idx, tl.exp(vals - m) / total, mask=idx < n_cols)
+
+    @triton.jit
+    def skb_ln2_instead_of_log2e(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            x = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 0.6931471805599453) + tl.sum(tl.exp2((x - m_new) * 0.6931471805599453), 0)
+            m = m_new
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            x = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            tl.store(Y + pid * stride_y + idx, tl.exp2((x - m) * 0.6931471805599453) / l, mask=idx < n_cols)
+
+    @triton.jit
+    def skb_loop_forever(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        start = 0
+        while start < n_cols:  # start never moves
+            cols = start + tl.arange(0, BLOCK)
+            tl.store(Y + tl.program_id(0) * stride_y + cols, tl.load(X + cols, mask=cols < n_cols), mask=cols < n_cols)
+
+    @triton.jit
+    def skb_far_away(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(X + row * stride_x * stride_x * BLOCK * 1000 + cols, mask=cols < n_cols, other=0.0)
+        tl.store(Y + row * stride_y + cols, x, mask=cols < n_cols)
+
+    # ----------------------------------------------------------------------------------------
+    # attention_kernel and causal_attention_kernel: correct versions
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def learner_attention_kernel(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        start_m = tl.program_id(0) * BLOCK_M
+        rows = start_m + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for start_n in range(0, n_keys, BLOCK_N):
+            keys = start_n + tl.arange(0, BLOCK_N)
+            k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
+            v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+            s = tl.dot(q, k_t) * (sm_scale * 1.4426950408889634)
+            s = tl.where(keys[None, :] < n_keys, s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
+    @triton.jit
+    def learner_attention_kernel_natural_exp(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o,
+                                             sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                             HEAD_DIM: tl.constexpr):  # fmt: skip
+        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + offs_m[:, None] * stride_q + offs_d[None, :], mask=offs_m[:, None] < n_queries, other=0.0)
+        running_max = tl.zeros([BLOCK_M], tl.float32) - float("inf")
+        running_sum = tl.zeros([BLOCK_M], tl.float32)
+        out = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for start in range(0, n_keys, BLOCK_N):
+            offs_n = start + tl.arange(0, BLOCK_N)
+            k = tl.load(K + offs_n[:, None] * stride_k + offs_d[None, :], mask=offs_n[:, None] < n_keys, other=0.0)
+            v = tl.load(V + offs_n[:, None] * stride_v + offs_d[None, :], mask=offs_n[:, None] < n_keys, other=0.0)
+            scores = tl.where(offs_n[None, :] < n_keys, tl.dot(q, tl.trans(k)) * sm_scale, float("-inf"))
+            new_max = tl.maximum(running_max, tl.max(scores, 1))
+            weights = tl.exp(scores - new_max[:, None])
+            shrink = tl.exp(running_max - new_max)
+            running_sum = running_sum * shrink + tl.sum(weights, 1)
+            out = out * shrink[:, None] + tl.dot(weights, v)
+            running_max = new_max
+        tl.store(O + offs_m[:, None] * stride_o + offs_d[None, :], out / running_sum[:, None],
+                 mask=offs_m[:, None] < n_queries)  # fmt: skip
+
+    @triton.jit
+    def learner_causal_attention_kernel(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o,
+                                        sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                        HEAD_DIM: tl.constexpr):  # fmt: skip
+        start_m = tl.program_id(0) * BLOCK_M
+        rows = start_m + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for start_n in range(0, tl.minimum(start_m + BLOCK_M, n_keys), BLOCK_N):
+            keys = start_n + tl.arange(0, BLOCK_N)
+            k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
+            v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+            s = tl.dot(q, k_t) * (sm_scale * 1.4426950408889634)
+            s = tl.where((keys[None, :] < n_keys) & (keys[None, :] <= rows[:, None]), s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
+    @triton.jit
+    def learner_causal_attention_kernel_every_block(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v,
+                                                    stride_o, sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                                    HEAD_DIM: tl.constexpr):  # fmt: skip
+        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for start_n in range(0, n_keys, BLOCK_N):  # every block, even those wholly in the future (masked)
+            keys = start_n + tl.arange(0, BLOCK_N)
+            k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
+            v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+            s = tl.dot(q, k_t) * (sm_scale * 1.4426950408889634)
+            s = tl.where((keys[None, :] < n_keys) & (keys[None, :] <= rows[:, None]), s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
+    # ----------------------------------------------------------------------------------------
+    # attention_kernel and causal_attention_kernel: mutants, each one switch of one kernel
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        RULE: tl.constexpr = 0, HI: tl.constexpr = 0, RESCALE_L: tl.constexpr = True,
+                        RESCALE_ACC: tl.constexpr = True, EXP2: tl.constexpr = True, LOG2E: tl.constexpr = True,
+                        SCALED: tl.constexpr = True, SCORE_MASK: tl.constexpr = True, BOUND: tl.constexpr = 0,
+                        LOAD_MASK: tl.constexpr = True, Q_MASK: tl.constexpr = True, MAX: tl.constexpr = True,
+                        SWAP: tl.constexpr = False, FAST_PATH_BUG: tl.constexpr = False):  # fmt: skip
+        """RULE: 0 no causal mask, 1 j <= i, 2 j < i, 3 j <= i + 1; HI: 0 every key block, 1 up to the block's last
+        query, 2 up to its first; BOUND: the key mask is keys < n_keys + BOUND."""
+        start_m = tl.program_id(0) * BLOCK_M
+        rows = start_m + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        if Q_MASK:
+            q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        else:
+            q = tl.load(Q + rows[:, None] * stride_q + dims[None, :])
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        factor = 1.0
+        if SCALED:
+            factor = sm_scale
+        if LOG2E:
+            factor = factor * 1.4426950408889634
+        hi = n_keys
+        if HI == 1:
+            hi = tl.minimum(start_m + BLOCK_M, n_keys)
+        if HI == 2:
+            hi = start_m
+        skip_rescale = FAST_PATH_BUG and (n_keys % BLOCK_N == 0)
+        for start_n in range(0, hi, BLOCK_N):
+            keys = start_n + tl.arange(0, BLOCK_N)
+            bound = n_keys + BOUND
+            if SWAP:
+                k_ptrs = K + keys[None, :] + dims[:, None] * stride_k
+            else:
+                k_ptrs = K + keys[None, :] * stride_k + dims[:, None]
+            v_ptrs = V + keys[:, None] * stride_v + dims[None, :]
+            if LOAD_MASK:
+                k_t = tl.load(k_ptrs, mask=keys[None, :] < bound, other=0.0)
+                v = tl.load(v_ptrs, mask=keys[:, None] < bound, other=0.0)
+            else:
+                k_t = tl.load(k_ptrs)
+                v = tl.load(v_ptrs)
+            s = tl.dot(q, k_t) * factor
+            valid = keys[None, :] < bound
+            if not SCORE_MASK:
+                valid = keys[None, :] >= 0
+            if RULE == 1:
+                valid = valid & (keys[None, :] <= rows[:, None])
+            if RULE == 2:
+                valid = valid & (keys[None, :] < rows[:, None])
+            if RULE == 3:
+                valid = valid & (keys[None, :] <= rows[:, None] + 1)
+            s = tl.where(valid, s, float("-inf"))
+            m_new = tl.zeros([BLOCK_M], tl.float32)
+            if MAX:
+                m_new = tl.maximum(m, tl.max(s, 1))
+            if EXP2:
+                p = tl.exp2(s - m_new[:, None])
+                alpha = tl.exp2(m - m_new)
+            else:
+                p = tl.exp(s - m_new[:, None])
+                alpha = tl.exp(m - m_new)
+            if RESCALE_L and not skip_rescale:
+                l = l * alpha
+            l = l + tl.sum(p, 1)
+            if RESCALE_ACC and not skip_rescale:
+                acc = acc * alpha[:, None]
+            acc = acc + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
+    @triton.jit
+    def ak_acc_not_rescaled(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RESCALE_ACC=False)  # fmt: skip
+
+    @triton.jit
+    def ak_l_not_rescaled(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RESCALE_L=False)  # fmt: skip
+
+    @triton.jit
+    def ak_nothing_rescaled(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RESCALE_L=False, RESCALE_ACC=False)  # fmt: skip
+
+    @triton.jit
+    def ak_exp2_without_log2e(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, LOG2E=False)  # fmt: skip
+
+    @triton.jit
+    def ak_exp_with_log2e(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, EXP2=False)  # fmt: skip
+
+    @triton.jit
+    def ak_unscaled(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, SCALED=False)  # fmt: skip
+
+    @triton.jit
+    def ak_padding_weighted(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, SCORE_MASK=False)  # fmt: skip
+
+    @triton.jit
+    def ak_mask_one_short(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, BOUND=-1)  # fmt: skip
+
+    @triton.jit
+    def ak_mask_one_long(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, BOUND=1)  # fmt: skip
+
+    @triton.jit
+    def ak_kv_unmasked(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, LOAD_MASK=False)  # fmt: skip
+
+    @triton.jit
+    def ak_k_strides_swapped(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, SWAP=True)  # fmt: skip
+
+    @triton.jit
+    def ak_q_unmasked(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, Q_MASK=False)  # fmt: skip
+
+    @triton.jit
+    def ak_no_max(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, MAX=False)  # fmt: skip
+
+    @triton.jit
+    def ak_fast_path_without_rescale(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, FAST_PATH_BUG=True)  # fmt: skip
+
+    @triton.jit
+    def ck_strict(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=2, HI=1)  # fmt: skip
+
+    @triton.jit
+    def ck_one_ahead(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=3, HI=1)  # fmt: skip
+
+    @triton.jit
+    def ck_diagonal_unmasked(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=0, HI=1)  # fmt: skip
+
+    @triton.jit
+    def ck_stops_before_diagonal(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=2)  # fmt: skip
+
+    @triton.jit
+    def ck_not_causal(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM)  # fmt: skip
+
+    @triton.jit
+    def ck_acc_not_rescaled(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=1, RESCALE_ACC=False)  # fmt: skip
+
+    @triton.jit
+    def ck_exp2_without_log2e(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=1, LOG2E=False)  # fmt: skip
+
+    @triton.jit
+    def ck_q_unmasked(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=1, Q_MASK=False)  # fmt: skip
+
+    @triton.jit
+    def ck_kv_unmasked(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=1, LOAD_MASK=False)  # fmt: skip
+
+    @triton.jit
+    def ck_no_max(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=1, MAX=False)  # fmt: skip
+
+    @triton.jit
+    def ck_fast_path_without_rescale(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=1, FAST_PATH_BUG=True)  # fmt: skip
+
+    # ----------------------------------------------------------------------------------------
+    # attention kernels: independent bugs
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def akb_p_against_old_max(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], -1e30, tl.float32)  # a large negative number in place of -inf
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, -1e30)
+            w = tl.exp(sc - mx[:, None])  # against the maximum before this block
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def akb_block_softmax(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        out = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, float("-inf"))
+            w = tl.exp(sc - tl.max(sc, 1)[:, None])
+            out += tl.dot(w / tl.sum(w, 1)[:, None], vv)  # each block's softmax, added up
+        tl.store(O + r[:, None] * stride_o + d[None, :], out, mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def akb_keys_loaded_with_inf(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=float("-inf"))
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.dot(q, kt) * sm_scale  # -inf keys: their scores are -inf (or NaN)
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def akb_v_with_k_stride(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_k + d[None, :], mask=c[:, None] < n_keys, other=0.0)  # K's stride
+            sc = tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def akb_unnormalised(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            num = num * tl.exp(mx - mx_new)[:, None] + tl.dot(tl.exp(sc - mx_new[:, None]), vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num, mask=r[:, None] < n_queries)  # never divided by l
+
+    @triton.jit
+    def akb_stops_a_block_early(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys - BLOCK_N, BLOCK_N):  # "the last block is handled below" (it is not)
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def ckb_mask_rows_in_block(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        start = tl.program_id(0) * BLOCK_M
+        r = start + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, tl.minimum(start + BLOCK_M, n_keys), BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            allowed = (c[None, :] < n_keys) & (c[None, :] <= tl.arange(0, BLOCK_M)[:, None])  # rows counted from 0
+            sc = tl.where(allowed, tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def ckb_masked_with_zero(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        start = tl.program_id(0) * BLOCK_M
+        r = start + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, tl.minimum(start + BLOCK_M, n_keys), BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where((c[None, :] < n_keys) & (c[None, :] <= r[:, None]), tl.dot(q, kt) * sm_scale, 0.0)
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def ckb_future_only(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where((c[None, :] < n_keys) & (c[None, :] >= r[:, None]), tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def ckb_loop_to_block_n(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        start = tl.program_id(0) * BLOCK_M
+        r = start + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, tl.minimum(start + BLOCK_N, n_keys), BLOCK_N):  # BLOCK_N where BLOCK_M was meant
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where((c[None, :] < n_keys) & (c[None, :] <= r[:, None]), tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def ckb_sqrt_missing(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        start = tl.program_id(0) * BLOCK_M
+        r = start + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, tl.minimum(start + BLOCK_M, n_keys), BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            ok = (c[None, :] < n_keys) & (c[None, :] <= r[:, None])
+            sc = tl.where(ok, tl.dot(q, kt) * sm_scale * sm_scale, float("-inf"))  # 1 / head_dim, not 1 / sqrt
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def ckb_keys_loaded_unmasked_outside(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o,
+                                         sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                         HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] <= r[:, None], other=0.0)  # 2-D?
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where(c[None, :] <= r[:, None], tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    CORRECT.update(
+        softmax_kernel=[learner_softmax_kernel, learner_softmax_kernel_three_passes, reference_kernel("softmax")],
+        attention_kernel=[learner_attention_kernel, learner_attention_kernel_natural_exp,
+                          reference_kernel("attention")],
+        causal_attention_kernel=[learner_causal_attention_kernel, learner_causal_attention_kernel_every_block,
+                                 reference_kernel("causal_attention")],
+    )  # fmt: skip
+    MUTANTS += [
+        ("softmax_kernel", sk_no_rescale, "running sum l was not rescaled"),
+        ("softmax_kernel", sk_rescale_inverted, "rescaled the wrong way round"),
+        ("softmax_kernel", sk_per_block, "each block was normalised on its own"),
+        ("softmax_kernel", sk_one_pass, "written in the same pass"),
+        ("softmax_kernel", sk_exp2_without_log2e, "without the factor log2(e)"),
+        ("softmax_kernel", sk_exp_with_log2e, "then given to tl.exp"),
+        ("softmax_kernel", sk_other_zero, "were read as 0"),
+        ("softmax_kernel", sk_mask_one_short, "leaves out the last number"),
+        ("softmax_kernel", sk_mask_one_long, "one past the last"),
+        ("softmax_kernel", sk_no_mask, "needs a mask: `mask=cols < n_cols`"),
+        ("softmax_kernel", sk_row_offset_n_cols, "rows are stride_x = "),
+        ("softmax_kernel", sk_store_with_stride_x, "rows are stride_y = "),
+        ("softmax_kernel", sk_no_max, "maximum was not subtracted"),
+        ("attention_kernel", ak_acc_not_rescaled, "running output acc was not rescaled"),
+        ("attention_kernel", ak_l_not_rescaled, "running sum l was not rescaled"),
+        ("attention_kernel", ak_nothing_rescaled, "neither l nor acc"),
+        ("attention_kernel", ak_exp2_without_log2e, "without the factor log2(e)"),
+        ("attention_kernel", ak_exp_with_log2e, "given to tl.exp"),
+        ("attention_kernel", ak_unscaled, "not multiplied by sm_scale"),
+        ("attention_kernel", ak_padding_weighted, "keys past n_keys got weight"),
+        ("attention_kernel", ak_mask_one_short, "leaves out the last key"),
+        ("attention_kernel", ak_mask_one_long, "one past the last"),
+        ("attention_kernel", ak_kv_unmasked, "needs a mask: `mask=... < n_keys`"),
+        ("attention_kernel", ak_k_strides_swapped, "stride used for the wrong axis"),
+        ("causal_attention_kernel", ck_strict, "one key too few"),
+        ("causal_attention_kernel", ck_one_ahead, "one key too many"),
+        ("causal_attention_kernel", ck_diagonal_unmasked, "no mask inside the tiles the diagonal crosses"),
+        ("causal_attention_kernel", ck_stops_before_diagonal, "stops before the block"),
+        ("causal_attention_kernel", ck_not_causal, "no causal mask at all"),
+        ("causal_attention_kernel", ck_acc_not_rescaled, "running output acc was not rescaled"),
+        ("causal_attention_kernel", ck_exp2_without_log2e, "without the factor log2(e)"),
+    ]
+    OFF_BY_ONE.update(
+        softmax_kernel=(sk_mask_one_long, sk_mask_one_short),
+        attention_kernel=(ak_mask_one_long, ak_mask_one_short),
+        causal_attention_kernel=(ck_one_ahead, ck_strict),
+    )
+    KIND_MUTANTS += [
+        ("softmax_kernel", sk_first_block_unmasked, ONE, "past the end of the row"),
+        ("softmax_kernel", sk_other_zero, PADDED, "were read as 0"),
+        ("softmax_kernel", sk_fast_path_without_rescale, UNPADDED, "no padding"),
+        ("softmax_kernel", sk_no_max, LARGE, "maximum was not subtracted"),
+        ("attention_kernel", ak_q_unmasked, ONE, "past the last one (n_queries = 1"),
+        ("attention_kernel", ak_padding_weighted, PADDED, "keys past n_keys got weight"),
+        ("attention_kernel", ak_fast_path_without_rescale, UNPADDED, "differ from the reference"),
+        ("attention_kernel", ak_no_max, LARGE, "large inputs"),
+        ("causal_attention_kernel", ck_q_unmasked, ONE, "past the last one (n_queries = 1"),
+        ("causal_attention_kernel", ck_kv_unmasked, PADDED, "past the last one (n_keys = "),
+        ("causal_attention_kernel", ck_fast_path_without_rescale, UNPADDED, "differ from the reference"),
+        ("causal_attention_kernel", ck_no_max, LARGE, "large inputs"),
+    ]
+    BUGS += [
+        ("softmax_kernel", skb_other_forgotten, "were read as 0"),
+        ("softmax_kernel", skb_store_unmasked, "needs a mask: `mask=cols < n_cols`"),
+        ("softmax_kernel", skb_last_block_sum_only, GENERIC),
+        ("softmax_kernel", skb_sum_not_shifted, GENERIC),
+        ("softmax_kernel", skb_ln2_instead_of_log2e, GENERIC),
+        ("softmax_kernel", skb_loop_forever, "did not finish"),
+        ("softmax_kernel", skb_far_away, "far outside every tensor"),
+        ("attention_kernel", akb_p_against_old_max, GENERIC),
+        ("attention_kernel", akb_block_softmax, GENERIC),
+        ("attention_kernel", akb_keys_loaded_with_inf, GENERIC),
+        ("attention_kernel", akb_v_with_k_stride, "another tensor's stride"),
+        ("attention_kernel", akb_unnormalised, GENERIC),
+        ("attention_kernel", akb_stops_a_block_early, GENERIC),
+        ("causal_attention_kernel", ckb_mask_rows_in_block, GENERIC),
+        ("causal_attention_kernel", ckb_masked_with_zero, GENERIC),
+        ("causal_attention_kernel", ckb_future_only, GENERIC),
+        ("causal_attention_kernel", ckb_loop_to_block_n, GENERIC),
+        ("causal_attention_kernel", ckb_sqrt_missing, GENERIC),
+        ("causal_attention_kernel", ckb_keys_loaded_unmasked_outside, GENERIC),
+    ]
