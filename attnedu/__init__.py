@@ -13,8 +13,9 @@ One concept per module; a lesson's library code lives in the module its concept 
     train              training loop, greedy translation, accuracy by length
     analysis           attention maps, alignment accuracy, crossing rate, gradient paths
     flash              online softmax, tiles, tiled (Flash) attention in PyTorch, forward and backward (08)
-    triton_attention   FlashAttention-2 as a Triton kernel (GPU, or CPU interpreter) (08)
-    bench              python -m attnedu.bench: time and memory of naive, tiled, SDPA and Triton attention (08)
+    triton_attention   FlashAttention-2, forward and backward, as Triton kernels (GPU, or CPU interpreter) (08)
+    bench, bench_gpu   python -m attnedu.bench: time and memory of naive, tiled, SDPA and Triton attention;
+                       bench_gpu holds the GPU suite of make gpu-bench (08)
     plots, diagrams    attention heat maps and other figures; the diagram of each lesson's model
     widgets            interactive controls for JupyterLab
     checks             the graded exercises: one module per lesson (lessonNN.py) and the machinery that checks them

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 COLOURS = {
@@ -236,40 +237,96 @@ def multihead_diagram(num_heads: int = 4, ax: Axes | None = None, title: str | N
 
 
 def tiling_diagram(
-    n_query_blocks: int, n_key_blocks: int, current: tuple[int, int], causal: bool = False,
-    ax: Axes | None = None, title: str | None = None,
+    query_len: int, block_q: int, block_k: int, current: tuple[int, int] | None = None, causal: bool = False,
+    ax: Axes | None = None, title: str | None = None, key_len: int | None = None,
 ) -> Axes:  # fmt: skip
-    """The score matrix S cut into tiles (lesson 08): rows are blocks of queries, columns blocks of keys,
-    counted from 1. FlashAttention visits one query block's row of tiles, left to right, keeping only a
-    running max, sum and output per query row. Done tiles green, the current one orange, the rest grey;
-    with ``causal``, tiles wholly above the diagonal are skipped (white, never computed)."""
-    row, column = current
-    if not (1 <= row <= n_query_blocks and 1 <= column <= n_key_blocks):
-        raise ValueError(f"current tile must be within 1..{n_query_blocks} x 1..{n_key_blocks}, got {current}")
+    """The score matrix S cut into tiles (lesson 08): rows are blocks of ``block_q`` queries, columns blocks of
+    ``block_k`` keys, counted from 0 as in the code. FlashAttention visits one query block's row of tiles, left to
+    right, keeping only a running max, sum and output per query row. Tiles done before ``current`` are green, the
+    current one orange, the rest grey. With ``causal``, which tiles are computed and which need the mask is
+    ``attnedu.flash.causal_tiles``: tiles wholly above the diagonal are skipped (white, never computed), and tiles
+    the diagonal crosses are hatched (masked inside); the diagonal itself is drawn. A legend names every colour."""
+    from matplotlib.patches import Patch
+
+    from .flash import _tiles
+
+    key_len = query_len if key_len is None else key_len
+    compute, masked = _tiles(query_len, key_len, block_q, block_k, causal)
+    rows, columns = compute.shape
+    if current is not None and not (0 <= current[0] < rows and 0 <= current[1] < columns):
+        raise ValueError(f"current tile must be within 0..{rows - 1} x 0..{columns - 1}, got {current}")
     ax = ax or plt.gca()
-    for i in range(1, n_query_blocks + 1):
-        for j in range(1, n_key_blocks + 1):
-            skipped = causal and j > i
-            done = (i < row) or (i == row and j < column)
-            colour = "white" if skipped else COLOURS["decoder"] if (i, j) == (row, column) else (
-                COLOURS["attentional"] if done else "#d9d9d9")  # fmt: skip
-            ax.add_patch(FancyBboxPatch((j - 1 + 0.05, n_query_blocks - i + 0.05), 0.9, 0.9,
-                                        boxstyle="round,pad=0.0,rounding_size=0.08", facecolor=colour,
-                                        edgecolor="#bbbbbb" if skipped else "none"))  # fmt: skip
-            if (i, j) == (row, column):
-                ax.text(j - 0.5, n_query_blocks - i + 0.5, f"$S_{{{i}{j}}}$", ha="center", va="center",
+    height, width = query_len / block_q, key_len / block_k  # in tiles; a partial last block is drawn narrower
+    for i in range(rows):
+        for j in range(columns):
+            done = current is not None and (i < current[0] or (i == current[0] and j < current[1]))
+            here = current is not None and (i, j) == tuple(current)
+            colour = ("white" if not compute[i, j] else COLOURS["decoder"] if here else
+                      COLOURS["attentional"] if done else "#d9d9d9")  # fmt: skip
+            w = min(1.0, width - j) - 0.1
+            h = min(1.0, height - i) - 0.1
+            ax.add_patch(FancyBboxPatch((j + 0.05, height - i - h - 0.05), w, h,
+                                        boxstyle="round,pad=0.0,rounding_size=0.06", facecolor=colour,
+                                        edgecolor="#999999" if not compute[i, j] else "none",
+                                        hatch="///" if masked[i, j] else None))  # fmt: skip
+            if here:
+                ax.text(j + w / 2 + 0.05, height - i - h / 2 - 0.05, f"$S_{{{i}{j}}}$", ha="center", va="center",
                         color="white", fontsize=10)  # fmt: skip
-    ax.set_xlim(-0.2, n_key_blocks + 0.2)
-    ax.set_ylim(-0.2, n_query_blocks + 0.2)
+    if causal:  # key j = query i: keys right of this line are in the future of their query
+        end = min(query_len, key_len)
+        ax.plot([0, end / block_k], [height, height - end / block_q], color="crimson", linewidth=1.2)
+    ax.set_xlim(-0.2, width + 0.2)
+    ax.set_ylim(-0.2, height + 0.2)
     ax.set_aspect("equal")
-    ax.set_xticks(
-        [j - 0.5 for j in range(1, n_key_blocks + 1)], labels=[f"$K_{{{j}}}$" for j in range(1, n_key_blocks + 1)]
-    )
-    ax.set_yticks([n_query_blocks - i + 0.5 for i in range(1, n_query_blocks + 1)],
-                  labels=[f"$Q_{{{i}}}$" for i in range(1, n_query_blocks + 1)])  # fmt: skip
+    ax.set_xticks([j + 0.5 for j in range(columns)], labels=[f"$K_{{{j}}}$" for j in range(columns)])
+    ax.set_yticks([height - i - 0.5 for i in range(rows)], labels=[f"$Q_{{{i}}}$" for i in range(rows)])
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
+    legend = [Patch(facecolor="#d9d9d9", label="to compute")]
+    if current is not None:
+        legend = [Patch(facecolor=COLOURS["attentional"], label="done"),
+                  Patch(facecolor=COLOURS["decoder"], label="current tile")] + legend  # fmt: skip
+    if causal:
+        legend += [Patch(facecolor="white", edgecolor="#999999", label="skipped (all in the future)"),
+                   Patch(facecolor="#d9d9d9", hatch="///", label="masked inside (the diagonal crosses it)"),
+                   Line2D([0], [0], color="crimson", label="key = query")]  # fmt: skip
+    ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, -0.1), fontsize=8, ncol=2, frameon=False)
+    if title:
+        ax.set_title(title, fontsize=11)
+    return ax
+
+
+def memory_hierarchy_diagram(ax: Axes | None = None, title: str | None = None) -> Axes:
+    """Where a GPU keeps data (lesson 08): a small, fast memory on the chip next to the arithmetic units, a large,
+    slow one beside it. The sizes and bandwidths are an NVIDIA A100's as Dao et al. (2022, Figure 1) give them; the
+    bar lengths are logarithmic. Naive attention writes S and P to the slow memory and reads them back; the tiled
+    kernel keeps each tile in the fast one."""
+    levels = [  # name, size, bandwidth, size in bytes, bandwidth in bytes/s (Dao et al. 2022, Fig. 1: A100 40 GB)
+        ("on-chip SRAM (shared memory, registers)", "20 MB", "19 TB/s", 20e6, 19e12),
+        ("GPU main memory (HBM)", "40 GB", "1.5 TB/s", 40e9, 1.5e12),
+        ("CPU main memory (DRAM)", "> 1 TB", "12.8 GB/s", 1e12, 12.8e9),
+    ]
+    import math
+
+    ax = ax or plt.gca()
+    colours = [COLOURS["attentional"], COLOURS["decoder"], COLOURS["encoder"]]
+    for row, ((name, size, bandwidth, nbytes, speed), colour) in enumerate(zip(levels, colours)):
+        y = len(levels) - 1 - row
+        size_len, speed_len = math.log10(nbytes / 1e6) + 1, math.log10(speed / 1e9) + 1
+        ax.barh(y + 0.17, size_len, height=0.3, color=colour, alpha=0.45)
+        ax.barh(y - 0.17, speed_len, height=0.3, color=colour)
+        ax.text(size_len + 0.1, y + 0.17, f"size {size}", va="center", fontsize=9)
+        ax.text(speed_len + 0.1, y - 0.17, f"bandwidth {bandwidth}", va="center", fontsize=9)
+        ax.text(-0.1, y, name, ha="right", va="center", fontsize=10)
+    ax.set_xlim(0, 9.5)
+    ax.set_ylim(-0.6, len(levels) - 0.4)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.text(0, -0.55, "bar lengths on log scales (light: size, dark: bandwidth); A100 figures from Dao et al. "
+            "(2022), Fig. 1", fontsize=8, color="#555555")  # fmt: skip
     if title:
         ax.set_title(title, fontsize=11)
     return ax

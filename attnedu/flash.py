@@ -36,6 +36,7 @@ import torch
 from ._validate import (
     check_bool,
     check_bool_mask,
+    check_choice,
     check_float,
     check_int,
     check_min_dims,
@@ -292,7 +293,7 @@ def _forward(query, key, value, is_causal: bool, block_q: int, block_k: int):
 
 
 def tiled_attention_backward(query, key, value, out, lse, grad_out, *, is_causal=False,
-                             block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K):  # fmt: skip
+                             block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K, order="key"):  # fmt: skip
     """Gradients (d_query, d_key, d_value) of tiled attention by recomputation: every tile of P is rebuilt
     from the saved log-sum-exp, P = exp(Q_i K_j^T / sqrt(head_dim) - lse_i), instead of being stored.
 
@@ -300,8 +301,14 @@ def tiled_attention_backward(query, key, value, out, lse, grad_out, *, is_causal
     With D_i = rowsum(dO_i * O_i) (one number per query):
         dV_j += P^T dO_i;  dP = dO_i V_j^T;  dS = P * (dP - D_i)
         dQ_i += dS K_j / sqrt(head_dim);  dK_j += dS^T Q_i / sqrt(head_dim)
+
+    ``order`` is which loop is outside. "key" (FlashAttention-2's): for each key block K_j, every query block;
+    dK_j and dV_j are complete when its loop ends (on a GPU they never leave the chip) and dQ is added to from
+    every key block. "query" (the forward's order): dQ_i is complete at the end of each outer step, and dK and dV
+    are added to instead. Both compute the same tiles and the same gradients.
     """
     check_qkv(query, key, value)
+    check_choice("order", order, BACKWARD_ORDERS)
     check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i")
     expected = (*query.shape[:-1], value.shape[-1])
     for name, x, shape in (("out", out, expected), ("lse", lse, expected[:-1]), ("grad_out", grad_out, expected)):
@@ -310,10 +317,13 @@ def tiled_attention_backward(query, key, value, out, lse, grad_out, *, is_causal
                 f"{name} should be a float tensor of shape {shape}, what tiled_attention_forward returns for these "
                 f"inputs (and the gradient of its output), got {describe(x)}"
             )
-    return _backward(query, key, value, out, lse, grad_out, is_causal, *_block_sizes(block_q, block_k))
+    return _backward(query, key, value, out, lse, grad_out, is_causal, *_block_sizes(block_q, block_k), order)
 
 
-def _backward(query, key, value, out, lse, grad_out, is_causal: bool, block_q: int, block_k: int):
+BACKWARD_ORDERS = ("key", "query")
+
+
+def _backward(query, key, value, out, lse, grad_out, is_causal: bool, block_q: int, block_k: int, order: str = "key"):
     n_q, head_dim, n_k = query.shape[-2], query.shape[-1], key.shape[-2]
     work = _compute_dtype(query.dtype)
     scale = 1.0 / math.sqrt(head_dim)
@@ -323,21 +333,32 @@ def _backward(query, key, value, out, lse, grad_out, is_causal: bool, block_q: i
     d_row = (do * o).sum(dim=-1, keepdim=True)  # D_i: (batch * heads, query_len, 1)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     compute, masked = _tiles(n_q, n_k, block_q, block_k, is_causal)
-    for i, q_start in enumerate(range(0, n_q, block_q)):
-        q_end = min(q_start + block_q, n_q)
-        q_block, do_block = q[:, q_start:q_end], do[:, q_start:q_end]
-        for j, k_start in enumerate(range(0, n_k, block_k)):
-            if not compute[i, j]:
-                break  # with a causal mask, every later key block is wholly in the future
-            k_end = min(k_start + block_k, n_k)
-            s = torch.bmm(q_block, k[:, k_start:k_end].transpose(1, 2)) * scale
-            if masked[i, j]:
-                s.masked_fill_(~causal_block(q_start, q_end, k_start, k_end, device=s.device), float("-inf"))
-            p = torch.exp(s - lse[:, q_start:q_end])  # the softmax tile, rebuilt
-            dv[:, k_start:k_end] += p.transpose(1, 2) @ do_block
-            ds = p * (do_block @ v[:, k_start:k_end].transpose(1, 2) - d_row[:, q_start:q_end])
-            dq[:, q_start:q_end] += ds @ k[:, k_start:k_end] * scale
-            dk[:, k_start:k_end] += ds.transpose(1, 2) @ q_block * scale
+    q_blocks = [slice(start, min(start + block_q, n_q)) for start in range(0, n_q, block_q)]
+    k_blocks = [slice(start, min(start + block_k, n_k)) for start in range(0, n_k, block_k)]
+
+    def tile(i: int, j: int) -> None:
+        """Tile (i, j): P rebuilt from the log-sum-exp, dS = P * (dO V^T - D), and their three products added."""
+        qs, ks = q_blocks[i], k_blocks[j]
+        s = torch.bmm(q[:, qs], k[:, ks].transpose(1, 2)).mul_(scale)
+        if masked[i, j]:
+            s.masked_fill_(~causal_block(qs.start, qs.stop, ks.start, ks.stop, device=s.device), float("-inf"))
+        p = s.sub_(lse[:, qs]).exp_()  # the softmax tile, rebuilt in the scores' memory
+        ds = torch.bmm(do[:, qs], v[:, ks].transpose(1, 2)).sub_(d_row[:, qs]).mul_(p)  # dS = P * (dP - D)
+        dv[:, ks] += torch.bmm(p.transpose(1, 2), do[:, qs])  # dV_j += P^T dO_i
+        dk[:, ks] += torch.bmm(ds.transpose(1, 2), q[:, qs]).mul_(scale)  # dK_j += dS^T Q_i / sqrt(head_dim)
+        dq[:, qs] += torch.bmm(ds, k[:, ks]).mul_(scale)  # dQ_i += dS K_j / sqrt(head_dim)
+
+    if order == "key":  # FlashAttention-2: a key block outside, its dK_j and dV_j finished before the next block
+        for j in range(len(k_blocks)):
+            for i in range(len(q_blocks)):
+                if compute[i, j]:  # causal: the query blocks before the diagonal see nothing of key block j
+                    tile(i, j)
+    else:  # a query block outside, as the forward pass: dQ_i finished first, dK and dV added to from every block
+        for i in range(len(q_blocks)):
+            for j in range(len(k_blocks)):
+                if not compute[i, j]:
+                    break  # with a causal mask, every later key block is wholly in the future
+                tile(i, j)
     return (dq.reshape(query.shape).to(query.dtype), dk.reshape(key.shape).to(key.dtype),
             dv.reshape(value.shape).to(value.dtype))  # fmt: skip
 

@@ -724,10 +724,10 @@ BAD_CALLS = [
     ("plot_online_softmax/step", lambda: plots.plot_online_softmax(Figure(), torch.arange(4.0), 2, [3]),
      ValueError, r"steps should be in 1\.\.2 \(one per block\), got step 3"),
     # ---- widgets -------------------------------------------------------------------------------------------
-    ("ScalingExplorer/empty", lambda: widgets.ScalingExplorer([]), TypeError,
-     r"dims should be a non-empty list, got a list of 0 items"),
+    ("ScalingExplorer/empty", lambda: widgets.ScalingExplorer([]), ValueError,
+     r"dims should be a non-empty list of positive ints \(a head size d_k\), got a list of 0 items"),
     ("ScalingExplorer/float", lambda: widgets.ScalingExplorer([2.5]), TypeError,
-     r"dims\[0\] \(a head size d_k\) should be an int, got 2\.5"),
+     r"dims\[0\] should be one of positive ints \(a head size d_k\), got 2\.5"),
     ("MaskExplorer/length", lambda: widgets.MaskExplorer(30), ValueError,
      r"length \(the starting sequence length\) should be an int with 2 <= length <= 24"),
     ("draw_mask/kind", lambda: widgets.draw_mask(Figure(), "diagonal", 5, 3, 1), ValueError,

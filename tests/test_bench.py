@@ -86,8 +86,11 @@ def test_plot_and_targets_from_a_stored_benchmark():
         m("naive", 4096, 900.0, 1024.0), m("tiled", 4096, 400.0, 16.0), m("sdpa", 4096, 300.0, 8.0),
     ])  # fmt: skip
     targets = {t["target"]: t for t in bench.cpu_targets(stored)}
-    assert all(t["met"] for t in targets.values())
-    assert targets["naive extra memory / tiled extra memory"]["value"] == 64
+    assert all(t["met"] for t in targets.values()) and len(targets) == 3  # no forward+backward measured
+    assert targets["naive extra memory / tiled extra memory, forward"]["value"] == 64
+    assert targets["tiled time / SDPA time, forward"]["value"] == 400 / 300
+    slow = bench.Benchmark(stored.provenance, [m("tiled", 4096, 500.0, 16.0), m("sdpa", 4096, 300.0, 8.0)])
+    assert [t["met"] for t in bench.cpu_targets(slow)] == [False]  # 1.67 times SDPA misses the 1.5 bound
     again = bench.Benchmark.from_json(json.loads(json.dumps(stored.to_json())))
     assert again.find("tiled", 4096, 64, False).extra_mib == 16.0
     left, right = bench.plot_benchmark(Figure(), stored)

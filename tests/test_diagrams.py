@@ -46,17 +46,29 @@ def test_diagram_rejects_what_it_cannot_draw(kwargs, match):
 
 
 def test_the_other_diagrams_draw_and_check_their_arguments():
-    from attnedu.diagrams import lookup_diagram, luong_diagram, multihead_diagram, tiling_diagram
+    from attnedu.diagrams import (
+        lookup_diagram,
+        luong_diagram,
+        memory_hierarchy_diagram,
+        multihead_diagram,
+        tiling_diagram,
+    )
 
     ax = luong_diagram(SOURCE, TARGET, [0.2, 0.3, 0.5], step=2, input_feeding=True)
     assert "$c_{2}$" in _texts(ax)
     assert sum("k_" in t for t in _texts(lookup_diagram(["cat", "dog"], [0.9, 0.1]))) == 2
     assert sum(t.startswith("head") for t in _texts(multihead_diagram(3))) == 3
     plt.close("all")
-    ax = tiling_diagram(3, 3, (2, 2), causal=True)
+    ax = tiling_diagram(300, 100, 100, (2, 2), causal=True)
     assert "$S_{22}$" in _texts(ax)
-    with pytest.raises(ValueError, match="within 1..3 x 1..3"):
-        tiling_diagram(3, 3, (4, 1))
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert len(hatched) == 3  # the diagonal tiles, and only they, are masked
+    assert len([p for p in ax.patches if p.get_facecolor()[:3] == (1.0, 1.0, 1.0)]) == 3  # skipped above it
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "skipped (all in the future)" in labels and "current tile" in labels
+    with pytest.raises(ValueError, match="within 0..2 x 0..2"):
+        tiling_diagram(300, 100, 100, (3, 0))
+    assert "bandwidth 19 TB/s" in _texts(memory_hierarchy_diagram())
     with pytest.raises(ValueError, match="one value per key"):
         lookup_diagram(["a"], [0.5, 0.5])
     with pytest.raises(ValueError, match="1..8"):

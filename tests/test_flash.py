@@ -19,6 +19,7 @@ from attnedu.flash import (
     scores_bytes,
     tile_backward,
     tiled_attention,
+    tiled_attention_backward,
     tiled_attention_forward,
 )
 from attnedu.masks import causal_block, causal_mask
@@ -147,6 +148,19 @@ def test_bad_inputs_raise_errors_that_say_the_fix():
         tiled_attention(q, k, v, is_causal="yes")
     with pytest.raises(ValueError, match="block_size"):
         online_softmax(torch.zeros(3), 0)
+    with pytest.raises(TypeError, match="is_causal"):  # any truthy value used to count as True
+        naive_attention(q, k, v, is_causal=1)
+    with pytest.raises(TypeError, match="causal"):
+        attention_flops(1, 2, 4, 4, 8, causal="no")
+    out, lse = tiled_attention_forward(q, k, v)
+    with pytest.raises(ValueError, match=r"lse should be a float tensor of shape \(1, 2, 4\)"):
+        tiled_attention_backward(q, k, v, out, lse[..., :3], out)
+    with pytest.raises(ValueError, match=r"grad_out should be a float tensor of shape \(1, 2, 4, 8\)"):
+        tiled_attention_backward(q, k, v, out, lse, out.transpose(-1, -2))
+    with pytest.raises(ValueError, match="order.*'key', 'query'"):
+        tiled_attention_backward(q, k, v, out, lse, out, order="keys")
+    with pytest.raises(ValueError, match="key_len"):
+        causal_tiles(8, 2, 2, key_len=0)
 
 
 def test_flops_and_bytes_conventions():
