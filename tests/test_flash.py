@@ -203,7 +203,6 @@ def test_block_update_carries_the_softmax_across_tiles():
     expected = torch.softmax(q @ k[:9].T / 2.0, dim=-1) @ v[:9]
     torch.testing.assert_close(acc / l[:, None], expected)
     torch.testing.assert_close(m + torch.log(l), torch.logsumexp(q @ k[:9].T / 2.0, dim=-1))
-    assert checks.EXERCISES["block_update"].reference is block_update
     with pytest.raises(ValueError, match="allowed should broadcast"):
         block_update(m, l, acc, q, k[:4], v[:4], torch.ones(3, dtype=torch.bool))
     with pytest.raises(ValueError, match="m and l should be"):
@@ -299,6 +298,12 @@ def test_causal_block_update_over_every_tile_is_causal_attention(block_q, block_
         assert not any(torch.isnan(x).any() for x in late)
         m, l, acc = merge_softmax_states(*state_over(q_start, q_end, range(0, split, block_k)), *late)
         torch.testing.assert_close(acc / l[:, None], expected[q_start:q_end])
+
+
+def test_the_exercises_references_are_these_functions():
+    for name, fn in (("merge_softmax_states", merge_softmax_states), ("causal_block_update", causal_block_update),
+                     ("tile_backward", tile_backward)):  # fmt: skip
+        assert checks.EXERCISES[name].reference is fn
 
 
 def test_causal_block_update_checks_its_positions():
