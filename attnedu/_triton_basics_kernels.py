@@ -5,6 +5,7 @@ program per block of queries, without and with a causal mask.
 This module imports triton, so nothing imports it at package import: ``attnedu.triton_basics`` loads it on first use,
 once per mode (compiled, or under Triton's interpreter). Plain pointer arithmetic only (no block pointers, no tensor
 descriptors), so that the same code runs on Triton 3.6 and 3.9; every tensor is row-major with its own row stride.
+Each kernel is self-contained (no helper functions): ``compare_on_gpu`` compiles a kernel from its own source.
 """
 
 import triton
@@ -36,9 +37,10 @@ def softmax_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _attention_rows(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
-                    IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    HEAD_DIM: tl.constexpr):  # fmt: skip
+def attention_kernel(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+    """O = softmax(Q K^T * sm_scale) V for one head, one program per block of BLOCK_M queries, looping over the
+    keys BLOCK_N at a time with the online softmax (exp2, the running maximum, the rescale of l and acc)."""
     start_m = tl.program_id(0) * BLOCK_M
     rows = start_m + tl.arange(0, BLOCK_M)  # the queries of this program
     dims = tl.arange(0, HEAD_DIM)
@@ -47,17 +49,11 @@ def _attention_rows(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v,
     l = tl.zeros([BLOCK_M], tl.float32)  # running sum
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)  # unnormalised output
     qk_scale = sm_scale * 1.4426950408889634  # scores in base 2, for exp2
-    hi = n_keys
-    if IS_CAUSAL:  # key blocks wholly after this block's last query are never read
-        hi = tl.minimum(start_m + BLOCK_M, n_keys)
-    for start_n in range(0, hi, BLOCK_N):
+    for start_n in range(0, n_keys, BLOCK_N):
         keys = start_n + tl.arange(0, BLOCK_N)
         k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
         v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
-        valid = keys[None, :] < n_keys
-        if IS_CAUSAL:
-            valid = valid & (keys[None, :] <= rows[:, None])
-        s = tl.where(valid, tl.dot(q, k_t) * qk_scale, float("-inf"))
+        s = tl.where(keys[None, :] < n_keys, tl.dot(q, k_t) * qk_scale, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))
         p = tl.exp2(s - m_new[:, None])
         alpha = tl.exp2(m - m_new)  # rescale of the old sum and output
@@ -68,18 +64,28 @@ def _attention_rows(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v,
 
 
 @triton.jit
-def attention_kernel(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
-    """O = softmax(Q K^T * sm_scale) V for one head, one program per block of BLOCK_M queries, looping over the
-    keys BLOCK_N at a time with the online softmax (exp2, the running maximum, the rescale of l and acc)."""
-    _attention_rows(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
-                    False, BLOCK_M, BLOCK_N, HEAD_DIM)  # fmt: skip
-
-
-@triton.jit
 def causal_attention_kernel(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
     """``attention_kernel`` with query i attending keys 0..i: key blocks after the block's last query are skipped,
     and inside the blocks the diagonal crosses, the keys after each query get score -inf."""
-    _attention_rows(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
-                    True, BLOCK_M, BLOCK_N, HEAD_DIM)  # fmt: skip
+    start_m = tl.program_id(0) * BLOCK_M
+    rows = start_m + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, HEAD_DIM)
+    q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634
+    for start_n in range(0, tl.minimum(start_m + BLOCK_M, n_keys), BLOCK_N):  # no block wholly in the future
+        keys = start_n + tl.arange(0, BLOCK_N)
+        k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
+        v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+        allowed = (keys[None, :] < n_keys) & (keys[None, :] <= rows[:, None])  # key j <= query i
+        s = tl.where(allowed, tl.dot(q, k_t) * qk_scale, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(m - m_new)
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p, v)
+        m = m_new
+    tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)

@@ -308,17 +308,48 @@ def _checked(buffers: list[_Buffer]):
         interpreter._interpreter = native
 
 
+@contextlib.contextmanager
+def _index_as_int():
+    """Triton 3.6's interpreter turns a tensor of one number into an int with ``int(array)``, which NumPy 2.5
+    refuses for an array of shape (1,) (so ``range(0, n_cols, BLOCK)`` fails); Triton 3.9 squeezes it first. Do what
+    3.9 does, for the time of one launch."""
+    from triton.runtime import interpreter
+
+    patch_tensor = getattr(interpreter, "_patch_lang_tensor", None)
+    if patch_tensor is None:
+        yield
+        return
+
+    def patched(tensor, scope):
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
+
+    interpreter._patch_lang_tensor = patched
+    try:
+        yield
+    finally:
+        interpreter._patch_lang_tensor = patch_tensor
+
+
 def _launch(kernel, name: str, grid: tuple, buffers: list[_Buffer], *args, **constants) -> None:
     """``kernel[grid](*args, **constants)`` under the interpreter, memory checked; the learner's own exceptions come
     out as they were raised in the kernel (not wrapped), NotImplementedError included."""
     _ready(kernel, name)
     try:
-        with _checked(buffers), np.errstate(all="ignore"):  # inf and NaN are the check's to report, not NumPy's
+        with _checked(buffers), _index_as_int(), np.errstate(all="ignore"):  # inf, NaN: the check reports them
             kernel[grid](*args, **constants)
     except Exception as error:
         cause = error
         while type(cause).__name__ == "InterpreterError" and cause.__cause__ is not None:
             cause = cause.__cause__
+        if isinstance(cause, TypeError) and "0-dimensional arrays can be converted" in str(cause):
+            import triton
+
+            raise KernelError(
+                f"Triton {triton.__version__}'s interpreter cannot run kernels with NumPy {np.__version__}: it turns a "
+                "number argument into an array of one element, which this NumPy refuses to convert to an int (fixed in "
+                "later Triton releases). The course pins triton 3.9 and numpy 2.4: pip install -r requirements.txt"
+            ) from None
         if cause is error:
             raise
         raise cause.with_traceback(cause.__traceback__) from None
