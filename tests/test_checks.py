@@ -616,6 +616,25 @@ def test_a_wrong_function_that_uses_the_package_gets_its_diagnosis_and_the_rule(
     assert "Also: your function runs the course's own `attnedu.masks.causal_mask`" in result.message
 
 
+def test_the_grader_sees_the_packages_own_code_too():
+    """The grader's kernel records which forbidden function ran (call_learner with the exercise's ``forbidden``); the
+    replayed decision is the in-process one."""
+    from attnedu.grading.results import remote_call
+    from attnedu.masks import document_mask
+
+    exercise = checks.EXERCISES["document_mask"]
+    cases = exercise.make_cases()
+    records = {}
+    for index, case in enumerate(cases):
+        args = copy.deepcopy(case.args)
+        call = checks.calling.call_learner(document_mask, args, 5.0, exercise.forbidden)
+        records[index] = {"value": call.value, "args": args, "used_reference": call.used_reference}
+    remote = checks.diagnosis.run_check(exercise, "document_mask", caller=remote_call(records, "done"), cases=cases)
+    local = checks.check("document_mask", document_mask)
+    assert remote.status == local.status == FAILED and remote.message == local.message
+    assert "`attnedu.masks.document_mask`" in remote.message
+
+
 def test_forbidding_leaves_the_profiler_as_it_was():
     import sys
 

@@ -46,17 +46,20 @@ def call_exercise(namespace: Mapping, name: str, cases_path: str, out_dir: str, 
     _write_json(out / "meta.json", describe(fn))
     if not callable(fn):
         return
+    from ..checks import EXERCISES
+
+    forbidden = EXERCISES[name].forbidden if name in EXERCISES else ()
     fork = getattr(os, "fork", None)
     if sys.platform.startswith("linux") and callable(fork):
-        _call_in_child(fork, fn, cases_path, out, time_limit)
+        _call_in_child(fork, fn, cases_path, out, time_limit, forbidden)
     else:
-        _call_cases(fn, cases_path, out, time_limit)
+        _call_cases(fn, cases_path, out, time_limit, forbidden)
 
 
-def _call_cases(fn: Callable, cases_path: str, out: Path, time_limit: float) -> None:
+def _call_cases(fn: Callable, cases_path: str, out: Path, time_limit: float, forbidden: tuple = ()) -> None:
     cases = torch.load(cases_path, weights_only=False)  # written by the grader: modules included
     for index, args in enumerate(cases):
-        call = call_learner(fn, args, time_limit)
+        call = call_learner(fn, args, time_limit, forbidden)
         record = {
             "value": encode(call.value),
             "args": encode(tuple(args)),  # as the function left them: a change in place shows
@@ -66,21 +69,24 @@ def _call_cases(fn: Callable, cases_path: str, out: Path, time_limit: float) -> 
             "not_implemented": call.not_implemented,
             "timed_out": call.timed_out,
             "printed": call.printed,
+            "used_reference": call.used_reference[:MAX_TEXT],  # the course's own code it ran, where forbidden
         }
         _save(out / f"{index}.pt", record)
         if call.timed_out:
             break  # the check calls no further case after a time-out (each could cost the time limit again)
 
 
-def _call_in_child(fork: Callable, fn: Callable, cases_path: str, out: Path, time_limit: float) -> None:
+def _call_in_child(
+    fork: Callable, fn: Callable, cases_path: str, out: Path, time_limit: float, forbidden: tuple = ()
+) -> None:
     try:
         pid = fork()
     except OSError:  # e.g. the process limit: call here instead
-        _call_cases(fn, cases_path, out, time_limit)
+        _call_cases(fn, cases_path, out, time_limit, forbidden)
         return
     if pid == 0:  # the child: call, save, and leave without running any of the kernel's exit handlers
         try:
-            _call_cases(fn, cases_path, out, time_limit)
+            _call_cases(fn, cases_path, out, time_limit, forbidden)
             (out / "finished").touch()
         finally:
             os._exit(0)
