@@ -181,7 +181,7 @@ def _transformer(experiment: str) -> dict:
 # Lesson 07's train-short/test-long experiment, as the lesson runs it: train at 16 characters, evaluate on the same
 # held-out characters cut into windows of 16, 32, 64 and 128; RoPE stretched by position interpolation and the
 # NTK-aware base; ALiBi at 128 against the same model reading only the last 16 characters before each prediction.
-TRAIN_LENGTH_07, EVAL_LENGTHS_07, STEPS_07 = 16, (16, 32, 64, 128), 300
+TRAIN_LENGTH_07, EVAL_LENGTHS_07, STEPS_07, D_MODEL_07 = 16, (16, 32, 64, 128), 300, 32
 
 
 def _extrapolation(corpus) -> dict:
@@ -195,7 +195,8 @@ def _extrapolation(corpus) -> dict:
     held_out = {n: (text.reshape(-1, n), following.reshape(-1, n)) for n in EVAL_LENGTHS_07}
     by_length, extended, window = {}, {}, {}
     for positions in ("none", "sinusoidal", "rope", "alibi"):
-        model = TinyTransformer(len(corpus.chars), len(corpus.chars), positions=positions, num_layers=1, seed=0)
+        model = TinyTransformer(len(corpus.chars), len(corpus.chars), d_model=D_MODEL_07, positions=positions,
+                                num_layers=1, seed=0)  # fmt: skip
         _train_lm(model, corpus, STEPS_07, TRAIN_LENGTH_07)
         with torch.no_grad():
             by_length[positions] = {
