@@ -303,8 +303,9 @@ APPLY_ROPE_INTERLEAVED = Exercise(
             lambda x, p: _rope(x, p, direction=-1.0),
         ),
         Variant(
-            "cos and sin are swapped: your pairs become (a sin - b cos, a cos + b sin), which is not a rotation "
-            "(a rotation by 90 degrees minus theta, with a flip). Use (a cos - b sin, a sin + b cos).",
+            "cos and sin are swapped: your pairs become (a sin - b cos, a cos + b sin), a rotation by 90 degrees "
+            "minus theta: a quarter turn, then the wrong way. Scores still depend on the offset alone, but not as in "
+            "the models trained with (a cos - b sin, a sin + b cos): use that.",
             lambda x, p: _rope(x, p, swap=True),
         ),
         Variant(
