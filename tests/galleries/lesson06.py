@@ -94,13 +94,9 @@ def learner_local_global_mask(is_global, window):
 
 
 def learner_local_global_mask_loop(is_global, window):
-    batch, length = is_global.shape
-    mask = torch.zeros(batch, length, length, dtype=torch.bool)
-    for b in range(batch):
-        for i in range(length):
-            for j in range(length):
-                mask[b, i, j] = abs(i - j) <= window or bool(is_global[b, i]) or bool(is_global[b, j])
-    return mask
+    flags = is_global.tolist()
+    rows = [[[abs(i - j) <= window or g[i] or g[j] for j in range(len(g))] for i in range(len(g))] for g in flags]
+    return torch.tensor(rows, dtype=torch.bool)
 
 
 def learner_local_global_mask_band(is_global, window):
@@ -611,13 +607,11 @@ def db_boundaries_from_changes(document_ids):
 
 
 def lgb_loop_strict(is_global, window):
-    batch, length = is_global.shape
-    out = torch.zeros(batch, length, length, dtype=torch.bool)
-    for b in range(batch):
-        for q in range(length):
-            for k in range(length):
-                out[b, q, k] = abs(q - k) < window or bool(is_global[b, q] or is_global[b, k])
-    return out
+    out = []
+    for flags in is_global.tolist():
+        n = len(flags)
+        out.append([[abs(q - k) < window or flags[q] or flags[k] for k in range(n)] for q in range(n)])
+    return torch.tensor(out)
 
 
 def lgb_keys_only(is_global, window):
