@@ -40,6 +40,20 @@ from ._validate import (
 )
 
 
+def _whole_numbers(name: str, x, dims: int, shape_doc: str, example: str) -> None:
+    """Raise unless ``x`` is an integer tensor of ``dims`` dimensions (lengths, document ids)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(
+            f"{name} should be a {dims}-D integer torch.Tensor of shape {shape_doc}, got {describe(x)}; convert with "
+            f"torch.tensor({name})"
+        )
+    check_tensor(name, x, dims, shape_doc)
+    if x.dtype == torch.bool or x.is_floating_point() or x.is_complex():
+        raise TypeError(
+            f"{name} should hold whole numbers (an integer dtype such as torch.long), got dtype {x.dtype}; {example}"
+        )
+
+
 def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     """(batch,) lengths -> (batch, max_len) bool mask, True at real tokens, False at padding.
 
@@ -47,17 +61,9 @@ def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     tensor([[ True,  True,  True, False],
             [ True, False, False, False]])
     """
-    if not isinstance(lengths, torch.Tensor):
-        raise TypeError(
-            f"lengths should be a 1-D integer torch.Tensor of shape (batch,), got {describe(lengths)}; "
-            "convert with torch.tensor(lengths)"
-        )
-    check_tensor("lengths", lengths, 1, "(batch,)")
-    if lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
-        raise TypeError(
-            f"lengths should hold whole numbers (an integer dtype such as torch.long), got dtype {lengths.dtype}; "
-            "count the real tokens of each sentence, e.g. torch.tensor([3, 5])"
-        )
+    _whole_numbers(
+        "lengths", lengths, 1, "(batch,)", "count the real tokens of each sentence, e.g. torch.tensor([3, 5])"
+    )
     max_len = check_positive_int("max_len", max_len, "the padded length")
     if int(lengths.min()) < 1:
         bad = int(lengths.argmin())
@@ -174,12 +180,9 @@ def prefix_lm_mask(prefix_lengths: torch.Tensor, lengths: torch.Tensor, max_len:
     lets every real token see every other.
     """
     real = padding_mask(lengths, max_len)  # (batch, max_len), validates lengths and max_len
-    if not isinstance(prefix_lengths, torch.Tensor):
-        raise TypeError(f"prefix_lengths should be a 1-D integer torch.Tensor of shape (batch,), got "
-                        f"{describe(prefix_lengths)}; convert with torch.tensor(prefix_lengths)")  # fmt: skip
-    check_tensor("prefix_lengths", prefix_lengths, 1, "(batch,)")
-    if prefix_lengths.dtype == torch.bool or prefix_lengths.is_floating_point() or prefix_lengths.is_complex():
-        raise TypeError(f"prefix_lengths should hold whole numbers (an integer dtype), got {prefix_lengths.dtype}")
+    _whole_numbers(
+        "prefix_lengths", prefix_lengths, 1, "(batch,)", "count each prefix's tokens, e.g. torch.tensor([2, 0])"
+    )
     if prefix_lengths.shape != lengths.shape:
         raise ValueError(f"prefix_lengths should have one entry per sequence, shape {tuple(lengths.shape)} as "
                          f"lengths, got {describe(prefix_lengths)}")  # fmt: skip
@@ -207,17 +210,8 @@ def document_mask(document_ids: torch.Tensor) -> torch.Tensor:
              [1, 1, 0],
              [0, 0, 1]]], dtype=torch.int32)
     """
-    if not isinstance(document_ids, torch.Tensor):
-        raise TypeError(
-            f"document_ids should be a (batch, length) integer torch.Tensor, got {describe(document_ids)}; convert "
-            "with torch.tensor(document_ids)"
-        )
-    check_tensor("document_ids", document_ids, 2, "(batch, length)")
-    if document_ids.dtype == torch.bool or document_ids.is_floating_point() or document_ids.is_complex():
-        raise TypeError(
-            f"document_ids should hold whole numbers (an integer dtype such as torch.long), got dtype "
-            f"{document_ids.dtype}; number the documents of each row, e.g. torch.tensor([[0, 0, 1, 1, 1]])"
-        )
+    example = "number the documents of each row, e.g. torch.tensor([[0, 0, 1, 1, 1]])"
+    _whole_numbers("document_ids", document_ids, 2, "(batch, length)", example)
     length = document_ids.shape[1]
     same = document_ids[:, :, None] == document_ids[:, None, :]  # (batch, query, key)
     return same & causal_mask(length, device=document_ids.device)[None]

@@ -314,7 +314,7 @@ BAD_CALLS = [
     ("document_mask/1d", lambda: masks.document_mask(torch.zeros(3, dtype=torch.long)), ValueError,
      r"document_ids should be of shape \(batch, length\) \(2 dimensions\).*document_ids\[None\]"),
     ("document_mask/list", lambda: masks.document_mask([[0, 0, 1]]), TypeError,
-     r"document_ids should be a \(batch, length\) integer torch\.Tensor, got a list.*torch\.tensor"),
+     r"document_ids should be a 2-D integer torch\.Tensor of shape \(batch, length\), got a list.*torch\.tensor"),
     ("local_global/int", lambda: masks.local_global_mask(torch.zeros(1, 4, dtype=torch.long), 1), TypeError,
      r"is_global should be a bool tensor \(True at a global token\), got dtype torch\.int64.*is_global\.bool\(\)"),
     ("local_global/window-negative", lambda: masks.local_global_mask(torch.zeros(1, 4, dtype=torch.bool), -1),
