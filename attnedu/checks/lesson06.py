@@ -210,9 +210,9 @@ def _document_mask_cases() -> list[Case]:
     def case(rows: list[list[int]], tags, note: str) -> Case:
         return Case(note, (torch.tensor(rows),), tags)
 
-    large = [
-        _ids(*((d, n) for d, n in enumerate((40, 1, 77, 3, 120, 52)))),
-        _ids(*((d, n) for d, n in enumerate((150, 90, 8))), (-1, 45)),
+    large = [  # past 127 positions: an int8 position wraps around
+        _ids(*((d, n) for d, n in enumerate((30, 1, 50, 3, 76)))),
+        _ids(*((d, n) for d, n in enumerate((90, 40, 8))), (-1, 22)),
     ]
     return [
         case([_ids((0, 2), (1, 2)), _ids((0, 4)), _ids((0, 1), (1, 1), (2, 2)), _ids((0, 3), (-1, 1))],
@@ -225,7 +225,7 @@ def _document_mask_cases() -> list[Case]:
              "2 rows of 5 whose ids are any numbers (7, 3; 2, 9): only equal or not matters"),
         case([_ids((0, 6), (-1, 1)), _ids((0, 2), (1, 3), (-1, 2)), _ids((0, 7))], kinds(PADDED),
              "3 rows of 7, two ending in padding (id -1)"),
-        case(large, kinds(LARGE, PADDED), "2 rows of 293 tokens: 6 documents; 3 documents and 45 of padding"),
+        case(large, kinds(LARGE, PADDED), "2 rows of 160 tokens: 5 documents; 3 documents and 22 of padding"),
     ]  # fmt: skip
 
 
