@@ -30,7 +30,7 @@ import time
 
 import pytest
 import torch
-from galleries import BUGS, CORRECT, GENERIC, KIND_MUTANTS, KINDS_NOT_APPLICABLE, MUTANTS, OFF_BY_ONE
+from galleries import BUGS, CORRECT, GENERIC, KIND_MUTANTS, KINDS_NOT_APPLICABLE, MUTANTS, OFF_BY_ONE, REFERENCE_USE
 from galleries.lesson01 import (
     last_off_by_one,
     last_one_early,
@@ -604,6 +604,81 @@ def test_hints():
     assert checks.hint("padding_mask")._repr_markdown_().startswith("💡")
     with pytest.raises(ValueError, match="no exercise named 'padding'"):
         checks.hint("padding")
+
+
+def test_hints_in_steps():
+    """An exercise may give its hint in steps (a nudge, the formula, the code); a single hint is unchanged."""
+    steps = checks.EXERCISES["document_mask"].hint
+    assert isinstance(steps, tuple) and len(steps) == 3
+    first = checks.hint("document_mask")
+    assert first == checks.hint("document_mask", 1) and first.text == steps[0]
+    assert repr(first).startswith("💡 Hint 1 of 3 for document_mask: ") and 'hint("document_mask", 2)' in repr(first)
+    assert 'Next step: `hint("document_mask", 2)`' in first._repr_markdown_()
+    last = checks.hint("document_mask", 3)
+    assert last.text == steps[2] and "tril" in last.text and "Next step" not in repr(last)
+    failed = checks.check("document_mask", lambda ids: ~(ids[:, :, None] == ids[:, None, :]))
+    assert failed.hint(2) == checks.hint("document_mask", 2) and failed.hint() == first
+    assert 'hint("document_mask", 2)' in repr(failed)
+    with pytest.raises(ValueError, match="step should be a whole number from 1 to 3"):
+        checks.hint("document_mask", 4)
+    with pytest.raises(ValueError, match="from 1 to 1"):
+        checks.hint("padding_mask", 2)
+    assert checks.hint("padding_mask") == checks.hint("padding_mask", 1)
+
+
+@pytest.mark.parametrize("name, fn", REFERENCE_USE, ids=[f"{n}-{i}" for i, (n, _) in enumerate(REFERENCE_USE)])
+def test_the_packages_own_code_earns_nothing_where_the_exercise_forbids_it(name, fn):
+    """A function that is, or calls, the package's reference fails when the exercise asks for the learner's own code,
+    even when every value is right; its message names the package function that ran."""
+    exercise = checks.EXERCISES[name]
+    assert exercise.forbidden
+    result = checks.check(name, fn)
+    assert result.status == FAILED and "reference" in result.findings, repr(result)
+    assert "your function runs the course's own `attnedu." in result.message and "earns no marks" in result.message
+
+
+def test_a_wrong_function_that_uses_the_package_gets_its_diagnosis_and_the_rule():
+    from attnedu.masks import causal_mask
+
+    def inverted(document_ids):
+        return ~((document_ids[:, :, None] == document_ids[:, None, :]) & causal_mask(document_ids.shape[1]))
+
+    result = checks.check("document_mask", inverted)
+    assert result.status == FAILED and "inverted" in result.message
+    assert "Also: your function runs the course's own `attnedu.masks.causal_mask`" in result.message
+
+
+def test_the_grader_sees_the_packages_own_code_too():
+    """The grader's kernel records which forbidden function ran (call_learner with the exercise's ``forbidden``); the
+    replayed decision is the in-process one."""
+    from attnedu.grading.results import remote_call
+    from attnedu.masks import document_mask
+
+    exercise = checks.EXERCISES["document_mask"]
+    cases = exercise.make_cases()
+    records = {}
+    for index, case in enumerate(cases):
+        args = copy.deepcopy(case.args)
+        call = checks.calling.call_learner(document_mask, args, 5.0, exercise.forbidden)
+        records[index] = {"value": call.value, "args": args, "used_reference": call.used_reference}
+    remote = checks.diagnosis.run_check(exercise, "document_mask", caller=remote_call(records, "done"), cases=cases)
+    local = checks.check("document_mask", document_mask)
+    assert remote.status == local.status == FAILED and remote.message == local.message
+    assert "`attnedu.masks.document_mask`" in remote.message
+
+
+def test_forbidding_leaves_the_profiler_as_it_was():
+    import sys
+
+    def spy(frame, event, arg):
+        return None
+
+    sys.setprofile(spy)
+    try:
+        checks.check("document_mask", CORRECT["document_mask"][0])
+        assert sys.getprofile() is spy
+    finally:
+        sys.setprofile(None)
 
 
 def test_grade_namespace():

@@ -3,6 +3,7 @@ under the learner's function.
 
     check_additive_score(additive_score)     # shows ✅ passed, ❌ failed (and what is wrong) or ⏳ not attempted
     hint("additive_score")                   # or: result = check_additive_score(...); result.hint()
+    hint("apply_rope_interleaved", 2)        # a hint in steps: 1 a nudge, 2 the formula, 3 the code
 
 How a check works (the rule itself is in :func:`diagnosis.run_check`):
 
@@ -44,7 +45,7 @@ from . import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson
 from .calling import MAX_PRINTED, TIME_LIMIT, grading_mode
 from .diagnosis import run_check
 from .exercise import Exercise
-from .results import FAILED, ICONS, NOT_ATTEMPTED, PASSED, CheckResult, Hint
+from .results import FAILED, ICONS, NOT_ATTEMPTED, PASSED, CheckResult, Hint, make_hint
 
 # The registry: every lesson's checks module lists its exercises in EXERCISES, in the order of its notebook.
 LESSON_MODULES = (lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08)
@@ -90,9 +91,11 @@ for _name, _registered in EXERCISES.items():
     globals()[f"check_{_name}"] = _check_function(_registered)
 
 
-def hint(name: str) -> Hint:
-    """The hint for exercise ``name``, e.g. ``hint("masked_softmax")``."""
-    return Hint(name, _exercise(name).hint)
+def hint(name: str, step: int | None = None) -> Hint:
+    """The hint for exercise ``name``, e.g. ``hint("masked_softmax")``. Some exercises give theirs in steps, a
+    nudge first, then the formula, then the code: ``hint("document_mask", 2)`` shows step 2 (each step names
+    the next). ``step`` is from 1; without it, the first step (or the one hint)."""
+    return make_hint(name, _exercise(name).hint, step)
 
 
 def grade_namespace(namespace: Mapping, lesson: str | None = None, time_limit: float = TIME_LIMIT) -> dict:

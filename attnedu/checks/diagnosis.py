@@ -321,7 +321,7 @@ def run_check(
                 f"not the result of calling it; got {describe(fn)}.",
                 findings=["type"],
             )
-        caller = in_process(fn, exercise.launch)
+        caller = in_process(fn, exercise.launch, exercise.forbidden)
     try:
         cases = exercise.make_cases() if cases is None else cases
         outcomes: list[_Outcome] = []
@@ -338,6 +338,10 @@ def run_check(
             if call.timed_out or call.crashed:
                 break  # each further call could cost the whole time limit again, or find no process
         failed = [o for o in outcomes if not o.ok]
+        borrowed = next((o for o in outcomes if o.call.used_reference), None)
+        if not failed and borrowed is not None:
+            where = _case_name(borrowed, len(cases))
+            return result(FAILED, _borrowed(exercise, borrowed), where, findings=["reference"])
         if not failed:
             return result(PASSED, f"all {len(cases)} test cases match the reference.")
         first = failed[0]
@@ -352,9 +356,21 @@ def run_check(
             reason = CRASHED if first.call.crashed else TIMEOUT if first.call.timed_out else ""
             return result(FAILED, first.hard, where, reason, first.kinds)
         message, findings, at = _wrong_values(exercise, outcomes, len(cases))
+        if borrowed is not None:
+            message += " Also: " + _borrowed(exercise, borrowed)
+            findings = [*findings, "reference"]
         return result(FAILED, message, _case_name(at, len(cases)), findings=findings)
     except Exception as err:  # a bug in the check itself must not stop the notebook either
         return result(FAILED, f"the check itself failed ({type(err).__name__}: {err}); please report this.")
+
+
+def _borrowed(exercise: Exercise, outcome: _Outcome) -> str:
+    """The message for a function that ran one of the course's own functions the exercise forbids."""
+    return (
+        f"your function runs the course's own `{outcome.call.used_reference}`. This exercise asks you to write that "
+        f"code yourself, in plain PyTorch: a function that is, or calls, anything from "
+        f"{' or '.join(f'`{m}`' for m in exercise.forbidden)} earns no marks, whatever it returns."
+    )
 
 
 def _case_name(outcome: _Outcome, total: int) -> str:

@@ -70,7 +70,12 @@ class Variant:
 
 @dataclass(frozen=True)
 class Exercise:
-    """Everything a check needs. ``returns`` names the output's dimensions, one tuple per output."""
+    """Everything a check needs. ``returns`` names the output's dimensions, one tuple per output.
+
+    ``hint`` is one text, or a tuple of steps shown one at a time (``hint(name, step)``): a nudge first, then the
+    formula or reasoning, then the code. ``forbidden`` names modules of the course whose functions the learner's
+    function must not run, when the exercise asks them to write that code themselves (e.g.
+    ``("attnedu.positional",)``): a function that is, or calls, one of them fails, whatever it returns."""
 
     name: str
     lesson: str
@@ -79,7 +84,7 @@ class Exercise:
     reference: Callable
     make_cases: Callable[[], list[Case]]
     variants: tuple[Variant, ...]
-    hint: str
+    hint: str | tuple[str, ...]
     output_names: tuple[str, ...] = ("the output",)
     properties: Callable[[tuple, object], str | None] | None = None  # extra learner-facing checks
     layout: Callable[[tuple], tuple[Layout | None, ...]] | None = None  # one Layout per output, from a case's args
@@ -94,6 +99,8 @@ class Exercise:
 
     def unit(self, output: int = 0) -> tuple[str, str, str]:
         return SENTENCES if self.units is None else self.units[output]
+
+    forbidden: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------

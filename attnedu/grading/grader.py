@@ -35,7 +35,7 @@ import torch
 
 from ..checks import EXERCISES, LESSONS
 from ..checks.exercise import Case
-from ..checks.results import CRASHED, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT
+from ..checks.results import CRASHED, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT, hint_steps
 from ..runtime import progress
 from . import worker as worker_module
 from .results import OUTCOMES, check_remote, load_json
@@ -64,7 +64,7 @@ class ExerciseResult:
     exercise: str
     status: str  # one of STATUSES
     message: str = ""  # the diagnosis ("on test case 2 of 3 (...): the tanh is missing ...")
-    hint: str = ""
+    hint: str = ""  # the exercise's hint, or the first step of one given in steps (a nudge, not the code)
     printed: str = ""
 
     @property
@@ -282,7 +282,9 @@ class Grader:
             elif status in (TIMEOUT, CRASHED):
                 graded.notes.append(f"{name}: {HOW.get((status, outcome), HOW[status, 'done'])}")
             graded.results.append(
-                ExerciseResult(name, status, message if status != PASSED else "", exercise.hint, result.printed)
+                ExerciseResult(
+                    name, status, message if status != PASSED else "", hint_steps(exercise.hint)[0], result.printed
+                )
             )
 
 

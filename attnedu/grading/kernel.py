@@ -48,19 +48,22 @@ def call_exercise(namespace: Mapping, name: str, cases_path: str, out_dir: str, 
     _write_json(out / "meta.json", describe(fn))
     if not callable(fn):
         return
-    fork = getattr(os, "fork", None)
     exercise = EXERCISES.get(name)
     launch = exercise.launch if exercise is not None else None  # e.g. a Triton kernel, run by the course's launcher
+    forbidden = exercise.forbidden if exercise is not None else ()  # the course's modules the answer may not run
+    fork = getattr(os, "fork", None)
     if sys.platform.startswith("linux") and callable(fork):
-        _call_in_child(fork, fn, cases_path, out, time_limit, launch)
+        _call_in_child(fork, fn, cases_path, out, time_limit, launch, forbidden)
     else:
-        _call_cases(fn, cases_path, out, time_limit, launch)
+        _call_cases(fn, cases_path, out, time_limit, launch, forbidden)
 
 
-def _call_cases(fn: Callable, cases_path: str, out: Path, time_limit: float, launch: Callable | None = None) -> None:
+def _call_cases(
+    fn: Callable, cases_path: str, out: Path, time_limit: float, launch: Callable | None = None, forbidden: tuple = ()
+) -> None:
     cases = torch.load(cases_path, weights_only=False)  # written by the grader: modules included
     for index, args in enumerate(cases):
-        call = call_learner(fn, args, time_limit, launch)
+        call = call_learner(fn, args, time_limit, launch, forbidden)
         record = {
             "value": encode(call.value),
             "args": encode(tuple(args)),  # as the function left them: a change in place shows
@@ -70,21 +73,24 @@ def _call_cases(fn: Callable, cases_path: str, out: Path, time_limit: float, lau
             "not_implemented": call.not_implemented,
             "timed_out": call.timed_out,
             "printed": call.printed,
+            "used_reference": call.used_reference[:MAX_TEXT],  # the course's own code it ran, where forbidden
         }
         _save(out / f"{index}.pt", record)
         if call.timed_out:
             break  # the check calls no further case after a time-out (each could cost the time limit again)
 
 
-def _call_in_child(fork: Callable, fn: Callable, cases_path: str, out: Path, time_limit: float, launch=None) -> None:
+def _call_in_child(
+    fork: Callable, fn: Callable, cases_path: str, out: Path, time_limit: float, launch=None, forbidden: tuple = ()
+) -> None:
     try:
         pid = fork()
     except OSError:  # e.g. the process limit: call here instead
-        _call_cases(fn, cases_path, out, time_limit, launch)
+        _call_cases(fn, cases_path, out, time_limit, launch, forbidden)
         return
     if pid == 0:  # the child: call, save, and leave without running any of the kernel's exit handlers
         try:
-            _call_cases(fn, cases_path, out, time_limit, launch)
+            _call_cases(fn, cases_path, out, time_limit, launch, forbidden)
             (out / "finished").touch()
         finally:
             os._exit(0)
