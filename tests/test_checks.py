@@ -659,7 +659,7 @@ def test_the_grader_sees_the_packages_own_code_too():
     records = {}
     for index, case in enumerate(cases):
         args = copy.deepcopy(case.args)
-        call = checks.calling.call_learner(document_mask, args, 5.0, exercise.forbidden)
+        call = checks.calling.call_learner(document_mask, args, 5.0, forbidden=exercise.forbidden)
         records[index] = {"value": call.value, "args": args, "used_reference": call.used_reference}
     remote = checks.diagnosis.run_check(exercise, "document_mask", caller=remote_call(records, "done"), cases=cases)
     local = checks.check("document_mask", document_mask)
