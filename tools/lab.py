@@ -105,10 +105,10 @@ def main(argv: list[str]) -> int:
         "Stop JupyterLab with Ctrl+C twice in this terminal (or File > Shut Down in the browser).",
         flush=True,
     )
-    try:
-        return subprocess.call(command(argv))
-    except KeyboardInterrupt:
-        return 0
+    args = command(argv)
+    if os.name == "posix":  # JupyterLab takes this process's place: Ctrl+C reaches it alone, and it shuts down cleanly
+        os.execv(args[0], args)
+    return subprocess.call(args)
 
 
 if __name__ == "__main__":
