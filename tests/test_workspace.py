@@ -55,6 +55,7 @@ def course(root: Path, lessons: list[str]) -> Path:
     for name in ("lab.py", "check.py"):
         shutil.copy(ROOT / "tools" / name, root / "tools" / name)
     shutil.copy(ROOT / ".gitignore", root / ".gitignore")
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")  # pytest's and ruff's settings
     shutil.copy(ROOT / "notebooks" / f"{L01}.ipynb", root / "notebooks")  # lab.py wants lesson 01 there
     for lesson in lessons:
         shutil.copy(ROOT / "solutions" / f"{lesson}.ipynb", root / "solutions")
@@ -215,7 +216,7 @@ def test_a_learners_edit_survives_pull_regenerate_and_tests(tmp_path):
 
     assert subprocess.run([sys.executable, "tools/lab.py", "--prepare-only"], cwd=learner, env=ENV).returncode == 0
     mine = learner / "work" / f"{L01}.ipynb"
-    solve(mine, "padding_mask", PADDING_MASK)
+    solve(mine, "padding_mask", "    import os  # unused: a linter would complain\n" + PADDING_MASK)
     before = mine.read_bytes()
     assert git(learner, "status", "--porcelain").stdout == ""  # nothing of the learner's is tracked
 
@@ -233,6 +234,17 @@ def test_a_learners_edit_survives_pull_regenerate_and_tests(tmp_path):
     regenerated = generate(learner)
     assert regenerated.returncode == 0, regenerated.stderr
     assert generate(learner, "--check").returncode == 0  # the sync test passes
+    # the test suite's own tools leave work/ alone: pytest does not collect it, ruff does not lint it
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "--nbval-lax", "-p", "no:cacheprovider", "."],
+        cwd=learner, capture_output=True, text=True, env=ENV, timeout=120,
+    )  # fmt: skip
+    assert "exercises/" in collected.stdout and "work/" not in collected.stdout, collected.stdout
+    ruff = Path(sys.executable).with_name("ruff")
+    if ruff.exists():  # the contributor install
+        lint = [str(ruff), "check", "--select", "F401", "."]  # the learner's unused import, nothing of the course's
+        linted = subprocess.run(lint, cwd=learner, capture_output=True, text=True, timeout=120)
+        assert linted.returncode == 0, linted.stdout
     ran = check(learner)  # make check: also copies the new exercise into work/
     assert f"new exercise: work/{L02}.ipynb" in ran.stdout, ran.stdout + ran.stderr
     assert "✅ padding_mask: passed" in ran.stdout and "⏳ additive_score: not attempted" in ran.stdout
