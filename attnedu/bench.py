@@ -54,7 +54,15 @@ from pathlib import Path
 
 import torch
 
-from ._validate import check_bool, check_choice, check_int, check_items, check_number, check_positive_ints
+from ._validate import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_items,
+    check_number,
+    check_positive_ints,
+    describe,
+)
 from .flash import attention_flops, naive_attention, tiled_attention
 from .runtime import progress
 
@@ -779,6 +787,35 @@ def write(bench: Benchmark, prefix: str | os.PathLike, note: str = "") -> list[P
 # ------------------------------------------------------------------------------------------------------------
 # the command
 # ------------------------------------------------------------------------------------------------------------
+
+
+def steady_medians(shape_ids: torch.Tensor, times_ms: torch.Tensor, warmup: int = 1) -> torch.Tensor:
+    """What a benchmark reports from a timing loop's per-call times: for each shape, the median of its calls after
+    its own first ``warmup`` calls.
+
+    shape_ids (calls,) integers 0..shapes-1 say which shape (or method) each call ran, in the order the calls were
+    made (interleaved or not); times_ms (calls,) how long each took. A shape's first call pays for what is done
+    once per shape: compilation, autotuning (keyed on the shape), allocating, filling caches; it is dropped whatever
+    its time, even when noise hides it (a slow function). The median of the rest is what a typical call costs,
+    unmoved by the spikes another process causes now and then (a mean is moved by them). For an even number of
+    calls it is the mean of the two middle ones (``statistics.median``; ``torch.median`` takes the lower one).
+    -> (shapes,) in times_ms's dtype.
+    """
+    if not isinstance(shape_ids, torch.Tensor) or shape_ids.dim() != 1 or shape_ids.is_floating_point():
+        raise TypeError(f"shape_ids should be a 1-D integer tensor (the shape of each call), got {describe(shape_ids)}")
+    if not isinstance(times_ms, torch.Tensor) or not times_ms.is_floating_point() or times_ms.shape != shape_ids.shape:
+        raise ValueError(f"times_ms should be a 1-D float tensor with one time per call, {tuple(shape_ids.shape)}, "
+                         f"got {describe(times_ms)}")  # fmt: skip
+    warmup = check_int("warmup", warmup, "calls dropped at the start of each shape", minimum=0)
+    shapes = int(shape_ids.max()) + 1 if shape_ids.numel() else 0
+    counts = torch.bincount(shape_ids, minlength=shapes) if shapes else torch.zeros(0, dtype=torch.long)
+    if shapes == 0 or int(shape_ids.min()) < 0 or int(counts.min()) <= warmup:
+        raise ValueError(
+            f"shape_ids should number the shapes 0..shapes-1, each run more than warmup = {warmup} times, got "
+            f"counts {counts.tolist()}"
+        )
+    medians = [statistics.median(times_ms[shape_ids == s][warmup:].tolist()) for s in range(shapes)]
+    return torch.tensor(medians, dtype=times_ms.dtype)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -332,6 +332,143 @@ def memory_hierarchy_diagram(ax: Axes | None = None, title: str | None = None) -
     return ax
 
 
+# --------------------------------------------------------------------------------------------
+# Lessons 06 and 07: masks and positions. Positions count from 0 here, as in the code of these lessons.
+# --------------------------------------------------------------------------------------------
+
+
+def mask_gallery(fig, length: int = 8, real_tokens: int = 6, window: int = 1, cached_queries: int = 3) -> list[Axes]:
+    """Lesson 06's masks side by side, built by ``attnedu.masks`` for one sequence of ``length`` positions (0-based):
+    causal; padding (the keys after ``real_tokens``); both; causal for ``cached_queries`` new queries against a
+    cache (bottom-right); a sliding window of ``window`` on each side; the same, causal; the window plus a global
+    token at position 0 (Longformer). Rows are queries, columns keys; dark = may attend, light = blocked (one
+    legend for the figure). Each title counts the allowed pairs."""
+    import torch
+
+    from .masks import causal_mask, global_window_mask, padding_mask, sliding_window_mask
+    from .plots import plot_mask
+
+    for name, value, low in (("length", length, 2), ("real_tokens", real_tokens, 1), ("cached_queries",
+                             cached_queries, 1)):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if real_tokens > length or cached_queries > length:
+        raise ValueError(f"real_tokens and cached_queries must be at most length={length}, got {real_tokens} and "
+                         f"{cached_queries}")  # fmt: skip
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise ValueError(f"window must be an int >= 0, got {window!r}")
+    keys = padding_mask(torch.tensor([real_tokens]), length)[0]
+    panels = [
+        ("causal", causal_mask(length)),
+        (f"padding: {real_tokens} real", keys[None, :].expand(length, length)),
+        ("causal + padding", causal_mask(length) & keys[None, :]),
+        (f"causal, {cached_queries} new queries\nand a cache (bottom-right)",
+         causal_mask(cached_queries, length, align="bottom-right")),
+        (f"sliding window {window}", sliding_window_mask(length, window)),
+        (f"causal sliding window {window}", sliding_window_mask(length, window, causal=True)),
+        (f"window {window} + global token 0", global_window_mask(length, window, [0])),
+    ]  # fmt: skip
+    axes = fig.subplots(1, len(panels))
+    for ax, (title, mask) in zip(axes, panels):
+        plot_mask(mask, ax, title=f"{title}\n{int(mask.sum())} of {mask.numel()} pairs")
+        if ax is not axes[0]:
+            ax.set_ylabel("")
+    from matplotlib.patches import Patch
+
+    from .plots import CMAP
+
+    colours = plt.get_cmap(CMAP)
+    fig.legend(
+        handles=[Patch(facecolor=colours(1.0), label="may attend (True)"),
+                 Patch(facecolor=colours(0.13), edgecolor="#bbbbbb", label="blocked (False)")],
+        loc="outside lower center", ncol=2, fontsize=9, frameon=False,
+    )  # fmt: skip
+    return list(axes)
+
+
+def rope_rotation_diagram(fig, q=(1.0, 0.35), k=(0.75, -0.55), frequency: float = 0.45, pairs=((2, 1), (6, 5))):
+    """RoPE in one pair of features (lesson 07): the query's pair (orange) is turned by m * frequency, the key's
+    (blue) by n * frequency, each from where it started (faint, dashed). One panel per (m, n) in ``pairs``; with
+    the same offset m - n the angle between the turned vectors is the same, so is their dot product, printed in
+    each title: the score depends on m - n only."""
+    import math as _math
+
+    pairs = [tuple(p) for p in pairs]
+    if not pairs or any(len(p) != 2 for p in pairs):
+        raise ValueError(f"pairs must be (m, n) position pairs such as ((2, 1), (6, 5)), got {pairs!r}")
+    axes = fig.subplots(1, len(pairs))
+    axes = [axes] if len(pairs) == 1 else list(axes)
+
+    def turned(v, angle):
+        c, s = _math.cos(angle), _math.sin(angle)
+        return (v[0] * c - v[1] * s, v[0] * s + v[1] * c)
+
+    for ax, (m, n) in zip(axes, pairs):
+        circle = plt.Circle((0, 0), 1.0, fill=False, color="#cccccc", linestyle=":")
+        ax.add_patch(circle)
+        rq, rk = turned(q, m * frequency), turned(k, n * frequency)
+        for vector, colour, style, width in (
+            (q, COLOURS["decoder"], "--", 0.8),
+            (k, COLOURS["encoder"], "--", 0.8),
+            (rq, COLOURS["decoder"], "-", 2.0),
+            (rk, COLOURS["encoder"], "-", 2.0),
+        ):
+            patch = FancyArrowPatch((0, 0), vector, arrowstyle="-|>", mutation_scale=12, color=colour,
+                                    linewidth=width, alpha=1.0 if style == "-" else 0.45)  # fmt: skip
+            patch.set_linestyle(style)
+            ax.add_patch(patch)
+        start, end = sorted((_math.atan2(rk[1], rk[0]), _math.atan2(rq[1], rq[0])))
+        arc = [start + (end - start) * t / 30 for t in range(31)]
+        ax.plot([0.35 * _math.cos(a) for a in arc], [0.35 * _math.sin(a) for a in arc], color=COLOURS["context"])
+        middle = (start + end) / 2
+        ax.text(0.5 * _math.cos(middle), 0.5 * _math.sin(middle), "angle\nbetween", fontsize=7, ha="center",
+                va="center", color=COLOURS["context"])  # fmt: skip
+        score = rq[0] * rk[0] + rq[1] * rk[1]
+        ax.set_title(f"query at m = {m}, key at n = {n} (m - n = {m - n})\nturned q . turned k = {score:.3f}",
+                     fontsize=9)  # fmt: skip
+        ax.set_xlim(-1.25, 1.25)
+        ax.set_ylim(-1.25, 1.25)
+        ax.set_aspect("equal")
+        ax.axhline(0, color="#eeeeee", linewidth=0.8, zorder=0)
+        ax.axvline(0, color="#eeeeee", linewidth=0.8, zorder=0)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_xlabel("feature a of the pair")
+    axes[0].set_ylabel("feature b of the pair")
+    from matplotlib.lines import Line2D
+
+    fig.legend(
+        handles=[Line2D([], [], color=COLOURS["decoder"], linewidth=2, label="query, turned by m x frequency"),
+                 Line2D([], [], color=COLOURS["encoder"], linewidth=2, label="key, turned by n x frequency"),
+                 Line2D([], [], color="#999999", linestyle="--", label="before turning (position 0)")],
+        loc="outside lower center", ncol=3, fontsize=8, frameon=False,
+    )  # fmt: skip
+    return axes
+
+
+def positions_diagram(ax: Axes | None = None) -> Axes:
+    """Where each kind of position enters one attention layer (lesson 07): sinusoidal and learned positions are
+    added to the embeddings, before W_Q and W_K; RoPE turns the queries and keys after the projections; ALiBi adds
+    a bias to the scores. The layer's own steps are blue boxes, the positions green boxes with a green arrow to
+    the step they change."""
+    ax = _frame(ax, 10.6, 3.0)
+    steps = [(0.3, "tokens"), (2.05, "embeddings"), (3.8, "$W_Q$, $W_K$"), (5.55, "$q$, $k$"),
+             (7.3, r"$q \cdot k / \sqrt{d}$"), (9.05, "softmax")]  # fmt: skip
+    y = 0.5
+    for x, text in steps:
+        box(ax, x, y, text, "encoder", width=1.45)
+    for (x0, _), (x1, _) in zip(steps, steps[1:]):
+        arrow(ax, (x0, y), (x1, y))
+    y_pos = 1.95
+    for x_from, x_to, text in ((1.2, 2.05, "sinusoidal, learned:\nadded"), (4.7, 5.55, "RoPE: q and k\nturned"),
+                               (8.2, 7.3, "ALiBi: $-m_h (i - j)$\nadded")):  # fmt: skip
+        box(ax, x_from, y_pos, "", "attentional", width=1.9)
+        ax.text(x_from, y_pos, text, ha="center", va="center", color="white", fontsize=8)
+        arrow(ax, (x_from, y_pos), (x_to, y), COLOURS["attentional"], 1.6)
+    ax.text(4.7, -0.2, "blue: the steps of one attention layer; green: where each kind of position enters", ha="center",
+            va="top", fontsize=8, color="#555555")  # fmt: skip
+
+
 def transformer_blocks_diagram(ax: Axes | None = None, title: str | None = None) -> Axes:
     """Two Transformer blocks side by side (lesson 09), data flowing upwards. Left, the 2017 encoder block
     (post-norm): each sublayer's output is added to its input, then normalised ("Add & Norm"), so the residual stream

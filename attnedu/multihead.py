@@ -160,9 +160,11 @@ class MultiHeadAttention(nn.Module):
         bias: torch.Tensor | None = None,
         rope_positions: torch.Tensor | None = None,
         rope_layout: str = "halves",
+        rope_base: float = 10000.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """bias: added to every head's scores (ALiBi); rope_positions (seq_len,): rotate queries and keys by
-        their positions (RoPE, self-attention only), see ``attnedu.positional``."""
+        their positions (RoPE, self-attention only), with the frequencies of ``rope_base``; see
+        ``attnedu.positional``."""
         for name, x, length in (("query", query, "query_len"), ("key", key, "key_len"), ("value", value, "key_len")):
             check_tensor(name, x, 3, f"(batch, {length}, d_model)")
             check_float(name, x)
@@ -187,7 +189,8 @@ class MultiHeadAttention(nn.Module):
                     f"{query.shape[1]} and key_len {key.shape[1]}; rope_positions applies to self-attention, where "
                     "queries and keys are the same positions"
                 )
-            q, k = apply_rope(q, rope_positions, rope_layout), apply_rope(k, rope_positions, rope_layout)
+            q = apply_rope(q, rope_positions, rope_layout, rope_base)
+            k = apply_rope(k, rope_positions, rope_layout, rope_base)
         heads, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)
         return self.W_o(merge_heads(heads)), weights
 

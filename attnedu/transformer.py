@@ -118,10 +118,12 @@ class Block(nn.Module):
         self.attention = MultiHeadAttention(d_model, num_heads)
         self.feed_forward = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
 
-    def forward(self, x: torch.Tensor, mask=None, bias=None, rope_positions=None):
+    def forward(self, x: torch.Tensor, mask=None, bias=None, rope_positions=None, rope_base: float = 10000.0):
         """x (batch, seq_len, d_model) -> (batch, seq_len, d_model), weights (batch, heads, seq_len, seq_len)."""
         normed = self.norm1(x)
-        attended, weights = self.attention(normed, normed, normed, mask, bias=bias, rope_positions=rope_positions)
+        attended, weights = self.attention(
+            normed, normed, normed, mask, bias=bias, rope_positions=rope_positions, rope_base=rope_base
+        )
         x = x + attended
         return x + self.feed_forward(self.norm2(x)), weights
 
@@ -157,8 +159,15 @@ class TinyTransformer(nn.Module):
             self.norm = nn.LayerNorm(d_model)
             self.head = nn.Linear(d_model, n_out)
 
-    def forward(self, tokens: torch.Tensor, causal: bool | None = None, return_weights: bool = False):
-        """-> logits (batch, seq_len, n_out); with ``return_weights``, also each block's attention weights."""
+    def forward(
+        self, tokens: torch.Tensor, causal: bool | None = None, return_weights: bool = False,
+        rope_positions: torch.Tensor | None = None, rope_base: float = 10000.0,
+    ):  # fmt: skip
+        """-> logits (batch, seq_len, n_out); with ``return_weights``, also each block's attention weights.
+
+        For a "rope" model, ``rope_positions`` (seq_len,) and ``rope_base`` replace the positions 0..seq_len-1 and
+        the base 10000 it was trained with: how lesson 07 stretches RoPE past the trained length (fractional
+        positions: position interpolation; a larger base: NTK-aware scaling, see ``attnedu.positional``)."""
         check_ids("tokens", tokens, self.embedding.num_embeddings, 2, "(batch, seq_len) of token ids")
         seq_len = tokens.shape[1]
         causal = self.causal if causal is None else check_bool("causal", causal, "whether to mask the future")
@@ -170,10 +179,18 @@ class TinyTransformer(nn.Module):
             x = x + self.learned(seq_len)
         mask = causal_mask(seq_len)[None, None] if causal else None
         bias = alibi_bias(self.num_heads, seq_len)[None] if self.positions == "alibi" else None
-        rope = torch.arange(seq_len) if self.positions == "rope" else None
+        if (rope_positions is not None or rope_base != 10000.0) and self.positions != "rope":
+            raise ValueError(
+                f"rope_positions and rope_base should be left out for a model with positions={self.positions!r}, got "
+                f"{describe(rope_positions)} and rope_base={rope_base!r}; they apply to positions='rope' only"
+            )
+        rope = None
+        if self.positions == "rope":
+            rope = torch.arange(seq_len) if rope_positions is None else rope_positions
+            check_number("rope_base", rope_base, "the base of RoPE's frequencies", 1.0, strict=True)
         all_weights = []
         for block in self.blocks:
-            x, weights = block(x, mask, bias, rope)
+            x, weights = block(x, mask, bias, rope, rope_base)
             all_weights.append(weights)
         logits = self.head(self.norm(x))
         return (logits, all_weights) if return_weights else logits

@@ -28,7 +28,7 @@ LUONG = ("dot", "general", "concat", "location")
 MODELS = ("fixed", "fixed_reversed", "attention", *LUONG)
 LESSON09 = ("norms09", "lm09")  # lesson 09: gradients at initialisation; the language model against the bigram
 HEADS = ("heads",)  # lesson 05's experiment: 1, 2 and 4 heads on the neighbour task
-TRANSFORMER = ("leak", "positions", "extrapolation")  # lessons 06 and 07
+TRANSFORMER = ("leak", "positions", "extrapolation")  # lessons 06 and 07 (07 runs seeds 0, 1, 2: add 1002)
 
 
 def run_one(model: str, seed: int) -> dict:
@@ -178,16 +178,58 @@ def _transformer(experiment: str) -> dict:
             with torch.no_grad():
                 honest[name] = loss(model(valid[0], causal=True).flatten(0, 1), valid[1].flatten()).item()
         return {"train_loss": train_loss, "honest": honest}
-    held_out = {n: corpus.batch(32, n, torch.Generator().manual_seed(7), split="valid") for n in (32, 64, 128)}
-    by_length = {}
+    return _extrapolation(corpus)
+
+
+# Lesson 07's train-short/test-long experiment, as the lesson runs it: train at 16 characters, evaluate on the same
+# held-out characters cut into windows of 16, 32, 64 and 128; RoPE stretched by position interpolation and the
+# NTK-aware base; ALiBi at 128 against the same model reading only the last 16 characters before each prediction.
+TRAIN_LENGTH_07, EVAL_LENGTHS_07, STEPS_07, D_MODEL_07 = 16, (16, 32, 64, 128), 300, 32
+
+
+def _extrapolation(corpus) -> dict:
+    import torch
+
+    from attnedu.positional import interpolated_positions, ntk_aware_base
+    from attnedu.transformer import TinyTransformer
+
+    loss = torch.nn.functional.cross_entropy
+    text, following = corpus.batch(32, EVAL_LENGTHS_07[-1], torch.Generator().manual_seed(7), split="valid")
+    held_out = {n: (text.reshape(-1, n), following.reshape(-1, n)) for n in EVAL_LENGTHS_07}
+    by_length, extended, window = {}, {}, {}
     for positions in ("none", "sinusoidal", "rope", "alibi"):
-        model = TinyTransformer(len(corpus.chars), len(corpus.chars), positions=positions, num_layers=1, seed=0)
-        _train_lm(model, corpus, 300, 32)
+        model = TinyTransformer(len(corpus.chars), len(corpus.chars), d_model=D_MODEL_07, positions=positions,
+                                num_layers=1, seed=0)  # fmt: skip
+        _train_lm(model, corpus, STEPS_07, TRAIN_LENGTH_07)
         with torch.no_grad():
             by_length[positions] = {
                 str(n): loss(model(x).flatten(0, 1), y.flatten()).item() for n, (x, y) in held_out.items()
             }
-    return {"by_length": by_length}
+            if positions == "rope":
+                head_dim = model.blocks[0].attention.head_dim
+                for n, (x, y) in held_out.items():
+                    if n > TRAIN_LENGTH_07:
+                        pi = model(x, rope_positions=interpolated_positions(n, TRAIN_LENGTH_07))
+                        ntk = model(x, rope_base=ntk_aware_base(head_dim, n / TRAIN_LENGTH_07))
+                        extended[str(n)] = {
+                            "interpolation": loss(pi.flatten(0, 1), y.flatten()).item(),
+                            "ntk": loss(ntk.flatten(0, 1), y.flatten()).item(),
+                        }
+            if positions == "alibi":
+                window = _window_losses(model, *held_out[EVAL_LENGTHS_07[-1]], TRAIN_LENGTH_07)
+    return {"by_length": by_length, "rope_extended": extended, "alibi_window": window}
+
+
+def _window_losses(model, x, y, width: int) -> dict:
+    """The loss of each prediction from position width - 1 on: with the whole text before it, and with only the
+    last ``width`` characters (the training length) before it."""
+    import torch
+
+    loss = torch.nn.functional.cross_entropy
+    full = loss(model(x)[:, width - 1 :].flatten(0, 1), y[:, width - 1 :].flatten()).item()
+    windows = x.unfold(1, width, 1).reshape(-1, width)  # every run of width characters
+    last = model(windows)[:, -1]  # the prediction after each run
+    return {"full": full, "window": loss(last, y[:, width - 1 :].flatten()).item()}
 
 
 # Lesson 09, as the lesson runs it: its sizes, recipe and held-out windows
@@ -407,7 +449,9 @@ def report(results: list[dict], args) -> None:
         for r in later["positions"]:
             print(f"| {r['seed']} | {r['accuracy']['none']:.3f} | {r['accuracy']['learned']:.3f} |")
     if later["extrapolation"]:
-        print("\n## Lesson 07: train at 32 characters, held-out loss at 32 / 64 / 128\n")
+        lengths = EVAL_LENGTHS_07
+        print(f"\n## Lesson 07: train at {TRAIN_LENGTH_07} characters, held-out loss at "
+              f"{' / '.join(map(str, lengths))} (the same characters, cut into windows of each length)\n")  # fmt: skip
         print("| seed | none | sinusoidal | rope | alibi |")
         print("|---|---|---|---|---|")
         for r in later["extrapolation"]:
@@ -416,6 +460,34 @@ def report(results: list[dict], args) -> None:
                 for p in ("none", "sinusoidal", "rope", "alibi")
             ]
             print(f"| {r['seed']} | " + " | ".join(cells) + " |")
+        longer = [n for n in lengths if n > TRAIN_LENGTH_07]
+        print(f"\nRoPE past the trained length, held-out loss at {' / '.join(map(str, longer))}: as trained, with "
+              "position interpolation, with the NTK-aware base (no fine-tuning); ALiBi: the loss of every prediction "
+              f"from position {TRAIN_LENGTH_07 - 1} of the {lengths[-1]}-character windows on, with the whole text "
+              f"before it and with only the last {TRAIN_LENGTH_07} characters\n")  # fmt: skip
+        print("| seed | rope | interpolation | NTK-aware | alibi: whole text | alibi: last 16 only |")
+        print("|---|---|---|---|---|---|")
+        for r in later["extrapolation"]:
+            plain = " / ".join(f"{r['by_length']['rope'][str(n)]:.3f}" for n in longer)
+            pi = " / ".join(f"{r['rope_extended'][str(n)]['interpolation']:.3f}" for n in longer)
+            ntk = " / ".join(f"{r['rope_extended'][str(n)]['ntk']:.3f}" for n in longer)
+            w = r["alibi_window"]
+            print(f"| {r['seed']} | {plain} | {pi} | {ntk} | {w['full']:.3f} | {w['window']:.3f} |")
+        rows = later["extrapolation"]
+        first, last = str(lengths[0]), str(lengths[-1])
+        print("\nOver the seeds (for the lesson's margins):\n")
+        for p in ("sinusoidal", "rope", "alibi"):
+            gap = _span(r["by_length"]["none"][first] - r["by_length"][p][first] for r in rows)
+            print(f"- {p}: better than none at {first} by {gap}")
+        for p in ("none", "sinusoidal", "rope", "alibi"):
+            rise = _span(r["by_length"][p][last] - r["by_length"][p][first] for r in rows)
+            print(f"- {p}: loss at {last} minus at {first}: {rise}")
+        for n in map(str, longer):
+            ntk = _span(r["by_length"]["rope"][n] - r["rope_extended"][n]["ntk"] for r in rows)
+            pi = _span(r["by_length"]["rope"][n] - r["rope_extended"][n]["interpolation"] for r in rows)
+            print(f"- RoPE at {n}: as trained minus NTK-aware {ntk}; as trained minus interpolation {pi}")
+        print(f"- ALiBi: whole text minus last {TRAIN_LENGTH_07} only: "
+              f"{_span(r['alibi_window']['full'] - r['alibi_window']['window'] for r in rows)}")  # fmt: skip
     print("\n## Ranges over the seeds, for the margins the lessons assert\n")
     if not results:
         return

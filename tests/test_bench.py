@@ -269,3 +269,21 @@ def test_gpu_suite_runs_on_a_real_gpu(tmp_path):
         assert key in suite.provenance, key
     paths = bench.write(suite, tmp_path / "attention_cuda")
     assert all(p.exists() for p in paths)
+
+
+def test_steady_medians_drop_each_shapes_first_call():
+    """Each shape's first call is dropped wherever it comes (interleaved or not), then the median of the rest, the
+    mean of the two middle values for an even count; the arguments are checked."""
+    steady_medians = bench.steady_medians
+    ids = torch.tensor([0, 1, 0, 1, 1, 0, 1])
+    times = torch.tensor([90.0, 80.0, 3.0, 2.0, 4.0, 5.0, 7.0])
+    # shape 0: 90 dropped -> median(3, 5) = 4; shape 1: 80 dropped -> median(2, 4, 7) = 4
+    assert steady_medians(ids, times).tolist() == [4.0, 4.0]
+    assert steady_medians(torch.tensor([1, 1, 1, 0, 0]), torch.tensor([9.0, 1.0, 2.0, 9.0, 6.0])).tolist() == [6.0, 1.5]
+    assert steady_medians(ids, times, warmup=0).tolist() == [5.0, 5.5]
+    with pytest.raises(ValueError, match="each run more than warmup = 1 times"):
+        steady_medians(torch.tensor([0, 1, 0]), torch.tensor([1.0, 2.0, 3.0]))
+    with pytest.raises(TypeError, match="shape_ids should be a 1-D integer tensor"):
+        steady_medians(torch.tensor([0.0, 0.0]), torch.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match="one time per call"):
+        steady_medians(torch.tensor([0, 0]), torch.tensor([1.0]))

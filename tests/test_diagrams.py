@@ -76,6 +76,42 @@ def test_the_other_diagrams_draw_and_check_their_arguments():
     plt.close("all")
 
 
+def test_mask_gallery_draws_the_package_masks_counted_from_0():
+    from attnedu.diagrams import mask_gallery
+
+    fig = plt.figure(figsize=(16, 3.6), layout="constrained")
+    axes = mask_gallery(fig, length=8, real_tokens=6, window=1, cached_queries=3)
+    titles = [ax.get_title() for ax in axes]
+    assert len(axes) == 7 and titles[0].endswith("36 of 64 pairs") and titles[1].endswith("48 of 64 pairs")
+    assert titles[3].endswith("21 of 24 pairs")  # 3 queries at positions 5, 6, 7 see 6 + 7 + 8 keys
+    assert [t.get_text() for t in axes[0].get_xticklabels()][0] == "0"
+    assert len(fig.legends) == 1
+    with pytest.raises(ValueError, match="at most length=8"):
+        mask_gallery(plt.figure(), length=8, real_tokens=9)
+    plt.close("all")
+
+
+def test_rope_rotation_diagram_shows_equal_scores_for_equal_offsets():
+    from attnedu.diagrams import rope_rotation_diagram
+
+    fig = plt.figure(figsize=(8, 4.6), layout="constrained")
+    axes = rope_rotation_diagram(fig, pairs=((2, 1), (6, 5), (9, 8)))
+    scores = [ax.get_title().split("= ")[-1] for ax in axes]
+    assert len(set(scores)) == 1, scores
+    other = rope_rotation_diagram(plt.figure(), pairs=((2, 1), (6, 3)))
+    assert other[0].get_title().split("= ")[-1] != other[1].get_title().split("= ")[-1]
+    with pytest.raises(ValueError, match="pairs must be"):
+        rope_rotation_diagram(plt.figure(), pairs=((1, 2, 3),))
+    plt.close("all")
+
+
+def test_positions_diagram_names_the_three_places():
+    from attnedu.diagrams import positions_diagram
+
+    texts = " ".join(_texts(positions_diagram()))
+    assert "sinusoidal, learned" in texts and "RoPE" in texts and "ALiBi" in texts
+
+
 def test_the_blocks_diagram_draws_both_arrangements_with_a_legend():
     from attnedu.diagrams import transformer_blocks_diagram
 

@@ -156,6 +156,7 @@ def remote_call(records: dict[int, dict], outcome: str):
             not_implemented=record.get("not_implemented") is True,
             timed_out=record.get("timed_out") is True,
             printed=_text(record.get("printed"), MAX_PRINTED + 100),
+            used_reference=_text(record.get("used_reference")),
         )
         return result, rebuild_args(case.args, record.get("args"))
 
