@@ -9,7 +9,9 @@ so that each kind of test case shows a mistake of its own. The feed-forward laye
 scores act position by position or under a causal mask, so padding at the end of a sentence changes nothing in
 them: they have neither padded nor unpadded cases. The known-wrong variants include an off-by-one in both
 directions: the mean of squares over d - 1 and d + 1 features; SiLU one step early (on the input) and one step late
-(on the product); the causal diagonal shifted down (no query sees itself) and up (each sees the next one).
+(on the product); the causal diagonal shifted down (no query sees itself) and up (each sees the next one). The
+learner's functions may not run anything from ``attnedu.transformer`` (``forbidden``): the exercises ask for their
+own code.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..transformer import pre_norm_block, qk_norm_scores, rms_norm, swiglu
 from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
 
 LESSON = "09_transformer_block"
+OWN_CODE = ("attnedu.transformer",)  # the exercises ask for the learner's own code: the package's earns nothing
 EPS = 1e-6  # the eps of the block and the QK-norm exercises
 
 # --------------------------------------------------------------------------------------------
@@ -163,8 +166,16 @@ RMS_NORM = Exercise(
             lambda x, w, e: _rms(x, w, e, gain="plus"),
         ),
     ),
-    hint="Per position: `rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)`, shape (batch, seq_len, 1), "
-    "which broadcasts against x; return `x / rms * weight`. No mean is subtracted, no shift is added.",
+    hint=(
+        "Each position's vector is normalised on its own: over which axis of x do you take the mean? And where "
+        "does eps go?",
+        "rms = sqrt(mean over the d_model features of x ** 2, plus eps), one number per position, kept as a size-1 "
+        "axis so that it divides every feature; then multiply feature i by weight[i]. Nothing is subtracted, "
+        "nothing added.",
+        "`rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)`, shape (batch, seq_len, 1); "
+        "`return x / rms * weight`.",
+    ),
+    forbidden=OWN_CODE,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -270,8 +281,13 @@ SWIGLU = Exercise(
             lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, combine="sum"),
         ),
     ),
-    hint="Three products and one activation: `gate = torch.nn.functional.silu(x @ W_gate)` and `up = x @ W_up`, both "
-    "(batch, seq_len, d_ff); then `(gate * up) @ W_down`, back to (batch, seq_len, d_model). No biases.",
+    hint=(
+        "Three matrix products and one activation. Which of the two projections passes through SiLU?",
+        "gate = SiLU(x @ W_gate) and up = x @ W_up, both (batch, seq_len, d_ff); multiply them feature by feature, "
+        "then project back with W_down to (batch, seq_len, d_model). No biases.",
+        "`gate = torch.nn.functional.silu(x @ W_gate)`; `up = x @ W_up`; `return (gate * up) @ W_down`.",
+    ),
+    forbidden=OWN_CODE,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -450,10 +466,18 @@ PRE_NORM_BLOCK = Exercise(
             swap_ffn=True,
         ),
     ),
-    hint="Two residual steps, each reading a normalised copy: `h = rms_norm(x, attention_norm, 1e-6)`; project h to "
-    "q, k, v, split the heads (`.view(batch, seq_len, num_heads, head_dim).transpose(1, 2)`), causal scaled "
-    "dot-product attention (`torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)`), merge the "
-    "heads, `@ W_o`, and `x = x + that`. Then `x = x + swiglu(rms_norm(x, ffn_norm, 1e-6), W_gate, W_up, W_down)`.",
+    hint=(
+        "Two residual steps. In each, the sublayer reads a normalised copy of x; what does its output get added to: "
+        "x, or the copy?",
+        "h = RMSNorm(x; attention_norm); x = x + W_o(merged heads of causal attention over h @ W_q, h @ W_k, "
+        "h @ W_v, scores / sqrt(head_dim)); then h = RMSNorm(x; ffn_norm) and x = x + SwiGLU(h). eps = 1e-6 in both "
+        "norms; nothing is normalised after the additions.",
+        "`h = rms_norm(x, attention_norm, 1e-6)`; `split = lambda t: t.view(batch, seq_len, num_heads, "
+        "head_dim).transpose(1, 2)`; `heads = F.scaled_dot_product_attention(split(h @ W_q), split(h @ W_k), "
+        "split(h @ W_v), is_causal=True)`; `x = x + heads.transpose(1, 2).reshape(batch, seq_len, d_model) @ W_o`; "
+        "`return x + swiglu(rms_norm(x, ffn_norm, 1e-6), W_gate, W_up, W_down)`.",
+    ),
+    forbidden=OWN_CODE,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -572,8 +596,15 @@ QK_NORM_SCORES = Exercise(
             norm_k=False,
         ),
     ),
-    hint="Your rms_norm from exercise 1 works on any number of leading axes: `qn = rms_norm(q, q_weight, 1e-6)`, "
-    "`kn = rms_norm(k, k_weight, 1e-6)`, each over head_dim; then `qn @ kn.transpose(-2, -1) / math.sqrt(head_dim)`.",
+    hint=(
+        "Normalise first, score second. Over which axis is each head's query vector normalised, and which gain goes "
+        "with the queries?",
+        "q_normed = RMSNorm(q; q_weight) and k_normed = RMSNorm(k; k_weight), each over head_dim (the last axis), "
+        "eps 1e-6; scores = q_normed k_normed^T / sqrt(head_dim), (batch, heads, query_len, key_len).",
+        "Your rms_norm from exercise 1 works on any leading axes: `qn = rms_norm(q, q_weight, 1e-6)`, `kn = "
+        "rms_norm(k, k_weight, 1e-6)`; `return qn @ kn.transpose(-2, -1) / math.sqrt(q.shape[-1])`.",
+    ),
+    forbidden=OWN_CODE,
 )
 
 EXERCISES = (RMS_NORM, SWIGLU, PRE_NORM_BLOCK, QK_NORM_SCORES)

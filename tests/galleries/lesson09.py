@@ -1,6 +1,7 @@
 """Lesson 09, 09_transformer_block: the galleries of ``rms_norm``, ``swiglu``, ``pre_norm_block`` and
 ``qk_norm_scores`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
-tests/galleries/__init__.py describes them).
+tests/galleries/__init__.py describes them), and REFERENCE_USE: functions that are, or call, the package's own
+``attnedu.transformer``, which the exercises forbid.
 
 The correct versions are written as a learner would: with torch's functions (F.silu, F.rms_norm,
 F.scaled_dot_product_attention), by hand, with einsum or loops. The feed-forward layer, the causal block and the
@@ -15,6 +16,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from attnedu import transformer
 from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
 
 from .common import GENERIC, batch_of_one
@@ -115,6 +117,23 @@ CORRECT = {
     "pre_norm_block": [learner_pre_norm_block, learner_pre_norm_block_by_hand],
     "qk_norm_scores": [learner_qk_norm_scores, learner_qk_norm_scores_gains_last],
 }
+
+
+def _block_with_the_packages_swiglu(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+    batch, seq_len, d_model = x.shape
+    h = learner_rms_norm(x, g_a, EPS)
+    q, k, v = _heads(h @ W_q, num_heads), _heads(h @ W_k, num_heads), _heads(h @ W_v, num_heads)
+    x = x + F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(batch, seq_len, -1) @ W_o
+    return x + transformer.swiglu(learner_rms_norm(x, g_f, EPS), W_gate, W_up, W_down)
+
+
+REFERENCE_USE = [
+    ("rms_norm", transformer.rms_norm),
+    ("swiglu", transformer.swiglu),
+    ("pre_norm_block", _block_with_the_packages_swiglu),
+    ("pre_norm_block", lambda *args: transformer.pre_norm_block(*args)),
+    ("qk_norm_scores", lambda q, k, gq, gk: transformer.qk_norm_scores(q, k, gq, gk)),
+]
 
 
 # --------------------------------------------------------------------------------------------
