@@ -467,6 +467,7 @@ def positions_diagram(ax: Axes | None = None) -> Axes:
         arrow(ax, (x_from, y_pos), (x_to, y), COLOURS["attentional"], 1.6)
     ax.text(4.7, -0.2, "blue: the steps of one attention layer; green: where each kind of position enters", ha="center",
             va="top", fontsize=8, color="#555555")  # fmt: skip
+    return ax
 
 
 def transformer_blocks_diagram(ax: Axes | None = None, title: str | None = None) -> Axes:

@@ -123,3 +123,4 @@ def test_the_blocks_diagram_draws_both_arrangements_with_a_legend():
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == ["attention", "feed-forward", "normalisation", "add", "residual connection"]
     plt.close("all")
+    plt.close("all")
