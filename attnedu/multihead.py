@@ -10,6 +10,7 @@ paper's d_k. Heads are counted from 0 in code.
     multi_head_attention(...)     the formula above with the weights passed in (vectors are rows: Q = X W_q)
     grouped_query_attention(...)  fewer key/value heads than query heads, each shared by a group (Ainslie et al. 2023)
     MultiHeadAttention            the module, with nn.Linear projections; equal to torch.nn.MultiheadAttention
+                                  (num_kv_heads < num_heads: grouped-query, as today's decoder blocks use, lesson 09)
 """
 
 from __future__ import annotations
