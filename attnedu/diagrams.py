@@ -468,3 +468,51 @@ def positions_diagram(ax: Axes | None = None) -> Axes:
     ax.text(4.7, -0.2, "blue: the steps of one attention layer; green: where each kind of position enters", ha="center",
             va="top", fontsize=8, color="#555555")  # fmt: skip
     return ax
+
+
+def transformer_blocks_diagram(ax: Axes | None = None, title: str | None = None) -> Axes:
+    """Two Transformer blocks side by side (lesson 09), data flowing upwards. Left, the 2017 encoder block
+    (post-norm): each sublayer's output is added to its input, then normalised ("Add & Norm"), so the residual stream
+    itself passes through every LayerNorm. Right, today's decoder block (pre-norm, as in Llama): each sublayer reads
+    a normalised copy of the stream and adds its output back (+), so the stream is never normalised on the way up.
+    Grey lines are the residual connections; a legend names every colour."""
+    from matplotlib.patches import Patch
+
+    ax = ax or plt.gca()
+    kinds = {"attention": "context", "feed-forward": "attentional", "normalisation": "decoder", "add": "encoder"}
+    width, top = 3.1, 7.6
+
+    def column(x: float, steps: list[tuple[str, str]], residuals: list[tuple[int, int]], heading: str) -> None:
+        ys = [0.9 + 1.0 * i for i in range(len(steps))]
+        ax.text(x, 0.0, "$x$", ha="center", va="center", fontsize=12)
+        previous = 0.15
+        for (text, kind), y in zip(steps, ys):
+            box(ax, x, y, text, kinds[kind], width=0.55 if kind == "add" else width)
+            arrow(ax, (x, previous), (x, y))
+            previous = y
+        ax.text(x, ys[-1] + 0.95, "output", ha="center", va="center", fontsize=10)
+        arrow(ax, (x, ys[-1]), (x, ys[-1] + 0.95))
+        for start, end in residuals:  # from below step `start` round the right-hand side into step `end`
+            y0, y1 = (0.35 if start < 0 else ys[start] + 0.45), ys[end]
+            side = x + width / 2 + 0.35
+            ax.plot([x, side, side], [y0, y0, y1], color=COLOURS["edge"], linewidth=1.2)
+            right = x + (0.55 if steps[end][1] == "add" else width) / 2
+            arrow(ax, (side, y1), (right - 0.02, y1))
+        ax.text(x, top, heading, ha="center", va="center", fontsize=11)
+
+    column(0.0, [("multi-head attention", "attention"), ("Add & LayerNorm", "normalisation"),
+                 ("feed-forward (ReLU)", "feed-forward"), ("Add & LayerNorm", "normalisation")],
+           [(-1, 1), (1, 3)], "2017 encoder block (post-norm)")  # fmt: skip
+    column(5.0, [("RMSNorm", "normalisation"), ("causal attention + RoPE", "attention"), ("+", "add"),
+                 ("RMSNorm", "normalisation"), ("SwiGLU", "feed-forward"), ("+", "add")],
+           [(-1, 2), (2, 5)], "today's decoder block (pre-norm)")  # fmt: skip
+    ax.set_xlim(-1.9, 7.0)
+    ax.set_ylim(-0.4, 8.0)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    legend = [Patch(facecolor=COLOURS[k], label=name) for name, k in kinds.items()]
+    legend.append(Line2D([0], [0], color=COLOURS["edge"], label="residual connection"))
+    ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize=8, ncol=3, frameon=False)
+    if title:
+        ax.set_title(title, fontsize=11)
+    return ax

@@ -1,4 +1,4 @@
-"""Calibrate the trained effects of lessons 01-03 over several training seeds, so that the margins the
+"""Calibrate the trained effects of lessons 01-09 over several training seeds, so that the margins the
 lessons assert rest on more than one run (experiments.md, section 0.1: assert about half the
 observed gap). Seeds go through ``ATTNEDU_SEED_OFFSET`` exactly as in the test command's perturbed
 run, so seed 1000 here is the perturbed run's model.
@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 LUONG = ("dot", "general", "concat", "location")
 MODELS = ("fixed", "fixed_reversed", "attention", *LUONG)
+LESSON09 = ("norms09", "lm09")  # lesson 09: gradients at initialisation; the language model against the bigram
 HEADS = ("heads",)  # lesson 05's experiment: 1, 2 and 4 heads on the neighbour task
 TRANSFORMER = ("leak", "positions", "extrapolation")  # lessons 06 and 07 (07 runs seeds 0, 1, 2: add 1002)
 
@@ -34,6 +35,8 @@ def run_one(model: str, seed: int) -> dict:
     """Train one model of lessons 01-03 (or lesson 05's three) with seed offset ``seed``; measure it here."""
     os.environ["ATTNEDU_SEED_OFFSET"] = str(seed)
     os.environ["ATTNEDU_PROGRESS"] = "0"
+    if model in LESSON09:
+        return {"model": model, "seed": seed, **_lesson09(model)}
     if model == "heads":
         return {"model": model, "seed": seed, **_heads(seed)}
     if model in TRANSFORMER:
@@ -229,6 +232,98 @@ def _window_losses(model, x, y, width: int) -> dict:
     return {"full": full, "window": loss(last, y[:, width - 1 :].flatten()).item()}
 
 
+# Lesson 09, as the lesson runs it: its sizes, recipe and held-out windows
+DEPTHS_09, INIT_SEEDS_09 = (2, 6, 12), (0, 1, 2)
+CONTEXT_09, STEPS_09, BATCH_09, LR_09 = 64, 144, 8, 6e-3
+
+
+def _lesson09(experiment: str) -> dict:
+    import torch
+
+    from attnedu.tasks import CharCorpus
+    from attnedu.train import lm_loss, train_lm
+    from attnedu.transformer import BlockStack, DecoderLM, swiglu_hidden
+
+    torch.set_num_threads(1)
+    corpus = CharCorpus.load()
+    if experiment == "norms09":  # the gradient norm of each block's W_2 at initialisation, mean of three inits
+        inputs, targets = corpus.batch(8, 64, torch.Generator().manual_seed(5))
+        profile = {}
+        for n in DEPTHS_09:
+            for first in (False, True):
+                norms = []
+                for seed in INIT_SEEDS_09:
+                    stack = BlockStack(len(corpus.chars), 64, 4, 256, n, first, seed=seed)
+                    loss = torch.nn.functional.cross_entropy(stack(inputs).flatten(0, 1), targets.flatten())
+                    loss.backward()
+                    norms.append(torch.stack([b.feed_forward[2].weight.grad.norm() for b in stack.blocks]))
+                profile[n, first] = torch.stack(norms).mean(0)
+        return {
+            "post_last": {str(n): profile[n, False][-1].item() for n in DEPTHS_09},
+            "pre_last": {str(n): profile[n, True][-1].item() for n in DEPTHS_09},
+        }
+    valid_inputs, valid_targets = (t[::4] for t in corpus.windows(CONTEXT_09, split="valid"))
+    bigram = -corpus.bigram_log_probs()[valid_inputs, valid_targets].mean().item()
+    lm = DecoderLM(len(corpus.chars), d_model=128, num_heads=4, num_layers=4, d_ff=swiglu_hidden(128), seed=0)
+    log = train_lm(lm, corpus, STEPS_09, BATCH_09, CONTEXT_09, LR_09, warmup=STEPS_09 // 10, seed=0)
+    valid_loss = lm_loss(lm, valid_inputs, valid_targets)
+    prompt = corpus.encode("The for statement ")
+    distinct = {}
+    for temperature in (0.1, 1.5):
+        ids = lm.generate(prompt, 80, temperature, torch.Generator().manual_seed(0), context=CONTEXT_09)
+        text = corpus.decode(ids[len(prompt) :])
+        grams = [text[i : i + 4] for i in range(len(text) - 3)]
+        distinct[str(temperature)] = len(set(grams)) / len(grams)
+    with torch.no_grad():
+        _, maps = lm(corpus.encode("The loop ends when its test fails.")[None], return_weights=True)
+    previous = torch.stack([torch.diagonal(m[0], offset=-1, dim1=-2, dim2=-1).mean(-1) for m in maps])
+    return {"bigram": bigram, "valid": valid_loss, "train": log.final_loss, "seconds": log.seconds,
+            "distinct": distinct, "previous_max": previous.max().item()}  # fmt: skip
+
+
+def report_lesson09(results: list[dict], args) -> None:
+    import torch
+
+    print("## Lesson 09: the Transformer block\n")
+    kernels = torch.backends.cpu.get_cpu_capability()
+    print(f"Measured {datetime.date.today()} by `benchmarks/calibrate.py --models norms09 lm09` ({args.jobs} "
+          f"processes at once, 1 torch thread each); torch's CPU kernels for {kernels}.\n")  # fmt: skip
+    norms = [r for r in results if r["model"] == "norms09"]
+    if norms:
+        print("Gradient norm of the last block's W_2 at initialisation (mean of three inits, seeds 0-2 plus the seed "
+              "offset): post-norm / pre-norm, and their ratio\n")  # fmt: skip
+        print("| seed | " + " | ".join(f"{n} blocks" for n in DEPTHS_09) + " |")
+        print("|---|" + "---|" * len(DEPTHS_09))
+        for r in norms:
+            cells = [f"{r['post_last'][str(n)]:.3f} / {r['pre_last'][str(n)]:.3f} = "
+                     f"{r['post_last'][str(n)] / r['pre_last'][str(n)]:.2f}" for n in DEPTHS_09]  # fmt: skip
+            print(f"| {r['seed']} | " + " | ".join(cells) + " |")
+    lms = [r for r in results if r["model"] == "lm09"]
+    if lms:
+        print(f"\nThe language model ({STEPS_09} steps, batch {BATCH_09}, context {CONTEXT_09}): held-out loss "
+              "against the bigram baseline (every fourth held-out window), share of distinct 4-grams in 80 sampled "
+              "characters at temperatures 0.1 and 1.5, the largest mean weight any head puts on the previous "
+              "character\n")  # fmt: skip
+        print("| seed | bigram | model (held out) | gap | training loss | distinct at 0.1 / 1.5 | previous | seconds |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in lms:
+            d = r["distinct"]
+            print(f"| {r['seed']} | {r['bigram']:.3f} | {r['valid']:.3f} | {r['bigram'] - r['valid']:.3f} | "
+                  f"{r['train']:.3f} | {d['0.1']:.2f} / {d['1.5']:.2f} | {r['previous_max']:.2f} | "
+                  f"{r['seconds']:.0f} |")  # fmt: skip
+    print("\nRanges over the seeds, for the margins the lesson asserts:\n")
+    if norms:
+        smallest = min(r["post_last"][str(n)] / r["pre_last"][str(n)] for r in norms for n in DEPTHS_09)
+        growth = _span(r["post_last"]["12"] / r["pre_last"]["12"] - r["post_last"]["2"] / r["pre_last"]["2"]
+                       for r in norms)  # fmt: skip
+        print(f"- post/pre ratio at any depth: at least {smallest:.2f}; ratio at 12 blocks minus at 2: {growth}")
+    if lms:
+        print(f"- bigram minus model: {_span(r['bigram'] - r['valid'] for r in lms)}")
+        print(f"- distinct 4-grams at 1.5 minus at 0.1: "
+              f"{_span(r['distinct']['1.5'] - r['distinct']['0.1'] for r in lms)}")  # fmt: skip
+        print(f"- largest mean weight on the previous character: {_span(r['previous_max'] for r in lms)}")
+
+
 def _gradient_summary(net, pair) -> dict:
     """Gradient from target word t's loss to the source embeddings: for t = 1, min/max over source words;
     over all t, the gold source word's gradient relative to the largest (mean and smallest)."""
@@ -249,7 +344,7 @@ def _gradient_summary(net, pair) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 1000, 1001])
-    every = MODELS + HEADS + TRANSFORMER
+    every = MODELS + HEADS + TRANSFORMER + LESSON09
     parser.add_argument("--models", nargs="+", default=list(every), choices=every)
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
@@ -265,7 +360,11 @@ def main() -> None:
 
     with ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(launch, jobs))
-    report(results, args)
+    others = [r for r in results if r["model"] not in LESSON09]
+    if others:
+        report(others, args)
+    if len(others) < len(results):
+        report_lesson09([r for r in results if r["model"] in LESSON09], args)
 
 
 def _span(values) -> str:
@@ -283,7 +382,7 @@ def report(results: list[dict], args) -> None:
     later = {m: by_model.pop(m) for m in TRANSFORMER}
     results = [r for r in results if r["model"] in MODELS]
     buckets = list(results[0]["accuracy"]) if results else []
-    print("# Calibration of lessons 01-07\n")
+    print("# Calibration of lessons 01-09\n")
     print(
         f"Measured {datetime.date.today()} by `benchmarks/calibrate.py` ({args.jobs} processes at once, 1 torch thread "
         f"each). Machine: {platform.machine()}, {os.cpu_count()} cores, torch's CPU kernels for "

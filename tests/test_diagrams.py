@@ -110,4 +110,17 @@ def test_positions_diagram_names_the_three_places():
 
     texts = " ".join(_texts(positions_diagram()))
     assert "sinusoidal, learned" in texts and "RoPE" in texts and "ALiBi" in texts
+
+
+def test_the_blocks_diagram_draws_both_arrangements_with_a_legend():
+    from attnedu.diagrams import transformer_blocks_diagram
+
+    ax = transformer_blocks_diagram()
+    texts = _texts(ax)
+    assert texts.count("Add & LayerNorm") == 2 and texts.count("RMSNorm") == 2 and texts.count("+") == 2
+    assert {"2017 encoder block (post-norm)", "today's decoder block (pre-norm)", "SwiGLU"} <= set(texts)
+    assert len(ax.lines) == 4  # two residual connections per block
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["attention", "feed-forward", "normalisation", "add", "residual connection"]
+    plt.close("all")
     plt.close("all")

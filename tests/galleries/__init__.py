@@ -54,6 +54,7 @@ LESSON_MODULES = (
     "lesson06",
     "lesson07",
     "lesson08",
+    "lesson09",
 )
 LESSONS = [import_module(f".{name}", __name__) for name in LESSON_MODULES]
 
