@@ -17,16 +17,23 @@ weighting each query alike. Positions, heads and layers count from 0.
     head_gates(num_layers, num_heads, removed)  (layers, heads) of ones with 0 at each removed (layer, head)
     random_heads(...)                        heads drawn at random, for the control of an ablation
     strongest(scores, k)                     the k (layer, head) pairs with the highest score
+    train_induction(num_layers, held_out)    an attention-only model trained on repeated random tokens, with its
+                                             in-context losses over training (the phase change)
+    induction_scores(model, held_out)        prefix-matching and previous-token scores of every head
 """
 
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from ._validate import check_bool_mask, check_float, check_int, check_positive_int, check_tensor, describe
+from .runtime import progress, training_seed
+from .tasks import repeated_tokens
 
 
 def _check_weights(weights, real=None) -> torch.Tensor:
@@ -173,3 +180,101 @@ def strongest(scores: torch.Tensor, k: int = 1) -> list[tuple[int, int]]:
 def max_entropy(n: int) -> float:
     """ln n: the entropy of uniform weights over n keys."""
     return math.log(check_positive_int("n", n, "the number of keys"))
+
+
+# --------------------------------------------------------------------------------------------
+# Induction heads, trained live (Olsson et al. 2022)
+# --------------------------------------------------------------------------------------------
+
+# The recipe lesson 11 trains with, calibrated in benchmarks/calibrate11.py: random tokens from 32, sequences of 32
+# tokens made of a block of 4..16 tokens repeated, 2 heads of width 16, AdamW lr 0.01, batch 32, 800 steps.
+INDUCTION = dict(vocab=32, d_model=32, num_heads=2, length=32, periods=(4, 16), steps=800, batch=32, lr=0.01)
+EVAL_PERIOD = 16  # held-out sequences: one block of 16 tokens, repeated once (32 tokens)
+
+
+@dataclass
+class InductionRun:
+    """A model trained on repeated random tokens, and its in-context losses on the held-out sequences measured every
+    ``every`` steps: ``steps[k]`` steps done, ``first[k]`` the loss on the first block (nothing to copy: about
+    ln vocab or worse), ``second[k]`` on the repeat (copyable)."""
+
+    model: nn.Module
+    steps: list = field(default_factory=list)
+    first: list = field(default_factory=list)
+    second: list = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def held_out_repeats(count: int = 256, period: int = EVAL_PERIOD, vocab: int = INDUCTION["vocab"], seed: int = 12345):
+    """``count`` sequences of one block of ``period`` random tokens repeated once, -> (count, 2 period). The data
+    seed is not a training seed: the perturbed run leaves it alone."""
+    return repeated_tokens(count, period, 2 * period, vocab, torch.Generator().manual_seed(seed))[0]
+
+
+def train_induction(
+    num_layers: int, held_out: torch.Tensor, seed: int = 0, every: int = 25, desc: str = "training", **recipe
+) -> InductionRun:
+    """Train ``AttentionOnlyTransformer(vocab, d_model, num_heads, num_layers)`` to predict the next token of
+    sequences of a random block repeated (``tasks.repeated_tokens``, each sequence with its own period, so that no
+    fixed distance finds the earlier copy), with ``INDUCTION``'s recipe (any of its keys can be overridden).
+
+    loss = mean over positions t of -ln p(token[t + 1] | tokens[0 .. t])  (causal: position t sees 0 .. t)
+
+    ``held_out`` (n, 2 period): sequences of one block repeated once; ``in_context_losses`` on them every ``every``
+    steps. ``seed`` fixes the initialisation and the batches (through ``runtime.training_seed``); nothing is drawn
+    from the global generators, so several runs can train at once (``runtime.in_parallel``).
+    """
+    from .transformer import AttentionOnlyTransformer
+
+    unknown = set(recipe) - set(INDUCTION)
+    if unknown:
+        raise TypeError(f"train_induction got unknown recipe keys {sorted(unknown)}; known: {sorted(INDUCTION)}")
+    r = {**INDUCTION, **recipe}
+    num_layers = check_int("num_layers", num_layers, "attention layers", 1, 8)
+    every = check_positive_int("every", every, "steps between two measurements")
+    check_tensor("held_out", held_out, 2, "(n, 2 * period) of token ids")
+    if held_out.shape[1] % 2 or held_out.shape[1] > r["length"]:
+        raise ValueError(f"held_out should be (n, 2 * period) with 2 * period <= length = {r['length']}, got "
+                         f"{describe(held_out)}")  # fmt: skip
+    model = AttentionOnlyTransformer(r["vocab"], r["d_model"], r["num_heads"], num_layers, r["length"], seed=seed)
+    generator = torch.Generator().manual_seed(training_seed(seed))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=r["lr"], betas=(0.9, 0.95), weight_decay=0.0)
+    run = InductionRun(model)
+    period = held_out.shape[1] // 2
+
+    def measure(step: int) -> None:
+        with torch.no_grad():
+            first, second = in_context_losses(model(held_out)[0], held_out, period)
+        run.steps.append(step)
+        run.first.append(first)
+        run.second.append(second)
+
+    bar = progress(r["steps"], desc)
+    start = time.perf_counter()
+    measure(0)
+    for step in range(r["steps"]):
+        tokens, _ = repeated_tokens(r["batch"], r["periods"], r["length"], r["vocab"], generator)
+        logits, _ = model(tokens)
+        loss = nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        bar.update()
+        if (step + 1) % every == 0 or step + 1 == r["steps"]:
+            measure(step + 1)
+    run.seconds = time.perf_counter() - start
+    bar.close()
+    model.eval()
+    return run
+
+
+@torch.no_grad()
+def induction_scores(model: nn.Module, held_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prefix-matching and previous-token scores of every head of an ``AttentionOnlyTransformer`` on ``held_out``
+    (n, 2 period): -> two (num_layers, num_heads) tensors, each the mean over the sequences."""
+    check_tensor("held_out", held_out, 2, "(n, 2 * period) of token ids")
+    _, weights = model(held_out)
+    period = held_out.shape[1] // 2
+    prefix = torch.stack([prefix_matching_score(w, period).mean(0) for w in weights])
+    previous = torch.stack([previous_token_score(w).mean(0) for w in weights])
+    return prefix, previous
