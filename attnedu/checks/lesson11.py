@@ -269,6 +269,8 @@ GPT2_ATTENTION_WEIGHTS = Exercise(
             lambda a, p: _gpt2(a, p, order=(2, 1, 0)),
             lambda a, p: _gpt2(a, p, order=(1, 0, 2)),
             lambda a, p: _gpt2(a, p, order=(0, 2, 1)),
+            lambda a, p: _gpt2(a, p, order=(1, 2, 0)),
+            lambda a, p: _gpt2(a, p, order=(2, 0, 1)),
         ),
         Variant(
             "off by one: your slices of c_attn start one column too late (W_q = columns 1 .. d_model). The blocks are "
