@@ -91,7 +91,7 @@ PREVIOUS_TOKEN_SCORE = Exercise(
     variants=(
         Variant(
             "you took the weight on the *next* token, A[i, i + 1] (the diagonal above the main one). The previous "
-            "token of query i is key i - 1: `torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1)`.",
+            "token of query i is key i - 1, on the diagonal below the main one.",
             lambda w, r: _offset_score(w, r, offset=1),
         ),
         Variant(
@@ -182,7 +182,7 @@ ATTENTION_ENTROPY = Exercise(
         ),
         Variant(
             "the sum ran over the queries (dim -2), a column of the weights, not over the keys: each *row* of A is a "
-            "distribution, H_i = -sum over keys j of A[i, j] ln A[i, j], `.sum(dim=-1)`.",
+            "distribution, and H_i = -sum over keys j of A[i, j] ln A[i, j] sums along that row.",
             lambda w, r: _entropy(w, r, axis=-2),
         ),
         Variant(
@@ -249,13 +249,13 @@ GPT2_ATTENTION_WEIGHTS = Exercise(
     variants=(
         Variant(
             "nothing is transposed: GPT-2's Conv1D stores (in_features, out_features), applied as x @ W; nn.Linear "
-            "stores (out_features, in_features), applied as x @ W.T. Transpose each matrix in its last two axes: "
-            "`.mT` or `.transpose(-2, -1)`.",
+            "stores (out_features, in_features), applied as x @ W.T. Each of the four matrices is the transpose of "
+            "GPT-2's, in its last two axes (the layer axis stays first).",
             lambda a, p: _gpt2(a, p, transpose_in=False, transpose_out=False),
         ),
         Variant(
-            "W_q, W_k and W_v are right, but W_o is not transposed: c_proj is a Conv1D too, (in, out). Return "
-            "`c_proj_weight.mT`.",
+            "W_q, W_k and W_v are right, but W_o is not transposed: c_proj is a Conv1D too, stored (in, out), and "
+            "nn.Linear's W_o is (out, in).",
             lambda a, p: _gpt2(a, p, transpose_out=False),
         ),
         Variant(
