@@ -3,7 +3,7 @@ asserts rest on more than one run (about half the smallest observed gap). Seeds 
 as in the test command's perturbed run: seed 1000 here is the perturbed run's model.
 
     python benchmarks/calibrate11.py [--seeds 0 1 2 3 4 1000 1001 1002] > benchmarks/calibration11.md
-    ATEN_CPU_CAPABILITY=avx2 python benchmarks/calibrate11.py   # other CPU kernels, as on another machine
+    ATEN_CPU_CAPABILITY=avx2 python benchmarks/calibrate11.py > benchmarks/calibration11_avx2.md   # other kernels
 
 Each seed trains the lesson's 1-layer and 2-layer models with ``attnedu.heads.train_induction`` exactly as the
 lesson does (one torch thread), and measures what the lesson asserts.
