@@ -202,11 +202,13 @@ def location_score(query: torch.Tensor, W_a: torch.Tensor, src_len: int) -> torc
 def local_p_weights(scores: torch.Tensor, center: torch.Tensor, half_width: int) -> torch.Tensor:
     """Luong et al.'s local-p attention for one decoder step (Sec. 3.2, Eq. 10):
 
-        a_t(s) = align(h_t, h_s) * exp(-(s - p_t)^2 / (2 sigma^2)),   sigma = D / 2,
+        a_t(j) = align(s_t, h_j) * exp(-(j - p_t)^2 / (2 sigma^2)),   sigma = D / 2,
 
-    where align is the softmax of the scores over the window [p_t - D, p_t + D] only, and p_t (the
-    predicted aligned position, a real number) is given: the model computes it as
-    p_t = S * sigmoid(v_p^T tanh(W_p h_t)). Positions count from 0 here, as in code.
+    where align is the softmax of the scores over the window of 2D + 1 positions j with
+    |j - round(p_t)| <= D only, and p_t (the predicted aligned position, a real number) is given: the model
+    computes it as p_t = S * sigmoid(v_p^T tanh(W_p s_t)) for a source of S words. The window is centred on
+    the nearest position, round(p_t) (halves round up), so it holds exactly 2D + 1 positions, fewer only where
+    it meets an end of the source; the Gaussian is centred on p_t itself. Positions count from 0.
     scores: (batch, src_len); center: (batch,) floats p_t; half_width: D. Returns (batch, src_len),
     zero outside the window; a row does not sum to one (the Gaussian shrinks it), as in the paper.
     """
@@ -220,7 +222,7 @@ def local_p_weights(scores: torch.Tensor, center: torch.Tensor, half_width: int)
     half_width = check_int("half_width", half_width, "D, the window's half width", minimum=0)
     positions = torch.arange(scores.shape[1], dtype=scores.dtype, device=scores.device)[None, :]
     p = center.to(scores.dtype)[:, None]
-    window = (positions >= torch.floor(p - half_width)) & (positions <= torch.ceil(p + half_width))
+    window = (positions - torch.floor(p + 0.5)).abs() <= half_width  # the 2D + 1 positions nearest round(p_t)
     sigma = max(half_width, 1e-6) / 2
     return masked_softmax(scores, window) * torch.exp(-((positions - p) ** 2) / (2 * sigma**2))
 
