@@ -376,19 +376,24 @@ def test_local_and_remote_calls_give_the_same_result():
     from attnedu.grading.results import remote_call
 
     exercise = checks.EXERCISES["last_real_state"]
+    assert exercise.gradients  # so the kernel's second call, with gradients on, is replayed too
     cases = exercise.make_cases()
-    for fn in (last_off_by_one, last_one_early, lambda s, n: s.sum(1), learner_last_real_state):
+    detached = lambda s, n: learner_last_real_state(s.detach(), n)  # noqa: E731 (right values, no gradient)
+    for fn in (last_off_by_one, last_one_early, lambda s, n: s.sum(1), learner_last_real_state, detached):
         local = checks.check("last_real_state", fn)
         records = {}
         for index, case in enumerate(cases):
             args = copy.deepcopy(case.args)
-            call = checks.calling.call_learner(fn, args, 5.0)
+            call = checks.calling.call_learner(fn, args, 5.0, copy.deepcopy(case.args))
             records[index] = {"value": call.value, "args": args, "error_name": call.error_name,
-                              "error_text": call.error_text, "error_line": call.error_line}  # fmt: skip
+                              "error_text": call.error_text, "error_line": call.error_line,
+                              "gradients": call.gradients, "gradient_error": call.gradient_error}  # fmt: skip
         remote = checks.diagnosis.run_check(
             exercise, "last_real_state", caller=remote_call(records, "done"), cases=cases
         )
         assert (remote.status, remote.message, remote.where) == (local.status, local.message, local.where)
+        if fn is detached:
+            assert local.status == FAILED and "no gradient flows back" in local.message, local
 
 
 def test_the_fraction_of_generic_messages_is_reported(gallery, capsys):

@@ -82,6 +82,9 @@ class Exercise:
     output_names: tuple[str, ...] = ("the output",)
     properties: Callable[[tuple, object], str | None] | None = None  # extra learner-facing checks
     layout: Callable[[tuple], tuple[Layout | None, ...]] | None = None  # one Layout per output, from a case's args
+    # The function takes part in training: the check also compares the gradients that flow back from its outputs to
+    # its float inputs and to its modules' parameters (calling.input_gradients) with the reference's.
+    gradients: bool = False
 
 
 # --------------------------------------------------------------------------------------------

@@ -132,6 +132,7 @@ LAST_REAL_STATE = Exercise(
     returns=(("batch", "hidden"),),
     reference=_last_real_state,
     make_cases=_last_real_state_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     variants=(
         Variant(
             "your output is the state at the last position of the padded batch (`states[:, -1]`). For a sentence "
@@ -379,6 +380,7 @@ BIDIRECTIONAL_SUMMARY = Exercise(
     returns=(("batch", "2 * hidden"),),
     reference=_bidirectional_summary,
     make_cases=_bidirectional_summary_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=_bidirectional_layout,
     variants=(
         Variant(

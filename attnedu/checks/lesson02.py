@@ -96,6 +96,7 @@ ADDITIVE_SCORE = Exercise(
     returns=(("batch", "src_len"),),
     reference=additive_score,
     make_cases=_additive_score_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=_score_layout,
     variants=(
         Variant(
@@ -242,6 +243,7 @@ MASKED_SOFTMAX = Exercise(
     returns=(("batch", "src_len"),),
     reference=masked_softmax,
     make_cases=_masked_softmax_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=_softmax_layout,
     variants=(
         Variant(
@@ -333,6 +335,7 @@ CONTEXT_VECTOR = Exercise(
     returns=(("batch", "enc_dim"),),
     reference=context_vector,
     make_cases=_context_vector_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     variants=(
         Variant(
             "your output is the plain mean of the states, without the weights. The context is the weighted sum "
@@ -477,6 +480,7 @@ DECODER_STEP = Exercise(
     returns=(("batch", "vocab"), ("batch", "hidden_dim"), ("batch", "src_len")),
     reference=_decoder_step_reference,
     make_cases=_decoder_step_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     output_names=("logits", "new_state", "weights"),
     layout=_step_layout,
     variants=(

@@ -86,6 +86,7 @@ SPLIT_HEADS = Exercise(
     returns=(("batch", "num_heads", "seq_len", "head_dim"),),
     reference=split_heads,
     make_cases=_split_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=lambda args: (Layout(positions=2),),
     variants=(
         Variant(
@@ -138,6 +139,7 @@ MERGE_HEADS = Exercise(
     returns=(("batch", "seq_len", "d_model"),),
     reference=merge_heads,
     make_cases=_merge_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=lambda args: (Layout(positions=1),),
     variants=(
         Variant(
@@ -370,6 +372,7 @@ MULTI_HEAD_ATTENTION = Exercise(
     returns=(("batch", "query_len", "d_model"), ("batch", "num_heads", "query_len", "key_len")),
     reference=multi_head_attention,
     make_cases=_multi_head_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     output_names=("output", "weights"),
     variants=_variants(grouped=False),
     hint="Project (`query @ W_q`, ...), split each into heads with your split_heads, run scaled dot-product "
@@ -384,6 +387,7 @@ GROUPED_QUERY_ATTENTION = Exercise(
     returns=(("batch", "query_len", "d_model"), ("batch", "num_heads", "query_len", "key_len")),
     reference=grouped_query_attention,
     make_cases=_grouped_query_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     output_names=("output", "weights"),
     variants=_variants(grouped=True),
     hint="Split the queries into num_heads heads and the keys and values into num_kv_heads heads (of the same "

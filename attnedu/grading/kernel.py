@@ -19,6 +19,7 @@ lists, numbers, strings; anything else is described by its type name, a module b
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -41,22 +42,33 @@ CHILD_SETUP = 3.0  # for the child to load the inputs, before the first call
 
 
 def call_exercise(namespace: Mapping, name: str, cases_path: str, out_dir: str, time_limit: float) -> None:
+    """For an exercise whose function takes part in training (``Exercise.gradients``), each case is also called a
+    second time with gradients on, and the gradients that flow back to its inputs are saved too."""
     out = Path(out_dir)
     fn = namespace.get(name)
     _write_json(out / "meta.json", describe(fn))
     if not callable(fn):
         return
+    gradients = _wants_gradients(name)
     fork = getattr(os, "fork", None)
     if sys.platform.startswith("linux") and callable(fork):
-        _call_in_child(fork, fn, cases_path, out, time_limit)
+        _call_in_child(fork, fn, cases_path, out, time_limit, gradients)
     else:
-        _call_cases(fn, cases_path, out, time_limit)
+        _call_cases(fn, cases_path, out, time_limit, gradients)
 
 
-def _call_cases(fn: Callable, cases_path: str, out: Path, time_limit: float) -> None:
+def _wants_gradients(name: str) -> bool:
+    from ..checks import EXERCISES
+
+    exercise = EXERCISES.get(name)
+    return bool(exercise is not None and exercise.gradients)
+
+
+def _call_cases(fn: Callable, cases_path: str, out: Path, time_limit: float, gradients: bool = False) -> None:
     cases = torch.load(cases_path, weights_only=False)  # written by the grader: modules included
     for index, args in enumerate(cases):
-        call = call_learner(fn, args, time_limit)
+        spare = copy.deepcopy(tuple(args)) if gradients else None
+        call = call_learner(fn, args, time_limit, spare)
         record = {
             "value": encode(call.value),
             "args": encode(tuple(args)),  # as the function left them: a change in place shows
@@ -66,21 +78,25 @@ def _call_cases(fn: Callable, cases_path: str, out: Path, time_limit: float) -> 
             "not_implemented": call.not_implemented,
             "timed_out": call.timed_out,
             "printed": call.printed,
+            "gradients": encode(call.gradients),
+            "gradient_error": call.gradient_error[:MAX_TEXT],
         }
         _save(out / f"{index}.pt", record)
         if call.timed_out:
             break  # the check calls no further case after a time-out (each could cost the time limit again)
 
 
-def _call_in_child(fork: Callable, fn: Callable, cases_path: str, out: Path, time_limit: float) -> None:
+def _call_in_child(
+    fork: Callable, fn: Callable, cases_path: str, out: Path, time_limit: float, gradients: bool = False
+) -> None:
     try:
         pid = fork()
     except OSError:  # e.g. the process limit: call here instead
-        _call_cases(fn, cases_path, out, time_limit)
+        _call_cases(fn, cases_path, out, time_limit, gradients)
         return
     if pid == 0:  # the child: call, save, and leave without running any of the kernel's exit handlers
         try:
-            _call_cases(fn, cases_path, out, time_limit)
+            _call_cases(fn, cases_path, out, time_limit, gradients)
             (out / "finished").touch()
         finally:
             os._exit(0)

@@ -280,6 +280,22 @@ def gqa_naive_exp(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv
     return learner_merge_heads(weights @ v) @ W_o, weights
 
 
+def sh_detached(x, num_heads):
+    return learner_split_heads(x.detach(), num_heads)
+
+
+def mh_through_lists(x):
+    return torch.tensor(learner_merge_heads(x).tolist())
+
+
+def mha_detached_output_projection(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    return learner_multi_head_attention(query, key, value, mask, W_q, W_k, W_v, W_o.detach(), num_heads)
+
+
+def gqa_key_data(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    return learner_grouped_query_attention(query, key.data, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads)
+
+
 MUTANTS = [
     ("split_heads", sh_interleaved, "split in the wrong order"),
     ("split_heads", sh_no_transpose_reshape, "without a transpose"),
@@ -314,6 +330,10 @@ MUTANTS = [
     ("grouped_query_attention", gqa_merge_one_low, "one too low"),
     ("grouped_query_attention", gqa_merge_one_high, "one too high"),
     ("grouped_query_attention", gqa_kv_split_into_all_heads, "raised RuntimeError"),
+    ("split_heads", sh_detached, "no gradient flows back from your outputs to `x`"),
+    ("merge_heads", mh_through_lists, "no gradient flows back from your outputs to `x`"),
+    ("multi_head_attention", mha_detached_output_projection, "no gradient flows back from your outputs to `W_o`"),
+    ("grouped_query_attention", gqa_key_data, "no gradient flows back from your outputs to `key`"),
 ]
 
 
