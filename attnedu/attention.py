@@ -339,6 +339,56 @@ def scaled_dot_product_attention(
     return weights @ value, weights
 
 
+def initial_score_std(input_std, weight_std, d_model: int, head_dim: int) -> torch.Tensor:
+    """The standard deviation of a score q . k at initialisation (lesson 04), before any division.
+
+    Inputs x with independent components of mean 0 and standard deviation ``input_std``; projections W_Q, W_K of
+    shape (d_model, head_dim) with independent entries of mean 0 and standard deviation ``weight_std``; a query
+    q = x W_Q and a key k = x' W_K from two independent inputs x, x' (two different positions). Then
+
+        Var(q_i) = d_model input_std^2 weight_std^2          (a sum of d_model independent products)
+        Var(q . k) = head_dim Var(q_i)^2                      (a sum of head_dim independent products q_i k_i)
+        std(q . k) = sqrt(head_dim) d_model input_std^2 weight_std^2
+
+    computed in that last form, without the variance, which overflows float32 long before the standard
+    deviation does. With torch.nn.Linear's default initialisation (uniform, weight_std^2 = 1 / (3 d_model)) it is
+    sqrt(head_dim) input_std^2 / 3. input_std, weight_std: floats or float tensors (broadcast together).
+    """
+    d_model = check_positive_int("d_model", d_model, "the size of each input vector")
+    head_dim = check_positive_int("head_dim", head_dim, "the size of each query and key")
+    input_std, weight_std = torch.as_tensor(input_std), torch.as_tensor(weight_std)
+    for name, std in (("input_std", input_std), ("weight_std", weight_std)):
+        check_float(name, std)
+        if bool((std < 0).any()):
+            raise ValueError(f"{name} should be standard deviations (>= 0), got a negative value {std.min().item()}")
+    return math.sqrt(head_dim) * d_model * input_std**2 * weight_std**2
+
+
+def query_scale_for_weight(weight, competitors, head_dim: int) -> torch.Tensor:
+    """How long a query must be along one key for scaled dot-product attention to give that key ``weight`` when
+    ``competitors`` other keys score 0 (lesson 04's previous-token head: one-hot keys, a query c e_j).
+
+    The key scores c / sqrt(head_dim) and the others 0, so its weight is exp(a) / (exp(a) + m) with
+    a = c / sqrt(head_dim) and m competitors; solving for c:
+
+        c = sqrt(head_dim) ln(weight m / (1 - weight))
+
+    weight: a float or tensor in (0, 1); competitors: an int or integer tensor of counts >= 1 (broadcast together).
+    Returns a float tensor; a larger c gives the key more weight.
+    """
+    head_dim = check_positive_int("head_dim", head_dim, "the size of each query and key")
+    weight = torch.as_tensor(weight, dtype=torch.get_default_dtype())
+    if not bool(((weight > 0) & (weight < 1)).all()):
+        raise ValueError(f"weight should be strictly between 0 and 1 (a softmax weight), got {weight.tolist()}")
+    competitors = torch.as_tensor(competitors)
+    if competitors.is_floating_point() or competitors.dtype == torch.bool or bool((competitors < 1).any()):
+        raise ValueError(
+            f"competitors should be counts of other keys, whole numbers >= 1, got {competitors.tolist()}; with no "
+            "competing key the weight is 1 whatever the query"
+        )
+    return math.sqrt(head_dim) * torch.log(weight * competitors / (1 - weight))
+
+
 def _check_broadcast(name: str, x: torch.Tensor, score_shape: torch.Size) -> None:
     """One dim per score dim, each that size or 1: broadcasting only where the caller wrote a 1."""
     wanted = f"(..., query_len, key_len) = {tuple(score_shape)}, each dim that size or 1"
