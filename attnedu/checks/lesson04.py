@@ -392,15 +392,15 @@ def _score_std_cases() -> list[Case]:
         return Case(description + (f"; {note}" if note else ""), args, tags)
 
     return [
-        case([2.0, 0.5, 1.0], [0.25, 1.5, 0.1], 6, 6, kinds(UNPADDED), "d_model equals head_dim"),
-        case([1.0, 3.0], [0.2, 0.05], 64, 16, kinds(UNPADDED)),
-        case([1.5], [0.3], 12, 4, kinds(ONE, UNPADDED)),
+        case([2.0, 0.5, 1.0], [0.25, 1.5, 0.1], 6, 6, kinds(), "d_model equals head_dim"),
+        case([1.0, 3.0], [0.2, 0.05], 64, 16, kinds()),
+        case([1.5], [0.3], 12, 4, kinds(ONE)),
         case(
             [0.5, 2.0, 1.0, 1.0],
             [0.5, 0.1, 1 / math.sqrt(3 * 512), 0.02],
             512,
             64,
-            kinds(UNPADDED),
+            kinds(),
             "the third is torch.nn.Linear's default initialisation",
         ),  # fmt: skip
         case(
@@ -408,7 +408,7 @@ def _score_std_cases() -> list[Case]:
             [1e4, 2e4],
             16,
             8,
-            kinds(LARGE, UNPADDED),
+            kinds(LARGE),
             "the variance of q . k overflows float32 (above 3.4e38); its standard deviation does not",
         ),
     ]

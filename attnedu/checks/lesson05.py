@@ -16,7 +16,7 @@ import math
 import torch
 
 from ..masks import padding_mask
-from ..multihead import grouped_query_attention, merge_heads, multi_head_attention, split_heads
+from ..multihead import grouped_query_attention, merge_heads, multi_head_attention, per_head_weights, split_heads
 from .exercise import (
     LARGE,
     ONE,
@@ -395,4 +395,94 @@ GROUPED_QUERY_ATTENTION = Exercise(
     "its key/value head; then attention as in multi_head_attention.",
 )
 
-EXERCISES = (SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_ATTENTION, GROUPED_QUERY_ATTENTION)
+# --------------------------------------------------------------------------------------------
+# per_head_weights: one stacked projection as h separate per-head matrices (not in the lesson)
+# --------------------------------------------------------------------------------------------
+
+
+def _per_head_cases() -> list[Case]:
+    g = generator(55)
+
+    def case(d_model: int, num_heads: int, tags, scale: float = 1.0, note: str = "") -> Case:
+        weight = scale * randn(g, 3 * d_model, d_model)
+        description = f"d_model {d_model}, num_heads {num_heads}, head_dim {d_model // num_heads}"
+        return Case(description + (f"; {note}" if note else ""), (weight, num_heads), tags)
+
+    return [
+        case(4, 2, kinds(), note="head_dim equals num_heads"),
+        case(6, 3, kinds()),
+        case(3, 1, kinds(ONE), note="a single head: head_dim equals d_model"),
+        case(12, 4, kinds()),
+        case(8, 4, kinds()),
+        case(6, 2, kinds(LARGE), scale=1e30, note="weights around ±1e30"),
+    ]
+
+
+def _heads_from(weight: torch.Tensor, num_heads: int, rows) -> tuple[torch.Tensor, ...]:
+    """A known-wrong per_head_weights: ``rows(W, num_heads)`` turns one (d_model, d_model) block of in_proj_weight
+    (nn.Linear's layout) into the per-head tensor; the blocks are taken in the order q, k, v."""
+    return tuple(rows(block, num_heads) for block in weight.chunk(3))
+
+
+def _slices(block: torch.Tensor, num_heads: int, *, transpose=True, interleaved=False, columns=False):
+    d_model = block.shape[1]
+    head_dim = d_model // num_heads
+    heads = []
+    for i in range(num_heads):
+        index = slice(i, None, num_heads) if interleaved else slice(i * head_dim, (i + 1) * head_dim)
+        part = block[:, index] if columns else block[index]
+        heads.append(part.T if transpose and not columns else part)
+    return torch.stack(heads)
+
+
+_PER_HEAD_SHAPES = (("num_heads", "d_model", "head_dim"),) * 3
+
+PER_HEAD_WEIGHTS = Exercise(
+    name="per_head_weights",
+    lesson=LESSON,
+    params=("in_proj_weight", "num_heads"),
+    returns=_PER_HEAD_SHAPES,
+    reference=per_head_weights,
+    make_cases=_per_head_cases,
+    output_names=("W_q", "W_k", "W_v"),
+    variants=(
+        Variant(
+            "your matrices are not transposed: nn.Linear (and so in_proj_weight) keeps a projection as (out_features, "
+            "in_features) and computes x @ W.T. Head i's rows i * head_dim to (i + 1) * head_dim - 1 of the query "
+            "block, transposed, give the (d_model, head_dim) matrix that multiplies x from the right.",
+            lambda w, h: _heads_from(w, h, lambda b, n: _slices(b, n, transpose=False)),
+        ),
+        Variant(
+            "head i got every num_heads-th row (i, i + num_heads, ...): the heads dealt out in turn. Head i owns the "
+            "consecutive output features i * head_dim to (i + 1) * head_dim - 1, as split_heads cuts them.",
+            lambda w, h: _heads_from(w, h, lambda b, n: _slices(b, n, interleaved=True)),
+        ),
+        Variant(
+            "the heads were cut from the input features (the columns of in_proj_weight): every head reads the whole "
+            "input x and owns a slice of the output features, which are the rows of nn.Linear's weight.",
+            lambda w, h: _heads_from(w, h, lambda b, n: _slices(b, n, columns=True)),
+        ),
+        Variant(
+            "each block was reshaped straight to (num_heads, d_model, head_dim), which mixes rows of different "
+            "output features: reshape it to (num_heads, head_dim, d_model), one slice of rows per head, then swap "
+            "the last two axes.",
+            lambda w, h: _heads_from(w, h, lambda b, n: b.reshape(n, b.shape[1], b.shape[1] // n)),
+        ),
+        Variant(
+            "the query, key and value blocks are in the wrong order: in_proj_weight stacks the query projection "
+            "first, then the keys', then the values' (rows 0 to d_model - 1 are the queries').",
+            lambda w, h: (lambda q, k, v: (k, q, v))(*per_head_weights(w, h)),
+            lambda w, h: (lambda q, k, v: (v, k, q))(*per_head_weights(w, h)),
+        ),
+        Variant(
+            "every head got the whole (d_model, d_model) projection: head i owns only head_dim of its output "
+            "features, rows i * head_dim to (i + 1) * head_dim - 1 of the block (transposed).",
+            lambda w, h: tuple(b.T.expand(h, -1, -1) for b in w.chunk(3)),
+        ),
+    ),
+    hint="`w_q, w_k, w_v = in_proj_weight.chunk(3)`, each (d_model, d_model) in nn.Linear's layout (out, in). Head i "
+    "owns rows i * head_dim to (i + 1) * head_dim - 1: `w_q.reshape(num_heads, head_dim, d_model)`, then "
+    "`.transpose(1, 2)` gives (num_heads, d_model, head_dim), so that head i's queries are `x @ W_q[i]`.",
+)
+
+EXERCISES = (SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_ATTENTION, GROUPED_QUERY_ATTENTION, PER_HEAD_WEIGHTS)
