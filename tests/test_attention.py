@@ -297,3 +297,59 @@ def test_input_feeding_runs_step_by_step_and_changes_the_model():
     assert logits.shape[:2] == batch.tgt_in.shape and not logits.isnan().any()
     with pytest.raises(ValueError, match="input feeding is part of Luong"):
         Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), True, False, input_feeding=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Lesson 04: the spread of the scores, the previous-token head, the recall experiment
+# --------------------------------------------------------------------------------------------
+
+
+def test_initial_score_std_matches_a_measurement_over_many_initialisations():
+    from attnedu.attention import initial_score_std
+
+    g = torch.Generator().manual_seed(3)
+    d_model, head_dim, input_std, weight_std = 24, 8, 1.7, 0.3
+    draws = []
+    for _ in range(300):  # fresh weights each time: the formula averages over initialisations
+        W_Q, W_K = (weight_std * torch.randn(d_model, head_dim, generator=g) for _ in range(2))
+        x = input_std * torch.randn(2, 16, d_model, generator=g)
+        draws.append(((x[0] @ W_Q) * (x[1] @ W_K)).sum(-1))
+    measured = torch.cat(draws).std().item()
+    predicted = initial_score_std(input_std, weight_std, d_model, head_dim).item()
+    assert abs(measured / predicted - 1) < 0.05, (measured, predicted)
+    huge = initial_score_std(torch.tensor([1e5]), torch.tensor([1e4]), 16, 8)  # the variance would overflow float32
+    assert torch.isfinite(huge).all() and huge.item() == pytest.approx(8**0.5 * 16 * 1e10 * 1e8, rel=1e-5)
+    with pytest.raises(ValueError, match="standard deviations"):
+        initial_score_std(-1.0, 0.1, 4, 2)
+
+
+@pytest.mark.parametrize("weight, competitors, head_dim", [(0.95, 11, 16), (0.5, 3, 4), (0.999, 40, 1024)])
+def test_query_scale_for_weight_gives_exactly_that_weight(weight, competitors, head_dim):
+    from attnedu.attention import query_scale_for_weight
+
+    c = query_scale_for_weight(weight, torch.tensor([competitors]), head_dim).double()
+    scores = torch.zeros(competitors + 1, dtype=torch.float64)
+    scores[0] = c / head_dim**0.5  # the key the query points at; the others score 0
+    assert torch.softmax(scores, 0)[0].item() == pytest.approx(weight, rel=1e-6)
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        query_scale_for_weight(1.0, torch.tensor([3]), 4)
+    with pytest.raises(ValueError, match="competitors"):
+        query_scale_for_weight(0.9, torch.tensor([0]), 4)
+
+
+def test_recall_task_answers_with_the_value_of_the_asked_key_and_the_head_scales_its_scores():
+    from attnedu.tasks import recall_task
+    from attnedu.transformer import RecallHead
+
+    keys, values, question, answer = recall_task(50, 8, 16, torch.Generator().manual_seed(0))
+    assert keys.shape == values.shape == (50, 8) and question.shape == answer.shape == (50,)
+    assert all(len(set(row.tolist())) == 8 for row in keys)  # distinct keys: one right answer
+    position = (keys == question[:, None]).float().argmax(-1)
+    assert torch.equal(values[torch.arange(50), position], answer)
+    scaled, raw = (RecallHead(16, 32, 64, scaled=flag, seed=1) for flag in (True, False))
+    with torch.no_grad():
+        logits, scaled_scores = scaled(keys, values, question)
+        _, raw_scores = raw(keys, values, question)
+    assert logits.shape == (50, 16) and torch.allclose(raw_scores, 8 * scaled_scores, atol=1e-4)  # sqrt(64) = 8
+    with pytest.raises(ValueError, match="num_pairs should be at most"):
+        recall_task(2, 20, 16, torch.Generator())
