@@ -72,6 +72,7 @@ def run_one(model: str, seed: int, steps: int | None = None) -> dict:
     log = train(net, data.train, steps=steps or (STEPS_LESSON_03 if lesson_03 else STEPS), lr=LR)
     if not lesson_03:
         gradients["trained"] = _gradient_summary(net, long_pair)
+        gradients["shares"] = _gradient_shares(net, data)
     result = {
         "model": model,
         "seed": seed,
@@ -239,6 +240,16 @@ def _transformer(experiment: str) -> dict:
     return {"by_length": by_length}
 
 
+def _gradient_shares(net, data) -> dict:
+    """Lesson 02's measure: over the first 40 test sentences of every bucket, each target word's gold source word's
+    share of the gradient reaching the source words (attnedu.analysis.gold_gradient_shares)."""
+    from attnedu.analysis import gold_gradient_shares
+
+    pairs = [p for bucket in data.test.values() for p in bucket[:40]]
+    shares = gold_gradient_shares(net, pairs)
+    return {"mean": shares.mean().item(), "over_half": (shares > 0.5).float().mean().item(), "words": len(shares)}
+
+
 def _gradient_summary(net, pair) -> dict:
     """Gradient from target word t's loss to the source embeddings: for t = 1, min/max over source words;
     over all t, the gold source word's gradient relative to the largest (mean and smallest)."""
@@ -334,6 +345,15 @@ def report(results: list[dict], args) -> None:
     for r in (r for r in results if r["gradients"]):
         cells = [r["gradients"][when][k] for when in ("init", "trained") for k in keys]
         print(f"| {r['model']} | {r['seed']} | " + " | ".join(f"{c:.3g}" for c in cells) + " |")
+    shares = [r for r in results if "shares" in r["gradients"]]
+    if shares:
+        print("\n## Lesson 02: the gold source word's share of the gradient reaching the source, per target word\n")
+        print("Trained models; the first 40 test sentences of every bucket (`attnedu.analysis.gold_gradient_shares`)\n")
+        print("| model | seed | target words | mean share | share above one half |")
+        print("|---|---|---|---|---|")
+        for r in shares:
+            g = r["gradients"]["shares"]
+            print(f"| {r['model']} | {r['seed']} | {g['words']} | {g['mean']:.3f} | {g['over_half']:.3f} |")
     print("\n## Bahdanau attention: alignment by word class (target words, hits, commonest miss offsets)\n")
     for r in by_model["attention"]:
         print(f"- seed {r['seed']}: " + "; ".join(f"{k} {v[0]} words, {v[1]} hits, misses {v[2]}" for k, v in
