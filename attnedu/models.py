@@ -114,7 +114,8 @@ def _check_state(name: str, state, memory: EncoderOutput) -> None:
 class FixedContextDecoder(nn.Module):
     """Cho et al.'s GRU decoder (lesson 01): the context is the encoder summary c at every step.
 
-    s_0 = tanh(W_s c);  s_t = GRU([E y_{t-1}; c], s_{t-1});  p(y_t) = softmax(W_o [s_t; c; E y_{t-1}])
+    s_{-1} = tanh(W_s c);  s_t = GRU([E y_{t-1}; c], s_{t-1});  p(y_t) = softmax(W_o [s_t; c; E y_{t-1}])
+    (steps count from 0: s_{-1} is the state before step 0, y_{-1} the start token)
 
     Its input [E y_{t-1}; c] never depends on its own state, so with teacher forcing (the gold y_{t-1}
     known in advance) one ``nn.GRU`` call (``self.rnn``) runs every step at once.
@@ -127,7 +128,7 @@ class FixedContextDecoder(nn.Module):
         _check_sizes(vocab_size=vocab_size, emb_dim=emb_dim, hidden_dim=hidden_dim, enc_dim=enc_dim)
         self.enc_dim, self.hidden_dim = enc_dim, hidden_dim
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
-        self.init_state = nn.Linear(enc_dim, hidden_dim)  # s_0 = tanh(W_s c)
+        self.init_state = nn.Linear(enc_dim, hidden_dim)  # s_{-1} = tanh(W_s c)
         self.rnn = nn.GRU(emb_dim + enc_dim, hidden_dim, batch_first=True)
         self.out = nn.Linear(hidden_dim + enc_dim + emb_dim, vocab_size)  # W_o
 
@@ -142,7 +143,7 @@ class FixedContextDecoder(nn.Module):
         return self.out(torch.cat([states, context, embedded], dim=-1)), None
 
     def start(self, memory: EncoderOutput) -> torch.Tensor:
-        """s_0 = tanh(W_s c): (batch, hidden_dim), the state greedy decoding starts from."""
+        """s_{-1} = tanh(W_s c): (batch, hidden_dim), the state greedy decoding starts from."""
         _check_memory(memory)
         return torch.tanh(self.init_state(memory.summary))
 
@@ -165,7 +166,7 @@ class BahdanauDecoder(nn.Module):
     """Bahdanau et al.'s GRU decoder with additive attention (lesson 02), in their order: the context
     for step t comes from the previous state s_{t-1}, before the update.
 
-    s_0 = tanh(W_s c);  c_t, alpha_t = attention(s_{t-1}, h);  s_t = GRU([E y_{t-1}; c_t], s_{t-1});
+    s_{-1} = tanh(W_s c);  c_t, alpha_t = attention(s_{t-1}, h);  s_t = GRU([E y_{t-1}; c_t], s_{t-1});
     p(y_t) = softmax(W_o [s_t; c_t; E y_{t-1}])
 
     c_t needs s_{t-1} and s_t needs c_t, so even with teacher forcing it steps one ``nn.GRUCell``
@@ -179,7 +180,7 @@ class BahdanauDecoder(nn.Module):
                      attn_dim=attn_dim)  # fmt: skip
         self.enc_dim, self.hidden_dim = enc_dim, hidden_dim
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
-        self.init_state = nn.Linear(enc_dim, hidden_dim)  # s_0 = tanh(W_s c)
+        self.init_state = nn.Linear(enc_dim, hidden_dim)  # s_{-1} = tanh(W_s c)
         self.attention = AdditiveAttention(hidden_dim, enc_dim, attn_dim=attn_dim)  # W_a, U_a, v_a
         self.cell = nn.GRUCell(emb_dim + enc_dim, hidden_dim)
         self.out = nn.Linear(hidden_dim + enc_dim + emb_dim, vocab_size)  # W_o
@@ -201,7 +202,7 @@ class BahdanauDecoder(nn.Module):
         return logits, torch.stack(all_weights, dim=1)
 
     def start(self, memory: EncoderOutput) -> tuple[torch.Tensor, torch.Tensor]:
-        """The cache greedy decoding starts from: s_0 (batch, hidden_dim), and U_a h_j (batch, src_len,
+        """The cache greedy decoding starts from: s_{-1} (batch, hidden_dim), and U_a h_j (batch, src_len,
         attn_dim), which does not depend on the step, so it is computed once per sentence."""
         _check_memory(memory)
         state = torch.tanh(self.init_state(memory.summary))
@@ -260,7 +261,7 @@ class LuongDecoder(nn.Module):
     The query q_t is the updated state s_t (``attend_from="updated"``, Luong's order), or, for lesson 03's
     ablation, the previous state s_{t-1} (``attend_from="previous"``: the state that has not read y_{t-1} yet,
     the one Bahdanau's decoder asks with); everything else is the same.
-    The first state is s_0 = tanh(W_s0 c) from the encoder summary, as in lessons 01-02.
+    The state before step 0 is s_{-1} = tanh(W_s0 c), from the encoder summary, as in lessons 01-02.
     """
 
     def __init__(
@@ -315,11 +316,11 @@ class LuongDecoder(nn.Module):
         if not (self.input_feeding or stepwise):
             states, _ = self.rnn(embedded, state[None])  # (batch, tgt_len, hidden): every s_t, one call
             queries = None
-            if self.attend_from == "previous":  # s_0, s_1, ..., s_{T-1}: every state one step earlier
+            if self.attend_from == "previous":  # s_{-1}, s_0, ..., s_{T-2}: every state one step earlier
                 queries = torch.cat([state[:, None], states[:, :-1]], dim=1)
             logits, _, weights = self.attend(states, memory, queries)
             return logits, weights
-        cache = (state, torch.zeros_like(state))  # s~_0 = 0: nothing attended yet
+        cache = (state, torch.zeros_like(state))  # s~_{-1} = 0: nothing attended yet
         all_logits, all_weights = [], []
         for t in range(tgt_in.shape[1]):
             logits, cache, weights = self._step(embedded[:, t], cache, memory)
@@ -336,7 +337,7 @@ class LuongDecoder(nn.Module):
         return logits[:, 0], (new_state[0], new_attentional[:, 0]), weights[:, 0]
 
     def start(self, memory: EncoderOutput):
-        """(s_0, s~_0 = 0) for greedy decoding."""
+        """(s_{-1}, s~_{-1} = 0) for greedy decoding."""
         _check_memory(memory)
         state = torch.tanh(self.init_state(memory.summary))
         return state, torch.zeros_like(state)

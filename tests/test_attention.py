@@ -262,7 +262,7 @@ def test_luong_decoder_one_call_equals_stepwise(score, attend_from):
 
 def test_the_ablation_asks_with_the_state_one_step_earlier():
     """Lesson 03's ablation (attend_from="previous") asks at step t with s_{t-1}: with the same weights, its
-    attention at step t + 1 is Luong's at step t, and at step 0 it asks with the initial state s_0."""
+    attention at step t + 1 is Luong's at step t, and at step 0 it asks with the initial state s_{-1}."""
     from attnedu.data import SOURCE_VOCAB, TARGET_VOCAB, make_batch, make_pairs
     from attnedu.models import Seq2Seq
 
