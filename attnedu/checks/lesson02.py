@@ -279,18 +279,21 @@ MASKED_SOFTMAX = Exercise(
         ),
         Variant(
             "a fully masked row gives NaN (0/0: nothing is left to share the weight), and everything else is right. "
-            "Such a row must give all zeros: replace the NaN afterwards, e.g. `weights.nan_to_num(0.0)`.",
+            "Such a row must give all zeros: zero the rows where the mask is all False, "
+            "`weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)` (`nan_to_num` would also hide a NaN "
+            "from a bug).",
             lambda s, m: _softmax_filled(s, ~m, float("-inf")),
         ),
         Variant(
             "a fully masked row gets uniform weights, as when the masked scores are a large negative number such "
             "as -1e9, which is still finite. A row with nothing to attend to must give all zeros (use -inf, then "
-            "replace the NaN with 0).",
+            "zero the rows where the mask is all False).",
             lambda s, m: _softmax_filled(s, ~m, -1e9),
         ),
     ),
     hint="`scores.masked_fill(~mask, float('-inf'))` sets the masked scores to -inf without changing `scores`; "
-    "then `torch.softmax(..., dim=-1)`. A fully masked row comes out as NaN: `.nan_to_num(0.0)` turns it into zeros.",
+    "then `torch.softmax(..., dim=-1)`. A fully masked row comes out as NaN (0/0): "
+    "`.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)` zeroes exactly those rows.",
     properties=_softmax_properties,
 )
 
