@@ -1,10 +1,12 @@
 # Two commands do everything on a fresh machine with Python 3.10+:
-#   make lab    set up, then open the course in JupyterLab at lesson 01
-#   make test   set up, then run the whole test suite (what CI runs)
+#   make lab    set up the learner install, then open the course in JupyterLab at lesson 01
+#   make test   set up the contributor install, then run the whole test suite (what CI runs)
+# and for learners: make check [LESSON=04]   run your own exercise notebooks in work/ and see where you stand
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 READY  := $(VENV)/.ready
+DEV_READY := $(VENV)/.ready-dev
 # Every install is held to the exact versions in constraints.txt (regenerate with `make lock`).
 PIP    := $(BIN)/python -m pip install --quiet -c constraints.txt
 # torch goes in first, so that nothing else can pull a build of its own: a wheel already on this
@@ -19,9 +21,14 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.
 PERTURBATION := 1000
 OTHER_KERNELS = env $$($(BIN)/python -c "import torch; \
 	print('ATEN_CPU_CAPABILITY=avx2' if torch.backends.cpu.get_cpu_capability() == 'AVX512' else '')")
+# Extra options for `make lab`, passed to JupyterLab, e.g. make lab ARGS="--no-browser --port=8890"
+ARGS ?=
+# `make check LESSON=04` checks only work/04_*.ipynb
+LESSON ?=
 
-.PHONY: lab test notebooks book lock cuda clean
+.PHONY: lab check test notebooks book lock cuda gpu-bench clean
 
+# The learner install: the lessons, the exercises, `make check` and the grader (requirements.txt).
 $(READY): requirements.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --no-index --no-deps $(TORCH) 2>/dev/null || $(PIP) $(TORCH) $(TORCH_INDEX)
@@ -30,9 +37,20 @@ $(READY): requirements.txt constraints.txt pyproject.toml
 	$(BIN)/python -c "import matplotlib.pyplot"  # build the font cache now, not in a notebook
 	touch $(READY)
 
-# Served from the repository root, so the file browser reaches notebooks/ and exercises/.
+# The contributor install: the learner install plus the book, the test tools and Playwright (requirements-dev.txt).
+$(DEV_READY): $(READY) requirements-dev.txt
+	$(PIP) -r requirements-dev.txt
+	touch $(DEV_READY)
+
+# Copies each exercise notebook into work/ (git-ignored, the learner's own: an existing copy is never
+# overwritten), then serves JupyterLab from the repository root with lesson 01 open. Stop it with Ctrl+C twice.
 lab: $(READY)
-	$(BIN)/python tools/lab.py
+	$(BIN)/python tools/lab.py $(ARGS)
+
+# Run the learner's own notebooks in work/ (all, or LESSON=04's) under nbval (lax: a cell that raises fails),
+# then a summary per exercise: passed, failed with the diagnosis, or not attempted.
+check: $(READY)
+	$(BIN)/python tools/check.py $(LESSON)
 
 # 1. ruff; 2. unit tests, two at a time; 3. strict nbval over the lessons and solutions (stored outputs
 #    must match), one notebook at a time, as a learner runs them: the benchmark table it prints judges each
@@ -42,7 +60,7 @@ lab: $(READY)
 #    other CPU kernels where the CPU allows), standing in for another machine (compared outputs must still
 #    match, asserted effects still hold).
 # ATTNEDU_PROGRESS=0: progress bars change from run to run, and nbval compares outputs.
-test: $(READY)
+test: $(DEV_READY)
 	$(BIN)/ruff check .
 	ATTNEDU_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist loadscope tests
 	ATTNEDU_PROGRESS=0 $(BIN)/python -m pytest $(NBVAL) notebooks solutions
@@ -52,21 +70,22 @@ test: $(READY)
 
 # Re-run every lesson and solution top to bottom in a fresh kernel, store the outputs,
 # and regenerate exercises/ from solutions/.
-notebooks: $(READY)
+notebooks: $(DEV_READY)
 	ATTNEDU_PROGRESS=0 $(BIN)/python tools/run_notebooks.py notebooks/*.ipynb solutions/*.ipynb
 	$(BIN)/python -m attnedu.build_exercises
 
 # The static site, from the stored outputs: book/_build/html/index.html
-book: $(READY)
+book: $(DEV_READY)
 	$(BIN)/jupyter-book build -W --keep-going book/
 
-# Pin every package requirements.txt pulls in, from a throwaway environment (after editing requirements.txt).
+# Pin every package the contributor install pulls in (requirements-dev.txt, which includes the learner's
+# requirements.txt), from a throwaway environment (after editing either file). Both installs use these pins.
 lock:
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/python -m pip install --quiet --no-index --no-deps $(TORCH) 2>/dev/null || \
 		.venv-lock/bin/python -m pip install --quiet $(TORCH) $(TORCH_INDEX)
-	.venv-lock/bin/python -m pip install --quiet -r requirements.txt
-	{ echo "# Exact versions of everything requirements.txt installs; made by \`make lock\`, used by every install."; \
+	.venv-lock/bin/python -m pip install --quiet -r requirements-dev.txt
+	{ echo "# Exact versions of everything requirements.txt and requirements-dev.txt install; made by \`make lock\`, used by every install."; \
 	  .venv-lock/bin/python -m pip freeze --exclude-editable | sed -e 's/+cpu$$//'; } > constraints.txt
 	rm -rf .venv-lock
 
@@ -74,6 +93,13 @@ lock:
 cuda: $(READY)
 	$(BIN)/python -m pip uninstall --quiet -y torch
 	$(BIN)/python -m pip install --quiet $(TORCH) --index-url https://pypi.org/simple
+
+# After `make cuda`, on a machine with an NVIDIA GPU: the Triton kernels against SDPA's flash, cuDNN and efficient
+# backends and naive attention, forward and forward+backward, N 1k..16k, head_dim 64 and 128, causal and not,
+# bfloat16 and float16 -> benchmarks/attention_cuda.{json,md,png} (estimated 4-7 minutes on an H100; see
+# benchmarks/gpu_bench.md). It refuses to run without a CUDA GPU.
+gpu-bench: $(READY)
+	$(BIN)/python -m attnedu.bench --gpu-suite --out benchmarks/attention_cuda
 
 clean:
 	rm -rf $(VENV) book/_build .pytest_cache

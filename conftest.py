@@ -1,7 +1,11 @@
 """Benchmark table for the notebooks, printed at the end of every test run that ran notebooks:
 wall time, the time scaled to the slow reference machine, the kernel's peak memory, and how many of
 the outputs nbval does not compare came out different from the stored ones. A benchmark, not a
-test: times never decide pass or fail.
+test: times never decide pass or fail. A notebook over budget shows "NO" in the table and the run
+still passes, because a time depends on the machine, on what else runs on it (CI shares its cores)
+and on an estimate of the slow machine; the budget is enforced by the people who read the table
+(an author records the new row in benchmarks/notebooks.md, CONTRIBUTING.md step 8), and the table
+says so under itself.
 
 Scaling: the reference training step of ``benchmarks/reference_step.py`` is timed in the same run;
 a notebook's time times (slow machine's ms / this machine's ms) estimates its time on the slow
@@ -30,6 +34,11 @@ from pathlib import Path
 import pytest
 
 BUDGET_SECONDS, BUDGET_MIB = 60, 2048  # per notebook, on the slow reference machine
+BUDGET_NOTE = (
+    "within budget is informational: a notebook over budget (NO) does not fail this run, because its time depends "
+    "on this machine, its load and an estimate of the slow machine; an author who sees NO makes the lesson smaller "
+    "before merging it (CONTRIBUTING.md, step 8)"
+)
 ROOT = Path(__file__).resolve().parent
 
 _seconds: dict[str, float] = defaultdict(float)
@@ -206,6 +215,7 @@ def pytest_terminal_summary(terminalreporter):
         "changed: of the outputs nbval does not compare (cells tagged nbval-ignore-output), how many differ "
         "from the stored ones"
     )
+    tr.write_line(BUDGET_NOTE)
     if shared:
         tr.write_line(
             f"- (shared): {workers} pytest workers ran notebooks side by side, so these times include sharing "

@@ -230,4 +230,7 @@ def check_list(name: str, values) -> list:
 
 def check_positive_ints(name: str, values, meaning: str) -> list[int]:
     """A non-empty list of positive whole numbers, or the error that names the first bad one."""
-    return [check_positive_int(f"{name}[{n}]", v, meaning) for n, v in enumerate(check_list(name, values))]
+    values = check_items(name, values, int, f"positive ints ({meaning})")
+    for i, value in enumerate(values):
+        check_int(f"{name}[{i}]", value, meaning, minimum=1)
+    return values

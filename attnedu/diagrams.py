@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 COLOURS = {
@@ -245,40 +246,282 @@ def multihead_diagram(num_heads: int = 4, ax: Axes | None = None, title: str | N
 
 
 def tiling_diagram(
-    n_query_blocks: int, n_key_blocks: int, current: tuple[int, int], causal: bool = False,
-    ax: Axes | None = None, title: str | None = None,
+    query_len: int, block_q: int, block_k: int, current: tuple[int, int] | None = None, causal: bool = False,
+    ax: Axes | None = None, title: str | None = None, key_len: int | None = None,
 ) -> Axes:  # fmt: skip
-    """The score matrix S cut into tiles (lesson 08): rows are blocks of queries, columns blocks of keys,
-    counted from 1. FlashAttention visits one query block's row of tiles, left to right, keeping only a
-    running max, sum and output per query row. Done tiles green, the current one orange, the rest grey;
-    with ``causal``, tiles wholly above the diagonal are skipped (white, never computed)."""
-    row, column = current
-    if not (1 <= row <= n_query_blocks and 1 <= column <= n_key_blocks):
-        raise ValueError(f"current tile must be within 1..{n_query_blocks} x 1..{n_key_blocks}, got {current}")
+    """The score matrix S cut into tiles (lesson 08): rows are blocks of ``block_q`` queries, columns blocks of
+    ``block_k`` keys, counted from 0 as in the code. FlashAttention visits one query block's row of tiles, left to
+    right, keeping only a running max, sum and output per query row. Tiles done before ``current`` are green, the
+    current one orange, the rest grey. With ``causal``, which tiles are computed and which need the mask is
+    ``attnedu.flash.causal_tiles``: tiles wholly above the diagonal are skipped (white, never computed), and tiles
+    the diagonal crosses are hatched (masked inside); the diagonal itself is drawn. A legend names every colour."""
+    from matplotlib.patches import Patch
+
+    from .flash import _tiles
+
+    key_len = query_len if key_len is None else key_len
+    compute, masked = _tiles(query_len, key_len, block_q, block_k, causal)
+    rows, columns = compute.shape
+    if current is not None and not (0 <= current[0] < rows and 0 <= current[1] < columns):
+        raise ValueError(f"current tile must be within 0..{rows - 1} x 0..{columns - 1}, got {current}")
     ax = ax or plt.gca()
-    for i in range(1, n_query_blocks + 1):
-        for j in range(1, n_key_blocks + 1):
-            skipped = causal and j > i
-            done = (i < row) or (i == row and j < column)
-            colour = "white" if skipped else COLOURS["decoder"] if (i, j) == (row, column) else (
-                COLOURS["attentional"] if done else "#d9d9d9")  # fmt: skip
-            ax.add_patch(FancyBboxPatch((j - 1 + 0.05, n_query_blocks - i + 0.05), 0.9, 0.9,
-                                        boxstyle="round,pad=0.0,rounding_size=0.08", facecolor=colour,
-                                        edgecolor="#bbbbbb" if skipped else "none"))  # fmt: skip
-            if (i, j) == (row, column):
-                ax.text(j - 0.5, n_query_blocks - i + 0.5, f"$S_{{{i}{j}}}$", ha="center", va="center",
+    height, width = query_len / block_q, key_len / block_k  # in tiles; a partial last block is drawn narrower
+    for i in range(rows):
+        for j in range(columns):
+            done = current is not None and (i < current[0] or (i == current[0] and j < current[1]))
+            here = current is not None and (i, j) == tuple(current)
+            colour = ("white" if not compute[i, j] else COLOURS["decoder"] if here else
+                      COLOURS["attentional"] if done else "#d9d9d9")  # fmt: skip
+            w = min(1.0, width - j) - 0.1
+            h = min(1.0, height - i) - 0.1
+            ax.add_patch(FancyBboxPatch((j + 0.05, height - i - h - 0.05), w, h,
+                                        boxstyle="round,pad=0.0,rounding_size=0.06", facecolor=colour,
+                                        edgecolor="#999999" if not compute[i, j] else "none",
+                                        hatch="///" if masked[i, j] else None))  # fmt: skip
+            if here:
+                ax.text(j + w / 2 + 0.05, height - i - h / 2 - 0.05, f"$S_{{{i}{j}}}$", ha="center", va="center",
                         color="white", fontsize=10)  # fmt: skip
-    ax.set_xlim(-0.2, n_key_blocks + 0.2)
-    ax.set_ylim(-0.2, n_query_blocks + 0.2)
+    if causal:  # key j = query i: keys right of this line are in the future of their query
+        end = min(query_len, key_len)
+        ax.plot([0, end / block_k], [height, height - end / block_q], color="crimson", linewidth=1.2)
+    ax.set_xlim(-0.2, width + 0.2)
+    ax.set_ylim(-0.2, height + 0.2)
     ax.set_aspect("equal")
-    ax.set_xticks(
-        [j - 0.5 for j in range(1, n_key_blocks + 1)], labels=[f"$K_{{{j}}}$" for j in range(1, n_key_blocks + 1)]
-    )
-    ax.set_yticks([n_query_blocks - i + 0.5 for i in range(1, n_query_blocks + 1)],
-                  labels=[f"$Q_{{{i}}}$" for i in range(1, n_query_blocks + 1)])  # fmt: skip
+    ax.set_xticks([j + 0.5 for j in range(columns)], labels=[f"$K_{{{j}}}$" for j in range(columns)])
+    ax.set_yticks([height - i - 0.5 for i in range(rows)], labels=[f"$Q_{{{i}}}$" for i in range(rows)])
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
+    legend = [Patch(facecolor="#d9d9d9", label="to compute")]
+    if current is not None:
+        legend = [Patch(facecolor=COLOURS["attentional"], label="done"),
+                  Patch(facecolor=COLOURS["decoder"], label="current tile")] + legend  # fmt: skip
+    if causal:
+        legend += [Patch(facecolor="white", edgecolor="#999999", label="skipped (all in the future)"),
+                   Patch(facecolor="#d9d9d9", hatch="///", label="masked inside (the diagonal crosses it)"),
+                   Line2D([0], [0], color="crimson", label="key = query")]  # fmt: skip
+    ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, -0.1), fontsize=8, ncol=2, frameon=False)
+    if title:
+        ax.set_title(title, fontsize=11)
+    return ax
+
+
+def memory_hierarchy_diagram(ax: Axes | None = None, title: str | None = None) -> Axes:
+    """Where a GPU keeps data (lesson 08): a small, fast memory on the chip next to the arithmetic units, a large,
+    slow one beside it. The sizes and bandwidths are an NVIDIA A100's as Dao et al. (2022, Figure 1) give them; the
+    bar lengths are logarithmic. Naive attention writes S and P to the slow memory and reads them back; the tiled
+    kernel keeps each tile in the fast one."""
+    levels = [  # name, size, bandwidth, size in bytes, bandwidth in bytes/s (Dao et al. 2022, Fig. 1: A100 40 GB)
+        ("on-chip SRAM (shared memory, registers)", "20 MB", "19 TB/s", 20e6, 19e12),
+        ("GPU main memory (HBM)", "40 GB", "1.5 TB/s", 40e9, 1.5e12),
+        ("CPU main memory (DRAM)", "> 1 TB", "12.8 GB/s", 1e12, 12.8e9),
+    ]
+    import math
+
+    ax = ax or plt.gca()
+    colours = [COLOURS["attentional"], COLOURS["decoder"], COLOURS["encoder"]]
+    for row, ((name, size, bandwidth, nbytes, speed), colour) in enumerate(zip(levels, colours)):
+        y = len(levels) - 1 - row
+        size_len, speed_len = math.log10(nbytes / 1e6) + 1, math.log10(speed / 1e9) + 1
+        ax.barh(y + 0.17, size_len, height=0.3, color=colour, alpha=0.45)
+        ax.barh(y - 0.17, speed_len, height=0.3, color=colour)
+        ax.text(size_len + 0.1, y + 0.17, f"size {size}", va="center", fontsize=9)
+        ax.text(speed_len + 0.1, y - 0.17, f"bandwidth {bandwidth}", va="center", fontsize=9)
+        ax.text(-0.1, y, name, ha="right", va="center", fontsize=10)
+    ax.set_xlim(0, 9.5)
+    ax.set_ylim(-0.6, len(levels) - 0.4)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.text(0, -0.55, "bar lengths on log scales (light: size, dark: bandwidth); A100 figures from Dao et al. "
+            "(2022), Fig. 1", fontsize=8, color="#555555")  # fmt: skip
+    if title:
+        ax.set_title(title, fontsize=11)
+    return ax
+
+
+# --------------------------------------------------------------------------------------------
+# Lessons 06 and 07: masks and positions. Positions count from 0 here, as in the code of these lessons.
+# --------------------------------------------------------------------------------------------
+
+
+def mask_gallery(fig, length: int = 8, real_tokens: int = 6, window: int = 1, cached_queries: int = 3) -> list[Axes]:
+    """Lesson 06's masks side by side, built by ``attnedu.masks`` for one sequence of ``length`` positions (0-based):
+    causal; padding (the keys after ``real_tokens``); both; causal for ``cached_queries`` new queries against a
+    cache (bottom-right); a sliding window of ``window`` on each side; the same, causal; the window plus a global
+    token at position 0 (Longformer). Rows are queries, columns keys; dark = may attend, light = blocked (one
+    legend for the figure). Each title counts the allowed pairs."""
+    import torch
+
+    from .masks import causal_mask, global_window_mask, padding_mask, sliding_window_mask
+    from .plots import plot_mask
+
+    for name, value, low in (("length", length, 2), ("real_tokens", real_tokens, 1), ("cached_queries",
+                             cached_queries, 1)):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if real_tokens > length or cached_queries > length:
+        raise ValueError(f"real_tokens and cached_queries must be at most length={length}, got {real_tokens} and "
+                         f"{cached_queries}")  # fmt: skip
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise ValueError(f"window must be an int >= 0, got {window!r}")
+    keys = padding_mask(torch.tensor([real_tokens]), length)[0]
+    panels = [
+        ("causal", causal_mask(length)),
+        (f"padding: {real_tokens} real", keys[None, :].expand(length, length)),
+        ("causal + padding", causal_mask(length) & keys[None, :]),
+        (f"causal, {cached_queries} new queries\nand a cache (bottom-right)",
+         causal_mask(cached_queries, length, align="bottom-right")),
+        (f"sliding window {window}", sliding_window_mask(length, window)),
+        (f"causal sliding window {window}", sliding_window_mask(length, window, causal=True)),
+        (f"window {window} + global token 0", global_window_mask(length, window, [0])),
+    ]  # fmt: skip
+    axes = fig.subplots(1, len(panels))
+    for ax, (title, mask) in zip(axes, panels):
+        plot_mask(mask, ax, title=f"{title}\n{int(mask.sum())} of {mask.numel()} pairs")
+        if ax is not axes[0]:
+            ax.set_ylabel("")
+    from matplotlib.patches import Patch
+
+    from .plots import CMAP
+
+    colours = plt.get_cmap(CMAP)
+    fig.legend(
+        handles=[Patch(facecolor=colours(1.0), label="may attend (True)"),
+                 Patch(facecolor=colours(0.13), edgecolor="#bbbbbb", label="blocked (False)")],
+        loc="outside lower center", ncol=2, fontsize=9, frameon=False,
+    )  # fmt: skip
+    return list(axes)
+
+
+def rope_rotation_diagram(fig, q=(1.0, 0.35), k=(0.75, -0.55), frequency: float = 0.45, pairs=((2, 1), (6, 5))):
+    """RoPE in one pair of features (lesson 07): the query's pair (orange) is turned by m * frequency, the key's
+    (blue) by n * frequency, each from where it started (faint, dashed). One panel per (m, n) in ``pairs``; with
+    the same offset m - n the angle between the turned vectors is the same, so is their dot product, printed in
+    each title: the score depends on m - n only."""
+    import math as _math
+
+    pairs = [tuple(p) for p in pairs]
+    if not pairs or any(len(p) != 2 for p in pairs):
+        raise ValueError(f"pairs must be (m, n) position pairs such as ((2, 1), (6, 5)), got {pairs!r}")
+    axes = fig.subplots(1, len(pairs))
+    axes = [axes] if len(pairs) == 1 else list(axes)
+
+    def turned(v, angle):
+        c, s = _math.cos(angle), _math.sin(angle)
+        return (v[0] * c - v[1] * s, v[0] * s + v[1] * c)
+
+    for ax, (m, n) in zip(axes, pairs):
+        circle = plt.Circle((0, 0), 1.0, fill=False, color="#cccccc", linestyle=":")
+        ax.add_patch(circle)
+        rq, rk = turned(q, m * frequency), turned(k, n * frequency)
+        for vector, colour, style, width in (
+            (q, COLOURS["decoder"], "--", 0.8),
+            (k, COLOURS["encoder"], "--", 0.8),
+            (rq, COLOURS["decoder"], "-", 2.0),
+            (rk, COLOURS["encoder"], "-", 2.0),
+        ):
+            patch = FancyArrowPatch((0, 0), vector, arrowstyle="-|>", mutation_scale=12, color=colour,
+                                    linewidth=width, alpha=1.0 if style == "-" else 0.45)  # fmt: skip
+            patch.set_linestyle(style)
+            ax.add_patch(patch)
+        start, end = sorted((_math.atan2(rk[1], rk[0]), _math.atan2(rq[1], rq[0])))
+        arc = [start + (end - start) * t / 30 for t in range(31)]
+        ax.plot([0.35 * _math.cos(a) for a in arc], [0.35 * _math.sin(a) for a in arc], color=COLOURS["context"])
+        middle = (start + end) / 2
+        ax.text(0.5 * _math.cos(middle), 0.5 * _math.sin(middle), "angle\nbetween", fontsize=7, ha="center",
+                va="center", color=COLOURS["context"])  # fmt: skip
+        score = rq[0] * rk[0] + rq[1] * rk[1]
+        ax.set_title(f"query at m = {m}, key at n = {n} (m - n = {m - n})\nturned q . turned k = {score:.3f}",
+                     fontsize=9)  # fmt: skip
+        ax.set_xlim(-1.25, 1.25)
+        ax.set_ylim(-1.25, 1.25)
+        ax.set_aspect("equal")
+        ax.axhline(0, color="#eeeeee", linewidth=0.8, zorder=0)
+        ax.axvline(0, color="#eeeeee", linewidth=0.8, zorder=0)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_xlabel("feature a of the pair")
+    axes[0].set_ylabel("feature b of the pair")
+    from matplotlib.lines import Line2D
+
+    fig.legend(
+        handles=[Line2D([], [], color=COLOURS["decoder"], linewidth=2, label="query, turned by m x frequency"),
+                 Line2D([], [], color=COLOURS["encoder"], linewidth=2, label="key, turned by n x frequency"),
+                 Line2D([], [], color="#999999", linestyle="--", label="before turning (position 0)")],
+        loc="outside lower center", ncol=3, fontsize=8, frameon=False,
+    )  # fmt: skip
+    return axes
+
+
+def positions_diagram(ax: Axes | None = None) -> Axes:
+    """Where each kind of position enters one attention layer (lesson 07): sinusoidal and learned positions are
+    added to the embeddings, before W_Q and W_K; RoPE turns the queries and keys after the projections; ALiBi adds
+    a bias to the scores. The layer's own steps are blue boxes, the positions green boxes with a green arrow to
+    the step they change."""
+    ax = _frame(ax, 10.6, 3.0)
+    steps = [(0.3, "tokens"), (2.05, "embeddings"), (3.8, "$W_Q$, $W_K$"), (5.55, "$q$, $k$"),
+             (7.3, r"$q \cdot k / \sqrt{d}$"), (9.05, "softmax")]  # fmt: skip
+    y = 0.5
+    for x, text in steps:
+        box(ax, x, y, text, "encoder", width=1.45)
+    for (x0, _), (x1, _) in zip(steps, steps[1:]):
+        arrow(ax, (x0, y), (x1, y))
+    y_pos = 1.95
+    for x_from, x_to, text in ((1.2, 2.05, "sinusoidal, learned:\nadded"), (4.7, 5.55, "RoPE: q and k\nturned"),
+                               (8.2, 7.3, "ALiBi: $-m_h (i - j)$\nadded")):  # fmt: skip
+        box(ax, x_from, y_pos, "", "attentional", width=1.9)
+        ax.text(x_from, y_pos, text, ha="center", va="center", color="white", fontsize=8)
+        arrow(ax, (x_from, y_pos), (x_to, y), COLOURS["attentional"], 1.6)
+    ax.text(4.7, -0.2, "blue: the steps of one attention layer; green: where each kind of position enters", ha="center",
+            va="top", fontsize=8, color="#555555")  # fmt: skip
+    return ax
+
+
+def transformer_blocks_diagram(ax: Axes | None = None, title: str | None = None) -> Axes:
+    """Two Transformer blocks side by side (lesson 09), data flowing upwards. Left, the 2017 encoder block
+    (post-norm): each sublayer's output is added to its input, then normalised ("Add & Norm"), so the residual stream
+    itself passes through every LayerNorm. Right, today's decoder block (pre-norm, as in Llama): each sublayer reads
+    a normalised copy of the stream and adds its output back (+), so the stream is never normalised on the way up.
+    Grey lines are the residual connections; a legend names every colour."""
+    from matplotlib.patches import Patch
+
+    ax = ax or plt.gca()
+    kinds = {"attention": "context", "feed-forward": "attentional", "normalisation": "decoder", "add": "encoder"}
+    width, top = 3.1, 7.6
+
+    def column(x: float, steps: list[tuple[str, str]], residuals: list[tuple[int, int]], heading: str) -> None:
+        ys = [0.9 + 1.0 * i for i in range(len(steps))]
+        ax.text(x, 0.0, "$x$", ha="center", va="center", fontsize=12)
+        previous = 0.15
+        for (text, kind), y in zip(steps, ys):
+            box(ax, x, y, text, kinds[kind], width=0.55 if kind == "add" else width)
+            arrow(ax, (x, previous), (x, y))
+            previous = y
+        ax.text(x, ys[-1] + 0.95, "output", ha="center", va="center", fontsize=10)
+        arrow(ax, (x, ys[-1]), (x, ys[-1] + 0.95))
+        for start, end in residuals:  # from below step `start` round the right-hand side into step `end`
+            y0, y1 = (0.35 if start < 0 else ys[start] + 0.45), ys[end]
+            side = x + width / 2 + 0.35
+            ax.plot([x, side, side], [y0, y0, y1], color=COLOURS["edge"], linewidth=1.2)
+            right = x + (0.55 if steps[end][1] == "add" else width) / 2
+            arrow(ax, (side, y1), (right - 0.02, y1))
+        ax.text(x, top, heading, ha="center", va="center", fontsize=11)
+
+    column(0.0, [("multi-head attention", "attention"), ("Add & LayerNorm", "normalisation"),
+                 ("feed-forward (ReLU)", "feed-forward"), ("Add & LayerNorm", "normalisation")],
+           [(-1, 1), (1, 3)], "2017 encoder block (post-norm)")  # fmt: skip
+    column(5.0, [("RMSNorm", "normalisation"), ("causal attention + RoPE", "attention"), ("+", "add"),
+                 ("RMSNorm", "normalisation"), ("SwiGLU", "feed-forward"), ("+", "add")],
+           [(-1, 2), (2, 5)], "today's decoder block (pre-norm)")  # fmt: skip
+    ax.set_xlim(-1.9, 7.0)
+    ax.set_ylim(-0.4, 8.0)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    legend = [Patch(facecolor=COLOURS[k], label=name) for name, k in kinds.items()]
+    legend.append(Line2D([0], [0], color=COLOURS["edge"], label="residual connection"))
+    ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize=8, ncol=3, frameon=False)
     if title:
         ax.set_title(title, fontsize=11)
     return ax

@@ -36,7 +36,9 @@ import torch
 from ._validate import (
     check_bool,
     check_bool_mask,
+    check_choice,
     check_float,
+    check_int,
     check_min_dims,
     check_number,
     check_positive_int,
@@ -291,7 +293,7 @@ def _forward(query, key, value, is_causal: bool, block_q: int, block_k: int):
 
 
 def tiled_attention_backward(query, key, value, out, lse, grad_out, *, is_causal=False,
-                             block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K):  # fmt: skip
+                             block_q=DEFAULT_BLOCK_Q, block_k=DEFAULT_BLOCK_K, order="key"):  # fmt: skip
     """Gradients (d_query, d_key, d_value) of tiled attention by recomputation: every tile of P is rebuilt
     from the saved log-sum-exp, P = exp(Q_i K_j^T / sqrt(head_dim) - lse_i), instead of being stored.
 
@@ -299,8 +301,14 @@ def tiled_attention_backward(query, key, value, out, lse, grad_out, *, is_causal
     With D_i = rowsum(dO_i * O_i) (one number per query):
         dV_j += P^T dO_i;  dP = dO_i V_j^T;  dS = P * (dP - D_i)
         dQ_i += dS K_j / sqrt(head_dim);  dK_j += dS^T Q_i / sqrt(head_dim)
+
+    ``order`` is which loop is outside. "key" (FlashAttention-2's): for each key block K_j, every query block;
+    dK_j and dV_j are complete when its loop ends (on a GPU they never leave the chip) and dQ is added to from
+    every key block. "query" (the forward's order): dQ_i is complete at the end of each outer step, and dK and dV
+    are added to instead. Both compute the same tiles and the same gradients.
     """
     check_qkv(query, key, value)
+    check_choice("order", order, BACKWARD_ORDERS)
     check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i")
     expected = (*query.shape[:-1], value.shape[-1])
     for name, x, shape in (("out", out, expected), ("lse", lse, expected[:-1]), ("grad_out", grad_out, expected)):
@@ -309,10 +317,13 @@ def tiled_attention_backward(query, key, value, out, lse, grad_out, *, is_causal
                 f"{name} should be a float tensor of shape {shape}, what tiled_attention_forward returns for these "
                 f"inputs (and the gradient of its output), got {describe(x)}"
             )
-    return _backward(query, key, value, out, lse, grad_out, is_causal, *_block_sizes(block_q, block_k))
+    return _backward(query, key, value, out, lse, grad_out, is_causal, *_block_sizes(block_q, block_k), order)
 
 
-def _backward(query, key, value, out, lse, grad_out, is_causal: bool, block_q: int, block_k: int):
+BACKWARD_ORDERS = ("key", "query")
+
+
+def _backward(query, key, value, out, lse, grad_out, is_causal: bool, block_q: int, block_k: int, order: str = "key"):
     n_q, head_dim, n_k = query.shape[-2], query.shape[-1], key.shape[-2]
     work = _compute_dtype(query.dtype)
     scale = 1.0 / math.sqrt(head_dim)
@@ -322,21 +333,32 @@ def _backward(query, key, value, out, lse, grad_out, is_causal: bool, block_q: i
     d_row = (do * o).sum(dim=-1, keepdim=True)  # D_i: (batch * heads, query_len, 1)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     compute, masked = _tiles(n_q, n_k, block_q, block_k, is_causal)
-    for i, q_start in enumerate(range(0, n_q, block_q)):
-        q_end = min(q_start + block_q, n_q)
-        q_block, do_block = q[:, q_start:q_end], do[:, q_start:q_end]
-        for j, k_start in enumerate(range(0, n_k, block_k)):
-            if not compute[i, j]:
-                break  # with a causal mask, every later key block is wholly in the future
-            k_end = min(k_start + block_k, n_k)
-            s = torch.bmm(q_block, k[:, k_start:k_end].transpose(1, 2)) * scale
-            if masked[i, j]:
-                s.masked_fill_(~causal_block(q_start, q_end, k_start, k_end, device=s.device), float("-inf"))
-            p = torch.exp(s - lse[:, q_start:q_end])  # the softmax tile, rebuilt
-            dv[:, k_start:k_end] += p.transpose(1, 2) @ do_block
-            ds = p * (do_block @ v[:, k_start:k_end].transpose(1, 2) - d_row[:, q_start:q_end])
-            dq[:, q_start:q_end] += ds @ k[:, k_start:k_end] * scale
-            dk[:, k_start:k_end] += ds.transpose(1, 2) @ q_block * scale
+    q_blocks = [slice(start, min(start + block_q, n_q)) for start in range(0, n_q, block_q)]
+    k_blocks = [slice(start, min(start + block_k, n_k)) for start in range(0, n_k, block_k)]
+
+    def tile(i: int, j: int) -> None:
+        """Tile (i, j): P rebuilt from the log-sum-exp, dS = P * (dO V^T - D), and their three products added."""
+        qs, ks = q_blocks[i], k_blocks[j]
+        s = torch.bmm(q[:, qs], k[:, ks].transpose(1, 2)).mul_(scale)
+        if masked[i, j]:
+            s.masked_fill_(~causal_block(qs.start, qs.stop, ks.start, ks.stop, device=s.device), float("-inf"))
+        p = s.sub_(lse[:, qs]).exp_()  # the softmax tile, rebuilt in the scores' memory
+        ds = torch.bmm(do[:, qs], v[:, ks].transpose(1, 2)).sub_(d_row[:, qs]).mul_(p)  # dS = P * (dP - D)
+        dv[:, ks] += torch.bmm(p.transpose(1, 2), do[:, qs])  # dV_j += P^T dO_i
+        dk[:, ks] += torch.bmm(ds.transpose(1, 2), q[:, qs]).mul_(scale)  # dK_j += dS^T Q_i / sqrt(head_dim)
+        dq[:, qs] += torch.bmm(ds, k[:, ks]).mul_(scale)  # dQ_i += dS K_j / sqrt(head_dim)
+
+    if order == "key":  # FlashAttention-2: a key block outside, its dK_j and dV_j finished before the next block
+        for j in range(len(k_blocks)):
+            for i in range(len(q_blocks)):
+                if compute[i, j]:  # causal: the query blocks before the diagonal see nothing of key block j
+                    tile(i, j)
+    else:  # a query block outside, as the forward pass: dQ_i finished first, dK and dV added to from every block
+        for i in range(len(q_blocks)):
+            for j in range(len(k_blocks)):
+                if not compute[i, j]:
+                    break  # with a causal mask, every later key block is wholly in the future
+                tile(i, j)
     return (dq.reshape(query.shape).to(query.dtype), dk.reshape(key.shape).to(key.dtype),
             dv.reshape(value.shape).to(value.dtype))  # fmt: skip
 
@@ -394,3 +416,146 @@ def scores_bytes(batch: int, heads: int, n_q: int, n_k: int, bytes_per_number: i
         check_positive_int(name, value, "a size")
     check_positive_int("bytes_per_number", bytes_per_number, "2 for bfloat16/float16, 4 for float32")
     return batch * heads * n_q * n_k * bytes_per_number
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Pieces of the algorithm on their own (lesson 08's exercises): merging two partial softmax states (split-K,
+# flash-decoding), the causal mask inside one tile, and the backward of one tile from the saved log-sum-exp
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _state_shapes(prefix: str, m, l, o, out: str = "o") -> None:
+    """A softmax state: m (...,), l (...,) and the unnormalised output (..., value_dim), named m1, l1, o1 etc."""
+    names = (f"m{prefix}", f"l{prefix}", f"{out}{prefix}")
+    for name, x, dims in zip(names, (m, l, o), ("(...,)", "(...,)", "(..., value_dim)"), strict=True):
+        check_min_dims(name, x, 2 if name == names[2] else 1, dims)
+        check_float(name, x)
+    if l.shape != m.shape or o.shape[:-1] != m.shape:
+        got = ", ".join(f"{name} {describe(x)}" for name, x in zip(names, (m, l, o), strict=True))
+        raise ValueError(
+            f"a softmax state is m (...,), l (...,) and {out} (..., value_dim): one m and one l per query, one row of "
+            f"output per query; got {got}"
+        )
+
+
+def _safe_max(m: torch.Tensor) -> torch.Tensor:
+    """m where it is finite, 0 where it is -inf (a query that has seen no key): exp(s - 0) = exp(-inf) = 0 there, and
+    exp(m - m) never becomes exp(-inf - -inf) = NaN."""
+    return torch.where(m == float("-inf"), torch.zeros_like(m), m)
+
+
+def merge_softmax_states(m1, l1, o1, m2, l2, o2):
+    """Combine the softmax states of the same queries over two disjoint sets of keys into the state over all of
+    them, as split-K / flash-decoding does after computing each set of keys in its own program.
+
+    A state over a set of keys B, per query: its maximum score m = max_{j in B} s_j, the sum l = sum_j exp(s_j - m),
+    and the unnormalised output o = sum_j exp(s_j - m) v_j (the running state of ``block_update`` after B). Then
+
+        m = max(m1, m2);   l = exp(m1 - m) l1 + exp(m2 - m) l2;   o = exp(m1 - m) o1 + exp(m2 - m) o2
+
+    and softmax(s) V over all the keys is o / l, their log-sum-exp m + log(l). A state over no keys at all is
+    m = -inf, l = 0, o = 0: it adds nothing, and two of them merge into another (never NaN).
+    m1, l1, m2, l2 (...,); o1, o2 (..., value_dim) -> (m, l, o) with the same shapes. The inputs are not modified.
+    """
+    _state_shapes("1", m1, l1, o1)
+    _state_shapes("2", m2, l2, o2)
+    if m1.shape != m2.shape or o1.shape != o2.shape:
+        raise ValueError(
+            f"the two states must be of the same queries: m1 {describe(m1)} and m2 {describe(m2)}, o1 {describe(o1)} "
+            f"and o2 {describe(o2)} should have equal shapes"
+        )
+    m = torch.maximum(m1, m2)
+    safe = _safe_max(m)
+    alpha1, alpha2 = torch.exp(m1 - safe), torch.exp(m2 - safe)  # <= 1 each; one of them is 1 (unless both empty)
+    return m, alpha1 * l1 + alpha2 * l2, alpha1[..., None] * o1 + alpha2[..., None] * o2
+
+
+def _tile_scale(scale, q_block) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(q_block.shape[-1])
+    return check_number("scale", scale, "the factor of the scores", 0.0, strict=True)
+
+
+def _check_tile(q_block, k_block, v_block) -> None:
+    for name, x, dims in (("q_block", q_block, "(..., block_q, head_dim)"), ("k_block", k_block,
+                          "(..., block_k, head_dim)"), ("v_block", v_block, "(..., block_k, value_dim)")):  # fmt: skip
+        check_min_dims(name, x, 2, dims)
+        check_float(name, x)
+    if k_block.shape[-1] != q_block.shape[-1] or v_block.shape[-2] != k_block.shape[-2]:
+        raise ValueError(
+            f"k_block should be (..., block_k, head_dim) with q_block's head_dim and v_block (..., block_k, "
+            f"value_dim) with k_block's block_k, got q_block {describe(q_block)}, k_block {describe(k_block)}, "
+            f"v_block {describe(v_block)}"
+        )
+
+
+def causal_block_update(m, l, acc, q_block, k_block, v_block, q_start, k_start, *, scale=None):
+    """``block_update`` for a tile of a causal pass, with the mask built inside the tile from its positions: the
+    queries of q_block are at positions q_start, q_start + 1, ... and the keys of k_block at k_start, k_start + 1, ...
+    (counted from 0 in the whole sequence), and query i may attend key j when j <= i.
+
+    With s = Q K^T * scale (1/sqrt(head_dim) by default) and s_ij = -inf where key j is after query i:
+
+        m_new = max(m, rowmax(s));  P = exp(s - m_new);  alpha = exp(m - m_new)
+        l_new = alpha * l + rowsum(P);  acc_new = alpha * acc + P V
+
+    except that a query that has seen no key yet, here or before (m_new = -inf), keeps m = -inf, l = 0, acc = 0
+    instead of exp(-inf - -inf) = NaN: that happens when a tile starts after some of its queries, e.g. the first tile
+    of a split that begins in the middle of the sequence.
+    m, l (..., block_q), acc (..., block_q, value_dim), q_block (..., block_q, head_dim), k_block (..., block_k,
+    head_dim), v_block (..., block_k, value_dim) -> (m_new, l_new, acc_new). The inputs are not modified.
+    """
+    _check_tile(q_block, k_block, v_block)
+    _state_shapes("", m, l, acc, "acc")
+    block_q, block_k = q_block.shape[-2], k_block.shape[-2]
+    if m.shape != q_block.shape[:-1] or acc.shape[-1] != v_block.shape[-1]:
+        raise ValueError(
+            f"m and l should be (..., block_q) = {tuple(q_block.shape[:-1])} and acc (..., block_q, value_dim) = "
+            f"{(*q_block.shape[:-1], v_block.shape[-1])}, got m {describe(m)}, acc {describe(acc)}"
+        )
+    q_start = check_int("q_start", q_start, "the position of the tile's first query", minimum=0)
+    k_start = check_int("k_start", k_start, "the position of the tile's first key", minimum=0)
+    scale = _tile_scale(scale, q_block)
+    allowed = causal_block(q_start, q_start + block_q, k_start, k_start + block_k, device=q_block.device)
+    scores = (q_block @ k_block.transpose(-2, -1) * scale).masked_fill(~allowed, float("-inf"))
+    m_new = torch.maximum(m, scores.amax(dim=-1))
+    safe = _safe_max(m_new)
+    p = torch.exp(scores - safe[..., None])
+    alpha = torch.exp(m - safe)
+    return m_new, alpha * l + p.sum(dim=-1), alpha[..., None] * acc + p @ v_block
+
+
+def tile_backward(q_block, k_block, v_block, do_block, lse, d, *, scale=None):
+    """The backward of one tile (a block of queries against a block of keys), from what the forward saved: the
+    contributions ``(dq, dk, dv)`` of this tile to the gradients of Q, K and V.
+
+    lse (..., block_q) is each query's log-sum-exp over ALL its keys (from the forward), so P is rebuilt exactly, and
+    d (..., block_q) is D = rowsum(dO * O), computed once per query before the tiles:
+
+        S = Q K^T * scale;  P = exp(S - lse);  dV = P^T dO;  dP = dO V^T;  dS = P * (dP - D)
+        dQ = dS K * scale;  dK = dS^T Q * scale
+
+    (scale 1/sqrt(head_dim) by default). Summed over the key blocks, the dQ contributions are the gradient of the
+    query block; summed over the query blocks, dK and dV those of the key block.
+    q_block (..., block_q, head_dim), k_block (..., block_k, head_dim), v_block (..., block_k, value_dim),
+    do_block (..., block_q, value_dim) -> dq (..., block_q, head_dim), dk (..., block_k, head_dim),
+    dv (..., block_k, value_dim).
+    """
+    _check_tile(q_block, k_block, v_block)
+    check_min_dims("do_block", do_block, 2, "(..., block_q, value_dim)")
+    check_float("do_block", do_block)
+    if do_block.shape != (*q_block.shape[:-1], v_block.shape[-1]):
+        raise ValueError(
+            f"do_block should be the gradient of the tile's output, (..., block_q, value_dim) = "
+            f"{(*q_block.shape[:-1], v_block.shape[-1])}, got {describe(do_block)}"
+        )
+    for name, x in (("lse", lse), ("d", d)):
+        check_float(name, x)
+        if x.shape != q_block.shape[:-1]:
+            raise ValueError(f"{name} should be one number per query, (..., block_q) = {tuple(q_block.shape[:-1])}, "
+                             f"got {describe(x)}")  # fmt: skip
+    scale = _tile_scale(scale, q_block)
+    p = torch.exp(q_block @ k_block.transpose(-2, -1) * scale - lse[..., None])  # the softmax tile, rebuilt
+    dv = p.transpose(-2, -1) @ do_block
+    ds = p * (do_block @ v_block.transpose(-2, -1) - d[..., None])
+    return ds @ k_block * scale, ds.transpose(-2, -1) @ q_block * scale, dv

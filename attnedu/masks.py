@@ -10,6 +10,9 @@ Builders (lesson 06):
     sliding_window_mask(length, window)             (length, length): |i - j| <= window
     global_window_mask(length, window, global_positions)   Longformer: a window, plus global tokens
     prefix_lm_mask(prefix_lengths, lengths, max_len)        a prefix read both ways, the rest causal
+    document_mask(document_ids)                     (batch, length, length): packed sequences, causal within each
+    local_global_mask(is_global, window)            (batch, length, length): a window, plus each sentence's own
+                                                    global tokens (Longformer with a global flag per token)
 
 Converters to the other conventions, named after the PyTorch API they feed:
 
@@ -37,6 +40,20 @@ from ._validate import (
 )
 
 
+def _whole_numbers(name: str, x, dims: int, shape_doc: str, example: str) -> None:
+    """Raise unless ``x`` is an integer tensor of ``dims`` dimensions (lengths, document ids)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(
+            f"{name} should be a {dims}-D integer torch.Tensor of shape {shape_doc}, got {describe(x)}; convert with "
+            f"torch.tensor({name})"
+        )
+    check_tensor(name, x, dims, shape_doc)
+    if x.dtype == torch.bool or x.is_floating_point() or x.is_complex():
+        raise TypeError(
+            f"{name} should hold whole numbers (an integer dtype such as torch.long), got dtype {x.dtype}; {example}"
+        )
+
+
 def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     """(batch,) lengths -> (batch, max_len) bool mask, True at real tokens, False at padding.
 
@@ -44,17 +61,9 @@ def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     tensor([[ True,  True,  True, False],
             [ True, False, False, False]])
     """
-    if not isinstance(lengths, torch.Tensor):
-        raise TypeError(
-            f"lengths should be a 1-D integer torch.Tensor of shape (batch,), got {describe(lengths)}; "
-            "convert with torch.tensor(lengths)"
-        )
-    check_tensor("lengths", lengths, 1, "(batch,)")
-    if lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
-        raise TypeError(
-            f"lengths should hold whole numbers (an integer dtype such as torch.long), got dtype {lengths.dtype}; "
-            "count the real tokens of each sentence, e.g. torch.tensor([3, 5])"
-        )
+    _whole_numbers(
+        "lengths", lengths, 1, "(batch,)", "count the real tokens of each sentence, e.g. torch.tensor([3, 5])"
+    )
     max_len = check_positive_int("max_len", max_len, "the padded length")
     if int(lengths.min()) < 1:
         bad = int(lengths.argmin())
@@ -171,12 +180,9 @@ def prefix_lm_mask(prefix_lengths: torch.Tensor, lengths: torch.Tensor, max_len:
     lets every real token see every other.
     """
     real = padding_mask(lengths, max_len)  # (batch, max_len), validates lengths and max_len
-    if not isinstance(prefix_lengths, torch.Tensor):
-        raise TypeError(f"prefix_lengths should be a 1-D integer torch.Tensor of shape (batch,), got "
-                        f"{describe(prefix_lengths)}; convert with torch.tensor(prefix_lengths)")  # fmt: skip
-    check_tensor("prefix_lengths", prefix_lengths, 1, "(batch,)")
-    if prefix_lengths.dtype == torch.bool or prefix_lengths.is_floating_point() or prefix_lengths.is_complex():
-        raise TypeError(f"prefix_lengths should hold whole numbers (an integer dtype), got {prefix_lengths.dtype}")
+    _whole_numbers(
+        "prefix_lengths", prefix_lengths, 1, "(batch,)", "count each prefix's tokens, e.g. torch.tensor([2, 0])"
+    )
     if prefix_lengths.shape != lengths.shape:
         raise ValueError(f"prefix_lengths should have one entry per sequence, shape {tuple(lengths.shape)} as "
                          f"lengths, got {describe(prefix_lengths)}")  # fmt: skip
@@ -187,6 +193,52 @@ def prefix_lm_mask(prefix_lengths: torch.Tensor, lengths: torch.Tensor, max_len:
     in_prefix = keys[None, :] < prefix_lengths[:, None]  # (batch, key)
     visible = causal_mask(max_len, device=lengths.device)[None] | in_prefix[:, None, :]
     return visible & real[:, None, :]
+
+
+def document_mask(document_ids: torch.Tensor) -> torch.Tensor:
+    """(batch, length) document ids -> (batch, length, length) bool: query i may attend key j if both belong to
+    the same document and j <= i.
+
+    Several short documents *packed* into one row of a batch (so that no compute is spent on padding) must not
+    see each other: the mask is block-diagonal, causal inside each block (FlexAttention's "document masking";
+    Krell et al. 2021). ``document_ids[b, t]`` names the document of token t; padding at the end of a row is
+    simply one more document (give it its own id, e.g. -1): it sees only itself, and no real token sees it. No
+    row is ever empty, since every token may attend to itself.
+
+    >>> document_mask(torch.tensor([[0, 0, 1]])).int()
+    tensor([[[1, 0, 0],
+             [1, 1, 0],
+             [0, 0, 1]]], dtype=torch.int32)
+    """
+    example = "number the documents of each row, e.g. torch.tensor([[0, 0, 1, 1, 1]])"
+    _whole_numbers("document_ids", document_ids, 2, "(batch, length)", example)
+    length = document_ids.shape[1]
+    same = document_ids[:, :, None] == document_ids[:, None, :]  # (batch, query, key)
+    return same & causal_mask(length, device=document_ids.device)[None]
+
+
+def local_global_mask(is_global: torch.Tensor, window: int) -> torch.Tensor:
+    """(batch, length) bool, True at each sentence's global tokens -> (batch, length, length) bool: query i may
+    attend key j if |i - j| <= window, or i is a global token, or j is one.
+
+    ``global_window_mask`` with a different set of global tokens in every sentence, as Longformer uses for
+    question answering (the question's tokens are global, Beltagy et al. 2020, Sec. 3.1) and as Hugging Face's
+    ``global_attention_mask`` gives them: one flag per token.
+    """
+    if not isinstance(is_global, torch.Tensor):
+        raise TypeError(
+            f"is_global should be a (batch, length) bool torch.Tensor, got {describe(is_global)}; convert with "
+            "torch.tensor(is_global, dtype=torch.bool)"
+        )
+    check_tensor("is_global", is_global, 2, "(batch, length)")
+    if is_global.dtype != torch.bool:
+        raise TypeError(
+            f"is_global should be a bool tensor (True at a global token), got dtype {is_global.dtype}; a 0/1 "
+            "mask such as Hugging Face's global_attention_mask converts with is_global.bool()"
+        )
+    window = check_int("window", window, "how many neighbours on each side", minimum=0)
+    local = sliding_window_mask(is_global.shape[1], window).to(is_global.device)[None]
+    return local | is_global[:, :, None] | is_global[:, None, :]
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ paper's d_k. Heads are counted from 0 in code.
     grouped_query_attention(...)  fewer key/value heads than query heads, each shared by a group (Ainslie et al. 2023)
     per_head_weights(...)         torch.nn.MultiheadAttention's stacked in_proj_weight as h separate W_i^Q, W_i^K, W_i^V
     MultiHeadAttention            the module, with nn.Linear projections; equal to torch.nn.MultiheadAttention
+                                  (num_kv_heads < num_heads: grouped-query, as today's decoder blocks use, lesson 09)
 """
 
 from __future__ import annotations
@@ -148,22 +149,33 @@ class MultiHeadAttention(nn.Module):
 
     mask: bool, True = may attend, 4-D with each dim the score's size or 1: (batch, 1, 1, key_len) for
     padding, (1, 1, query_len, key_len) for a causal mask; see ``attnedu.attention.scaled_dot_product_attention``.
+
+    num_kv_heads (default num_heads): fewer key/value heads, each shared by num_heads // num_kv_heads consecutive
+    query heads, as ``grouped_query_attention``; then W_k and W_v project to num_kv_heads * head_dim features.
     """
 
-    def __init__(self, d_model: int, num_heads: int, bias: bool = True):
+    def __init__(self, d_model: int, num_heads: int, bias: bool = True, num_kv_heads: int | None = None):
         super().__init__()
         check_positive_int("d_model", d_model, "the model width")
         check_positive_int("num_heads", num_heads, "the number of heads")
         check_bool("bias", bias, "whether the projections have biases")
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        check_positive_int("num_kv_heads", num_kv_heads, "the number of key/value heads")
         if d_model % num_heads:
             raise ValueError(
                 f"num_heads should divide d_model, got num_heads={num_heads}, which does not divide "
                 f"d_model={d_model}: head_dim would not be an integer; choose a number of heads that divides d_model"
             )
+        if num_heads % num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads should divide num_heads={num_heads}, got num_kv_heads={num_kv_heads}: every key/value "
+                "head serves the same number of query heads"
+            )
         self.d_model, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
+        self.num_kv_heads = num_kv_heads
         self.W_q = nn.Linear(d_model, d_model, bias=bias)
-        self.W_k = nn.Linear(d_model, d_model, bias=bias)
-        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=bias)
+        self.W_v = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=bias)
         self.W_o = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(
@@ -176,9 +188,11 @@ class MultiHeadAttention(nn.Module):
         bias: torch.Tensor | None = None,
         rope_positions: torch.Tensor | None = None,
         rope_layout: str = "halves",
+        rope_base: float = 10000.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """bias: added to every head's scores (ALiBi); rope_positions (seq_len,): rotate queries and keys by
-        their positions (RoPE, self-attention only), see ``attnedu.positional``."""
+        their positions (RoPE, self-attention only), with the frequencies of ``rope_base``; see
+        ``attnedu.positional``."""
         for name, x, length in (("query", query, "query_len"), ("key", key, "key_len"), ("value", value, "key_len")):
             check_tensor(name, x, 3, f"(batch, {length}, d_model)")
             check_float(name, x)
@@ -191,8 +205,9 @@ class MultiHeadAttention(nn.Module):
             )
         check_size("value", value, 1, key.shape[1], "key_len: one value per key")
         q = split_heads(self.W_q(query), self.num_heads)  # (batch, heads, query_len, head_dim)
-        k = split_heads(self.W_k(key), self.num_heads)
-        v = split_heads(self.W_v(value), self.num_heads)
+        group = self.num_heads // self.num_kv_heads  # query heads per key/value head (1: multi-head attention)
+        k = split_heads(self.W_k(key), self.num_kv_heads).repeat_interleave(group, dim=1)
+        v = split_heads(self.W_v(value), self.num_kv_heads).repeat_interleave(group, dim=1)
         if rope_positions is not None:
             from .positional import apply_rope
 
@@ -202,7 +217,8 @@ class MultiHeadAttention(nn.Module):
                     f"{query.shape[1]} and key_len {key.shape[1]}; rope_positions applies to self-attention, where "
                     "queries and keys are the same positions"
                 )
-            q, k = apply_rope(q, rope_positions, rope_layout), apply_rope(k, rope_positions, rope_layout)
+            q = apply_rope(q, rope_positions, rope_layout, rope_base)
+            k = apply_rope(k, rope_positions, rope_layout, rope_base)
         heads, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)
         return self.W_o(merge_heads(heads)), weights
 
@@ -214,6 +230,12 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"torch's module has embed_dim={mha.embed_dim}, num_heads={mha.num_heads}; this one has "
                 f"d_model={self.d_model}, num_heads={self.num_heads}"
+            )
+        if self.num_kv_heads != self.num_heads:
+            raise ValueError(
+                f"num_kv_heads should equal num_heads={self.num_heads} to copy torch.nn.MultiheadAttention (one "
+                f"key/value head per query head), got num_kv_heads={self.num_kv_heads}; build this one with "
+                "num_kv_heads=None"
             )
         if not mha._qkv_same_embed_dim:
             raise ValueError("torch's module has kdim/vdim different from embed_dim; this one projects d_model only")

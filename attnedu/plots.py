@@ -199,7 +199,7 @@ def plot_softmax_scaling(fig, dims: Sequence[int], n_keys: int = 64):
 
 def plot_mask(mask: torch.Tensor, ax: Axes | None = None, title: str | None = None):
     """A boolean mask as a grid: rows are queries, columns are keys, dark = may attend (True), light = blocked.
-    Positions count from 1 on the axes."""
+    Positions count from 0 on the axes, as in the masks' code (lesson 06)."""
     mask = torch.as_tensor(mask)
     if mask.dtype != torch.bool:
         raise TypeError(
@@ -214,8 +214,8 @@ def plot_mask(mask: torch.Tensor, ax: Axes | None = None, title: str | None = No
     ax = ax or plt.gca()
     ax.imshow(mask.float().numpy(), cmap=CMAP, vmin=-0.15, vmax=1.0, aspect="equal")
     ticks = range(0, max(mask.shape), max(1, max(mask.shape) // 6))
-    ax.set_xticks([t for t in ticks if t < mask.shape[1]], labels=[t + 1 for t in ticks if t < mask.shape[1]])
-    ax.set_yticks([t for t in ticks if t < mask.shape[0]], labels=[t + 1 for t in ticks if t < mask.shape[0]])
+    ax.set_xticks([t for t in ticks if t < mask.shape[1]])
+    ax.set_yticks([t for t in ticks if t < mask.shape[0]])
     ax.set_xlabel("key position")
     ax.set_ylabel("query position")
     if title:

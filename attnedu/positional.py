@@ -7,8 +7,13 @@
     apply_rope(x, positions, layout=...)          Su et al. 2021: rotate each pair of query/key features by
                                                   an angle proportional to the position, so q_m . k_n
                                                   depends on m - n only
+    interpolated_positions(seq_len, trained_length)   Chen et al. 2023: squeeze seq_len positions into the
+                                                  trained range, m -> m * trained_length / seq_len
+    ntk_aware_base(head_dim, factor)              bloc97 2023: a larger RoPE base, so the slowest pair turns
+                                                  factor times slower and the fastest not at all
     alibi_bias(num_heads, query_len, key_len)     Press et al. 2022: add -slope_h * (i - j) to the scores,
-                                                  slopes 2^(-8k/num_heads), k = 1..num_heads
+                                                  slopes 2^(-8k/num_heads), k = 1..num_heads, for a power
+                                                  of two heads (alibi_slopes: the rule for the others)
 
 Positions count from 0 in code.
 """
@@ -120,10 +125,60 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, layout: str = "halves",
     return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
 
 
+def interpolated_positions(seq_len: int, trained_length: int) -> torch.Tensor:
+    """(seq_len,) float: position interpolation (Chen et al. 2023) for RoPE past the trained length.
+
+    Position m becomes m * trained_length / seq_len, so a text of seq_len positions is rotated by angles the model
+    saw in training (0 .. trained_length), at fractional positions. Chen et al. then fine-tune briefly (about 1000
+    steps) at the new length; without that, the model meets neighbours closer together than it ever saw.
+    A seq_len at most the trained length leaves the positions 0, 1, ... unchanged.
+    """
+    seq_len = check_positive_int("seq_len", seq_len, "the length to encode")
+    trained_length = check_positive_int("trained_length", trained_length, "the length the model was trained at")
+    positions = torch.arange(seq_len, dtype=torch.float64)
+    return positions * (trained_length / seq_len) if seq_len > trained_length else positions
+
+
+def ntk_aware_base(head_dim: int, factor: float, base: float = 10000.0) -> float:
+    """The RoPE base of "NTK-aware" scaling (bloc97 2023; the starting point of YaRN, Peng et al. 2023) for a
+    context ``factor`` times the trained one: base * factor^(head_dim / (head_dim - 2)).
+
+    Pair i turns at base^(-2i/head_dim) radians per position. With the new base, pair 0 (the fastest, 1 radian per
+    position) is unchanged, so neighbouring positions stay as distinct as in training, and the slowest pair
+    (i = head_dim/2 - 1) turns exactly ``factor`` times slower, so the longest distances map back into the angles
+    it saw in training; the pairs between are stretched by less the faster they turn.
+    """
+    head_dim = check_positive_int("head_dim", head_dim, "features per head")
+    if head_dim < 4 or head_dim % 2:
+        raise ValueError(f"head_dim should be even and at least 4 (two pairs or more), got {head_dim}")
+    factor = check_number("factor", factor, "how many times the trained length", 1.0)
+    base = check_number("base", base, "the wavelength base", 1.0, strict=True)
+    return base * factor ** (head_dim / (head_dim - 2))
+
+
 def alibi_slopes(num_heads: int) -> torch.Tensor:
-    """(num_heads,): 2^(-8k/num_heads) for k = 1..num_heads, the geometric sequence of Press et al. 2022."""
-    check_positive_int("num_heads", num_heads, "the number of heads")
-    return torch.tensor([2.0 ** (-8.0 * k / num_heads) for k in range(1, num_heads + 1)])
+    """(num_heads,): one slope m_h per head, by the rule of Press et al.'s reference implementation.
+
+    For a power of two n: the geometric sequence 2^(-8k/n), k = 1..n (n = 8: 1/2, 1/4, ..., 1/256). For any
+    other number of heads H, take the n slopes of the closest power of two below it, n = 2^floor(log2 H),
+    then the first H - n of every other slope of 2n, which fall between them:
+
+        H = 6:  the 4 slopes of 4 (1/4, 1/16, 1/64, 1/256), then slopes 1, 3 of the 8's (1/2, 1/8)
+        H = 12: the 8 slopes of 8 (2^-1 .. 2^-8), then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5 from the 16's
+
+    (The formula 2^(-8k/H) for every H gives other slopes when H is not a power of two: 6 heads would get
+    2^-1.33, 2^-2.67, ..., models trained with the reference's slopes would then see biases they never
+    learned.)
+    """
+    num_heads = check_positive_int("num_heads", num_heads, "the number of heads")
+    return torch.tensor(_alibi_slopes(num_heads), dtype=torch.float32)
+
+
+def _alibi_slopes(num_heads: int) -> list[float]:
+    if num_heads & (num_heads - 1) == 0:  # a power of two
+        return [2.0 ** (-8.0 * k / num_heads) for k in range(1, num_heads + 1)]
+    lower = 1 << (num_heads.bit_length() - 1)  # the closest power of two below num_heads
+    return _alibi_slopes(lower) + _alibi_slopes(2 * lower)[0::2][: num_heads - lower]
 
 
 def alibi_bias(num_heads: int, query_len: int, key_len: int | None = None) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 recall_task      lesson 04: key-value pairs and a question: which value goes with this key?
 neighbour_task   lesson 05: read the tokens at several fixed offsets from every position
+CharCorpus       lessons 06, 07, 09: characters of the help texts that ship with CPython, with a bigram baseline
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._validate import check_choice, check_instance, check_int, check_positive_int, describe
+from ._validate import check_choice, check_instance, check_int, check_number, check_positive_int, describe
 
 
 def recall_task(
@@ -104,6 +105,32 @@ class CharCorpus:
         starts = torch.randint(0, len(data) - length - 1, (size,), generator=generator)
         windows = torch.stack([data[s : s + length + 1] for s in starts.tolist()])
         return windows[:, :-1], windows[:, 1:]
+
+    def windows(self, length: int, split: str = "valid") -> tuple[torch.Tensor, torch.Tensor]:
+        """Every non-overlapping window of ``length`` characters of a split, in order: inputs (n, length) and targets
+        (n, length), the next character of each; the tail too short for a whole window is left out. For scoring a
+        model on all of the held-out text, the same way every time."""
+        check_choice("split", split, ("train", "valid"))
+        data = {"train": self.train, "valid": self.valid}[split]
+        length = check_positive_int("length", length, "characters per window")
+        count = (len(data) - 1) // length
+        if count == 0:
+            raise ValueError(
+                f"length should be at most {len(data) - 1} for the {split} split, got {length}; use shorter windows"
+            )
+        return data[: count * length].view(count, length), data[1 : count * length + 1].view(count, length)
+
+    def bigram_log_probs(self, smoothing: float = 1.0) -> torch.Tensor:
+        """(V, V): log P(next = j | current = i), counted on the training split with ``smoothing`` added to every count
+        (add-one by default), so a pair never seen in training still gets some probability. The baseline a language
+        model must beat: it knows the previous character and nothing else."""
+        smoothing = check_number("smoothing", smoothing, "the count added to every pair", 0.0, strict=True)
+        size = len(self.chars)
+        counts = torch.zeros(size, size, dtype=torch.float64)
+        counts.index_put_((self.train[:-1], self.train[1:]), torch.ones(len(self.train) - 1, dtype=torch.float64),
+                          accumulate=True)  # fmt: skip
+        counts += smoothing
+        return (counts / counts.sum(dim=1, keepdim=True)).log().float()
 
     def encode(self, text: str) -> torch.Tensor:
         check_instance("text", text, str, "a str")

@@ -1,7 +1,9 @@
-"""Training with teacher forcing, greedy decoding, and accuracy by source length."""
+"""Training with teacher forcing, greedy decoding, and accuracy by source length; training and scoring a character
+language model (lesson 09)."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,6 +15,7 @@ from ._validate import (
     check_bool,
     check_float,
     check_instance,
+    check_int,
     check_items,
     check_number,
     check_positive_int,
@@ -22,6 +25,7 @@ from ._validate import (
 from .data import PAD_ID, TARGET_VOCAB, BatchSampler, Pair, make_batch
 from .models import Seq2Seq
 from .runtime import progress, training_seed
+from .tasks import CharCorpus
 
 # The training recipe of the translation models of lessons 01-03, calibrated over training seeds
 # in benchmarks/calibration.md: every model gets the same budget, so comparisons are fair.
@@ -37,6 +41,7 @@ STEPS_LESSON_03 = 225
 class TrainLog:
     losses: list[float] = field(default_factory=list)
     seconds: float = 0.0  # wall time of the training steps (batches, forward, backward, update)
+    lrs: list[float] = field(default_factory=list)  # the learning rate of each step, where the loop records it
 
     @property
     def ms_per_step(self) -> float:
@@ -208,3 +213,76 @@ def check_buckets(name: str, test) -> None:
         )
     for bucket, pairs in test.items():
         check_items(f"{name}[{bucket}]", pairs, Pair, "Pairs (from make_pairs)")
+
+
+# --------------------------------------------------------------------------------------------
+# Language models (lesson 09): next-character prediction on a CharCorpus
+# --------------------------------------------------------------------------------------------
+
+
+def train_lm(
+    model: nn.Module, corpus: CharCorpus, steps: int, batch_size: int, length: int, lr: float, warmup: int = 0,
+    clip: float = 1.0, seed: int = 0, desc: str = "training",
+) -> TrainLog:  # fmt: skip
+    """Train ``model`` (tokens (batch, length) -> logits (batch, length, vocab)) to predict the next character of
+    random windows of ``corpus``'s training split; shows a progress bar.
+
+    AdamW (betas 0.9, 0.95) with gradient clipping; the learning rate rises linearly from 0 to ``lr`` over ``warmup``
+    steps, then decays to 0 along a half cosine. ``seed`` fixes the order of the windows (through
+    ``attnedu.runtime.training_seed``, so the test command's perturbed run moves it).
+    """
+    check_instance("model", model, nn.Module, "a model (an nn.Module such as DecoderLM(...))")
+    check_instance("corpus", corpus, CharCorpus, "a CharCorpus (CharCorpus.load())")
+    steps = check_positive_int("steps", steps, "training steps")
+    warmup = check_int("warmup", warmup, "steps of learning-rate warm-up", minimum=0, maximum=steps - 1)
+    lr = check_number("lr", lr, "the learning rate", 0.0, strict=True)
+    clip = check_number("clip", clip, "the largest gradient norm", 0.0, strict=True)
+    generator = torch.Generator().manual_seed(training_seed(seed))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), fused=True)
+
+    def factor(step: int) -> float:  # of lr: warm-up, then half a cosine
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / (steps - warmup)))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    log = TrainLog()
+    model.train()
+    bar = progress(steps, desc)
+    start = time.perf_counter()
+    for step in range(steps):
+        inputs, targets = corpus.batch(batch_size, length, generator)
+        loss = nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+        log.lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        schedule.step()
+        log.losses.append(loss.item())
+        bar.update()
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{log.losses[-1]:.3f}")
+    log.seconds = time.perf_counter() - start
+    bar.close()
+    model.eval()
+    return log
+
+
+@torch.no_grad()
+def lm_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int = 128) -> float:
+    """Mean cross-entropy (nats per character) of ``model`` on windows ``inputs`` -> ``targets`` (n, length), such as
+    ``CharCorpus.windows``: every window scored, ``batch_size`` at a time."""
+    check_instance("model", model, nn.Module, "a model (an nn.Module such as DecoderLM(...))")
+    check_tensor("inputs", inputs, 2, "(n, length) of token ids")
+    check_tensor("targets", targets, 2, "(n, length) of token ids")
+    if inputs.shape != targets.shape:
+        raise ValueError(f"targets should have the shape of inputs, {tuple(inputs.shape)}, got {describe(targets)}")
+    batch_size = check_positive_int("batch_size", batch_size, "windows scored at once")
+    model.eval()
+    total = 0.0
+    for start in range(0, len(inputs), batch_size):
+        logits = model(inputs[start : start + batch_size])
+        chunk = targets[start : start + batch_size]
+        total += nn.functional.cross_entropy(logits.flatten(0, 1), chunk.flatten(), reduction="sum").item()
+    return total / targets.numel()

@@ -1,34 +1,87 @@
-"""The FlashAttention-2 forward as a Triton kernel (lesson 08): the tiled loop of ``attnedu.flash``, with one
-program per (block of queries, batch x head), the score tile held in registers/SRAM.
+"""FlashAttention-2 in Triton (lesson 08), forward and backward: the tiled loop of ``attnedu.flash``, with one
+program per (block of queries, batch x head) in the forward, the score tile held on chip.
+
+Forward, per block of queries Q_i (scores in base 2, s = Q_i K_j^T / sqrt(head_dim) * log2(e)):
+    m_new = max(m, rowmax(s));  P = exp2(s - m_new);  alpha = exp2(m - m_new)
+    l = alpha * l + rowsum(P);  O = alpha * O + P V_j;  m = m_new;   then O / l, and lse = (m + log2 l) * ln 2.
+With a causal mask it runs in two stages, as the Triton tutorial (``python/tutorials/06-fused-attention.py``) and
+FlashAttention-2 do: first the key blocks wholly below the diagonal, with no mask at all, then the blocks the
+diagonal crosses (and a last, partial block of keys), with the mask. Blocks wholly above the diagonal are skipped.
+
+Backward, by recomputation from the saved log-sum-exp (P_ij = exp(s_ij - lse_i)), in three kernels:
+    1. D_i = rowsum(dO_i * O_i), one number per query;
+    2. one program per block of keys K_j, V_j, looping over the blocks of queries that see them:
+           dV_j += P^T dO_i;   dS = P * (dO_i V_j^T - D_i);   dK_j += dS^T Q_i / sqrt(head_dim)
+    3. one program per block of queries, looping over the blocks of keys they see:
+           dQ_i += dS K_j / sqrt(head_dim)
+    (a separate pass for dQ rather than atomic adds from kernel 2: no float atomics, so the result does not depend
+    on the order in which programs run, at the cost of computing P and dP twice). Causal tiles above the diagonal
+    are skipped and the diagonal ones masked, in both.
 
 Written with plain pointer arithmetic (``tl.arange`` offsets, masked ``tl.load``/``tl.store``, ``tl.dot``,
 ``tl.exp2``, ``tl.where``), not block pointers or tensor descriptors, so it compiles on the Triton this course
-pins and on older releases a GPU machine may carry (torch 2.11 with Triton 3.6): Triton 3.9 removed
+pins (3.9) and on older releases a GPU machine may carry (3.6 with torch 2.11): Triton 3.9 removed
 ``tl.make_block_ptr``.
+
+Block sizes, warps and pipeline stages are chosen by ``triton.autotune`` among a few candidates per head_dim
+(``FORWARD_CONFIGS``, ``DKDV_CONFIGS``, ``DQ_CONFIGS``), after dropping those whose tiles would not fit the GPU's
+shared memory or registers (float32 at head_dim 128, bfloat16 at 256); the choice is remembered per sequence-length
+bucket, head_dim, causal and dtype. ``ATTNEDU_TRITON_AUTOTUNE=0`` takes the first candidate that fits instead.
 
 Where it runs:
 * on a CUDA GPU, compiled;
 * on the CPU under Triton's interpreter, when ``TRITON_INTERPRET=1`` is set *before* triton is imported (it is
-  read when a kernel is decorated). The interpreter runs each program with NumPy, hundreds of times slower than
-  PyTorch: use it at tiny sizes, to check the kernel. Its bfloat16 is wrong without an error, so bfloat16 inputs
-  are computed in float32 there.
+  read when a kernel is decorated), with one small configuration and no autotuning. The interpreter runs each
+  program with NumPy, hundreds of times slower than PyTorch: use it at tiny sizes, to check the kernel. Its
+  bfloat16 is wrong without an error, so bfloat16 inputs are computed in float32 there.
 ``unavailable_reason()`` says why neither is possible, or returns None.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import os
+from pathlib import Path
 
 import torch
 
-from ._validate import describe
+from ._validate import check_bool, describe
 from .flash import check_qkv
 
 LOG2_E = 1.4426950408889634  # exp(x) = exp2(x * log2(e)): exp2 is the faster instruction on a GPU
 SHAPE_DOC = "(batch, heads, seq_len, head_dim)"
 GPU_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_HEAD_DIM = 256
+AUTOTUNE_ENV = "ATTNEDU_TRITON_AUTOTUNE"
+
+# Candidate launch configurations (BLOCK_M queries, BLOCK_N keys, num_warps, num_stages), per head_dim class (the
+# padded head_dim: <= 64, <= 128, <= 256), fastest first. Head_dim 64 and 128 are ordered by what
+# benchmarks/tune_triton.py measured (benchmarks/triton_tuning.txt: an H100, bfloat16, N 4096 and 16384, causal and
+# not), keeping the candidates that came first for some shape; autotuning times them all again on the GPU at hand
+# and keeps the fastest. Head_dim 256 was not measured: its lists are guesses sized to fit the shared memory.
+FORWARD_CONFIGS = {
+    64: [(128, 64, 4, 3), (128, 64, 4, 4), (64, 64, 4, 3)],
+    128: [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)],
+    256: [(128, 32, 8, 2), (64, 64, 4, 2), (64, 32, 4, 2)],
+}
+DKDV_CONFIGS = {
+    64: [(32, 128, 4, 5), (32, 64, 4, 3), (64, 64, 4, 2), (64, 128, 8, 3)],
+    128: [(64, 64, 4, 2), (64, 128, 8, 2), (32, 128, 8, 3), (32, 64, 4, 3)],
+    256: [(16, 64, 8, 2), (32, 64, 8, 2), (16, 32, 4, 2)],
+}
+DQ_CONFIGS = {
+    64: [(128, 64, 8, 3), (64, 64, 4, 3), (64, 64, 4, 2), (128, 32, 4, 5)],
+    128: [(64, 64, 4, 2), (128, 32, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3)],
+    256: [(64, 32, 8, 2), (32, 32, 4, 2), (64, 16, 4, 2)],
+}
+# Smaller configurations, added (those that fit) when fewer than two candidates fit, e.g. float32 at head_dim 128; the
+# last fits any head_dim and dtype on any GPU Triton supports.
+FALLBACK_CONFIGS = [(64, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 1), (16, 16, 4, 1)]
+# Under the interpreter: one configuration, no autotuning (each program costs NumPy calls, so few big tiles).
+INTERPRETER_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64}
+DELTA_BLOCK = 128  # rows per program of the D = rowsum(dO * O) kernel (memory-bound, nothing to tune)
 
 
 def interpreting() -> bool:
@@ -36,9 +89,19 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def autotuning() -> bool:
+    """True unless ``ATTNEDU_TRITON_AUTOTUNE=0`` (then the first candidate configuration that fits is used)."""
+    return os.environ.get(AUTOTUNE_ENV, "1") not in ("", "0")
+
+
+@functools.cache
+def _triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None  # looked up once: it costs tens of microseconds
+
+
 def unavailable_reason() -> str | None:
     """None when ``triton_attention`` can run here; otherwise one sentence saying why not."""
-    if importlib.util.find_spec("triton") is None:
+    if not _triton_installed():
         return (
             "triton is not installed (it installs on Linux only: pip install -r requirements.txt), "
             "so the Triton kernel cannot run here"
@@ -51,74 +114,265 @@ def unavailable_reason() -> str | None:
     return None
 
 
-_kernels: dict[bool, object] = {}  # built on first use, once compiled and once interpreted
+# ------------------------------------------------------------------------------------------------------------
+# launch configurations
+# ------------------------------------------------------------------------------------------------------------
 
 
-def _build_kernel():
-    """Define the kernel on first use, so that importing this module never needs triton. Triton reads
-    ``TRITON_INTERPRET`` here, when ``@triton.jit`` decorates the function."""
+def _dim_class(block_d: int) -> int:
+    return 64 if block_d <= 64 else 128 if block_d <= 128 else 256
+
+
+def _as_dict(config: tuple[int, int, int, int]) -> dict:
+    block_m, block_n, warps, stages = config
+    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+
+
+def _resources(kind: str, config: dict, block_d: int, block_dv: int, element_size: int) -> tuple[int, float]:
+    """Estimated (shared memory in bytes, float32 accumulator registers per thread) of one program. Shared memory:
+    the tile a program keeps (Q in the forward and dQ, K and V in dK/dV) plus ``num_stages`` buffers of the tiles it
+    streams; registers: the float32 accumulators and score tiles spread over the program's threads."""
+    bm, bn, threads, stages = config["BLOCK_M"], config["BLOCK_N"], 32 * config["num_warps"], config["num_stages"]
+    both = block_d + block_dv
+    if kind == "forward":  # keeps Q, streams K and V; acc (bm x dv), S and P (bm x bn)
+        return element_size * (bm * block_d + stages * bn * both), (bm * block_dv + bm * bn) / threads
+    if kind == "dkdv":  # keeps K and V, streams Q and dO; dK and dV (bn x (d + dv)), P^T and dP^T (bn x bm)
+        return element_size * (bn * both + stages * bm * both), (bn * both + 2 * bn * bm) / threads
+    # dq: keeps Q and dO, streams K and V; dQ (bm x d), P and dP (bm x bn)
+    return element_size * (bm * both + stages * bn * both), (bm * block_d + 2 * bm * bn) / threads
+
+
+@functools.cache
+def _shared_memory_limit(device_index: int) -> int:
+    """Bytes of shared memory one program may use on this GPU (227 KiB on an H100), less a margin for what the
+    compiler adds (layout conversions, reductions)."""
+    limit = None
+    try:
+        from triton.runtime import driver
+
+        limit = driver.active.utils.get_device_properties(device_index)["max_shared_mem"]
+    except Exception:  # an older or newer triton without this helper: ask torch
+        props = torch.cuda.get_device_properties(device_index)
+        limit = getattr(props, "shared_memory_per_block_optin", None)
+        if not limit:
+            limit = {9: 232448, 8: 166912 if props.minor == 0 else 101376}.get(props.major, 101376)
+    return int(limit) - 8 * 1024
+
+
+MAX_REGISTERS = 192  # float32 accumulator values per thread (of 255 registers) above which a program would spill
+
+
+def candidate_configs(kind: str, block_d: int, block_dv: int, element_size: int, shared_memory: int) -> list[dict]:
+    """The launch configurations autotuning chooses among for one kernel (``kind``: "forward", "dkdv" or "dq"):
+    the candidates for this head_dim that fit ``shared_memory`` bytes and the register budget, in order of
+    preference; small fallbacks are added so that at least two fit (the estimate is rough: a candidate that still
+    runs out of resources when compiled is skipped by the autotuner, so the fallback must be there)."""
+    table = {"forward": FORWARD_CONFIGS, "dkdv": DKDV_CONFIGS, "dq": DQ_CONFIGS}[kind]
+
+    def fits(config: dict) -> bool:
+        smem, registers = _resources(kind, config, block_d, block_dv, element_size)
+        return smem <= shared_memory and registers <= MAX_REGISTERS
+
+    chosen = [c for c in map(_as_dict, table[_dim_class(max(block_d, block_dv))]) if fits(c)]
+    for fallback in map(_as_dict, FALLBACK_CONFIGS):
+        if len(chosen) >= 2:
+            break
+        if fallback not in chosen and fits(fallback):
+            chosen.append(fallback)
+    return chosen or [_as_dict(FALLBACK_CONFIGS[-1])]
+
+
+def _seq_bucket(n: int) -> int:
+    """The sequence-length bucket autotuning is keyed on: the next power of two from 128 up to 4096, then one bucket
+    for every longer sequence (whose programs loop long enough that the best tile stops changing: an assumption
+    benchmarks/tune_triton.py can check)."""
+    return min(max(1 << (max(n, 1) - 1).bit_length(), 128), 4096)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the kernels, defined on first use (importing this module never needs triton)
+# ------------------------------------------------------------------------------------------------------------
+
+
+class _Kernels:
+    """The jitted kernels of one mode (compiled or interpreted), raw and, when compiled, autotuned, and the module
+    that defines them."""
+
+    def __init__(self, module, raw: dict, tuned: dict | None):
+        self.module, self.raw, self.tuned = module, raw, tuned
+
+
+_kernels: dict[bool, _Kernels] = {}  # built on first use, once compiled and once interpreted
+
+
+def _build_kernels(interpret: bool) -> _Kernels:
+    """Load ``_triton_kernels.py`` as a module of its own for this mode: Triton reads ``TRITON_INTERPRET`` when
+    ``@triton.jit`` decorates a function, i.e. when that module runs; the interpreter runs a kernel's source in its
+    module's globals, so the kernels and their helpers must be module-level functions."""
+    import importlib.util
+    import sys
+
     import triton
-    import triton.language as tl
 
-    @triton.jit
-    def attention_forward_kernel(
-        Q, K, V, O, LSE,  # Q (batch, heads, n_q, head_dim), K and V (batch, heads, n_k, dim), LSE (batch, heads, n_q)
-        stride_qb, stride_qh, stride_qm, stride_qd,
-        stride_kb, stride_kh, stride_kn, stride_kd,
-        stride_vb, stride_vh, stride_vn, stride_vd,
-        stride_ob, stride_oh, stride_om, stride_od,
-        heads, n_q, n_k, head_dim, value_dim,
-        qk_scale,  # 1 / sqrt(head_dim) * log2(e): scores in base 2
-        IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    ):  # fmt: skip
-        block_m = tl.program_id(0)  # which block of queries
-        batch_head = tl.program_id(1)  # which (batch, head)
-        batch, head = batch_head // heads, batch_head % heads
-        rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)  # query indices of this program
-        cols = tl.arange(0, BLOCK_N)  # key offsets inside a key block
-        dims = tl.arange(0, BLOCK_D)  # head_dim, padded to a power of two
-        vdims = tl.arange(0, BLOCK_DV)
+    name = f"{__package__}._triton_kernels_{'interpreted' if interpret else 'compiled'}"
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_triton_kernels.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    raw = {
+        "forward": module.attention_forward_kernel,
+        "delta": module.attention_backward_delta_kernel,
+        "dkdv": module.attention_backward_dkdv_kernel,
+        "dq": module.attention_backward_dq_kernel,
+    }
+    if interpret:
+        return _Kernels(module, raw, None)
 
-        q_ptrs = Q + batch * stride_qb + head * stride_qh + rows[:, None] * stride_qm + dims[None, :] * stride_qd
-        q = tl.load(q_ptrs, mask=(rows[:, None] < n_q) & (dims[None, :] < head_dim), other=0.0)
-        k_base = K + batch * stride_kb + head * stride_kh
-        v_base = V + batch * stride_vb + head * stride_vh
+    def pruner(kind):
+        def prune(configs, named_args, **kwargs):
+            # every argument is passed by position, so named_args holds them all (the prune hook's keyword
+            # arguments differ between Triton releases)
+            args = {**named_args, **kwargs}
+            allowed = candidate_configs(kind, args["BLOCK_D"], args["BLOCK_DV"], args["Q"].element_size(),
+                                        _shared_memory_limit(args["Q"].device.index or 0))  # fmt: skip
+            kept = [c for c in configs if {**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages} in allowed]
+            return kept or configs[:1]
 
-        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max (base 2)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum
-        acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)  # unnormalised output
-        hi = n_k
-        if IS_CAUSAL:  # key blocks wholly above the diagonal are never visited
-            hi = tl.minimum((block_m + 1) * BLOCK_M, n_k)
-        for start_n in range(0, hi, BLOCK_N):
-            keys = start_n + cols
-            k_t = tl.load(  # K^T tile: (BLOCK_D, BLOCK_N)
-                k_base + keys[None, :] * stride_kn + dims[:, None] * stride_kd,
-                mask=(keys[None, :] < n_k) & (dims[:, None] < head_dim), other=0.0,
-            )  # fmt: skip
-            s = tl.dot(q, k_t) * qk_scale  # (BLOCK_M, BLOCK_N), float32
-            valid = keys[None, :] < n_k
-            if IS_CAUSAL:
-                valid = valid & (keys[None, :] <= rows[:, None])
-            s = tl.where(valid, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            alpha = tl.exp2(m_i - m_new)  # rescale of the old sum and output
-            p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(
-                v_base + keys[:, None] * stride_vn + vdims[None, :] * stride_vd,
-                mask=(keys[:, None] < n_k) & (vdims[None, :] < value_dim), other=0.0,
-            )  # fmt: skip
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-            m_i = m_new
-        acc = acc / l_i[:, None]
-        o_ptrs = O + batch * stride_ob + head * stride_oh + rows[:, None] * stride_om + vdims[None, :] * stride_od
-        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(rows[:, None] < n_q) & (vdims[None, :] < value_dim))
-        # natural-log log-sum-exp per query, what a backward pass would need: (m + log2 l) / log2(e)
-        tl.store(LSE + batch_head * n_q + rows, (m_i + tl.log2(l_i)) / 1.4426950408889634, mask=rows < n_q)
+        return prune
 
-    return attention_forward_kernel
+    tuned = {}
+    key = ["SEQ_BUCKET", "BLOCK_D", "BLOCK_DV", "IS_CAUSAL"]  # and the tensors' dtype, which Triton adds itself
+    for kind, table in (("forward", FORWARD_CONFIGS), ("dkdv", DKDV_CONFIGS), ("dq", DQ_CONFIGS)):
+        every = list(dict.fromkeys([c for configs in table.values() for c in configs] + FALLBACK_CONFIGS))
+        configs = [
+            triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages)
+            for bm, bn, warps, stages in every
+        ]
+        tuned[kind] = triton.autotune(configs, key=key, prune_configs_by={"early_config_prune": pruner(kind)})(
+            raw[kind]
+        )
+    return _Kernels(module, raw, tuned)
+
+
+def _get_kernels() -> _Kernels:
+    mode = interpreting()
+    if mode not in _kernels:
+        _kernels[mode] = _build_kernels(mode)
+    return _kernels[mode]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# launching
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _dims(head_dim: int, value_dim: int) -> tuple:
+    """(PAD_D, PAD_DV, BLOCK_D, BLOCK_DV): head_dim and value_dim padded to a power of two, at least 16 (tl.dot)."""
+    block_d = max(16, 1 << (head_dim - 1).bit_length())
+    block_dv = max(16, 1 << (value_dim - 1).bit_length())
+    return head_dim != block_d, value_dim != block_dv, block_d, block_dv
+
+
+def _launch(kind: str, args: tuple, n_rows: int, grid_block: str, batch_heads: int, config: dict | None) -> None:
+    """Run kernel ``kind`` over ceil(n_rows / config[grid_block]) x batch_heads programs: autotuned when compiled
+    and no ``config`` is given, else with ``config`` (BLOCK_M, BLOCK_N and, compiled, num_warps, num_stages)."""
+    kernels = _get_kernels()
+    if kernels.tuned is None:  # the interpreter: one small configuration, launch options ignored
+        config = {key: value for key, value in (config or INTERPRETER_CONFIG).items() if key.startswith("BLOCK")}
+    elif config is None and not autotuning():  # the first candidate that compiles (the estimate is rough)
+        q = args[0]
+        limit = _shared_memory_limit(q.device.index or 0)
+        candidates = candidate_configs(kind, args[-2], args[-1], q.element_size(), limit)
+        for i, config in enumerate(candidates):
+            try:
+                kernels.raw[kind][(-(-n_rows // config[grid_block]), batch_heads)](*args, **config)
+                return
+            except Exception as error:  # triton.runtime.errors.OutOfResources: too much shared memory
+                if type(error).__name__ != "OutOfResources" or i == len(candidates) - 1:
+                    raise
+    if config is None:
+        kernels.tuned[kind][lambda meta: (-(-n_rows // meta[grid_block]), batch_heads)](*args)
+    else:
+        kernels.raw[kind][(-(-n_rows // config[grid_block]), batch_heads)](*args, **config)
+
+
+def _forward(query, key, value, is_causal: bool, config: dict | None = None):
+    """(output, lse): the kernel's output in query's dtype and the natural-log log-sum-exp, float32."""
+    batch, heads, n_q, head_dim = query.shape
+    n_k, value_dim = value.shape[-2:]
+    out = torch.empty(batch, heads, n_q, value_dim, dtype=query.dtype, device=query.device)
+    lse = torch.empty(batch, heads, n_q, dtype=torch.float32, device=query.device)
+    args = (
+        query, key, value, out, lse, *query.stride(), *key.stride(), *value.stride(), *out.stride(),
+        heads, n_q, n_k, head_dim, value_dim, LOG2_E / math.sqrt(head_dim), _seq_bucket(max(n_q, n_k)),
+        is_causal, *_dims(head_dim, value_dim),
+    )  # fmt: skip
+    _launch("forward", args, n_q, "BLOCK_M", batch * heads, config)
+    return out, lse
+
+
+class _BackwardLaunch:
+    """The three backward kernels of one call, launchable one at a time (benchmarks/tune_triton.py times each):
+    ``delta()`` first, then ``dkdv(config)`` and ``dq(config)`` in either order; ``grads`` holds the results."""
+
+    def __init__(self, query, key, value, out, lse, grad_out, is_causal: bool):
+        batch, heads, n_q, head_dim = query.shape
+        n_k, value_dim = value.shape[-2:]
+        grad_out = grad_out.contiguous()  # e.g. the stride-0 gradient of out.sum()
+        self.out, self.grad_out, self.delta_rows = out, grad_out, torch.empty_like(lse)
+        self.grads = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+        self.batch_heads, self.n_q, self.n_k, self.heads, self.value_dim = batch * heads, n_q, n_k, heads, value_dim
+        pad_d, pad_dv, block_d, block_dv = _dims(head_dim, value_dim)
+        self.block_dv = block_dv
+        scale = 1.0 / math.sqrt(head_dim)
+        common = (heads, n_q, n_k, head_dim, value_dim, LOG2_E * scale, scale, _seq_bucket(max(n_q, n_k)), is_causal,
+                  pad_d, pad_dv, block_d, block_dv)  # fmt: skip
+        tensors = (query, key, value, grad_out, lse, self.delta_rows)
+        strides = (*query.stride(), *key.stride(), *value.stride(), *grad_out.stride())
+        d_query, d_key, d_value = self.grads
+        self.dkdv_args = (*tensors, d_key, d_value, *strides, *d_key.stride(), *d_value.stride(), *common)
+        self.dq_args = (*tensors, d_query, *strides, *d_query.stride(), *common)
+
+    def delta(self) -> None:
+        """D = rowsum(dO * O), float32, one number per query."""
+        block = INTERPRETER_CONFIG["BLOCK_M"] if interpreting() else DELTA_BLOCK
+        _get_kernels().raw["delta"][(-(-self.n_q // block), self.batch_heads)](
+            self.out, self.grad_out, self.delta_rows, *self.out.stride(), *self.grad_out.stride(), self.heads,
+            self.n_q, self.value_dim, BLOCK_M=block, BLOCK_DV=self.block_dv,
+        )  # fmt: skip
+
+    def dkdv(self, config: dict | None = None) -> None:
+        _launch("dkdv", self.dkdv_args, self.n_k, "BLOCK_N", self.batch_heads, config)
+
+    def dq(self, config: dict | None = None) -> None:
+        _launch("dq", self.dq_args, self.n_q, "BLOCK_M", self.batch_heads, config)
+
+
+def _backward(query, key, value, out, lse, grad_out, is_causal: bool, dkdv_config=None, dq_config=None):
+    """(d_query, d_key, d_value), each in its input's dtype, from the saved output and log-sum-exp."""
+    launch = _BackwardLaunch(query, key, value, out, lse, grad_out, is_causal)
+    launch.delta()
+    launch.dkdv(dkdv_config)
+    launch.dq(dq_config)
+    return launch.grads
+
+
+class TritonAttention(torch.autograd.Function):
+    """The Triton forward, and the Triton backward by recomputation: saves the inputs, the output and one
+    log-sum-exp per query, never a (query_len, key_len) matrix. Returns (output, lse); lse is not differentiable."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, is_causal):
+        out, lse = _forward(query, key, value, is_causal)
+        ctx.save_for_backward(query, key, value, out, lse)
+        ctx.is_causal = is_causal
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_lse):
+        query, key, value, out, lse = ctx.saved_tensors
+        return (*_backward(query, key, value, out, lse, grad_out, ctx.is_causal), None)
 
 
 def _check(query, key, value) -> None:
@@ -128,8 +382,11 @@ def _check(query, key, value) -> None:
             raise ValueError(f"{name} must have shape {SHAPE_DOC} (4 dimensions) for the kernel, got {describe(x)}")
     if query.dtype not in GPU_DTYPES:
         raise TypeError(f"triton_attention takes float16, bfloat16 or float32, got {query.dtype}; convert with .half()")
-    if max(query.shape[-1], value.shape[-1]) > 256:
-        raise ValueError(f"head_dim and value_dim must be at most 256 for this kernel, got {describe(query)}")
+    if max(query.shape[-1], value.shape[-1]) > MAX_HEAD_DIM:
+        raise ValueError(
+            f"head_dim and value_dim must be at most {MAX_HEAD_DIM} for this kernel (a tile of queries and one of "
+            f"keys must fit on chip), got query {describe(query)} and value {describe(value)}"
+        )
     if query.is_cuda and interpreting():
         raise RuntimeError(
             "TRITON_INTERPRET=1 is set while the tensors are on the GPU: the kernel would run on the CPU "
@@ -139,51 +396,34 @@ def _check(query, key, value) -> None:
         raise RuntimeError(unavailable_reason() or "CPU tensors need TRITON_INTERPRET=1 set before importing triton")
 
 
-def _config(head_dim: int, on_gpu: bool) -> dict:
-    """Block sizes and launch options. On a GPU: 128 queries x 64 keys per program (the Triton tutorial's
-    choice for these head sizes); under the interpreter, where each program costs NumPy calls, the same."""
-    if not on_gpu:
-        return {"BLOCK_M": 64, "BLOCK_N": 64}
-    return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4 if head_dim <= 64 else 8, "num_stages": 3}
-
-
 def triton_attention(query, key, value, *, is_causal: bool = False, return_lse: bool = False):
-    """softmax(Q K^T / sqrt(head_dim)) V by a Triton kernel, equal to
-    ``torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=is_causal)``.
+    """softmax(Q K^T / sqrt(head_dim)) V by the Triton kernels, equal to
+    ``torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=is_causal)``, and
+    differentiable: ``loss.backward()`` runs the Triton backward when an input requires grad.
 
     query (batch, heads, query_len, head_dim), key (batch, heads, key_len, head_dim),
     value (batch, heads, key_len, value_dim) -> (batch, heads, query_len, value_dim) in query's dtype, and with
-    ``return_lse`` the log-sum-exp of each query's scores, (batch, heads, query_len) float32.
-    Scores and sums are accumulated in float32; P is cast to the input's dtype before P V, as FlashAttention-2 does
-    (on a GPU, float32 inputs go through TF32 in ``tl.dot``, so expect about 1e-3 error there).
+    ``return_lse`` the natural-log log-sum-exp of each query's scores, (batch, heads, query_len) float32 (not
+    differentiable). head_dim and value_dim up to 256, any lengths; ``is_causal`` counts from the top left (query i
+    sees keys 0..i), as SDPA does, also when query_len != key_len.
+
+    Scores and sums are accumulated in float32; P and dS are cast to the input's dtype before their matrix products,
+    as FlashAttention-2 does (on a GPU, float32 inputs go through TF32 in ``tl.dot``, so expect about 1e-3 error
+    there). Measured under the interpreter (exact float32 products), against PyTorch autograd of naive attention in
+    float64: outputs and gradients agree to about 2e-6 in float32 (tests/test_triton_attention.py allows 1e-5).
     """
     reason = unavailable_reason()
     if reason is not None:
         raise RuntimeError(reason)
     _check(query, key, value)
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
-    import triton
-
-    kernel = _kernels.get(interpreting()) or _kernels.setdefault(interpreting(), _build_kernel())
-
+    check_bool("is_causal", is_causal, "whether query i may attend only to keys 0..i")
+    check_bool("return_lse", return_lse, "whether to return the log-sum-exp of each query too")
     dtype = query.dtype
     if not query.is_cuda and dtype == torch.bfloat16:  # the interpreter's bfloat16 is silently wrong
-        query, key, value = query.float(), key.float(), value.float()
-    batch, heads, n_q, head_dim = query.shape
-    n_k, value_dim = value.shape[-2:]
-    out = torch.empty(batch, heads, n_q, value_dim, dtype=query.dtype, device=query.device)
-    lse = torch.empty(batch, heads, n_q, dtype=torch.float32, device=query.device)
-    config = _config(head_dim, query.is_cuda)
-    grid = (triton.cdiv(n_q, config["BLOCK_M"]), batch * heads)
-    kernel[grid](
-        query, key, value, out, lse,
-        *query.stride(), *key.stride(), *value.stride(), *out.stride(),
-        heads, n_q, n_k, head_dim, value_dim,
-        LOG2_E / math.sqrt(head_dim),
-        IS_CAUSAL=is_causal,
-        BLOCK_D=max(16, triton.next_power_of_2(head_dim)), BLOCK_DV=max(16, triton.next_power_of_2(value_dim)),
-        **config,
-    )  # fmt: skip
+        query, key, value = query.float(), key.float(), value.float()  # differentiable: grads come back in bfloat16
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value)):
+        out, lse = TritonAttention.apply(query, key, value, bool(is_causal))
+    else:
+        out, lse = _forward(query, key, value, bool(is_causal))
     out = out.to(dtype)
     return (out, lse) if return_lse else out

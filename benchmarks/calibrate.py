@@ -1,4 +1,4 @@
-"""Calibrate the trained effects of lessons 01-03 over several training seeds, so that the margins the
+"""Calibrate the trained effects of lessons 01-09 over several training seeds, so that the margins the
 lessons assert rest on more than one run (experiments.md, section 0.1: assert about half the
 observed gap). Seeds go through ``ATTNEDU_SEED_OFFSET`` exactly as in the test command's perturbed
 run, so seed 1000 here is the perturbed run's model.
@@ -30,8 +30,9 @@ MODELS = ("fixed", "fixed_reversed", "attention")  # lessons 01-02, STEPS each
 # and Bahdanau's model
 LESSON_03 = (*LUONG, "dot_previous", "bahdanau")
 SCALING = ("scaling",)  # lesson 04's experiment: one head with and without 1/sqrt(d_k), d_k 16 and 256
+LESSON09 = ("norms09", "lm09")  # lesson 09: gradients at initialisation; the language model against the bigram
 HEADS = ("heads",)  # lesson 05's experiment: 1, 2 and 4 heads on the neighbour task
-TRANSFORMER = ("leak", "positions", "extrapolation")  # lessons 06 and 07
+TRANSFORMER = ("leak", "positions", "extrapolation")  # lessons 06 and 07 (07 runs seeds 0, 1, 2: add 1002)
 
 
 def run_one(model: str, seed: int, steps: int | None = None) -> dict:
@@ -39,6 +40,8 @@ def run_one(model: str, seed: int, steps: int | None = None) -> dict:
     ``seed``; measure it here. ``steps``: the training steps of a translation model (default: its lesson's)."""
     os.environ["ATTNEDU_SEED_OFFSET"] = str(seed)
     os.environ["ATTNEDU_PROGRESS"] = "0"
+    if model in LESSON09:
+        return {"model": model, "seed": seed, **_lesson09(model)}
     if model == "heads":
         return {"model": model, "seed": seed, **_heads(seed)}
     if model == "scaling":
@@ -228,16 +231,150 @@ def _transformer(experiment: str) -> dict:
             with torch.no_grad():
                 honest[name] = loss(model(valid[0], causal=True).flatten(0, 1), valid[1].flatten()).item()
         return {"train_loss": train_loss, "honest": honest}
-    held_out = {n: corpus.batch(32, n, torch.Generator().manual_seed(7), split="valid") for n in (32, 64, 128)}
-    by_length = {}
+    return _extrapolation(corpus)
+
+
+# Lesson 07's train-short/test-long experiment, as the lesson runs it: train at 16 characters, evaluate on the same
+# held-out characters cut into windows of 16, 32, 64 and 128; RoPE stretched by position interpolation and the
+# NTK-aware base; ALiBi at 128 against the same model reading only the last 16 characters before each prediction.
+TRAIN_LENGTH_07, EVAL_LENGTHS_07, STEPS_07, D_MODEL_07 = 16, (16, 32, 64, 128), 300, 32
+
+
+def _extrapolation(corpus) -> dict:
+    import torch
+
+    from attnedu.positional import interpolated_positions, ntk_aware_base
+    from attnedu.transformer import TinyTransformer
+
+    loss = torch.nn.functional.cross_entropy
+    text, following = corpus.batch(32, EVAL_LENGTHS_07[-1], torch.Generator().manual_seed(7), split="valid")
+    held_out = {n: (text.reshape(-1, n), following.reshape(-1, n)) for n in EVAL_LENGTHS_07}
+    by_length, extended, window = {}, {}, {}
     for positions in ("none", "sinusoidal", "rope", "alibi"):
-        model = TinyTransformer(len(corpus.chars), len(corpus.chars), positions=positions, num_layers=1, seed=0)
-        _train_lm(model, corpus, 300, 32)
+        model = TinyTransformer(len(corpus.chars), len(corpus.chars), d_model=D_MODEL_07, positions=positions,
+                                num_layers=1, seed=0)  # fmt: skip
+        _train_lm(model, corpus, STEPS_07, TRAIN_LENGTH_07)
         with torch.no_grad():
             by_length[positions] = {
                 str(n): loss(model(x).flatten(0, 1), y.flatten()).item() for n, (x, y) in held_out.items()
             }
-    return {"by_length": by_length}
+            if positions == "rope":
+                head_dim = model.blocks[0].attention.head_dim
+                for n, (x, y) in held_out.items():
+                    if n > TRAIN_LENGTH_07:
+                        pi = model(x, rope_positions=interpolated_positions(n, TRAIN_LENGTH_07))
+                        ntk = model(x, rope_base=ntk_aware_base(head_dim, n / TRAIN_LENGTH_07))
+                        extended[str(n)] = {
+                            "interpolation": loss(pi.flatten(0, 1), y.flatten()).item(),
+                            "ntk": loss(ntk.flatten(0, 1), y.flatten()).item(),
+                        }
+            if positions == "alibi":
+                window = _window_losses(model, *held_out[EVAL_LENGTHS_07[-1]], TRAIN_LENGTH_07)
+    return {"by_length": by_length, "rope_extended": extended, "alibi_window": window}
+
+
+def _window_losses(model, x, y, width: int) -> dict:
+    """The loss of each prediction from position width - 1 on: with the whole text before it, and with only the
+    last ``width`` characters (the training length) before it."""
+    import torch
+
+    loss = torch.nn.functional.cross_entropy
+    full = loss(model(x)[:, width - 1 :].flatten(0, 1), y[:, width - 1 :].flatten()).item()
+    windows = x.unfold(1, width, 1).reshape(-1, width)  # every run of width characters
+    last = model(windows)[:, -1]  # the prediction after each run
+    return {"full": full, "window": loss(last, y[:, width - 1 :].flatten()).item()}
+
+
+# Lesson 09, as the lesson runs it: its sizes, recipe and held-out windows
+DEPTHS_09, INIT_SEEDS_09 = (2, 6, 12), (0, 1, 2)
+CONTEXT_09, STEPS_09, BATCH_09, LR_09 = 64, 144, 8, 6e-3
+
+
+def _lesson09(experiment: str) -> dict:
+    import torch
+
+    from attnedu.tasks import CharCorpus
+    from attnedu.train import lm_loss, train_lm
+    from attnedu.transformer import BlockStack, DecoderLM, swiglu_hidden
+
+    torch.set_num_threads(1)
+    corpus = CharCorpus.load()
+    if experiment == "norms09":  # the gradient norm of each block's W_2 at initialisation, mean of three inits
+        inputs, targets = corpus.batch(8, 64, torch.Generator().manual_seed(5))
+        profile = {}
+        for n in DEPTHS_09:
+            for first in (False, True):
+                norms = []
+                for seed in INIT_SEEDS_09:
+                    stack = BlockStack(len(corpus.chars), 64, 4, 256, n, first, seed=seed)
+                    loss = torch.nn.functional.cross_entropy(stack(inputs).flatten(0, 1), targets.flatten())
+                    loss.backward()
+                    norms.append(torch.stack([b.feed_forward[2].weight.grad.norm() for b in stack.blocks]))
+                profile[n, first] = torch.stack(norms).mean(0)
+        return {
+            "post_last": {str(n): profile[n, False][-1].item() for n in DEPTHS_09},
+            "pre_last": {str(n): profile[n, True][-1].item() for n in DEPTHS_09},
+        }
+    valid_inputs, valid_targets = (t[::4] for t in corpus.windows(CONTEXT_09, split="valid"))
+    bigram = -corpus.bigram_log_probs()[valid_inputs, valid_targets].mean().item()
+    lm = DecoderLM(len(corpus.chars), d_model=128, num_heads=4, num_layers=4, d_ff=swiglu_hidden(128), seed=0)
+    log = train_lm(lm, corpus, STEPS_09, BATCH_09, CONTEXT_09, LR_09, warmup=STEPS_09 // 10, seed=0)
+    valid_loss = lm_loss(lm, valid_inputs, valid_targets)
+    prompt = corpus.encode("The for statement ")
+    distinct = {}
+    for temperature in (0.1, 1.5):
+        ids = lm.generate(prompt, 80, temperature, torch.Generator().manual_seed(0), context=CONTEXT_09)
+        text = corpus.decode(ids[len(prompt) :])
+        grams = [text[i : i + 4] for i in range(len(text) - 3)]
+        distinct[str(temperature)] = len(set(grams)) / len(grams)
+    with torch.no_grad():
+        _, maps = lm(corpus.encode("The loop ends when its test fails.")[None], return_weights=True)
+    previous = torch.stack([torch.diagonal(m[0], offset=-1, dim1=-2, dim2=-1).mean(-1) for m in maps])
+    return {"bigram": bigram, "valid": valid_loss, "train": log.final_loss, "seconds": log.seconds,
+            "distinct": distinct, "previous_max": previous.max().item()}  # fmt: skip
+
+
+def report_lesson09(results: list[dict], args) -> None:
+    import torch
+
+    print("## Lesson 09: the Transformer block\n")
+    kernels = torch.backends.cpu.get_cpu_capability()
+    print(f"Measured {datetime.date.today()} by `benchmarks/calibrate.py --models norms09 lm09` ({args.jobs} "
+          f"processes at once, 1 torch thread each); torch's CPU kernels for {kernels}.\n")  # fmt: skip
+    norms = [r for r in results if r["model"] == "norms09"]
+    if norms:
+        print("Gradient norm of the last block's W_2 at initialisation (mean of three inits, seeds 0-2 plus the seed "
+              "offset): post-norm / pre-norm, and their ratio\n")  # fmt: skip
+        print("| seed | " + " | ".join(f"{n} blocks" for n in DEPTHS_09) + " |")
+        print("|---|" + "---|" * len(DEPTHS_09))
+        for r in norms:
+            cells = [f"{r['post_last'][str(n)]:.3f} / {r['pre_last'][str(n)]:.3f} = "
+                     f"{r['post_last'][str(n)] / r['pre_last'][str(n)]:.2f}" for n in DEPTHS_09]  # fmt: skip
+            print(f"| {r['seed']} | " + " | ".join(cells) + " |")
+    lms = [r for r in results if r["model"] == "lm09"]
+    if lms:
+        print(f"\nThe language model ({STEPS_09} steps, batch {BATCH_09}, context {CONTEXT_09}): held-out loss "
+              "against the bigram baseline (every fourth held-out window), share of distinct 4-grams in 80 sampled "
+              "characters at temperatures 0.1 and 1.5, the largest mean weight any head puts on the previous "
+              "character\n")  # fmt: skip
+        print("| seed | bigram | model (held out) | gap | training loss | distinct at 0.1 / 1.5 | previous | seconds |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in lms:
+            d = r["distinct"]
+            print(f"| {r['seed']} | {r['bigram']:.3f} | {r['valid']:.3f} | {r['bigram'] - r['valid']:.3f} | "
+                  f"{r['train']:.3f} | {d['0.1']:.2f} / {d['1.5']:.2f} | {r['previous_max']:.2f} | "
+                  f"{r['seconds']:.0f} |")  # fmt: skip
+    print("\nRanges over the seeds, for the margins the lesson asserts:\n")
+    if norms:
+        smallest = min(r["post_last"][str(n)] / r["pre_last"][str(n)] for r in norms for n in DEPTHS_09)
+        growth = _span(r["post_last"]["12"] / r["pre_last"]["12"] - r["post_last"]["2"] / r["pre_last"]["2"]
+                       for r in norms)  # fmt: skip
+        print(f"- post/pre ratio at any depth: at least {smallest:.2f}; ratio at 12 blocks minus at 2: {growth}")
+    if lms:
+        print(f"- bigram minus model: {_span(r['bigram'] - r['valid'] for r in lms)}")
+        print(f"- distinct 4-grams at 1.5 minus at 0.1: "
+              f"{_span(r['distinct']['1.5'] - r['distinct']['0.1'] for r in lms)}")  # fmt: skip
+        print(f"- largest mean weight on the previous character: {_span(r['previous_max'] for r in lms)}")
 
 
 def _gradient_shares(net, data) -> dict:
@@ -270,7 +407,7 @@ def _gradient_summary(net, pair) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 1000, 1001])
-    every = MODELS + LESSON_03 + SCALING + HEADS + TRANSFORMER
+    every = MODELS + LESSON_03 + SCALING + HEADS + TRANSFORMER + LESSON09
     parser.add_argument("--models", nargs="+", default=list(every), choices=every)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--steps", type=int, default=None, help="training steps of lessons 01-03's models (default: "
@@ -288,7 +425,11 @@ def main() -> None:
 
     with ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(launch, jobs))
-    report(results, args)
+    others = [r for r in results if r["model"] not in LESSON09]
+    if others:
+        report(others, args)
+    if len(others) < len(results):
+        report_lesson09([r for r in results if r["model"] in LESSON09], args)
 
 
 def _span(values) -> str:
@@ -308,7 +449,7 @@ def report(results: list[dict], args) -> None:
     lesson_03 = [r for r in results if r["model"] in LESSON_03]
     results = [r for r in results if r["model"] in MODELS]
     buckets = list(results[0]["accuracy"]) if results else []
-    print("# Calibration of lessons 01-07\n")
+    print("# Calibration of lessons 01-09\n")
     print(
         f"Measured {datetime.date.today()} by `benchmarks/calibrate.py` ({args.jobs} processes at once, 1 torch thread "
         f"each). Machine: {platform.machine()}, {os.cpu_count()} cores, torch's CPU kernels for "
@@ -388,7 +529,9 @@ def report(results: list[dict], args) -> None:
         for r in later["positions"]:
             print(f"| {r['seed']} | {r['accuracy']['none']:.3f} | {r['accuracy']['learned']:.3f} |")
     if later["extrapolation"]:
-        print("\n## Lesson 07: train at 32 characters, held-out loss at 32 / 64 / 128\n")
+        lengths = EVAL_LENGTHS_07
+        print(f"\n## Lesson 07: train at {TRAIN_LENGTH_07} characters, held-out loss at "
+              f"{' / '.join(map(str, lengths))} (the same characters, cut into windows of each length)\n")  # fmt: skip
         print("| seed | none | sinusoidal | rope | alibi |")
         print("|---|---|---|---|---|")
         for r in later["extrapolation"]:
@@ -397,6 +540,34 @@ def report(results: list[dict], args) -> None:
                 for p in ("none", "sinusoidal", "rope", "alibi")
             ]
             print(f"| {r['seed']} | " + " | ".join(cells) + " |")
+        longer = [n for n in lengths if n > TRAIN_LENGTH_07]
+        print(f"\nRoPE past the trained length, held-out loss at {' / '.join(map(str, longer))}: as trained, with "
+              "position interpolation, with the NTK-aware base (no fine-tuning); ALiBi: the loss of every prediction "
+              f"from position {TRAIN_LENGTH_07 - 1} of the {lengths[-1]}-character windows on, with the whole text "
+              f"before it and with only the last {TRAIN_LENGTH_07} characters\n")  # fmt: skip
+        print("| seed | rope | interpolation | NTK-aware | alibi: whole text | alibi: last 16 only |")
+        print("|---|---|---|---|---|---|")
+        for r in later["extrapolation"]:
+            plain = " / ".join(f"{r['by_length']['rope'][str(n)]:.3f}" for n in longer)
+            pi = " / ".join(f"{r['rope_extended'][str(n)]['interpolation']:.3f}" for n in longer)
+            ntk = " / ".join(f"{r['rope_extended'][str(n)]['ntk']:.3f}" for n in longer)
+            w = r["alibi_window"]
+            print(f"| {r['seed']} | {plain} | {pi} | {ntk} | {w['full']:.3f} | {w['window']:.3f} |")
+        rows = later["extrapolation"]
+        first, last = str(lengths[0]), str(lengths[-1])
+        print("\nOver the seeds (for the lesson's margins):\n")
+        for p in ("sinusoidal", "rope", "alibi"):
+            gap = _span(r["by_length"]["none"][first] - r["by_length"][p][first] for r in rows)
+            print(f"- {p}: better than none at {first} by {gap}")
+        for p in ("none", "sinusoidal", "rope", "alibi"):
+            rise = _span(r["by_length"][p][last] - r["by_length"][p][first] for r in rows)
+            print(f"- {p}: loss at {last} minus at {first}: {rise}")
+        for n in map(str, longer):
+            ntk = _span(r["by_length"]["rope"][n] - r["rope_extended"][n]["ntk"] for r in rows)
+            pi = _span(r["by_length"]["rope"][n] - r["rope_extended"][n]["interpolation"] for r in rows)
+            print(f"- RoPE at {n}: as trained minus NTK-aware {ntk}; as trained minus interpolation {pi}")
+        print(f"- ALiBi: whole text minus last {TRAIN_LENGTH_07} only: "
+              f"{_span(r['alibi_window']['full'] - r['alibi_window']['window'] for r in rows)}")  # fmt: skip
     print("\n## Ranges over the seeds, for the margins the lessons assert\n")
     if not results:
         return

@@ -14,6 +14,11 @@ established, what is observed is said without a guessed cause.
 
 Also: a learner's function that raises, returns the wrong type, returns NaN, changes its inputs,
 prints a flood or never returns gives a clean failed result, never an exception.
+
+The Triton kernel exercises (lesson 08, part B) are launched by ``attnedu.triton_basics`` under Triton's CPU
+interpreter, which tests/conftest.py switches on where there is no GPU. Where triton is not installed they have no
+gallery; where it was imported compiled (a GPU machine) their gallery tests are skipped. Their known-wrong variants
+are PyTorch functions, checked without a kernel.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import time
 
 import pytest
 import torch
-from galleries import BUGS, CORRECT, GENERIC, KIND_MUTANTS, KINDS_NOT_APPLICABLE, MUTANTS, OFF_BY_ONE
+from galleries import BUGS, CORRECT, GENERIC, KIND_MUTANTS, KINDS_NOT_APPLICABLE, MUTANTS, OFF_BY_ONE, REFERENCE_USE
 from galleries.lesson01 import (
     last_off_by_one,
     last_one_early,
@@ -40,9 +45,28 @@ from galleries.lesson02 import learner_context_vector, learner_masked_softmax, s
 from attnedu import checks
 from attnedu.attention import additive_score
 from attnedu.checks import FAILED, NOT_ATTEMPTED, PASSED, CheckResult
-from attnedu.checks.diagnosis import same
+from attnedu.checks.calling import in_process
+from attnedu.checks.diagnosis import run_check, same
 from attnedu.checks.exercise import PADDED, REQUIRED_TAGS, UNPADDED
 from attnedu.masks import padding_mask
+
+# Exercises with a gallery: all, but the kernel exercises only where triton is installed
+GALLERY_EXERCISES = {name for name, e in checks.EXERCISES.items() if e.launch is None or name in CORRECT}
+
+
+def _runnable(name: str) -> bool:
+    """Whether the check of ``name`` can run its answers here: a kernel needs triton's interpreter on."""
+    if checks.EXERCISES[name].launch is None:
+        return True
+    from attnedu.triton_basics import triton_state
+
+    return name in CORRECT and triton_state() == "interpreted"
+
+
+def _skip_unless_runnable(name: str) -> None:
+    if not _runnable(name):
+        pytest.skip("a kernel exercise: needs triton's CPU interpreter, switched on before triton is imported")
+
 
 # --------------------------------------------------------------------------------------------
 # The mutant gallery: the correct versions pass, each mutant gets its diagnosis
@@ -53,14 +77,15 @@ from attnedu.masks import padding_mask
     "name, fn", [(name, fn) for name, fns in CORRECT.items() for fn in fns], ids=lambda x: getattr(x, "__name__", x)
 )
 def test_correct_versions_pass(name, fn):
+    _skip_unless_runnable(name)
     result = checks.check(name, fn)
     assert result.status == PASSED, repr(result)
     assert result.score == 1
 
 
 def test_every_exercise_has_a_correct_version_and_mutants():
-    assert set(CORRECT) == set(checks.EXERCISES)
-    counts = {name: sum(1 for m in MUTANTS if m[0] == name) for name in checks.EXERCISES}
+    assert set(CORRECT) == GALLERY_EXERCISES
+    counts = {name: sum(1 for m in MUTANTS if m[0] == name) for name in GALLERY_EXERCISES}
     assert min(counts.values()) >= 5, counts
 
 
@@ -113,6 +138,7 @@ def test_the_luong_references_are_what_the_package_decoder_computes():
 
 @pytest.mark.parametrize("name, mutant, diagnosis", MUTANTS, ids=[m[1].__name__ for m in MUTANTS])
 def test_mutant_is_rejected_with_its_diagnosis(name, mutant, diagnosis):
+    _skip_unless_runnable(name)
     result = checks.check(name, mutant)
     assert result.status == FAILED, repr(result)
     assert result.score == 0
@@ -120,7 +146,7 @@ def test_mutant_is_rejected_with_its_diagnosis(name, mutant, diagnosis):
 
 
 def test_every_exercise_has_an_off_by_one_in_both_directions():
-    assert set(OFF_BY_ONE) == set(checks.EXERCISES)
+    assert set(OFF_BY_ONE) == GALLERY_EXERCISES
     in_gallery = {m[1] for m in MUTANTS}
     for name, pair in OFF_BY_ONE.items():
         assert set(pair) <= in_gallery, name
@@ -128,11 +154,12 @@ def test_every_exercise_has_an_off_by_one_in_both_directions():
 
 
 def test_every_known_wrong_variant_gets_its_own_diagnosis():
-    """Each variant inside a check, submitted as is, is recognised (none is shadowed by an earlier one)."""
+    """Each variant inside a check, submitted as is, is recognised (none is shadowed by an earlier one). A kernel
+    exercise's variants are PyTorch functions: they are called directly, not launched."""
     for name, exercise in checks.EXERCISES.items():
         for variant in exercise.variants:
             for fn in variant.fns:
-                result = checks.check(name, fn)
+                result = run_check(exercise, fn, caller=in_process(fn)) if exercise.launch else checks.check(name, fn)
                 assert result.status == FAILED and variant.diagnosis in result.message, (
                     name,
                     variant.diagnosis,
@@ -140,13 +167,14 @@ def test_every_known_wrong_variant_gets_its_own_diagnosis():
                 )
 
 
-def _outputs(fn, cases):
-    """fn's output on each case, or None where it raises."""
+def _outputs(fn, cases, launch=None):
+    """fn's output on each case (``launch(fn, ...)``'s, for a kernel), or None where it raises."""
     outputs = []
     for case in cases:
         try:
             with torch.no_grad():
-                outputs.append(fn(*copy.deepcopy(case.args)))
+                args = copy.deepcopy(case.args)
+                outputs.append(fn(*args) if launch is None else launch(fn, *args))
         except Exception:
             outputs.append(None)
     return outputs
@@ -183,18 +211,20 @@ def test_every_exercise_has_every_kind_of_test_case():
         required = set(REQUIRED_TAGS) - ({PADDED, UNPADDED} if without_padding else set())
         assert required <= tags, (name, required - tags)
     covered = {(name, tag) for name, _, tag, _ in KIND_MUTANTS}
-    assert covered == {(name, tag) for name in checks.EXERCISES for tag in REQUIRED_TAGS} - set(KINDS_NOT_APPLICABLE)
+    assert covered == {(name, tag) for name in GALLERY_EXERCISES for tag in REQUIRED_TAGS} - set(KINDS_NOT_APPLICABLE)
 
 
 @pytest.mark.parametrize(
     "name, mutant, tag, diagnosis", KIND_MUTANTS, ids=[f"{m[0]}-{m[2].replace(' ', '_')}" for m in KIND_MUTANTS]
 )
 def test_each_kind_of_case_catches_a_mistake_the_others_miss(name, mutant, tag, diagnosis):
+    _skip_unless_runnable(name)
     exercise = checks.EXERCISES[name]
     cases = exercise.make_cases()
+    got_outputs = _outputs(mutant, cases, exercise.launch)
     failing = [
         case
-        for case, got, expected in zip(cases, _outputs(mutant, cases), _outputs(exercise.reference, cases), strict=True)
+        for case, got, expected in zip(cases, got_outputs, _outputs(exercise.reference, cases), strict=True)
         if got is None or not same(expected, got)
     ]
     assert failing and all(tag in case.tags for case in failing), [c.description for c in failing]
@@ -211,7 +241,7 @@ _SPECIFIC |= {"error", "inplace", "timeout", "crashed", "also"}
 
 
 def _gallery_results():
-    return [(name, fn, expected, checks.check(name, fn)) for name, fn, expected in BUGS]
+    return [(name, fn, expected, checks.check(name, fn)) for name, fn, expected in BUGS if _runnable(name)]
 
 
 @pytest.fixture(scope="module")
@@ -220,10 +250,11 @@ def gallery():
 
 
 def test_the_independent_gallery_is_large_enough():
-    counts = {name: sum(1 for b in BUGS if b[0] == name) for name in checks.EXERCISES}
+    counts = {name: sum(1 for b in BUGS if b[0] == name) for name in GALLERY_EXERCISES}
     assert min(counts.values()) >= 6, counts
 
     def code(fn):
+        fn = getattr(fn, "fn", fn)  # a Triton kernel: its Python function
         return fn.__code__.co_code, fn.__code__.co_names, fn.__code__.co_consts[1:]  # [0]: the docstring
 
     ours = {code(m[1]) for m in MUTANTS} | {
@@ -545,7 +576,8 @@ def test_checks_leave_the_global_random_state_alone():
     expected = torch.rand(3)
     torch.manual_seed(0)
     for name, fns in CORRECT.items():
-        checks.check(name, fns[0])
+        if _runnable(name):
+            checks.check(name, fns[0])
     assert torch.equal(torch.rand(3), expected)
 
 
@@ -577,6 +609,81 @@ def test_hints():
     assert checks.hint("padding_mask")._repr_markdown_().startswith("💡")
     with pytest.raises(ValueError, match="no exercise named 'padding'"):
         checks.hint("padding")
+
+
+def test_hints_in_steps():
+    """An exercise may give its hint in steps (a nudge, the formula, the code); a single hint is unchanged."""
+    steps = checks.EXERCISES["document_mask"].hint
+    assert isinstance(steps, tuple) and len(steps) == 3
+    first = checks.hint("document_mask")
+    assert first == checks.hint("document_mask", 1) and first.text == steps[0]
+    assert repr(first).startswith("💡 Hint 1 of 3 for document_mask: ") and 'hint("document_mask", 2)' in repr(first)
+    assert 'Next step: `hint("document_mask", 2)`' in first._repr_markdown_()
+    last = checks.hint("document_mask", 3)
+    assert last.text == steps[2] and "tril" in last.text and "Next step" not in repr(last)
+    failed = checks.check("document_mask", lambda ids: ~(ids[:, :, None] == ids[:, None, :]))
+    assert failed.hint(2) == checks.hint("document_mask", 2) and failed.hint() == first
+    assert 'hint("document_mask", 2)' in repr(failed)
+    with pytest.raises(ValueError, match="step should be a whole number from 1 to 3"):
+        checks.hint("document_mask", 4)
+    with pytest.raises(ValueError, match="from 1 to 1"):
+        checks.hint("padding_mask", 2)
+    assert checks.hint("padding_mask") == checks.hint("padding_mask", 1)
+
+
+@pytest.mark.parametrize("name, fn", REFERENCE_USE, ids=[f"{n}-{i}" for i, (n, _) in enumerate(REFERENCE_USE)])
+def test_the_packages_own_code_earns_nothing_where_the_exercise_forbids_it(name, fn):
+    """A function that is, or calls, the package's reference fails when the exercise asks for the learner's own code,
+    even when every value is right; its message names the package function that ran."""
+    exercise = checks.EXERCISES[name]
+    assert exercise.forbidden
+    result = checks.check(name, fn)
+    assert result.status == FAILED and "reference" in result.findings, repr(result)
+    assert "your function runs the course's own `attnedu." in result.message and "earns no marks" in result.message
+
+
+def test_a_wrong_function_that_uses_the_package_gets_its_diagnosis_and_the_rule():
+    from attnedu.masks import causal_mask
+
+    def inverted(document_ids):
+        return ~((document_ids[:, :, None] == document_ids[:, None, :]) & causal_mask(document_ids.shape[1]))
+
+    result = checks.check("document_mask", inverted)
+    assert result.status == FAILED and "inverted" in result.message
+    assert "Also: your function runs the course's own `attnedu.masks.causal_mask`" in result.message
+
+
+def test_the_grader_sees_the_packages_own_code_too():
+    """The grader's kernel records which forbidden function ran (call_learner with the exercise's ``forbidden``); the
+    replayed decision is the in-process one."""
+    from attnedu.grading.results import remote_call
+    from attnedu.masks import document_mask
+
+    exercise = checks.EXERCISES["document_mask"]
+    cases = exercise.make_cases()
+    records = {}
+    for index, case in enumerate(cases):
+        args = copy.deepcopy(case.args)
+        call = checks.calling.call_learner(document_mask, args, 5.0, forbidden=exercise.forbidden)
+        records[index] = {"value": call.value, "args": args, "used_reference": call.used_reference}
+    remote = checks.diagnosis.run_check(exercise, "document_mask", caller=remote_call(records, "done"), cases=cases)
+    local = checks.check("document_mask", document_mask)
+    assert remote.status == local.status == FAILED and remote.message == local.message
+    assert "`attnedu.masks.document_mask`" in remote.message
+
+
+def test_forbidding_leaves_the_profiler_as_it_was():
+    import sys
+
+    def spy(frame, event, arg):
+        return None
+
+    sys.setprofile(spy)
+    try:
+        checks.check("document_mask", CORRECT["document_mask"][0])
+        assert sys.getprofile() is spy
+    finally:
+        sys.setprofile(None)
 
 
 def test_grade_namespace():

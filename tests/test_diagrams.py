@@ -46,7 +46,13 @@ def test_diagram_rejects_what_it_cannot_draw(kwargs, match):
 
 
 def test_the_other_diagrams_draw_and_check_their_arguments():
-    from attnedu.diagrams import lookup_diagram, luong_diagram, multihead_diagram, tiling_diagram
+    from attnedu.diagrams import (
+        lookup_diagram,
+        luong_diagram,
+        memory_hierarchy_diagram,
+        multihead_diagram,
+        tiling_diagram,
+    )
 
     ax = luong_diagram(SOURCE, TARGET, [0.2, 0.3, 0.5], step=2, input_feeding=True)
     texts = _texts(ax)
@@ -59,12 +65,68 @@ def test_the_other_diagrams_draw_and_check_their_arguments():
     heads = [t for t in _texts(multihead_diagram(3)) if t.startswith("head")]
     assert heads == ["head 0", "head 1", "head 2"]
     plt.close("all")
-    ax = tiling_diagram(3, 3, (2, 2), causal=True)
+    ax = tiling_diagram(300, 100, 100, (2, 2), causal=True)
     assert "$S_{22}$" in _texts(ax)
-    with pytest.raises(ValueError, match="within 1..3 x 1..3"):
-        tiling_diagram(3, 3, (4, 1))
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert len(hatched) == 3  # the diagonal tiles, and only they, are masked
+    assert len([p for p in ax.patches if p.get_facecolor()[:3] == (1.0, 1.0, 1.0)]) == 3  # skipped above it
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "skipped (all in the future)" in labels and "current tile" in labels
+    with pytest.raises(ValueError, match="within 0..2 x 0..2"):
+        tiling_diagram(300, 100, 100, (3, 0))
+    assert "bandwidth 19 TB/s" in _texts(memory_hierarchy_diagram())
     with pytest.raises(ValueError, match="one value per key"):
         lookup_diagram(["a"], [0.5, 0.5])
     with pytest.raises(ValueError, match="1..8"):
         multihead_diagram(9)
+    plt.close("all")
+
+
+def test_mask_gallery_draws_the_package_masks_counted_from_0():
+    from attnedu.diagrams import mask_gallery
+
+    fig = plt.figure(figsize=(16, 3.6), layout="constrained")
+    axes = mask_gallery(fig, length=8, real_tokens=6, window=1, cached_queries=3)
+    titles = [ax.get_title() for ax in axes]
+    assert len(axes) == 7 and titles[0].endswith("36 of 64 pairs") and titles[1].endswith("48 of 64 pairs")
+    assert titles[3].endswith("21 of 24 pairs")  # 3 queries at positions 5, 6, 7 see 6 + 7 + 8 keys
+    assert [t.get_text() for t in axes[0].get_xticklabels()][0] == "0"
+    assert len(fig.legends) == 1
+    with pytest.raises(ValueError, match="at most length=8"):
+        mask_gallery(plt.figure(), length=8, real_tokens=9)
+    plt.close("all")
+
+
+def test_rope_rotation_diagram_shows_equal_scores_for_equal_offsets():
+    from attnedu.diagrams import rope_rotation_diagram
+
+    fig = plt.figure(figsize=(8, 4.6), layout="constrained")
+    axes = rope_rotation_diagram(fig, pairs=((2, 1), (6, 5), (9, 8)))
+    scores = [ax.get_title().split("= ")[-1] for ax in axes]
+    assert len(set(scores)) == 1, scores
+    other = rope_rotation_diagram(plt.figure(), pairs=((2, 1), (6, 3)))
+    assert other[0].get_title().split("= ")[-1] != other[1].get_title().split("= ")[-1]
+    with pytest.raises(ValueError, match="pairs must be"):
+        rope_rotation_diagram(plt.figure(), pairs=((1, 2, 3),))
+    plt.close("all")
+
+
+def test_positions_diagram_names_the_three_places():
+    from attnedu.diagrams import positions_diagram
+
+    texts = " ".join(_texts(positions_diagram()))
+    assert "sinusoidal, learned" in texts and "RoPE" in texts and "ALiBi" in texts
+
+
+def test_the_blocks_diagram_draws_both_arrangements_with_a_legend():
+    from attnedu.diagrams import transformer_blocks_diagram
+
+    ax = transformer_blocks_diagram()
+    texts = _texts(ax)
+    assert texts.count("Add & LayerNorm") == 2 and texts.count("RMSNorm") == 2 and texts.count("+") == 2
+    assert {"2017 encoder block (post-norm)", "today's decoder block (pre-norm)", "SwiGLU"} <= set(texts)
+    assert len(ax.lines) == 4  # two residual connections per block
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["attention", "feed-forward", "normalisation", "add", "residual connection"]
+    plt.close("all")
     plt.close("all")

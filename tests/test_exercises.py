@@ -22,8 +22,12 @@ SOLUTIONS, EXERCISE_DIR = ROOT / "solutions", ROOT / "exercises"
 
 
 def test_exercises_in_sync():
+    """exercises/ is what the generator makes. The message on failure never tells a learner who worked in
+    exercises/ to run a command that would discard that work (it refuses; --force says it discards)."""
     problems = build_exercises.out_of_date(SOLUTIONS, EXERCISE_DIR)
-    assert not problems, "\n".join(problems) + "\nrun: python -m attnedu.build_exercises"
+    assert not problems, (
+        "\n".join(problems) + "\n" + build_exercises.out_of_date_message(SOLUTIONS, EXERCISE_DIR, problems)
+    )
 
 
 def test_every_lesson_with_exercises_has_a_solution_notebook():

@@ -10,12 +10,16 @@ from attnedu import checks
 from attnedu.flash import (
     attention_flops,
     block_update,
+    causal_block_update,
     causal_tiles,
+    merge_softmax_states,
     naive_attention,
     online_softmax,
     online_softmax_blocks,
     scores_bytes,
+    tile_backward,
     tiled_attention,
+    tiled_attention_backward,
     tiled_attention_forward,
 )
 from attnedu.masks import causal_block, causal_mask
@@ -144,6 +148,19 @@ def test_bad_inputs_raise_errors_that_say_the_fix():
         tiled_attention(q, k, v, is_causal="yes")
     with pytest.raises(ValueError, match="block_size"):
         online_softmax(torch.zeros(3), 0)
+    with pytest.raises(TypeError, match="is_causal"):  # any truthy value used to count as True
+        naive_attention(q, k, v, is_causal=1)
+    with pytest.raises(TypeError, match="causal"):
+        attention_flops(1, 2, 4, 4, 8, causal="no")
+    out, lse = tiled_attention_forward(q, k, v)
+    with pytest.raises(ValueError, match=r"lse should be a float tensor of shape \(1, 2, 4\)"):
+        tiled_attention_backward(q, k, v, out, lse[..., :3], out)
+    with pytest.raises(ValueError, match=r"grad_out should be a float tensor of shape \(1, 2, 4, 8\)"):
+        tiled_attention_backward(q, k, v, out, lse, out.transpose(-1, -2))
+    with pytest.raises(ValueError, match="order.*'key', 'query'"):
+        tiled_attention_backward(q, k, v, out, lse, out, order="keys")
+    with pytest.raises(ValueError, match="key_len"):
+        causal_tiles(8, 2, 2, key_len=0)
 
 
 def test_flops_and_bytes_conventions():
@@ -186,7 +203,6 @@ def test_block_update_carries_the_softmax_across_tiles():
     expected = torch.softmax(q @ k[:9].T / 2.0, dim=-1) @ v[:9]
     torch.testing.assert_close(acc / l[:, None], expected)
     torch.testing.assert_close(m + torch.log(l), torch.logsumexp(q @ k[:9].T / 2.0, dim=-1))
-    assert checks.EXERCISES["block_update"].reference is block_update
     with pytest.raises(ValueError, match="allowed should broadcast"):
         block_update(m, l, acc, q, k[:4], v[:4], torch.ones(3, dtype=torch.bool))
     with pytest.raises(ValueError, match="m and l should be"):
@@ -201,3 +217,130 @@ def test_online_softmax_blocks_show_the_rescale():
     for end, m, l in states:
         assert m.item() == row[0, :end].max().item()
         assert abs(l.item() - torch.exp(row[0, :end] - m).sum().item()) < 1e-12
+
+
+def _state(scores: torch.Tensor, v: torch.Tensor, keys: torch.Tensor):
+    """The softmax state (m, l, o) of each query over the keys ``keys`` (a bool (n_k,) selection), computed directly."""
+    s = scores[:, keys]
+    m = s.amax(dim=1) if s.shape[1] else torch.full((scores.shape[0],), float("-inf"), dtype=scores.dtype)
+    p = torch.exp(s - m[:, None]) if s.shape[1] else s
+    return m, p.sum(dim=1), p @ v[keys]
+
+
+def test_merge_softmax_states_gives_the_state_over_all_keys():
+    """Two states over disjoint sets of keys (not contiguous) merge into the state over their union: o / l is the
+    softmax attention over all keys and m + log l their log-sum-exp; the merge is symmetric, chains, and leaves its
+    inputs alone."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(n, dim, generator=g, dtype=torch.float64) for n, dim in ((6, 4), (11, 4), (11, 3)))
+    scores = q @ k.T / 2.0 + torch.linspace(0, 6, 11, dtype=torch.float64)  # later keys raise the maximum
+    first = torch.rand(11, generator=g) < 0.5
+    a, b = _state(scores, v, first), _state(scores, v, ~first)
+    before = [x.clone() for x in (*a, *b)]
+    m, l, o = merge_softmax_states(*a, *b)
+    assert all(torch.equal(x, y) for x, y in zip(before, (*a, *b), strict=True))
+    torch.testing.assert_close(o / l[:, None], torch.softmax(scores, dim=1) @ v)
+    torch.testing.assert_close(m + torch.log(l), torch.logsumexp(scores, dim=1))
+    for x, y in zip(merge_softmax_states(*b, *a), (m, l, o), strict=True):
+        torch.testing.assert_close(x, y)
+    thirds = [torch.arange(11) % 3 == r for r in range(3)]
+    chained = merge_softmax_states(*merge_softmax_states(*_state(scores, v, thirds[0]), *_state(scores, v, thirds[1])),
+                                   *_state(scores, v, thirds[2]))  # fmt: skip
+    for x, y in zip(chained, (m, l, o), strict=True):
+        torch.testing.assert_close(x, y)
+
+
+def test_merging_an_empty_state():
+    """A state over no keys (m = -inf, l = 0, o = 0) adds nothing; two of them give another, not NaN."""
+    g = torch.Generator().manual_seed(6)
+    full = (torch.randn(3, generator=g), torch.rand(3, generator=g) + 1, torch.randn(3, 2, generator=g))
+    empty = (torch.full((3,), float("-inf")), torch.zeros(3), torch.zeros(3, 2))
+    for merged in (merge_softmax_states(*full, *empty), merge_softmax_states(*empty, *full)):
+        assert all(torch.equal(x, y) for x, y in zip(merged, full, strict=True))
+    m, l, o = merge_softmax_states(*empty, *empty)
+    assert torch.equal(m, empty[0]) and torch.equal(l, empty[1]) and torch.equal(o, empty[2])
+    with pytest.raises(ValueError, match="same queries"):
+        merge_softmax_states(*full, empty[0][:2], empty[1][:2], empty[2][:2])
+    with pytest.raises(ValueError, match="a softmax state is m"):
+        merge_softmax_states(full[0], full[1][:2], full[2], *empty)
+
+
+@pytest.mark.parametrize("block_q, block_k", [(3, 4), (4, 4), (5, 2)])
+def test_causal_block_update_over_every_tile_is_causal_attention(block_q, block_k):
+    """Every tile of a causal pass through causal_block_update (those above the diagonal too: fully masked, they
+    change nothing), then acc / l, equals causal attention; a split that starts in the middle of the sequence,
+    merged with the one before it, too, though its first tile has rows that see no key (they stay empty, not NaN)."""
+    g = torch.Generator().manual_seed(7)
+    n, d = 11, 4
+    q, k, v = torch.randn(n, d, generator=g), torch.randn(n, d, generator=g), torch.randn(n, 3, generator=g)
+    expected = naive_attention(q, k, v, is_causal=True)
+
+    def state_over(q_start, q_end, key_starts):
+        m, l, acc = (
+            torch.full((q_end - q_start,), float("-inf")),
+            torch.zeros(q_end - q_start),
+            torch.zeros(q_end - q_start, 3),
+        )
+        for k_start in key_starts:
+            k_end = min(k_start + block_k, n)
+            m, l, acc = causal_block_update(m, l, acc, q[q_start:q_end], k[k_start:k_end], v[k_start:k_end],
+                                            q_start, k_start)  # fmt: skip
+        return m, l, acc
+
+    split = block_k * 1  # the second split starts at key block 1
+    for q_start in range(0, n, block_q):
+        q_end = min(q_start + block_q, n)
+        m, l, acc = state_over(q_start, q_end, range(0, n, block_k))
+        torch.testing.assert_close(acc / l[:, None], expected[q_start:q_end])
+        late = state_over(q_start, q_end, range(split, n, block_k))
+        empty = torch.arange(q_start, q_end) < split  # rows before the split's first key: nothing to attend
+        assert torch.isinf(late[0][empty]).all() and (late[1][empty] == 0).all() and (late[2][empty] == 0).all()
+        assert not any(torch.isnan(x).any() for x in late)
+        m, l, acc = merge_softmax_states(*state_over(q_start, q_end, range(0, split, block_k)), *late)
+        torch.testing.assert_close(acc / l[:, None], expected[q_start:q_end])
+
+
+def test_the_exercises_references_are_these_functions():
+    for name, fn in (("merge_softmax_states", merge_softmax_states), ("causal_block_update", causal_block_update),
+                     ("tile_backward", tile_backward)):  # fmt: skip
+        assert checks.EXERCISES[name].reference is fn
+
+
+def test_causal_block_update_checks_its_positions():
+    m, l, acc = torch.zeros(2), torch.ones(2), torch.zeros(2, 3)
+    q, k, v = torch.zeros(2, 4), torch.zeros(3, 4), torch.zeros(3, 3)
+    with pytest.raises(ValueError, match="q_start"):
+        causal_block_update(m, l, acc, q, k, v, -1, 0)
+    with pytest.raises(TypeError, match="k_start"):
+        causal_block_update(m, l, acc, q, k, v, 0, 1.5)
+    with pytest.raises(ValueError, match="v_block"):
+        causal_block_update(m, l, acc, q, k, v[:2], 0, 0)
+
+
+def test_tile_backward_summed_over_the_tiles_is_autograd():
+    """The contributions of every tile, rebuilt from the forward's log-sum-exp and D = rowsum(dO * O), sum to the
+    gradients PyTorch autograd gives for naive attention (float64, partial last blocks both ways)."""
+    g = torch.Generator().manual_seed(8)
+    n_q, n_k, d, dv_dim, block_q, block_k = 7, 10, 4, 3, 3, 4
+    q, k = torch.randn(n_q, d, generator=g, dtype=torch.float64), torch.randn(n_k, d, generator=g, dtype=torch.float64)
+    v = torch.randn(n_k, dv_dim, generator=g, dtype=torch.float64)
+    grad_out = torch.randn(n_q, dv_dim, generator=g, dtype=torch.float64)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    out = naive_attention(*leaves)
+    out.backward(grad_out)
+    lse = torch.logsumexp(q @ k.T / 2.0, dim=1)
+    d_row = (grad_out * out.detach()).sum(dim=1)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    for qs in range(0, n_q, block_q):
+        for ks in range(0, n_k, block_k):
+            rows, keys = slice(qs, qs + block_q), slice(ks, ks + block_k)
+            tq, tk, tv = tile_backward(q[rows], k[keys], v[keys], grad_out[rows], lse[rows], d_row[rows])
+            dq[qs : qs + block_q] += tq
+            dk[ks : ks + block_k] += tk
+            dv[ks : ks + block_k] += tv
+    for ours, leaf in zip((dq, dk, dv), leaves, strict=True):
+        torch.testing.assert_close(ours, leaf.grad)
+    with pytest.raises(ValueError, match="lse should be one number per query"):
+        tile_backward(q[:3], k[:4], v[:4], grad_out[:3], lse[:2], d_row[:3])
+    with pytest.raises(ValueError, match="do_block should be the gradient"):
+        tile_backward(q[:3], k[:4], v[:4], grad_out[:2], lse[:3], d_row[:3])

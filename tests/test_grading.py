@@ -11,6 +11,9 @@ One grader run (``--jobs 2``) over a folder of:
 * hangs and crashes: a function that ignores SIGALRM and loops, one that calls ``os._exit`` (the
   kernel stops the child process that calls them); a cell whose loop swallows KeyboardInterrupt,
   and a function that ignores SIGALRM in a kernel without ``os.fork`` (the worker stops the kernel);
+  Triton kernels (lesson 08, under the interpreter) that loop forever, read far out of bounds (stopped by
+  the launcher's memory check and reported), and read far out of bounds with that check sabotaged
+  (the process running it dies);
 * an attacker that tries to delete and overwrite its neighbours, plant a notebook, write the
   output files, start a detached process that writes after grading, use 64 GiB, start 200
   processes and reach the network, and reports what it saw through its function's printing
@@ -44,9 +47,11 @@ ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS, EXERCISE_DIR = ROOT / "solutions", ROOT / "exercises"
 TIMEOUT = 10  # seconds for a submission's own cells: far more than a solution needs, and a hang's cost
 TIME_LIMIT = 1  # seconds per call of a learner's function
-MARKER = "987.654"  # in the command line of the attacker's detached process
+# in the command line of the attacker's detached process (`sleep MARKER`): a number of this test run's own, so that
+# another test run on the same machine (another worktree, CI) cannot be mistaken for a survivor of this one
+MARKER = f"987.{os.getpid():07d}"
 BWRAP = sandbox.find_bwrap() is not None
-L01, L02 = "01_rnn_bottleneck", "02_bahdanau_attention"
+L01, L02, L08 = "01_rnn_bottleneck", "02_bahdanau_attention", "08_flash_attention"
 
 
 def read(path: Path):
@@ -169,7 +174,27 @@ for child in children:
     child.wait()
 """
 
+UNCHECKED = """\
+import contextlib
+
+import attnedu.triton_basics as unchecked
+
+_launch = unchecked._launch
+
+
+def launch_unchecked(kernel, *args, **kwargs):  # the causal kernel runs without the memory check
+    if "causal" in kernel.fn.__name__:
+        unchecked._checked = lambda buffers: contextlib.nullcontext()
+    return _launch(kernel, *args, **kwargs)
+
+
+unchecked._launch = launch_unchecked
+"""
+
 REPORT_PROBE = '    print("PROBE " + json.dumps(seen, separators=(",", ":")))\n'
+
+
+GRADER_ENV = {**os.environ, "ATTNEDU_PROGRESS": "0", "PYTHONPATH": str(ROOT)}  # this tree's grader and package
 
 
 def write_submissions(folder: Path, out: Path, report: Path, target: tuple[str, int]) -> None:
@@ -211,6 +236,14 @@ def write_submissions(folder: Path, out: Path, report: Path, target: tuple[str, 
     swallow.cells.append(nbformat.v4.new_code_cell(SWALLOW_INTERRUPT))
     nbformat.write(swallow, folder / "00_swallow.ipynb")  # the longest: graded first, so the two jobs end together
 
+    kernels = solution(L08)  # Triton kernels: one loops forever, one reads far away, one does with the check off
+    prepend_to_body(kernels, "softmax_kernel", "    while row >= 0:\n        row = row + 0\n")
+    prepend_to_body(kernels, "attention_kernel", f"    q = tl.load(Q + rows[:, None] * stride_q * {10**8})\n")
+    far = f"    q = tl.load(Q + (rows[:, None] * stride_q).to(tl.int64) * {2**40})\n"  # 4 TiB away: SIGSEGV
+    prepend_to_body(kernels, "causal_attention_kernel", far)
+    insert_after(kernels, "import triton.language as tl", UNCHECKED)
+    nbformat.write(kernels, folder / "08_kernels.ipynb")
+
     # the attacker (only where a sandbox will hold it: never run it loose on a machine)
     mounts = {"work"} | {p.relative_to("/tmp").parts[0] for p in sandbox.needed_paths() if Path("/tmp") in p.parents}
     attack = ATTACK.format(
@@ -226,8 +259,15 @@ def fingerprint(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
-def sandbox_processes() -> list[str]:
-    """Command lines of live processes that belong to a sandbox: the marker, or a sandbox user."""
+def run_users(stdout: str) -> range:
+    """The sandbox users a grader run says were its own (run as root), else an empty range."""
+    found = re.search(r"as sandbox users (\d+)-(\d+) \(this run's own\)", stdout)
+    return range(int(found.group(1)), int(found.group(2)) + 1) if found else range(0)
+
+
+def sandbox_processes(uids: range) -> list[str]:
+    """Command lines of live processes that belong to one grading run's sandboxes: its users ``uids``, or this
+    test run's marker. Another grading run's processes on the same machine are not counted."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -237,7 +277,7 @@ def sandbox_processes() -> list[str]:
             uid = int((entry / "status").read_text().split("\nUid:")[1].split()[0])
         except (OSError, IndexError, ValueError):
             continue
-        if MARKER in cmdline or uid in sandbox.ROOT_MODE_UIDS:
+        if MARKER in cmdline or uid in uids:
             found.append(f"{entry.name} uid={uid}: {cmdline}")
     return found
 
@@ -271,13 +311,11 @@ def graded(tmp_path_factory, listener):
     write_submissions(folder, out, report, listener)
     before = fingerprint(folder)
     command = [sys.executable, "-m", "attnedu.grade", str(folder), "--out", str(out), "--jobs", "2"]
-    command += ["--timeout", str(TIMEOUT), "--time-limit", str(TIME_LIMIT)]
+    command += ["--timeout", str(TIMEOUT), "--time-limit", str(TIME_LIMIT), "--feedback", "full"]
     start = time.monotonic()
-    run = subprocess.run(
-        command, capture_output=True, text=True, env={**os.environ, "ATTNEDU_PROGRESS": "0"}, timeout=300
-    )
+    run = subprocess.run(command, capture_output=True, text=True, env=GRADER_ENV, timeout=300)
     seconds = time.monotonic() - start
-    survivors = sandbox_processes()
+    survivors = sandbox_processes(run_users(run.stdout))
     assert run.returncode == 0, run.stdout + run.stderr
     with open(out, newline="", encoding="utf-8") as f:
         table = {row["submission"]: row for row in csv.DictReader(f)}
@@ -400,6 +438,23 @@ def test_a_hang_and_a_crash_cost_only_their_own_exercises(graded):
     assert float(row["seconds"]) < budget(L02) and "ran past the budget" not in row["notes"], row
 
 
+def test_triton_kernels_that_hang_or_read_far_away_cost_only_their_own_exercises(graded):
+    """Under the interpreter, in the sandbox: a kernel that loops forever is stopped by its time limit; one that
+    reads far out of bounds is stopped before the read, and told where; with that check sabotaged, the read ends the
+    process running the calls, and the grader goes on."""
+    row = graded["table"]["08_kernels.ipynb"]
+    assert row["notebook"] == "ok", row
+    statuses = dict(zip(LESSONS[L08], [row[f"{name}_status"] for name in LESSONS[L08]], strict=True))
+    assert statuses.pop("softmax_kernel") == "timeout", row
+    assert statuses.pop("attention_kernel") == "failed", row
+    assert statuses.pop("causal_attention_kernel") == "crashed", row
+    assert set(statuses.values()) == {"passed"} and row["total"] == str(len(LESSONS[L08]) - 3), row
+    assert "far outside every tensor" in row["attention_kernel_message"]
+    assert "in the line `q = tl.load(Q + rows[:, None] * stride_q * 100000000)`" in row["attention_kernel_message"]
+    assert "softmax_kernel: hung" in row["notes"] and "causal_attention_kernel: crashed" in row["notes"], row
+    assert float(row["seconds"]) < budget(L08) and "ran past the budget" not in row["notes"], row
+
+
 def test_a_cell_that_swallows_interrupts_and_a_kernel_that_hangs_are_stopped_from_outside(graded):
     row = graded["table"]["00_swallow.ipynb"]  # its last cell: stopped from outside, restarted, re-run
     assert row["notebook"] == "timeout" and "ignored the interrupt" in row["notes"], row
@@ -488,6 +543,154 @@ def test_grader_time(graded):
 
 
 # --------------------------------------------------------------------------------------------
+# Two grading runs on one machine
+# --------------------------------------------------------------------------------------------
+
+
+def test_two_grading_runs_at_once_each_with_its_own_sandbox_users(tmp_path):
+    """Two graders started together on small folders (two instructors on one machine): both finish, each with
+    full marks, each run's sandboxes as users of its own, and each run's survivor check counts its own
+    processes only: when the quick run ends, the slow one's sandbox is still running, under other users."""
+    runs = {}
+    for name, pause in (("slow", 20), ("quick", 0)):  # the slow one first: its sandbox outlives the quick run
+        folder, results = tmp_path / name, tmp_path / f"{name}_results"
+        folder.mkdir()
+        nb = solution(L01)
+        if pause:
+            insert_after(nb, "setup_notebook", f"import time\n\ntime.sleep({pause})")
+        nbformat.write(nb, folder / f"{name}.ipynb")
+        command = [sys.executable, "-m", "attnedu.grade", str(folder), "--out", str(results / "scores.csv")]
+        command += ["--timeout", "60", "--time-limit", str(TIME_LIMIT)]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=GRADER_ENV)
+        runs[name] = (process, results / "scores.csv")
+        time.sleep(1)
+    quick, slow = runs["quick"][0], runs["slow"][0]
+    quick_out, quick_err = quick.communicate(timeout=240)
+    quick_survivors = sandbox_processes(run_users(quick_out))
+    others = [line for line in sandbox_processes(sandbox.ROOT_MODE_UIDS) if MARKER not in line]
+    slow_running = slow.poll() is None
+    slow_out, slow_err = slow.communicate(timeout=240)
+    assert quick.returncode == 0, quick_out + quick_err
+    assert slow.returncode == 0, slow_out + slow_err
+    for name, (_, scores) in runs.items():
+        with open(scores, newline="", encoding="utf-8") as f:
+            (row,) = csv.DictReader(f)
+        assert statuses(row, L01) == ["passed"] * 4, (name, row)
+    assert quick_survivors == []  # its own check passes, whatever the other run is doing
+    assert sandbox_processes(run_users(slow_out)) == []
+    if os.geteuid() == 0 and BWRAP:  # as root each run's sandboxes are users of its own
+        mine, theirs = run_users(quick_out), run_users(slow_out)
+        assert len(mine) and len(theirs) and not set(mine) & set(theirs), (quick_out, slow_out)
+        assert slow_running and others, "the slow run's sandbox should still have been running"
+        # the old check (any sandbox user) would have counted these as the quick run's survivors
+        assert any(int(line.split("uid=")[1].split(":")[0]) in theirs for line in others), others
+
+
+def test_each_run_claims_a_block_of_users_released_however_it_ends(tmp_path):
+    from attnedu.grading import users
+
+    nobody = lambda uids: []  # noqa: E731  (no process owns any of these users)
+    first, second = users.claim(tmp_path, live=nobody), users.claim(tmp_path, live=nobody)
+    assert first.uids == range(64000, 64100) and second.uids == range(64100, 64200)
+    first.release()
+    again = users.claim(tmp_path, live=nobody)
+    assert again.uids == first.uids  # released at the end of a run: free again
+
+    # a run that is killed never releases its block: the kernel drops its lock with the process
+    holder = (
+        "import pathlib, sys, time\nfrom attnedu.grading import users\n"
+        "claim = users.claim(pathlib.Path(sys.argv[1]), live=lambda uids: [])\nprint(claim.uids.start, flush=True)\n"
+        "time.sleep(120)"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", holder, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=GRADER_ENV
+    )
+    held = int(child.stdout.readline())
+    assert held == 64200
+    while_alive = users.claim(tmp_path, live=nobody)
+    assert while_alive.uids.start == 64300  # taken while its run lives
+    child.kill()
+    child.wait()
+    after_crash = users.claim(tmp_path, live=nobody)
+    assert after_crash.uids.start == 64200  # free once it is gone
+
+    # a free block whose users still own processes (a run that could not clean up) is passed over
+    leftover = users.claim(tmp_path, live=lambda uids: [(1, 64400, "sleep")] if 64400 in uids else [])
+    assert leftover.uids.start == 64500
+    # every block taken: an error that says why
+    with pytest.raises(users.UsersTaken, match="every block of sandbox users") as taken:
+        users.claim(tmp_path, pool=range(64000, 64200), live=nobody)
+    assert "another grading run" in str(taken.value)
+    for claim in (second, again, while_alive, after_crash, leftover):
+        claim.release()
+
+
+# --------------------------------------------------------------------------------------------
+# Feedback levels
+# --------------------------------------------------------------------------------------------
+
+
+def feedback_case(hint):
+    from attnedu.grading.grader import ExerciseResult, Graded
+    from attnedu.grading.reports import rows
+
+    results = [
+        ExerciseResult("additive_score", "passed"),
+        ExerciseResult("masked_softmax", "failed", "on test case 1 of 6 (x): softmax over the wrong axis", hint, "hi"),
+        ExerciseResult("context_vector", "not_attempted", "no function named `context_vector` was defined."),
+        ExerciseResult("decoder_step", "flagged", "scored 0: the function is the course's own `attnedu.x`"),
+        ExerciseResult("coverage", "passed"),
+    ]
+    graded = Graded("student.ipynb", L02, "cell errors", ["cell 3: ZeroDivisionError: division by zero"], results)
+    _, (row,) = rows([graded])
+    return graded, row
+
+
+@pytest.mark.parametrize("hint", ["Sum over the source positions.", ("A nudge.", "The formula.", "The code.")])
+def test_feedback_levels(hint):
+    from attnedu.grading.reports import feedback
+
+    graded, row = feedback_case(hint)
+    steps = [hint] if isinstance(hint, str) else list(hint)
+    full = feedback(graded, row, "full")
+    assert "**Score: 2 / 5**" in full and "softmax over the wrong axis" in full and "hi" in full
+    assert all(step in full for step in steps) and "ZeroDivisionError" in full
+    if len(steps) > 1:
+        assert "1. A nudge." in full and "3. The code." in full  # every step, in order
+    else:
+        assert f"Hint: {hint}" in full
+
+    diagnosis = feedback(graded, row, "diagnosis")
+    assert "softmax over the wrong axis" in diagnosis and "ZeroDivisionError" in diagnosis
+    assert not any(step in diagnosis for step in steps) and 'hint("name")' in diagnosis
+
+    score = feedback(graded, row, "score")
+    assert "**Score: 2 / 5**" in score and "`masked_softmax`: failed" in score and "`coverage`: passed" in score
+    assert "wrong axis" not in score and "ZeroDivisionError" not in score and "Your function printed" not in score
+    assert not any(step in score for step in steps)
+    assert "the course's own" in score  # why an exercise scored 0 for conduct is not a hint
+    with pytest.raises(ValueError, match="feedback level"):
+        feedback(graded, row, "everything")
+
+
+def test_feedback_option(tmp_path, capsys, monkeypatch):
+    from attnedu.grading.cli import parse
+
+    assert parse(["subs"]).feedback == "diagnosis"  # the default gives no hint away
+    assert parse(["subs", "--feedback", "score"]).feedback == "score"
+    with pytest.raises(SystemExit):
+        parse(["subs", "--feedback", "everything"])
+    nb = nbformat.v4.new_notebook(metadata={"attnedu": {"lesson": L01}})  # nothing defined: quick
+    nbformat.write(nb, tmp_path / "empty.ipynb")
+    monkeypatch.setenv("PATH", "/nonexistent")  # no bwrap: no kernel sandbox needed for an empty notebook
+    monkeypatch.setenv("ATTNEDU_PROGRESS", "0")
+    code, out, _ = grade_in_process(capsys, str(tmp_path / "empty.ipynb"), "--out", str(tmp_path / "s.csv"))
+    assert code == 0 and "feedback: diagnosis" in out
+    summary = (tmp_path / "s_report" / "summary.md").read_text(encoding="utf-8")
+    assert "at level `diagnosis`" in summary
+
+
+# --------------------------------------------------------------------------------------------
 # Command-line errors and the unsandboxed fallback (no grading of real notebooks: fast)
 # --------------------------------------------------------------------------------------------
 
@@ -512,6 +715,8 @@ def test_errors_that_teach(tmp_path, capsys):
     assert code == 2 and "inside the submissions folder" in err
     code, _, err = grade_in_process(capsys, str(tmp_path / "subs"), "--jobs", "0")
     assert code == 2 and "--jobs must be positive" in err
+    code, _, err = grade_in_process(capsys, str(tmp_path / "subs"), "--jobs", "101")
+    assert code == 2 and "at once" in err
 
 
 def test_bwrap_that_fails_is_an_error_with_the_fix(tmp_path, capsys, monkeypatch):

@@ -1,6 +1,7 @@
 """`make lab` must really start JupyterLab, and the course must work in it: a server runs
 headless on 127.0.0.1 over a temporary copy of the notebooks (so autosave can never touch the
-stored outputs), and Chromium drives it where a browser is needed."""
+stored outputs, and the course's own work/ is never touched), with work/ filled as `make lab` fills
+it, and Chromium drives it where a browser is needed."""
 
 from __future__ import annotations
 
@@ -44,10 +45,11 @@ def _lab_module():
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """Base URL of a running JupyterLab, started by make lab's own command over a copy of the course
-    (lessons and exercises; autosave must never touch the stored outputs)."""
+    (lessons and exercises, and work/ filled from them; autosave must never touch the stored outputs)."""
     root = tmp_path_factory.mktemp("lab")
     for folder in ("notebooks", "exercises"):
         shutil.copytree(ROOT / folder, root / folder)
+    _lab_module().prepare_work(root)
     widget = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(WIDGET_CELL)])
     widget.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(widget, root / "widget.ipynb")
@@ -91,11 +93,15 @@ def test_jupyterlab_starts_and_serves_lesson_01(lab):
 
 
 def test_lab_is_rooted_at_the_course_and_opens_lesson_01(lab):
-    """The file browser must reach exercises/ (the lessons send learners there), and / opens lesson 01."""
+    """The file browser reaches the lessons and the learner's own exercises in work/ (the generated originals
+    in exercises/ are hidden, so that no one works in them), and / opens lesson 01."""
     base, _ = lab
     with urllib.request.urlopen(f"{base}/api/contents", timeout=10) as reply:
         names = {entry["name"] for entry in json.load(reply)["content"]}
-    assert {"notebooks", "exercises"} <= names, names
+    assert {"notebooks", "work"} <= names and "exercises" not in names, names
+    with urllib.request.urlopen(f"{base}/api/contents/work", timeout=10) as reply:
+        work = {entry["name"] for entry in json.load(reply)["content"]}
+    assert work == {p.name for p in (ROOT / "exercises").glob("*.ipynb")}, work
     opener = urllib.request.build_opener(_NoRedirect)
     with pytest.raises(urllib.error.HTTPError) as redirect:
         opener.open(f"{base}/", timeout=10)
@@ -142,10 +148,20 @@ def test_attention_stepper_slider_redraws_in_jupyterlab(lab, page):
 
 
 def test_exercise_checks_render_in_jupyterlab(lab, page):
-    """An untouched exercise notebook runs to the end and each check renders as 'not attempted'."""
-    run_all(page, lab[0], "exercises/02_bahdanau_attention.ipynb")
+    """An untouched exercise notebook (the learner's copy in work/) runs to the end and each check renders as
+    'not attempted'."""
+    run_all(page, lab[0], "work/02_bahdanau_attention.ipynb")
     # textContent, not the visible text: JupyterLab skips rendering cells scrolled out of view
     outputs = "Array.from(document.querySelectorAll('.jp-OutputArea-output')).map(e => e.textContent)"
     page.wait_for_function(f"{outputs}.filter(t => t.includes('not attempted yet')).length === 5", timeout=60_000)
     assert page.locator(".jp-RenderedMarkdown.jp-OutputArea-output").count() == 5  # the ⏳ Markdown result
     assert page.evaluate(f"{outputs}.filter(t => t.includes('Traceback')).length") == 0
+
+
+def test_make_lab_passes_args_to_jupyterlab():
+    """`make lab ARGS="--no-browser --port=8890"` (headless, another port) reaches JupyterLab's command line."""
+    done = subprocess.run(
+        ["make", "-n", "lab", "ARGS=--no-browser --port=8890"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert "tools/lab.py --no-browser --port=8890" in done.stdout, done.stdout + done.stderr
+    assert _lab_module().command(["--no-browser", "--port=8890"])[-2:] == ["--no-browser", "--port=8890"]

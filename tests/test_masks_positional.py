@@ -14,8 +14,10 @@ from attnedu.attention import scaled_dot_product_attention
 from attnedu.masks import (
     causal_mask,
     causal_padding_mask,
+    document_mask,
     from_additive,
     global_window_mask,
+    local_global_mask,
     padding_mask,
     prefix_lm_mask,
     sliding_window_mask,
@@ -28,6 +30,9 @@ from attnedu.positional import (
     alibi_bias,
     alibi_slopes,
     apply_rope,
+    interpolated_positions,
+    ntk_aware_base,
+    rope_angles,
     sinusoidal_encoding,
 )
 from attnedu.transformer import TinyTransformer
@@ -145,6 +150,98 @@ def test_alibi_slopes_and_bias():
     assert torch.allclose(alibi_slopes(8), torch.tensor([2.0**-k for k in range(1, 9)]))
     bias = alibi_bias(2, 3)
     assert bias.shape == (2, 3, 3) and bias[0, 2, 0] == -2 * 2.0**-4 and bias[1, 2, 2] == 0
+
+
+# Computed by hand from the rule of Press et al.'s reference implementation (ofirpress/attention_with_linear_biases,
+# get_slopes): a power of two n gets 2^(-8/n), 2^(-16/n), ..., 2^(-8); any other number of heads H the slopes of the
+# closest power of two below, n, then every other slope of 2n (the 1st, 3rd, 5th, ...), H - n of them.
+ALIBI_BY_HAND = {
+    1: [2.0**-8],
+    4: [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8],
+    8: [2.0**-1, 2.0**-2, 2.0**-3, 2.0**-4, 2.0**-5, 2.0**-6, 2.0**-7, 2.0**-8],
+    6: [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3],  # the 4's, then slopes 1 and 3 of the 8's
+    12: [*(2.0**-k for k in range(1, 9)), 2.0**-0.5, 2.0**-1.5, 2.0**-2.5, 2.0**-3.5],  # the 8's, then the 16's
+    3: [2.0**-4, 2.0**-8, 2.0**-2],  # the 2's, then slope 1 of the 4's
+}
+
+
+@pytest.mark.parametrize("num_heads", sorted(ALIBI_BY_HAND))
+def test_alibi_slopes_for_any_number_of_heads(num_heads):
+    assert alibi_slopes(num_heads).tolist() == pytest.approx(ALIBI_BY_HAND[num_heads], rel=1e-6)
+    bias = alibi_bias(num_heads, 4)
+    assert bias[:, 3, 0].tolist() == pytest.approx([-3 * m for m in ALIBI_BY_HAND[num_heads]], rel=1e-6)
+
+
+def test_alibi_slopes_are_not_the_plain_formula_off_powers_of_two():
+    """The old bug: 2^(-8k/H) for every H. It agrees on powers of two only."""
+    for num_heads in (2, 4, 8, 16):
+        plain = [2.0 ** (-8 * k / num_heads) for k in range(1, num_heads + 1)]
+        assert alibi_slopes(num_heads).tolist() == pytest.approx(plain, rel=1e-6)
+    plain_6 = [2.0 ** (-8 * k / 6) for k in range(1, 7)]
+    assert alibi_slopes(6).tolist() != pytest.approx(plain_6, rel=1e-3)
+
+
+def test_position_interpolation_and_ntk_aware_base():
+    assert interpolated_positions(8, 4).tolist() == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]
+    assert interpolated_positions(3, 4).tolist() == [0.0, 1.0, 2.0]  # within the trained length: unchanged
+    base = ntk_aware_base(16, 4.0)
+    assert base == pytest.approx(10000 * 4 ** (16 / 14))
+    ratio = rope_angles(torch.tensor([1.0]), 16, base)[0] / rope_angles(torch.tensor([1.0]), 16)[0]
+    assert ratio[0] == pytest.approx(1.0) and ratio[-1] == pytest.approx(1 / 4)  # fastest pair kept, slowest / 4
+    assert bool((ratio[1:] < ratio[:-1]).all())  # the slower a pair turns, the more it is stretched
+    assert ntk_aware_base(16, 1.0) == 10000.0
+
+
+def test_rope_extension_reaches_the_model():
+    model = TinyTransformer(11, 11, d_model=16, num_heads=2, num_layers=1, positions="rope")
+    tokens = torch.randint(0, 11, (2, 8))
+    with torch.no_grad():
+        plain = model(tokens)
+        assert torch.equal(model(tokens, rope_positions=torch.arange(8), rope_base=10000.0), plain)
+        assert not torch.allclose(model(tokens, rope_positions=interpolated_positions(8, 4)), plain, atol=1e-4)
+        assert not torch.allclose(model(tokens, rope_base=ntk_aware_base(8, 2.0)), plain, atol=1e-4)
+    with pytest.raises(ValueError, match="positions='rope' only"):
+        TinyTransformer(11, 11, d_model=16, num_heads=2, num_layers=1, positions="alibi")(tokens, rope_base=2e4)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_document_mask_against_the_rule_entry_by_entry(seed):
+    """Query i may attend key j when both are in the same document and j <= i; padding (-1) is one more document."""
+    g = torch.Generator().manual_seed(seed)
+    batch, length = 3, 9
+    rows = []
+    for _ in range(batch):
+        cuts = sorted(torch.randint(1, length, (3,), generator=g).tolist())
+        ids = torch.zeros(length, dtype=torch.long)
+        for cut in cuts:
+            ids[cut:] += 1
+        ids[length - int(torch.randint(0, 3, (1,), generator=g)) :] = -1  # padding at the end
+        rows.append(ids)
+    document_ids = torch.stack(rows)
+    mask = document_mask(document_ids)
+    for b, i, j in itertools.product(range(batch), range(length), range(length)):
+        assert bool(mask[b, i, j]) == (bool(document_ids[b, i] == document_ids[b, j]) and j <= i), (b, i, j)
+    assert mask.diagonal(dim1=1, dim2=2).all()  # no empty row
+    one_document = document_mask(torch.zeros(2, 5, dtype=torch.long))
+    assert torch.equal(one_document, causal_mask(5)[None].expand(2, 5, 5))
+    with pytest.raises(TypeError, match="whole numbers"):
+        document_mask(torch.zeros(1, 3))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_local_global_mask_against_the_rule_entry_by_entry(seed):
+    """Query i may attend key j when |i - j| <= window or token i or token j is global, in its own sentence."""
+    g = torch.Generator().manual_seed(seed)
+    batch, length, window = 3, 8, int(torch.randint(0, 3, (1,), generator=g))
+    is_global = torch.rand(batch, length, generator=g) < 0.2
+    mask = local_global_mask(is_global, window)
+    for b, i, j in itertools.product(range(batch), range(length), range(length)):
+        rule = abs(i - j) <= window or bool(is_global[b, i]) or bool(is_global[b, j])
+        assert bool(mask[b, i, j]) == rule, (b, i, j)
+    positions = [0, 5]
+    flags = torch.zeros(1, length, dtype=torch.bool)
+    flags[0, positions] = True
+    assert torch.equal(local_global_mask(flags, 1)[0], global_window_mask(length, 1, positions))
 
 
 @pytest.mark.parametrize("seed", range(5))

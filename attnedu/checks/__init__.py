@@ -3,6 +3,7 @@ under the learner's function.
 
     check_additive_score(additive_score)     # shows ✅ passed, ❌ failed (and what is wrong) or ⏳ not attempted
     hint("additive_score")                   # or: result = check_additive_score(...); result.hint()
+    hint("apply_rope_interleaved", 2)        # a hint in steps: 1 a nudge, 2 the formula, 3 the code
 
 How a check works (the rule itself is in :func:`diagnosis.run_check`):
 
@@ -38,16 +39,18 @@ diagnoses in its own process with the same :func:`run_check`.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable, Mapping
 
-from . import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08
+from . import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09
 from .calling import MAX_PRINTED, TIME_LIMIT, grading_mode
 from .diagnosis import run_check
 from .exercise import Exercise
-from .results import FAILED, ICONS, NOT_ATTEMPTED, PASSED, CheckResult, Hint
+from .results import FAILED, ICONS, NOT_ATTEMPTED, PASSED, CheckResult, Hint, make_hint
 
 # The registry: every lesson's checks module lists its exercises in EXERCISES, in the order of its notebook.
-LESSON_MODULES = (lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08)
+LESSON_MODULES = (lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09)
 EXERCISES: dict[str, Exercise] = {e.name: e for module in LESSON_MODULES for e in module.EXERCISES}
 LESSONS: dict[str, list[str]] = {}
 for _name, _registered in EXERCISES.items():
@@ -60,12 +63,31 @@ def _exercise(name: str) -> Exercise:
     return EXERCISES[name]
 
 
+# `make check` (tools/check.py) sets this to a file: every check then appends its result to it, one JSON line
+RECORD_ENV = "ATTNEDU_CHECK_RECORD"
+
+
 def check(name: str, fn, time_limit: float = TIME_LIMIT) -> CheckResult:
     """Run the check of exercise ``name`` on ``fn``."""
     exercise = _exercise(name)
     if grading_mode():
         return CheckResult(name, NOT_ATTEMPTED, "not run here: the batch grader checks this function itself.")
-    return run_check(exercise, fn, time_limit)
+    result = run_check(exercise, fn, time_limit)
+    _record(result, exercise.lesson)
+    return result
+
+
+def _record(result: CheckResult, lesson: str) -> None:
+    """Append ``result`` to the file named by ``$ATTNEDU_CHECK_RECORD``, if set (for `make check`'s summary)."""
+    path = os.environ.get(RECORD_ENV)
+    if not path:
+        return
+    entry = {**result.to_dict(), "lesson": lesson, "reason": result.reason}
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(entry) + "\n")
+    except OSError:
+        pass
 
 
 def _signature(exercise: Exercise) -> str:
@@ -90,9 +112,11 @@ for _name, _registered in EXERCISES.items():
     globals()[f"check_{_name}"] = _check_function(_registered)
 
 
-def hint(name: str) -> Hint:
-    """The hint for exercise ``name``, e.g. ``hint("masked_softmax")``."""
-    return Hint(name, _exercise(name).hint)
+def hint(name: str, step: int | None = None) -> Hint:
+    """The hint for exercise ``name``, e.g. ``hint("masked_softmax")``. Some exercises give theirs in steps, a
+    nudge first, then the formula, then the code: ``hint("document_mask", 2)`` shows step 2 (each step names
+    the next). ``step`` is from 1; without it, the first step (or the one hint)."""
+    return make_hint(name, _exercise(name).hint, step)
 
 
 def grade_namespace(namespace: Mapping, lesson: str | None = None, time_limit: float = TIME_LIMIT) -> dict:

@@ -15,6 +15,7 @@ import copy
 import io
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -31,6 +32,9 @@ MAX_PRINTED = 500  # characters of the learner's printing kept in a result
 # Set by the batch grader in the kernels it starts: the check cells of a submission then return at once
 # (the grader calls the functions itself, from outside, see attnedu.grading).
 GRADING_ENV = "ATTNEDU_GRADING"
+# Errors a launcher raises about the learner's kernel or the notebook's state (attnedu.triton_basics): their message
+# is the diagnosis, shown as it is rather than as "your function raised ...".
+REPORTED_AS_IS = ("KernelError", "TritonModeError", "KernelMemoryError")
 
 
 def grading_mode() -> bool:
@@ -83,6 +87,7 @@ class Call:
     printed: str = ""
     gradients: tuple | None = None  # with gradients requested: input_gradients of the second call
     gradient_error: str = ""  # ... or what went wrong in that call ("RuntimeError: ...")
+    used_reference: str = ""  # the first forbidden function of the course's own that ran during the call, if any
 
 
 # How a check calls the learner's function: (case number from 1, the case, time limit) -> (what happened,
@@ -90,42 +95,95 @@ class Call:
 Caller = Callable[[int, Case, float], "tuple[Call, tuple]"]
 
 
-def in_process(fn: Callable, gradients: bool = False) -> Caller:
-    """Call ``fn`` in this process, on a fresh copy of each case's arguments (and, with ``gradients``, once more
-    on another copy to measure its input gradients)."""
+def in_process(
+    fn: Callable, gradients: bool = False, launch: Callable | None = None, forbidden: tuple[str, ...] = ()
+) -> Caller:
+    """Call ``fn`` (or ``launch(fn, ...)``) in this process, on a fresh copy of each case's arguments (and, with
+    ``gradients``, once more on another copy to measure its input gradients); ``forbidden``: see call_learner."""
 
     def call(number: int, case: Case, time_limit: float) -> tuple[Call, tuple]:
         learner_args = copy.deepcopy(case.args)
         spare = copy.deepcopy(case.args) if gradients else None
-        return call_learner(fn, learner_args, time_limit, spare), learner_args
+        return call_learner(fn, learner_args, time_limit, spare, launch, forbidden), learner_args
 
     return call
 
 
-def call_learner(fn: Callable, args: tuple, time_limit: float, gradient_args: tuple | None = None) -> Call:
-    """Call ``fn(*args)`` without letting it crash, flood the output or hang the caller. With ``gradient_args``
-    (another copy of the inputs), call it again on those with gradients on, within the same time limit, and record
-    :func:`input_gradients` (or what went wrong) in ``gradients`` (``gradient_error``)."""
+class _Watch:
+    """A profile function (``sys.setprofile``) that notes the first function to run whose code is in one of the
+    given files: the course's own modules that an exercise forbids (``Exercise.forbidden``)."""
+
+    def __init__(self, files: dict[str, str]):
+        self.files, self.found = files, ""
+
+    def __call__(self, frame, event, arg) -> None:
+        if event == "call" and not self.found:
+            module = self.files.get(frame.f_code.co_filename)
+            if module is not None:
+                self.found = f"{module}.{getattr(frame.f_code, 'co_qualname', frame.f_code.co_name)}"
+
+
+def module_files(modules: tuple[str, ...]) -> dict[str, str]:
+    """{source file: module name} for the given modules, as their functions' code objects name their files."""
+    files = {}
+    for name in modules:
+        module = sys.modules.get(name)
+        if module is None:
+            import importlib
+
+            module = importlib.import_module(name)
+        path = getattr(module, "__file__", None)
+        if path:
+            files[path] = name
+            files[os.path.realpath(path)] = name
+    return files
+
+
+def call_learner(
+    fn: Callable,
+    args: tuple,
+    time_limit: float,
+    gradient_args: tuple | None = None,
+    launch: Callable | None = None,
+    forbidden: tuple[str, ...] = (),
+) -> Call:
+    """Call ``fn(*args)`` (or, for an answer that is not called directly, such as a Triton kernel,
+    ``launch(fn, *args)``) without letting it crash, flood the output or hang the caller.
+
+    ``forbidden`` names modules of the course (e.g. ``("attnedu.positional",)``) whose code the function must not
+    run: an exercise that asks the learner to write something themselves. If any of their functions runs during
+    the call (``fn`` is one, or calls one, however it got hold of it), ``Call.used_reference`` names the first.
+
+    With ``gradient_args`` (another copy of the inputs), call ``fn`` again on those with gradients on, within the
+    same time limit, and record :func:`input_gradients` (or what went wrong) in ``gradients`` (``gradient_error``)."""
     call = Call()
     sink = _BoundedText(MAX_PRINTED)
     raised: list[BaseException] = []
+    watch = _Watch(module_files(forbidden)) if forbidden else None
 
     def run() -> None:
+        previous = sys.getprofile() if watch is not None else None
         try:
+            if watch is not None:
+                sys.setprofile(watch)  # this thread only, for this call only
             with torch.no_grad():
-                call.value = fn(*args)
+                call.value = fn(*args) if launch is None else launch(fn, *args)
         except (_Timeout, KeyboardInterrupt):
             raise
         except BaseException as err:  # SystemExit too: a check must not end the kernel
             raised.append(err)
+        finally:
+            if watch is not None:
+                sys.setprofile(previous)
+                call.used_reference = watch.found
+        if raised or gradient_args is None:
             return
-        if gradient_args is not None:
-            try:
-                call.gradients = input_gradients(fn, gradient_args)
-            except (_Timeout, KeyboardInterrupt):
-                raise
-            except BaseException as err:
-                call.gradient_error = f"{type(err).__name__}: {_message(err)}"[:500]
+        try:
+            call.gradients = input_gradients(fn, gradient_args)
+        except (_Timeout, KeyboardInterrupt):
+            raise
+        except BaseException as err:
+            call.gradient_error = f"{type(err).__name__}: {_message(err)}"[:500]
 
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
@@ -243,6 +301,7 @@ def inputs_unchanged(original, copied) -> bool:
 
 def _learner_line(err: BaseException, fn: Callable) -> str:
     """The line of the learner's own code where ``err`` was raised, if it was raised there."""
-    filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    code = getattr(fn, "__code__", None) or getattr(getattr(fn, "fn", None), "__code__", None)  # a Triton kernel
+    filename = getattr(code, "co_filename", None)
     frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == filename and f.line]
     return f" (in the line `{frames[-1].line.strip()}`)" if frames else ""

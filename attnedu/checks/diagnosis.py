@@ -12,8 +12,17 @@ from dataclasses import dataclass
 
 import torch
 
-from .calling import TIME_LIMIT, Call, Caller, gradient_leaves, in_process, input_gradients, inputs_unchanged
-from .exercise import LARGE, TAG_ORDER, Case, Exercise, Layout, Variant
+from .calling import (
+    REPORTED_AS_IS,
+    TIME_LIMIT,
+    Call,
+    Caller,
+    gradient_leaves,
+    in_process,
+    input_gradients,
+    inputs_unchanged,
+)
+from .exercise import LARGE, SENTENCES, TAG_ORDER, Case, Exercise, Layout, Variant
 from .results import CRASHED, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT, CheckResult
 
 # --------------------------------------------------------------------------------------------
@@ -117,25 +126,28 @@ def _listed(numbers: list[int]) -> str:
     return ", ".join(str(n) for n in numbers)
 
 
-def _where(wrong: torch.Tensor, layout: Layout | None) -> list[str]:
-    """Facts about where the True entries of ``wrong`` lie: which sentences, which positions, which half."""
+def _where(wrong: torch.Tensor, layout: Layout | None, unit: tuple[str, str, str] = SENTENCES) -> list[str]:
+    """Facts about where the True entries of ``wrong`` lie: which sentences (``unit``: what an index of the first
+    axis is), which positions, which half."""
     if wrong.dim() == 0 or not bool(wrong.any()):
         return []
     notes = []
+    one, many, index_word = unit
     batch = wrong.shape[0]
     rows = wrong.reshape(batch, -1).any(dim=1)
     bad = _indices(rows)
     if batch > 1 and len(bad) < batch:
         good = _indices(~rows)
         if len(bad) == 1:
-            notes.append(f"all in one sentence, batch index {bad[0]}; the other sentences match")
+            notes.append(f"all in one {one}, {index_word} {bad[0]}; the other {many} match")
         else:
-            notes.append(f"in the sentences at batch indices {_listed(bad)}; those at {_listed(good)} match")
+            indices = index_word.replace("index", "indices")
+            notes.append(f"in the {many} at {indices} {_listed(bad)}; those at {_listed(good)} match")
     if layout is None:
         return notes
     if layout.positions is not None and wrong.dim() > layout.positions:
         by_position = wrong.movedim(layout.positions, 1).reshape(batch, wrong.shape[layout.positions], -1)
-        positions = _where_positions(by_position.any(dim=-1), layout)
+        positions = _where_positions(by_position.any(dim=-1), layout, one)
         if positions and "fully masked row" in positions[0]:
             notes = []  # says which row already
         notes += positions
@@ -151,7 +163,7 @@ def _where(wrong: torch.Tensor, layout: Layout | None) -> list[str]:
     return notes
 
 
-def _where_positions(wrong: torch.Tensor, layout: Layout) -> list[str]:
+def _where_positions(wrong: torch.Tensor, layout: Layout, one: str = "sentence") -> list[str]:
     """``wrong``: (batch, positions) bool. Facts about which positions differ."""
     notes = []
     batch, length = wrong.shape
@@ -175,9 +187,9 @@ def _where_positions(wrong: torch.Tensor, layout: Layout) -> list[str]:
             last_real = columns == (lengths - 1)[:, None]
             first_pad = columns == lengths[:, None]
             if bool((wrong <= last_real).all()) and bool((lengths > 1).any()):
-                notes.append("only at each sentence's last real position (index length - 1)")
+                notes.append(f"only at each {one}'s last real position (index length - 1)")
             elif bool((wrong <= first_pad).all()):
-                notes.append("only at the first padding position after a sentence (index length)")
+                notes.append(f"only at the first padding position after a {one} (index length)")
     columns = wrong.any(dim=0)
     if length > 1 and not notes:
         if _indices(columns) == [0]:
@@ -188,10 +200,18 @@ def _where_positions(wrong: torch.Tensor, layout: Layout) -> list[str]:
 
 
 def _output_problem(
-    expected: torch.Tensor, got, names: tuple[str, ...], what: str, layout: Layout | None, large: bool
+    expected: torch.Tensor,
+    got,
+    names: tuple[str, ...],
+    what: str,
+    layout: Layout | None,
+    large: bool,
+    exercise: Exercise | None = None,
+    output: int = 0,
 ) -> tuple[str, list[str]]:
     """What is wrong with one output, and the kinds of finding it states ("type", "dtype", "shape", "nonfinite",
     "where", "count")."""
+    unit = exercise.unit(output) if exercise is not None else SENTENCES
     if not isinstance(got, torch.Tensor):
         shape = _shape_text(names, expected.shape)
         return f"{what} should be a torch.Tensor of shape {shape}, got {describe(got)}.", ["type"]
@@ -209,23 +229,30 @@ def _output_problem(
             count = int(broken.sum())
             text = f"{what} contains {' and '.join(kinds)} where the reference is finite ({count} entries, the first "
             text += f"at index {index})."
-            where = _where(broken, layout)
+            where = _where(broken, layout, unit)
             if where:
                 text += " They are " + "; ".join(where) + "."
-            text += " " + (LARGE_INPUTS_NOTE if large else NAN_NOTE)
+            text += " " + _note(exercise, large)
             return text, ["nonfinite"] + (["where"] if where else [])
     wrong = ~_close(expected, got)
     text = f"{what}: {_first_difference(expected, got, wrong)}"
-    where = _where(wrong, layout)
+    where = _where(wrong, layout, unit)
     if where:
         text += " The differences are " + "; ".join(where) + ". Compare what your function does there with the rest."
-    scale = _scale(expected, got) if got.is_floating_point() else ""
+    scale = _scale(expected, got, unit[0]) if got.is_floating_point() else ""
     if scale:
         text += " " + scale
     return text, (["where"] if where else []) + (["scale"] if scale else []) or ["count"]
 
 
-def _scale(expected: torch.Tensor, got: torch.Tensor) -> str:
+def _note(exercise: Exercise | None, large: bool) -> str:
+    """What NaN or inf usually mean, in the exercise's words when it has its own."""
+    if large:
+        return (exercise.large_note if exercise is not None else None) or LARGE_INPUTS_NOTE
+    return (exercise.nan_note if exercise is not None else None) or NAN_NOTE
+
+
+def _scale(expected: torch.Tensor, got: torch.Tensor, one: str = "sentence") -> str:
     """'Every entry is the reference's times c' (or one factor per sentence), when that is what was observed."""
     if expected.dim() == 0 or not bool(torch.isfinite(got).all()) or not bool(torch.isfinite(expected).all()):
         return ""
@@ -244,7 +271,7 @@ def _scale(expected: torch.Tensor, got: torch.Tensor) -> str:
         if not bool(torch.allclose(r, r[0].expand_as(r), rtol=1e-3, atol=1e-6)):
             return ""
         factors.append(f"{r[0].item():.4g}")
-    return f"Within each sentence, every entry of yours is the reference's times one factor: {', '.join(factors)}."
+    return f"Within each {one}, every entry of yours is the reference's times one factor: {', '.join(factors)}."
 
 
 _UNFINISHED = object()  # what _hard_problem returns for a stub
@@ -303,7 +330,7 @@ def run_check(
                 f"not the result of calling it; got {describe(fn)}.",
                 findings=["type"],
             )
-        caller = in_process(fn, exercise.gradients)
+        caller = in_process(fn, exercise.gradients, exercise.launch, exercise.forbidden)
     try:
         cases = exercise.make_cases() if cases is None else cases
         outcomes: list[_Outcome] = []
@@ -324,6 +351,10 @@ def run_check(
             if call.timed_out or call.crashed:
                 break  # each further call could cost the whole time limit again, or find no process
         failed = [o for o in outcomes if not o.ok]
+        borrowed = next((o for o in outcomes if o.call.used_reference), None)
+        if not failed and borrowed is not None:
+            where = _case_name(borrowed, len(cases))
+            return result(FAILED, _borrowed(exercise, borrowed), where, findings=["reference"])
         if not failed:
             return result(PASSED, f"all {len(cases)} test cases match the reference.")
         first = failed[0]
@@ -338,6 +369,9 @@ def run_check(
             reason = CRASHED if first.call.crashed else TIMEOUT if first.call.timed_out else ""
             return result(FAILED, first.hard, where, reason, first.kinds)
         message, findings, at = _wrong_values(exercise, outcomes, len(cases))
+        if borrowed is not None:
+            message += " Also: " + _borrowed(exercise, borrowed)
+            findings = [*findings, "reference"]
         return result(FAILED, message, _case_name(at, len(cases)), findings=findings)
     except Exception as err:  # a bug in the check itself must not stop the notebook either
         return result(FAILED, f"the check itself failed ({type(err).__name__}: {err}); please report this.")
@@ -402,6 +436,15 @@ def _and(labels: list[str]) -> str:
     return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
 
 
+def _borrowed(exercise: Exercise, outcome: _Outcome) -> str:
+    """The message for a function that ran one of the course's own functions the exercise forbids."""
+    return (
+        f"your function runs the course's own `{outcome.call.used_reference}`. This exercise asks you to write that "
+        f"code yourself, in plain PyTorch: a function that is, or calls, anything from "
+        f"{' or '.join(f'`{m}`' for m in exercise.forbidden)} earns no marks, whatever it returns."
+    )
+
+
 def _case_name(outcome: _Outcome, total: int) -> str:
     return f"test case {outcome.number} of {total} ({outcome.case.description})"
 
@@ -430,6 +473,9 @@ def _hard_problem(exercise: Exercise, case: Case, learner_args: tuple, call: Cal
         )
     if call.not_implemented:
         return _UNFINISHED, ()
+    if call.error_name in REPORTED_AS_IS:  # a launcher's own diagnosis of the kernel, or of the notebook's state
+        line = call.error_line.strip().removeprefix("(in the line ").removesuffix(")")
+        return (f"in the line {line}: " if line else "") + call.error_text, ("error",)
     if call.error_name:
         return f"your function raised {call.error_name}{call.error_line}: {call.error_text}", ("error",)
     for name, original, copied in zip(exercise.params, case.args, learner_args, strict=True):
@@ -529,14 +575,14 @@ def _observed(exercise: Exercise, outcome: _Outcome) -> tuple[str, list[str]]:
     layouts = exercise.layout(args) if exercise.layout is not None else (None,) * len(expected_parts)
     large = LARGE in outcome.case.tags
     problems, findings, right = [], [], []
-    for output_name, names, e, g, layout in zip(
-        exercise.output_names, exercise.returns, expected_parts, got_parts, layouts, strict=True
+    for output, (output_name, names, e, g, layout) in enumerate(
+        zip(exercise.output_names, exercise.returns, expected_parts, got_parts, layouts, strict=True)
     ):
         if same(e, g):
             right.append(f"`{output_name}`")
             continue
         what = "your output" if single else f"`{output_name}`"
-        text, kinds = _output_problem(e, g, names, what, layout, large)
+        text, kinds = _output_problem(e, g, names, what, layout, large, exercise, output)
         problems.append(text)
         findings += kinds
     if right:

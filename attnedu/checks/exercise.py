@@ -22,6 +22,7 @@ ONE, PADDED, UNPADDED, LARGE, EMPTY_ROW = (
     "a fully masked row",
 )
 REQUIRED_TAGS = (ONE, PADDED, UNPADDED, LARGE)
+SENTENCES = ("sentence", "sentences", "batch index")  # what an index of the first axis is, by default
 TAG_ORDER = (EMPTY_ROW, LARGE, ONE, PADDED, UNPADDED)
 
 
@@ -69,7 +70,12 @@ class Variant:
 
 @dataclass(frozen=True)
 class Exercise:
-    """Everything a check needs. ``returns`` names the output's dimensions, one tuple per output."""
+    """Everything a check needs. ``returns`` names the output's dimensions, one tuple per output.
+
+    ``hint`` is one text, or a tuple of steps shown one at a time (``hint(name, step)``): a nudge first, then the
+    formula or reasoning, then the code. ``forbidden`` names modules of the course whose functions the learner's
+    function must not run, when the exercise asks them to write that code themselves (e.g.
+    ``("attnedu.positional",)``): a function that is, or calls, one of them fails, whatever it returns."""
 
     name: str
     lesson: str
@@ -78,13 +84,26 @@ class Exercise:
     reference: Callable
     make_cases: Callable[[], list[Case]]
     variants: tuple[Variant, ...]
-    hint: str
+    hint: str | tuple[str, ...]
     output_names: tuple[str, ...] = ("the output",)
     properties: Callable[[tuple, object], str | None] | None = None  # extra learner-facing checks
     layout: Callable[[tuple], tuple[Layout | None, ...]] | None = None  # one Layout per output, from a case's args
     # The function takes part in training: the check also compares the gradients that flow back from its outputs to
     # its float inputs and to its modules' parameters (calling.input_gradients) with the reference's.
     gradients: bool = False
+    # What one index of each output's first axis is, in the exercise's own words (singular, plural, "batch index"
+    # or "index"), one per output; by default a sentence of a batch.
+    units: tuple[tuple[str, str, str], ...] | None = None
+    large_note: str | None = None  # said when NaN or inf appear on large inputs, in the exercise's words
+    nan_note: str | None = None  # said when they appear on other inputs
+    # For an exercise whose answer is not a function but, say, a Triton kernel: ``launch(answer, *case.args)`` runs
+    # it on a case (the answer is then never called directly).
+    launch: Callable | None = None
+
+    def unit(self, output: int = 0) -> tuple[str, str, str]:
+        return SENTENCES if self.units is None else self.units[output]
+
+    forbidden: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------

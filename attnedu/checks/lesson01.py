@@ -14,20 +14,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..masks import padding_mask
-from .exercise import (
-    LARGE,
-    ONE,
-    PADDED,
-    UNPADDED,
-    Case,
-    Exercise,
-    Layout,
-    Variant,
-    generator,
-    kinds,
-    randn,
-    tokens,
-)
+from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn, tokens
 
 LESSON = "01_rnn_bottleneck"
 

@@ -17,19 +17,7 @@ from torch import nn
 
 from ..attention import context_vector, general_score, masked_softmax
 from ..masks import padding_mask
-from .exercise import (
-    LARGE,
-    ONE,
-    PADDED,
-    UNPADDED,
-    Case,
-    Exercise,
-    Layout,
-    Variant,
-    generator,
-    kinds,
-    randn,
-)
+from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
 from .mistakes import TRANSPOSED_SCORES
 
 LESSON = "03_luong_attention"

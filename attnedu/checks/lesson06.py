@@ -1,32 +1,36 @@
-"""Checks for the exercises of lesson 06 (masking).
+"""Checks for the exercises of lesson 06 (masking): the additive form of a mask (the one exercise that repeats the
+lesson), then three masks the lesson did not show: packed documents, a prefix language model, a window with each
+sentence's own global tokens.
 
 Masks are booleans, True = may attend, rows are queries and columns keys, as everywhere in the course.
-Every exercise has test cases with a batch of one, with and without padding, and a large one (sequences of
-hundreds of positions); the known-wrong variants include an off-by-one in both directions (the causal
-diagonal shifted up and down, the end of the prefix one key too far and one too short). Batch sizes differ
-from the sequence lengths so that a transpose shows, lengths include 1 and the full padded length, and the
-padded length is sometimes longer than every sentence.
+Every exercise has test cases with a batch of one, a large one (sequences of hundreds of positions) and, where
+padding applies, cases with and without it; the known-wrong variants include an off-by-one in both directions
+(the causal diagonal shifted up and down, the end of the prefix one key too far and one too short, the window
+one neighbour too narrow and too wide). Batch sizes differ from the sequence lengths so that a transpose shows,
+except in one case of each mask built from a (batch, length) tensor, where they are equal on purpose: there a
+mask broadcast over the wrong axis has the right shape and only its values give it away (the lesson's silent
+broadcast). The learner's function may not run anything from ``attnedu.masks`` (``forbidden``): the exercises ask
+for their own code.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..masks import causal_mask, causal_padding_mask, padding_mask, prefix_lm_mask, to_additive
-from .exercise import (
-    EMPTY_ROW,
-    LARGE,
-    ONE,
-    PADDED,
-    UNPADDED,
-    Case,
-    Exercise,
-    Layout,
-    Variant,
-    kinds,
+from ..masks import (
+    causal_mask,
+    causal_padding_mask,
+    document_mask,
+    local_global_mask,
+    padding_mask,
+    prefix_lm_mask,
+    sliding_window_mask,
+    to_additive,
 )
+from .exercise import EMPTY_ROW, LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, kinds
 
 LESSON = "06_masking"
+OWN_CODE = ("attnedu.masks",)  # the exercises ask for the learner's own code: the package's masks earn nothing
 
 
 def _grid(max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,123 +68,6 @@ def _query_layout(args: tuple) -> tuple[Layout]:
         ),
     )
 
-
-# --------------------------------------------------------------------------------------------
-# causal_padding_mask
-# --------------------------------------------------------------------------------------------
-
-
-def _causal_padding_mask_cases() -> list[Case]:
-    def case(lengths: list[int], max_len: int, tags, description: str) -> Case:
-        return Case(description, (torch.tensor(lengths), max_len), tags)
-
-    return [
-        case([3, 5, 2], 5, kinds(PADDED), "3 sentences of lengths [3, 5, 2], max_len 5"),
-        case([2, 4], 6, kinds(PADDED), "lengths [2, 4] padded to max_len 6, longer than any sentence"),
-        case([4], 4, kinds(ONE, UNPADDED), "one sentence of length 4, no padding"),
-        case([2], 5, kinds(ONE, PADDED), "one sentence of length 2 padded to max_len 5"),
-        case([3, 3], 3, kinds(UNPADDED), "2 sentences of length 3, no padding"),
-        case([1, 4, 6, 2], 6, kinds(PADDED), "4 sentences of lengths [1, 4, 6, 2], max_len 6: one of a single word"),
-        case(
-            [300, 177, 1],
-            300,
-            kinds(LARGE, PADDED),
-            "long sentences: lengths [300, 177, 1], max_len 300",
-        ),
-    ]
-
-
-def _cpm(lengths, max_len, diagonal=0, pad_shift=0, queries_too=False):
-    """causal (j <= i + diagonal) AND key j real (j < length + pad_shift) [AND query i real]."""
-    i, j = _grid(max_len)
-    mask = (j <= i + diagonal)[None] & _keys_real(lengths, max_len, pad_shift)
-    if queries_too:
-        mask = mask & _keys_real(lengths, max_len).transpose(1, 2)
-    return mask
-
-
-CAUSAL_PADDING_MASK = Exercise(
-    name="causal_padding_mask",
-    lesson=LESSON,
-    params=("lengths", "max_len"),
-    returns=(("batch", "max_len", "max_len"),),
-    reference=causal_padding_mask,
-    make_cases=_causal_padding_mask_cases,
-    layout=_query_layout,
-    properties=_empty_rows,
-    variants=(
-        Variant(
-            "the mask is inverted: it is True where attention is blocked (the future and the padding) and False "
-            "where it is allowed. In this course True means 'may attend', as in F.scaled_dot_product_attention.",
-            lambda lengths, max_len: ~causal_padding_mask(lengths, max_len),
-        ),
-        Variant(
-            "off by one: each query may also see the next key, j = i + 1 (the causal diagonal is shifted up), so in "
-            "training it can read the very word it must predict. Query i may attend keys j <= i: "
-            "`torch.ones(max_len, max_len, dtype=torch.bool).tril()`.",
-            lambda lengths, max_len: _cpm(lengths, max_len, diagonal=1),
-        ),
-        Variant(
-            "off by one: a query may not attend to its own position (the causal diagonal is shifted down, j < i), "
-            "so query 0 has no key at all. Query i may attend keys j <= i, itself included: `.tril()`, not "
-            "`.tril(-1)`.",
-            lambda lengths, max_len: _cpm(lengths, max_len, diagonal=-1),
-        ),
-        Variant(
-            "the triangle is the wrong one: query i may attend keys j >= i, the future, and not the past. The "
-            "causal mask is the lower triangle, `.tril()` (or `j <= i` with j the column).",
-            lambda lengths, max_len: (_grid(max_len)[1] >= _grid(max_len)[0])[None] & _keys_real(lengths, max_len),
-        ),
-        Variant(
-            "the padding is not masked: your mask is the causal mask for every sentence, so queries attend to padded "
-            "keys. AND it with the padding mask of the keys, one row per sentence: `padding[:, None, :]`, "
-            "(batch, 1, max_len).",
-            lambda lengths, max_len: causal_mask(max_len)[None].expand(len(lengths), max_len, max_len),
-        ),
-        Variant(
-            "the causal part is missing: your mask is the padding mask of the keys in every row, so every query sees "
-            "the words after it. AND it with the lower triangle.",
-            lambda lengths, max_len: _keys_real(lengths, max_len).expand(len(lengths), max_len, max_len),
-        ),
-        Variant(
-            "the two masks are combined with OR (`|`): a query may then attend every real key, the future included, "
-            "and every earlier key, padding included. A key is allowed only if it passes both: AND (`&`).",
-            lambda lengths, max_len: causal_mask(max_len)[None] | _keys_real(lengths, max_len),
-        ),
-        Variant(
-            "the rows of padding queries are all False: you masked the padded queries (rows), as well as or instead of "
-            "the padded keys. A "
-            "row with no allowed key gives NaN in the softmax (0/0). Mask only the keys, "
-            "`causal & padding[:, None, :]`: a padded query then still sees the real keys before it, and its output "
-            "is ignored later by the loss.",
-            lambda lengths, max_len: _cpm(lengths, max_len, queries_too=True),
-        ),
-        Variant(
-            "the query and key axes are swapped: your mask is the reference transposed, (batch, key, query). Rows "
-            "are queries and columns keys: `mask[b, i, j]` says whether query i may attend key j.",
-            lambda lengths, max_len: causal_padding_mask(lengths, max_len).transpose(1, 2),
-        ),
-        Variant(
-            "off by one in the padding: each sentence has one key too many (key j = length, the first padding "
-            "position, is allowed). Key j is real when `j < length`.",
-            lambda lengths, max_len: _cpm(lengths, max_len, pad_shift=1),
-        ),
-        Variant(
-            "off by one in the padding: each sentence's last real word (key j = length - 1) is blocked. Key j is "
-            "real when `j < length`.",
-            lambda lengths, max_len: _cpm(lengths, max_len, pad_shift=-1),
-        ),
-        Variant(
-            "the mask is only as long as the longest sentence, not max_len: a padded batch can be longer than its "
-            "longest sentence. Build both axes from max_len.",
-            lambda lengths, max_len: causal_padding_mask(lengths, int(lengths.max())),
-        ),
-    ),
-    hint="Build two masks and AND them: the causal one, `torch.ones(max_len, max_len, dtype=torch.bool).tril()` "
-    "(max_len, max_len), and the padding mask of lesson 01, `torch.arange(max_len)[None, :] < lengths[:, None]` "
-    "(batch, max_len). The padding is about keys, the columns: give it a query axis, `padding[:, None, :]`, and "
-    "broadcasting does the rest.",
-)
 
 # --------------------------------------------------------------------------------------------
 # to_additive
@@ -239,8 +126,9 @@ def _filled(mask: torch.Tensor, dtype: torch.dtype, blocked: float, allowed: flo
 
 _FINITE = (
     "blocked entries hold {what} instead of -inf. Added to the scores, a finite number leaves a blocked key a tiny "
-    "weight, and a row with nothing allowed gets uniform weights, attention to padding, where -inf gives NaN that "
-    "the course's masked softmax turns into zeros. Use `float('-inf')`."
+    "weight, and a fully masked row (nothing allowed, as in the test case with one) gets uniform weights, attention "
+    "spread over padding, where -inf gives NaN that the course's masked softmax turns into zeros. Use "
+    "`float('-inf')`."
 )
 
 TO_ADDITIVE = Exercise(
@@ -297,8 +185,150 @@ TO_ADDITIVE = Exercise(
             lambda mask, dtype: to_additive(mask),
         ),
     ),
-    hint="Start from zeros of the mask's shape in the requested dtype, `torch.zeros(mask.shape, dtype=dtype)`, then "
-    "fill the blocked entries, where the mask is False: `.masked_fill(~mask, float('-inf'))`.",
+    forbidden=OWN_CODE,
+    hint=(
+        "Which entries are blocked, True or False ones? Those get -inf, the others 0; and the result must be a new "
+        "tensor of the requested dtype, not the boolean mask changed.",
+        "Start from zeros of the mask's shape in that dtype, then put -inf where the mask is False (`~mask`). "
+        "Choose values rather than multiply: 0 * -inf is NaN.",
+        "`torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, float('-inf'))`, or "
+        "`torch.where(mask, 0.0, float('-inf')).to(dtype)`.",
+    ),
+)
+
+# --------------------------------------------------------------------------------------------
+# document_mask: several documents packed into one row (a mask the lesson did not show)
+# --------------------------------------------------------------------------------------------
+
+
+def _ids(*runs: tuple[int, int]) -> list[int]:
+    """A row of document ids from (id, how many tokens) runs."""
+    return [doc for doc, count in runs for _ in range(count)]
+
+
+def _document_mask_cases() -> list[Case]:
+    def case(rows: list[list[int]], tags, note: str) -> Case:
+        return Case(note, (torch.tensor(rows),), tags)
+
+    large = [  # past 127 positions: an int8 position wraps around
+        _ids(*((d, n) for d, n in enumerate((30, 1, 50, 3, 76)))),
+        _ids(*((d, n) for d, n in enumerate((90, 40, 8))), (-1, 22)),
+    ]
+    return [
+        case([_ids((0, 2), (1, 2)), _ids((0, 4)), _ids((0, 1), (1, 1), (2, 2)), _ids((0, 3), (-1, 1))],
+             kinds(PADDED), "4 rows of 4 tokens (as many rows as tokens); the last row ends in padding (id -1)"),
+        case([_ids((0, 3), (1, 2), (2, 3))], kinds(ONE, UNPADDED), "one row of 3 documents of lengths 3, 2, 3"),
+        case([_ids((0, 2), (1, 4), (-1, 3))], kinds(ONE, PADDED), "one row: documents of 2 and 4 tokens, 3 of padding"),
+        case([_ids((0, 5), (1, 1)), _ids((0, 1), (1, 1), (2, 1), (3, 1), (4, 1), (5, 1))], kinds(UNPADDED),
+             "2 rows of 6: a document of 5 and one of 1; six documents of one token each"),
+        case([_ids((7, 3), (3, 2)), _ids((2, 1), (9, 4))], kinds(UNPADDED),
+             "2 rows of 5 whose ids are any numbers (7, 3; 2, 9): only equal or not matters"),
+        case([_ids((0, 6), (-1, 1)), _ids((0, 2), (1, 3), (-1, 2)), _ids((0, 7))], kinds(PADDED),
+             "3 rows of 7, two ending in padding (id -1)"),
+        case(large, kinds(LARGE, PADDED), "2 rows of 160 tokens: 5 documents; 3 documents and 22 of padding"),
+    ]  # fmt: skip
+
+
+def _doc(ids, diagonal=0, causal=True, documents=True, relation="=="):
+    """A variant: same document (or the ids compared by ``relation``) AND j <= i + diagonal."""
+    length = ids.shape[1]
+    i, j = _grid(length)
+    if not documents:
+        same = torch.ones(ids.shape[0], length, length, dtype=torch.bool)
+    elif relation == "==":
+        same = ids[:, :, None] == ids[:, None, :]
+    else:  # a key in the same or an earlier document: ids compared with <=
+        same = ids[:, None, :] <= ids[:, :, None]
+    return same & (j <= i + diagonal)[None] if causal else same
+
+
+def _doc_rows_of_the_batch(ids):
+    """The rows of the batch compared with each other, (batch, batch, length): a shape the cases with as many rows as
+    tokens cannot tell from the right one."""
+    length = ids.shape[1]
+    return (ids[:, None] == ids[None, :]) & causal_mask(length)
+
+
+def _doc_padding_blocked(ids):
+    real = ids >= 0
+    return _doc(ids) & real[:, None, :] & real[:, :, None]
+
+
+def _doc_layout(args: tuple) -> tuple[Layout]:
+    (ids,) = args
+    return (Layout(positions=1, real=ids >= 0, words=("rows of real tokens", "rows of padding tokens")),)
+
+
+DOCUMENT_MASK = Exercise(
+    name="document_mask",
+    lesson=LESSON,
+    params=("document_ids",),
+    returns=(("batch", "length", "length"),),
+    reference=document_mask,
+    make_cases=_document_mask_cases,
+    layout=_doc_layout,
+    properties=lambda args, got: _empty_rows(args, got),
+    forbidden=OWN_CODE,
+    variants=(
+        Variant(
+            "the mask is inverted (True and False swapped): True where attention is blocked, False where it is "
+            "allowed. In this course, as in F.scaled_dot_product_attention, True means 'may attend'.",
+            lambda ids: ~document_mask(ids),
+        ),
+        Variant(
+            "off by one: inside each document a query may also see the next key, j = i + 1 (the causal diagonal is "
+            "shifted up), so it reads the token it must predict. Query i may attend keys j <= i of its document.",
+            lambda ids: _doc(ids, diagonal=1),
+        ),
+        Variant(
+            "off by one: a query may not attend to itself (the causal diagonal is shifted down, j < i), so every "
+            "document's first token has no key at all. Query i may attend keys j <= i, itself included.",
+            lambda ids: _doc(ids, diagonal=-1),
+        ),
+        Variant(
+            "the causal part is missing: each document is read both ways (a block-diagonal mask), so every token "
+            "sees the later tokens of its document. AND the same-document test with the lower triangle, j <= i.",
+            lambda ids: _doc(ids, causal=False),
+        ),
+        Variant(
+            "the documents are ignored: your mask is the plain causal mask, so a document sees the end of the one "
+            "packed before it. AND the causal mask with `document_ids[:, :, None] == document_ids[:, None, :]`.",
+            lambda ids: _doc(ids, documents=False),
+        ),
+        Variant(
+            "the triangle is the wrong one: inside a document query i may attend keys j >= i, the future. The "
+            "causal mask is the lower triangle, j <= i with j the column.",
+            lambda ids: document_mask(ids).transpose(1, 2),
+        ),
+        Variant(
+            "each token also sees every earlier document: the ids were compared with <= instead of ==. Packed "
+            "documents are unrelated texts: a key counts only if it has the query's own id.",
+            lambda ids: _doc(ids, relation="<="),
+        ),
+        Variant(
+            "the mask compares the rows of the batch with each other, not each row with itself: "
+            "`document_ids[:, None] == document_ids[None, :]` on a (batch, length) tensor gives (batch, batch, "
+            "length), which has the right shape only when batch == length, as in the first test case, and then "
+            "broadcasts silently. Give each row a query and a key axis of its own: "
+            "`document_ids[:, :, None] == document_ids[:, None, :]`.",
+            _doc_rows_of_the_batch,
+        ),
+        Variant(
+            "the rows of padding tokens are all False: you blocked padding as a query as well as a key, so the "
+            "softmax of those rows is 0/0 = NaN. Padding is simply one more document (id -1): it sees itself, and no "
+            "real token sees it, with no special case.",
+            _doc_padding_blocked,
+        ),
+    ),
+    hint=(
+        "Two conditions must both hold for query i and key j of one row: the same document, and j not after i. "
+        "Build each as a boolean tensor, then AND them.",
+        "Same document: compare every token's id with every other token's id in its own row, a (batch, length, "
+        "length) grid: ids with a new key axis against ids with a new query axis. Not after: the lower triangle "
+        "(length, length), which broadcasts over the batch.",
+        "`same = document_ids[:, :, None] == document_ids[:, None, :]`; "
+        "`causal = torch.ones(length, length, dtype=torch.bool).tril()`; `return same & causal`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -357,6 +387,7 @@ PREFIX_LM_MASK = Exercise(
     make_cases=_prefix_lm_mask_cases,
     layout=_query_layout,
     properties=_empty_rows,
+    forbidden=OWN_CODE,
     variants=(
         Variant(
             "the mask is inverted: True where attention is blocked and False where it is allowed. In this course "
@@ -390,8 +421,8 @@ PREFIX_LM_MASK = Exercise(
             _prefix_variant(diagonal=-1),
         ),
         Variant(
-            "the prefix is ignored: your mask is the causal-plus-padding mask of exercise 1. Let every query also "
-            "see the keys of the prefix: OR the causal part with `j < prefix_length`.",
+            "the prefix is ignored: your mask is the causal mask with padding. Let every query also see the keys of "
+            "the prefix: OR the causal part with `j < prefix_length`.",
             _prefix_variant(prefix=False),
         ),
         Variant(
@@ -406,7 +437,7 @@ PREFIX_LM_MASK = Exercise(
         ),
         Variant(
             "the rows of padding queries are all False: you masked the padded queries (rows) too. A row with no "
-            "allowed key gives NaN in the softmax; mask only the keys, as in exercise 1.",
+            "allowed key gives NaN in the softmax; mask only the keys, `padding[:, None, :]`.",
             _prefix_variant(pad="queries too"),
         ),
         Variant(
@@ -425,10 +456,144 @@ PREFIX_LM_MASK = Exercise(
             lambda p, n, max_len: prefix_lm_mask(p, n, max_len).transpose(1, 2),
         ),
     ),
-    hint="Start from your causal-plus-padding mask's two parts, then widen the causal one: key j is visible to "
-    "query i if `j <= i` OR `j < prefix_lengths[b]`, which broadcasts as `(j <= i)[None] | (j[None] < "
-    "prefix_lengths[:, None, None])` with `i = torch.arange(max_len)[:, None]` and `j = torch.arange(max_len)[None, "
-    ":]`. Then AND with the padding mask of the keys.",
+    hint=(
+        "Write the rule for one key as three conditions: is it a real token, is it at or before the query, is it in "
+        "the prefix. Which two are combined with OR, and which one must always hold?",
+        "Key j is visible to query i of sentence b when j < lengths[b] AND (j <= i OR j < prefix_lengths[b]). With "
+        "positions i as a column and j as a row, `j <= i` is (length, length); `j < prefix_lengths[:, None, None]` "
+        "and the real keys are per sentence: give them a query axis of size 1.",
+        "`i = torch.arange(max_len)[:, None]; j = torch.arange(max_len)[None, :]`; "
+        "`visible = (j <= i)[None] | (j[None] < prefix_lengths[:, None, None])`; "
+        "`return visible & (j < lengths[:, None])[:, None, :]`.",
+    ),
 )
 
-EXERCISES = (CAUSAL_PADDING_MASK, TO_ADDITIVE, PREFIX_LM_MASK)
+# --------------------------------------------------------------------------------------------
+# local_global_mask: a window, plus each sentence's own global tokens (a case the lesson did not show)
+# --------------------------------------------------------------------------------------------
+
+
+def _flags(length: int, *positions: int) -> list[bool]:
+    return [t in positions for t in range(length)]
+
+
+def _local_global_cases() -> list[Case]:
+    def case(rows: list[list[bool]], window: int, tags, note: str) -> Case:
+        return Case(f"{note}; window {window}", (torch.tensor(rows), window), tags)
+
+    large = [_flags(280, 0, 1, 2, 140, 279)]  # distances past 255: an int8 position wraps around
+    return [
+        case([_flags(5, 0), _flags(5, 2), _flags(5), _flags(5, 1, 4), _flags(5, 3)], 1, kinds(),
+             "5 sentences of 5 tokens (as many sentences as tokens), each its own global tokens, one with none"),
+        case([_flags(7, 0)], 1, kinds(ONE), "one sentence of 7 tokens, token 0 global"),
+        case([_flags(8, 0, 5)], 2, kinds(ONE), "one sentence of 8 tokens, tokens 0 and 5 global"),
+        case([_flags(6, 0), _flags(6, 3, 4), _flags(6)], 0, kinds(), "3 sentences of 6 tokens; no neighbours at all"),
+        case([_flags(9, 8), _flags(9, 0, 1)], 3, kinds(), "2 sentences of 9 tokens: the last global; the first two"),
+        case(large, 16, kinds(LARGE, ONE), "one sentence of 280 tokens, 5 of them global"),
+    ]  # fmt: skip
+
+
+def _lg(is_global, window, rows=True, columns=True, local="window", combine="or", merged=False):
+    """A variant of the rule: |i - j| <= window (or another local part) OR (global query) OR (global key)."""
+    length = is_global.shape[1]
+    i, j = _grid(length)
+    parts = {"window": (i - j).abs() <= window, "narrow": (i - j).abs() < window,
+             "wide": (i - j).abs() <= window + 1, "past": (i - j >= 0) & (i - j <= window),
+             "none": torch.zeros(length, length, dtype=torch.bool)}  # fmt: skip
+    near = parts[local][None]
+    flags = is_global.any(dim=0, keepdim=True).expand_as(is_global) if merged else is_global
+    far = torch.zeros(is_global.shape[0], length, length, dtype=torch.bool)
+    if rows:
+        far = far | flags[:, :, None]
+    if columns:
+        far = far | flags[:, None, :]
+    return near | far if combine == "or" else near & far
+
+
+def _lg_rows_of_the_batch(is_global, window):
+    """is_global broadcast as (batch, 1, length) | (1, batch, length): sentences combined with each other."""
+    local = sliding_window_mask(is_global.shape[1], window)
+    return local | is_global[:, None] | is_global[None, :]
+
+
+LOCAL_GLOBAL_MASK = Exercise(
+    name="local_global_mask",
+    lesson=LESSON,
+    params=("is_global", "window"),
+    returns=(("batch", "length", "length"),),
+    reference=local_global_mask,
+    make_cases=_local_global_cases,
+    properties=lambda args, got: _empty_rows(args, got),
+    forbidden=OWN_CODE,
+    variants=(
+        Variant(
+            "the mask is inverted (True and False swapped): True where attention is blocked. In this course True "
+            "means 'may attend'.",
+            lambda g, w: ~local_global_mask(g, w),
+        ),
+        Variant(
+            "off by one: the window is one neighbour too narrow on each side (|i - j| < window). Query i may attend "
+            "keys with |i - j| <= window: window neighbours on each side, and itself.",
+            lambda g, w: _lg(g, w, local="narrow"),
+        ),
+        Variant(
+            "off by one: the window is one neighbour too wide on each side (|i - j| <= window + 1). Query i may "
+            "attend keys with |i - j| <= window.",
+            lambda g, w: _lg(g, w, local="wide"),
+        ),
+        Variant(
+            "the global tokens only attend: they see every key, but no query sees them (their columns were left "
+            "out). Global means both ways: OR with the global flags as rows, `is_global[:, :, None]`, and as "
+            "columns, `is_global[:, None, :]`.",
+            lambda g, w: _lg(g, w, columns=False),
+        ),
+        Variant(
+            "the global tokens are only attended to: every query sees them, but they see only their window (their "
+            "rows were left out). Global means both ways: OR with `is_global[:, :, None]` (rows) too.",
+            lambda g, w: _lg(g, w, rows=False),
+        ),
+        Variant(
+            "the global tokens are ignored: your mask is the sliding window alone. OR it with the global flags, as "
+            "rows and as columns.",
+            lambda g, w: _lg(g, w, rows=False, columns=False),
+        ),
+        Variant(
+            "the window is missing: only global tokens are seen, and a token that is not global does not even see "
+            "itself (an empty row when its sentence has no global token). OR the global part with |i - j| <= window.",
+            lambda g, w: _lg(g, w, local="none"),
+        ),
+        Variant(
+            "the window and the global part are combined with AND: a key must then be a near neighbour and global "
+            "at once. A key is allowed if it is near OR the query is global OR the key is global.",
+            lambda g, w: _lg(g, w, combine="and"),
+        ),
+        Variant(
+            "the window covers only the past (0 <= i - j <= window), as a causal window would. This mask looks both "
+            "ways: |i - j| <= window.",
+            lambda g, w: _lg(g, w, local="past"),
+        ),
+        Variant(
+            "the global tokens of all sentences were merged (`is_global.any(0)`): a token global in one sentence "
+            "became global in every sentence. Each sentence has its own: keep the batch axis.",
+            lambda g, w: _lg(g, w, merged=True),
+        ),
+        Variant(
+            "the global flags were broadcast over the wrong axis: `is_global[:, None] | is_global[None, :]` on a "
+            "(batch, length) tensor combines the sentences with each other, (batch, batch, length), which has the "
+            "right shape only when batch == length (the first test case) and then broadcasts silently. Rows are "
+            "`is_global[:, :, None]`, columns `is_global[:, None, :]`.",
+            _lg_rows_of_the_batch,
+        ),
+    ),
+    hint=(
+        "Three reasons can each allow query i to see key j: they are near each other, i is global, or j is global. "
+        "Build each as a boolean tensor that broadcasts to (batch, length, length), then OR them.",
+        "Near: |i - j| <= window, from the positions as a column and as a row, (length, length). Global query: the "
+        "flags with a new key axis, (batch, length, 1). Global key: the flags with a new query axis, (batch, 1, "
+        "length).",
+        "`i = torch.arange(length)[:, None]; j = torch.arange(length)[None, :]`; "
+        "`return ((i - j).abs() <= window)[None] | is_global[:, :, None] | is_global[:, None, :]`.",
+    ),
+)
+
+EXERCISES = (TO_ADDITIVE, DOCUMENT_MASK, PREFIX_LM_MASK, LOCAL_GLOBAL_MASK)

@@ -1,15 +1,18 @@
-"""Checks for the exercises of lesson 07 (positional encoding).
+"""Checks for the exercises of lesson 07 (positional encoding): sinusoidal positions added before the query and
+key projections; RoPE in the *interleaved* layout (the lesson showed halves); RoPE scores of queries and keys at
+different positions, as with a cache; ALiBi's biases for any number of heads (the lesson showed powers of two).
 
-Every exercise has test cases with a batch of one and a large one (more positions than the tables people
-precompute: 512 for a sinusoidal encoding, 2048 for RoPE's angles), and, where padding applies (the
-sinusoidal encoding of a padded batch), cases with and without it; RoPE rotates whatever vectors it is
-given, so its cases have no padding. Batch, length and width differ from each other so that an encoding
-taken along the wrong axis shows, and positions do not always start at 0 (a cache of earlier keys), so
-that ignoring them shows. The known-wrong variants include an off-by-one in both directions (positions
-counted from 1 and taken from the axis below; the frequency index one pair too high and one too low, as
-when the RoFormer paper's 1-based theta_i is coded with a 0-based index). Angles are computed in float64
-by the references; the large cases keep float32 rounding of angles in the thousands of radians within
-the tolerance.
+Every exercise has test cases with a batch of one (for ALiBi: one head) and a large one (more positions than the
+tables people precompute: 512 for a sinusoidal encoding, 2048 for RoPE's angles), and, where padding applies (the
+sinusoidal encoding of a padded batch), cases with and without it; RoPE rotates whatever vectors it is given and
+ALiBi's bias depends on positions only, so their cases have no padding. Batch, length and width differ from each
+other so that an encoding taken along the wrong axis shows, and positions do not always start at 0 (a cache of
+earlier keys), so that ignoring them shows. The known-wrong variants include an off-by-one in both directions
+(positions counted from 1 and taken from the axis below; the frequency index one pair too high and one too low,
+as when the RoFormer paper's 1-based theta_i is coded with a 0-based index; ALiBi's slope index from 0 and from
+2). Angles are computed in float64 by the references; the large cases keep float32 rounding of angles in the
+thousands of radians within the tolerance. The learner's functions may not run anything from
+``attnedu.positional`` (``forbidden``): the exercises ask for their own code.
 """
 
 from __future__ import annotations
@@ -19,62 +22,49 @@ import math
 import torch
 
 from ..masks import padding_mask
-from ..positional import apply_rope, sinusoidal_encoding
-from .exercise import (
-    LARGE,
-    ONE,
-    PADDED,
-    UNPADDED,
-    Case,
-    Exercise,
-    Layout,
-    Variant,
-    generator,
-    kinds,
-    randn,
-)
+from ..positional import alibi_bias, alibi_slopes, apply_rope, sinusoidal_encoding
+from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
 
 LESSON = "07_positional_encoding"
+OWN_CODE = ("attnedu.positional",)  # the exercises ask for the learner's own code: the package's earns nothing
 
 # --------------------------------------------------------------------------------------------
-# add_sinusoidal
+# sinusoidal_queries_keys: the encoding, added where it belongs (before the projections)
 # --------------------------------------------------------------------------------------------
 
 
-def _add_sinusoidal(embeddings: torch.Tensor) -> torch.Tensor:
-    """embeddings (batch, seq_len, d_model) -> the same plus PE(pos) at position pos of every sentence."""
+def _sinusoidal_queries_keys(embeddings, W_q, W_k):
+    """embeddings (batch, seq_len, d_model), W_q, W_k (d_model, head_dim) -> queries, keys (batch, seq_len,
+    head_dim): (embeddings + PE) @ W."""
     _, seq_len, d_model = embeddings.shape
-    return embeddings + sinusoidal_encoding(seq_len, d_model)
+    encoded = embeddings + sinusoidal_encoding(seq_len, d_model)
+    return encoded @ W_q, encoded @ W_k
 
 
-def _add_sinusoidal_cases() -> list[Case]:
+def _sinusoidal_cases() -> list[Case]:
     g = generator(70)
 
-    def case(batch: int, seq_len: int, d_model: int, tags, lengths: list[int] | None = None, scale=1.0, note=""):
+    def case(batch, seq_len, d_model, head_dim, tags, lengths=None, scale=1.0, note=""):
         x = scale * randn(g, batch, seq_len, d_model)
         padded = ""
         if lengths is not None:  # the padding token's embedding is zeros (nn.Embedding's padding_idx)
             x = x * padding_mask(torch.tensor(lengths), seq_len)[:, :, None]
             padded = f", lengths {lengths}, zero embeddings at padding"
-        description = f"batch {batch}, seq_len {seq_len}, d_model {d_model}{padded}" + (f"; {note}" if note else "")
-        return Case(description, (x,), tags)
+        W_q, W_k = randn(g, d_model, head_dim) / math.sqrt(d_model), randn(g, d_model, head_dim) / math.sqrt(d_model)
+        description = f"batch {batch}, seq_len {seq_len}, d_model {d_model}, head_dim {head_dim}{padded}" + (
+            f"; {note}" if note else ""
+        )
+        return Case(description, (x, W_q, W_k), tags)
 
     return [
-        case(3, 6, 8, kinds(PADDED), lengths=[6, 2, 4]),
-        case(2, 4, 6, kinds(UNPADDED)),
-        case(1, 7, 4, kinds(ONE, UNPADDED)),
-        case(1, 5, 10, kinds(ONE, PADDED), lengths=[3]),
-        case(4, 3, 12, kinds(UNPADDED), note="more sentences than positions"),
-        case(
-            2,
-            600,
-            16,
-            kinds(LARGE, PADDED),
-            lengths=[600, 431],
-            scale=4.0,
-            note="600 positions (more than a table of 512), embeddings scaled by sqrt(d_model) = 4",
-        ),
-    ]
+        case(3, 6, 8, 4, kinds(PADDED), lengths=[6, 2, 4]),
+        case(2, 4, 6, 10, kinds(UNPADDED), note="head_dim wider than d_model"),
+        case(1, 7, 4, 2, kinds(ONE, UNPADDED)),
+        case(1, 5, 10, 6, kinds(ONE, PADDED), lengths=[3]),
+        case(4, 3, 12, 8, kinds(UNPADDED), note="more sentences than positions"),
+        case(2, 600, 16, 8, kinds(LARGE, PADDED), lengths=[600, 431], scale=4.0,
+             note="600 positions (more than a table of 512), embeddings scaled by sqrt(d_model) = 4"),
+    ]  # fmt: skip
 
 
 def _sinusoid(seq_len, d_model, positions=None, exponent=lambda two_i, d: two_i / d, base=10000.0, layout="pairs",
@@ -90,110 +80,173 @@ def _sinusoid(seq_len, d_model, positions=None, exponent=lambda two_i, d: two_i 
     return torch.stack([first, second], dim=-1).flatten(-2).float()
 
 
-def _sinusoidal_layout(args: tuple) -> tuple[Layout]:
-    (x,) = args
+def _encoded_with(encoding):
+    """queries, keys with ``encoding(seq_len, d_model)`` in place of the sinusoidal one, added before projecting."""
+
+    def queries_keys(x, W_q, W_k):
+        encoded = x + encoding(x.shape[1], x.shape[2])
+        return encoded @ W_q, encoded @ W_k
+
+    return queries_keys
+
+
+def _sinusoidal_layout(args: tuple) -> tuple[Layout, Layout]:
+    x = args[0]
     real = x.abs().sum(dim=-1) > 0  # padding positions hold zero embeddings
-    return (Layout(positions=1, real=real, words=("real tokens", "padding positions")),)
+    layout = Layout(positions=1, real=real, words=("real tokens", "padding positions"))
+    return layout, layout
 
 
-def _plus(encoding) -> callable:
-    def add(x):
-        return x + encoding(x.shape[1], x.shape[2])
-
-    return add
+def _by_batch(x, W_q, W_k):
+    encoded = x + sinusoidal_encoding(x.shape[0], x.shape[2])[:, None, :]
+    return encoded @ W_q, encoded @ W_k
 
 
-ADD_SINUSOIDAL = Exercise(
-    name="add_sinusoidal",
+def _skips_padding(x, W_q, W_k):
+    encoded = x + sinusoidal_encoding(x.shape[1], x.shape[2]) * (x.abs().sum(-1, keepdim=True) > 0)
+    return encoded @ W_q, encoded @ W_k
+
+
+def _after_projections(x, W_q, W_k):
+    """The encoding added to the queries and keys (of width head_dim), after the projections."""
+    q, k = x @ W_q, x @ W_k
+    return q + sinusoidal_encoding(x.shape[1], q.shape[2]), k + sinusoidal_encoding(x.shape[1], k.shape[2])
+
+
+SINUSOIDAL_QUERIES_KEYS = Exercise(
+    name="sinusoidal_queries_keys",
     lesson=LESSON,
-    params=("embeddings",),
-    returns=(("batch", "seq_len", "d_model"),),
-    reference=_add_sinusoidal,
-    make_cases=_add_sinusoidal_cases,
+    params=("embeddings", "W_q", "W_k"),
+    returns=(("batch", "seq_len", "head_dim"), ("batch", "seq_len", "head_dim")),
+    output_names=("queries", "keys"),
+    reference=_sinusoidal_queries_keys,
+    make_cases=_sinusoidal_cases,
     layout=_sinusoidal_layout,
+    forbidden=OWN_CODE,
     variants=(
         Variant(
+            "the encoding was added after the projections, to the queries and keys (an encoding of width "
+            "head_dim). Add it to the embeddings first, then project: `(embeddings + pe) @ W_q`. Positions added "
+            "after the projections never pass through W_q and W_k, so the model cannot learn how much position "
+            "should weigh in a score.",
+            _after_projections,
+        ),
+        Variant(
+            "only the queries got positions: the keys were projected from the embeddings alone. Queries and keys "
+            "both come from the encoded embeddings, `encoded = embeddings + pe`.",
+            lambda x, W_q, W_k: (_sinusoidal_queries_keys(x, W_q, W_k)[0], x @ W_k),
+        ),
+        Variant(
+            "only the keys got positions: the queries were projected from the embeddings alone. Queries and keys "
+            "both come from `embeddings + pe`.",
+            lambda x, W_q, W_k: (x @ W_q, _sinusoidal_queries_keys(x, W_q, W_k)[1]),
+        ),
+        Variant(
+            "the outputs are in the wrong order: you returned (keys, queries). Return `queries, keys`.",
+            lambda x, W_q, W_k: _sinusoidal_queries_keys(x, W_q, W_k)[::-1],
+        ),
+        Variant(
+            "no positions at all: your queries and keys are the plain projections of the embeddings. Add the "
+            "sinusoidal encoding to the embeddings before projecting.",
+            lambda x, W_q, W_k: (x @ W_q, x @ W_k),
+        ),
+        Variant(
             "the positions were taken from the batch axis (dim 0, one too low): every word of sentence b got PE(b), "
-            "the same vector at every position, so the model still cannot tell positions apart. The position of "
-            "embeddings[b, t] is t, dim 1: add `pe[:seq_len]` of shape (seq_len, d_model), which broadcasts over the "
-            "batch. (Code written for (seq_len, batch, d_model) inputs, such as PyTorch's old tutorial, does this "
-            "to batch-first inputs.)",
-            lambda x: x + sinusoidal_encoding(x.shape[0], x.shape[2])[:, None, :],
+            "the same vector at every position. The position of embeddings[b, t] is t, dim 1: add a (seq_len, "
+            "d_model) encoding, which broadcasts over the batch.",
+            _by_batch,
         ),
         Variant(
             "off by one: the positions count from 1, so the first word got PE(1). Positions count from 0: "
             "`torch.arange(seq_len)`.",
-            _plus(lambda n, d: _sinusoid(n, d, positions=torch.arange(1, n + 1))),
+            _encoded_with(lambda n, d: _sinusoid(n, d, positions=torch.arange(1, n + 1))),
         ),
         Variant(
             "sin and cos are swapped: even features hold cos and odd features sin. The formula puts "
             "PE(pos, 2i) = sin(...) and PE(pos, 2i+1) = cos(...): `pe[:, 0::2] = torch.sin(...)`.",
-            _plus(lambda n, d: _sinusoid(n, d, swap=True)),
+            _encoded_with(lambda n, d: _sinusoid(n, d, swap=True)),
         ),
         Variant(
-            "the sines fill the first half of the features and the cosines the second (concatenated, as in "
-            "tensor2tensor). The formula interleaves them: sin at even features 2i, cos at odd features 2i+1 "
-            "(`pe[:, 0::2]` and `pe[:, 1::2]`).",
-            _plus(lambda n, d: _sinusoid(n, d, layout="halves")),
+            "the pairs are mixed up: the sines fill the first half of the features and the cosines the second "
+            "(concatenated, as in tensor2tensor). The formula interleaves them: sin at even features 2i, cos at "
+            "odd features 2i+1 (`pe[:, 0::2]` and `pe[:, 1::2]`).",
+            _encoded_with(lambda n, d: _sinusoid(n, d, layout="halves")),
         ),
         Variant(
             "the frequencies are wrong: the exponent is i / d_model, with i = 0, 1, 2, ... counting pairs. The "
             "formula divides by 10000^(2i / d_model): the exponent runs over the even features 0, 2, 4, ..., "
             "`torch.arange(0, d_model, 2) / d_model`.",
-            _plus(lambda n, d: _sinusoid(n, d, exponent=lambda two_i, d: two_i / 2 / d)),
+            _encoded_with(lambda n, d: _sinusoid(n, d, exponent=lambda two_i, d: two_i / 2 / d)),
         ),
         Variant(
             "the frequencies are wrong: the exponent is 2 * (2i) / d_model, twice the formula's. "
             "`torch.arange(0, d_model, 2)` already holds 2i: divide it by d_model without doubling it again.",
-            _plus(lambda n, d: _sinusoid(n, d, exponent=lambda two_i, d: 2 * two_i / d)),
+            _encoded_with(lambda n, d: _sinusoid(n, d, exponent=lambda two_i, d: 2 * two_i / d)),
         ),
         Variant(
-            "the frequency base is 1000; the formula's is 10000.",
-            _plus(lambda n, d: _sinusoid(n, d, base=1000.0)),
+            "the frequency base is wrong: 1000 instead of the formula's 10000, so every wavelength is shorter.",
+            _encoded_with(lambda n, d: _sinusoid(n, d, base=1000.0)),
         ),
         Variant(
             "off by one: the frequency index is one pair too high (pair i turns at 1/10000^(2(i+1)/d_model)), as "
             "when i counts pairs from 1. Pair i, counted from 0, turns at 1/10000^(2i/d_model).",
-            _plus(lambda n, d: _sinusoid(n, d, exponent=lambda two_i, d: (two_i + 2) / d)),
+            _encoded_with(lambda n, d: _sinusoid(n, d, exponent=lambda two_i, d: (two_i + 2) / d)),
         ),
         Variant(
-            "your output is the encoding alone, the same for every sentence: add it to the embeddings.",
-            lambda x: sinusoidal_encoding(x.shape[1], x.shape[2]).expand_as(x).clone(),
+            "the embeddings were left out: your queries and keys are projections of the encoding alone, the same "
+            "for every sentence. Add the encoding to the embeddings.",
+            lambda x, W_q, W_k: _sinusoidal_queries_keys(torch.zeros_like(x), W_q, W_k),
         ),
         Variant(
             "the encoding was left out at the padding positions (where the embeddings are zero). Add it at every "
-            "position: which positions are padding is for the attention mask to say, and a padded batch must "
-            "give the real tokens the same vectors as an unpadded one.",
-            lambda x: x + sinusoidal_encoding(x.shape[1], x.shape[2]) * (x.abs().sum(-1, keepdim=True) > 0),
+            "position: which positions are padding is for the attention mask to say.",
+            _skips_padding,
         ),
     ),
-    hint="Build the encoding for positions 0..seq_len-1: `positions = torch.arange(seq_len)[:, None]` "
-    "(seq_len, 1) and `frequencies = 10000 ** (-torch.arange(0, d_model, 2) / d_model)` (d_model/2,), so "
-    "`angles = positions * frequencies` is (seq_len, d_model/2). Fill `pe[:, 0::2]` with the sines and `pe[:, 1::2]` "
-    "with the cosines, then add `pe`, (seq_len, d_model), which broadcasts over the batch.",
+    hint=(
+        "Two steps, in this order: give every embedding its position's vector, then project. Which axis of "
+        "`embeddings` counts positions, and where do W_q and W_k come in?",
+        "PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same angle), for pos = 0 .. seq_len-1: a "
+        "(seq_len, d_model) table that broadcasts over the batch. Then queries = (embeddings + PE) @ W_q, and keys "
+        "the same with W_k.",
+        "`positions = torch.arange(seq_len)[:, None]`, `frequencies = 10000 ** (-torch.arange(0, d_model, 2) / "
+        "d_model)`; `pe = torch.zeros(seq_len, d_model)`; `pe[:, 0::2] = torch.sin(positions * frequencies)`; "
+        "`pe[:, 1::2] = torch.cos(positions * frequencies)`; `encoded = embeddings + pe`; "
+        "`return encoded @ W_q, encoded @ W_k`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
-# apply_rope
+# apply_rope_interleaved: RoPE in the layout the lesson did not show
 # --------------------------------------------------------------------------------------------
 
 
-def _rope(x, positions, *, pair=lambda i: i, exponent=2.0, base=10000.0, direction=1.0, swap=False, freqs="halves"):
-    """A variant of RoPE in the halves layout, angles in float64 as in the reference."""
+def _rope_interleaved(x, positions):
+    return apply_rope(x, positions, layout="interleaved")
+
+
+def _rope(x, positions, *, pair=lambda i: i, exponent=2.0, base=10000.0, direction=1.0, swap=False,
+          layout="interleaved", put_back="same", freqs="pairs"):  # fmt: skip
+    """A variant of RoPE, angles in float64 as in the reference. ``layout``: which features pair up; ``put_back``:
+    "halves" writes interleaved pairs back as two halves; ``freqs="repeat"`` lays the frequencies out for halves
+    (cat([f, f])) over interleaved features."""
     half = x.shape[-1] // 2
     i = torch.arange(half, dtype=torch.float64)
     frequencies = base ** (-exponent * pair(i) / x.shape[-1])
     angles = direction * positions.to(torch.float64)[:, None] * frequencies  # (seq_len, half)
-    if freqs == "repeat_interleave":  # per-feature frequencies laid out for interleaved pairs
-        per_feature = (positions.to(torch.float64)[:, None] * frequencies.repeat_interleave(2))[:, : 2 * half]
+    if freqs == "repeat":  # per-feature angles cat([f, f]) applied to interleaved pairs
+        per_feature = torch.cat([angles, angles], dim=-1)
         cos, sin = torch.cos(per_feature).to(x.dtype), torch.sin(per_feature).to(x.dtype)
-        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        rotated = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)
         return x * cos + rotated * sin
     cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
     if swap:
         cos, sin = sin, cos
-    a, b = x[..., :half], x[..., half:]
-    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+    a, b = (x[..., 0::2], x[..., 1::2]) if layout == "interleaved" else (x[..., :half], x[..., half:])
+    first, second = a * cos - b * sin, a * sin + b * cos
+    if (layout if put_back == "same" else put_back) == "interleaved":
+        return torch.stack([first, second], dim=-1).flatten(-2)
+    return torch.cat([first, second], dim=-1)
 
 
 def _apply_rope_cases() -> list[Case]:
@@ -212,38 +265,37 @@ def _apply_rope_cases() -> list[Case]:
         case((3, 2, 3, 4), [7, 8, 9], kinds(), note="the last 3 positions of a longer text, as with a cache"),
         case((2, 6, 10), [1, 2, 3, 4, 5, 6], kinds(), note="no heads axis: x is (batch, seq_len, head_dim)"),
         case((1, 3, 2, 12), [20, 3], kinds(ONE), note="positions in any order"),
-        case(
-            (2, 2, 16, 4),
-            list(range(2040, 2056)),
-            kinds(LARGE),
-            scale=1000.0,
-            note="values around ±1000, positions past a table of 2048",
-        ),
-    ]
+        case((2, 2, 16, 4), list(range(2040, 2056)), kinds(LARGE), scale=1000.0,
+             note="values around ±1000, positions past a table of 2048"),
+    ]  # fmt: skip
 
 
 def _rope_layout(args: tuple) -> tuple[Layout]:
-    x = args[0]
-    return (
-        Layout(positions=x.dim() - 2, halves=("the first element of each pair", "the second element of each pair")),
-    )
+    return (Layout(positions=args[0].dim() - 2),)
 
 
-APPLY_ROPE = Exercise(
-    name="apply_rope",
+APPLY_ROPE_INTERLEAVED = Exercise(
+    name="apply_rope_interleaved",
     lesson=LESSON,
     params=("x", "positions"),
     returns=(("...", "seq_len", "head_dim"),),
-    reference=apply_rope,
+    reference=_rope_interleaved,
     make_cases=_apply_rope_cases,
     layout=_rope_layout,
+    forbidden=OWN_CODE,
     variants=(
         Variant(
-            "your output pairs feature 2i with feature 2i+1 (the interleaved layout of the RoFormer paper and "
-            "GPT-J). This exercise uses the halves layout: feature i pairs with feature i + head_dim/2 "
-            "(`a, b = x[..., :half], x[..., half:]`). Weights trained with one layout give wrong scores under the "
-            "other.",
-            lambda x, p: apply_rope(x, p, layout="interleaved"),
+            "the pairs are mixed up: your output pairs feature i with feature i + head_dim/2, the halves layout of "
+            "the lesson. This exercise uses the interleaved layout (the RoFormer paper, GPT-J, Meta's Llama): "
+            "feature 2i pairs with feature 2i+1, `a, b = x[..., 0::2], x[..., 1::2]`. Weights trained with one "
+            "layout give wrong scores under the other.",
+            lambda x, p: apply_rope(x, p, layout="halves"),
+        ),
+        Variant(
+            "the pairs were rotated correctly but written back as two halves (`torch.cat([a2, b2], -1)`): the "
+            "rotated first elements must go back to the even features and the second ones to the odd features, "
+            "`torch.stack([a2, b2], dim=-1).flatten(-2)`.",
+            lambda x, p: _rope(x, p, put_back="halves"),
         ),
         Variant(
             "the rotation goes the wrong way: each pair turned by -theta. A rotation by theta maps (a, b) to "
@@ -251,19 +303,20 @@ APPLY_ROPE = Exercise(
             lambda x, p: _rope(x, p, direction=-1.0),
         ),
         Variant(
-            "cos and sin are swapped: your pairs become (a sin - b cos, a cos + b sin), which is not a rotation "
-            "(it is a rotation by 90 degrees minus theta, with a flip). Use (a cos - b sin, a sin + b cos).",
+            "cos and sin are swapped: your pairs become (a sin - b cos, a cos + b sin), a rotation by 90 degrees "
+            "minus theta: a quarter turn, then the wrong way. Scores still depend on the offset alone, but not as in "
+            "the models trained with (a cos - b sin, a sin + b cos): use that.",
             lambda x, p: _rope(x, p, swap=True),
         ),
         Variant(
             "`positions` was ignored: your function rotates row t by position t, as if every sequence started at "
             "0. With a cache the queries sit at later positions: use the positions you are given.",
-            lambda x, p: apply_rope(x, torch.arange(x.shape[-2])),
+            lambda x, p: _rope_interleaved(x, torch.arange(x.shape[-2])),
         ),
         Variant(
             "off by one: the positions count from 1 (row t was rotated by position t + 1), and `positions` was "
             "ignored. Use the positions you are given.",
-            lambda x, p: apply_rope(x, torch.arange(1, x.shape[-2] + 1)),
+            lambda x, p: _rope_interleaved(x, torch.arange(1, x.shape[-2] + 1)),
         ),
         Variant(
             "off by one: the frequency index is one pair too high: pair i turns at base^(-2(i+1)/head_dim), as "
@@ -283,20 +336,32 @@ APPLY_ROPE = Exercise(
             lambda x, p: _rope(x, p, exponent=1.0),
         ),
         Variant(
-            "the frequencies are laid out for interleaved pairs (`freqs.repeat_interleave(2)`, each frequency "
-            "twice in a row) while the features are paired as halves, so the two features of a pair turn at "
-            "different speeds and the result is no rotation. With halves, repeat the whole list: "
-            "`torch.cat([freqs, freqs])`.",
-            lambda x, p: _rope(x, p, freqs="repeat_interleave"),
+            "the base is wrong: 1000 instead of 10000, so every pair but the first turns faster than in the models "
+            "that use RoPE, whose weights were trained with 10000.",
+            lambda x, p: _rope(x, p, base=1000.0),
+        ),
+        Variant(
+            "the frequencies are laid out for the halves layout (`torch.cat([freqs, freqs])`, the list twice) while "
+            "the features are paired as interleaved, so the two features of a pair turn at different speeds and "
+            "the result is no rotation. With interleaved pairs, repeat each frequency in place: "
+            "`freqs.repeat_interleave(2)`.",
+            lambda x, p: _rope(x, p, freqs="repeat"),
         ),
         Variant(
             "your output is x unchanged: nothing was rotated.",
             lambda x, p: x.clone(),
         ),
     ),
-    hint="With `half = x.shape[-1] // 2`, the frequencies are `10000 ** (-torch.arange(half) * 2 / x.shape[-1])` "
-    "(half,), and the angles `positions[:, None] * frequencies` (seq_len, half), which broadcast against "
-    "`a, b = x[..., :half], x[..., half:]`. Return `torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)`.",
+    hint=(
+        "It is the lesson's rotation with other partners: which features form pair i now, and where does each "
+        "rotated feature go back?",
+        "Pair i is (x[..., 2i], x[..., 2i+1]), turned by theta_i = position * 10000^(-2i/head_dim): "
+        "(a, b) -> (a cos - b sin, a sin + b cos). The angles are (seq_len, head_dim/2) and broadcast over the "
+        "leading axes; the rotated first elements go back to the even features, the second ones to the odd ones.",
+        "`a, b = x[..., 0::2], x[..., 1::2]`; `angles = positions.float()[:, None] * 10000.0 ** "
+        "(-torch.arange(0, head_dim, 2).float() / head_dim)`; `cos, sin = angles.cos(), angles.sin()`; "
+        "`return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -308,8 +373,9 @@ def _rope_scores(
     q: torch.Tensor, k: torch.Tensor, q_positions: torch.Tensor, k_positions: torch.Tensor
 ) -> torch.Tensor:
     """q (batch, heads, query_len, head_dim) at q_positions (query_len,), k (batch, heads, key_len, head_dim) at
-    k_positions (key_len,) -> (batch, heads, query_len, key_len): RoPE(q) . RoPE(k) / sqrt(head_dim)."""
-    scores = apply_rope(q, q_positions) @ apply_rope(k, k_positions).transpose(-2, -1)
+    k_positions (key_len,) -> (batch, heads, query_len, key_len): RoPE(q) . RoPE(k) / sqrt(head_dim), with the
+    interleaved layout of exercise 2."""
+    scores = _rope_interleaved(q, q_positions) @ _rope_interleaved(k, k_positions).transpose(-2, -1)
     return scores / math.sqrt(q.shape[-1])
 
 
@@ -347,7 +413,7 @@ def _rope_scores_cases() -> list[Case]:
     ]
 
 
-def _scores_with(rope=_rope, scale=None, q_at=None, k_at=None):
+def _scores_with(rope=_rope_interleaved, scale=None, q_at=None, k_at=None):
     def scores(q, k, qp, kp):
         qp = qp if q_at is None else q_at(q, qp)
         kp = kp if k_at is None else k_at(k, kp)
@@ -373,6 +439,7 @@ ROPE_SCORES = Exercise(
     reference=_rope_scores,
     make_cases=_rope_scores_cases,
     layout=_scores_layout,
+    forbidden=OWN_CODE,
     variants=(
         Variant(
             "the scores are not scaled: divide the dot products by sqrt(head_dim), as in scaled dot-product attention.",
@@ -407,9 +474,9 @@ ROPE_SCORES = Exercise(
             lambda q, k, qp, kp: _rope_scores(q, k, torch.zeros_like(qp), kp),
         ),
         Variant(
-            "your rotation pairs feature 2i with feature 2i+1 (the interleaved layout). This exercise uses the "
-            "halves layout of exercise 2: feature i pairs with feature i + head_dim/2.",
-            _scores_with(rope=lambda x, p: apply_rope(x, p, layout="interleaved")),
+            "the pairs are mixed up: your rotation pairs feature i with feature i + head_dim/2 (the lesson's halves "
+            "layout). This exercise uses the interleaved layout of exercise 2: feature 2i pairs with feature 2i+1.",
+            _scores_with(rope=lambda x, p: apply_rope(x, p, layout="halves")),
         ),
         Variant(
             "the rotation goes the wrong way (each pair turned by -theta), which turns every score into the score "
@@ -441,9 +508,141 @@ ROPE_SCORES = Exercise(
             _scores_with(rope=_unrotated),
         ),
     ),
-    hint="Rotate first, then score: `rq = apply_rope(q, q_positions)`, `rk = apply_rope(k, k_positions)` (your "
-    "function from exercise 2), then `rq @ rk.transpose(-2, -1) / math.sqrt(head_dim)`. Each side keeps its own "
-    "positions; query_len and key_len may differ.",
+    hint=(
+        "Rotate first, then score. Each side is rotated by its own positions; nothing says query_len == key_len.",
+        "s_mn = RoPE(q, m) . RoPE(k, n) / sqrt(head_dim), with RoPE your interleaved rotation of exercise 2: rotate "
+        "every query by q_positions and every key by k_positions, then take the usual scaled dot products.",
+        "`rq = apply_rope_interleaved(q, q_positions)`; `rk = apply_rope_interleaved(k, k_positions)`; "
+        "`return rq @ rk.transpose(-2, -1) / math.sqrt(q.shape[-1])`.",
+    ),
 )
 
-EXERCISES = (ADD_SINUSOIDAL, APPLY_ROPE, ROPE_SCORES)
+# --------------------------------------------------------------------------------------------
+# alibi_bias: ALiBi for any number of heads (the lesson showed powers of two)
+# --------------------------------------------------------------------------------------------
+
+
+def _alibi_cases() -> list[Case]:
+    def case(heads: int, query_len: int, key_len: int, tags, note: str = "") -> Case:
+        description = f"{heads} heads, {query_len} queries, {key_len} keys" + (f"; {note}" if note else "")
+        return Case(description, (heads, query_len, key_len), tags)
+
+    return [
+        case(6, 5, 5, kinds(), note="6 heads, not a power of two"),
+        case(8, 4, 4, kinds(), note="a power of two: the plain geometric sequence"),
+        case(12, 3, 7, kinds(), note="the 3 queries are the last 3 of 7 positions, as with a cache"),
+        case(1, 1, 5, kinds(ONE), note="one head, one query (one decoding step)"),
+        case(3, 4, 6, kinds(), note="3 heads"),
+        case(5, 2, 2, kinds(), note="5 heads"),
+        case(24, 200, 300, kinds(LARGE), note="distances up to 299"),
+    ]
+
+
+def _rule(num_heads, start=1):
+    """The reference implementation's rule, with the power-of-two sequence's k counted from ``start``."""
+    if num_heads & (num_heads - 1) == 0:
+        return [2.0 ** (-8.0 * k / num_heads) for k in range(start, num_heads + start)]
+    lower = 1 << (num_heads.bit_length() - 1)
+    return _rule(lower, start) + _rule(2 * lower, start)[0::2][: num_heads - lower]
+
+
+def _slopes(num_heads, rule="reference", start=1):
+    if rule == "plain":
+        return torch.tensor([2.0 ** (-8.0 * k / num_heads) for k in range(1, num_heads + 1)])
+    if rule == "start":
+        return torch.tensor(_rule(num_heads, start))
+    if rule == "next power":
+        upper = 1 << (num_heads - 1).bit_length()
+        return alibi_slopes(upper)[:num_heads]
+    if rule == "sorted":
+        return alibi_slopes(num_heads).sort(descending=True).values
+    raise ValueError(rule)
+
+
+def _alibi(num_heads, query_len, key_len, slopes=None, distance="i - j", queries="bottom-right", sign=-1.0):
+    slopes = alibi_slopes(num_heads) if slopes is None else slopes
+    first = key_len - query_len if queries == "bottom-right" else 0
+    i = torch.arange(first, first + query_len)[:, None]
+    j = torch.arange(key_len)[None, :]
+    d = {"i - j": i - j, "|i - j|": (i - j).abs(), "clamped": (i - j).clamp(min=0)}[distance]
+    return sign * slopes[:, None, None] * d[None].float()
+
+
+ALIBI_BIAS = Exercise(
+    name="alibi_bias",
+    lesson=LESSON,
+    params=("num_heads", "query_len", "key_len"),
+    returns=(("num_heads", "query_len", "key_len"),),
+    reference=alibi_bias,
+    make_cases=_alibi_cases,
+    layout=lambda args: (Layout(positions=1),),
+    forbidden=OWN_CODE,
+    variants=(
+        Variant(
+            "the slopes are 2^(-8k/num_heads) for every number of heads. That geometric sequence is the rule for a "
+            "power of two only; for any other number the reference implementation takes the slopes of the closest "
+            "power of two below (for 6 heads: those of 4), then every other slope of twice that many (of the 8's: "
+            "the 1st and the 3rd), as many as are missing.",
+            lambda h, q, k: _alibi(h, q, k, slopes=_slopes(h, "plain")),
+        ),
+        Variant(
+            "the slopes are the first num_heads of the next power of two above (for 6 heads, the first 6 of 8's). "
+            "The reference takes the closest power of two *below* (for 6: all 4 of its slopes), then every other "
+            "slope of twice that many for the rest.",
+            lambda h, q, k: _alibi(h, q, k, slopes=_slopes(h, "next power")),
+        ),
+        Variant(
+            "the right slopes, in the wrong order: sorted from steepest to gentlest. The reference lists the slopes "
+            "of the power of two first, then the extra ones from twice as many, and head h uses slope h of that "
+            "list (a model trained with it expects exactly that head order).",
+            lambda h, q, k: _alibi(h, q, k, slopes=_slopes(h, "sorted")),
+        ),
+        Variant(
+            "off by one: the slope index starts at 0, so the first head's slope is 2^0 = 1. For a power of two n "
+            "the slopes are 2^(-8k/n) for k = 1 .. n: the first is 2^(-8/n).",
+            lambda h, q, k: _alibi(h, q, k, slopes=_slopes(h, "start", start=0)),
+        ),
+        Variant(
+            "off by one: the slope index starts at 2, so every head has the slope of the next one, and the last "
+            "slope is below 2^-8. For a power of two n the slopes are 2^(-8k/n) for k = 1 .. n.",
+            lambda h, q, k: _alibi(h, q, k, slopes=_slopes(h, "start", start=2)),
+        ),
+        Variant(
+            "the sign is wrong: your bias grows with distance, +m (i - j), so far keys are favoured. ALiBi "
+            "penalises distance: -m (i - j), 0 for the query's own key, more negative the further back.",
+            lambda h, q, k: _alibi(h, q, k, sign=1.0),
+        ),
+        Variant(
+            "the queries were placed at positions 0, 1, ... (top-left). With fewer queries than keys they are the "
+            "*last* query_len positions, as when decoding with a cache: query i sits at position "
+            "key_len - query_len + i.",
+            lambda h, q, k: _alibi(h, q, k, queries="top-left"),
+        ),
+        Variant(
+            "the bias uses |i - j|, so keys after the query are penalised too. This exercise asks for -m (i - j) at "
+            "every pair, positive for later keys, which the causal mask removes anyway; only keys at or before the "
+            "query (j <= i) agree.",
+            lambda h, q, k: _alibi(h, q, k, distance="|i - j|"),
+        ),
+        Variant(
+            "the bias is 0 for keys after the query (the distance clamped at 0, or a `.tril()`). This exercise asks "
+            "for -m (i - j) at every pair, positive for later keys, and leaves those to the causal mask.",
+            lambda h, q, k: _alibi(h, q, k, distance="clamped"),
+        ),
+    ),
+    hint=(
+        "Two separate parts: one slope per head, and a distance per (query, key) pair. The bias is their product "
+        "with a minus sign, broadcast to (num_heads, query_len, key_len). The slopes are the hard part when "
+        "num_heads is not a power of two.",
+        "Slopes: for a power of two n, 2^(-8k/n), k = 1 .. n. Otherwise, with n the largest power of two below "
+        "num_heads: the n slopes of n, then slopes 1, 3, 5, ... (every other, counting from 1) of the sequence for "
+        "2n, until there are num_heads. Distance: query i sits at position key_len - query_len + i, so "
+        "d = (key_len - query_len + i) - j; bias[h, i, j] = -slope[h] * d.",
+        "`def slopes(n): return [2 ** (-8 * k / n) for k in range(1, n + 1)]`; "
+        "`lower = 2 ** int(math.log2(num_heads))`; `m = slopes(lower) + slopes(2 * lower)[0::2][: num_heads - "
+        "lower]` (for a power of two, just `slopes(num_heads)`); `i = torch.arange(key_len - query_len, key_len)"
+        "[:, None]`; `j = torch.arange(key_len)[None, :]`; `return -torch.tensor(m)[:, None, None] * (i - j)`.",
+    ),
+)
+
+EXERCISES = (SINUSOIDAL_QUERIES_KEYS, APPLY_ROPE_INTERLEAVED, ROPE_SCORES, ALIBI_BIAS)

@@ -1,142 +1,192 @@
 """Checks for the exercises of lesson 08 (FlashAttention).
 
-Here "padding" means what it means inside a FlashAttention kernel: a sequence whose length is not a multiple of
-the block size, so that its last block is partial (a kernel pads it and masks the padding). Cases "with no
-padding" have only full blocks. Rows are built so that the running maximum grows from one block to the next,
-which is when a missing or wrong rescale shows; large inputs are scores in the hundreds, where exp overflows.
+Part A, the algorithm in PyTorch: merging two partial softmax states (split-K, flash-decoding), which tiles a causal
+pass computes, the causal mask inside one tile, the backward of one tile from the saved log-sum-exp, and what a
+benchmark should report from a timing loop. Part B, Triton kernels, run on the CPU under Triton's interpreter by a
+launcher of the course (``attnedu.triton_basics``): a row-wise softmax, the FlashAttention forward of one head, and
+its causal version.
+
+Here "padding" means what it means inside a FlashAttention kernel: a length that is not a multiple of the block, so
+that the last block is partial (a kernel pads it and masks the padding); for the merge, a query whose keys in one
+split are all padding, so that its state there is empty; for the timing loop, shapes that got different numbers of
+calls (a partial last round). Rows are built so that the running maximum grows from one block to the next, which is
+when a missing or wrong rescale shows; "large inputs" are scores in the hundreds, where exp overflows (for the
+timing loop: a slow function, whose compilation hides in the noise).
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 
 import torch
 
-from ..flash import block_update, causal_tiles, online_softmax
-from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Variant, generator, kinds, randn
+from ..bench import steady_medians
+from ..flash import (
+    causal_block_update,
+    causal_tiles,
+    merge_softmax_states,
+    naive_attention,
+    online_softmax,
+    tile_backward,
+)
+from ..triton_basics import launch_attention, launch_softmax
+from .exercise import EMPTY_ROW, LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Variant, generator, kinds, randn
 
 LESSON = "08_flash_attention"
+QUERIES = ("query", "queries", "index")
+KEYS = ("key", "keys", "index")
+ROWS = ("row", "rows", "index")
+NEG_INF = float("-inf")
+LN2, LOG2_E = math.log(2.0), 1.4426950408889634
+KERNEL_NAN_NOTE = (
+    "NaN comes from 0/0, inf - inf or 0 * inf, inf from an overflow; and the entries of the output your kernel never "
+    "stores stay NaN (the launcher fills the output with NaN first)."
+)
+
+
+def _safe(m: torch.Tensor) -> torch.Tensor:
+    return torch.where(m == NEG_INF, torch.zeros_like(m), m)
+
 
 # --------------------------------------------------------------------------------------------
-# online_softmax
+# merge_softmax_states
 # --------------------------------------------------------------------------------------------
 
 
-def _online_softmax_cases() -> list[Case]:
-    g = generator(8)
+def _state(scores: torch.Tensor, values: torch.Tensor, keys: torch.Tensor):
+    """Each query's state (m, l, o) over the keys where ``keys`` (queries, n) is True: empty (-inf, 0, 0) if none."""
+    s = scores.masked_fill(~keys, NEG_INF)
+    m = s.amax(dim=1)
+    p = torch.exp(s - _safe(m)[:, None])
+    return m, p.sum(dim=1), p @ values
 
-    def rising(rows: int, n: int, spread: float = 2.0, offset: float = 0.0) -> torch.Tensor:
-        """Random scores with an upward trend, so that later blocks raise the running maximum."""
-        return offset + spread * randn(g, rows, n) + torch.linspace(0.0, 4.0, n)
 
-    large = torch.cat([rising(1, 12, 30.0, 300.0), rising(1, 12, 30.0, -600.0)])
+def _merge_cases() -> list[Case]:
+    g = generator(28)
+
+    def case(description, tags, queries, n1, n2, value_dim, allowed=None, offset=0.0, spread=2.0) -> Case:
+        n = n1 + n2
+        trend = torch.linspace(-3.0, 3.0, n) * torch.tensor([1.0 if r % 2 else -1.0 for r in range(queries)])[:, None]
+        scores = offset * torch.ones(queries, 1) + spread * randn(g, queries, n) + trend  # maxima in either split
+        values = randn(g, n, value_dim)
+        keys = torch.ones(queries, n, dtype=torch.bool) if allowed is None else allowed(torch.arange(n))
+        first = torch.arange(n) < n1
+        return Case(description, (*_state(scores, values, keys & first), *_state(scores, values, keys & ~first)), tags)
+
+    lengths = torch.tensor([10, 4, 7])[:, None]
     return [
-        Case("4 rows of 8 scores, blocks of 4 (two full blocks)", (rising(4, 8), 4), kinds(UNPADDED)),
-        Case(
-            "3 rows of 10 scores, blocks of 4: the last block holds only 2 scores (a partial block)",
-            (rising(3, 10), 4),
-            kinds(PADDED),
-        ),
-        Case("one row of 9 scores, blocks of 3", (rising(1, 9), 3), kinds(ONE, UNPADDED)),
-        Case("one row of 7 scores, blocks of 5: the second block holds 2", (rising(1, 7), 5), kinds(ONE, PADDED)),
-        Case("2 rows of 5 scores, blocks of 1 (one score at a time)", (rising(2, 5), 1), kinds(UNPADDED)),
-        Case("3 rows of 6 scores, block_size 8: one partial block holds them all", (rising(3, 6), 8), kinds(PADDED)),
-        Case(
-            "2 rows of 12 scores around +300 and -600, blocks of 4, where exp overflows (or underflows to 0)",
-            (large, 4),
-            kinds(LARGE, UNPADDED),
-        ),
-    ]
+        case("4 queries, two splits of 6 keys each, value_dim 3", kinds(UNPADDED), 4, 6, 6, 3),
+        case("3 queries, splits of 5 and 3 keys, value_dim 2", kinds(UNPADDED), 3, 5, 3, 2),
+        case("one query, two splits of 4 keys, value_dim 2", kinds(ONE, UNPADDED), 1, 4, 4, 2),
+        case("3 queries of lengths 10, 4 and 7 (then padding), two splits of 6 keys: the second query's keys all fall "
+             "in the first split, so its second state is empty (m2 = -inf, l2 = 0, o2 = 0)", kinds(PADDED), 3, 6, 6,
+             3, allowed=lambda j: j[None, :] < lengths),
+        case("one query that may attend only to keys 5 to 7 (a window), splits of 4 and 4: its first state is empty",
+             kinds(ONE, PADDED), 1, 4, 4, 2, allowed=lambda j: (j >= 5)[None, :]),
+        case("4 queries, splits of 5 and 5; the third has no key at all (both of its states are empty), so its merged "
+             "state must be empty too: m = -inf, l = 0, o = 0", kinds(PADDED, EMPTY_ROW), 4, 5, 5, 2,
+             allowed=lambda j: torch.tensor([True, True, False, True])[:, None] & (j >= 0)[None, :]),
+        case("3 queries with scores in the hundreds (maxima from about -600 to +300), two splits of 6 keys",
+             kinds(LARGE, UNPADDED), 3, 6, 6, 2, offset=-150.0, spread=200.0),
+    ]  # fmt: skip
 
 
-def _blockwise(rescale, block_slice=lambda start, size: slice(start, start + size), last_start=None):
-    """An online softmax whose rescale of the running sum and whose blocks can be wrong (the known mistakes)."""
+def _merge_with(factor="right", l_rule="sum", o_rule="sum", safe=True):
+    """merge_softmax_states with one known mistake: ``factor`` "right", "none" or "inverted" (raw, or guarded when
+    ``safe``); the sums combined by ``l_rule`` ("sum", "sum_unscaled", "max", "max_scaled"); the outputs by
+    ``o_rule`` ("sum", "sum_unscaled", "averaged", "averaged_normalised")."""
 
-    def softmax(scores, block_size):
-        n = scores.shape[1]
-        m = torch.full((scores.shape[0],), float("-inf"))
-        l = torch.zeros(scores.shape[0])
-        stop = n if last_start is None else last_start(n, block_size)
-        for start in range(0, stop, block_size):
-            block = scores[:, block_slice(start, block_size)]
-            if block.shape[1] == 0:  # a block of block_size - 1 = 0 scores
-                continue
-            m_new = torch.maximum(m, block.max(dim=1).values)
-            l = rescale(l, m, m_new) + torch.exp(block - m_new[:, None]).sum(dim=1)
-            m = m_new
-        return torch.exp(scores - m[:, None]) / l[:, None]
+    def merge(m1, l1, o1, m2, l2, o2):
+        m = torch.maximum(m1, m2)
+        ref = _safe(m) if safe else m
+        if factor == "right":
+            a1, a2 = torch.exp(m1 - ref), torch.exp(m2 - ref)
+        elif factor == "none":
+            a1, a2 = torch.ones_like(m1), torch.ones_like(m2)
+        else:  # inverted: exp(m - m_i) >= 1
+            a1, a2 = torch.exp(ref - m1), torch.exp(ref - m2)
+            if safe:
+                a1, a2 = torch.where(m1 == NEG_INF, 0.0, a1), torch.where(m2 == NEG_INF, 0.0, a2)
+        l = {"sum": a1 * l1 + a2 * l2, "sum_unscaled": l1 + l2, "max": torch.maximum(l1, l2),
+             "max_scaled": torch.maximum(a1 * l1, a2 * l2)}[l_rule]  # fmt: skip
+        if o_rule == "sum":
+            o = a1[:, None] * o1 + a2[:, None] * o2
+        elif o_rule == "sum_unscaled":
+            o = o1 + o2
+        else:
+            mean = (o1 / l1[:, None] + o2 / l2[:, None]) / 2
+            o = mean * l[:, None] if o_rule == "averaged" else mean
+        return m, l, o
 
-    return softmax
-
-
-def _right(l, m, m_new):
-    return l * torch.exp(m - m_new)
-
-
-def _per_block(scores, block_size):
-    return torch.cat([torch.softmax(b, dim=1) for b in scores.split(block_size, dim=1)], dim=1)
-
-
-def _softmax_properties(args: tuple, got) -> str | None:
-    """Each row of weights sums to one."""
-    scores, _ = args
-    if not isinstance(got, torch.Tensor) or got.shape != scores.shape or not got.is_floating_point():
-        return None
-    sums = got.sum(dim=1)
-    if not bool(torch.isfinite(sums).all()) or torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
-        return None
-    listed = ", ".join(f"{x:.4g}" for x in sums.tolist())
-    return f"each row of weights must sum to one; yours sum to {listed}."
+    return merge
 
 
-ONLINE_SOFTMAX = Exercise(
-    name="online_softmax",
+MERGE_SOFTMAX_STATES = Exercise(
+    name="merge_softmax_states",
     lesson=LESSON,
-    params=("scores", "block_size"),
-    returns=(("rows", "n"),),
-    reference=online_softmax,
-    make_cases=_online_softmax_cases,
-    properties=_softmax_properties,
+    params=("m1", "l1", "o1", "m2", "l2", "o2"),
+    returns=(("queries",), ("queries",), ("queries", "value_dim")),
+    output_names=("m", "l", "o"),
+    reference=merge_softmax_states,
+    make_cases=_merge_cases,
+    units=(QUERIES,) * 3,
     variants=(
         Variant(
-            "the running sum was not rescaled when the maximum grew: the terms already in l were computed against "
-            "the old maximum, so they are too large by exp(m_new - m_old). Multiply l by exp(m_old - m_new) before "
-            "adding the new block's terms: `l = l * torch.exp(m - m_new) + ...`.",
-            _blockwise(lambda l, m, m_new: l),
+            "neither state was rescaled to the merged maximum: l1 + l2 and o1 + o2 add numbers measured against two "
+            "different maxima, m1 and m2. Each state's l and o must first be multiplied by its factor "
+            "exp(m_i - m), which is 1 for the state whose maximum is the larger and less than 1 for the other.",
+            _merge_with(factor="none"),
+            _merge_with(factor="none", safe=False),
         ),
         Variant(
-            "the running sum was rescaled the wrong way round, by exp(m_new - m_old), which is at least 1: the old "
-            "terms must shrink when the maximum grows. Multiply by `torch.exp(m - m_new)` (old minus new).",
-            _blockwise(lambda l, m, m_new: torch.where(l > 0, l * torch.exp(m_new - m), l)),  # l = 0 at first
+            "the sums l were rescaled but the outputs o were not: o1 + o2 adds outputs measured against two "
+            "different maxima. Multiply each o_i by the same factor exp(m_i - m) as its l_i.",
+            _merge_with(o_rule="sum_unscaled"),
+            _merge_with(o_rule="sum_unscaled", safe=False),
         ),
         Variant(
-            "each block was normalised on its own: the weights of every block sum to one, instead of the whole "
-            "row. The blocks only build up the row's maximum and sum; divide the whole row by the final sum at the "
-            "end.",
-            _per_block,
+            "the outputs o were rescaled but the sums l were not: l1 + l2 adds sums measured against two different "
+            "maxima. Multiply each l_i by the same factor exp(m_i - m) as its o_i.",
+            _merge_with(l_rule="sum_unscaled"),
+            _merge_with(l_rule="sum_unscaled", safe=False),
         ),
         Variant(
-            "each block stops one score short: `scores[:, start : start + block_size - 1]` leaves the last score "
-            "of every block out of the maximum and the sum. A block is `scores[:, start : start + block_size]`.",
-            _blockwise(_right, lambda start, size: slice(start, start + size - 1)),
+            "the rescale is the wrong way round, exp(m - m_i), which is at least 1: the state whose maximum is the "
+            "smaller must shrink, by exp(m_i - m) (its maximum minus the merged one).",
+            _merge_with(factor="inverted"),
+            _merge_with(factor="inverted", safe=False),
         ),
         Variant(
-            "each block reaches one score too far: `scores[:, start : start + block_size + 1]` overlaps the next "
-            "block, so a score on every border is counted twice in the sum. A block is "
-            "`scores[:, start : start + block_size]`.",
-            _blockwise(_right, lambda start, size: slice(start, start + size + 1)),
+            "the sums were merged with a maximum, as the maxima are: l is a sum over all the keys of both states, so "
+            "the two (rescaled) sums add up, they do not compete.",
+            _merge_with(l_rule="max"),
+            _merge_with(l_rule="max_scaled"),
+            _merge_with(l_rule="max", safe=False),
+            _merge_with(l_rule="max_scaled", safe=False),
         ),
         Variant(
-            "the last, partial block was never read: a loop such as `range(0, n - block_size + 1, block_size)` "
-            "stops before a block with fewer than block_size scores, so its scores are missing from the maximum "
-            "and the sum. Loop with `range(0, n, block_size)`; slicing past the end just gives a shorter block.",
-            _blockwise(_right, last_start=lambda n, size: n - size + 1),
+            "the normalised outputs o_i / l_i were averaged: each state's output weighs as much as the other's, "
+            "whatever its share of the weight. A state over keys with higher scores must count for more: add the "
+            "rescaled unnormalised outputs, exp(m1 - m) o1 + exp(m2 - m) o2, and leave the division by l to the end.",
+            _merge_with(o_rule="averaged"),
+            _merge_with(o_rule="averaged_normalised"),
+        ),
+        Variant(
+            "a query with no key in either state (m1 = m2 = -inf) came out NaN: its factor exp(m1 - m) is exp(-inf - "
+            "(-inf)) = exp(NaN). A merge of two empty states must stay empty (m = -inf, l = 0, o = 0): where m is "
+            "-inf, subtract 0 instead of m, so that the factor is exp(-inf) = 0.",
+            _merge_with(safe=False),
         ),
     ),
-    hint="Keep, per row, a running maximum `m` (start at -inf) and a running sum `l` (start at 0). For each block "
-    "`b = scores[:, start : start + block_size]`: `m_new = torch.maximum(m, b.max(dim=1).values)`, then "
-    "`l = l * torch.exp(m - m_new) + torch.exp(b - m_new[:, None]).sum(dim=1)`, then `m = m_new`. At the end, "
-    "`torch.exp(scores - m[:, None]) / l[:, None]`.",
+    large_note="This test case has large inputs: maxima in the hundreds (from about -600 to +300). exp(m1) on its own "
+    "is inf in float32 above about 88 and 0 below about -104, so inf / inf or 0 / 0 gives NaN: only differences such "
+    "as m1 - m, which are never above 0, may go into an exp.",
+    nan_note="NaN comes from 0/0, inf - inf or 0 * inf. A state over no keys has m = -inf, l = 0 and o = 0: -inf - "
+    "(-inf) is NaN, and so is o / l there.",
+    hint="`m = torch.maximum(m1, m2)`. Each state's factor is exp(m_i - m): 1 for the state with the larger maximum, "
+    "less for the other. `l = a1 * l1 + a2 * l2`, `o = a1[:, None] * o1 + a2[:, None] * o2`. For a query with no key "
+    "in either state, m is -inf: compute the factors with `torch.where(m == float('-inf'), 0.0, m)` in place of m.",
 )
 
 
@@ -188,6 +238,7 @@ CAUSAL_TILES = Exercise(
     output_names=("compute", "masked"),
     reference=causal_tiles,
     make_cases=_causal_tiles_cases,
+    units=(("query block", "query blocks", "index"),) * 2,
     variants=(
         Variant(
             "the tiles were chosen by comparing block numbers (key block j <= query block i, and j == i for the "
@@ -232,123 +283,801 @@ CAUSAL_TILES = Exercise(
 
 
 # --------------------------------------------------------------------------------------------
-# block_update
+# causal_block_update
 # --------------------------------------------------------------------------------------------
 
 
-def _block_update_cases() -> list[Case]:
-    g = generator(18)
+def _causal_update_cases() -> list[Case]:
+    g = generator(38)
+    n, head_dim, value_dim = 12, 5, 3
+    q, k, v = randn(g, n, head_dim), randn(g, n, head_dim), randn(g, n, value_dim)
+    k[:, 0] += torch.linspace(-2.0, 3.0, n)  # later keys score higher: the running maximum grows
+    q[:, 0] = q[:, 0].abs() + 1.0
 
-    def case(description, tags, block_q, block_k, head_dim, value_dim, real=None, first=False, scale=1.0) -> Case:
-        q = scale * randn(g, block_q, head_dim)
-        k, v = scale * randn(g, block_k, head_dim), randn(g, block_k, value_dim)
-        valid = torch.arange(block_k) < (block_k if real is None else real)
-        k, v = k * valid[:, None], v * valid[:, None]  # keys past the end of the sequence: zero rows (padding)
-        m, l = torch.full((block_q,), float("-inf")), torch.zeros(block_q)
-        acc = torch.zeros(block_q, value_dim)
-        if not first:  # the state after an earlier tile of 3 keys
-            earlier = scale * randn(g, 3, head_dim)
-            m, l, acc = block_update(m, l, acc, q, earlier, randn(g, 3, value_dim), torch.ones(3, dtype=torch.bool))
-        return Case(description, (m, l, acc, q, k, v, valid), tags)
+    def case(description, tags, q_start, q_end, k_start, k_end, earlier=(), scale=1.0) -> Case:
+        qs, ks, vs = scale * q[q_start:q_end], scale * k, v
+        m, l, acc = torch.full((q_end - q_start,), NEG_INF), torch.zeros(q_end - q_start), torch.zeros(
+            q_end - q_start, value_dim)  # fmt: skip
+        for e_start, e_end in earlier:  # the state after the earlier tiles of this block of queries
+            m, l, acc = causal_block_update(m, l, acc, qs, ks[e_start:e_end], vs[e_start:e_end], q_start, e_start)
+        return Case(description, (m, l, acc, qs, ks[k_start:k_end], vs[k_start:k_end], q_start, k_start), tags)
 
     return [
-        case("block_q 3, block_k 4, head_dim 5, value_dim 2, after an earlier tile", kinds(UNPADDED), 3, 4, 5, 2),
-        case("the first tile (m = -inf, l = 0, acc = 0), block_q 4, block_k 3, head_dim 4, value_dim 3",
-             kinds(UNPADDED), 4, 3, 4, 3, first=True),
-        case("block_q 3, block_k 5, head_dim 4, value_dim 2; the last 2 keys are past the end (valid False)",
-             kinds(PADDED), 3, 5, 4, 2, real=3),
-        case("one query, block_k 4, head_dim 3, value_dim 2", kinds(ONE, UNPADDED), 1, 4, 3, 2),
-        case("one query, block_k 3, head_dim 4, value_dim 3; the last key is past the end", kinds(ONE, PADDED),
-             1, 3, 4, 3, real=2),
-        case("the first tile, block_q 2, block_k 4, head_dim 2, value_dim 2; 3 keys past the end", kinds(PADDED),
-             2, 4, 2, 2, real=1, first=True),
-        case("block_q 2, block_k 3, head_dim 4, value_dim 2, scores in the hundreds, where exp overflows",
-             kinds(LARGE, UNPADDED), 2, 3, 4, 2, scale=12.0),
+        case("the diagonal tile: queries 4 to 7 against keys 4 to 7, after the tile of keys 0 to 3 (blocks of 4)",
+             kinds(UNPADDED), 4, 8, 4, 8, earlier=[(0, 4)]),
+        case("a tile below the diagonal: queries 8 to 11 against keys 4 to 7 (no pair to mask), after keys 0 to 3",
+             kinds(UNPADDED), 8, 12, 4, 8, earlier=[(0, 4)]),
+        case("the first tile: queries 0 to 3 against keys 0 to 3 (m = -inf, l = 0, acc = 0)", kinds(UNPADDED),
+             0, 4, 0, 4),
+        case("the first tile of a split that starts at key 6: queries 4 to 7 against keys 6 to 9 (m = -inf, l = 0, "
+             "acc = 0); queries 4 and 5 see no key yet", kinds(UNPADDED, EMPTY_ROW), 4, 8, 6, 10),
+        case("a sequence of 10 in blocks of 4: the last, partial block of queries (8, 9) against the last, partial "
+             "block of keys (8, 9), after keys 0 to 7", kinds(PADDED), 8, 10, 8, 10, earlier=[(0, 4), (4, 8)]),
+        case("a sequence of 10 in blocks of 4: the last, partial block of queries (8, 9) against keys 4 to 7, after "
+             "keys 0 to 3", kinds(PADDED), 8, 10, 4, 8, earlier=[(0, 4)]),
+        case("a sequence of 9 in blocks of 4: the last block holds one query, 8, against keys 4 to 7, after keys 0 "
+             "to 3", kinds(ONE, PADDED), 8, 9, 4, 8, earlier=[(0, 4)]),
+        case("the diagonal tile (queries and keys 4 to 7) with scores in the hundreds, where exp overflows, after "
+             "keys 0 to 3", kinds(LARGE, UNPADDED), 4, 8, 4, 8, earlier=[(0, 4)], scale=8.0),
     ]  # fmt: skip
 
 
-def _update_with(rescale_l=True, rescale_acc=True, inverted=False, scale=True, use_valid=True, normalise=False,
-                 p_against_old=False, return_old_m=False):  # fmt: skip
-    """block_update with one known mistake switched on."""
+def _causal_update_with(rule=lambda qp, kp, qi, kj: kp <= qp, safe=True, fill=NEG_INF, rescale_acc=True,
+                        scale=True):  # fmt: skip
+    """causal_block_update with one known mistake: the mask ``rule`` of absolute positions qp, kp and positions in
+    the tile qi, kj; without the guard for rows that see no key (``safe``); masked scores ``fill``ed with 0; ..."""
 
-    def update(m, l, acc, q_block, k_block, v_block, valid):
-        scores = q_block @ k_block.T / (math.sqrt(q_block.shape[1]) if scale else 1.0)
-        if use_valid:
-            scores = scores.masked_fill(~valid[None, :], float("-inf"))
-        m_new = torch.maximum(m, scores.max(dim=1).values)
-        p = torch.exp(scores - (m if p_against_old else m_new)[:, None])
-        alpha = torch.exp(m - m_new)
-        if inverted:
-            alpha = torch.where(torch.isfinite(m), torch.exp(m_new - m), torch.zeros_like(m))
-        l_new = (alpha * l if rescale_l else l) + p.sum(dim=1)
-        tile = torch.softmax(scores, dim=1) if normalise else p
-        acc_new = (alpha[:, None] * acc if rescale_acc else acc) + tile @ v_block
-        return (m if return_old_m else m_new), l_new, acc_new
+    def update(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+        qi, kj = torch.arange(q_block.shape[0])[:, None], torch.arange(k_block.shape[0])[None, :]
+        allowed = rule(q_start + qi, k_start + kj, qi, kj)
+        s = q_block @ k_block.T / (math.sqrt(q_block.shape[1]) if scale else 1.0)
+        s = s.masked_fill(~allowed, fill)
+        m_new = torch.maximum(m, s.amax(dim=1))
+        ref = _safe(m_new) if safe else m_new
+        p, alpha = torch.exp(s - ref[:, None]), torch.exp(m - ref)
+        return m_new, alpha * l + p.sum(dim=1), (alpha[:, None] * acc if rescale_acc else acc) + p @ v_block
 
     return update
 
 
-BLOCK_UPDATE = Exercise(
-    name="block_update",
+def _both(**kwargs):
+    """The mistake written with and without the guard for rows that see no key."""
+    return _causal_update_with(**kwargs), _causal_update_with(safe=False, **kwargs)
+
+
+CAUSAL_BLOCK_UPDATE = Exercise(
+    name="causal_block_update",
     lesson=LESSON,
-    params=("m", "l", "acc", "q_block", "k_block", "v_block", "valid"),
+    params=("m", "l", "acc", "q_block", "k_block", "v_block", "q_start", "k_start"),
     returns=(("block_q",), ("block_q",), ("block_q", "value_dim")),
     output_names=("m", "l", "acc"),
-    reference=block_update,
-    make_cases=_block_update_cases,
+    reference=causal_block_update,
+    make_cases=_causal_update_cases,
+    units=(QUERIES,) * 3,
     variants=(
         Variant(
+            "the diagonal is off by one, one key too few: a query may not attend to its own key (`k_pos < q_pos`). "
+            "Query i may attend key j when j <= i, so key i too.",
+            *_both(rule=lambda qp, kp, qi, kj: kp < qp),
+        ),
+        Variant(
+            "the diagonal is off by one, one key too many: each query also attends to the key right after it "
+            "(`k_pos <= q_pos + 1`), one step into the future. Query i may attend key j when j <= i.",
+            *_both(rule=lambda qp, kp, qi, kj: kp <= qp + 1),
+        ),
+        Variant(
+            "the mask compares positions inside the tile (row i and column j of the tile, counted from 0) instead of "
+            "positions in the sequence: that is right only for a tile on the diagonal whose queries and keys start "
+            "at the same position. Query q_start + i may attend key k_start + j when k_start + j <= q_start + i.",
+            *_both(rule=lambda qp, kp, qi, kj: kj <= qi),
+        ),
+        Variant(
+            "the mask mixes positions in the sequence with positions inside the tile: one side counts from the "
+            "tile's start (q_start or k_start) and the other from 0. Compare k_start + j with q_start + i.",
+            *_both(rule=lambda qp, kp, qi, kj: kp <= qi),
+            *_both(rule=lambda qp, kp, qi, kj: kj <= qp),
+        ),
+        Variant(
+            "the mask is inverted: the scores set to -inf are those of the keys a query may attend (j <= i), and "
+            "the future keys were kept.",
+            *_both(rule=lambda qp, kp, qi, kj: kp > qp),
+            *_both(rule=lambda qp, kp, qi, kj: kp >= qp),
+        ),
+        Variant(
+            "no causal mask at all: every query attends to every key of the tile, the future ones included.",
+            *_both(rule=lambda qp, kp, qi, kj: kp >= 0),
+        ),
+        Variant(
+            "the masked scores became 0 instead of -inf: exp(0 - m_new) is not 0, so the future keys still get "
+            "weight. A key a query may not attend must get score -inf.",
+            *_both(fill=0.0),
+        ),
+        Variant(
+            "a query that sees no key in this tile, and saw none before (m = -inf), came out NaN: its scores are all "
+            "-inf, so m_new = -inf and exp(s - m_new) = exp(-inf - (-inf)) = exp(NaN). Such a query must keep its "
+            "empty state (m = -inf, l = 0, acc = 0): where m_new is -inf, subtract 0 instead.",
+            _causal_update_with(safe=False),
+        ),
+        Variant(
             "the running output acc was not rescaled when the maximum grew: like l, it was summed against the old "
-            "maximum. Multiply it by the same factor: `alpha[:, None] * acc + p @ v_block`, with "
-            "`alpha = torch.exp(m - m_new)`.",
-            _update_with(rescale_acc=False),
+            "maximum, and must be multiplied by alpha = exp(m - m_new) before the tile's P V is added.",
+            *_both(rescale_acc=False),
         ),
         Variant(
-            "the running sum l was not rescaled when the maximum grew (the output acc was): "
-            "`l_new = alpha * l + p.sum(dim=1)`, with `alpha = torch.exp(m - m_new)`.",
-            _update_with(rescale_l=False),
-        ),
-        Variant(
-            "neither the running sum l nor the running output acc was rescaled when the maximum grew: both were "
-            "summed against the old maximum. Multiply both by `alpha = torch.exp(m - m_new)` before adding the tile.",
-            _update_with(rescale_l=False, rescale_acc=False),
-        ),
-        Variant(
-            "the rescale is the wrong way round, exp(m_new - m), which is at least 1: the old terms must shrink "
-            "when the maximum grows. Use `alpha = torch.exp(m - m_new)` (old minus new).",
-            _update_with(inverted=True),
-        ),
-        Variant(
-            "the scores were not divided by sqrt(head_dim): `q_block @ k_block.T / math.sqrt(q_block.shape[1])`.",
-            _update_with(scale=False),
-        ),
-        Variant(
-            "keys marked invalid (past the end of the sequence) got weight. Set their scores to -inf (0 is not "
-            "enough: exp(0 - m) is not 0) before the exponential: `scores.masked_fill(~valid[None, :], "
-            "float('-inf'))`.",
-            _update_with(use_valid=False),
-        ),
-        Variant(
-            "the tile's weights were normalised within the tile (a softmax over its keys) before multiplying the "
-            "values. The tile adds unnormalised exp(s - m_new) to acc; the one division by l happens at the very "
-            "end, after the last tile.",
-            _update_with(normalise=True),
-        ),
-        Variant(
-            "the tile's weights were computed against the old maximum, one step late: "
-            "`torch.exp(scores - m[:, None])`. Use the new one, `m_new`, for the tile as for the rescale.",
-            _update_with(p_against_old=True),
-        ),
-        Variant(
-            "the m you returned is the maximum from before this tile, one step early: return `m_new`, the larger "
-            "of the old maximum and this tile's.",
-            _update_with(return_old_m=True),
+            "the scores were not divided by sqrt(head_dim): s = q_block k_block^T / sqrt(head_dim).",
+            *_both(scale=False),
         ),
     ),
-    hint="scores = `q_block @ k_block.T / math.sqrt(q_block.shape[1])`, with the invalid keys set to -inf; "
-    "`m_new = torch.maximum(m, scores.max(dim=1).values)`; `p = torch.exp(scores - m_new[:, None])`; "
-    "`alpha = torch.exp(m - m_new)` (0 on the first tile, where m is -inf); return `m_new`, "
-    "`alpha * l + p.sum(dim=1)` and `alpha[:, None] * acc + p @ v_block`.",
+    large_note="This test case has large inputs: scores in the hundreds. exp(s) on its own is inf in float32 above "
+    "about 88, so inf / inf or inf * 0 gives NaN: subtract the running maximum before the exp, exp(s - m_new), which "
+    "is at most 1.",
+    nan_note="NaN comes from 0/0, inf - inf or 0 * inf: for a query whose scores are all -inf, m_new is -inf, and "
+    "-inf - (-inf) is NaN.",
+    hint="Positions: `q_pos = q_start + torch.arange(q_block.shape[0])` and `k_pos = k_start + "
+    "torch.arange(k_block.shape[0])`; allowed = `k_pos[None, :] <= q_pos[:, None]`. Scores "
+    "`q_block @ k_block.T / math.sqrt(q_block.shape[1])`, set to -inf where not allowed; m_new = the larger of m and "
+    "each row's maximum. Then, with `ref = torch.where(m_new == float('-inf'), 0.0, m_new)`: `p = torch.exp(s - "
+    "ref[:, None])`, `alpha = torch.exp(m - ref)`, and return m_new, `alpha * l + p.sum(1)`, "
+    "`alpha[:, None] * acc + p @ v_block`.",
 )
 
-EXERCISES = (ONLINE_SOFTMAX, BLOCK_UPDATE, CAUSAL_TILES)
+
+# --------------------------------------------------------------------------------------------
+# tile_backward
+# --------------------------------------------------------------------------------------------
+
+
+def _tile_backward_cases() -> list[Case]:
+    g = generator(48)
+
+    def problem(n_q, n_k, head_dim, value_dim, scale=1.0):
+        q, k, v = scale * randn(g, n_q, head_dim), scale * randn(g, n_k, head_dim), randn(g, n_k, value_dim)
+        grad_out = randn(g, n_q, value_dim)
+        s = q @ k.T / math.sqrt(head_dim)
+        lse = torch.logsumexp(s, dim=1)
+        out = torch.softmax(s, dim=1) @ v
+        return q, k, v, grad_out, lse, (grad_out * out).sum(dim=1)
+
+    def case(description, tags, sizes, rows, keys, scale=1.0) -> Case:
+        q, k, v, grad_out, lse, d = problem(*sizes, scale=scale)
+        return Case(description, (q[rows], k[keys], v[keys], grad_out[rows], lse[rows], d[rows]), tags)
+
+    return [
+        case("queries 4 to 7 against keys 4 to 7 of 12 (blocks of 4), head_dim 5, value_dim 3", kinds(UNPADDED),
+             (12, 12, 5, 3), slice(4, 8), slice(4, 8)),
+        case("queries 0 to 3 against keys 8 to 11 of 12, head_dim 3, value_dim 2", kinds(UNPADDED), (8, 12, 3, 2),
+             slice(0, 4), slice(8, 12)),
+        case("queries 4 to 7 against the last, partial block of keys (8, 9) of 10, head_dim 5, value_dim 3",
+             kinds(PADDED), (8, 10, 5, 3), slice(4, 8), slice(8, 10)),
+        case("the last, partial block of queries (8, 9) of 10 against keys 0 to 3, head_dim 4, value_dim 2",
+             kinds(PADDED), (10, 8, 4, 2), slice(8, 10), slice(0, 4)),
+        case("one query (the last of 9, a partial block of one) against keys 4 to 7 of 8, head_dim 3, value_dim 2",
+             kinds(ONE, PADDED), (9, 8, 3, 2), slice(8, 9), slice(4, 8)),
+        case("queries 4 to 7 against keys 0 to 3 of 8, scores in the hundreds, where exp overflows",
+             kinds(LARGE, UNPADDED), (8, 8, 4, 3), slice(4, 8), slice(0, 4), scale=8.0),
+    ]  # fmt: skip
+
+
+def _backward_with(p_rule="lse", d_rule="minus", times_p=True, dq_scale=1, dk_scale=1, dv_t=True, dk_t=True,
+                   dk_from="q"):  # fmt: skip
+    """tile_backward with one known mistake: P from the tile's own softmax or unscaled scores; D missing or added;
+    dS without P; dq, dk times scale ** dq_scale, ** dk_scale; P or dS not transposed; dK from K."""
+
+    def backward(q_block, k_block, v_block, do_block, lse, d):
+        scale = 1.0 / math.sqrt(q_block.shape[1])
+        s = q_block @ k_block.T * scale
+        if p_rule == "tile":
+            p = torch.softmax(s, dim=1)
+        elif p_rule == "unscaled":
+            p = torch.exp(q_block @ k_block.T - lse[:, None])
+        else:
+            p = torch.exp(s - lse[:, None])
+        dv = (p.T if dv_t else p) @ do_block
+        dp = do_block @ v_block.T
+        diff = {"minus": dp - d[:, None], "none": dp, "plus": dp + d[:, None]}[d_rule]
+        ds = p * diff if times_p else diff
+        dk = (ds.T if dk_t else ds) @ (q_block if dk_from == "q" else k_block)
+        return ds @ k_block * scale**dq_scale, dk * scale**dk_scale, dv
+
+    return backward
+
+
+TILE_BACKWARD = Exercise(
+    name="tile_backward",
+    lesson=LESSON,
+    params=("q_block", "k_block", "v_block", "do_block", "lse", "d"),
+    returns=(("block_q", "head_dim"), ("block_k", "head_dim"), ("block_k", "value_dim")),
+    output_names=("dq", "dk", "dv"),
+    reference=tile_backward,
+    make_cases=_tile_backward_cases,
+    units=(QUERIES, KEYS, KEYS),
+    variants=(
+        Variant(
+            "P was recomputed as a softmax of the tile on its own (its own maximum and sum), not rebuilt from lse: "
+            "the tile holds only some of each query's keys, so its softmax sums to one over the wrong set. The "
+            "forward saved lse, the log-sum-exp over all the keys, so that P = exp(S - lse) is exact in every tile.",
+            _backward_with(p_rule="tile"),
+        ),
+        Variant(
+            "P was rebuilt from scores that were not multiplied by scale: lse is the log-sum-exp of the scaled scores "
+            "S = Q K^T * scale, so P = exp(S - lse) needs them scaled too.",
+            _backward_with(p_rule="unscaled"),
+        ),
+        Variant(
+            "D is missing: dS = P * dP. The softmax's backward subtracts, from each row of dP, its weighted mean "
+            "rowsum(P * dP), which equals D = rowsum(dO * O): dS = P * (dP - D).",
+            _backward_with(d_rule="none"),
+        ),
+        Variant(
+            "D was added instead of subtracted: dS = P * (dP - D), with D = rowsum(dO * O).",
+            _backward_with(d_rule="plus"),
+        ),
+        Variant(
+            "dS lacks the factor P: dS = P * (dP - D), elementwise, is the gradient of the scores through the softmax.",
+            _backward_with(times_p=False),
+        ),
+        Variant(
+            "dq and dk are both missing the factor scale (1 / sqrt(head_dim)): S = Q K^T * scale, so the gradient "
+            "of Q is dS K * scale and that of K is dS^T Q * scale.",
+            _backward_with(dq_scale=0, dk_scale=0),
+        ),
+        Variant(
+            "dq and dk are multiplied by scale twice (scale squared): S = Q K^T * scale brings one factor scale "
+            "into each, dS K * scale and dS^T Q * scale.",
+            _backward_with(dq_scale=2, dk_scale=2),
+        ),
+        Variant(
+            "dq is missing the factor scale (dk has it): dQ = dS K * scale, since S = Q K^T * scale.",
+            _backward_with(dq_scale=0),
+        ),
+        Variant(
+            "dk is missing the factor scale (dq has it): dK = dS^T Q * scale, since S = Q K^T * scale.",
+            _backward_with(dk_scale=0),
+        ),
+        Variant(
+            "P was not transposed for dv: each key's gradient gathers over the queries, dV = P^T dO, a (block_k, "
+            "value_dim) product.",
+            _backward_with(dv_t=False),
+        ),
+        Variant(
+            "dS was not transposed for dk: each key's gradient gathers over the queries, dK = dS^T Q * scale.",
+            _backward_with(dk_t=False),
+        ),
+        Variant(
+            "dk was computed from K instead of Q: S = Q K^T, so the gradient of K is dS^T Q * scale (and that of Q "
+            "is dS K * scale).",
+            _backward_with(dk_from="k"),
+        ),
+    ),
+    large_note="This test case has large inputs: scores in the hundreds. exp(S) on its own is inf in float32 above "
+    "about 88, so exp(S) / exp(lse) is inf / inf = NaN: rebuild P in one step, exp(S - lse), which is at most 1.",
+    hint="`s = q_block @ k_block.T * scale` with `scale = 1 / math.sqrt(q_block.shape[1])`; `p = torch.exp(s - "
+    "lse[:, None])`; `dv = p.T @ do_block`; `dp = do_block @ v_block.T`; `ds = p * (dp - d[:, None])`; then "
+    "`dq = ds @ k_block * scale` and `dk = ds.T @ q_block * scale`.",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# benchmark_median
+# --------------------------------------------------------------------------------------------
+
+
+def _timing_cases() -> list[Case]:
+    g = generator(58)
+
+    def case(description, tags, order, typical, compile_ms, spikes=(), noise=0.04) -> Case:
+        """Per-call times of a loop that ran shape ``order[i]`` at call i: about ``typical[s]`` ms each, plus
+        ``compile_ms`` on each shape's first call, times (1 + noise * N(0, 1)), plus each (call, ms) of spikes."""
+        ids = torch.tensor(order)
+        times = torch.tensor(typical)[ids] * (1 + noise * randn(g, len(order)))
+        first = torch.tensor([order.index(s) for s in range(len(typical))])
+        times[first] += compile_ms
+        for call, extra in spikes:
+            times[call] += extra
+        return Case(description, (ids, times.float()), tags)
+
+    def rounds(shapes: int, count: int) -> list[int]:
+        return [s for _ in range(count) for s in range(shapes)]
+
+    # A slow function, written out: compiling adds 50 ms to calls of about 2 s that vary by 100 ms, so each shape's
+    # first call is not its slowest (another process added 4 s to one later call of each).
+    slow_ids = torch.tensor(rounds(2, 6))
+    slow = torch.tensor([1890.0, 2710.0, 2010.0, 2560.0, 1930.0, 6650.0, 6100.0, 2600.0, 2050.0, 2480.0, 1975.0,
+                         2640.0])  # fmt: skip
+    return [
+        case("2 shapes called in turn, 8 calls each, about 1.2 and 4.5 ms, the first call of each 35 ms longer "
+             "(compiling); one call 6 ms longer (another process)", kinds(UNPADDED), rounds(2, 8), [1.2, 4.5], 35.0,
+             spikes=[(6, 6.0)]),
+        case("3 shapes called in turn, 5 calls each, about 0.8, 2 and 6 ms; a spike of 20 ms in one call",
+             kinds(UNPADDED), rounds(3, 5), [0.8, 2.0, 6.0], 35.0, spikes=[(11, 20.0)]),
+        case("one shape, 9 calls of about 3 ms, the first 50 ms longer", kinds(ONE, UNPADDED), rounds(1, 9), [3.0],
+             50.0, spikes=[(4, 9.0)]),
+        case("3 shapes in turn, 19 calls: the third shape stopped after 5 rounds (7, 7 and 5 calls)", kinds(PADDED),
+             rounds(3, 5) + rounds(2, 2), [1.0, 2.5, 4.0], 30.0, spikes=[(9, 8.0)]),
+        case("2 shapes timed one after the other, not in turn: 6 calls of the first, then 9 of the second",
+             kinds(PADDED), [0] * 6 + [1] * 9, [2.0, 0.7], 25.0, spikes=[(10, 5.0)]),
+        Case("a slow function: 2 shapes in turn, 6 calls each of about 2 and 2.6 s that vary by about 100 ms; "
+             "compiling adds 50 ms to each first call, and another process adds 4 s to one later call of each",
+             (slow_ids, slow), kinds(LARGE, UNPADDED)),
+    ]  # fmt: skip
+
+
+def _by_shape(shape_ids, times):
+    return [times[shape_ids == s] for s in range(int(shape_ids.max()) + 1)]
+
+
+def _lower_median(x: torch.Tensor) -> float:
+    return float(x.median())  # torch.median: the lower of the two middle values
+
+
+def _middle_median(x: torch.Tensor) -> float:
+    return statistics.median(x.tolist())
+
+
+def _timing_with(drop=lambda shape_ids, s, calls: calls[1:], stat=_middle_median):
+    """benchmark_median with one known mistake: the calls kept, ``drop(shape_ids, shape, its calls)``, and the
+    statistic ``stat`` of them."""
+
+    def summary(shape_ids, times):
+        return torch.tensor([stat(drop(shape_ids, s, c)) for s, c in enumerate(_by_shape(shape_ids, times))])
+
+    return summary
+
+
+def _medians(drop):
+    return _timing_with(drop, _middle_median), _timing_with(drop, _lower_median)
+
+
+def _drop_first_overall(shape_ids, s, calls):
+    return calls[1:] if int(shape_ids[0]) == s else calls
+
+
+def _drop_first_round(shape_ids, s, calls):
+    """The first `shapes` calls dropped, as if they held one call of each shape."""
+    shapes = int(shape_ids.max()) + 1
+    return calls[int((shape_ids[:shapes] == s).sum()) :]
+
+
+def _drop_slowest(shape_ids, s, calls):
+    return torch.cat([calls[: int(calls.argmax())], calls[int(calls.argmax()) + 1 :]])
+
+
+BENCHMARK_MEDIAN = Exercise(
+    name="benchmark_median",
+    lesson=LESSON,
+    params=("shape_ids", "times_ms"),
+    returns=(("shapes",),),
+    reference=steady_medians,
+    make_cases=_timing_cases,
+    units=(("shape", "shapes", "index"),),
+    variants=(
+        Variant(
+            "the warm-up calls were kept: each shape's first call pays for compiling (and autotuning, allocating, "
+            "filling caches) once, and is not what a call costs afterwards. Drop each shape's first call.",
+            *_medians(lambda shape_ids, s, calls: calls),
+        ),
+        Variant(
+            "only the very first call of the loop was dropped: compilation and autotuning happen again for each new "
+            "shape (they are keyed on it), so each shape's own first call is a warm-up.",
+            *_medians(_drop_first_overall),
+        ),
+        Variant(
+            "the first `shapes` calls of the loop were dropped, as if the first round held one call of each shape: "
+            "when shapes are not timed in turn, those calls all belong to one shape. Drop each shape's own first "
+            "call, wherever it is.",
+            *_medians(_drop_first_round),
+        ),
+        Variant(
+            "two calls of each shape were dropped, one more than the warm-up: only each shape's first call pays for "
+            "compiling.",
+            *_medians(lambda shape_ids, s, calls: calls[2:]),
+        ),
+        Variant(
+            "each shape's slowest call was dropped rather than its first: for a slow function, compiling adds less "
+            "than the noise, and the slowest call is one that another process slowed down. Drop each shape's first "
+            "call by its position, whatever its time.",
+            *_medians(_drop_slowest),
+        ),
+        Variant(
+            "for an even number of calls, the median is the mean of the two middle values; `torch.median` returns "
+            "the lower of the two. Use `torch.quantile(x, 0.5)` or `statistics.median`.",
+            _timing_with(stat=_lower_median),
+        ),
+        Variant(
+            "the mean of the calls after the warm-up: a single call slowed down by another process moves a mean "
+            "(by its extra time over the number of calls), not a median. Report the median.",
+            _timing_with(stat=lambda x: float(x.mean())),
+        ),
+        Variant(
+            "the mean of all the calls, warm-up included: both the first call's compilation and the spikes of other "
+            "processes move it. Drop each shape's first call and take the median of the rest.",
+            _timing_with(lambda shape_ids, s, calls: calls, stat=lambda x: float(x.mean())),
+        ),
+        Variant(
+            "the minimum, the luckiest call: it says what a call can cost, not what it usually costs. Report the "
+            "median of the calls after each shape's first.",
+            _timing_with(stat=lambda x: float(x.min())),
+            _timing_with(lambda shape_ids, s, calls: calls, stat=lambda x: float(x.min())),
+        ),
+    ),
+    large_note="This test case is a slow function: calls of about two seconds, in which compiling (50 ms) hides in "
+    "the noise, so no threshold on the time finds the warm-up: its position does.",
+    nan_note="NaN here usually means a median of no calls at all: check that each shape keeps the calls after its "
+    "first.",
+    hint="For each shape s, `times_ms[shape_ids == s]` keeps its calls in the order they ran; `[1:]` drops its first "
+    "(the warm-up); report their median, the middle value (for an even count, the mean of the two middle ones: "
+    "`statistics.median(x.tolist())` or `torch.quantile(x, 0.5)`). Return one number per shape, "
+    "`torch.tensor([...])`.",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# softmax_kernel (Triton, under the interpreter)
+# --------------------------------------------------------------------------------------------
+
+
+def _softmax_kernel_cases() -> list[Case]:
+    g = generator(68)
+
+    def rows(count: int, n: int, spread: float = 2.0, offset: float = 0.0) -> torch.Tensor:
+        """Rising rows (the maximum grows from one block to the next), every other one below 0."""
+        shift = torch.tensor([offset - (3.0 if r % 2 else 0.0) for r in range(count)])[:, None]
+        return shift + spread * randn(g, count, n) + torch.linspace(0.0, 4.0, n)
+
+    large = torch.cat([rows(1, 32, 30.0, 300.0), rows(1, 32, 30.0, -600.0)])
+    return [
+        Case("4 rows of 32 numbers, BLOCK = 16: two full blocks a row", (rows(4, 32), 16), kinds(UNPADDED)),
+        Case("3 rows of 40 numbers, BLOCK = 16: the last block of each row holds 8", (rows(3, 40), 16), kinds(PADDED)),
+        Case("one row of 48 numbers, BLOCK = 16", (rows(1, 48), 16), kinds(ONE, UNPADDED)),
+        Case("one row of 10 numbers, BLOCK = 16: a row shorter than one block", (rows(1, 10), 16), kinds(ONE, PADDED)),
+        Case("2 rows of 64 numbers, BLOCK = 32", (rows(2, 64), 32), kinds(UNPADDED)),
+        Case("3 rows of 37 numbers, BLOCK = 8: five blocks, the last holds 5", (rows(3, 37), 8), kinds(PADDED)),
+        Case("2 rows of 32 numbers around +300 and -600, BLOCK = 16, where exp overflows (or underflows to 0)",
+             (large, 16), kinds(LARGE, UNPADDED)),
+    ]  # fmt: skip
+
+
+def _blockwise_softmax(rescale=lambda l, m, m_new: l * torch.exp(m - m_new), one_pass=False):
+    """An online softmax of each row with one known mistake in its rescale; or written block by block with the
+    running maximum and sum at the time (``one_pass``)."""
+
+    def softmax(x, block):
+        m, l = torch.full((x.shape[0],), NEG_INF), torch.zeros(x.shape[0])
+        pieces = []
+        for start in range(0, x.shape[1], block):
+            b = x[:, start : start + block]
+            m_new = torch.maximum(m, b.amax(dim=1))
+            l = rescale(l, m, m_new) + torch.exp(b - m_new[:, None]).sum(dim=1)
+            m = m_new
+            pieces.append(torch.exp(b - m[:, None]) / l[:, None])
+        return torch.cat(pieces, dim=1) if one_pass else torch.exp(x - m[:, None]) / l[:, None]
+
+    return softmax
+
+
+def _padding_as(value: float):
+    def softmax(x, block):
+        width = -(-x.shape[1] // block) * block
+        padded = torch.cat([x, torch.full((x.shape[0], width - x.shape[1]), value)], dim=1)
+        return torch.softmax(padded, dim=1)[:, : x.shape[1]]
+
+    return softmax
+
+
+def _last_column_left_out(store_all: bool):
+    def softmax(x, block):
+        out = torch.full_like(x, float("nan"))
+        inner = torch.softmax(x[:, :-1], dim=1)
+        out[:, :-1] = inner
+        if store_all:
+            out[:, -1] = 0.0  # read as -inf: weight exp(-inf) = 0, stored
+        return out
+
+    return softmax
+
+
+def _rescaled_input(factor: float):
+    def softmax(x, block):
+        return torch.softmax(x * factor, dim=1)
+
+    return softmax
+
+
+def _per_block(x, block):
+    return torch.cat([torch.softmax(b, dim=1) for b in x.split(block, dim=1)], dim=1)
+
+
+def _no_max(x, block):
+    e = torch.exp(x)
+    return e / e.sum(dim=1, keepdim=True)
+
+
+SOFTMAX_KERNEL = Exercise(
+    name="softmax_kernel",
+    lesson=LESSON,
+    params=("x", "block"),
+    returns=(("rows", "n_cols"),),
+    reference=online_softmax,
+    make_cases=_softmax_kernel_cases,
+    units=(ROWS,),
+    launch=launch_softmax,
+    variants=(
+        Variant(
+            "the running sum l was not rescaled when the maximum grew: the terms already in l were computed against "
+            "the old maximum, so they are too large by exp(m_new - m_old). Multiply l by the factor "
+            "exp2((m - m_new) * log2(e)) before adding the new block's terms.",
+            _blockwise_softmax(rescale=lambda l, m, m_new: l),
+        ),
+        Variant(
+            "the running sum l was rescaled the wrong way round, by exp(m_new - m), which is at least 1: the old "
+            "terms must shrink when the maximum grows, by exp2((m - m_new) * log2(e)) (old minus new).",
+            _blockwise_softmax(rescale=lambda l, m, m_new: torch.where(l > 0, l * torch.exp(m_new - m), l)),
+        ),
+        Variant(
+            "each block was normalised on its own: the numbers of every block sum to one, instead of the whole row. "
+            "The blocks only build up the row's maximum m and sum l; a second pass over the row writes "
+            "exp(x - m) / l with the final ones.",
+            _per_block,
+        ),
+        Variant(
+            "each block was written in the same pass that reads it, with the maximum and sum of the blocks read so "
+            "far: the first blocks are divided by a sum that is not yet the row's. Finish the pass that finds m and "
+            "l, then loop over the row again to write exp(x - m) / l.",
+            _blockwise_softmax(one_pass=True),
+        ),
+        Variant(
+            "tl.exp2 was used without the factor log2(e): exp2(x - m) is 2 to the power x - m, not e to it, so "
+            "this is the softmax of x * ln(2). exp(z) = exp2(z * log2(e)), with log2(e) = 1.4426950408889634.",
+            _rescaled_input(LN2),
+        ),
+        Variant(
+            "the numbers were multiplied by log2(e) and then given to tl.exp, not tl.exp2: exp(z * log2(e)) is not "
+            "exp(z). The factor belongs with exp2: exp(z) = exp2(z * log2(e)).",
+            _rescaled_input(LOG2_E),
+        ),
+        Variant(
+            "the lanes of the last, partial block past the end of the row were read as 0 (`other=0.0`), so they "
+            "count in the maximum and the sum as numbers of value 0. Give them `other=float('-inf')`, whose "
+            "exponential is 0.",
+            _padding_as(0.0),
+        ),
+        Variant(
+            "the mask `cols < n_cols - 1` leaves out the last number of each row (it is never stored, and was read "
+            "as padding): the columns of a row are 0 to n_cols - 1, so `cols < n_cols`.",
+            _last_column_left_out(False),
+            _last_column_left_out(True),
+        ),
+        Variant(
+            "the row's maximum was not subtracted before the exponential: exp2(x * log2(e)) overflows to inf for "
+            "numbers above about 88, and inf / inf is NaN. Subtract the running maximum, exp2((x - m) * log2(e)), "
+            "which is at most 1.",
+            _no_max,
+        ),
+    ),
+    large_note="This test case has large inputs: numbers around +300 and -600. exp2(x * log2(e)) is inf in float32 "
+    "for x above about 88, and 0 below about -104, so inf / inf or 0 / 0 gives NaN: subtract the row's running "
+    "maximum m first, exp2((x - m) * log2(e)), which is at most 1.",
+    nan_note=KERNEL_NAN_NOTE,
+    hint="One program per row: `row = tl.program_id(0)`, its numbers at `X + row * stride_x + cols`. A first loop "
+    "`for start in range(0, n_cols, BLOCK)` with `cols = start + tl.arange(0, BLOCK)` loads each block (`mask=cols < "
+    "n_cols, other=float('-inf')`) and updates the running maximum m and sum l, as the online softmax does, with "
+    "`tl.exp2((...) * 1.4426950408889634)`; start from `m = tl.full([1], float('-inf'), tl.float32)` and "
+    "`l = tl.zeros([1], tl.float32)`. A second loop loads each block again and stores exp2((x - m) * log2(e)) / l to "
+    "`Y + row * stride_y + cols`, with the same mask.",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# attention_kernel and causal_attention_kernel (Triton, under the interpreter)
+# --------------------------------------------------------------------------------------------
+
+
+def _attention_kernel_cases(causal: bool) -> list[Case]:
+    g = generator(78 if causal else 88)
+    head_dim = 16
+
+    def qkv(n_q, n_k, scale=1.0):
+        q, k, v = scale * randn(g, n_q, head_dim), scale * randn(g, n_k, head_dim), randn(g, n_k, head_dim)
+        q[:, 0] = q[:, 0].abs() + 2.0 * scale  # later keys score higher: the running maximum grows
+        k[:, 0] += scale * torch.linspace(-3.0, 3.0, n_k)
+        return q, k, v
+
+    if causal:
+        return [
+            Case("64 queries and keys, head_dim 16, BLOCK_M 16, BLOCK_N 32: full blocks", (*qkv(64, 64), 16, 32),
+                 kinds(UNPADDED)),
+            Case("48 queries and keys, BLOCK_M 16, BLOCK_N 32: the last key block holds 16 of 32",
+                 (*qkv(48, 48), 16, 32), kinds(PADDED)),
+            Case("one query and one key, BLOCK_M 16, BLOCK_N 32", (*qkv(1, 1), 16, 32), kinds(ONE, PADDED)),
+            Case("32 queries and keys, BLOCK_M 32, BLOCK_N 16", (*qkv(32, 32), 32, 16), kinds(UNPADDED)),
+            Case("80 queries and keys, BLOCK_M 16, BLOCK_N 32: the last key block holds 16", (*qkv(80, 80), 16, 32),
+                 kinds(PADDED)),
+            Case("32 queries and keys with scores in the hundreds, BLOCK_M 16, BLOCK_N 32",
+                 (*qkv(32, 32, scale=6.0), 16, 32), kinds(LARGE, UNPADDED)),
+        ]  # fmt: skip
+    return [
+        Case("32 queries, 64 keys, head_dim 16, BLOCK_M 16, BLOCK_N 32: full blocks", (*qkv(32, 64), 16, 32),
+             kinds(UNPADDED)),
+        Case("32 queries, 40 keys, BLOCK_N 32: the last key block holds 8 keys of 32", (*qkv(32, 40), 16, 32),
+             kinds(PADDED)),
+        Case("one query, 32 keys, BLOCK_M 16, BLOCK_N 32", (*qkv(1, 32), 16, 32), kinds(ONE, UNPADDED)),
+        Case("16 queries, 96 keys, BLOCK_M 16, BLOCK_N 32: three key blocks", (*qkv(16, 96), 16, 32),
+             kinds(UNPADDED)),
+        Case("48 queries, 50 keys, BLOCK_M 16, BLOCK_N 16: the last key block holds 2", (*qkv(48, 50), 16, 16),
+             kinds(PADDED)),
+        Case("16 queries, 64 keys with scores in the hundreds, BLOCK_M 16, BLOCK_N 32",
+             (*qkv(16, 64, scale=6.0), 16, 32), kinds(LARGE, UNPADDED)),
+    ]  # fmt: skip
+
+
+def _attention(q, k, v, block_m, block_n):
+    return naive_attention(q, k, v)
+
+
+def _causal_attention(q, k, v, block_m, block_n):
+    return naive_attention(q, k, v, is_causal=True)
+
+
+def _kernel_loop(rescale_l=True, rescale_acc=True, base=2.0, factor=LOG2_E, scaled=True, pad_score=None,
+                 drop_last_key=False, causal=None, hi="diagonal"):  # fmt: skip
+    """What an attention kernel computes with one known mistake, block by block as the kernel does (BLOCK_N keys at
+    a time, in float32): the rescale of l or acc missing; the exponential in ``base`` of the scores times ``factor``
+    (2 and log2(e) when right); sm_scale left out; keys past the end scored ``pad_score`` (0 when the score mask is
+    missing); the last key dropped; the causal rule ``causal(query, key)``, over the key blocks up to ``hi``
+    ("diagonal": those that hold keys up to the block's last query; "before": those before its first)."""
+
+    def attend(q, k, v, block_m, block_n):
+        n_q, head_dim = q.shape
+        n_k = k.shape[0] - (1 if drop_last_key else 0)
+        out = torch.empty(n_q, v.shape[1])
+        for start_m in range(0, n_q, block_m):
+            rows = torch.arange(start_m, min(start_m + block_m, n_q))
+            m, l = torch.full((len(rows),), NEG_INF), torch.zeros(len(rows))
+            acc = torch.zeros(len(rows), v.shape[1])
+            end = k.shape[0]
+            if causal is not None:
+                end = min(start_m + block_m, k.shape[0]) if hi == "diagonal" else start_m
+            for start_n in range(0, end, block_n):
+                keys = torch.arange(start_n, start_n + block_n)
+                inside = keys < k.shape[0]
+                kb = torch.zeros(block_n, head_dim)
+                vb = torch.zeros(block_n, v.shape[1])
+                kb[inside], vb[inside] = k[keys[inside]], v[keys[inside]]
+                s = q[rows] @ kb.T * ((1.0 / math.sqrt(head_dim)) if scaled else 1.0) * factor
+                valid = (keys < n_k)[None, :].expand(len(rows), -1)
+                if causal is not None:
+                    valid = valid & causal(rows[:, None], keys[None, :])
+                if pad_score is not None:
+                    valid = valid | ~inside[None, :]
+                    s = torch.where(inside[None, :], s, torch.full_like(s, pad_score))
+                s = s.masked_fill(~valid, NEG_INF)
+                m_new = torch.maximum(m, s.amax(dim=1))
+                p = torch.pow(base, s - m_new[:, None])
+                alpha = torch.pow(base, m - m_new)
+                l = (l * alpha if rescale_l else l) + p.sum(dim=1)
+                acc = (acc * alpha[:, None] if rescale_acc else acc) + p @ vb
+                m = m_new
+            out[rows] = acc / l[:, None]
+        return out
+
+    return attend
+
+
+def _attention_variants(causal: bool) -> tuple[Variant, ...]:
+    rule = (lambda i, j: j <= i) if causal else None
+    common = (
+        Variant(
+            "the running output acc was not rescaled when the maximum grew: like l, it holds terms computed against "
+            "the old maximum, and must be multiplied by alpha = exp2(m - m_new) before tl.dot(p, v) is added.",
+            _kernel_loop(rescale_acc=False, causal=rule),
+        ),
+        Variant(
+            "the running sum l was not rescaled when the maximum grew (acc was): l = l * alpha + tl.sum(p, 1), with "
+            "alpha = exp2(m - m_new).",
+            _kernel_loop(rescale_l=False, causal=rule),
+        ),
+        Variant(
+            "neither l nor acc was rescaled when the maximum grew: both hold terms computed against the old maximum. "
+            "Multiply both by alpha = exp2(m - m_new) before adding the block's.",
+            _kernel_loop(rescale_l=False, rescale_acc=False, causal=rule),
+        ),
+        Variant(
+            "tl.exp2 was used without the factor log2(e): the scores must be multiplied by sm_scale * log2(e) "
+            "(1.4426950408889634) before exp2, since exp(s) = exp2(s * log2(e)); without it this is the softmax of "
+            "the scores times ln(2).",
+            _kernel_loop(factor=1.0, causal=rule),
+        ),
+        Variant(
+            "the scores were multiplied by log2(e) but given to tl.exp: the factor log2(e) belongs with tl.exp2, "
+            "exp(s) = exp2(s * log2(e)).",
+            _kernel_loop(base=math.e, causal=rule),
+        ),
+        Variant(
+            "the scores were not multiplied by sm_scale (1 / sqrt(HEAD_DIM)): s = tl.dot(q, k_t) * sm_scale, in "
+            "base 2 times log2(e).",
+            _kernel_loop(scaled=False, causal=rule),
+        ),
+    )
+    if causal:
+        below = rule
+        return common + (
+            Variant(
+                "the diagonal is off by one, one key too few: a query may not attend to its own key (`keys < rows`), "
+                "and the first query sees no key at all. Query i may attend key j when j <= i.",
+                _kernel_loop(causal=lambda i, j: j < i),
+            ),
+            Variant(
+                "the diagonal is off by one, one key too many: each query also attends to the key right after it "
+                "(`keys <= rows + 1`). Query i may attend key j when j <= i.",
+                _kernel_loop(causal=lambda i, j: j <= i + 1),
+            ),
+            Variant(
+                "no mask inside the tiles the diagonal crosses: the loop stops after the key block of the block's "
+                "last query, but within that block each query also sees the keys after it. Set their scores to "
+                "-inf with tl.where: `keys[None, :] <= rows[:, None]`.",
+                _kernel_loop(causal=lambda i, j: j >= 0),
+            ),
+            Variant(
+                "the loop over key blocks stops before the block of the program's first query: the keys from there "
+                "up to each query itself are never read (the first block of queries reads none at all). Loop up to "
+                "`tl.minimum(start_m + BLOCK_M, n_keys)`, and mask inside.",
+                _kernel_loop(causal=below, hi="before"),
+            ),
+            Variant(
+                "no causal mask at all: every query attends to every key, the future ones included.",
+                _kernel_loop(),
+            ),
+        )
+    return common + (
+        Variant(
+            "keys past n_keys got weight: their K rows were loaded as 0 (the load was masked), so their score is "
+            "0, not -inf, and exp2(0 - m) is not 0. Set the scores of the keys past the end to -inf with tl.where.",
+            _kernel_loop(pad_score=0.0),
+        ),
+        Variant(
+            "the mask `keys < n_keys - 1` leaves out the last key: the keys are 0 to n_keys - 1, so `keys < n_keys`.",
+            _kernel_loop(drop_last_key=True),
+        ),
+    )
+
+
+def _attention_exercise(causal: bool) -> Exercise:
+    name = "causal_attention_kernel" if causal else "attention_kernel"
+    return Exercise(
+        name=name,
+        lesson=LESSON,
+        params=("q", "k", "v", "block_m", "block_n"),
+        returns=(("n_queries", "head_dim"),),
+        reference=_causal_attention if causal else _attention,
+        make_cases=lambda: _attention_kernel_cases(causal),
+        units=(QUERIES,),
+        launch=launch_attention,
+        variants=_attention_variants(causal),
+        large_note="This test case has large inputs: scores in the hundreds. exp2 of a score times log2(e) is inf "
+        "in float32 above about 88, so inf / inf gives NaN: subtract the running maximum before tl.exp2, "
+        "exp2(s - m_new) with s in base 2, which is at most 1.",
+        nan_note=KERNEL_NAN_NOTE,
+        hint="In the loop `for start_n in range(0, "
+        + ("tl.minimum(start_m + BLOCK_M, n_keys)" if causal else "n_keys")
+        + ", BLOCK_N)`: `keys = start_n + tl.arange(0, BLOCK_N)`; K^T as a (HEAD_DIM, BLOCK_N) tile, `tl.load(K + "
+        "keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)`, and V as (BLOCK_N, "
+        "HEAD_DIM); `s = tl.dot(q, k_t) * (sm_scale * 1.4426950408889634)`, set to -inf with tl.where where "
+        + ("`(keys[None, :] < n_keys) & (keys[None, :] <= rows[:, None])`" if causal else "`keys[None, :] >= n_keys`")
+        + "; then `m_new = tl.maximum(m, tl.max(s, 1))`, `p = tl.exp2(s - m_new[:, None])`, `alpha = tl.exp2(m - "
+        "m_new)`, `l = l * alpha + tl.sum(p, 1)`, `acc = acc * alpha[:, None] + tl.dot(p, v)`, `m = m_new`.",
+    )
+
+
+ATTENTION_KERNEL = _attention_exercise(causal=False)
+CAUSAL_ATTENTION_KERNEL = _attention_exercise(causal=True)
+
+EXERCISES = (
+    MERGE_SOFTMAX_STATES,
+    CAUSAL_TILES,
+    CAUSAL_BLOCK_UPDATE,
+    TILE_BACKWARD,
+    BENCHMARK_MEDIAN,
+    SOFTMAX_KERNEL,
+    ATTENTION_KERNEL,
+    CAUSAL_ATTENTION_KERNEL,
+)

@@ -13,16 +13,51 @@ TIMEOUT, CRASHED = "timeout", "crashed"  # CheckResult.reason for a function tha
 
 @dataclass(frozen=True)
 class Hint:
-    """A hint for one exercise; renders as Markdown in JupyterLab."""
+    """A hint for one exercise; renders as Markdown in JupyterLab.
+
+    An exercise's hint is one text, or steps shown one at a time (a nudge, then the formula, then the code):
+    ``step`` is then which one this is, of ``steps`` (both 0 for a single hint, which renders as it always has)."""
 
     exercise: str
     text: str
+    step: int = 0
+    steps: int = 0
+
+    def _label(self) -> str:
+        return f"Hint {self.step} of {self.steps} for" if self.step else "Hint for"
+
+    def _next(self) -> str:
+        if self.step and self.step < self.steps:
+            return f'Next step: `hint("{self.exercise}", {self.step + 1})`.'
+        return ""
 
     def _repr_markdown_(self) -> str:
-        return f"💡 **Hint for `{self.exercise}`:** {self.text}"
+        text = f"💡 **{self._label()} `{self.exercise}`:** {self.text}"
+        return text + (f" {self._next()}" if self._next() else "")
 
     def __repr__(self) -> str:
-        return f"💡 Hint for {self.exercise}: {self.text}"
+        text = f"💡 {self._label()} {self.exercise}: {self.text}"
+        return text + (f" {self._next().replace('`', '')}" if self._next() else "")
+
+
+def hint_steps(hint: str | tuple[str, ...]) -> tuple[str, ...]:
+    """An exercise's hint as a tuple of steps (a single text is one step)."""
+    return (hint,) if isinstance(hint, str) else tuple(hint)
+
+
+def make_hint(exercise: str, hint: str | tuple[str, ...], step: int | None = None) -> Hint:
+    """Step ``step`` (from 1; the first if None) of an exercise's hint."""
+    steps = hint_steps(hint)
+    if step is None:
+        step = 1
+    if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= len(steps):
+        raise ValueError(
+            f"step should be a whole number from 1 to {len(steps)} (the hint for {exercise!r} has {len(steps)} "
+            f"step{'s' if len(steps) > 1 else ''}), got {step!r}"
+        )
+    if len(steps) == 1:
+        return Hint(exercise, steps[0])
+    return Hint(exercise, steps[step - 1], step, len(steps))
 
 
 @dataclass(frozen=True)
@@ -37,7 +72,7 @@ class CheckResult:
     message: str
     where: str = ""  # the test case that failed, e.g. "test case 2 of 3 (a fully masked row)"
     printed: str = ""  # what the learner's function printed during the check (truncated)
-    hint_text: str = field(default="", repr=False)
+    hint_text: str | tuple[str, ...] = field(default="", repr=False)  # one text, or steps (see Hint)
     reason: str = field(default="", repr=False)  # TIMEOUT or CRASHED when that is why it failed, else ""
     # the kinds of finding its message states: "variant" (a known-wrong version named), "where" (where the values
     # differ), "cases" (on which kinds of test case), "nonfinite", "type", "dtype", "shape", "property", "error",
@@ -52,8 +87,9 @@ class CheckResult:
     def score(self) -> int:
         return int(self.passed)
 
-    def hint(self) -> Hint:
-        return Hint(self.exercise, self.hint_text or "no hint is available for this exercise.")
+    def hint(self, step: int | None = None) -> Hint:
+        """The hint for this exercise: its first step, or step ``step`` (from 1) when it comes in steps."""
+        return make_hint(self.exercise, self.hint_text or "no hint is available for this exercise.", step)
 
     def to_dict(self) -> dict:
         message = f"on {self.where}: {self.message}" if self.where else self.message
@@ -63,9 +99,15 @@ class CheckResult:
         return _LABELS[self.status] + (f" on {self.where}" if self.where else "")
 
     def _footer(self) -> str:
-        if self.status == FAILED:
-            return f'Stuck? `hint("{self.exercise}")` or `.hint()` on this result.'
-        return ""
+        if self.status != FAILED:
+            return ""
+        steps = len(hint_steps(self.hint_text)) if self.hint_text else 1
+        if steps > 1:
+            return (
+                f'Stuck? `hint("{self.exercise}")` for a nudge, then `hint("{self.exercise}", 2)` and on to '
+                f"{steps} for more (or `.hint()`, `.hint(2)`, ... on this result)."
+            )
+        return f'Stuck? `hint("{self.exercise}")` or `.hint()` on this result.'
 
     def _repr_markdown_(self) -> str:
         text = f"{ICONS[self.status]} **`{self.exercise}`** {self._headline()}: {self.message}"

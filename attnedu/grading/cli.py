@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from .sandbox import ROOT_MODE_UIDS, Limits, Sandbox, SandboxError, choose
+from . import users
+from .sandbox import Limits, Sandbox, SandboxError, choose
+
+FEEDBACK_LEVELS = ("full", "diagnosis", "score")  # reports.FEEDBACK_LEVELS (not imported here: it imports torch)
 
 WARNING_NO_SANDBOX = (
     "NOT ISOLATED: {why}, so every submission runs with your user's rights, network and files. A "
@@ -43,7 +48,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--memory-gb", type=float, default=4.0, help="memory cap of each process of a submission (default 4)"
     )
     parser.add_argument(
-        "--no-sandbox", action="store_true", help="grade without bubblewrap (unsafe: read README first)"
+        "--feedback",
+        choices=FEEDBACK_LEVELS,
+        default="diagnosis",
+        help="what each student's feedback file says per exercise: full (status, diagnosis and every hint), "
+        "diagnosis (status and diagnosis, no hint; the default) or score (status only)",
+    )
+    parser.add_argument(
+        "--no-sandbox", action="store_true", help="grade without bubblewrap (unsafe: read docs/instructors.md first)"
     )
     return parser.parse_args(argv)
 
@@ -80,6 +92,8 @@ def validate(args: argparse.Namespace) -> tuple[list[Path], Path]:
     for name, value in (("--jobs", args.jobs), ("--timeout", args.timeout), ("--time-limit", args.time_limit)):
         if value <= 0:
             raise UsageError(f"{name} must be positive, got {value:g}.")
+    if args.jobs > users.BLOCK:
+        raise UsageError(f"--jobs {args.jobs} is more than the {users.BLOCK} sandboxes one run may have at once.")
     if args.memory_gb < 2:
         raise UsageError(f"--memory-gb {args.memory_gb:g} is too small: a kernel with torch maps about 1.4 GB.")
     report_dir = args.report_dir or args.out.with_name(args.out.stem + "_report")
@@ -112,13 +126,14 @@ def changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
     return found
 
 
-def probe(sandbox: Sandbox) -> None:
-    """Start one sandbox before grading a class in them: SandboxError, with the fix, if it does not work."""
+def probe(sandbox: Sandbox, uid: int) -> None:
+    """Start one sandbox (as ``uid``, when root) before grading a class in them: SandboxError, with the fix, if it
+    does not work."""
     with tempfile.TemporaryDirectory(prefix="attnedu-probe-") as tmp:
         work = Path(tmp) / "work"
         work.mkdir()
-        sandbox.prepare(work, ROOT_MODE_UIDS[0])
-        launch = sandbox.launch(work, probe=True, uid=ROOT_MODE_UIDS[0])
+        sandbox.prepare(work, uid)
+        launch = sandbox.launch(work, probe=True, uid=uid)
         try:
             process = launch.popen(stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
             out, err = process.communicate(timeout=60)
@@ -136,6 +151,15 @@ def probe(sandbox: Sandbox) -> None:
             raise SandboxError("the sandbox runs as root")
 
 
+def leftovers(claim: users.Claim, grace: float = 3.0) -> list[str]:
+    """Processes of this run's own sandbox users still alive after grading: waited for a moment (a sandbox's
+    processes die with it, not in the same instant), then killed and described."""
+    deadline = time.monotonic() + grace
+    while users.processes_of(claim.uids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return users.kill_leftovers(claim.uids)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
@@ -151,38 +175,57 @@ def main(argv: list[str] | None = None) -> int:
 
     folder = args.submissions if args.submissions.is_dir() else args.submissions.parent
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with scratch_folder() as scratch:
-        hidden = [folder, args.out, report_dir, Path(scratch)]
-        sandbox = choose(args.no_sandbox, hidden)
-        warnings = []
-        if sandbox.isolated:
-            try:
-                probe(sandbox)
-            except SandboxError as err:
-                print(
-                    f"error: bwrap ({sandbox.bwrap}) is installed but cannot start a sandbox here: {err}\n"
-                    "Usual causes: unprivileged user namespaces are disabled (Debian/Ubuntu: sysctl "
-                    "kernel.unprivileged_userns_clone=1; Ubuntu 24.04: an AppArmor profile for bwrap), or this "
-                    "is a container without the rights to create namespaces. Fix that, or grade inside a "
-                    "throwaway container or VM with --no-sandbox (README, 'Grading safely').",
-                    file=sys.stderr,
-                )
-                return 2
-        else:
-            why = "--no-sandbox was given" if args.no_sandbox else "bubblewrap (bwrap) is not available here"
-            warnings.append(WARNING_NO_SANDBOX.format(why=why))
-            print(f"WARNING: {warnings[-1]}", file=sys.stderr)
-        settings = Settings(
-            timeout=args.timeout,
-            time_limit=args.time_limit,
-            jobs=args.jobs,
-            limits=Limits(memory_bytes=int(args.memory_gb * (1 << 30))),
+    claim = None
+    try:
+        with scratch_folder() as scratch:
+            hidden = [folder, args.out, report_dir, Path(scratch)]
+            sandbox = choose(args.no_sandbox, hidden)
+            warnings = []
+            if sandbox.isolated and os.geteuid() == 0:  # sandboxes run as users of this run's own
+                try:
+                    claim = users.claim()
+                except users.UsersTaken as err:
+                    print(f"error: {err}", file=sys.stderr)
+                    return 2
+            uids = claim.uids if claim else users.POOL[: users.BLOCK]
+            if sandbox.isolated:
+                try:
+                    probe(sandbox, uids[0])
+                except SandboxError as err:
+                    print(
+                        f"error: bwrap ({sandbox.bwrap}) is installed but cannot start a sandbox here: {err}\n"
+                        "Usual causes: unprivileged user namespaces are disabled (Debian/Ubuntu: sysctl "
+                        "kernel.unprivileged_userns_clone=1; Ubuntu 24.04: an AppArmor profile for bwrap), or this "
+                        "is a container without the rights to create namespaces. Fix that, or grade inside a "
+                        "throwaway container or VM with --no-sandbox (docs/instructors.md, 'Grading safely').",
+                        file=sys.stderr,
+                    )
+                    return 2
+            else:
+                why = "--no-sandbox was given" if args.no_sandbox else "bubblewrap (bwrap) is not available here"
+                warnings.append(WARNING_NO_SANDBOX.format(why=why))
+                print(f"WARNING: {warnings[-1]}", file=sys.stderr)
+            settings = Settings(
+                timeout=args.timeout,
+                time_limit=args.time_limit,
+                jobs=args.jobs,
+                limits=Limits(memory_bytes=int(args.memory_gb * (1 << 30))),
+            )
+            originals = {path: path.read_bytes() for path in paths}
+            before = fingerprint(folder)
+            grader = Grader(settings, sandbox, Path(scratch), uids)
+            graded = grade_all(paths, originals, grader)
+            after = fingerprint(folder)
+            survivors = leftovers(claim) if claim else []
+    finally:
+        if claim:
+            claim.release()
+    if survivors:
+        warnings.append(
+            f"{len(survivors)} process(es) of this run's sandbox users outlived their sandboxes and were killed: "
+            + "; ".join(survivors[:5])
         )
-        originals = {path: path.read_bytes() for path in paths}
-        before = fingerprint(folder)
-        grader = Grader(settings, sandbox, Path(scratch))
-        graded = grade_all(paths, originals, grader)
-        after = fingerprint(folder)
+        print(f"WARNING: {warnings[-1]}", file=sys.stderr)
     changed = changes(before, after)
     if changed:
         warnings.append(
@@ -195,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                 g.notes.append("the original file changed during grading")
     header, table = reports.rows(graded)
     reports.write_csv(args.out, header, table)
-    summary = reports.write_reports(report_dir, graded, table, warnings)
+    summary = reports.write_reports(report_dir, graded, table, warnings, feedback=args.feedback)
     print(reports.score_table(graded, table))
     print()
     print(reports.summary_text(summary))
@@ -203,7 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nWARNING: {warning}")
     print(f"\nwrote {args.out}: {len(table)} submissions; summary, feedback and plot in {report_dir}")
     sandbox_text = "each in a bwrap sandbox" if sandbox.isolated else "NOT ISOLATED"
-    print(f"graded {sandbox_text}; memory cap {args.memory_gb:g} GB per process")
+    if claim:
+        sandbox_text += f", as sandbox users {claim.text} (this run's own)"
+    print(f"graded {sandbox_text}; memory cap {args.memory_gb:g} GB per process; feedback: {args.feedback}")
     return 0
 
 

@@ -39,8 +39,9 @@ from ..checks.results import CRASHED, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT
 from ..runtime import progress
 from . import worker as worker_module
 from .results import OUTCOMES, check_remote, load_json
-from .sandbox import ROOT_MODE_UIDS, Limits, Sandbox
+from .sandbox import Limits, Sandbox
 from .scan import scan
+from .users import BLOCK, POOL
 
 NOT_GRADED, FLAGGED = "not_graded", "flagged"
 STATUSES = (PASSED, FAILED, NOT_ATTEMPTED, TIMEOUT, CRASHED, FLAGGED, NOT_GRADED)
@@ -64,7 +65,7 @@ class ExerciseResult:
     exercise: str
     status: str  # one of STATUSES
     message: str = ""  # the diagnosis ("on test case 2 of 3 (...): the tanh is missing ...")
-    hint: str = ""
+    hint: str | tuple[str, ...] = ""  # the exercise's hint: one text, or its steps
     printed: str = ""
 
     @property
@@ -128,7 +129,8 @@ class Run:
 
 
 class Grader:
-    def __init__(self, settings: Settings, sandbox: Sandbox, scratch: Path):
+    def __init__(self, settings: Settings, sandbox: Sandbox, scratch: Path, uids: range = POOL[:BLOCK]):
+        """``uids``: this run's own sandbox users (a block claimed with ``users.claim``), used when run as root."""
         self.settings, self.sandbox, self.scratch = settings, sandbox, scratch
         self.cases = {name: exercise.make_cases() for name, exercise in EXERCISES.items()}
         self.case_bytes = {}
@@ -139,7 +141,7 @@ class Grader:
         self._running: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
         self._users = queue.Queue()  # one user per sandbox running at the same time (for a root grader)
-        for uid in ROOT_MODE_UIDS[: max(1, settings.jobs)]:
+        for uid in uids[: max(1, settings.jobs)]:
             self._users.put(uid)
 
     # -- in a thread ------------------------------------------------------------------------------
@@ -282,7 +284,9 @@ class Grader:
             elif status in (TIMEOUT, CRASHED):
                 graded.notes.append(f"{name}: {HOW.get((status, outcome), HOW[status, 'done'])}")
             graded.results.append(
-                ExerciseResult(name, status, message if status != PASSED else "", exercise.hint, result.printed)
+                ExerciseResult(
+                    name, status, message if status != PASSED else "", exercise.hint, result.printed
+                )
             )
 
 

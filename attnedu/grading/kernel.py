@@ -3,7 +3,8 @@
     call_exercise(globals(), "additive_score", "cases/additive_score.pt", "out/additive_score", 5.0)
 
 calls the learner's function on the inputs the grader wrote (under the kernel's own alarm, on
-its own copies) and saves what happened, one file per case, for the grader to compare in its
+its own copies; an answer that is not called directly, such as a Triton kernel, through its
+exercise's ``launch``) and saves what happened, one file per case, for the grader to compare in its
 own process. Nothing is compared here, and nothing here is trusted: a submission can replace
 this module, and all it gains is to choose the outputs its "function" returns.
 
@@ -31,6 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..checks import EXERCISES
 from ..checks.calling import call_learner
 
 MAX_ELEMENTS = 1 << 22  # a larger tensor is described, not sent
@@ -49,26 +51,30 @@ def call_exercise(namespace: Mapping, name: str, cases_path: str, out_dir: str, 
     _write_json(out / "meta.json", describe(fn))
     if not callable(fn):
         return
-    gradients = _wants_gradients(name)
+    exercise = EXERCISES.get(name)
+    launch = exercise.launch if exercise is not None else None  # e.g. a Triton kernel, run by the course's launcher
+    forbidden = exercise.forbidden if exercise is not None else ()  # the course's modules the answer may not run
+    gradients = bool(exercise is not None and exercise.gradients)  # it takes part in training: measure them too
     fork = getattr(os, "fork", None)
     if sys.platform.startswith("linux") and callable(fork):
-        _call_in_child(fork, fn, cases_path, out, time_limit, gradients)
+        _call_in_child(fork, fn, cases_path, out, time_limit, gradients, launch, forbidden)
     else:
-        _call_cases(fn, cases_path, out, time_limit, gradients)
+        _call_cases(fn, cases_path, out, time_limit, gradients, launch, forbidden)
 
 
-def _wants_gradients(name: str) -> bool:
-    from ..checks import EXERCISES
-
-    exercise = EXERCISES.get(name)
-    return bool(exercise is not None and exercise.gradients)
-
-
-def _call_cases(fn: Callable, cases_path: str, out: Path, time_limit: float, gradients: bool = False) -> None:
+def _call_cases(
+    fn: Callable,
+    cases_path: str,
+    out: Path,
+    time_limit: float,
+    gradients: bool = False,
+    launch: Callable | None = None,
+    forbidden: tuple = (),
+) -> None:
     cases = torch.load(cases_path, weights_only=False)  # written by the grader: modules included
     for index, args in enumerate(cases):
         spare = copy.deepcopy(tuple(args)) if gradients else None
-        call = call_learner(fn, args, time_limit, spare)
+        call = call_learner(fn, args, time_limit, spare, launch, forbidden)
         record = {
             "value": encode(call.value),
             "args": encode(tuple(args)),  # as the function left them: a change in place shows
@@ -80,6 +86,7 @@ def _call_cases(fn: Callable, cases_path: str, out: Path, time_limit: float, gra
             "printed": call.printed,
             "gradients": encode(call.gradients),
             "gradient_error": call.gradient_error[:MAX_TEXT],
+            "used_reference": call.used_reference[:MAX_TEXT],  # the course's own code it ran, where forbidden
         }
         _save(out / f"{index}.pt", record)
         if call.timed_out:
@@ -87,16 +94,23 @@ def _call_cases(fn: Callable, cases_path: str, out: Path, time_limit: float, gra
 
 
 def _call_in_child(
-    fork: Callable, fn: Callable, cases_path: str, out: Path, time_limit: float, gradients: bool = False
+    fork: Callable,
+    fn: Callable,
+    cases_path: str,
+    out: Path,
+    time_limit: float,
+    gradients: bool = False,
+    launch=None,
+    forbidden: tuple = (),
 ) -> None:
     try:
         pid = fork()
     except OSError:  # e.g. the process limit: call here instead
-        _call_cases(fn, cases_path, out, time_limit, gradients)
+        _call_cases(fn, cases_path, out, time_limit, gradients, launch, forbidden)
         return
     if pid == 0:  # the child: call, save, and leave without running any of the kernel's exit handlers
         try:
-            _call_cases(fn, cases_path, out, time_limit, gradients)
+            _call_cases(fn, cases_path, out, time_limit, gradients, launch, forbidden)
             (out / "finished").touch()
         finally:
             os._exit(0)
@@ -130,7 +144,7 @@ def describe(fn) -> dict:
     info = {"defined": fn is not None, "callable": callable(fn), "type": "", "module": "", "qualname": "", "file": ""}
     try:
         target = fn
-        for attr in ("__wrapped__", "func"):  # functools.wraps, functools.partial
+        for attr in ("__wrapped__", "func", "fn"):  # functools.wraps, functools.partial, @triton.jit
             inner = getattr(target, attr, None)
             if callable(inner):
                 target = inner

@@ -7,7 +7,10 @@ and a plot of the scores. Plain files, for a spreadsheet, a text editor or an em
 * in the report folder (``--report-dir``, default ``scores_report/`` beside ``--out``):
   ``summary.md`` and ``summary.csv`` (per exercise: pass rate, how many of each status, the most
   common diagnoses), ``scores.png`` (the statuses per exercise, the totals per lesson), and
-  ``feedback/<submission>.md``, one per submission, that can be sent to the student.
+  ``feedback/<submission>.md``, one per submission, that can be sent to the student. How much it
+  says is the instructor's choice (``--feedback``, :data:`FEEDBACK_LEVELS`): ``full`` (each exercise's
+  status, diagnosis and every step of its hint), ``diagnosis`` (status and diagnosis, no hint: the
+  default) or ``score`` (the score and each exercise's status only).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..checks import LESSONS
-from ..checks.results import CRASHED, FAILED, ICONS, NOT_ATTEMPTED, PASSED, TIMEOUT
+from ..checks.results import CRASHED, FAILED, ICONS, NOT_ATTEMPTED, PASSED, TIMEOUT, hint_steps
 from .grader import FLAGGED, NOT_GRADED, STATUSES, Graded
 
 STATUS_ICONS = {**ICONS, TIMEOUT: "⌛", CRASHED: "💥", FLAGGED: "🚩", NOT_GRADED: "➖"}
@@ -34,6 +37,12 @@ STATUS_TEXT = {
     NOT_GRADED: "not graded",
 }
 _WHERE = re.compile(r"^on test case \d+ of \d+ \(.*?\): ")
+FEEDBACK_LEVELS = ("full", "diagnosis", "score")
+FEEDBACK_TEXT = {
+    "full": "status, diagnosis and every hint",
+    "diagnosis": "status and diagnosis, no hint",
+    "score": "the score and each exercise's status only",
+}
 
 
 def exercise_names(graded: list[Graded], lessons: dict[str, list[str]] = LESSONS) -> list[str]:
@@ -155,7 +164,9 @@ def _shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def write_summary(folder: Path, summary: list[dict], graded: list[Graded], warnings: list[str]) -> None:
+def write_summary(
+    folder: Path, summary: list[dict], graded: list[Graded], warnings: list[str], feedback: str = "diagnosis"
+) -> None:
     with open(folder / "summary.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["exercise", "submissions", "pass_rate", *STATUSES, "common_diagnoses"])
@@ -181,6 +192,7 @@ def write_summary(folder: Path, summary: list[dict], graded: list[Graded], warni
             lines.append("")
     notebooks = Counter(g.notebook for g in graded)
     lines += ["## Notebooks", ""] + [f"- {status}: {count}" for status, count in notebooks.most_common()]
+    lines += ["", f"Feedback files (`feedback/`) at level `{feedback}` ({FEEDBACK_TEXT[feedback]})."]
     (folder / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -209,21 +221,40 @@ NOTEBOOK_TEXT = {
 }
 
 
-def feedback(g: Graded, row: dict) -> str:
+FEEDBACK_ENDS = {
+    "full": "",
+    "diagnosis": 'Stuck on one? In its exercise notebook, `hint("name")` gives a hint.',
+    "score": "Your instructor sends the score only: run the checks in your notebook to see what is wrong.",
+}
+
+
+def feedback(g: Graded, row: dict, level: str = "diagnosis") -> str:
+    """The feedback file for one submission, at ``level`` (one of :data:`FEEDBACK_LEVELS`)."""
+    if level not in FEEDBACK_LEVELS:
+        raise ValueError(f"feedback level {level!r}: expected one of {', '.join(FEEDBACK_LEVELS)}")
     lines = [f"# Feedback: {_md(g.submission)}", ""]
     lines.append(f"**Score: {row['total']} / {row['max_total']}**" + (f" (lesson `{g.lesson}`)" if g.lesson else ""))
     lines += ["", f"Your notebook {NOTEBOOK_TEXT.get(g.notebook, g.notebook)}", ""]
     for r in g.results:
         lines.append(f"## {STATUS_ICONS.get(r.status, '')} `{r.exercise}`: {STATUS_TEXT.get(r.status, r.status)}")
         lines.append("")
+        if level == "score" and r.status != FLAGGED:  # why an exercise was flagged says nothing of the solution
+            continue
         if r.message:
             lines += [_md(r.message), ""]
-        if r.status in (FAILED, TIMEOUT, CRASHED) and r.hint:
-            lines += [f"💡 Hint: {_md(r.hint)}", ""]
-        if r.printed:
+        wanted = r.hint and level == "full" and r.status in (FAILED, TIMEOUT, CRASHED)
+        steps = [step for step in hint_steps(r.hint) if step] if wanted else []
+        if len(steps) == 1:
+            lines += [f"💡 Hint: {_md(steps[0])}", ""]
+        elif steps:
+            lines += ["💡 Hints, one step at a time (read the next only if the last did not help):", ""]
+            lines += [f"{number}. {_md(step)}" for number, step in enumerate(steps, start=1)] + [""]
+        if r.printed and level != "score":
             lines += ["Your function printed:", "", _fence(r.printed), ""]
-    if g.notes:
+    if g.notes and level != "score":
         lines += ["## Notes", ""] + [f"- {_md(n)}" for n in g.notes] + [""]
+    if FEEDBACK_ENDS[level] and any(r.status != PASSED for r in g.results):
+        lines += [FEEDBACK_ENDS[level], ""]
     return "\n".join(lines)
 
 
@@ -238,11 +269,11 @@ def feedback_name(submission: str, taken: set[str]) -> str:
     return name
 
 
-def write_feedback(folder: Path, graded: list[Graded], table: list[dict]) -> None:
+def write_feedback(folder: Path, graded: list[Graded], table: list[dict], level: str = "diagnosis") -> None:
     folder.mkdir(parents=True, exist_ok=True)
     taken: set[str] = set()
     for g, row in zip(graded, table, strict=True):
-        (folder / feedback_name(g.submission, taken)).write_text(feedback(g, row), encoding="utf-8")
+        (folder / feedback_name(g.submission, taken)).write_text(feedback(g, row, level), encoding="utf-8")
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,11 +327,13 @@ def plot(path: Path, summary: list[dict], graded: list[Graded], table: list[dict
     plt.close(fig)
 
 
-def write_reports(folder: Path, graded: list[Graded], table: list[dict], warnings: list[str]) -> list[dict]:
+def write_reports(
+    folder: Path, graded: list[Graded], table: list[dict], warnings: list[str], feedback: str = "diagnosis"
+) -> list[dict]:
     folder.mkdir(parents=True, exist_ok=True)
     summary = exercise_summary(graded)
-    write_summary(folder, summary, graded, warnings)
-    write_feedback(folder / "feedback", graded, table)
+    write_summary(folder, summary, graded, warnings, feedback)
+    write_feedback(folder / "feedback", graded, table, feedback)
     if summary:
         plot(folder / "scores.png", summary, graded, table)
     return summary

@@ -17,8 +17,9 @@ process, so nothing outlives it. And an unprivileged user:
   with no capabilities outside (``--unshare-user --uid 65534 --disable-userns``);
 * grader run as root: ``bwrap`` builds the sandbox as root (so it can reach a Python under
   ``/root``), then the worker, before anything else, becomes an unprivileged user of its own
-  (:data:`ROOT_MODE_UIDS`, one per sandbox running at the same time). Not a user namespace: in
-  one, the kernel would still be root outside it, where the process limit does not apply.
+  (one per sandbox running at the same time, from a block of :data:`ROOT_MODE_UIDS` that the run
+  claims for itself: ``users.py``). Not a user namespace: in one, the kernel would still be root
+  outside it, where the process limit does not apply.
 
 ``bwrap`` sets ``no_new_privs`` and mounts everything ``nosuid``: no setuid program gives root
 back. Memory, processes, file size and CPU time are capped with ``setrlimit`` by the worker
@@ -37,11 +38,14 @@ from pathlib import Path
 
 import attnedu
 
+from .users import POOL
+
 SANDBOX_UID = SANDBOX_GID = 65534  # nobody, as the sandbox's processes see themselves
 # When the grader runs as root, each sandbox graded at the same time gets its own user from here, so that
-# the process limit (which Linux counts per user) is per submission. The sandbox sees none of the machine's
-# files but its system folders and Python, so whose files these numbers own elsewhere does not matter.
-ROOT_MODE_UIDS = range(64000, 64100)
+# the process limit (which Linux counts per user) is per submission; each grading run claims a block of them of
+# its own (users.py), so that two runs on one machine share no user either. The sandbox sees none of the
+# machine's files but its system folders and Python, so whose files these numbers own elsewhere does not matter.
+ROOT_MODE_UIDS = POOL
 WORK = "/tmp/work"  # the submission's work folder, inside the sandbox
 TMP_BYTES = 256 << 20  # the private /tmp
 WORKER = Path(__file__).with_name("worker.py")

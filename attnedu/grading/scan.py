@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 
 SAFE_MODULES = {"attnedu", "attnedu.checks"}
 SAFE_FROM_ATTNEDU = {"setup_notebook", "checks", "__version__"}
+# Helpers of the course that exercises' notebooks use, which give no answer away (a reference kernel taken from
+# attnedu.triton_basics is still flagged: by its module, when the grader describes the function it called).
+SAFE_HELPERS = {"attnedu.triton_basics": {"compare_on_gpu", "triton_state"}}
 SAFE_FROM_CHECKS = {
     "check", "hint", "CheckResult", "Hint", "PASSED", "FAILED", "NOT_ATTEMPTED", "ICONS", "TIME_LIMIT", "MAX_PRINTED",
 }  # fmt: skip
@@ -87,6 +90,9 @@ class _Cell(ast.NodeVisitor):
         if resolved == "attnedu" or not resolved.startswith("attnedu."):
             return False
         rest = resolved[len("attnedu.") :].split(".")
+        module = f"attnedu.{rest[0]}"
+        if module in SAFE_HELPERS and len(rest) > 1 and rest[1] in SAFE_HELPERS[module]:
+            return False
         if rest[0] != "checks":
             return rest[0] not in SAFE_FROM_ATTNEDU
         return len(rest) > 1 and not _safe_check_name(rest[1])
@@ -133,6 +139,8 @@ class _Cell(ast.NodeVisitor):
                     self.aliases[bound] = "attnedu.checks"
                 continue
             if module == "attnedu.checks" and _safe_check_name(alias.name):
+                continue
+            if alias.name in SAFE_HELPERS.get(module, ()):
                 continue
             self.reference.append(f"from {module} import {alias.name}")
             self.tainted.add(bound)

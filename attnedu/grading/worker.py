@@ -315,13 +315,14 @@ def become(uid: int) -> None:
 
 def probe() -> dict:
     """What the grader checks before trusting this sandbox with a class: it starts, and finds its packages."""
+    import importlib.machinery
     import importlib.util
 
-    return {
-        "uid": os.getuid(),
-        "nbclient": importlib.util.find_spec("nbclient") is not None,
-        "attnedu": importlib.util.find_spec("attnedu") is not None,
-    }
+    # this process runs with -I, the kernel without: it also searches PYTHONPATH, where the sandbox points to an
+    # attnedu that is not installed (a clone used in place, a second work tree)
+    pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    attnedu = importlib.util.find_spec("attnedu") or importlib.machinery.PathFinder.find_spec("attnedu", pythonpath)
+    return {"uid": os.getuid(), "nbclient": importlib.util.find_spec("nbclient") is not None, "attnedu": bool(attnedu)}
 
 
 def main(argv: list[str] | None = None) -> int:

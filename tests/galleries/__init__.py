@@ -16,6 +16,9 @@ Each lesson module exports the same tables, for the exercises of its lesson (``a
   (``common.batch_of_one``).
 * ``KINDS_NOT_APPLICABLE``: (exercise, kind of test case) -> why no mistake shows there only (often empty).
 * ``BUGS``: the lesson's part of the independent gallery, below.
+* ``REFERENCE_USE`` (optional): (exercise, function) pairs, functions that are or call the package's own code where
+  the exercise forbids it (``Exercise.forbidden``); each must fail, naming the package function, whatever it
+  returns.
 
 The independent gallery (``BUGS``): buggy solutions, written as a learner would: loops, einsum, gather,
 hand-written softmax and tanh, different names and orders; none copied from the checks' known-wrong variants.
@@ -51,6 +54,7 @@ LESSON_MODULES = (
     "lesson06",
     "lesson07",
     "lesson08",
+    "lesson09",
 )
 LESSONS = [import_module(f".{name}", __name__) for name in LESSON_MODULES]
 
@@ -60,5 +64,9 @@ OFF_BY_ONE = {name: pair for lesson in LESSONS for name, pair in lesson.OFF_BY_O
 KIND_MUTANTS = [mutant for lesson in LESSONS for mutant in lesson.KIND_MUTANTS]
 KINDS_NOT_APPLICABLE = {key: why for lesson in LESSONS for key, why in lesson.KINDS_NOT_APPLICABLE.items()}
 BUGS = [bug for lesson in LESSONS for bug in lesson.BUGS]
+REFERENCE_USE = [entry for lesson in LESSONS for entry in getattr(lesson, "REFERENCE_USE", [])]
 
-__all__ = ["BUGS", "CORRECT", "GENERIC", "KIND_MUTANTS", "KINDS_NOT_APPLICABLE", "LESSONS", "MUTANTS", "OFF_BY_ONE"]
+__all__ = [
+    "BUGS", "CORRECT", "GENERIC", "KIND_MUTANTS", "KINDS_NOT_APPLICABLE", "LESSONS", "MUTANTS", "OFF_BY_ONE",
+    "REFERENCE_USE",
+]  # fmt: skip

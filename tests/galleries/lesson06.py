@@ -1,17 +1,21 @@
-"""Lesson 06, 06_masking: the galleries of ``causal_padding_mask``, ``to_additive`` and ``prefix_lm_mask``
-(CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py
-describes them).
+"""Lesson 06, 06_masking: the galleries of ``to_additive``, ``document_mask``, ``prefix_lm_mask`` and
+``local_global_mask`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
+tests/galleries/__init__.py describes them), and REFERENCE_USE: functions that are, or call, the package's own
+masks, which the exercises forbid (each must fail, whatever it returns).
 
 ``to_additive`` converts booleans, which have no value that could overflow: no mistake shows on large inputs
-only (KINDS_NOT_APPLICABLE), though the exercise still has large test cases.
+only (KINDS_NOT_APPLICABLE), though the exercise still has large test cases. ``local_global_mask`` has no
+padding (a global flag per token, no lengths), so neither padded nor unpadded cases.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
+from attnedu import masks
 from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
-from attnedu.masks import causal_padding_mask, to_additive
+from attnedu.masks import to_additive
 
 from .common import GENERIC, NEG_INF, batch_of_one
 
@@ -20,18 +24,10 @@ from .common import GENERIC, NEG_INF, batch_of_one
 # --------------------------------------------------------------------------------------------
 
 
-def learner_causal_padding_mask(lengths, max_len):
+def learner_causal_padding_mask(lengths, max_len):  # a helper of the prefix-LM mutants (lesson 06's cell)
     causal = torch.ones(max_len, max_len, dtype=torch.bool).tril()
     padding = torch.arange(max_len)[None, :] < lengths[:, None]
     return causal[None, :, :] & padding[:, None, :]
-
-
-def learner_causal_padding_mask_loop(lengths, max_len):
-    mask = torch.zeros(len(lengths), max_len, max_len, dtype=torch.bool)
-    for b, n in enumerate(lengths.tolist()):
-        for i in range(max_len):
-            mask[b, i, : min(i + 1, n)] = True
-    return mask
 
 
 def learner_to_additive(mask, dtype):
@@ -64,11 +60,79 @@ def learner_prefix_lm_mask_blocks(prefix_lengths, lengths, max_len):
     return (block | causal) & real[:, None, :]
 
 
+def learner_document_mask(document_ids):
+    length = document_ids.shape[1]
+    same = document_ids[:, :, None] == document_ids[:, None, :]
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    return same & causal
+
+
+def learner_document_mask_loop(document_ids):
+    batch, length = document_ids.shape
+    mask = torch.zeros(batch, length, length, dtype=torch.bool)
+    for b in range(batch):
+        for i in range(length):
+            for j in range(i + 1):
+                mask[b, i, j] = bool(document_ids[b, i] == document_ids[b, j])
+    return mask
+
+
+def learner_document_mask_one_hot(document_ids):
+    """Relabel the ids 0..k per row (torch.unique), then same document = one-hot rows that overlap."""
+    labels = torch.stack([torch.unique(row, return_inverse=True)[1] for row in document_ids])
+    one_hot = F.one_hot(labels).float()  # (batch, length, documents)
+    same = (one_hot @ one_hot.transpose(1, 2)) > 0
+    return same & torch.tril(torch.ones(labels.shape[1], labels.shape[1])).bool()
+
+
+def learner_local_global_mask(is_global, window):
+    length = is_global.shape[1]
+    i = torch.arange(length)[:, None]
+    j = torch.arange(length)[None, :]
+    near = (i - j).abs() <= window
+    return near[None] | is_global[:, :, None] | is_global[:, None, :]
+
+
+def learner_local_global_mask_loop(is_global, window):
+    flags = is_global.tolist()
+    rows = [[[abs(i - j) <= window or g[i] or g[j] for j in range(len(g))] for i in range(len(g))] for g in flags]
+    return torch.tensor(rows, dtype=torch.bool)
+
+
+def learner_local_global_mask_band(is_global, window):
+    length = is_global.shape[1]
+    band = torch.ones(length, length, dtype=torch.bool).triu(-window).tril(window)
+    both_ways = is_global.unsqueeze(2) | is_global.unsqueeze(1)
+    return band | both_ways
+
+
 CORRECT = {
-    "causal_padding_mask": [learner_causal_padding_mask, learner_causal_padding_mask_loop, causal_padding_mask],
-    "to_additive": [learner_to_additive, learner_to_additive_where, learner_to_additive_log, to_additive],
+    "to_additive": [learner_to_additive, learner_to_additive_where, learner_to_additive_log],
+    "document_mask": [learner_document_mask, learner_document_mask_loop, learner_document_mask_one_hot],
     "prefix_lm_mask": [learner_prefix_lm_mask, learner_prefix_lm_mask_blocks],
+    "local_global_mask": [learner_local_global_mask, learner_local_global_mask_loop, learner_local_global_mask_band],
 }
+
+
+# Functions that are, or call, the package's own masks: the exercises ask for the learner's own code, so each fails
+# (with a message naming the package function), even when its values are right.
+def _uses_causal_mask(document_ids):
+    same = document_ids[:, :, None] == document_ids[:, None, :]
+    return same & masks.causal_mask(document_ids.shape[1])
+
+
+def _calls_prefix_lm_mask(prefix_lengths, lengths, max_len):
+    return masks.prefix_lm_mask(prefix_lengths, lengths, max_len).clone()
+
+
+REFERENCE_USE = [
+    ("to_additive", to_additive),
+    ("to_additive", lambda mask, dtype: to_additive(mask, dtype)),
+    ("document_mask", masks.document_mask),
+    ("document_mask", _uses_causal_mask),
+    ("prefix_lm_mask", _calls_prefix_lm_mask),
+    ("local_global_mask", lambda is_global, window: masks.local_global_mask(is_global, window)),
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -80,72 +144,6 @@ def _padding(lengths, max_len):
     return torch.arange(max_len)[None, :] < lengths[:, None]
 
 
-# causal_padding_mask
-def cpm_inverted(lengths, max_len):
-    return ~learner_causal_padding_mask(lengths, max_len)
-
-
-def cpm_sees_next(lengths, max_len):
-    causal = torch.ones(max_len, max_len, dtype=torch.bool).tril(1)
-    return causal[None] & _padding(lengths, max_len)[:, None, :]
-
-
-def cpm_not_itself(lengths, max_len):
-    causal = torch.ones(max_len, max_len, dtype=torch.bool).tril(-1)
-    return causal[None] & _padding(lengths, max_len)[:, None, :]
-
-
-def cpm_upper_triangle(lengths, max_len):
-    causal = torch.ones(max_len, max_len, dtype=torch.bool).triu()
-    return causal[None] & _padding(lengths, max_len)[:, None, :]
-
-
-def cpm_no_padding(lengths, max_len):
-    return torch.ones(max_len, max_len, dtype=torch.bool).tril().repeat(len(lengths), 1, 1)
-
-
-def cpm_no_causal(lengths, max_len):
-    return _padding(lengths, max_len)[:, None, :].repeat(1, max_len, 1)
-
-
-def cpm_or(lengths, max_len):
-    return torch.ones(max_len, max_len, dtype=torch.bool).tril()[None] | _padding(lengths, max_len)[:, None, :]
-
-
-def cpm_pads_queries(lengths, max_len):
-    return torch.ones(max_len, max_len, dtype=torch.bool).tril()[None] & _padding(lengths, max_len)[:, :, None]
-
-
-def cpm_pads_both(lengths, max_len):
-    pad = _padding(lengths, max_len)
-    return learner_causal_padding_mask(lengths, max_len) & pad[:, :, None]
-
-
-def cpm_transposed(lengths, max_len):
-    return learner_causal_padding_mask(lengths, max_len).transpose(-1, -2)
-
-
-def cpm_padding_one_long(lengths, max_len):
-    return learner_causal_padding_mask(lengths + 1, max_len)
-
-
-def cpm_padding_one_short(lengths, max_len):
-    return learner_causal_padding_mask(lengths - 1, max_len)
-
-
-def cpm_longest(lengths, max_len):
-    return learner_causal_padding_mask(lengths, int(lengths.max()))
-
-
-def cpm_as_int(lengths, max_len):
-    return learner_causal_padding_mask(lengths, max_len).long()
-
-
-def cpm_two_dims(lengths, max_len):
-    return torch.ones(max_len, max_len, dtype=torch.bool).tril() & _padding(lengths, max_len)
-
-
-# to_additive
 def ta_inverted(mask, dtype):
     return torch.zeros(mask.shape, dtype=dtype).masked_fill(mask, NEG_INF)
 
@@ -254,22 +252,118 @@ def plm_as_float(prefix_lengths, lengths, max_len):
     return learner_prefix_lm_mask(prefix_lengths, lengths, max_len).float()
 
 
+# document_mask
+def _tril(length, diagonal=0):
+    return torch.ones(length, length, dtype=torch.bool).tril(diagonal)
+
+
+def _same(ids):
+    return ids[:, :, None] == ids[:, None, :]
+
+
+def doc_inverted(document_ids):
+    return ~learner_document_mask(document_ids)
+
+
+def doc_sees_next(document_ids):
+    return _same(document_ids) & _tril(document_ids.shape[1], 1)
+
+
+def doc_not_itself(document_ids):
+    return _same(document_ids) & _tril(document_ids.shape[1], -1)
+
+
+def doc_both_ways(document_ids):
+    return _same(document_ids)
+
+
+def doc_plain_causal(document_ids):
+    return _tril(document_ids.shape[1]).expand(document_ids.shape[0], -1, -1).clone()
+
+
+def doc_upper(document_ids):
+    return _same(document_ids) & torch.ones(document_ids.shape[1], document_ids.shape[1], dtype=torch.bool).triu()
+
+
+def doc_earlier_documents(document_ids):
+    return (document_ids[:, None, :] <= document_ids[:, :, None]) & _tril(document_ids.shape[1])
+
+
+def doc_rows_of_batch(document_ids):
+    return (document_ids[:, None] == document_ids[None, :]) & _tril(document_ids.shape[1])
+
+
+def doc_blocks_padding(document_ids):
+    real = document_ids >= 0
+    return learner_document_mask(document_ids) & real[:, None, :] & real[:, :, None]
+
+
+def doc_additive(document_ids):
+    return torch.zeros(document_ids.shape[0], document_ids.shape[1], document_ids.shape[1]).masked_fill(
+        ~learner_document_mask(document_ids), NEG_INF
+    )
+
+
+# local_global_mask
+def _near(length, window):
+    i = torch.arange(length)[:, None]
+    j = torch.arange(length)[None, :]
+    return (i - j).abs() <= window
+
+
+def lg_inverted(is_global, window):
+    return ~learner_local_global_mask(is_global, window)
+
+
+def lg_too_narrow(is_global, window):
+    i, j = torch.arange(is_global.shape[1])[:, None], torch.arange(is_global.shape[1])[None, :]
+    return ((i - j).abs() < window)[None] | is_global[:, :, None] | is_global[:, None, :]
+
+
+def lg_too_wide(is_global, window):
+    return _near(is_global.shape[1], window + 1)[None] | is_global[:, :, None] | is_global[:, None, :]
+
+
+def lg_rows_only(is_global, window):
+    return _near(is_global.shape[1], window)[None] | is_global[:, :, None]
+
+
+def lg_columns_only(is_global, window):
+    return _near(is_global.shape[1], window)[None] | is_global[:, None, :]
+
+
+def lg_window_only(is_global, window):
+    return _near(is_global.shape[1], window).expand(is_global.shape[0], -1, -1).clone()
+
+
+def lg_global_only(is_global, window):
+    return is_global[:, :, None] | is_global[:, None, :]
+
+
+def lg_and(is_global, window):
+    return _near(is_global.shape[1], window)[None] & (is_global[:, :, None] | is_global[:, None, :])
+
+
+def lg_past_only(is_global, window):
+    i, j = torch.arange(is_global.shape[1])[:, None], torch.arange(is_global.shape[1])[None, :]
+    return ((i - j >= 0) & (i - j <= window))[None] | is_global[:, :, None] | is_global[:, None, :]
+
+
+def lg_merged(is_global, window):
+    anywhere = is_global.any(dim=0)
+    merged = _near(is_global.shape[1], window) | anywhere[:, None] | anywhere[None, :]
+    return merged.expand(is_global.shape[0], -1, -1).clone()
+
+
+def lg_wrong_axis(is_global, window):
+    return _near(is_global.shape[1], window) | is_global[:, None] | is_global[None, :]
+
+
+def lg_as_int(is_global, window):
+    return learner_local_global_mask(is_global, window).int()
+
+
 MUTANTS = [
-    ("causal_padding_mask", cpm_inverted, "inverted"),
-    ("causal_padding_mask", cpm_sees_next, "the next key, j = i + 1"),
-    ("causal_padding_mask", cpm_not_itself, "may not attend to its own position"),
-    ("causal_padding_mask", cpm_upper_triangle, "triangle is the wrong one"),
-    ("causal_padding_mask", cpm_no_padding, "padding is not masked"),
-    ("causal_padding_mask", cpm_no_causal, "causal part is missing"),
-    ("causal_padding_mask", cpm_or, "combined with OR"),
-    ("causal_padding_mask", cpm_pads_queries, "rows of padding queries are all False"),
-    ("causal_padding_mask", cpm_pads_both, "rows of padding queries are all False"),
-    ("causal_padding_mask", cpm_transposed, "query and key axes are swapped"),
-    ("causal_padding_mask", cpm_padding_one_long, "one key too many"),
-    ("causal_padding_mask", cpm_padding_one_short, "last real word"),
-    ("causal_padding_mask", cpm_longest, "not max_len"),
-    ("causal_padding_mask", cpm_as_int, "dtype torch.int64, expected torch.bool"),
-    ("causal_padding_mask", cpm_two_dims, "raised RuntimeError"),
     ("to_additive", ta_inverted, "inverted"),
     ("to_additive", ta_minus_1e9, "hold -1e9 instead of -inf"),
     ("to_additive", ta_bert, "hold -10000 instead of -inf"),
@@ -281,6 +375,16 @@ MUTANTS = [
     ("to_additive", ta_float32, "always float32"),
     ("to_additive", ta_in_place, "modified its input `mask` in place"),
     ("to_additive", ta_bool, "still a boolean tensor"),
+    ("document_mask", doc_inverted, "inverted"),
+    ("document_mask", doc_sees_next, "the next key, j = i + 1"),
+    ("document_mask", doc_not_itself, "may not attend to itself"),
+    ("document_mask", doc_both_ways, "causal part is missing"),
+    ("document_mask", doc_plain_causal, "documents are ignored"),
+    ("document_mask", doc_upper, "triangle is the wrong one"),
+    ("document_mask", doc_earlier_documents, "every earlier document"),
+    ("document_mask", doc_rows_of_batch, "compares the rows of the batch with each other"),
+    ("document_mask", doc_blocks_padding, "rows of padding tokens are all False"),
+    ("document_mask", doc_additive, "dtype torch.float32, expected torch.bool"),
     ("prefix_lm_mask", plm_inverted, "inverted"),
     ("prefix_lm_mask", plm_prefix_on_queries, "applied to the queries"),
     ("prefix_lm_mask", plm_prefix_one_long, "one key too long"),
@@ -294,13 +398,27 @@ MUTANTS = [
     ("prefix_lm_mask", plm_lengths_swapped, "swapped"),
     ("prefix_lm_mask", plm_transposed, "query and key axes are swapped"),
     ("prefix_lm_mask", plm_as_float, "dtype torch.float32, expected torch.bool"),
+    ("local_global_mask", lg_inverted, "inverted"),
+    ("local_global_mask", lg_too_narrow, "one neighbour too narrow"),
+    ("local_global_mask", lg_too_wide, "one neighbour too wide"),
+    ("local_global_mask", lg_rows_only, "the global tokens only attend"),
+    ("local_global_mask", lg_columns_only, "the global tokens are only attended to"),
+    ("local_global_mask", lg_window_only, "the global tokens are ignored"),
+    ("local_global_mask", lg_global_only, "the window is missing"),
+    ("local_global_mask", lg_and, "combined with AND"),
+    ("local_global_mask", lg_past_only, "covers only the past"),
+    ("local_global_mask", lg_merged, "were merged"),
+    ("local_global_mask", lg_wrong_axis, "broadcast over the wrong axis"),
+    ("local_global_mask", lg_as_int, "dtype torch.int32, expected torch.bool"),
 ]
 
 
-# causal diagonal shifted up and down; blocked value one too high (1 where allowed, from `mask.to(dtype)`) and one
-# too low (-1, not -inf); the end of the prefix one key too far and one too short
+# blocked value one too high (1 where allowed, from `mask.to(dtype)`) and one too low (-1, not -inf); the causal
+# diagonal shifted up and down; the end of the prefix one key too far and one too short; the window one neighbour
+# too wide and too narrow
 OFF_BY_ONE = {
-    "causal_padding_mask": (cpm_sees_next, cpm_not_itself),
+    "document_mask": (doc_sees_next, doc_not_itself),
+    "local_global_mask": (lg_too_wide, lg_too_narrow),
     "to_additive": (ta_as_floats, ta_minus_one),
     "prefix_lm_mask": (plm_prefix_one_long, plm_prefix_one_short),
 }
@@ -311,16 +429,27 @@ OFF_BY_ONE = {
 # --------------------------------------------------------------------------------------------
 
 
-def cpm_shortcut_without_padding(lengths, max_len):
-    if bool((lengths == max_len).all()):
-        return torch.ones(max_len, max_len, dtype=torch.bool).tril()  # nothing is padded (but the batch axis?)
-    return learner_causal_padding_mask(lengths, max_len)
+def doc_one_hot_raw_ids(document_ids):
+    """one_hot of the ids themselves: fine for ids 0, 1, 2, ...; padding's -1 makes it raise."""
+    one_hot = F.one_hot(document_ids).float()
+    return (one_hot @ one_hot.transpose(1, 2) > 0) & _tril(document_ids.shape[1])
 
 
-def cpm_int8_positions(lengths, max_len):
-    positions = torch.arange(max_len).to(torch.int8)  # wraps around after 127
-    causal = positions[None, :] <= positions[:, None]
-    return causal[None] & (positions[None, :] < lengths[:, None])[:, None, :]
+def doc_shortcut_without_padding(document_ids):
+    if bool((document_ids >= 0).all()):  # "no padding: one text per row" (but rows hold several documents)
+        return doc_plain_causal(document_ids)
+    return learner_document_mask(document_ids)
+
+
+def doc_int8_positions(document_ids):
+    positions = torch.arange(document_ids.shape[1]).to(torch.int8)  # wraps around after 127
+    return _same(document_ids) & (positions[None, :] <= positions[:, None])
+
+
+def lg_int8_positions(is_global, window):
+    positions = torch.arange(is_global.shape[1]).to(torch.int8)
+    near = (positions[:, None] - positions[None, :]).abs() <= window
+    return near[None] | is_global[:, :, None] | is_global[:, None, :]
 
 
 def ta_shortcut_without_padding(mask, dtype):
@@ -348,11 +477,12 @@ def plm_int8_positions(prefix_lengths, lengths, max_len):
 
 KIND_MUTANTS = [
     *batch_of_one(CORRECT),
-    ("causal_padding_mask", cpm_shortcut_without_padding, UNPADDED, "no padding"),
-    ("causal_padding_mask", cpm_no_padding, PADDED, "padding is not masked"),
-    ("causal_padding_mask", cpm_int8_positions, LARGE, "large inputs"),
     ("to_additive", ta_shortcut_without_padding, UNPADDED, "expected -inf, got 0"),
     ("to_additive", ta_assumes_causal, PADDED, "differ"),
+    ("document_mask", doc_one_hot_raw_ids, PADDED, "raised RuntimeError"),
+    ("document_mask", doc_shortcut_without_padding, UNPADDED, "except the ones with no padding"),
+    ("document_mask", doc_int8_positions, LARGE, "large inputs"),
+    ("local_global_mask", lg_int8_positions, LARGE, "large inputs"),
     ("prefix_lm_mask", plm_shortcut_without_padding, UNPADDED, "dtype torch.float32"),
     ("prefix_lm_mask", plm_no_padding, PADDED, "padding is not masked"),
     ("prefix_lm_mask", plm_int8_positions, LARGE, "large inputs"),
@@ -361,68 +491,14 @@ KIND_MUTANTS = [
 
 KINDS_NOT_APPLICABLE = {
     ("to_additive", LARGE): "a conversion of booleans has no value that could overflow",
+    ("local_global_mask", PADDED): "a global flag per token and no lengths: nothing is padding",
+    ("local_global_mask", UNPADDED): "a global flag per token and no lengths: nothing is padding",
 }
 
 
 # --------------------------------------------------------------------------------------------
 # The independent gallery: bugs written as a learner would, none copied from the mutants above or the checks' variants
 # --------------------------------------------------------------------------------------------
-
-
-def cpm_loop_one_ahead(lengths, max_len):
-    mask = torch.zeros(lengths.shape[0], max_len, max_len, dtype=torch.bool)
-    for b in range(lengths.shape[0]):
-        n = int(lengths[b])
-        for i in range(max_len):
-            mask[b, i, : min(i + 2, n)] = True
-    return mask
-
-
-def cpm_strict_upper(lengths, max_len):
-    allowed = torch.triu(torch.ones(max_len, max_len, dtype=torch.bool), diagonal=1)
-    keys = torch.arange(max_len).unsqueeze(0) < lengths.unsqueeze(1)
-    return allowed.unsqueeze(0) & keys.unsqueeze(1)
-
-
-def cpm_outer_padding(lengths, max_len):
-    real = torch.arange(max_len).expand(len(lengths), max_len) < lengths.view(-1, 1)
-    pairs = real.unsqueeze(2) & real.unsqueeze(1)
-    return pairs & torch.tril(torch.ones(max_len, max_len)).bool()
-
-
-def cpm_float_product(lengths, max_len):
-    keys = (torch.arange(max_len)[None, :] < lengths[:, None]).float()
-    return torch.tril(torch.ones(max_len, max_len)) * keys[:, None, :]
-
-
-def cpm_longest_sentence(lengths, max_len):
-    n = int(lengths.max())
-    tri = torch.ones(n, n).tril().bool()
-    return tri[None] & (torch.arange(n)[None, :] < lengths[:, None])[:, None]
-
-
-def cpm_forgets_query_axis(lengths, max_len):
-    keys = torch.arange(max_len)[None, :] < lengths[:, None]
-    return torch.ones(max_len, max_len, dtype=torch.bool).tril() & keys
-
-
-def cpm_length_inclusive(lengths, max_len):
-    keys = torch.arange(max_len).view(1, 1, -1) <= lengths.view(-1, 1, 1)
-    return torch.tril(torch.ones(max_len, max_len, dtype=torch.bool)).unsqueeze(0) & keys
-
-
-def cpm_ge(lengths, max_len):
-    i = torch.arange(max_len).view(-1, 1)
-    j = torch.arange(max_len).view(1, -1)
-    return (j >= i).unsqueeze(0) & (j < lengths.view(-1, 1, 1))
-
-
-def cpm_loop_transposed(lengths, max_len):
-    mask = torch.zeros(len(lengths), max_len, max_len, dtype=torch.bool)
-    for b, n in enumerate(lengths.tolist()):
-        for i in range(max_len):
-            mask[b, : min(i + 1, n), i] = True
-    return mask
 
 
 def ta_where_big_negative(mask, dtype):
@@ -457,6 +533,129 @@ def ta_minus_one_times_inf(mask, dtype):
 
 def ta_inverted_bool(mask, dtype):
     return mask.logical_not()
+
+
+def db_loop_next_token(document_ids):
+    batch, length = document_ids.shape
+    out = torch.zeros(batch, length, length, dtype=torch.bool)
+    for b in range(batch):
+        for q in range(length):
+            for k in range(min(q + 2, length)):
+                out[b, q, k] = document_ids[b, q].item() == document_ids[b, k].item()
+    return out
+
+
+def db_block_diagonal(document_ids):
+    return document_ids.unsqueeze(2).eq(document_ids.unsqueeze(1))
+
+
+def db_tril_repeat(document_ids):
+    n = document_ids.size(1)
+    return torch.tril(torch.ones(n, n)).bool().repeat(document_ids.size(0), 1, 1)
+
+
+def db_unsqueeze_0_1(document_ids):
+    same = document_ids.unsqueeze(0) == document_ids.unsqueeze(1)
+    return same & torch.tril(torch.ones(document_ids.size(1), document_ids.size(1), dtype=torch.bool))
+
+
+def db_loop_earlier_docs(document_ids):
+    batch, length = document_ids.shape
+    out = torch.zeros(batch, length, length, dtype=torch.bool)
+    for b in range(batch):
+        for q in range(length):
+            for k in range(q + 1):
+                out[b, q, k] = bool(document_ids[b, k] <= document_ids[b, q])
+    return out
+
+
+def db_float_product(document_ids):
+    n = document_ids.size(1)
+    same = (document_ids[:, :, None] == document_ids[:, None, :]).float()
+    return same * torch.tril(torch.ones(n, n))
+
+
+def db_real_only(document_ids):
+    n = document_ids.size(1)
+    real = (document_ids != -1).unsqueeze(-1)
+    return (
+        (document_ids.unsqueeze(-1) == document_ids.unsqueeze(1))
+        & real
+        & real.transpose(1, 2)
+        & torch.ones(n, n, dtype=torch.bool).tril()
+    )
+
+
+def db_triu(document_ids):
+    n = document_ids.size(1)
+    return torch.triu(torch.ones(n, n, dtype=torch.bool)) & (document_ids[:, None, :] == document_ids[:, :, None])
+
+
+def db_where_swapped(document_ids):
+    n = document_ids.size(1)
+    ok = (document_ids[:, :, None] == document_ids[:, None, :]) & torch.ones(n, n, dtype=torch.bool).tril()
+    return torch.where(ok, False, True)
+
+
+def db_boundaries_from_changes(document_ids):
+    """Documents from where the id changes, counted with cumsum, but the change is marked one token late."""
+    change = torch.zeros_like(document_ids)
+    change[:, 2:] = (document_ids[:, 1:-1] != document_ids[:, :-2]).long()
+    doc = change.cumsum(dim=1)
+    n = document_ids.size(1)
+    return (doc[:, :, None] == doc[:, None, :]) & torch.ones(n, n, dtype=torch.bool).tril()
+
+
+def lgb_loop_strict(is_global, window):
+    out = []
+    for flags in is_global.tolist():
+        n = len(flags)
+        out.append([[abs(q - k) < window or flags[q] or flags[k] for k in range(n)] for q in range(n)])
+    return torch.tensor(out)
+
+
+def lgb_keys_only(is_global, window):
+    n = is_global.size(1)
+    band = torch.ones(n, n, dtype=torch.bool).triu(-window).tril(window)
+    return band.unsqueeze(0) | is_global.unsqueeze(1)
+
+
+def lgb_queries_only(is_global, window):
+    n = is_global.size(1)
+    band = torch.ones(n, n, dtype=torch.bool).triu(-window).tril(window)
+    return band.unsqueeze(0) | is_global.unsqueeze(-1)
+
+
+def lgb_logical_and(is_global, window):
+    n = is_global.size(1)
+    band = torch.ones(n, n, dtype=torch.bool).triu(-window).tril(window)
+    return torch.logical_and(band.unsqueeze(0), is_global.unsqueeze(1) | is_global.unsqueeze(2))
+
+
+def lgb_max_over_batch(is_global, window):
+    n = is_global.size(1)
+    flags = is_global.max(dim=0).values
+    band = torch.ones(n, n, dtype=torch.bool).triu(-window).tril(window)
+    return (band | flags.view(1, n) | flags.view(n, 1)).unsqueeze(0).repeat(is_global.size(0), 1, 1)
+
+
+def lgb_causal_band(is_global, window):
+    n = is_global.size(1)
+    band = torch.ones(n, n, dtype=torch.bool).tril().triu(-window)
+    return band.unsqueeze(0) | is_global.unsqueeze(1) | is_global.unsqueeze(2)
+
+
+def lgb_globals_see_globals(is_global, window):
+    n = is_global.size(1)
+    band = torch.ones(n, n, dtype=torch.bool).triu(-window).tril(window)
+    return band.unsqueeze(0) | (is_global.unsqueeze(1) & is_global.unsqueeze(2))
+
+
+def lgb_half_window(is_global, window):
+    n = is_global.size(1)
+    half = window // 2
+    band = torch.ones(n, n, dtype=torch.bool).triu(-half).tril(half)
+    return band.unsqueeze(0) | is_global.unsqueeze(1) | is_global.unsqueeze(2)
 
 
 def plm_loop_prefix_inclusive(prefix_lengths, lengths, max_len):
@@ -524,15 +723,24 @@ def plm_or_all(prefix_lengths, lengths, max_len):
 
 
 BUGS = [
-    ("causal_padding_mask", cpm_loop_one_ahead, "the next key, j = i + 1"),
-    ("causal_padding_mask", cpm_strict_upper, GENERIC),
-    ("causal_padding_mask", cpm_outer_padding, "rows of padding queries are all False"),
-    ("causal_padding_mask", cpm_float_product, "dtype torch.float32, expected torch.bool"),
-    ("causal_padding_mask", cpm_longest_sentence, "not max_len"),
-    ("causal_padding_mask", cpm_forgets_query_axis, "raised RuntimeError"),
-    ("causal_padding_mask", cpm_length_inclusive, "one key too many"),
-    ("causal_padding_mask", cpm_ge, "triangle is the wrong one"),
-    ("causal_padding_mask", cpm_loop_transposed, "query and key axes are swapped"),
+    ("document_mask", db_loop_next_token, "the next key, j = i + 1"),
+    ("document_mask", db_block_diagonal, "causal part is missing"),
+    ("document_mask", db_tril_repeat, "documents are ignored"),
+    ("document_mask", db_unsqueeze_0_1, "compares the rows of the batch with each other"),
+    ("document_mask", db_loop_earlier_docs, "every earlier document"),
+    ("document_mask", db_float_product, "dtype torch.float32, expected torch.bool"),
+    ("document_mask", db_real_only, "rows of padding tokens are all False"),
+    ("document_mask", db_triu, "triangle is the wrong one"),
+    ("document_mask", db_where_swapped, "inverted"),
+    ("document_mask", db_boundaries_from_changes, GENERIC),
+    ("local_global_mask", lgb_loop_strict, "one neighbour too narrow"),
+    ("local_global_mask", lgb_keys_only, "the global tokens are only attended to"),
+    ("local_global_mask", lgb_queries_only, "the global tokens only attend"),
+    ("local_global_mask", lgb_logical_and, "combined with AND"),
+    ("local_global_mask", lgb_max_over_batch, "were merged"),
+    ("local_global_mask", lgb_causal_band, "covers only the past"),
+    ("local_global_mask", lgb_globals_see_globals, GENERIC),
+    ("local_global_mask", lgb_half_window, GENERIC),
     ("to_additive", ta_where_big_negative, "hold -1e9 instead of -inf"),
     ("to_additive", ta_not_times_inf, "NaN"),
     ("to_additive", ta_log_float32, "always float32"),

@@ -1,56 +1,56 @@
-"""Lesson 08, 08_flash_attention: the galleries of ``online_softmax``, ``block_update`` and ``causal_tiles``
-(CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py
-describes them).
+"""Lesson 08, 08_flash_attention: the galleries of its exercises (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS,
+KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes them): Part A, ``merge_softmax_states``,
+``causal_tiles``, ``causal_block_update``, ``tile_backward`` and ``benchmark_median``; Part B, the Triton kernels
+``softmax_kernel``, ``attention_kernel`` and ``causal_attention_kernel`` (after Part A, and only where triton is
+installed). The attention mutants are switches of one kernel (``_attention_with``); the kernels of the independent
+gallery are written out.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 
 import torch
 
 from attnedu import checks
-from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
-from attnedu.flash import online_softmax
+from attnedu.checks.exercise import LARGE, ONE, PADDED, UNPADDED
 
 from .common import GENERIC, batch_of_one
+
+NEG_INF = float("-inf")
+# A kernel's output is a buffer the launcher allocates: it cannot lose its batch axis, so its mistake of a batch of
+# one is another (common.batch_of_one leaves the kernels out).
+KERNEL_EXERCISES = ("softmax_kernel", "attention_kernel", "causal_attention_kernel")
 
 # --------------------------------------------------------------------------------------------
 # Correct versions, written as a learner would
 # --------------------------------------------------------------------------------------------
 
 
-def learner_online_softmax(scores, block_size):
-    m = torch.full((scores.shape[0],), float("-inf"))
-    l = torch.zeros(scores.shape[0])
-    for start in range(0, scores.shape[1], block_size):
-        block = scores[:, start : start + block_size]
-        m_new = torch.maximum(m, block.max(dim=1).values)
-        l = l * torch.exp(m - m_new) + torch.exp(block - m_new[:, None]).sum(dim=1)
-        m = m_new
-    return torch.exp(scores - m[:, None]) / l[:, None]
+def learner_merge(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    a1, a2 = torch.exp(m1 - m_safe), torch.exp(m2 - m_safe)
+    return m, a1 * l1 + a2 * l2, a1[:, None] * o1 + a2[:, None] * o2
 
 
-def learner_online_softmax_per_row(scores, block_size):
-    out = torch.empty_like(scores)
-    for r in range(scores.shape[0]):
-        m, l = float("-inf"), 0.0
-        for start in range(0, scores.shape[1], block_size):
-            block = scores[r, start : start + block_size]
-            m_new = max(m, block.max().item())
-            l = l * math.exp(m - m_new) + torch.exp(block - m_new).sum().item()
-            m = m_new
-        out[r] = torch.exp(scores[r] - m) / l
-    return out
+def learner_merge_nan_to_num(m1, l1, o1, m2, l2, o2):
+    m = torch.max(m1, m2)
+    a1 = torch.exp(m1 - m).nan_to_num(0.0)  # both empty: exp(-inf + inf) = NaN, and its state holds nothing
+    a2 = torch.exp(m2 - m).nan_to_num(0.0)
+    return m, a1 * l1 + a2 * l2, a1.unsqueeze(1) * o1 + a2.unsqueeze(1) * o2
 
 
-def learner_block_update(m, l, acc, q_block, k_block, v_block, valid):
-    s = q_block @ k_block.T / q_block.shape[1] ** 0.5
-    s[:, ~valid] = float("-inf")
-    m_new = torch.max(m, s.max(dim=1).values)
-    p = torch.exp(s - m_new[:, None])
-    alpha = torch.exp(m - m_new)
-    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+def learner_merge_loop(m1, l1, o1, m2, l2, o2):
+    m, l, o = m1.clone(), l1.clone(), o1.clone()
+    for i in range(len(m1)):
+        top = max(m1[i].item(), m2[i].item())
+        if top == NEG_INF:
+            continue  # no key in either state: keep the empty state
+        w1, w2 = math.exp(m1[i].item() - top), math.exp(m2[i].item() - top)
+        m[i], l[i], o[i] = top, w1 * l1[i] + w2 * l2[i], w1 * o1[i] + w2 * o2[i]
+    return m, l, o
 
 
 def learner_causal_tiles(n, block_q, block_k):
@@ -74,11 +74,76 @@ def learner_causal_tiles_loop(n, block_q, block_k):
     return compute, masked
 
 
+def learner_causal_block_update(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    s = q_block @ k_block.T / math.sqrt(q_block.shape[1])
+    q_pos = q_start + torch.arange(q_block.shape[0])
+    k_pos = k_start + torch.arange(k_block.shape[0])
+    s = s.masked_fill(k_pos[None, :] > q_pos[:, None], NEG_INF)
+    m_new = torch.maximum(m, s.max(dim=1).values)
+    ref = torch.where(m_new == NEG_INF, 0.0, m_new)
+    p = torch.exp(s - ref[:, None])
+    alpha = torch.exp(m - ref)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+def learner_causal_block_update_tril(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    allowed = torch.ones(q_block.shape[0], k_block.shape[0]).tril(diagonal=q_start - k_start).bool()
+    s = torch.where(allowed, q_block @ k_block.T / q_block.shape[1] ** 0.5, torch.tensor(NEG_INF))
+    m_new = torch.max(m, s.amax(dim=1))
+    p = torch.exp(s - m_new[:, None]).nan_to_num(0.0)  # rows with no key yet: exp(-inf + inf) -> 0
+    alpha = torch.exp(m - m_new).nan_to_num(0.0)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+def learner_tile_backward(q_block, k_block, v_block, do_block, lse, d):
+    scale = 1 / math.sqrt(q_block.shape[1])
+    p = torch.exp(q_block @ k_block.T * scale - lse[:, None])
+    dv = p.T @ do_block
+    ds = p * (do_block @ v_block.T - d[:, None])
+    return ds @ k_block * scale, ds.T @ q_block * scale, dv
+
+
+def learner_tile_backward_einsum(q_block, k_block, v_block, do_block, lse, d):
+    scale = q_block.shape[-1] ** -0.5
+    p = torch.exp(torch.einsum("qd,kd->qk", q_block, k_block) * scale - lse.unsqueeze(-1))
+    dp = torch.einsum("qv,kv->qk", do_block, v_block)
+    ds = p * (dp - d.unsqueeze(-1))
+    return (torch.einsum("qk,kd->qd", ds, k_block) * scale, torch.einsum("qk,qd->kd", ds, q_block) * scale,
+            torch.einsum("qk,qv->kv", p, do_block))  # fmt: skip
+
+
+def learner_benchmark_median(shape_ids, times_ms):
+    medians = []
+    for s in range(int(shape_ids.max()) + 1):
+        mine = times_ms[shape_ids == s]
+        medians.append(statistics.median(mine[1:].tolist()))
+    return torch.tensor(medians)
+
+
+def learner_benchmark_median_quantile(shape_ids, times_ms):
+    out = torch.zeros(int(shape_ids.max()) + 1)
+    seen = set()
+    steady = {}
+    for sid, t in zip(shape_ids.tolist(), times_ms.tolist(), strict=True):
+        if sid not in seen:
+            seen.add(sid)  # its first call: compiling
+            continue
+        steady.setdefault(sid, []).append(t)
+    for sid, ts in steady.items():
+        out[sid] = torch.quantile(torch.tensor(ts), 0.5)
+    return out
+
+
 CORRECT = {
-    "online_softmax": [learner_online_softmax, learner_online_softmax_per_row, online_softmax],
-    "block_update": [learner_block_update, checks.EXERCISES["block_update"].reference],
+    "merge_softmax_states": [learner_merge, learner_merge_nan_to_num, learner_merge_loop,
+                             checks.EXERCISES["merge_softmax_states"].reference],
     "causal_tiles": [learner_causal_tiles, learner_causal_tiles_loop],
-}
+    "causal_block_update": [learner_causal_block_update, learner_causal_block_update_tril,
+                            checks.EXERCISES["causal_block_update"].reference],
+    "tile_backward": [learner_tile_backward, learner_tile_backward_einsum, checks.EXERCISES["tile_backward"].reference],
+    "benchmark_median": [learner_benchmark_median, learner_benchmark_median_quantile,
+                         checks.EXERCISES["benchmark_median"].reference],
+}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -86,140 +151,79 @@ CORRECT = {
 # --------------------------------------------------------------------------------------------
 
 
-# online_softmax
-def online_no_rescale(scores, block_size):
-    m, l = torch.full((scores.shape[0],), float("-inf")), torch.zeros(scores.shape[0])
-    for start in range(0, scores.shape[1], block_size):
-        block = scores[:, start : start + block_size]
-        m = torch.maximum(m, block.max(dim=1).values)
-        l = l + torch.exp(block - m[:, None]).sum(dim=1)  # the old terms keep the old maximum
-    return torch.exp(scores - m[:, None]) / l[:, None]
+# merge_softmax_states
+def _factors(m1, m2):
+    m = torch.maximum(m1, m2)
+    m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    return m, torch.exp(m1 - m_safe), torch.exp(m2 - m_safe)
 
 
-def online_rescale_inverted(scores, block_size):
-    m, l = torch.full((scores.shape[0],), float("-inf")), torch.zeros(scores.shape[0])
-    for start in range(0, scores.shape[1], block_size):
-        block = scores[:, start : start + block_size]
-        m_new = torch.maximum(m, block.max(dim=1).values)
-        l = l * torch.exp(m_new - m).nan_to_num(0.0) + torch.exp(block - m_new[:, None]).sum(dim=1)
-        m = m_new
-    return torch.exp(scores - m[:, None]) / l[:, None]
+def merge_no_rescale(m1, l1, o1, m2, l2, o2):
+    return torch.maximum(m1, m2), l1 + l2, o1 + o2
 
 
-def online_per_block(scores, block_size):
-    blocks = [scores[:, s : s + block_size] for s in range(0, scores.shape[1], block_size)]
-    return torch.cat([torch.exp(b - b.max(dim=1, keepdim=True).values) / torch.exp(
-        b - b.max(dim=1, keepdim=True).values).sum(dim=1, keepdim=True) for b in blocks], dim=1)  # fmt: skip
+def merge_o_not_rescaled(m1, l1, o1, m2, l2, o2):
+    m, a1, a2 = _factors(m1, m2)
+    return m, a1 * l1 + a2 * l2, o1 + o2
 
 
-def _online_blocks(scores, block_size, width, stop):
-    m, l = torch.full((scores.shape[0],), float("-inf")), torch.zeros(scores.shape[0])
-    for start in range(0, stop, block_size):
-        block = scores[:, start : start + width]
-        if block.shape[1] == 0:
-            continue
-        m_new = torch.maximum(m, block.max(dim=1).values)
-        l = l * torch.exp(m - m_new) + torch.exp(block - m_new[:, None]).sum(dim=1)
-        m = m_new
-    return torch.exp(scores - m[:, None]) / l[:, None]
+def merge_l_not_rescaled(m1, l1, o1, m2, l2, o2):
+    m, a1, a2 = _factors(m1, m2)
+    return m, l1 + l2, a1[:, None] * o1 + a2[:, None] * o2
 
 
-def online_block_one_short(scores, block_size):
-    return _online_blocks(scores, block_size, block_size - 1, scores.shape[1])
+def merge_inverted(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    m_safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    a1 = torch.where(torch.isinf(m1), 0.0, torch.exp(m_safe - m1))
+    a2 = torch.where(torch.isinf(m2), 0.0, torch.exp(m_safe - m2))
+    return m, a1 * l1 + a2 * l2, a1[:, None] * o1 + a2[:, None] * o2
 
 
-def online_block_one_long(scores, block_size):
-    return _online_blocks(scores, block_size, block_size + 1, scores.shape[1])
+def merge_max_of_sums(m1, l1, o1, m2, l2, o2):
+    m, a1, a2 = _factors(m1, m2)
+    return m, torch.maximum(a1 * l1, a2 * l2), a1[:, None] * o1 + a2[:, None] * o2
 
 
-def online_skips_partial_block(scores, block_size):
-    return _online_blocks(scores, block_size, block_size, scores.shape[1] - block_size + 1)
+def merge_average_normalised(m1, l1, o1, m2, l2, o2):
+    m, a1, a2 = _factors(m1, m2)
+    l = a1 * l1 + a2 * l2
+    return m, l, l[:, None] * (o1 / l1[:, None] + o2 / l2[:, None]) / 2
 
 
-def online_naive_exp(scores, block_size):
-    l = torch.zeros(scores.shape[0])
-    for start in range(0, scores.shape[1], block_size):
-        l = l + torch.exp(scores[:, start : start + block_size]).sum(dim=1)  # no maximum: overflows
-    return torch.exp(scores) / l[:, None]
+def merge_nan_for_empty(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    a1, a2 = torch.exp(m1 - m), torch.exp(m2 - m)
+    return m, a1 * l1 + a2 * l2, a1[:, None] * o1 + a2[:, None] * o2
 
 
-def online_in_place(scores, block_size):
-    scores -= scores.max(dim=1, keepdim=True).values  # "to be safe"
-    return learner_online_softmax(scores, block_size)
+def merge_in_place(m1, l1, o1, m2, l2, o2):
+    m, a1, a2 = _factors(m1, m2)
+    o1 *= a1[:, None]
+    o1 += a2[:, None] * o2
+    return m, a1 * l1 + a2 * l2, o1
 
 
-def os_shortcut_without_padding(scores, block_size):
-    if scores.shape[1] % block_size == 0:  # whole blocks: softmax each block (but the row is one distribution)
-        return torch.softmax(scores.view(scores.shape[0], -1, block_size), dim=-1).flatten(1)
-    return learner_online_softmax(scores, block_size)
+def merge_shortcut_without_padding(m1, l1, o1, m2, l2, o2):
+    if bool((l1 > 0).all() and (l2 > 0).all()):  # no empty state: "just add them"
+        return merge_no_rescale(m1, l1, o1, m2, l2, o2)
+    return learner_merge(m1, l1, o1, m2, l2, o2)
 
 
-# block_update
-def _scores(q_block, k_block, valid):
-    return (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(~valid, float("-inf"))
+def merge_through_normalised_outputs(m1, l1, o1, m2, l2, o2):
+    lse1, lse2 = m1 + torch.log(l1), m2 + torch.log(l2)
+    lse = torch.logaddexp(lse1, lse2)
+    m = torch.maximum(m1, m2)
+    out = torch.exp(lse1 - lse)[:, None] * (o1 / l1[:, None]) + torch.exp(lse2 - lse)[:, None] * (o2 / l2[:, None])
+    l = torch.exp(lse - m)
+    return m, l, out * l[:, None]  # an empty state's o1 / l1 is 0 / 0
 
 
-def update_acc_not_rescaled(m, l, acc, q_block, k_block, v_block, valid):
-    s = _scores(q_block, k_block, valid)
-    m_new = torch.maximum(m, s.amax(dim=1))
-    p = torch.exp(s - m_new[:, None])
-    return m_new, torch.exp(m - m_new) * l + p.sum(dim=1), acc + p @ v_block
-
-
-def update_nothing_rescaled(m, l, acc, q_block, k_block, v_block, valid):
-    s = _scores(q_block, k_block, valid)
-    m_new = torch.maximum(m, s.amax(dim=1))
-    p = torch.exp(s - m_new[:, None])
-    return m_new, l + p.sum(dim=1), acc + p @ v_block
-
-
-def update_without_sqrt(m, l, acc, q_block, k_block, v_block, valid):
-    s = (q_block @ k_block.T).masked_fill(~valid, float("-inf"))
-    m_new = torch.maximum(m, s.amax(dim=1))
-    p, alpha = torch.exp(s - m_new[:, None]), torch.exp(m - m_new)
-    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
-
-
-def update_ignores_valid(m, l, acc, q_block, k_block, v_block, valid):
-    s = q_block @ k_block.T / math.sqrt(q_block.shape[1])
-    m_new = torch.maximum(m, s.amax(dim=1))
-    p, alpha = torch.exp(s - m_new[:, None]), torch.exp(m - m_new)
-    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
-
-
-def update_p_one_step_late(m, l, acc, q_block, k_block, v_block, valid):
-    s = _scores(q_block, k_block, valid)
-    m_new = torch.maximum(m, s.amax(dim=1))
-    p, alpha = torch.exp(s - m[:, None]), torch.exp(m - m_new)
-    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
-
-
-def update_m_one_step_early(m, l, acc, q_block, k_block, v_block, valid):
-    s = _scores(q_block, k_block, valid)
-    m_new = torch.maximum(m, s.amax(dim=1))
-    p, alpha = torch.exp(s - m_new[:, None]), torch.exp(m - m_new)
-    return m, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
-
-
-def update_softmax_tile(m, l, acc, q_block, k_block, v_block, valid):
-    s = _scores(q_block, k_block, valid)
-    m_new = torch.maximum(m, s.amax(dim=1))
-    p, alpha = torch.exp(s - m_new[:, None]), torch.exp(m - m_new)
-    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + torch.softmax(s, dim=1) @ v_block
-
-
-def update_exp_then_divide(m, l, acc, q_block, k_block, v_block, valid):
-    s = _scores(q_block, k_block, valid)
-    m_new = torch.maximum(m, s.amax(dim=1))
-    p = torch.exp(s) / torch.exp(m_new)[:, None]  # exp of scores in the hundreds overflows
-    alpha = torch.exp(m - m_new)
-    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
-
-
-def update_shortcut_without_padding(m, l, acc, q_block, k_block, v_block, valid):
-    if bool(valid.all()):  # no padding: a plain softmax of the tile (but the running state is not a softmax)
-        return update_softmax_tile(m, l, acc, q_block, k_block, v_block, valid)
-    return learner_block_update(m, l, acc, q_block, k_block, v_block, valid)
+def merge_exp_of_maxima(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    a1 = (torch.exp(m1) / torch.exp(m)).nan_to_num(0.0)  # "no NaN for empty states"
+    a2 = (torch.exp(m2) / torch.exp(m)).nan_to_num(0.0)
+    return m, a1 * l1 + a2 * l2, a1[:, None] * o1 + a2[:, None] * o2
 
 
 # causal_tiles
@@ -279,36 +283,307 @@ def tiles_shortcut_without_padding(n, block_q, block_k):
     return learner_causal_tiles(n, block_q, block_k)
 
 
+# causal_block_update
+def _update_masked(allowed_fn, m, l, acc, q_block, k_block, v_block, q_start, k_start, fill=NEG_INF, guard=True):
+    q_pos = q_start + torch.arange(q_block.shape[0])[:, None]
+    k_pos = k_start + torch.arange(k_block.shape[0])[None, :]
+    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(~allowed_fn(q_pos, k_pos), fill)
+    m_new = torch.maximum(m, s.amax(dim=1))
+    ref = torch.where(m_new == NEG_INF, 0.0, m_new) if guard else m_new
+    p, alpha = torch.exp(s - ref[:, None]), torch.exp(m - ref)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+def cbu_strict(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    return _update_masked(lambda qp, kp: kp < qp, m, l, acc, q_block, k_block, v_block, q_start, k_start)
+
+
+def cbu_one_ahead(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    return _update_masked(lambda qp, kp: kp <= qp + 1, m, l, acc, q_block, k_block, v_block, q_start, k_start)
+
+
+def cbu_tile_relative(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    return _update_masked(lambda qp, kp: (kp - k_start) <= (qp - q_start), m, l, acc, q_block, k_block, v_block,
+                          q_start, k_start)  # fmt: skip
+
+
+def cbu_keys_absolute_queries_relative(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    return _update_masked(lambda qp, kp: kp <= qp - q_start, m, l, acc, q_block, k_block, v_block, q_start, k_start)
+
+
+def cbu_inverted(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    return _update_masked(lambda qp, kp: kp > qp, m, l, acc, q_block, k_block, v_block, q_start, k_start)
+
+
+def cbu_no_mask(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    return _update_masked(lambda qp, kp: kp == kp, m, l, acc, q_block, k_block, v_block, q_start, k_start)
+
+
+def cbu_zero_fill(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    return _update_masked(lambda qp, kp: kp <= qp, m, l, acc, q_block, k_block, v_block, q_start, k_start, fill=0.0)
+
+
+def cbu_nan_rows(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    return _update_masked(lambda qp, kp: kp <= qp, m, l, acc, q_block, k_block, v_block, q_start, k_start,
+                          guard=False)  # fmt: skip
+
+
+def cbu_acc_kept(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    q_pos = q_start + torch.arange(q_block.shape[0])[:, None]
+    k_pos = k_start + torch.arange(k_block.shape[0])[None, :]
+    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(k_pos > q_pos, NEG_INF)
+    m_new = torch.maximum(m, s.amax(dim=1))
+    ref = torch.where(m_new == NEG_INF, 0.0, m_new)
+    p, alpha = torch.exp(s - ref[:, None]), torch.exp(m - ref)
+    return m_new, alpha * l + p.sum(dim=1), acc + p @ v_block
+
+
+def cbu_square_tiles_on_diagonal(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    if q_block.shape[0] == k_block.shape[0]:  # "a square tile sits on the diagonal: the mask is tril"
+        return cbu_tile_relative(m, l, acc, q_block, k_block, v_block, q_start, k_start)
+    return learner_causal_block_update(m, l, acc, q_block, k_block, v_block, q_start, k_start)
+
+
+def cbu_square_positions(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    q_pos = q_start + torch.arange(q_block.shape[0])
+    k_pos = k_start + torch.arange(q_block.shape[0])  # the tile's size, counted once
+    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(k_pos[None, :] > q_pos[:, None], NEG_INF)
+    m_new = torch.maximum(m, s.amax(dim=1))
+    ref = torch.where(m_new == NEG_INF, 0.0, m_new)
+    p, alpha = torch.exp(s - ref[:, None]), torch.exp(m - ref)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+def cbu_exp_then_divide(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    q_pos = q_start + torch.arange(q_block.shape[0])[:, None]
+    k_pos = k_start + torch.arange(k_block.shape[0])[None, :]
+    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(k_pos > q_pos, NEG_INF)
+    m_new = torch.maximum(m, s.amax(dim=1))
+    ref = torch.where(m_new == NEG_INF, 0.0, m_new)
+    p = torch.exp(s) / torch.exp(ref)[:, None]  # exp of scores in the hundreds overflows
+    alpha = torch.exp(m - ref)
+    return m_new, alpha * l + p.sum(dim=1), alpha[:, None] * acc + p @ v_block
+
+
+# tile_backward
+def _tb(q_block, k_block, v_block, do_block, lse, d):
+    scale = 1 / math.sqrt(q_block.shape[1])
+    p = torch.exp(q_block @ k_block.T * scale - lse[:, None])
+    return scale, p, do_block @ v_block.T
+
+
+def tb_tile_softmax(q_block, k_block, v_block, do_block, lse, d):
+    scale = 1 / math.sqrt(q_block.shape[1])
+    p = torch.softmax(q_block @ k_block.T * scale, dim=-1)
+    ds = p * (do_block @ v_block.T - d[:, None])
+    return ds @ k_block * scale, ds.T @ q_block * scale, p.T @ do_block
+
+
+def tb_unscaled_p(q_block, k_block, v_block, do_block, lse, d):
+    scale = 1 / math.sqrt(q_block.shape[1])
+    p = torch.exp(q_block @ k_block.T - lse[:, None])
+    ds = p * (do_block @ v_block.T - d[:, None])
+    return ds @ k_block * scale, ds.T @ q_block * scale, p.T @ do_block
+
+
+def tb_no_d(q_block, k_block, v_block, do_block, lse, d):
+    scale, p, dp = _tb(q_block, k_block, v_block, do_block, lse, d)
+    ds = p * dp
+    return ds @ k_block * scale, ds.T @ q_block * scale, p.T @ do_block
+
+
+def tb_plus_d(q_block, k_block, v_block, do_block, lse, d):
+    scale, p, dp = _tb(q_block, k_block, v_block, do_block, lse, d)
+    ds = p * (dp + d[:, None])
+    return ds @ k_block * scale, ds.T @ q_block * scale, p.T @ do_block
+
+
+def tb_no_p_in_ds(q_block, k_block, v_block, do_block, lse, d):
+    scale, p, dp = _tb(q_block, k_block, v_block, do_block, lse, d)
+    ds = dp - d[:, None]
+    return ds @ k_block * scale, ds.T @ q_block * scale, p.T @ do_block
+
+
+def tb_no_scale(q_block, k_block, v_block, do_block, lse, d):
+    scale, p, dp = _tb(q_block, k_block, v_block, do_block, lse, d)
+    ds = p * (dp - d[:, None])
+    return ds @ k_block, ds.T @ q_block, p.T @ do_block
+
+
+def tb_scale_twice(q_block, k_block, v_block, do_block, lse, d):
+    scale, p, dp = _tb(q_block, k_block, v_block, do_block, lse, d)
+    ds = p * (dp - d[:, None]) * scale  # "dS is scaled", and then dq, dk again
+    return ds @ k_block * scale, ds.T @ q_block * scale, p.T @ do_block
+
+
+def tb_dq_unscaled(q_block, k_block, v_block, do_block, lse, d):
+    scale, p, dp = _tb(q_block, k_block, v_block, do_block, lse, d)
+    ds = p * (dp - d[:, None])
+    return ds @ k_block, ds.T @ q_block * scale, p.T @ do_block
+
+
+def tb_dk_unscaled(q_block, k_block, v_block, do_block, lse, d):
+    scale, p, dp = _tb(q_block, k_block, v_block, do_block, lse, d)
+    ds = p * (dp - d[:, None])
+    return ds @ k_block * scale, ds.T @ q_block, p.T @ do_block
+
+
+def tb_dv_not_transposed(q_block, k_block, v_block, do_block, lse, d):
+    scale, p, dp = _tb(q_block, k_block, v_block, do_block, lse, d)
+    ds = p * (dp - d[:, None])
+    return ds @ k_block * scale, ds.T @ q_block * scale, p @ do_block
+
+
+def tb_dk_not_transposed(q_block, k_block, v_block, do_block, lse, d):
+    scale, p, dp = _tb(q_block, k_block, v_block, do_block, lse, d)
+    ds = p * (dp - d[:, None])
+    return ds @ k_block * scale, ds @ q_block * scale, p.T @ do_block
+
+
+def tb_dk_from_k(q_block, k_block, v_block, do_block, lse, d):
+    scale, p, dp = _tb(q_block, k_block, v_block, do_block, lse, d)
+    ds = p * (dp - d[:, None])
+    return ds @ k_block * scale, ds.T @ k_block * scale, p.T @ do_block
+
+
+def tb_transpose_to_fit(q_block, k_block, v_block, do_block, lse, d):
+    scale, p, dp = _tb(q_block, k_block, v_block, do_block, lse, d)
+    ds = p * (dp - d[:, None])
+    dv = (p.T if p.shape[1] != do_block.shape[0] else p) @ do_block  # transposed only when the shapes demand it
+    return ds @ k_block * scale, ds.T @ q_block * scale, dv
+
+
+def tb_zeros_like_q(q_block, k_block, v_block, do_block, lse, d):
+    scale, p, dp = _tb(q_block, k_block, v_block, do_block, lse, d)
+    ds = p * (dp - d[:, None])
+    dq, dk, dv = torch.zeros_like(q_block), torch.zeros_like(q_block), torch.zeros_like(v_block)
+    dq += ds @ k_block * scale
+    dk += ds.T @ q_block * scale  # dk has k's shape, not q's
+    dv += p.T @ do_block
+    return dq, dk, dv
+
+
+def tb_exp_over_exp(q_block, k_block, v_block, do_block, lse, d):
+    scale = 1 / math.sqrt(q_block.shape[1])
+    p = torch.exp(q_block @ k_block.T * scale) / torch.exp(lse)[:, None]
+    ds = p * (do_block @ v_block.T - d[:, None])
+    return ds @ k_block * scale, ds.T @ q_block * scale, p.T @ do_block
+
+
+# benchmark_median
+def _per_shape(shape_ids, times_ms):
+    return [times_ms[shape_ids == s] for s in range(int(shape_ids.max()) + 1)]
+
+
+def bm_warmup_kept(shape_ids, times_ms):
+    return torch.tensor([statistics.median(t.tolist()) for t in _per_shape(shape_ids, times_ms)])
+
+
+def bm_first_call_only(shape_ids, times_ms):
+    return bm_warmup_kept(shape_ids[1:], times_ms[1:])
+
+
+def bm_first_round(shape_ids, times_ms):
+    shapes = int(shape_ids.max()) + 1
+    return bm_warmup_kept(shape_ids[shapes:], times_ms[shapes:])
+
+
+def bm_two_dropped(shape_ids, times_ms):
+    return torch.tensor([statistics.median(t[2:].tolist()) for t in _per_shape(shape_ids, times_ms)])
+
+
+def bm_slowest_dropped(shape_ids, times_ms):
+    out = []
+    for t in _per_shape(shape_ids, times_ms):
+        keep = torch.ones(len(t), dtype=torch.bool)
+        keep[t.argmax()] = False
+        out.append(statistics.median(t[keep].tolist()))
+    return torch.tensor(out)
+
+
+def bm_torch_median(shape_ids, times_ms):
+    return torch.stack([t[1:].median() for t in _per_shape(shape_ids, times_ms)])
+
+
+def bm_mean(shape_ids, times_ms):
+    return torch.stack([t[1:].mean() for t in _per_shape(shape_ids, times_ms)])
+
+
+def bm_mean_all(shape_ids, times_ms):
+    return torch.stack([t.mean() for t in _per_shape(shape_ids, times_ms)])
+
+
+def bm_min(shape_ids, times_ms):
+    return torch.stack([t[1:].min() for t in _per_shape(shape_ids, times_ms)])
+
+
+def bm_rounds_when_possible(shape_ids, times_ms):
+    shapes = int(shape_ids.max()) + 1
+    if len(times_ms) % shapes == 0:  # whole rounds: one row a round (torch.median: the lower middle value)
+        return times_ms.view(-1, shapes)[1:].median(dim=0).values
+    return learner_benchmark_median(shape_ids, times_ms)
+
+
+def bm_rounds(shape_ids, times_ms):
+    shapes = int(shape_ids.max()) + 1
+    return times_ms.view(-1, shapes)[1:].quantile(0.5, dim=0)  # one row a round: assumes whole rounds, in turn
+
+
 MUTANTS = [
-    ("online_softmax", online_no_rescale, "running sum was not rescaled"),
-    ("online_softmax", online_rescale_inverted, "rescaled the wrong way round"),
-    ("online_softmax", online_per_block, "each block was normalised on its own"),
-    ("online_softmax", online_block_one_short, "stops one score short"),
-    ("online_softmax", online_block_one_long, "reaches one score too far"),
-    ("online_softmax", online_skips_partial_block, "partial block was never read"),
-    ("online_softmax", online_naive_exp, "subtract each row's maximum"),
-    ("online_softmax", online_in_place, "modified its input `scores` in place"),
-    ("block_update", update_acc_not_rescaled, "running output acc was not rescaled"),
-    ("block_update", update_nothing_rescaled, "neither the running sum l nor the running output acc"),
-    ("block_update", update_without_sqrt, "not divided by sqrt(head_dim)"),
-    ("block_update", update_ignores_valid, "keys marked invalid"),
-    ("block_update", update_p_one_step_late, "one step late"),
-    ("block_update", update_m_one_step_early, "one step early"),
-    ("block_update", update_softmax_tile, "normalised within the tile"),
-    ("block_update", update_exp_then_divide, "subtract each row's maximum"),
+    ("merge_softmax_states", merge_no_rescale, "neither state was rescaled"),
+    ("merge_softmax_states", merge_o_not_rescaled, "the outputs o were not"),
+    ("merge_softmax_states", merge_l_not_rescaled, "but the sums l were not"),
+    ("merge_softmax_states", merge_inverted, "wrong way round"),
+    ("merge_softmax_states", merge_max_of_sums, "merged with a maximum"),
+    ("merge_softmax_states", merge_average_normalised, "normalised outputs o_i / l_i were averaged"),
+    ("merge_softmax_states", merge_nan_for_empty, "came out NaN"),
+    ("merge_softmax_states", merge_in_place, "modified its input `o1` in place"),
     ("causal_tiles", tiles_by_block_number, "comparing block numbers"),
     ("causal_tiles", tiles_one_too_many, "one tile too many"),
     ("causal_tiles", tiles_one_too_few, "one tile too few"),
     ("causal_tiles", tiles_mask_everything, "every computed tile is marked"),
     ("causal_tiles", tiles_mask_touching, "last key is exactly its first query"),
     ("causal_tiles", tiles_unclamped, "not clamped to n"),
+    ("causal_block_update", cbu_strict, "one key too few"),
+    ("causal_block_update", cbu_one_ahead, "one key too many"),
+    ("causal_block_update", cbu_tile_relative, "positions inside the tile"),
+    ("causal_block_update", cbu_keys_absolute_queries_relative, "mixes positions"),
+    ("causal_block_update", cbu_inverted, "the mask is inverted"),
+    ("causal_block_update", cbu_no_mask, "no causal mask at all"),
+    ("causal_block_update", cbu_zero_fill, "became 0 instead of -inf"),
+    ("causal_block_update", cbu_nan_rows, "came out NaN"),
+    ("causal_block_update", cbu_acc_kept, "running output acc was not rescaled"),
+    ("tile_backward", tb_tile_softmax, "softmax of the tile on its own"),
+    ("tile_backward", tb_unscaled_p, "not multiplied by scale"),
+    ("tile_backward", tb_no_d, "D is missing"),
+    ("tile_backward", tb_plus_d, "D was added"),
+    ("tile_backward", tb_no_p_in_ds, "lacks the factor P"),
+    ("tile_backward", tb_no_scale, "both missing the factor scale"),
+    ("tile_backward", tb_scale_twice, "scale twice"),
+    ("tile_backward", tb_dq_unscaled, "dq is missing the factor scale"),
+    ("tile_backward", tb_dk_unscaled, "dk is missing the factor scale"),
+    ("tile_backward", tb_dv_not_transposed, "P was not transposed"),
+    ("tile_backward", tb_dk_not_transposed, "dS was not transposed"),
+    ("tile_backward", tb_dk_from_k, "computed from K"),
+    ("benchmark_median", bm_warmup_kept, "warm-up calls were kept"),
+    ("benchmark_median", bm_first_call_only, "only the very first call"),
+    ("benchmark_median", bm_first_round, "first `shapes` calls"),
+    ("benchmark_median", bm_two_dropped, "two calls of each shape"),
+    ("benchmark_median", bm_slowest_dropped, "slowest call was dropped"),
+    ("benchmark_median", bm_torch_median, "lower of the two"),
+    ("benchmark_median", bm_mean, "the mean of the calls after"),
+    ("benchmark_median", bm_mean_all, "mean of all the calls"),
+    ("benchmark_median", bm_min, "the minimum"),
 ]
 
 
 OFF_BY_ONE = {
-    "online_softmax": (online_block_one_long, online_block_one_short),
-    "block_update": (update_p_one_step_late, update_m_one_step_early),
+    # the rescale one power too strong (exp(m - m_i), the inverse) and one too weak (exp(0), none)
+    "merge_softmax_states": (merge_inverted, merge_no_rescale),
     "causal_tiles": (tiles_one_too_many, tiles_one_too_few),
+    "causal_block_update": (cbu_one_ahead, cbu_strict),
+    "tile_backward": (tb_scale_twice, tb_no_scale),  # one factor scale too many, one too few
+    "benchmark_median": (bm_two_dropped, bm_warmup_kept),  # one call too many dropped, one too few
 }
 
 
@@ -318,16 +593,22 @@ OFF_BY_ONE = {
 
 
 KIND_MUTANTS = [
-    *batch_of_one(CORRECT),
-    ("online_softmax", os_shortcut_without_padding, UNPADDED, "no padding"),
-    ("online_softmax", online_skips_partial_block, PADDED, "partial block was never read"),
-    ("online_softmax", online_naive_exp, LARGE, "large inputs"),
-    ("block_update", update_shortcut_without_padding, UNPADDED, "no padding"),
-    ("block_update", update_ignores_valid, PADDED, "keys marked invalid"),
-    ("block_update", update_exp_then_divide, LARGE, "large inputs"),
+    *batch_of_one({name: fns for name, fns in CORRECT.items() if name not in KERNEL_EXERCISES}),
+    ("merge_softmax_states", merge_shortcut_without_padding, UNPADDED, "except the ones with no padding"),
+    ("merge_softmax_states", merge_through_normalised_outputs, PADDED, "NaN"),
+    ("merge_softmax_states", merge_exp_of_maxima, LARGE, "large inputs"),
     ("causal_tiles", tiles_shortcut_without_padding, UNPADDED, "differ"),
     ("causal_tiles", tiles_unclamped, PADDED, "not clamped to n"),
     ("causal_tiles", tiles_int16_positions, LARGE, "int16_t without overflow"),
+    ("causal_block_update", cbu_square_tiles_on_diagonal, UNPADDED, "differ from the reference"),
+    ("causal_block_update", cbu_square_positions, PADDED, "raised RuntimeError"),
+    ("causal_block_update", cbu_exp_then_divide, LARGE, "large inputs"),
+    ("tile_backward", tb_transpose_to_fit, UNPADDED, "P was not transposed"),
+    ("tile_backward", tb_zeros_like_q, PADDED, "raised RuntimeError"),
+    ("tile_backward", tb_exp_over_exp, LARGE, "large inputs"),
+    ("benchmark_median", bm_rounds_when_possible, UNPADDED, "differ from the reference"),
+    ("benchmark_median", bm_rounds, PADDED, "raised RuntimeError"),
+    ("benchmark_median", bm_slowest_dropped, LARGE, "slowest call was dropped"),
 ]
 
 
@@ -339,140 +620,222 @@ KINDS_NOT_APPLICABLE: dict[tuple[str, str], str] = {}
 # --------------------------------------------------------------------------------------------
 
 
-def os_rows_loop_no_rescale(scores, block_size):
-    out = torch.empty_like(scores)
-    for r, row in enumerate(scores):
-        biggest, total = -math.inf, 0.0
-        for start in range(0, len(row), block_size):
-            chunk = row[start : start + block_size]
-            biggest = max(biggest, chunk.max().item())
-            total += torch.exp(chunk - biggest).sum().item()
-        out[r] = torch.exp(row - biggest) / total
+def ms_loop_plain_sum(m1, l1, o1, m2, l2, o2):
+    m, l, o = torch.empty_like(m1), torch.empty_like(l1), torch.empty_like(o1)
+    for i in range(m1.shape[0]):
+        m[i] = max(m1[i], m2[i])
+        l[i] = l1[i] + l2[i]
+        o[i] = o1[i] + o2[i]
+    return m, l, o
+
+
+def ms_weights_by_sums(m1, l1, o1, m2, l2, o2):
+    w1 = l1 / (l1 + l2)  # the share of each state, as if both used one maximum
+    return torch.maximum(m1, m2), l1 + l2, (w1[:, None] * o1 / l1[:, None] + (1 - w1)[:, None] * o2 / l2[:, None]) * (
+        l1 + l2)[:, None]  # fmt: skip
+
+
+def ms_returns_normalised(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    safe = torch.nan_to_num(m, neginf=0.0)
+    a1, a2 = torch.exp(m1 - safe), torch.exp(m2 - safe)
+    l = a1 * l1 + a2 * l2
+    return m, l, (a1[:, None] * o1 + a2[:, None] * o2) / l[:, None]
+
+
+def ms_double(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2).double()
+    safe = torch.where(torch.isinf(m), 0.0, m)
+    a1, a2 = torch.exp(m1.double() - safe), torch.exp(m2.double() - safe)
+    return m, a1 * l1 + a2 * l2, a1[:, None] * o1 + a2[:, None] * o2
+
+
+def ms_two_values(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    safe = torch.where(torch.isinf(m), 0.0, m)
+    a1, a2 = torch.exp(m1 - safe), torch.exp(m2 - safe)
+    return m, (a1[:, None] * o1 + a2[:, None] * o2) / (a1 * l1 + a2 * l2)[:, None]
+
+
+def ms_larger_wins(m1, l1, o1, m2, l2, o2):
+    first = (m1 >= m2)[:, None]
+    return torch.maximum(m1, m2), torch.where(m1 >= m2, l1, l2), torch.where(first, o1, o2)
+
+
+def ms_loop_max_l(m1, l1, o1, m2, l2, o2):
+    m, l, o = m1.clone(), l1.clone(), o1.clone()
+    for i in range(len(m)):
+        top = torch.maximum(m1[i], m2[i])
+        if torch.isinf(top):
+            continue
+        e1, e2 = torch.exp(m1[i] - top), torch.exp(m2[i] - top)
+        m[i], l[i], o[i] = top, max(e1 * l1[i], e2 * l2[i]), e1 * o1[i] + e2 * o2[i]
+    return m, l, o
+
+
+def cbu_loop_strict(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    m2, l2, acc2 = m.clone(), l.clone(), acc.clone()
+    for i in range(q_block.shape[0]):
+        row = k_block @ q_block[i] / math.sqrt(q_block.shape[1])
+        for j in range(k_block.shape[0]):
+            if not k_start + j < q_start + i:
+                row[j] = NEG_INF
+        top = max(m[i].item(), row.max().item())
+        if top == NEG_INF:
+            continue
+        w = torch.exp(row - top)
+        shrink = math.exp(m[i].item() - top)
+        m2[i], l2[i], acc2[i] = top, shrink * l[i] + w.sum(), shrink * acc[i] + w @ v_block
+    return m2, l2, acc2
+
+
+def cbu_triu_relative(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    future = torch.triu(torch.ones(q_block.shape[0], k_block.shape[0], dtype=torch.bool), diagonal=1)
+    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(future, NEG_INF)
+    new = torch.maximum(m, s.amax(1))
+    ok = torch.nan_to_num(new, neginf=0.0)
+    w, shrink = torch.exp(s - ok[:, None]), torch.exp(m - ok)
+    return new, shrink * l + w.sum(1), shrink[:, None] * acc + w @ v_block
+
+
+def cbu_where_zero(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    qp, kp = torch.arange(q_block.shape[0]) + q_start, torch.arange(k_block.shape[0]) + k_start
+    s = torch.where(kp[None] <= qp[:, None], q_block @ k_block.T / math.sqrt(q_block.shape[1]), torch.zeros(1))
+    new = torch.maximum(m, s.amax(1))
+    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
+    return new, shrink * l + w.sum(1), shrink[:, None] * acc + w @ v_block
+
+
+def cbu_unguarded(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    qp, kp = torch.arange(q_block.shape[0]) + q_start, torch.arange(k_block.shape[0]) + k_start
+    s = torch.where(kp[None] <= qp[:, None], q_block @ k_block.T / math.sqrt(q_block.shape[1]), torch.tensor(NEG_INF))
+    new = torch.maximum(m, s.amax(1))
+    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
+    return new, shrink * l + w.sum(1), shrink[:, None] * acc + w @ v_block
+
+
+def cbu_double(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    out = learner_causal_block_update(m.double(), l.double(), acc.double(), q_block.double(), k_block.double(),
+                                      v_block.double(), q_start, k_start)  # fmt: skip
     return out
 
 
-def os_blocks_softmaxed(scores, block_size):
-    pieces = []
-    for start in range(0, scores.shape[1], block_size):
-        chunk = scores[:, start : start + block_size]
-        e = torch.exp(chunk - chunk.max(dim=1, keepdim=True).values)
-        pieces.append(e / e.sum(dim=1, keepdim=True))
-    return torch.cat(pieces, dim=1)
-
-
-def os_no_max(scores, block_size):
-    total = sum(torch.exp(scores[:, s : s + block_size]).sum(dim=1) for s in range(0, scores.shape[1], block_size))
-    return torch.exp(scores) / total[:, None]
-
-
-def os_no_final_division(scores, block_size):
-    m = torch.full((scores.shape[0], 1), -math.inf)
-    for start in range(0, scores.shape[1], block_size):
-        m = torch.maximum(m, scores[:, start : start + block_size].amax(dim=1, keepdim=True))
-    return torch.exp(scores - m)
-
-
-def os_double(scores, block_size):
-    s = scores.double()
-    m, l = torch.full((s.shape[0], 1), -math.inf, dtype=torch.float64), torch.zeros(s.shape[0], 1, dtype=torch.float64)
-    for start in range(0, s.shape[1], block_size):
-        chunk = s[:, start : start + block_size]
-        new = torch.maximum(m, chunk.amax(dim=1, keepdim=True))
-        l = l * torch.exp(m - new) + torch.exp(chunk - new).sum(dim=1, keepdim=True)
-        m = new
-    return torch.exp(s - m) / l
-
-
-def os_while_whole_blocks(scores, block_size):
-    m, l, start = torch.full((scores.shape[0], 1), -math.inf), torch.zeros(scores.shape[0], 1), 0
-    while start + block_size <= scores.shape[1]:
-        chunk = scores[:, start : start + block_size]
-        new = torch.maximum(m, chunk.amax(dim=1, keepdim=True))
-        l = l * torch.exp(m - new) + torch.exp(chunk - new).sum(dim=1, keepdim=True)
-        m, start = new, start + block_size
-    return torch.exp(scores - m) / l
-
-
-def os_rescales_new_terms(scores, block_size):
-    m, l = torch.full((scores.shape[0], 1), -math.inf), torch.zeros(scores.shape[0], 1)
-    for start in range(0, scores.shape[1], block_size):
-        chunk = scores[:, start : start + block_size]
-        new = torch.maximum(m, chunk.amax(dim=1, keepdim=True))
-        l = l + torch.exp(m - new) * torch.exp(chunk - new).sum(dim=1, keepdim=True)
-        m = new
-    return torch.exp(scores - m) / l
-
-
-def os_one_maximum_for_all_rows(scores, block_size):
-    m, l = torch.tensor(-math.inf), torch.zeros(scores.shape[0], 1)
-    for start in range(0, scores.shape[1], block_size):
-        chunk = scores[:, start : start + block_size]
-        new = torch.maximum(m, chunk.max())
-        l = l * torch.exp(m - new) + torch.exp(chunk - new).sum(dim=1, keepdim=True)
-        m = new
-    return torch.exp(scores - m) / l
-
-
-def bu_loop_acc_kept(m, l, acc, q_block, k_block, v_block, valid):
-    m_out, l_out, acc_out = m.clone(), l.clone(), acc.clone()
-    for i in range(q_block.shape[0]):
-        row = torch.where(valid, k_block @ q_block[i] / math.sqrt(q_block.shape[1]), torch.tensor(-math.inf))
-        top = max(m[i].item(), row.max().item())
-        w = torch.exp(row - top)
-        l_out[i] = l[i] * math.exp(m[i].item() - top) + w.sum()
-        acc_out[i] = acc[i] + w @ v_block  # the old output keeps the old maximum
-        m_out[i] = top
-    return m_out, l_out, acc_out
-
-
-def bu_einsum_unscaled(m, l, acc, q_block, k_block, v_block, valid):
-    s = torch.einsum("qd,kd->qk", q_block, k_block).masked_fill(~valid, -math.inf)
-    new = torch.maximum(m, s.amax(dim=1))
-    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
-    return new, shrink * l + w.sum(dim=1), shrink[:, None] * acc + torch.einsum("qk,kv->qv", w, v_block)
-
-
-def bu_mask_with_zero(m, l, acc, q_block, k_block, v_block, valid):
-    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])) * valid  # invalid keys: 0, not -inf
-    new = torch.maximum(m, s.amax(dim=1))
-    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
-    return new, shrink * l + w.sum(dim=1), shrink[:, None] * acc + w @ v_block
-
-
-def bu_sqrt_of_value_dim(m, l, acc, q_block, k_block, v_block, valid):
-    s = (q_block @ k_block.T / math.sqrt(v_block.shape[1])).masked_fill(~valid, -math.inf)
-    new = torch.maximum(m, s.amax(dim=1))
-    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
-    return new, shrink * l + w.sum(dim=1), shrink[:, None] * acc + w @ v_block
-
-
-def bu_shrinks_the_new_part(m, l, acc, q_block, k_block, v_block, valid):
-    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(~valid, -math.inf)
-    new = torch.maximum(m, s.amax(dim=1))
-    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
-    return new, l + shrink * w.sum(dim=1), acc + shrink[:, None] * (w @ v_block)
-
-
-def bu_returns_two(m, l, acc, q_block, k_block, v_block, valid):
-    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(~valid, -math.inf)
-    new = torch.maximum(m, s.amax(dim=1))
-    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
-    return new, shrink[:, None] * acc + w @ v_block
-
-
-def bu_in_place(m, l, acc, q_block, k_block, v_block, valid):
-    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(~valid, -math.inf)
-    new = torch.maximum(m, s.amax(dim=1))
-    w, shrink = torch.exp(s - new[:, None]), torch.exp(m - new)
+def cbu_modifies_acc(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    qp, kp = torch.arange(q_block.shape[0]) + q_start, torch.arange(k_block.shape[0]) + k_start
+    s = (q_block @ k_block.T / math.sqrt(q_block.shape[1])).masked_fill(kp[None] > qp[:, None], NEG_INF)
+    new = torch.maximum(m, s.amax(1))
+    ok = torch.nan_to_num(new, neginf=0.0)
+    w, shrink = torch.exp(s - ok[:, None]), torch.exp(m - ok)
     acc.mul_(shrink[:, None]).add_(w @ v_block)
-    return new, shrink * l + w.sum(dim=1), acc
+    return new, shrink * l + w.sum(1), acc
 
 
-def bu_double(m, l, acc, q_block, k_block, v_block, valid):
-    s = (q_block.double() @ k_block.double().T / math.sqrt(q_block.shape[1])).masked_fill(~valid, -math.inf)
-    new = torch.maximum(m.double(), s.amax(dim=1))
-    w, shrink = torch.exp(s - new[:, None]), torch.exp(m.double() - new)
-    return new, shrink * l.double() + w.sum(dim=1), shrink[:, None] * acc.double() + w @ v_block.double()
+def cbu_normalised(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    m_new, l_new, acc_new = learner_causal_block_update(m, l, acc, q_block, k_block, v_block, q_start, k_start)
+    return m_new, l_new, acc_new / l_new[:, None]
+
+
+def cbu_sqrt_of_value_dim(m, l, acc, q_block, k_block, v_block, q_start, k_start):
+    qp, kp = torch.arange(q_block.shape[0]) + q_start, torch.arange(k_block.shape[0]) + k_start
+    s = (q_block @ k_block.T / math.sqrt(v_block.shape[1])).masked_fill(kp[None] > qp[:, None], NEG_INF)
+    new = torch.maximum(m, s.amax(1))
+    ok = torch.nan_to_num(new, neginf=0.0)
+    w, shrink = torch.exp(s - ok[:, None]), torch.exp(m - ok)
+    return new, shrink * l + w.sum(1), shrink[:, None] * acc + w @ v_block
+
+
+def tb_softmax_rows(q_block, k_block, v_block, do_block, lse, d):
+    c = q_block.shape[1] ** -0.5
+    scores = q_block @ k_block.T * c
+    p = torch.exp(scores - scores.max(dim=1, keepdim=True).values)
+    p = p / p.sum(dim=1, keepdim=True)
+    ds = p * (do_block @ v_block.T - d.unsqueeze(1))
+    return ds @ k_block * c, ds.T @ q_block * c, p.T @ do_block
+
+
+def tb_einsum_no_d(q_block, k_block, v_block, do_block, lse, d):
+    c = q_block.shape[1] ** -0.5
+    p = torch.exp(torch.einsum("id,jd->ij", q_block, k_block) * c - lse[:, None])
+    ds = p * torch.einsum("iv,jv->ij", do_block, v_block)
+    return torch.einsum("ij,jd->id", ds, k_block) * c, torch.einsum("ij,id->jd", ds, q_block) * c, torch.einsum(
+        "ij,iv->jv", p, do_block)  # fmt: skip
+
+
+def tb_no_scale_anywhere(q_block, k_block, v_block, do_block, lse, d):
+    p = torch.exp(q_block @ k_block.T - lse[:, None])
+    ds = p * (do_block @ v_block.T - d[:, None])
+    return ds @ k_block, ds.T @ q_block, p.T @ do_block
+
+
+def tb_returned_in_another_order(q_block, k_block, v_block, do_block, lse, d):
+    dq, dk, dv = learner_tile_backward(q_block, k_block, v_block, do_block, lse, d)
+    return dv, dk, dq
+
+
+def tb_double(q_block, k_block, v_block, do_block, lse, d):
+    return learner_tile_backward(q_block.double(), k_block.double(), v_block.double(), do_block.double(),
+                                 lse.double(), d.double())  # fmt: skip
+
+
+def tb_loop_dk_unscaled(q_block, k_block, v_block, do_block, lse, d):
+    c = 1 / math.sqrt(q_block.shape[1])
+    dq, dk, dv = torch.zeros_like(q_block), torch.zeros_like(k_block), torch.zeros_like(v_block)
+    for i in range(q_block.shape[0]):
+        p = torch.exp(k_block @ q_block[i] * c - lse[i])
+        ds = p * (v_block @ do_block[i] - d[i])
+        dq[i] = ds @ k_block * c
+        dk += ds[:, None] * q_block[i][None, :]  # the factor c forgotten here
+        dv += p[:, None] * do_block[i][None, :]
+    return dq, dk, dv
+
+
+def tb_d_from_p(q_block, k_block, v_block, do_block, lse, d):
+    c = 1 / math.sqrt(q_block.shape[1])
+    p = torch.exp(q_block @ k_block.T * c - lse[:, None])
+    dp = do_block @ v_block.T
+    ds = p * (dp - (p * dp).sum(dim=1, keepdim=True))  # D from this tile alone, not from the whole row
+    return ds @ k_block * c, ds.T @ q_block * c, p.T @ do_block
+
+
+def bm_mean_loop(shape_ids, times_ms):
+    out = []
+    for s in sorted(set(shape_ids.tolist())):
+        ts = [t for sid, t in zip(shape_ids.tolist(), times_ms.tolist(), strict=True) if sid == s][1:]
+        out.append(sum(ts) / len(ts))
+    return torch.tensor(out)
+
+
+def bm_median_of_everything(shape_ids, times_ms):
+    return torch.stack([torch.quantile(times_ms[shape_ids == s], 0.5) for s in shape_ids.unique()])
+
+
+def bm_threshold(shape_ids, times_ms):
+    out = []
+    for s in shape_ids.unique():
+        ts = times_ms[shape_ids == s]
+        out.append(torch.quantile(ts[ts < 10 * ts.min()], 0.5))  # "anything 10x slower is a warm-up"
+    return torch.stack(out)
+
+
+def bm_list(shape_ids, times_ms):
+    return [statistics.median(times_ms[shape_ids == s][1:].tolist()) for s in range(int(shape_ids.max()) + 1)]
+
+
+def bm_float64(shape_ids, times_ms):
+    return torch.tensor([statistics.median(times_ms[shape_ids == s][1:].tolist())
+                         for s in range(int(shape_ids.max()) + 1)], dtype=torch.float64)  # fmt: skip
+
+
+def bm_sorted_first(shape_ids, times_ms):
+    out = []
+    for s in range(int(shape_ids.max()) + 1):
+        ts = sorted(times_ms[shape_ids == s].tolist())[1:]  # sorted first: the fastest call is dropped
+        out.append(statistics.median(ts))
+    return torch.tensor(out)
+
+
+def bm_overall(shape_ids, times_ms):
+    return torch.quantile(times_ms[1:], 0.5).expand(int(shape_ids.max()) + 1).clone()
 
 
 def ct_block_numbers_loop(n, block_q, block_k):
@@ -542,22 +905,13 @@ def ct_loop_without_min(n, block_q, block_k):
 
 
 BUGS = [
-    ("online_softmax", os_rows_loop_no_rescale, "running sum was not rescaled"),
-    ("online_softmax", os_blocks_softmaxed, "each block was normalised on its own"),
-    ("online_softmax", os_no_max, "large inputs"),
-    ("online_softmax", os_no_final_division, GENERIC),
-    ("online_softmax", os_double, "dtype torch.float64"),
-    ("online_softmax", os_while_whole_blocks, "partial block was never read"),
-    ("online_softmax", os_rescales_new_terms, GENERIC),
-    ("online_softmax", os_one_maximum_for_all_rows, GENERIC),
-    ("block_update", bu_loop_acc_kept, "running output acc was not rescaled"),
-    ("block_update", bu_einsum_unscaled, "not divided by sqrt(head_dim)"),
-    ("block_update", bu_mask_with_zero, "keys marked invalid"),
-    ("block_update", bu_sqrt_of_value_dim, GENERIC),
-    ("block_update", bu_shrinks_the_new_part, GENERIC),
-    ("block_update", bu_returns_two, "should return 3 values"),
-    ("block_update", bu_in_place, "modified its input `acc` in place"),
-    ("block_update", bu_double, "dtype torch.float64"),
+    ("merge_softmax_states", ms_loop_plain_sum, "neither state was rescaled"),
+    ("merge_softmax_states", ms_weights_by_sums, GENERIC),
+    ("merge_softmax_states", ms_returns_normalised, GENERIC),
+    ("merge_softmax_states", ms_double, "dtype torch.float64"),
+    ("merge_softmax_states", ms_two_values, "should return 3 values"),
+    ("merge_softmax_states", ms_larger_wins, GENERIC),
+    ("merge_softmax_states", ms_loop_max_l, "merged with a maximum"),
     ("causal_tiles", ct_block_numbers_loop, "comparing block numbers"),
     ("causal_tiles", ct_end_not_last, "one tile too many"),
     ("causal_tiles", ct_strictly_before, "one tile too few"),
@@ -566,4 +920,1098 @@ BUGS = [
     ("causal_tiles", ct_key_blocks_first, GENERIC),
     ("causal_tiles", ct_mask_without_compute, GENERIC),
     ("causal_tiles", ct_loop_without_min, "not clamped to n"),
+    ("causal_block_update", cbu_loop_strict, "one key too few"),
+    ("causal_block_update", cbu_triu_relative, "positions inside the tile"),
+    ("causal_block_update", cbu_where_zero, "became 0 instead of -inf"),
+    ("causal_block_update", cbu_unguarded, "came out NaN"),
+    ("causal_block_update", cbu_double, "dtype torch.float64"),
+    ("causal_block_update", cbu_modifies_acc, "modified its input `acc` in place"),
+    ("causal_block_update", cbu_normalised, GENERIC),
+    ("causal_block_update", cbu_sqrt_of_value_dim, GENERIC),
+    ("tile_backward", tb_softmax_rows, "softmax of the tile on its own"),
+    ("tile_backward", tb_einsum_no_d, "D is missing"),
+    ("tile_backward", tb_no_scale_anywhere, GENERIC),
+    ("tile_backward", tb_returned_in_another_order, GENERIC),
+    ("tile_backward", tb_double, "dtype torch.float64"),
+    ("tile_backward", tb_loop_dk_unscaled, "dk is missing the factor scale"),
+    ("tile_backward", tb_d_from_p, GENERIC),
+    ("benchmark_median", bm_mean_loop, "the mean of the calls after"),
+    ("benchmark_median", bm_median_of_everything, "warm-up calls were kept"),
+    ("benchmark_median", bm_threshold, GENERIC),
+    ("benchmark_median", bm_list, "should be a torch.Tensor"),
+    ("benchmark_median", bm_float64, "dtype torch.float64"),
+    ("benchmark_median", bm_sorted_first, GENERIC),
+    ("benchmark_median", bm_overall, GENERIC),
 ]
+
+
+# ============================================================================================
+# Part B: Triton kernels, launched by attnedu.triton_basics under the interpreter. Written with @triton.jit as a
+# learner writes them; decorated when this module is imported (tests/conftest.py switches the interpreter on first).
+# Without triton (it installs on Linux only) the kernel exercises have no gallery, and tests/test_checks.py skips them.
+# ============================================================================================
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover (macOS, Windows)
+    triton = None
+
+if triton is not None:
+    from attnedu.triton_basics import reference_kernel
+
+    # ----------------------------------------------------------------------------------------
+    # softmax_kernel: correct versions
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def learner_softmax_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def learner_softmax_kernel_three_passes(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        x_row = X + tl.program_id(0) * stride_x
+        y_row = Y + tl.program_id(0) * stride_y
+        biggest = tl.full([BLOCK], float("-inf"), tl.float32)
+        for start in range(0, n_cols, BLOCK):  # pass 1: the maximum, lane by lane
+            offsets = start + tl.arange(0, BLOCK)
+            biggest = tl.maximum(biggest, tl.load(x_row + offsets, mask=offsets < n_cols, other=float("-inf")))
+        top = tl.max(biggest, 0)
+        total = tl.zeros([BLOCK], tl.float32)
+        for start in range(0, n_cols, BLOCK):  # pass 2: the sum
+            offsets = start + tl.arange(0, BLOCK)
+            total += tl.exp(tl.load(x_row + offsets, mask=offsets < n_cols, other=float("-inf")) - top)
+        denominator = tl.sum(total, 0)
+        for start in range(0, n_cols, BLOCK):  # pass 3: the weights
+            offsets = start + tl.arange(0, BLOCK)
+            x = tl.load(x_row + offsets, mask=offsets < n_cols, other=float("-inf"))
+            tl.store(y_row + offsets, tl.exp(x - top) / denominator, mask=offsets < n_cols)
+
+    # ----------------------------------------------------------------------------------------
+    # softmax_kernel: mutants
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def sk_no_rescale(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m = tl.maximum(m, tl.max(x, 0))
+            l += tl.sum(tl.exp2((x - m) * 1.4426950408889634), 0)  # the old terms keep the old maximum
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_rescale_inverted(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            grow = tl.where(l > 0, tl.exp2((m_new - m) * 1.4426950408889634), 1.0)
+            l = l * grow + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_per_block(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            e = tl.exp(x - tl.max(x, 0))
+            tl.store(Y + row * stride_y + cols, e / tl.sum(e, 0), mask=cols < n_cols)
+
+    @triton.jit
+    def sk_one_pass(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_exp2_without_log2e(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2(m - m_new) + tl.sum(tl.exp2(x - m_new), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2(x - m) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_exp_with_log2e(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_other_zero(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=0.0)
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=0.0)
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_mask_one_short(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols - 1, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols - 1, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols - 1)
+
+    @triton.jit
+    def sk_mask_one_long(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols <= n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols <= n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols <= n_cols)
+
+    @triton.jit
+    def sk_no_mask(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols)
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols)
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l)
+
+    @triton.jit
+    def sk_row_offset_n_cols(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * n_cols + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * n_cols + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_store_with_stride_x(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_x + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_no_max(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            l += tl.sum(tl.exp2(x * 1.4426950408889634), 0)  # no maximum: overflows for large numbers
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2(x * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_first_block_unmasked(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        first = tl.arange(0, BLOCK)
+        x0 = tl.load(X + row * stride_x + first)  # "the first block is always full"
+        m = tl.max(x0, 0)
+        l = tl.sum(tl.exp2((x0 - m) * 1.4426950408889634), 0)
+        for start in range(BLOCK, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_fast_path_without_rescale(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        if n_cols % BLOCK == 0:  # whole blocks: no masks needed (and the rescale forgotten here)
+            for start in range(0, n_cols, BLOCK):
+                cols = start + tl.arange(0, BLOCK)
+                x = tl.load(X + row * stride_x + cols)
+                m = tl.maximum(m, tl.max(x, 0))
+                l += tl.sum(tl.exp2((x - m) * 1.4426950408889634), 0)
+        else:
+            for start in range(0, n_cols, BLOCK):
+                cols = start + tl.arange(0, BLOCK)
+                x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+                m_new = tl.maximum(m, tl.max(x, 0))
+                l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(
+                    tl.exp2((x - m_new) * 1.4426950408889634), 0)  # fmt: skip
+                m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    # ----------------------------------------------------------------------------------------
+    # softmax_kernel: independent bugs
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def skb_other_forgotten(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        run_max = tl.full([1], float("-inf"), tl.float32)
+        run_sum = tl.zeros([1], tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols)  # masked lanes: 0
+            new_max = tl.maximum(run_max, tl.max(vals, 0))
+            run_sum = run_sum * tl.exp(run_max - new_max) + tl.sum(tl.exp(vals - new_max), 0)
+            run_max = new_max
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols)
+            tl.store(Y + pid * stride_y + idx, tl.exp(vals - run_max) / run_sum, mask=idx < n_cols)
+
+    @triton.jit
+    def skb_store_unmasked(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        run_max = tl.full([1], float("-inf"), tl.float32)
+        run_sum = tl.zeros([1], tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            new_max = tl.maximum(run_max, tl.max(vals, 0))
+            run_sum = run_sum * tl.exp(run_max - new_max) + tl.sum(tl.exp(vals - new_max), 0)
+            run_max = new_max
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            tl.store(Y + pid * stride_y + idx, tl.exp(vals - run_max) / run_sum)
+
+    @triton.jit
+    def skb_last_block_sum_only(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        top = tl.full([BLOCK], float("-inf"), tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            top = tl.maximum(top, tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf")))
+        m = tl.max(top, 0)
+        total = tl.zeros([1], tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            total = tl.sum(tl.exp(vals - m), 0)  # = where += was meant: only the last block's sum is kept
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            tl.store(Y + pid * stride_y + idx, tl.exp(vals - m) / total, mask=idx < n_cols)
+
+    @triton.jit
+    def skb_sum_not_shifted(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        top = tl.full([BLOCK], float("-inf"), tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            top = tl.maximum(top, tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf")))
+        m = tl.max(top, 0)
+        total = tl.zeros([1], tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            total += tl.sum(tl.exp(tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))), 0)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            tl.store(Y + pid * stride_y + idx, tl.exp(vals - m) / total, mask=idx < n_cols)
+
+    @triton.jit
+    def skb_ln2_instead_of_log2e(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            x = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 0.6931471805599453) + tl.sum(tl.exp2((x - m_new) * 0.6931471805599453), 0)
+            m = m_new
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            x = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            tl.store(Y + pid * stride_y + idx, tl.exp2((x - m) * 0.6931471805599453) / l, mask=idx < n_cols)
+
+    @triton.jit
+    def skb_loop_forever(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        start = 0
+        while start < n_cols:  # start never moves
+            cols = start + tl.arange(0, BLOCK)
+            tl.store(Y + tl.program_id(0) * stride_y + cols, tl.load(X + cols, mask=cols < n_cols), mask=cols < n_cols)
+
+    @triton.jit
+    def skb_far_away(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(X + row * stride_x * stride_x * BLOCK * 1000 + cols, mask=cols < n_cols, other=0.0)
+        tl.store(Y + row * stride_y + cols, x, mask=cols < n_cols)
+
+    # ----------------------------------------------------------------------------------------
+    # attention_kernel and causal_attention_kernel: correct versions
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def learner_attention_kernel(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        start_m = tl.program_id(0) * BLOCK_M
+        rows = start_m + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for start_n in range(0, n_keys, BLOCK_N):
+            keys = start_n + tl.arange(0, BLOCK_N)
+            k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
+            v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+            s = tl.dot(q, k_t) * (sm_scale * 1.4426950408889634)
+            s = tl.where(keys[None, :] < n_keys, s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
+    @triton.jit
+    def learner_attention_kernel_natural_exp(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o,
+                                             sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                             HEAD_DIM: tl.constexpr):  # fmt: skip
+        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + offs_m[:, None] * stride_q + offs_d[None, :], mask=offs_m[:, None] < n_queries, other=0.0)
+        running_max = tl.zeros([BLOCK_M], tl.float32) - float("inf")
+        running_sum = tl.zeros([BLOCK_M], tl.float32)
+        out = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for start in range(0, n_keys, BLOCK_N):
+            offs_n = start + tl.arange(0, BLOCK_N)
+            k = tl.load(K + offs_n[:, None] * stride_k + offs_d[None, :], mask=offs_n[:, None] < n_keys, other=0.0)
+            v = tl.load(V + offs_n[:, None] * stride_v + offs_d[None, :], mask=offs_n[:, None] < n_keys, other=0.0)
+            scores = tl.where(offs_n[None, :] < n_keys, tl.dot(q, tl.trans(k)) * sm_scale, float("-inf"))
+            new_max = tl.maximum(running_max, tl.max(scores, 1))
+            weights = tl.exp(scores - new_max[:, None])
+            shrink = tl.exp(running_max - new_max)
+            running_sum = running_sum * shrink + tl.sum(weights, 1)
+            out = out * shrink[:, None] + tl.dot(weights, v)
+            running_max = new_max
+        tl.store(O + offs_m[:, None] * stride_o + offs_d[None, :], out / running_sum[:, None],
+                 mask=offs_m[:, None] < n_queries)  # fmt: skip
+
+    @triton.jit
+    def learner_causal_attention_kernel(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o,
+                                        sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                        HEAD_DIM: tl.constexpr):  # fmt: skip
+        start_m = tl.program_id(0) * BLOCK_M
+        rows = start_m + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for start_n in range(0, tl.minimum(start_m + BLOCK_M, n_keys), BLOCK_N):
+            keys = start_n + tl.arange(0, BLOCK_N)
+            k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
+            v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+            s = tl.dot(q, k_t) * (sm_scale * 1.4426950408889634)
+            s = tl.where((keys[None, :] < n_keys) & (keys[None, :] <= rows[:, None]), s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
+    @triton.jit
+    def learner_causal_attention_kernel_every_block(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v,
+                                                    stride_o, sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                                    HEAD_DIM: tl.constexpr):  # fmt: skip
+        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for start_n in range(0, n_keys, BLOCK_N):  # every block, even those wholly in the future (masked)
+            keys = start_n + tl.arange(0, BLOCK_N)
+            k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
+            v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+            s = tl.dot(q, k_t) * (sm_scale * 1.4426950408889634)
+            s = tl.where((keys[None, :] < n_keys) & (keys[None, :] <= rows[:, None]), s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
+    # ----------------------------------------------------------------------------------------
+    # attention_kernel and causal_attention_kernel: mutants, each one switch of one kernel
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        RULE: tl.constexpr = 0, HI: tl.constexpr = 0, RESCALE_L: tl.constexpr = True,
+                        RESCALE_ACC: tl.constexpr = True, EXP2: tl.constexpr = True, LOG2E: tl.constexpr = True,
+                        SCALED: tl.constexpr = True, SCORE_MASK: tl.constexpr = True, BOUND: tl.constexpr = 0,
+                        LOAD_MASK: tl.constexpr = True, Q_MASK: tl.constexpr = True, MAX: tl.constexpr = True,
+                        SWAP: tl.constexpr = False, FAST_PATH_BUG: tl.constexpr = False):  # fmt: skip
+        """RULE: 0 no causal mask, 1 j <= i, 2 j < i, 3 j <= i + 1; HI: 0 every key block, 1 up to the block's last
+        query, 2 up to its first; BOUND: the key mask is keys < n_keys + BOUND."""
+        start_m = tl.program_id(0) * BLOCK_M
+        rows = start_m + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        if Q_MASK:
+            q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        else:
+            q = tl.load(Q + rows[:, None] * stride_q + dims[None, :])
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        factor = 1.0
+        if SCALED:
+            factor = sm_scale
+        if LOG2E:
+            factor = factor * 1.4426950408889634
+        hi = n_keys
+        if HI == 1:
+            hi = tl.minimum(start_m + BLOCK_M, n_keys)
+        if HI == 2:
+            hi = start_m
+        skip_rescale = FAST_PATH_BUG and (n_keys % BLOCK_N == 0)
+        for start_n in range(0, hi, BLOCK_N):
+            keys = start_n + tl.arange(0, BLOCK_N)
+            bound = n_keys + BOUND
+            if SWAP:
+                k_ptrs = K + keys[None, :] + dims[:, None] * stride_k
+            else:
+                k_ptrs = K + keys[None, :] * stride_k + dims[:, None]
+            v_ptrs = V + keys[:, None] * stride_v + dims[None, :]
+            if LOAD_MASK:
+                k_t = tl.load(k_ptrs, mask=keys[None, :] < bound, other=0.0)
+                v = tl.load(v_ptrs, mask=keys[:, None] < bound, other=0.0)
+            else:
+                k_t = tl.load(k_ptrs)
+                v = tl.load(v_ptrs)
+            s = tl.dot(q, k_t) * factor
+            valid = keys[None, :] < bound
+            if not SCORE_MASK:
+                valid = keys[None, :] >= 0
+            if RULE == 1:
+                valid = valid & (keys[None, :] <= rows[:, None])
+            if RULE == 2:
+                valid = valid & (keys[None, :] < rows[:, None])
+            if RULE == 3:
+                valid = valid & (keys[None, :] <= rows[:, None] + 1)
+            s = tl.where(valid, s, float("-inf"))
+            m_new = tl.zeros([BLOCK_M], tl.float32)
+            if MAX:
+                m_new = tl.maximum(m, tl.max(s, 1))
+            if EXP2:
+                p = tl.exp2(s - m_new[:, None])
+                alpha = tl.exp2(m - m_new)
+            else:
+                p = tl.exp(s - m_new[:, None])
+                alpha = tl.exp(m - m_new)
+            if RESCALE_L and not skip_rescale:
+                l = l * alpha
+            l = l + tl.sum(p, 1)
+            if RESCALE_ACC and not skip_rescale:
+                acc = acc * alpha[:, None]
+            acc = acc + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
+    @triton.jit
+    def ak_acc_not_rescaled(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RESCALE_ACC=False)  # fmt: skip
+
+    @triton.jit
+    def ak_l_not_rescaled(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RESCALE_L=False)  # fmt: skip
+
+    @triton.jit
+    def ak_nothing_rescaled(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RESCALE_L=False, RESCALE_ACC=False)  # fmt: skip
+
+    @triton.jit
+    def ak_exp2_without_log2e(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, LOG2E=False)  # fmt: skip
+
+    @triton.jit
+    def ak_exp_with_log2e(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, EXP2=False)  # fmt: skip
+
+    @triton.jit
+    def ak_unscaled(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, SCALED=False)  # fmt: skip
+
+    @triton.jit
+    def ak_padding_weighted(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, SCORE_MASK=False)  # fmt: skip
+
+    @triton.jit
+    def ak_mask_one_short(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, BOUND=-1)  # fmt: skip
+
+    @triton.jit
+    def ak_mask_one_long(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, BOUND=1)  # fmt: skip
+
+    @triton.jit
+    def ak_kv_unmasked(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, LOAD_MASK=False)  # fmt: skip
+
+    @triton.jit
+    def ak_k_strides_swapped(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, SWAP=True)  # fmt: skip
+
+    @triton.jit
+    def ak_q_unmasked(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, Q_MASK=False)  # fmt: skip
+
+    @triton.jit
+    def ak_no_max(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, MAX=False)  # fmt: skip
+
+    @triton.jit
+    def ak_fast_path_without_rescale(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, FAST_PATH_BUG=True)  # fmt: skip
+
+    @triton.jit
+    def ck_strict(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=2, HI=1)  # fmt: skip
+
+    @triton.jit
+    def ck_one_ahead(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=3, HI=1)  # fmt: skip
+
+    @triton.jit
+    def ck_diagonal_unmasked(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=0, HI=1)  # fmt: skip
+
+    @triton.jit
+    def ck_stops_before_diagonal(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=2)  # fmt: skip
+
+    @triton.jit
+    def ck_not_causal(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM)  # fmt: skip
+
+    @triton.jit
+    def ck_acc_not_rescaled(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=1, RESCALE_ACC=False)  # fmt: skip
+
+    @triton.jit
+    def ck_exp2_without_log2e(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=1, LOG2E=False)  # fmt: skip
+
+    @triton.jit
+    def ck_q_unmasked(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=1, Q_MASK=False)  # fmt: skip
+
+    @triton.jit
+    def ck_kv_unmasked(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=1, LOAD_MASK=False)  # fmt: skip
+
+    @triton.jit
+    def ck_no_max(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=1, MAX=False)  # fmt: skip
+
+    @triton.jit
+    def ck_fast_path_without_rescale(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=1, FAST_PATH_BUG=True)  # fmt: skip
+
+    # ----------------------------------------------------------------------------------------
+    # attention kernels: independent bugs
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def akb_p_against_old_max(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], -1e30, tl.float32)  # a large negative number in place of -inf
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, -1e30)
+            w = tl.exp(sc - mx[:, None])  # against the maximum before this block
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def akb_block_softmax(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        out = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, float("-inf"))
+            w = tl.exp(sc - tl.max(sc, 1)[:, None])
+            out += tl.dot(w / tl.sum(w, 1)[:, None], vv)  # each block's softmax, added up
+        tl.store(O + r[:, None] * stride_o + d[None, :], out, mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def akb_keys_loaded_with_inf(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=float("-inf"))
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.dot(q, kt) * sm_scale  # -inf keys: their scores are -inf (or NaN)
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def akb_v_with_k_stride(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_k + d[None, :], mask=c[:, None] < n_keys, other=0.0)  # K's stride
+            sc = tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def akb_unnormalised(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            num = num * tl.exp(mx - mx_new)[:, None] + tl.dot(tl.exp(sc - mx_new[:, None]), vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num, mask=r[:, None] < n_queries)  # never divided by l
+
+    @triton.jit
+    def akb_stops_a_block_early(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys - BLOCK_N, BLOCK_N):  # "the last block is handled below" (it is not)
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def ckb_mask_rows_in_block(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        start = tl.program_id(0) * BLOCK_M
+        r = start + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, tl.minimum(start + BLOCK_M, n_keys), BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            allowed = (c[None, :] < n_keys) & (c[None, :] <= tl.arange(0, BLOCK_M)[:, None])  # rows counted from 0
+            sc = tl.where(allowed, tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def ckb_masked_with_zero(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        start = tl.program_id(0) * BLOCK_M
+        r = start + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, tl.minimum(start + BLOCK_M, n_keys), BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where((c[None, :] < n_keys) & (c[None, :] <= r[:, None]), tl.dot(q, kt) * sm_scale, 0.0)
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def ckb_future_only(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where((c[None, :] < n_keys) & (c[None, :] >= r[:, None]), tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def ckb_loop_to_block_n(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        start = tl.program_id(0) * BLOCK_M
+        r = start + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, tl.minimum(start + BLOCK_N, n_keys), BLOCK_N):  # BLOCK_N where BLOCK_M was meant
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where((c[None, :] < n_keys) & (c[None, :] <= r[:, None]), tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def ckb_sqrt_missing(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        start = tl.program_id(0) * BLOCK_M
+        r = start + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, tl.minimum(start + BLOCK_M, n_keys), BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            ok = (c[None, :] < n_keys) & (c[None, :] <= r[:, None])
+            sc = tl.where(ok, tl.dot(q, kt) * sm_scale * sm_scale, float("-inf"))  # 1 / head_dim, not 1 / sqrt
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def ckb_keys_loaded_unmasked_outside(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o,
+                                         sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                         HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] <= r[:, None], other=0.0)  # 2-D?
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where(c[None, :] <= r[:, None], tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    CORRECT.update(
+        softmax_kernel=[learner_softmax_kernel, learner_softmax_kernel_three_passes, reference_kernel("softmax")],
+        attention_kernel=[learner_attention_kernel, learner_attention_kernel_natural_exp,
+                          reference_kernel("attention")],
+        causal_attention_kernel=[learner_causal_attention_kernel, learner_causal_attention_kernel_every_block,
+                                 reference_kernel("causal_attention")],
+    )  # fmt: skip
+    MUTANTS += [
+        ("softmax_kernel", sk_no_rescale, "running sum l was not rescaled"),
+        ("softmax_kernel", sk_rescale_inverted, "rescaled the wrong way round"),
+        ("softmax_kernel", sk_per_block, "each block was normalised on its own"),
+        ("softmax_kernel", sk_one_pass, "written in the same pass"),
+        ("softmax_kernel", sk_exp2_without_log2e, "without the factor log2(e)"),
+        ("softmax_kernel", sk_exp_with_log2e, "then given to tl.exp"),
+        ("softmax_kernel", sk_other_zero, "were read as 0"),
+        ("softmax_kernel", sk_mask_one_short, "leaves out the last number"),
+        ("softmax_kernel", sk_mask_one_long, "one past the last"),
+        ("softmax_kernel", sk_no_mask, "needs a mask: `mask=cols < n_cols`"),
+        ("softmax_kernel", sk_row_offset_n_cols, "rows are stride_x = "),
+        ("softmax_kernel", sk_store_with_stride_x, "rows are stride_y = "),
+        ("softmax_kernel", sk_no_max, "maximum was not subtracted"),
+        ("attention_kernel", ak_acc_not_rescaled, "running output acc was not rescaled"),
+        ("attention_kernel", ak_l_not_rescaled, "running sum l was not rescaled"),
+        ("attention_kernel", ak_nothing_rescaled, "neither l nor acc"),
+        ("attention_kernel", ak_exp2_without_log2e, "without the factor log2(e)"),
+        ("attention_kernel", ak_exp_with_log2e, "given to tl.exp"),
+        ("attention_kernel", ak_unscaled, "not multiplied by sm_scale"),
+        ("attention_kernel", ak_padding_weighted, "keys past n_keys got weight"),
+        ("attention_kernel", ak_mask_one_short, "leaves out the last key"),
+        ("attention_kernel", ak_mask_one_long, "one past the last"),
+        ("attention_kernel", ak_kv_unmasked, "needs a mask: `mask=... < n_keys`"),
+        ("attention_kernel", ak_k_strides_swapped, "stride used for the wrong axis"),
+        ("causal_attention_kernel", ck_strict, "one key too few"),
+        ("causal_attention_kernel", ck_one_ahead, "one key too many"),
+        ("causal_attention_kernel", ck_diagonal_unmasked, "no mask inside the tiles the diagonal crosses"),
+        ("causal_attention_kernel", ck_stops_before_diagonal, "stops before the block"),
+        ("causal_attention_kernel", ck_not_causal, "no causal mask at all"),
+        ("causal_attention_kernel", ck_acc_not_rescaled, "running output acc was not rescaled"),
+        ("causal_attention_kernel", ck_exp2_without_log2e, "without the factor log2(e)"),
+    ]
+    OFF_BY_ONE.update(
+        softmax_kernel=(sk_mask_one_long, sk_mask_one_short),
+        attention_kernel=(ak_mask_one_long, ak_mask_one_short),
+        causal_attention_kernel=(ck_one_ahead, ck_strict),
+    )
+    KIND_MUTANTS += [
+        ("softmax_kernel", sk_first_block_unmasked, ONE, "past the end of the row"),
+        ("softmax_kernel", sk_other_zero, PADDED, "were read as 0"),
+        ("softmax_kernel", sk_fast_path_without_rescale, UNPADDED, "no padding"),
+        ("softmax_kernel", sk_no_max, LARGE, "maximum was not subtracted"),
+        ("attention_kernel", ak_q_unmasked, ONE, "past the last one (n_queries = 1"),
+        ("attention_kernel", ak_padding_weighted, PADDED, "keys past n_keys got weight"),
+        ("attention_kernel", ak_fast_path_without_rescale, UNPADDED, "differ from the reference"),
+        ("attention_kernel", ak_no_max, LARGE, "large inputs"),
+        ("causal_attention_kernel", ck_q_unmasked, ONE, "past the last one (n_queries = 1"),
+        ("causal_attention_kernel", ck_kv_unmasked, PADDED, "past the last one (n_keys = "),
+        ("causal_attention_kernel", ck_fast_path_without_rescale, UNPADDED, "differ from the reference"),
+        ("causal_attention_kernel", ck_no_max, LARGE, "large inputs"),
+    ]
+    BUGS += [
+        ("softmax_kernel", skb_other_forgotten, "were read as 0"),
+        ("softmax_kernel", skb_store_unmasked, "needs a mask: `mask=cols < n_cols`"),
+        ("softmax_kernel", skb_last_block_sum_only, GENERIC),
+        ("softmax_kernel", skb_sum_not_shifted, GENERIC),
+        ("softmax_kernel", skb_ln2_instead_of_log2e, GENERIC),
+        ("softmax_kernel", skb_loop_forever, "did not finish"),
+        ("softmax_kernel", skb_far_away, "far outside every tensor"),
+        ("attention_kernel", akb_p_against_old_max, GENERIC),
+        ("attention_kernel", akb_block_softmax, GENERIC),
+        ("attention_kernel", akb_keys_loaded_with_inf, GENERIC),
+        ("attention_kernel", akb_v_with_k_stride, "another tensor's stride"),
+        ("attention_kernel", akb_unnormalised, GENERIC),
+        ("attention_kernel", akb_stops_a_block_early, GENERIC),
+        ("causal_attention_kernel", ckb_mask_rows_in_block, GENERIC),
+        ("causal_attention_kernel", ckb_masked_with_zero, GENERIC),
+        ("causal_attention_kernel", ckb_future_only, GENERIC),
+        ("causal_attention_kernel", ckb_loop_to_block_n, GENERIC),
+        ("causal_attention_kernel", ckb_sqrt_missing, GENERIC),
+        ("causal_attention_kernel", ckb_keys_loaded_unmasked_outside, GENERIC),
+    ]

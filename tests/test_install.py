@@ -1,0 +1,166 @@
+"""The installs: a learner install (requirements.txt, `make lab`), a contributor install (requirements-dev.txt,
+`make test`) and repo2docker's (binder/, for Binder and JupyterHub), all held to the one lock file,
+constraints.txt. Nothing here installs anything: the files are read and compared, and binder/start runs
+on a copy of the course."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTRIBUTOR_ONLY = {"playwright", "jupyter-book", "sphinx-mathjax-offline", "pytest-xdist", "nbstripout", "ruff"}
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins_of(path: Path) -> dict[str, str]:
+    """name -> version of every ``name==version`` line of a constraints or requirements file (no recursion)."""
+    pins = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].split(";", 1)[0].strip()
+        if "==" in line and not line.startswith("-"):
+            name, version = line.split("==", 1)
+            pins[normal(name)] = version.strip()
+    return pins
+
+
+def read_requirements(path: Path) -> tuple[dict[str, str], list[Path], list[str]]:
+    """A requirements file as pip reads it: its pins and those of the files it includes with -r (paths relative to
+    the file that names them), the constraint files it names with -c, and its other options."""
+    pins, constraints, options = {}, [], []
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith(("-r ", "--requirement ")):
+            inner = read_requirements((path.parent / line.split(None, 1)[1]).resolve())
+            pins.update(inner[0])
+            constraints += inner[1]
+            options += inner[2]
+        elif line.startswith(("-c ", "--constraint ")):
+            constraints.append((path.parent / line.split(None, 1)[1]).resolve())
+        elif line.startswith("-"):
+            options.append(line)
+    pins.update(pins_of(path))
+    return pins, constraints, options
+
+
+LOCK = pins_of(ROOT / "constraints.txt")
+
+
+def test_every_pin_is_the_lock_files():
+    for name in ("requirements.txt", "requirements-dev.txt"):
+        pins, _, _ = read_requirements(ROOT / name)
+        assert pins, name
+        drift = {k: (v, LOCK.get(k)) for k, v in pins.items() if LOCK.get(k) != v}
+        assert not drift, f"{name} pins differ from constraints.txt (run `make lock`): {drift}"
+
+
+def test_the_learner_install_carries_nothing_only_contributors_need():
+    learner, _, _ = read_requirements(ROOT / "requirements.txt")
+    contributor, _, _ = read_requirements(ROOT / "requirements-dev.txt")
+    assert not CONTRIBUTOR_ONLY & set(learner), CONTRIBUTOR_ONLY & set(learner)
+    assert CONTRIBUTOR_ONLY <= set(contributor)
+    assert set(learner) < set(contributor)  # the contributor install is the learner's and more
+    assert {"torch", "jupyterlab", "nbval", "pytest", "nbclient"} <= set(learner)  # lessons, make check, grader
+    assert "-r requirements.txt" in (ROOT / "requirements-dev.txt").read_text(encoding="utf-8").splitlines()
+
+
+def test_make_installs_each_set_and_locks_both():
+    def dry(*targets: str) -> str:
+        done = subprocess.run(["make", "-n", "-B", *targets], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        return done.stdout
+
+    lab, test = dry("lab"), dry("test")
+    assert "-c constraints.txt -r requirements.txt" in lab and "requirements-dev.txt" not in lab
+    assert "-c constraints.txt -r requirements-dev.txt" in test
+    assert "-r requirements-dev.txt" in dry("lock")  # which includes requirements.txt: one lock file for both
+
+
+def test_binder_installs_the_learner_set_pinned_by_the_lock_file():
+    """repo2docker reads binder/: its pins are exactly the lock file's, and nothing is pinned twice."""
+    pins, constraints, options = read_requirements(ROOT / "binder" / "requirements.txt")
+    learner, _, _ = read_requirements(ROOT / "requirements.txt")
+    assert constraints == [ROOT / "constraints.txt"]
+    assert pins == learner  # the learner set, no more, no less
+    drift = {k: (v, LOCK.get(k)) for k, v in pins.items() if LOCK.get(k) != v}
+    assert not drift, f"binder/requirements.txt pins differ from constraints.txt: {drift}"
+    assert f"--extra-index-url {CPU_INDEX}" in options  # torch's CPU build, as `make` installs it on Linux
+    assert (ROOT / "binder" / "runtime.txt").read_text(encoding="utf-8").strip() == "python-3.11"
+
+
+def test_binder_opens_the_lab_as_make_lab_does():
+    spec = importlib.util.spec_from_file_location("lab", ROOT / "tools" / "lab.py")
+    lab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lab)
+    config = json.loads((ROOT / "binder" / "jupyter" / "jupyter_server_config.json").read_text(encoding="utf-8"))
+    assert config["ContentsManager"]["hide_globs"] == lab.HIDE
+    assert config["ServerApp"]["default_url"] == f"/lab/tree/{lab.FIRST_LESSON}"
+    for script in ("postBuild", "start"):
+        assert os.access(ROOT / "binder" / script, os.X_OK), f"binder/{script} must be executable"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="binder/start is a bash script")
+def test_binder_start_fills_work_and_starts_the_server_as_make_lab_does(tmp_path):
+    """binder/start on a copy of the course, starting a real Jupyter server: work/ is filled without touching
+    what is there, exercises/ is hidden, and / opens lesson 01."""
+    course = tmp_path / "course"
+    for folder in ("binder", "tools", "exercises", "notebooks"):
+        (course / folder).mkdir(parents=True)
+    shutil.copy2(ROOT / "binder" / "start", course / "binder" / "start")
+    shutil.copytree(ROOT / "binder" / "jupyter", course / "binder" / "jupyter")
+    shutil.copy(ROOT / "tools" / "lab.py", course / "tools" / "lab.py")
+    shutil.copy(ROOT / "notebooks" / "01_rnn_bottleneck.ipynb", course / "notebooks")
+    for name in ("01_rnn_bottleneck.ipynb", "02_bahdanau_attention.ipynb"):
+        shutil.copy(ROOT / "exercises" / name, course / "exercises")
+    (course / "work").mkdir()  # a learner's persistent volume, with work of theirs in it
+    (course / "work" / "01_rnn_bottleneck.ipynb").write_text("{mine}", encoding="utf-8")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = [sys.executable, "-m", "jupyter_server", "--no-browser", "--ip=127.0.0.1", f"--port={port}"]
+    server += ["--ServerApp.token=", f"--ServerApp.root_dir={course}", f"--ServerApp.runtime_dir={tmp_path}"]
+    server += ["--allow-root"] if os.geteuid() == 0 else []
+    process = subprocess.Popen(
+        [str(course / "binder" / "start"), *server], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline, names = time.monotonic() + 60, None
+        while time.monotonic() < deadline and process.poll() is None and names is None:
+            try:
+                with urllib.request.urlopen(f"{base}/api/contents", timeout=2) as reply:
+                    names = {entry["name"] for entry in json.load(reply)["content"]}
+            except OSError:
+                time.sleep(0.5)
+        assert names is not None, "the server did not start"
+        assert {"notebooks", "work"} <= names and "exercises" not in names, names
+        opener = urllib.request.build_opener(_NoRedirect)
+        with pytest.raises(urllib.error.HTTPError) as redirect:
+            opener.open(f"{base}/", timeout=10)
+        assert redirect.value.headers["Location"].split("?")[0].endswith("/lab/tree/notebooks/01_rnn_bottleneck.ipynb")
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert (course / "work" / "01_rnn_bottleneck.ipynb").read_text(encoding="utf-8") == "{mine}"
+    assert (course / "work" / "02_bahdanau_attention.ipynb").exists()
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None

@@ -1,0 +1,348 @@
+"""Lesson 09's blocks against independent references, weights in, numbers out: PyTorch's own layers where it has them
+(nn.RMSNorm, nn.TransformerEncoderLayer in both arrangements, nn.TransformerDecoderLayer), and otherwise a forward
+written here from PyTorch's functions (F.scaled_dot_product_attention, F.rms_norm, F.silu) with RoPE written the way
+Hugging Face's Llama writes it (rotate_half). Then the properties: causality, the parameter formulas against
+counted modules, the corpus's windows and bigram baseline, the language model's training and sampling."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnedu.masks import padding_mask, to_mha_key_padding_mask
+from attnedu.models import count_parameters
+from attnedu.multihead import MultiHeadAttention, grouped_query_attention
+from attnedu.tasks import CharCorpus
+from attnedu.train import lm_loss, train_lm
+from attnedu.transformer import (
+    Block,
+    BlockStack,
+    CrossAttentionDecoderBlock,
+    DecoderLM,
+    PostNormEncoderBlock,
+    PreNormDecoderBlock,
+    RMSNorm,
+    SwiGLU,
+    block_parameters,
+    cross_attention_block_parameters,
+    decoder_lm_parameters,
+    pre_norm_block,
+    pre_norm_block_parameters,
+    qk_norm_scores,
+    rms_norm,
+    swiglu,
+    swiglu_hidden,
+)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread, as the notebooks use: with two, tiny models crawl when other work shares the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def randomise(module: nn.Module, seed: int) -> nn.Module:
+    """Every parameter drawn afresh (norm gains and shifts included, so that a copy that forgot one shows)."""
+    g = gen(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]) + (1.0 if p.dim() == 1 else 0.0))
+    return module
+
+
+# --------------------------------------------------------------------------------------------
+# RMSNorm, SwiGLU
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape, eps", [((2, 5, 8), 1e-6), ((3, 16), 1e-5), ((1, 1, 4, 32), 0.1), ((7,), 0.0)])
+def test_rms_norm_equals_torch_rms_norm(shape, eps):
+    g = gen(len(shape))
+    x = 3 * torch.randn(shape, generator=g)
+    theirs = nn.RMSNorm(shape[-1], eps=eps)
+    with torch.no_grad():
+        theirs.weight.copy_(torch.rand(shape[-1], generator=g) + 0.5)
+    ours = RMSNorm(shape[-1], eps=eps)
+    ours.load_state_dict(theirs.state_dict())
+    assert torch.allclose(ours(x), theirs(x), atol=1e-6)
+    assert torch.allclose(rms_norm(x, theirs.weight, eps), theirs(x), atol=1e-6)
+
+
+def test_rms_norm_rescales_without_centring():
+    x = torch.randn(4, 6, 16, generator=gen(1)) + 5.0  # a large mean, which RMSNorm keeps
+    y = rms_norm(x, torch.ones(16), 0.0)
+    assert torch.allclose(y.pow(2).mean(-1), torch.ones(4, 6), atol=1e-5)
+    assert (y.mean(-1) > 0.9).all()  # LayerNorm would have made it 0
+    assert torch.equal(rms_norm(torch.zeros(2, 3), torch.ones(3), 1e-6), torch.zeros(2, 3))  # eps: no 0/0
+
+
+def test_swiglu_equals_the_formula_written_with_torch_functions():
+    g = gen(2)
+    x = torch.randn(2, 5, 12, generator=g)
+    module = randomise(SwiGLU(12, 20), 3)
+    expected = F.linear(F.silu(F.linear(x, module.gate.weight)) * F.linear(x, module.up.weight), module.down.weight)
+    assert torch.allclose(module(x), expected, atol=1e-6)
+    W_gate, W_up, W_down = module.gate.weight.T, module.up.weight.T, module.down.weight.T
+    assert torch.allclose(swiglu(x, W_gate, W_up, W_down), expected, atol=1e-6)
+    assert not torch.allclose(swiglu(x, W_up, W_gate, W_down), expected, atol=1e-3)  # the gate is not the up
+
+
+@pytest.mark.parametrize("d_model, expected", [(128, 344), (512, 1368), (2048, 5464), (3, 8)])
+def test_swiglu_hidden_keeps_the_parameter_count(d_model, expected):
+    assert swiglu_hidden(d_model) == expected
+    assert 3 * d_model * expected >= 2 * d_model * 4 * d_model > 3 * d_model * (expected - 8)
+
+
+# --------------------------------------------------------------------------------------------
+# The 2017 blocks against PyTorch's layers
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_post_norm_encoder_block_equals_torch_encoder_layer(seed):
+    d_model, num_heads, d_ff = [(16, 4, 40), (12, 3, 24), (8, 1, 32), (24, 6, 48)][seed]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        theirs = randomise(nn.TransformerEncoderLayer(d_model, num_heads, d_ff, dropout=0.0, batch_first=True), seed)
+    ours = PostNormEncoderBlock(d_model, num_heads, d_ff).copy_from_torch(theirs)
+    g = gen(seed)
+    x = torch.randn(3, 6, d_model, generator=g)
+    keep = padding_mask(torch.tensor([6, 2, 4]), 6)
+    out, weights = ours(x, keep[:, None, None, :])
+    expected = theirs(x, src_key_padding_mask=to_mha_key_padding_mask(keep))
+    assert torch.allclose(out[keep], expected[keep], atol=1e-5)
+    assert weights.shape == (3, num_heads, 6, 6) and (weights[1, :, :, 2:] == 0).all()
+
+
+def test_the_pre_norm_block_is_the_same_parameters_in_torch_norm_first_arrangement():
+    """Block (pre-norm) loads PostNormEncoderBlock's weights and equals torch's norm_first=True layer; the two
+    arrangements differ, so only where the norms sit tells them apart."""
+    theirs = randomise(nn.TransformerEncoderLayer(16, 4, 40, dropout=0.0, batch_first=True, norm_first=True), 7)
+    post = PostNormEncoderBlock(16, 4, 40)
+    for ours, src in ((post.attention, theirs.self_attn),):
+        ours.copy_from_torch(src)
+    with torch.no_grad():
+        for mine, other in ((post.feed_forward[0], theirs.linear1), (post.feed_forward[2], theirs.linear2),
+                            (post.norm1, theirs.norm1), (post.norm2, theirs.norm2)):  # fmt: skip
+            mine.weight.copy_(other.weight)
+            mine.bias.copy_(other.bias)
+    pre = Block(16, 4, 40)
+    pre.load_state_dict(post.state_dict())
+    x = torch.randn(2, 5, 16, generator=gen(8))
+    assert torch.allclose(pre(x)[0], theirs(x), atol=1e-5)
+    assert not torch.allclose(post(x)[0], theirs(x), atol=1e-2)
+
+
+def test_cross_attention_decoder_block_equals_torch_decoder_layer():
+    theirs = randomise(nn.TransformerDecoderLayer(16, 4, 40, dropout=0.0, batch_first=True), 9)
+    ours = CrossAttentionDecoderBlock(16, 4, 40).copy_from_torch(theirs)
+    g = gen(9)
+    target, memory = torch.randn(3, 5, 16, generator=g), torch.randn(3, 7, 16, generator=g)
+    keep = padding_mask(torch.tensor([7, 3, 5]), 7)
+    out, self_weights, cross_weights = ours(target, memory, keep)
+    expected = theirs(target, memory, tgt_mask=nn.Transformer.generate_square_subsequent_mask(5), tgt_is_causal=True,
+                      memory_key_padding_mask=to_mha_key_padding_mask(keep))  # fmt: skip
+    assert torch.allclose(out, expected, atol=1e-5)
+    assert self_weights.shape == (3, 4, 5, 5) and (self_weights.triu(1) == 0).all()
+    assert cross_weights.shape == (3, 4, 5, 7) and (cross_weights[1, :, :, 3:] == 0).all()
+
+
+def test_cross_attention_reads_the_source_and_not_the_future():
+    block = randomise(CrossAttentionDecoderBlock(8, 2, 16), 10)
+    g = gen(10)
+    target, memory = torch.randn(1, 6, 8, generator=g), torch.randn(1, 4, 8, generator=g)
+    changed_target, changed_memory = target.clone(), memory.clone()
+    changed_target[:, 3] += 1.0
+    changed_memory[:, 2] += 1.0
+    with torch.no_grad():
+        out = block(target, memory)[0]
+        assert torch.equal(block(changed_target, memory)[0][:, :3], out[:, :3])  # causal
+        assert (block(target, changed_memory)[0] - out).abs().amax(-1).min() > 0  # every position reads the source
+
+
+# --------------------------------------------------------------------------------------------
+# Today's block against a forward written from PyTorch's functions
+# --------------------------------------------------------------------------------------------
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def _llama_rope(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Hugging Face's Llama: inv_freq = 1 / 10000^(2i/d), emb = cat(freqs, freqs), x cos + rotate_half(x) sin."""
+    dim = x.shape[-1]
+    inv_freq = 1.0 / 10000 ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    emb = torch.cat([torch.outer(positions.double(), inv_freq)] * 2, dim=-1)
+    return x * emb.cos().float() + _rotate_half(x) * emb.sin().float()
+
+
+def _reference_pre_norm_block(block: PreNormDecoderBlock, x: torch.Tensor, positions: torch.Tensor | None):
+    att, ffn = block.attention, block.feed_forward
+    batch, seq_len, d_model = x.shape
+    h = F.rms_norm(x, (d_model,), block.attention_norm.weight, eps=block.attention_norm.eps)
+
+    def heads(W, n):
+        return F.linear(h, W.weight).view(batch, seq_len, n, att.head_dim).transpose(1, 2)
+
+    q, k, v = heads(att.W_q, att.num_heads), heads(att.W_k, att.num_kv_heads), heads(att.W_v, att.num_kv_heads)
+    if positions is not None:
+        q, k = _llama_rope(q, positions), _llama_rope(k, positions)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=att.num_kv_heads != att.num_heads)
+    x = x + F.linear(out.transpose(1, 2).reshape(batch, seq_len, d_model), att.W_o.weight)
+    h = F.rms_norm(x, (d_model,), block.ffn_norm.weight, eps=block.ffn_norm.eps)
+    return x + F.linear(F.silu(F.linear(h, ffn.gate.weight)) * F.linear(h, ffn.up.weight), ffn.down.weight)
+
+
+@pytest.mark.parametrize("num_kv_heads, rope", [(None, True), (2, True), (1, True), (None, False)])
+def test_pre_norm_decoder_block_equals_a_forward_from_torch_functions(num_kv_heads, rope):
+    block = randomise(PreNormDecoderBlock(32, 4, 48, num_kv_heads=num_kv_heads), 11)
+    x = torch.randn(2, 9, 32, generator=gen(11))
+    positions = torch.arange(9) if rope else None
+    out, weights = block(x, positions)
+    assert torch.allclose(out, _reference_pre_norm_block(block, x, positions), atol=1e-5)
+    assert weights.shape == (2, 4, 9, 9) and (weights.triu(1) == 0).all()
+    assert not any(name.endswith("bias") for name, _ in block.named_parameters())
+
+
+def test_pre_norm_block_from_weights_equals_the_module_without_rope():
+    block = randomise(PreNormDecoderBlock(24, 3, 40), 12)
+    x = torch.randn(3, 7, 24, generator=gen(12))
+    att, ffn = block.attention, block.feed_forward
+    weights = (block.attention_norm.weight, att.W_q.weight.T, att.W_k.weight.T, att.W_v.weight.T, att.W_o.weight.T,
+               block.ffn_norm.weight, ffn.gate.weight.T, ffn.up.weight.T, ffn.down.weight.T)  # fmt: skip
+    assert torch.allclose(pre_norm_block(x, *weights, 3), block(x)[0], atol=1e-5)
+
+
+def test_grouped_query_module_equals_the_function_and_torch_sdpa():
+    module = MultiHeadAttention(24, 6, bias=False, num_kv_heads=2)
+    g = gen(13)
+    query, memory = torch.randn(2, 4, 24, generator=g), torch.randn(2, 5, 24, generator=g)
+    out, weights = module(query, memory, memory)
+    W = [m.weight.T for m in (module.W_q, module.W_k, module.W_v, module.W_o)]
+    expected, expected_weights = grouped_query_attention(query, memory, memory, None, *W, 6, 2)
+    assert torch.allclose(out, expected, atol=1e-6) and torch.allclose(weights, expected_weights, atol=1e-6)
+    q = (query @ W[0]).view(2, 4, 6, 4).transpose(1, 2)
+    k, v = ((memory @ w).view(2, 5, 2, 4).transpose(1, 2) for w in W[1:3])
+    heads = F.scaled_dot_product_attention(q, k, v, enable_gqa=True).transpose(1, 2).reshape(2, 4, 24)
+    assert torch.allclose(out, heads @ W[3], atol=1e-5)
+    assert count_parameters(module) == 2 * 24 * 24 + 2 * 24 * 8
+
+
+def test_qk_norm_scores_equal_normalised_dot_products():
+    g = gen(14)
+    q, k = 5 * torch.randn(2, 3, 4, 8, generator=g), torch.randn(2, 3, 6, 8, generator=g)
+    g_q, g_k = torch.rand(8, generator=g) + 0.5, torch.rand(8, generator=g) + 0.5
+    expected = torch.einsum("bhqd,bhkd->bhqk", F.rms_norm(q, (8,), g_q, 1e-6), F.rms_norm(k, (8,), g_k, 1e-6))
+    scores = qk_norm_scores(q, k, g_q, g_k)
+    assert torch.allclose(scores, expected / math.sqrt(8), atol=1e-5)
+    assert torch.allclose(qk_norm_scores(1000 * q, k, g_q, g_k), scores, atol=1e-4)  # the scale of q is gone
+
+
+# --------------------------------------------------------------------------------------------
+# Parameter counts: formula == counted
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("d_model, num_heads, d_ff, num_kv_heads", [(16, 4, 40, None), (32, 8, 88, 2), (24, 6, 64, 1)])
+def test_the_formulas_count_what_the_modules_hold(d_model, num_heads, d_ff, num_kv_heads):
+    assert count_parameters(PostNormEncoderBlock(d_model, num_heads, d_ff)) == block_parameters(d_model, d_ff)
+    decoder = CrossAttentionDecoderBlock(d_model, num_heads, d_ff)
+    torch_decoder = nn.TransformerDecoderLayer(d_model, num_heads, d_ff, batch_first=True)
+    assert (
+        count_parameters(decoder) == count_parameters(torch_decoder) == cross_attention_block_parameters(d_model, d_ff)
+    )
+    block = PreNormDecoderBlock(d_model, num_heads, d_ff, num_kv_heads)
+    assert count_parameters(block) == pre_norm_block_parameters(d_model, d_ff, num_heads, num_kv_heads)
+    for tied in (False, True):
+        lm = DecoderLM(50, d_model, num_heads, 3, d_ff, num_kv_heads, tie_embeddings=tied)
+        assert count_parameters(lm) == decoder_lm_parameters(50, d_model, 3, d_ff, num_heads, num_kv_heads, tied)
+
+
+def test_llama_3_2_1b_counts_its_published_size_on_the_meta_device():
+    with torch.device("meta"):
+        model = DecoderLM(128_256, 2048, 32, 16, 8192, num_kv_heads=8, tie_embeddings=True)
+    assert model.embedding.weight.is_meta
+    assert count_parameters(model) == decoder_lm_parameters(128_256, 2048, 16, 8192, 32, 8, True) == 1_235_814_400
+
+
+# --------------------------------------------------------------------------------------------
+# The stacks and the language model
+# --------------------------------------------------------------------------------------------
+
+
+def test_block_stacks_of_both_arrangements_start_from_the_same_weights():
+    post, pre = BlockStack(20, 16, 2, 32, 3, norm_first=False, seed=4), BlockStack(20, 16, 2, 32, 3, True, seed=4)
+    shared = {k: v for k, v in pre.state_dict().items() if not k.startswith("norm.")}
+    assert shared.keys() == post.state_dict().keys()
+    assert all(torch.equal(v, post.state_dict()[k]) for k, v in shared.items())
+    tokens = torch.randint(0, 20, (2, 7), generator=gen(4))
+    assert not torch.allclose(post(tokens), pre(tokens))
+
+
+def test_decoder_lm_is_causal_and_returns_every_blocks_weights():
+    lm = DecoderLM(30, 16, 2, 3, seed=1)
+    tokens = torch.randint(0, 30, (2, 10), generator=gen(5))
+    changed = tokens.clone()
+    changed[:, 6] = (changed[:, 6] + 1) % 30
+    with torch.no_grad():
+        logits, weights = lm(tokens, return_weights=True)
+        assert torch.equal(lm(changed)[:, :6], logits[:, :6])
+        assert not torch.allclose(lm(changed)[:, 6:], logits[:, 6:])
+    assert logits.shape == (2, 10, 30) and len(weights) == 3 and weights[0].shape == (2, 2, 10, 10)
+
+
+def test_generate_samples_reproducibly_and_a_cold_temperature_is_greedy():
+    lm = DecoderLM(30, 16, 2, 2, seed=2)
+    prompt = torch.tensor([3, 1, 4])
+    first = lm.generate(prompt, 12, 1.0, gen(0), context=5)
+    assert first.shape == (15,) and torch.equal(first[:3], prompt)
+    assert torch.equal(first, lm.generate(prompt, 12, 1.0, gen(0), context=5))
+    cold, ids = lm.generate(prompt, 6, 1e-4, gen(1), context=5), prompt
+    with torch.no_grad():
+        for _ in range(6):
+            ids = torch.cat([ids, lm(ids[None, -5:])[0, -1].argmax()[None]])
+    assert torch.equal(cold, ids)
+
+
+def test_corpus_windows_and_the_bigram_baseline():
+    corpus = CharCorpus(torch.tensor([0, 1, 0, 1, 0, 2, 0, 1]), torch.tensor([0, 1, 2, 0, 1, 0, 1]), ["a", "b", "c"])
+    inputs, targets = corpus.windows(3)
+    assert torch.equal(inputs, torch.tensor([[0, 1, 2], [0, 1, 0]]))
+    assert torch.equal(targets, torch.tensor([[1, 2, 0], [1, 0, 1]]))
+    table = corpus.bigram_log_probs(smoothing=1.0)  # after a: b three times, c once, a never (+1 each)
+    assert torch.allclose(table.exp().sum(1), torch.ones(3))
+    assert torch.allclose(table[0].exp(), torch.tensor([1 / 7, 4 / 7, 2 / 7]))
+    assert torch.allclose(table[2].exp(), torch.tensor([2 / 4, 1 / 4, 1 / 4]))
+
+
+def test_training_a_language_model_lowers_its_held_out_loss():
+    text = "the cat sat on the mat. " * 40
+    chars = sorted(set(text))
+    ids = torch.tensor([chars.index(c) for c in text])
+    corpus = CharCorpus(ids[:800], ids[800:], chars)
+    lm = DecoderLM(len(chars), 16, 2, 2, seed=0)
+    inputs, targets = corpus.windows(16)
+    before = lm_loss(lm, inputs, targets, batch_size=2)
+    manual = F.cross_entropy(lm(inputs).flatten(0, 1), targets.flatten()).item()
+    assert before == pytest.approx(manual, rel=1e-5)
+    log = train_lm(lm, corpus, 60, 8, 16, 1e-2, warmup=5, seed=0)
+    assert len(log.losses) == 60 and not lm.training
+    assert log.lrs[:5] == pytest.approx([2e-3, 4e-3, 6e-3, 8e-3, 1e-2])  # warm-up, then half a cosine down to 0
+    assert log.lrs[5] == pytest.approx(1e-2)
+    assert log.lrs[-1] == pytest.approx(1e-2 * (1 + math.cos(math.pi * 54 / 55)) / 2)
+    assert lm_loss(lm, inputs, targets) < 0.5 * before
+    again = DecoderLM(len(chars), 16, 2, 2, seed=0)
+    assert train_lm(again, corpus, 60, 8, 16, 1e-2, warmup=5, seed=0).losses == log.losses
