@@ -605,7 +605,7 @@ def test_results_render_with_icons():
 def test_hints():
     failed = checks.check_padding_mask(mask_inverted)
     assert failed.hint() == checks.hint("padding_mask")
-    assert "torch.arange(max_len)" in repr(checks.hint("padding_mask"))
+    assert "torch.arange(max_len)" in repr(checks.hint("padding_mask", 2))
     assert checks.hint("padding_mask")._repr_markdown_().startswith("💡")
     with pytest.raises(ValueError, match="no exercise named 'padding'"):
         checks.hint("padding")
@@ -626,9 +626,26 @@ def test_hints_in_steps():
     assert 'hint("document_mask", 2)' in repr(failed)
     with pytest.raises(ValueError, match="step should be a whole number from 1 to 3"):
         checks.hint("document_mask", 4)
+    single = checks.EXERCISES["merge_softmax_states"].hint
+    assert isinstance(single, str)
     with pytest.raises(ValueError, match="from 1 to 1"):
-        checks.hint("padding_mask", 2)
-    assert checks.hint("padding_mask") == checks.hint("padding_mask", 1)
+        checks.hint("merge_softmax_states", 2)
+    assert checks.hint("merge_softmax_states") == checks.hint("merge_softmax_states", 1)
+    only = checks.hint("merge_softmax_states")
+    assert only.text == single and "Next step" not in repr(only)
+
+
+# Lessons 01-05's exercises give their hints in steps too: a nudge, the rule or formula, then the code
+STEPPED = [name for name, e in checks.EXERCISES.items() if e.lesson[:2] in ("01", "02", "03", "04", "05")]
+
+
+@pytest.mark.parametrize("name", STEPPED)
+def test_lessons_01_to_05_hints_come_in_steps(name):
+    steps = checks.EXERCISES[name].hint
+    assert isinstance(steps, tuple) and len(steps) == 3 and all(isinstance(s, str) and s for s in steps)
+    assert len(set(steps)) == 3, "each step says something new"
+    assert "nan_to_num(" not in " ".join(steps), "a hint never hides NaN"
+    assert "`" in steps[2], "the last step gives the code"
 
 
 @pytest.mark.parametrize("name, fn", REFERENCE_USE, ids=[f"{n}-{i}" for i, (n, _) in enumerate(REFERENCE_USE)])

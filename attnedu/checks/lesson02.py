@@ -146,8 +146,13 @@ ADDITIVE_SCORE = Exercise(
             lambda q, k, W, U, v: torch.tanh((q @ W.T)[:, :, None] + k @ U.T) @ v,
         ),
     ),
-    hint="Project first: `query @ W_a.T` is (batch, attn_dim) and `keys @ U_a.T` is (batch, src_len, attn_dim). "
-    "Insert a source axis into the first with `[:, None, :]` so they add, apply tanh, then `@ v_a`.",
+    hint=(
+        "Project the query once and every key once, add them (the query's projection is the same for every source "
+        "position), squash with tanh, and reduce to one number per position with v_a.",
+        "With rows as vectors, W_a s is `query @ W_a.T`, (batch, attn_dim), and U_a h_j for every j is `keys @ "
+        "U_a.T`, (batch, src_len, attn_dim). Give the first a source axis, `[:, None, :]`, so that they add.",
+        "`return torch.tanh((query @ W_a.T)[:, None, :] + keys @ U_a.T) @ v_a`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -291,9 +296,15 @@ MASKED_SOFTMAX = Exercise(
             lambda s, m: _softmax_filled(s, ~m, -1e9),
         ),
     ),
-    hint="`scores.masked_fill(~mask, float('-inf'))` sets the masked scores to -inf without changing `scores`; "
-    "then `torch.softmax(..., dim=-1)`. A fully masked row comes out as NaN (0/0): "
-    "`.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)` zeroes exactly those rows.",
+    hint=(
+        "Mask the scores before the softmax, not the weights after it: a masked score of -inf gets exactly 0 "
+        "weight, and the real words share all of it. Then think about a row with no real word at all.",
+        "`scores.masked_fill(~mask, float('-inf'))` makes a masked copy (True = real word); `torch.softmax(..., "
+        "dim=-1)` over the source axis. A fully masked row comes out as NaN (0/0): zero exactly those rows, found "
+        "with `mask.any(dim=-1, keepdim=True)`, not every NaN (`nan_to_num` would hide a real bug).",
+        "`weights = torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1)`; `return "
+        "weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)`.",
+    ),
     properties=_softmax_properties,
 )
 
@@ -382,8 +393,13 @@ CONTEXT_VECTOR = Exercise(
             lambda w, v: v[torch.arange(v.shape[0]), w.argmax(dim=1)],
         ),
     ),
-    hint="Give weights a trailing axis, `weights[:, :, None]` is (batch, src_len, 1), so it broadcasts against "
-    "values (batch, src_len, enc_dim); multiply, then sum over the source axis.",
+    hint=(
+        "For each sentence, a weighted sum of its values over the source positions: one weight per position, the "
+        "whole vector h_j multiplied by it.",
+        "`weights` is (batch, src_len) and `values` (batch, src_len, enc_dim): give the weights a trailing axis, "
+        "`weights[:, :, None]`, so that they broadcast over the features; multiply, then sum over the source axis.",
+        "`return (weights[:, :, None] * values).sum(dim=1)`, or `(weights[:, None, :] @ values)[:, 0]`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -524,9 +540,14 @@ DECODER_STEP = Exercise(
             _step_with(_cat("e", "s"), _cat("s_t", "c", "e")),
         ),
     ),
-    hint="Three lines, in Bahdanau's order: `context, weights = attention(state, annotations, mask)` (from "
-    "s_{t-1}); `new_state = cell(torch.cat([embedded, context], -1), state)`; "
-    "`logits = out(torch.cat([new_state, context, embedded], -1))`.",
+    hint=(
+        "Bahdanau's order: attend first, from the previous state s_{t-1}, then update the state with the context, "
+        "then predict. Which state does the attention get, the old or the new?",
+        "`context, weights = attention(state, annotations, mask)`; the GRU cell reads [E y_{t-1}; c_t], "
+        "`torch.cat([embedded, context], -1)`, with the old state; the output layer reads [s_t; c_t; E y_{t-1}].",
+        "`context, weights = attention(state, annotations, mask)`; `new_state = cell(torch.cat([embedded, context], "
+        "-1), state)`; `return out(torch.cat([new_state, context, embedded], -1)), new_state, weights`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -674,10 +695,15 @@ COVERAGE = Exercise(
             lambda w, s, t: _source_below(_steps_below(w, s).sum(dim=1), t),
         ),
     ),
-    hint="Build two masks with the padding mask of lesson 01: one over the target steps, "
-    "`torch.arange(tgt_len)[None, :] < tgt_lengths[:, None]` (batch, tgt_len), one over the source words. Zero the "
-    "padded rows with `weights.masked_fill(~steps[:, :, None], 0.0)`, sum over dim 1, then zero the padded source "
-    "positions the same way.",
+    hint=(
+        "Sum each source word's weights over the decoder steps, but only over each sentence's real steps; and a "
+        "padded source position gets 0 whatever its weights say.",
+        "Two padding masks, as in lesson 01: real steps `torch.arange(tgt_len)[None, :] < tgt_lengths[:, None]` "
+        "(batch, tgt_len), real words the same with src_len and src_lengths. Zero the padded steps' rows (give "
+        "their mask a source axis), sum over dim 1, then zero the padded source positions.",
+        "`steps = torch.arange(tgt_len)[None, :] < tgt_lengths[:, None]`, `words` the same for the source; "
+        "`total = weights.masked_fill(~steps[:, :, None], 0.0).sum(dim=1)`; `return total.masked_fill(~words, 0.0)`.",
+    ),
 )
 
 EXERCISES = (ADDITIVE_SCORE, MASKED_SOFTMAX, CONTEXT_VECTOR, DECODER_STEP, COVERAGE)

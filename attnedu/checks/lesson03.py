@@ -119,8 +119,12 @@ GENERAL_SCORE = Exercise(
             lambda q, k, W: ((q @ W)[:, :, None] * k).sum(-1),
         ),
     ),
-    hint="`query @ W_a` is s^T W_a, (batch, enc_dim). Give it a source axis, `[:, None, :]`, multiply with `keys` "
-    "(batch, src_len, enc_dim) and sum over the last axis; or use `torch.bmm` with `keys.transpose(1, 2)`.",
+    hint=(
+        "s^T W_a h_j = (s^T W_a) . h_j: project the query once, then take one dot product per source position.",
+        "`query @ W_a` is s^T W_a, (batch, enc_dim). Give it a source axis, `[:, None, :]`, multiply with `keys` "
+        "(batch, src_len, enc_dim) and sum over the last axis; or use `torch.bmm` with `keys.transpose(1, 2)`.",
+        "`return ((query @ W_a)[:, None, :] * keys).sum(dim=-1)`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -212,8 +216,12 @@ ATTENTIONAL_HIDDEN = Exercise(
             lambda c, h, W: torch.relu(torch.cat([c, h], dim=-1) @ W.T),
         ),
     ),
-    hint="Concatenate along the last axis, `torch.cat([context, state], dim=-1)` is (..., enc_dim + hidden_dim); "
-    "multiply by `W_c.T` (vectors are rows); then `torch.tanh`. With dim=-1 it works for one step and for all.",
+    hint=(
+        "Put the context and the state side by side, context first, apply W_c, then tanh. Vectors are rows.",
+        "`torch.cat([context, state], dim=-1)` is (..., enc_dim + hidden_dim); W_c x for a row x is `x @ W_c.T`. "
+        "With dim=-1 the same code works for one step and for all steps.",
+        "`return torch.tanh(torch.cat([context, state], dim=-1) @ W_c.T)`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -362,9 +370,16 @@ ATTEND_ALL_STEPS = Exercise(
             _attend_with(mask_of=_lengths_mask(0), W_transposed=True),
         ),
     ),
-    hint="Three batched products: scores `states @ W_a @ annotations.transpose(1, 2)` (batch, tgt_len, src_len); "
-    "a mask `torch.arange(src_len)[None, :] < src_lengths[:, None]`, given a step axis `[:, None, :]`, fills the "
-    "padded scores with -inf; `torch.softmax(..., dim=-1)`; then the context is `weights @ annotations`.",
+    hint=(
+        "The general score for every step at once is one matrix of scores per sentence, (tgt_len, src_len); mask "
+        "the padded source positions (the same at every step), softmax over the source, then a weighted sum.",
+        "Scores: `states @ W_a @ annotations.transpose(1, 2)`. Mask: `torch.arange(src_len)[None, :] < "
+        "src_lengths[:, None]`, given a step axis `[:, None, :]`; fill the padded scores with -inf, then "
+        "`torch.softmax(..., dim=-1)`.",
+        "`real = torch.arange(annotations.shape[1])[None, :] < src_lengths[:, None]`; "
+        "`scores = (states @ W_a @ annotations.transpose(1, 2)).masked_fill(~real[:, None, :], float('-inf'))`; "
+        "`weights = torch.softmax(scores, dim=-1)`; `return weights @ annotations, weights`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -519,10 +534,17 @@ GENERAL_DECODER_STEP = Exercise(
             _luong_step_with(score=lambda q, k, W: ((q @ W)[:, :, None] * k).sum(-1)),
         ),
     ),
-    hint="In Luong's order: `new_state = cell(torch.cat([embedded, attentional], -1), state)`; the general "
-    "scores of `new_state` (exercise 1); -inf where `~mask`, softmax over the last axis; the context "
-    "`(weights[:, :, None] * annotations).sum(1)`; `new_attentional = torch.tanh(combine(torch.cat([context, "
-    "new_state], -1)))`; `logits = out(new_attentional)`.",
+    hint=(
+        "Luong's order: update the state first (it reads the previous word and, with input feeding, s~_{t-1}), then "
+        "attend from the new state s_t, then combine context and state into s~_t, which predicts.",
+        "`new_state = cell(torch.cat([embedded, attentional], -1), state)`; the general scores of `new_state` "
+        "(exercise 1), -inf where `~mask`, softmax over the last axis; the context is the weighted sum of the "
+        "annotations; s~_t = tanh(W_c [c_t; s_t]) is exercise 2 with `combine.weight`.",
+        "`weights = torch.softmax(general_score(new_state, annotations, W_a).masked_fill(~mask, float('-inf')), "
+        "-1)`; `context = (weights[:, :, None] * annotations).sum(1)`; `new_attentional = "
+        "attentional_hidden(context, new_state, combine.weight)`; `return out(new_attentional), new_state, "
+        "new_attentional, weights`.",
+    ),
 )
 
 EXERCISES = (GENERAL_SCORE, ATTENTIONAL_HIDDEN, ATTEND_ALL_STEPS, GENERAL_DECODER_STEP)

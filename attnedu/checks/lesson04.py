@@ -214,10 +214,16 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
             lambda q, k, v, m: _attend(k, q, v, ~m.transpose(-2, -1)),
         ),
     ),
-    hint="`scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])`; "
-    "`scores.masked_fill(~mask, float('-inf'))`; `torch.softmax(..., dim=-1)`, then "
-    "`.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)` for a query that may attend nothing (its row is 0/0); "
-    "the output is `weights @ value`.",
+    hint=(
+        "Four steps: scores Q K^T, divided by the square root of the keys' size; masked scores to -inf; a softmax "
+        "over the keys; the weighted sum of the values. Then a query whose mask row is all False.",
+        "`scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])` (head_dim, not the length); "
+        "`scores.masked_fill(~mask, float('-inf'))`; `torch.softmax(..., dim=-1)` (over the keys, the last axis). A "
+        "row with nothing to attend is 0/0 = NaN: zero those rows only, found with `mask.any(dim=-1, "
+        "keepdim=True)`.",
+        "`weights = torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1)`; `weights = "
+        "weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)`; `return weights @ value, weights`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -357,10 +363,16 @@ CROSS_ATTENTION = Exercise(
             lambda t, s, n, Q, K, V: _cross_attention(t, s, n, Q.T, K.T, V.T),
         ),
     ),
-    hint="Project: `q = target @ W_Q`, `k = source @ W_K`, `v = source @ W_V`. A source padding mask "
-    "`torch.arange(src_len)[None, :] < source_lengths[:, None]` is (batch, src_len); `[:, None, :]` gives it a query "
-    "axis. Then your scaled_dot_product_attention(q, k, v, mask), after expanding the mask to (batch, tgt_len, "
-    "src_len).",
+    hint=(
+        "The target asks, the source answers: queries from the target, keys and values from the source. Then "
+        "exercise 1, with a mask built from the source lengths.",
+        "`q = target @ W_Q`, `k = source @ W_K`, `v = source @ W_V` (rows are vectors). The source padding mask "
+        "`torch.arange(src_len)[None, :] < source_lengths[:, None]` is (batch, src_len); give it a query axis and "
+        "expand it to (batch, tgt_len, src_len).",
+        "`real = torch.arange(source.shape[1])[None, :] < source_lengths[:, None]`; `mask = real[:, None, "
+        ":].expand(-1, target.shape[1], -1)`; `return scaled_dot_product_attention(target @ W_Q, source @ W_K, "
+        "source @ W_V, mask)`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -400,12 +412,6 @@ def _score_std_cases() -> list[Case]:
         ),
     ]
 
-
-_SCORE_STD_HINT = (
-    "One component of a query, q_i = sum over d_model terms x_m W_mi, each with variance input_std^2 weight_std^2. "
-    "Then q . k sums head_dim products q_i k_i of independent factors: the variance of a product of two independent "
-    "zero-mean factors is the product of their variances."
-)
 
 INITIAL_SCORE_STD = Exercise(
     name="initial_score_std",
@@ -463,7 +469,15 @@ INITIAL_SCORE_STD = Exercise(
             lambda s, w, d, h: math.sqrt(h) * d * w**2,
         ),
     ),
-    hint=_SCORE_STD_HINT + " So Var(q_i) = d_model input_std^2 weight_std^2 and std(q . k) = sqrt(head_dim) Var(q_i).",
+    hint=(
+        "Go one level at a time: first the variance of one component of a query, q_i, then the variance of q . k, a "
+        "sum over head_dim components. Only the two facts in the text are needed.",
+        "q_i is a sum of d_model terms x_m W_mi, each a product of independent zero-mean factors, so Var(q_i) = "
+        "d_model input_std^2 weight_std^2 (and the same for k_i). q . k sums head_dim products q_i k_i, so Var(q . "
+        "k) = head_dim Var(q_i)^2.",
+        "std(q . k) = sqrt(head_dim) Var(q_i): `return math.sqrt(head_dim) * d_model * input_std**2 * "
+        "weight_std**2`, without squaring anything that could overflow first.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -546,9 +560,13 @@ PREVIOUS_TOKEN_SCALE = Exercise(
             lambda n, h, w: math.sqrt(h) * torch.log((n - 1) / (1 - w)),
         ),
     ),
-    hint="The previous key scores c / sqrt(head_dim) and each of the length - 1 other real keys scores 0, so its "
-    "weight is exp(a) / (exp(a) + m) with a = c / sqrt(head_dim) and m = length - 1. Set that equal to min_weight "
-    "and solve for a, then c.",
+    hint=(
+        "Write the weight on key i - 1 as a softmax over the real keys: its score is c / sqrt(head_dim), every "
+        "other real key scores 0. How many others are there?",
+        "With a = c / sqrt(head_dim) and m = length - 1 competitors, the weight is exp(a) / (exp(a) + m). Set it "
+        "equal to min_weight and solve for a: exp(a) = min_weight m / (1 - min_weight).",
+        "`return math.sqrt(head_dim) * torch.log(min_weight * (lengths - 1) / (1 - min_weight))`.",
+    ),
 )
 
 EXERCISES = (SCALED_DOT_PRODUCT_ATTENTION, CROSS_ATTENTION, INITIAL_SCORE_STD, PREVIOUS_TOKEN_SCALE)

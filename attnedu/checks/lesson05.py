@@ -122,8 +122,14 @@ SPLIT_HEADS = Exercise(
             lambda x, h: _split_viewed(x, h).transpose(2, 3),
         ),
     ),
-    hint="`batch, seq_len, d_model = x.shape`; `x.view(batch, seq_len, num_heads, d_model // num_heads)` cuts the "
-    "features into heads; `.transpose(1, 2)` puts the heads before the positions.",
+    hint=(
+        "Each position's d_model features are cut into num_heads consecutive slices, head 0 the first; then the "
+        "heads axis goes before the positions.",
+        "`x.reshape(batch, seq_len, num_heads, d_model // num_heads)` cuts each position's features (it keeps them "
+        "in order); `.transpose(1, 2)` swaps the positions and the heads.",
+        "`batch, seq_len, d_model = x.shape`; `return x.reshape(batch, seq_len, num_heads, d_model // "
+        "num_heads).transpose(1, 2)`.",
+    ),
 )
 
 
@@ -179,9 +185,14 @@ MERGE_HEADS = Exercise(
             lambda x: _merge_from(x, x.transpose(2, 3)),
         ),
     ),
-    hint="`batch, num_heads, seq_len, head_dim = x.shape`; `x.transpose(1, 2)` is (batch, seq_len, num_heads, "
-    "head_dim); `.reshape(batch, seq_len, num_heads * head_dim)` (reshape, not view: the transpose is not "
-    "contiguous).",
+    hint=(
+        "The inverse of split_heads: positions back before heads, then each position's heads side by side, head 0 "
+        "first.",
+        "`x.transpose(1, 2)` is (batch, seq_len, num_heads, head_dim); then join the last two axes. `reshape`, not "
+        "`view`: the transposed tensor is not contiguous.",
+        "`batch, num_heads, seq_len, head_dim = x.shape`; `return x.transpose(1, 2).reshape(batch, seq_len, "
+        "num_heads * head_dim)`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -375,9 +386,15 @@ MULTI_HEAD_ATTENTION = Exercise(
     gradients=True,  # it takes part in training: gradients must flow through it
     output_names=("output", "weights"),
     variants=_variants(grouped=False),
-    hint="Project (`query @ W_q`, ...), split each into heads with your split_heads, run scaled dot-product "
-    "attention on all heads at once with the mask given a head axis, `mask[:, None]` (batch, 1, query_len, "
-    "key_len), and a scale of sqrt(head_dim); merge the heads, then `@ W_o`. Return the weights of every head.",
+    hint=(
+        "Project with the full matrices, split into heads, attend in every head at once (the heads axis is just "
+        "another batch axis), merge, project with W_o.",
+        "`q = split_heads(query @ W_q, num_heads)` and the same for keys and values; scores scaled by "
+        "sqrt(head_dim), not sqrt(d_model); the mask is (batch, query_len, key_len): `mask[:, None]` gives it a "
+        "head axis. Return the weights of every head.",
+        "`scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask[:, None], float('-inf'))`; "
+        "`weights = torch.softmax(scores, dim=-1)`; `return merge_heads(weights @ v) @ W_o, weights`.",
+    ),
 )
 
 GROUPED_QUERY_ATTENTION = Exercise(
@@ -390,9 +407,15 @@ GROUPED_QUERY_ATTENTION = Exercise(
     gradients=True,  # it takes part in training: gradients must flow through it
     output_names=("output", "weights"),
     variants=_variants(grouped=True),
-    hint="Split the queries into num_heads heads and the keys and values into num_kv_heads heads (of the same "
-    "head_dim); `.repeat_interleave(num_heads // num_kv_heads, dim=1)` gives each group of consecutive query heads "
-    "its key/value head; then attention as in multi_head_attention.",
+    hint=(
+        "Like multi_head_attention, but the keys and values have only num_kv_heads heads (of the same head_dim), "
+        "each shared by a group of num_heads // num_kv_heads consecutive query heads.",
+        "Split the queries into num_heads heads and the keys and values into num_kv_heads heads. Query head h uses "
+        "key/value head h // group: `.repeat_interleave(group, dim=1)` repeats each key/value head for its group "
+        "(`.repeat` would interleave the groups instead).",
+        "`k = split_heads(key @ W_k, num_kv_heads).repeat_interleave(num_heads // num_kv_heads, dim=1)`, the same "
+        "for `v`; then the scores, mask, softmax and merge of multi_head_attention.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -480,9 +503,15 @@ PER_HEAD_WEIGHTS = Exercise(
             lambda w, h: tuple(b.T.expand(h, -1, -1) for b in w.chunk(3)),
         ),
     ),
-    hint="`w_q, w_k, w_v = in_proj_weight.chunk(3)`, each (d_model, d_model) in nn.Linear's layout (out, in). Head i "
-    "owns rows i * head_dim to (i + 1) * head_dim - 1: `w_q.reshape(num_heads, head_dim, d_model)`, then "
-    "`.transpose(1, 2)` gives (num_heads, d_model, head_dim), so that head i's queries are `x @ W_q[i]`.",
+    hint=(
+        "PyTorch stacks the three projections on top of each other, in nn.Linear's layout (out, in): rows are "
+        "output features. Head i owns the output features i * head_dim to (i + 1) * head_dim - 1 of each.",
+        "`w_q, w_k, w_v = in_proj_weight.chunk(3)`, each (d_model, d_model) as (out, in). Cut the output rows into "
+        "heads with `reshape(num_heads, head_dim, d_model)`, then transpose the last two axes so that head i's "
+        "queries are `x @ W_q[i]`.",
+        "`blocks = in_proj_weight.reshape(3, num_heads, head_dim, d_model).transpose(-2, -1)`; `return blocks[0], "
+        "blocks[1], blocks[2]`.",
+    ),
 )
 
 EXERCISES = (SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_ATTENTION, GROUPED_QUERY_ATTENTION, PER_HEAD_WEIGHTS)
