@@ -384,7 +384,14 @@ def _gradient_shares(net, data) -> dict:
 
     pairs = [p for bucket in data.test.values() for p in bucket[:40]]
     shares = gold_gradient_shares(net, pairs)
-    return {"mean": shares.mean().item(), "over_half": (shares > 0.5).float().mean().item(), "words": len(shares)}
+    of_largest = gold_gradient_shares(net, pairs, relative_to="largest")  # 1 where the gold word gets the most
+    return {
+        "mean": shares.mean().item(),
+        "over_half": (shares > 0.5).float().mean().item(),
+        "words": len(shares),
+        "largest_mean": of_largest.mean().item(),
+        "gold_largest": (of_largest == 1).float().mean().item(),
+    }
 
 
 def _gradient_summary(net, pair) -> dict:
@@ -490,11 +497,15 @@ def report(results: list[dict], args) -> None:
     if shares:
         print("\n## Lesson 02: the gold source word's share of the gradient reaching the source, per target word\n")
         print("Trained models; the first 40 test sentences of every bucket (`attnedu.analysis.gold_gradient_shares`)\n")
-        print("| model | seed | target words | mean share | share above one half |")
-        print("|---|---|---|---|---|")
+        print("Also the gold word's gradient relative to the largest (`relative_to=\"largest\"`): its mean, and how "
+              "often the gold word gets the largest\n")  # fmt: skip
+        print("| model | seed | target words | mean share | share above one half | relative to the largest: mean "
+              "| gold the largest |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|")
         for r in shares:
             g = r["gradients"]["shares"]
-            print(f"| {r['model']} | {r['seed']} | {g['words']} | {g['mean']:.3f} | {g['over_half']:.3f} |")
+            print(f"| {r['model']} | {r['seed']} | {g['words']} | {g['mean']:.3f} | {g['over_half']:.3f} | "
+                  f"{g['largest_mean']:.3f} | {g['gold_largest']:.3f} |")  # fmt: skip
     print("\n## Bahdanau attention: alignment by word class (target words, hits, commonest miss offsets)\n")
     for r in by_model["attention"]:
         print(f"- seed {r['seed']}: " + "; ".join(f"{k} {v[0]} words, {v[1]} hits, misses {v[2]}" for k, v in

@@ -80,13 +80,19 @@ def test_gold_gradient_shares_of_a_padded_batch_equal_each_sentence_alone(attent
     model = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), attention, False, emb_dim=8, hidden_dim=16, seed=3)
     pairs = make_pairs(5, 5, 12, seed=4)  # different lengths: padded together
     shares = gold_gradient_shares(model, pairs)
-    alone = []
+    of_largest = gold_gradient_shares(model, pairs, relative_to="largest")
+    alone, alone_largest = [], []
     for pair in pairs:
         for t, gold in enumerate(pair.alignment):
             norms = source_gradient_norms(model, pair, target_step=t)
             alone.append((norms[gold] / norms.sum()).item())
-    assert shares.shape == (sum(len(p.target) for p in pairs),)
+            alone_largest.append((norms[gold] / norms.max()).item())
+    assert shares.shape == of_largest.shape == (sum(len(p.target) for p in pairs),)
     assert torch.allclose(shares, torch.tensor(alone), atol=1e-5)
+    assert torch.allclose(of_largest, torch.tensor(alone_largest), atol=1e-5)
+    assert (of_largest >= shares).all() and (of_largest <= 1).all() and not torch.allclose(of_largest, shares)
+    with pytest.raises(ValueError, match="relative_to should be 'total' or 'largest'"):
+        gold_gradient_shares(model, pairs, relative_to="max")
 
 
 def test_word_correct_reproduces_greedy_exact_match():
