@@ -901,3 +901,16 @@ def test_the_kernel_calls_every_case_after_an_error_and_none_after_a_time_out(tm
     _call_cases(hangs_on_two, str(tmp_path / "cases.pt"), tmp_path / "hangs", 0.2)
     assert sorted(p.name for p in (tmp_path / "hangs").iterdir()) == ["0.pt", "1.pt"]
     assert load_record(tmp_path, "hangs/1.pt")["timed_out"] is True
+
+
+def test_scan_lets_the_lessons_printing_helper_through():
+    """`attnedu.runtime.rounded` prints a number as the lessons do and gives no answer away; the rest of the module
+    is still the course's own code."""
+    from attnedu.grading.scan import scan
+
+    helper = ["from attnedu.runtime import rounded\nprint(rounded(torch.ones(2)))", BY_HAND]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in helper])
+    found = scan(nb, list(EXERCISES))
+    assert not found.flagged and not found.notes, found.notes
+    other = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("from attnedu.runtime import in_parallel")])
+    assert "the course's reference code" in " ".join(scan(other, list(EXERCISES)).notes)
