@@ -517,7 +517,10 @@ def test_reports(graded):
     feedback = sorted(p.name for p in (report / "feedback").iterdir())
     assert feedback == sorted(name.replace(".ipynb", ".md") for name in table)
     mutant = (report / "feedback" / "02_reference.md").read_text(encoding="utf-8")
-    assert "**Score: 2 / 5**" in mutant and "softmax over the wrong axis" in mutant and "Hint:" in mutant
+    assert "**Score: 2 / 5**" in mutant and "softmax over the wrong axis" in mutant
+    # masked_softmax's hint comes in three steps, all written out in the feedback, the code last
+    assert "💡 Hints, one step at a time" in mutant
+    assert "3. `weights = torch.softmax(scores.masked_fill(~mask" in mutant
     with open(report / "summary.csv", newline="", encoding="utf-8") as f:
         summary = {row["exercise"]: row for row in csv.DictReader(f)}
     assert set(summary) == set(EXERCISES)
