@@ -356,12 +356,14 @@ def test_lesson_06_to_09_messages_print_no_fix():
         ("to_additive", lambda mask, dtype: torch.zeros(mask.shape, dtype=dtype)[None], "shape"),
         ("rms_norm", lambda x, w, eps: x.mul_(2.0), "inplace"),
         ("document_mask", lambda ids: (ids[:, :, None] == ids[:, None, :]).long(), "dtype"),
+        ("last_real_state", lambda s, n: s.detach()[torch.arange(s.shape[0]), n - 1], "gradient"),
+        ("additive_score", lambda q, k, W, U, v: torch.tensor(additive_score(q, k, W, U, v).tolist()), "gradient"),
     ],
-    ids=["extra-dimension", "in-place", "dtype"],
+    ids=["extra-dimension", "in-place", "dtype", "gradient-cut", "gradient-through-python"],
 )
 def test_the_engines_own_messages_print_no_fix(name, fn, finding):
     """The messages the engine writes itself (a shape with an extra axis, an input changed in place, a wrong
-    dtype) explain what went wrong without handing over the line that fixes it."""
+    dtype, gradients that do not flow back) explain what went wrong without handing over the line that fixes it."""
     result = checks.check(name, fn)
     assert result.status == FAILED and finding in result.findings, repr(result)
     assert not _printed_fixes(result.message), (result.message, _printed_fixes(result.message))

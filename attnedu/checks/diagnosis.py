@@ -379,9 +379,11 @@ def run_check(
         return result(FAILED, f"the check itself failed ({type(err).__name__}: {err}); please report this.")
 
 
+# What cuts a computation off from autograd, named (not written out as code: a message names the mistake, the
+# hint's last step gives the code)
 _CUTS = (
-    "`.detach()`, `.data`, `with torch.no_grad()`, `.item()` or `.tolist()`, a round trip through NumPy, or "
-    "`torch.tensor(...)` around a tensor"
+    "`detach`, the `data` attribute, a `torch.no_grad` block, `item` or `tolist`, a round trip through NumPy, or "
+    "`torch.tensor` called on a tensor"
 )
 
 
