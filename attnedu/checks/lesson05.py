@@ -509,6 +509,7 @@ PER_HEAD_WEIGHTS = Exercise(
         "`w_q, w_k, w_v = in_proj_weight.chunk(3)`, each (d_model, d_model) as (out, in). Cut the output rows into "
         "heads with `reshape(num_heads, head_dim, d_model)`, then transpose the last two axes so that head i's "
         "queries are `x @ W_q[i]`.",
+        "`d_model = in_proj_weight.shape[1]`; `head_dim = d_model // num_heads`; "
         "`blocks = in_proj_weight.reshape(3, num_heads, head_dim, d_model).transpose(-2, -1)`; `return blocks[0], "
         "blocks[1], blocks[2]`.",
     ),
