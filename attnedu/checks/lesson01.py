@@ -79,8 +79,13 @@ PADDING_MASK = Exercise(
             lambda lengths, max_len: torch.arange(int(lengths.max()))[None, :] < lengths[:, None],
         ),
     ),
-    hint="Compare a row of positions `torch.arange(max_len)` with a column of lengths: broadcasting a "
-    "(1, max_len) tensor against a (batch, 1) tensor gives (batch, max_len), and `<` gives bools.",
+    hint=(
+        "Position j of sentence b is real when j < lengths[b]. Compare every position with every sentence's length "
+        "at once, without a loop: broadcasting does it.",
+        "A row of positions `torch.arange(max_len)`, shaped (1, max_len), against a column of lengths, (batch, 1): "
+        "`<` between them broadcasts to (batch, max_len) and gives bools.",
+        "`return torch.arange(max_len)[None, :] < lengths[:, None]`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -119,6 +124,7 @@ LAST_REAL_STATE = Exercise(
     returns=(("batch", "hidden"),),
     reference=_last_real_state,
     make_cases=_last_real_state_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     variants=(
         Variant(
             "your output is the state at the last position of the padded batch (`states[:, -1]`). For a sentence "
@@ -155,8 +161,13 @@ LAST_REAL_STATE = Exercise(
             lambda states, lengths: states[:, lengths - 1],
         ),
     ),
-    hint="Advanced indexing with two index tensors pairs them up: `x[rows, cols]` picks x[rows[0], cols[0]], "
-    "x[rows[1], cols[1]], ... One index tensor runs over the batch, the other says which position.",
+    hint=(
+        "Sentence b's last real word is at position lengths[b] - 1 (positions count from 0), a different position "
+        "for each sentence: `states[:, lengths - 1]` would take every listed position for every sentence.",
+        "Advanced indexing with two index tensors pairs them up: `x[rows, cols]` picks x[rows[0], cols[0]], "
+        "x[rows[1], cols[1]], ... One index tensor runs over the batch, the other says which position.",
+        "`return states[torch.arange(states.shape[0]), lengths - 1]`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -258,8 +269,14 @@ REVERSE_PADDED = Exercise(
             lambda src, lengths: _reverse_shifted(src, lengths, -1),
         ),
     ),
-    hint="A loop over the batch is fine here: for row b with n = lengths[b] real tokens, the reversed row is "
-    "`src[b, :n].flip(0)` followed by the row's padding. Start from a copy, `out = src.clone()`.",
+    hint=(
+        "Only the real tokens move; the padding stays at the end of each row. Each sentence has its own length, so "
+        "a loop over the batch is fine here.",
+        "For row b with n = lengths[b] real tokens, the reversed row is `src[b, :n].flip(0)` followed by the row's "
+        "padding, which is already in place in a copy of `src`.",
+        "`out = src.clone()`; `for b, n in enumerate(lengths.tolist()): out[b, :n] = src[b, :n].flip(0)`; `return "
+        "out`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -366,6 +383,7 @@ BIDIRECTIONAL_SUMMARY = Exercise(
     returns=(("batch", "2 * hidden"),),
     reference=_bidirectional_summary,
     make_cases=_bidirectional_summary_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=_bidirectional_layout,
     variants=(
         Variant(
@@ -417,9 +435,15 @@ BIDIRECTIONAL_SUMMARY = Exercise(
             lambda states, lengths: _at(_halves(states)[0], lengths - 1),
         ),
     ),
-    hint="Split the features: `hidden = states.shape[-1] // 2`. The forward half of sentence b is "
-    "`states[b, lengths[b] - 1, :hidden]` (pair a batch index with each position, as in exercise 2); the "
-    "backward half is `states[:, 0, hidden:]`. Join them with `torch.cat([...], dim=-1)`.",
+    hint=(
+        "Each direction's final state sits where that direction finished reading: the forward one at the last real "
+        "word, the backward one at the first word. Which half of the features belongs to which direction?",
+        "Split the features: `hidden = states.shape[-1] // 2`; the first half is the forward direction. The forward "
+        "half of sentence b is at position lengths[b] - 1 (pair a batch index with each position, as in exercise "
+        "2); the backward half is at position 0 for every sentence.",
+        "`forward = states[torch.arange(states.shape[0]), lengths - 1, :hidden]`; `backward = states[:, 0, "
+        "hidden:]`; `return torch.cat([forward, backward], dim=-1)`.",
+    ),
 )
 
 EXERCISES = (PADDING_MASK, LAST_REAL_STATE, REVERSE_PADDED, BIDIRECTIONAL_SUMMARY)

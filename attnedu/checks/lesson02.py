@@ -96,6 +96,7 @@ ADDITIVE_SCORE = Exercise(
     returns=(("batch", "src_len"),),
     reference=additive_score,
     make_cases=_additive_score_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=_score_layout,
     variants=(
         Variant(
@@ -145,8 +146,13 @@ ADDITIVE_SCORE = Exercise(
             lambda q, k, W, U, v: torch.tanh((q @ W.T)[:, :, None] + k @ U.T) @ v,
         ),
     ),
-    hint="Project first: `query @ W_a.T` is (batch, attn_dim) and `keys @ U_a.T` is (batch, src_len, attn_dim). "
-    "Insert a source axis into the first with `[:, None, :]` so they add, apply tanh, then `@ v_a`.",
+    hint=(
+        "Project the query once and every key once, add them (the query's projection is the same for every source "
+        "position), squash with tanh, and reduce to one number per position with v_a.",
+        "With rows as vectors, W_a s is `query @ W_a.T`, (batch, attn_dim), and U_a h_j for every j is `keys @ "
+        "U_a.T`, (batch, src_len, attn_dim). Give the first a source axis, `[:, None, :]`, so that they add.",
+        "`return torch.tanh((query @ W_a.T)[:, None, :] + keys @ U_a.T) @ v_a`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -242,6 +248,7 @@ MASKED_SOFTMAX = Exercise(
     returns=(("batch", "src_len"),),
     reference=masked_softmax,
     make_cases=_masked_softmax_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=_softmax_layout,
     variants=(
         Variant(
@@ -277,18 +284,27 @@ MASKED_SOFTMAX = Exercise(
         ),
         Variant(
             "a fully masked row gives NaN (0/0: nothing is left to share the weight), and everything else is right. "
-            "Such a row must give all zeros: replace the NaN afterwards, e.g. `weights.nan_to_num(0.0)`.",
+            "Such a row must give all zeros: zero the rows where the mask is all False, "
+            "`weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)` (`nan_to_num` would also hide a NaN "
+            "from a bug).",
             lambda s, m: _softmax_filled(s, ~m, float("-inf")),
         ),
         Variant(
             "a fully masked row gets uniform weights, as when the masked scores are a large negative number such "
             "as -1e9, which is still finite. A row with nothing to attend to must give all zeros (use -inf, then "
-            "replace the NaN with 0).",
+            "zero the rows where the mask is all False).",
             lambda s, m: _softmax_filled(s, ~m, -1e9),
         ),
     ),
-    hint="`scores.masked_fill(~mask, float('-inf'))` sets the masked scores to -inf without changing `scores`; "
-    "then `torch.softmax(..., dim=-1)`. A fully masked row comes out as NaN: `.nan_to_num(0.0)` turns it into zeros.",
+    hint=(
+        "Mask the scores before the softmax, not the weights after it: a masked score of -inf gets exactly 0 "
+        "weight, and the real words share all of it. Then think about a row with no real word at all.",
+        "`scores.masked_fill(~mask, float('-inf'))` makes a masked copy (True = real word); `torch.softmax(..., "
+        "dim=-1)` over the source axis. A fully masked row comes out as NaN (0/0): zero exactly those rows, found "
+        "with `mask.any(dim=-1, keepdim=True)`, not every NaN (`nan_to_num` would hide a real bug).",
+        "`weights = torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1)`; `return "
+        "weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)`.",
+    ),
     properties=_softmax_properties,
 )
 
@@ -333,6 +349,7 @@ CONTEXT_VECTOR = Exercise(
     returns=(("batch", "enc_dim"),),
     reference=context_vector,
     make_cases=_context_vector_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     variants=(
         Variant(
             "your output is the plain mean of the states, without the weights. The context is the weighted sum "
@@ -376,8 +393,13 @@ CONTEXT_VECTOR = Exercise(
             lambda w, v: v[torch.arange(v.shape[0]), w.argmax(dim=1)],
         ),
     ),
-    hint="Give weights a trailing axis, `weights[:, :, None]` is (batch, src_len, 1), so it broadcasts against "
-    "values (batch, src_len, enc_dim); multiply, then sum over the source axis.",
+    hint=(
+        "For each sentence, a weighted sum of its values over the source positions: one weight per position, the "
+        "whole vector h_j multiplied by it.",
+        "`weights` is (batch, src_len) and `values` (batch, src_len, enc_dim): give the weights a trailing axis, "
+        "`weights[:, :, None]`, so that they broadcast over the features; multiply, then sum over the source axis.",
+        "`return (weights[:, :, None] * values).sum(dim=1)`, or `(weights[:, None, :] @ values)[:, 0]`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -477,6 +499,7 @@ DECODER_STEP = Exercise(
     returns=(("batch", "vocab"), ("batch", "hidden_dim"), ("batch", "src_len")),
     reference=_decoder_step_reference,
     make_cases=_decoder_step_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     output_names=("logits", "new_state", "weights"),
     layout=_step_layout,
     variants=(
@@ -517,9 +540,14 @@ DECODER_STEP = Exercise(
             _step_with(_cat("e", "s"), _cat("s_t", "c", "e")),
         ),
     ),
-    hint="Three lines, in Bahdanau's order: `context, weights = attention(state, annotations, mask)` (from "
-    "s_{t-1}); `new_state = cell(torch.cat([embedded, context], -1), state)`; "
-    "`logits = out(torch.cat([new_state, context, embedded], -1))`.",
+    hint=(
+        "Bahdanau's order: attend first, from the previous state s_{t-1}, then update the state with the context, "
+        "then predict. Which state does the attention get, the old or the new?",
+        "`context, weights = attention(state, annotations, mask)`; the GRU cell reads [E y_{t-1}; c_t], "
+        "`torch.cat([embedded, context], -1)`, with the old state; the output layer reads [s_t; c_t; E y_{t-1}].",
+        "`context, weights = attention(state, annotations, mask)`; `new_state = cell(torch.cat([embedded, context], "
+        "-1), state)`; `return out(torch.cat([new_state, context, embedded], -1)), new_state, weights`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -667,10 +695,15 @@ COVERAGE = Exercise(
             lambda w, s, t: _source_below(_steps_below(w, s).sum(dim=1), t),
         ),
     ),
-    hint="Build two masks with the padding mask of lesson 01: one over the target steps, "
-    "`torch.arange(tgt_len)[None, :] < tgt_lengths[:, None]` (batch, tgt_len), one over the source words. Zero the "
-    "padded rows with `weights.masked_fill(~steps[:, :, None], 0.0)`, sum over dim 1, then zero the padded source "
-    "positions the same way.",
+    hint=(
+        "Sum each source word's weights over the decoder steps, but only over each sentence's real steps; and a "
+        "padded source position gets 0 whatever its weights say.",
+        "Two padding masks, as in lesson 01: real steps `torch.arange(tgt_len)[None, :] < tgt_lengths[:, None]` "
+        "(batch, tgt_len), real words the same with src_len and src_lengths. Zero the padded steps' rows (give "
+        "their mask a source axis), sum over dim 1, then zero the padded source positions.",
+        "`steps = torch.arange(tgt_len)[None, :] < tgt_lengths[:, None]`, `words` the same for the source; "
+        "`total = weights.masked_fill(~steps[:, :, None], 0.0).sum(dim=1)`; `return total.masked_fill(~words, 0.0)`.",
+    ),
 )
 
 EXERCISES = (ADDITIVE_SCORE, MASKED_SOFTMAX, CONTEXT_VECTOR, DECODER_STEP, COVERAGE)

@@ -16,8 +16,20 @@ import math
 import torch
 
 from ..masks import padding_mask
-from ..multihead import grouped_query_attention, merge_heads, multi_head_attention, split_heads
-from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
+from ..multihead import grouped_query_attention, merge_heads, multi_head_attention, per_head_weights, split_heads
+from .exercise import (
+    LARGE,
+    ONE,
+    PADDED,
+    UNPADDED,
+    Case,
+    Exercise,
+    Layout,
+    Variant,
+    generator,
+    kinds,
+    randn,
+)
 
 LESSON = "05_multi_head_attention"
 
@@ -74,6 +86,7 @@ SPLIT_HEADS = Exercise(
     returns=(("batch", "num_heads", "seq_len", "head_dim"),),
     reference=split_heads,
     make_cases=_split_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=lambda args: (Layout(positions=2),),
     variants=(
         Variant(
@@ -109,8 +122,14 @@ SPLIT_HEADS = Exercise(
             lambda x, h: _split_viewed(x, h).transpose(2, 3),
         ),
     ),
-    hint="`batch, seq_len, d_model = x.shape`; `x.view(batch, seq_len, num_heads, d_model // num_heads)` cuts the "
-    "features into heads; `.transpose(1, 2)` puts the heads before the positions.",
+    hint=(
+        "Each position's d_model features are cut into num_heads consecutive slices, head 0 the first; then the "
+        "heads axis goes before the positions.",
+        "`x.reshape(batch, seq_len, num_heads, d_model // num_heads)` cuts each position's features (it keeps them "
+        "in order); `.transpose(1, 2)` swaps the positions and the heads.",
+        "`batch, seq_len, d_model = x.shape`; `return x.reshape(batch, seq_len, num_heads, d_model // "
+        "num_heads).transpose(1, 2)`.",
+    ),
 )
 
 
@@ -126,6 +145,7 @@ MERGE_HEADS = Exercise(
     returns=(("batch", "seq_len", "d_model"),),
     reference=merge_heads,
     make_cases=_merge_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=lambda args: (Layout(positions=1),),
     variants=(
         Variant(
@@ -165,9 +185,14 @@ MERGE_HEADS = Exercise(
             lambda x: _merge_from(x, x.transpose(2, 3)),
         ),
     ),
-    hint="`batch, num_heads, seq_len, head_dim = x.shape`; `x.transpose(1, 2)` is (batch, seq_len, num_heads, "
-    "head_dim); `.reshape(batch, seq_len, num_heads * head_dim)` (reshape, not view: the transpose is not "
-    "contiguous).",
+    hint=(
+        "The inverse of split_heads: positions back before heads, then each position's heads side by side, head 0 "
+        "first.",
+        "`x.transpose(1, 2)` is (batch, seq_len, num_heads, head_dim); then join the last two axes. `reshape`, not "
+        "`view`: the transposed tensor is not contiguous.",
+        "`batch, num_heads, seq_len, head_dim = x.shape`; `return x.transpose(1, 2).reshape(batch, seq_len, "
+        "num_heads * head_dim)`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -358,11 +383,18 @@ MULTI_HEAD_ATTENTION = Exercise(
     returns=(("batch", "query_len", "d_model"), ("batch", "num_heads", "query_len", "key_len")),
     reference=multi_head_attention,
     make_cases=_multi_head_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     output_names=("output", "weights"),
     variants=_variants(grouped=False),
-    hint="Project (`query @ W_q`, ...), split each into heads with your split_heads, run scaled dot-product "
-    "attention on all heads at once with the mask given a head axis, `mask[:, None]` (batch, 1, query_len, "
-    "key_len), and a scale of sqrt(head_dim); merge the heads, then `@ W_o`. Return the weights of every head.",
+    hint=(
+        "Project with the full matrices, split into heads, attend in every head at once (the heads axis is just "
+        "another batch axis), merge, project with W_o.",
+        "`q = split_heads(query @ W_q, num_heads)` and the same for keys and values; scores scaled by "
+        "sqrt(head_dim), not sqrt(d_model); the mask is (batch, query_len, key_len): `mask[:, None]` gives it a "
+        "head axis. Return the weights of every head.",
+        "`scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask[:, None], float('-inf'))`; "
+        "`weights = torch.softmax(scores, dim=-1)`; `return merge_heads(weights @ v) @ W_o, weights`.",
+    ),
 )
 
 GROUPED_QUERY_ATTENTION = Exercise(
@@ -372,11 +404,115 @@ GROUPED_QUERY_ATTENTION = Exercise(
     returns=(("batch", "query_len", "d_model"), ("batch", "num_heads", "query_len", "key_len")),
     reference=grouped_query_attention,
     make_cases=_grouped_query_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     output_names=("output", "weights"),
     variants=_variants(grouped=True),
-    hint="Split the queries into num_heads heads and the keys and values into num_kv_heads heads (of the same "
-    "head_dim); `.repeat_interleave(num_heads // num_kv_heads, dim=1)` gives each group of consecutive query heads "
-    "its key/value head; then attention as in multi_head_attention.",
+    hint=(
+        "Like multi_head_attention, but the keys and values have only num_kv_heads heads (of the same head_dim), "
+        "each shared by a group of num_heads // num_kv_heads consecutive query heads.",
+        "Split the queries into num_heads heads and the keys and values into num_kv_heads heads. Query head h uses "
+        "key/value head h // group: `.repeat_interleave(group, dim=1)` repeats each key/value head for its group "
+        "(`.repeat` would interleave the groups instead).",
+        "`k = split_heads(key @ W_k, num_kv_heads).repeat_interleave(num_heads // num_kv_heads, dim=1)`, the same "
+        "for `v`; then the scores, mask, softmax and merge of multi_head_attention.",
+    ),
 )
 
-EXERCISES = (SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_ATTENTION, GROUPED_QUERY_ATTENTION)
+# --------------------------------------------------------------------------------------------
+# per_head_weights: one stacked projection as h separate per-head matrices (not in the lesson)
+# --------------------------------------------------------------------------------------------
+
+
+def _per_head_cases() -> list[Case]:
+    g = generator(55)
+
+    def case(d_model: int, num_heads: int, tags, scale: float = 1.0, note: str = "") -> Case:
+        weight = scale * randn(g, 3 * d_model, d_model)
+        description = f"d_model {d_model}, num_heads {num_heads}, head_dim {d_model // num_heads}"
+        return Case(description + (f"; {note}" if note else ""), (weight, num_heads), tags)
+
+    return [
+        case(4, 2, kinds(), note="head_dim equals num_heads"),
+        case(6, 3, kinds()),
+        case(3, 1, kinds(ONE), note="a single head: head_dim equals d_model"),
+        case(12, 4, kinds()),
+        case(8, 4, kinds()),
+        case(6, 2, kinds(LARGE), scale=1e30, note="weights around ±1e30"),
+    ]
+
+
+def _heads_from(weight: torch.Tensor, num_heads: int, rows) -> tuple[torch.Tensor, ...]:
+    """A known-wrong per_head_weights: ``rows(W, num_heads)`` turns one (d_model, d_model) block of in_proj_weight
+    (nn.Linear's layout) into the per-head tensor; the blocks are taken in the order q, k, v."""
+    return tuple(rows(block, num_heads) for block in weight.chunk(3))
+
+
+def _slices(block: torch.Tensor, num_heads: int, *, transpose=True, interleaved=False, columns=False):
+    d_model = block.shape[1]
+    head_dim = d_model // num_heads
+    heads = []
+    for i in range(num_heads):
+        index = slice(i, None, num_heads) if interleaved else slice(i * head_dim, (i + 1) * head_dim)
+        part = block[:, index] if columns else block[index]
+        heads.append(part.T if transpose and not columns else part)
+    return torch.stack(heads)
+
+
+_PER_HEAD_SHAPES = (("num_heads", "d_model", "head_dim"),) * 3
+
+PER_HEAD_WEIGHTS = Exercise(
+    name="per_head_weights",
+    lesson=LESSON,
+    params=("in_proj_weight", "num_heads"),
+    returns=_PER_HEAD_SHAPES,
+    reference=per_head_weights,
+    make_cases=_per_head_cases,
+    output_names=("W_q", "W_k", "W_v"),
+    variants=(
+        Variant(
+            "your matrices are not transposed: nn.Linear (and so in_proj_weight) keeps a projection as (out_features, "
+            "in_features) and computes x @ W.T. Head i's rows i * head_dim to (i + 1) * head_dim - 1 of the query "
+            "block, transposed, give the (d_model, head_dim) matrix that multiplies x from the right.",
+            lambda w, h: _heads_from(w, h, lambda b, n: _slices(b, n, transpose=False)),
+        ),
+        Variant(
+            "head i got every num_heads-th row (i, i + num_heads, ...): the heads dealt out in turn. Head i owns the "
+            "consecutive output features i * head_dim to (i + 1) * head_dim - 1, as split_heads cuts them.",
+            lambda w, h: _heads_from(w, h, lambda b, n: _slices(b, n, interleaved=True)),
+        ),
+        Variant(
+            "the heads were cut from the input features (the columns of in_proj_weight): every head reads the whole "
+            "input x and owns a slice of the output features, which are the rows of nn.Linear's weight.",
+            lambda w, h: _heads_from(w, h, lambda b, n: _slices(b, n, columns=True)),
+        ),
+        Variant(
+            "each block was reshaped straight to (num_heads, d_model, head_dim), which mixes rows of different "
+            "output features: reshape it to (num_heads, head_dim, d_model), one slice of rows per head, then swap "
+            "the last two axes.",
+            lambda w, h: _heads_from(w, h, lambda b, n: b.reshape(n, b.shape[1], b.shape[1] // n)),
+        ),
+        Variant(
+            "the query, key and value blocks are in the wrong order: in_proj_weight stacks the query projection "
+            "first, then the keys', then the values' (rows 0 to d_model - 1 are the queries').",
+            lambda w, h: (lambda q, k, v: (k, q, v))(*per_head_weights(w, h)),
+            lambda w, h: (lambda q, k, v: (v, k, q))(*per_head_weights(w, h)),
+        ),
+        Variant(
+            "every head got the whole (d_model, d_model) projection: head i owns only head_dim of its output "
+            "features, rows i * head_dim to (i + 1) * head_dim - 1 of the block (transposed).",
+            lambda w, h: tuple(b.T.expand(h, -1, -1) for b in w.chunk(3)),
+        ),
+    ),
+    hint=(
+        "PyTorch stacks the three projections on top of each other, in nn.Linear's layout (out, in): rows are "
+        "output features. Head i owns the output features i * head_dim to (i + 1) * head_dim - 1 of each.",
+        "`w_q, w_k, w_v = in_proj_weight.chunk(3)`, each (d_model, d_model) as (out, in). Cut the output rows into "
+        "heads with `reshape(num_heads, head_dim, d_model)`, then transpose the last two axes so that head i's "
+        "queries are `x @ W_q[i]`.",
+        "`d_model = in_proj_weight.shape[1]`; `head_dim = d_model // num_heads`; "
+        "`blocks = in_proj_weight.reshape(3, num_heads, head_dim, d_model).transpose(-2, -1)`; `return blocks[0], "
+        "blocks[1], blocks[2]`.",
+    ),
+)
+
+EXERCISES = (SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_ATTENTION, GROUPED_QUERY_ATTENTION, PER_HEAD_WEIGHTS)

@@ -218,6 +218,14 @@ def bi_forward_only(states, lengths):
     return states[torch.arange(states.shape[0]), lengths - 1, : states.shape[-1] // 2]
 
 
+def lrs_detached(states, lengths):
+    return learner_last_real_state(states.detach(), lengths)  # the right vectors, cut off from the encoder
+
+
+def bs_through_lists(states, lengths):
+    return torch.tensor(learner_bidirectional_summary(states, lengths).tolist())
+
+
 MUTANTS = [
     ("padding_mask", mask_inverted, "inverted"),
     ("padding_mask", mask_off_by_one, "one True too many"),
@@ -250,6 +258,8 @@ MUTANTS = [
     ("bidirectional_summary", bi_halves_swapped, "two halves are swapped"),
     ("bidirectional_summary", bi_positions_swapped, "positions of the two directions are swapped"),
     ("bidirectional_summary", bi_forward_only, "only the forward half"),
+    ("last_real_state", lrs_detached, "no gradient flows back from your outputs to `states`"),
+    ("bidirectional_summary", bs_through_lists, "no gradient flows back from your outputs to `states`"),
 ]
 
 
