@@ -24,14 +24,15 @@ LESSON = "03_luong_attention"
 
 # Mistakes in placing the projected query against the keys, made in general_score and again in a decoder step.
 _QUERY_BATCH_ONE_LATE = (
-    "source position j of every sentence was scored with sentence j's query: the projected query's batch "
-    "axis met the keys' source axis, one axis too late (as `[None, :, :]` does; it runs only when batch "
-    "equals src_len). Insert the source axis after the batch: `[:, None, :]`."
+    "source position j of every sentence was scored with sentence j's query: the projected query's batch axis met the "
+    "keys' source axis, one axis too late (as when the query's new axis goes in front; it runs only when batch equals "
+    "src_len). The projected query needs an axis of size 1 for the source positions right after the batch, so that "
+    "every position of a sentence meets that sentence's query."
 )
 _QUERY_FEATURES_ONE_EARLY = (
-    "the projected query's features met the keys' source axis, one axis too early (as `[:, :, None]` does: "
-    "(batch, enc_dim, 1), which runs only when src_len equals enc_dim), so features and positions got "
-    "mixed. Insert the source axis after the batch: `[:, None, :]`, (batch, 1, enc_dim)."
+    "the projected query's features met the keys' source axis, one axis too early (its new axis went last: (batch, "
+    "enc_dim, 1), which runs only when src_len equals enc_dim), so features and positions got mixed. The projected "
+    "query needs an axis of size 1 for the source positions right after the batch: (batch, 1, enc_dim)."
 )
 
 # --------------------------------------------------------------------------------------------
@@ -82,8 +83,8 @@ GENERAL_SCORE = Exercise(
             lambda q, k, W: (q[:, None, :] * k).sum(-1),
         ),
         Variant(
-            "your scores use W_a^T in place of W_a (they run only when dec_dim equals enc_dim). W_a is "
-            "(dec_dim, enc_dim), so s^T W_a is `query @ W_a`, of size enc_dim, which then meets each h_j.",
+            "your scores use W_a^T in place of W_a (they run only when dec_dim equals enc_dim). W_a is (dec_dim, "
+            "enc_dim), so s^T W_a, the query times W_a, has enc_dim features, which then meet each h_j.",
             lambda q, k, W: general_score(q, k, W.T),
         ),
         Variant(
@@ -101,13 +102,14 @@ GENERAL_SCORE = Exercise(
             lambda q, k, W: general_score(q, k, W).T,
         ),
         Variant(
-            "your output is `(query @ W_a) @ keys.transpose(1, 2)` with a 2-D query, which broadcasts over the "
-            "batch: every sentence's query meets every sentence's keys, (batch, batch, src_len). Give the query "
-            "a step axis, `(query @ W_a)[:, None, :]`, then squeeze it out (or multiply and sum over enc_dim).",
+            "your output is the matrix product of the 2-D projected query with the transposed keys, which broadcasts "
+            "over the batch: every sentence's query meets every sentence's keys, (batch, batch, src_len). Each "
+            "sentence's query must meet only that sentence's keys, one score per source position: (batch, src_len).",
             lambda q, k, W: (q @ W) @ k.transpose(1, 2),
         ),
         Variant(
-            "the output has an extra dimension of size 1: (batch, 1, src_len). Remove it with `.squeeze(1)`.",
+            "the output has an extra dimension of size 1: (batch, 1, src_len), the query's step axis, which the "
+            "batched matrix product keeps. The scores are one row per sentence, (batch, src_len).",
             lambda q, k, W: (q @ W)[:, None, :] @ k.transpose(1, 2),
         ),
         Variant(
@@ -188,8 +190,7 @@ ATTENTIONAL_HIDDEN = Exercise(
         ),
         Variant(
             "the concatenation is in the wrong order: [s_t; c_t] instead of [c_t; s_t] (it runs only when enc_dim "
-            "equals hidden_dim). The first enc_dim columns of W_c meet the context: `torch.cat([context, state], "
-            "dim=-1)`.",
+            "equals hidden_dim). The first enc_dim columns of W_c meet the context, the last hidden_dim the state.",
             lambda c, h, W: _attentional_hidden(h, c, W),
         ),
         Variant(
@@ -319,54 +320,58 @@ ATTEND_ALL_STEPS = Exercise(
     layout=_attend_layout,
     variants=(
         Variant(
-            "the attention gives weight to padding, as it does without a mask: build the padding mask from "
-            "`src_lengths` (lesson 01) and set the scores at padded positions to -inf before the softmax.",
+            "the attention gives weight to padding, as it does without a mask: your weights at source positions j >= "
+            "src_lengths[b] are not 0. The padding mask comes from src_lengths (as in lesson 01), and the padded "
+            "scores must be -inf before the softmax.",
             _attend_with(mask_of=None),
         ),
         Variant(
-            "the mask is inverted: the real source positions got zero weight and the padding got all of it. "
-            "Position j of sentence b is real when `j < src_lengths[b]`; fill where that is False.",
+            "the mask is inverted: the real source positions got zero weight and the padding got all of it (a "
+            "sentence without padding has every position hidden). Position j of sentence b is real when j < "
+            "src_lengths[b]: those are the positions whose scores stay.",
             _attend_with(mask_of=lambda n, s: ~_lengths_mask(0)(n, s)),
             _attend_with(mask_of=lambda n, s: ~_lengths_mask(0)(n, s), nan=True),
         ),
         Variant(
-            "off by one: the first padded position (j = length) gets weight too. Position j is real when "
-            "`j < src_lengths[b]`, counting from 0.",
+            "off by one: the first padded position (j = length) gets weight too, in every padded sentence. Position j "
+            "of sentence b is real when j < src_lengths[b], counting from 0.",
             _attend_with(mask_of=_lengths_mask(1)),
         ),
         Variant(
-            "off by one: the last real source word (j = length - 1) gets no weight. Position j is real when "
-            "`j < src_lengths[b]`, counting from 0.",
+            "off by one: the last real source word (j = length - 1) gets no weight, in every sentence. Position j of "
+            "sentence b is real when j < src_lengths[b], counting from 0.",
             _attend_with(mask_of=_lengths_mask(-1)),
             _attend_with(mask_of=_lengths_mask(-1), nan=True),
         ),
         Variant(
-            "the padding mask was applied along the target steps, `mask[:, :, None]` (it runs only when tgt_len "
-            "equals src_len): the mask is over source positions, the last axis of the (batch, tgt_len, src_len) "
-            "scores, so give it a step axis in the middle: `mask[:, None, :]`.",
+            "the padding mask was applied along the target steps (it runs only when tgt_len equals src_len): your "
+            "mask hides whole rows, the steps t >= src_lengths[b], instead of the padded source positions. The mask "
+            "is over source positions, the last axis of the (batch, tgt_len, src_len) scores: the same for every "
+            "step, so its axis of size 1 is the steps' axis, in the middle.",
             _mask_on_steps(nan=False),
             _mask_on_steps(nan=True),
         ),
         Variant(
-            "softmax over the wrong axis (dim=1, the target steps). Each step's weights are a distribution over "
-            "the source positions: the last axis, `dim=-1`.",
+            "softmax over the wrong axis (dim=1, the target steps): each source position's weights sum to one over "
+            "the steps. Each step's weights are a distribution over the source positions, the last axis.",
             _attend_with(mask_of=_lengths_mask(0), dim=1),
             _attend_with(mask_of=_lengths_mask(0), dim=1, nan=True),
         ),
         Variant(
-            "softmax over the wrong axis (dim=0, across the batch). Each step's weights are a distribution over "
-            "the source positions: the last axis, `dim=-1`.",
+            "softmax over the wrong axis (dim=0, across the batch): each step's weights sum to one over the "
+            "sentences. Each step's weights are a distribution over the source positions, the last axis.",
             _attend_with(mask_of=_lengths_mask(0), dim=0),
             _attend_with(mask_of=_lengths_mask(0), dim=0, nan=True),
         ),
         Variant(
-            "the masked scores became 0 instead of -inf before the softmax, so padding still gets weight "
-            "(exp(0) = 1). Fill with `float('-inf')`.",
+            "the masked scores became 0 instead of -inf before the softmax, so padding still gets weight (exp(0) = "
+            "1). A masked score must be -inf, the one value whose exponential is 0.",
             _attend_with(mask_of=_lengths_mask(0), fill=0.0),
         ),
         Variant(
             "your scores use W_a^T in place of W_a (they run only when hidden_dim equals enc_dim). W_a is "
-            "(hidden_dim, enc_dim): the scores are `states @ W_a @ annotations.transpose(1, 2)`.",
+            "(hidden_dim, enc_dim): a state of hidden_dim features times W_a has enc_dim features, which meet each "
+            "annotation.",
             _attend_with(mask_of=_lengths_mask(0), W_transposed=True),
         ),
     ),
@@ -488,8 +493,8 @@ GENERAL_DECODER_STEP = Exercise(
             _luong_step_with(attend_from="old"),
         ),
         Variant(
-            "the GRU input is concatenated in the wrong order. The cell was built for [E y_{t-1}; s~_{t-1}]: "
-            "`torch.cat([embedded, attentional], dim=-1)`.",
+            "the GRU input is concatenated in the wrong order. The cell was built for [E y_{t-1}; s~_{t-1}]: the "
+            "embedding first, then the previous attentional state.",
             _luong_step_with(gru_input="ae"),
         ),
         Variant(
@@ -498,8 +503,8 @@ GENERAL_DECODER_STEP = Exercise(
             _luong_step_with(gru_input="es"),
         ),
         Variant(
-            "s~_t is built from [s_t; c_t], the wrong order: the combine layer was built for [c_t; s_t], "
-            "`torch.cat([context, new_state], dim=-1)`.",
+            "s~_t is built from [s_t; c_t], the wrong order: the combine layer was built for [c_t; s_t], the context "
+            "first, then the new state.",
             _luong_step_with(combine_order="hc"),
         ),
         Variant(
@@ -511,8 +516,8 @@ GENERAL_DECODER_STEP = Exercise(
             _luong_step_with(readout="no_tanh"),
         ),
         Variant(
-            "the logits come from the state s_t; Luong's decoder predicts from the attentional state: "
-            "logits = out(s~_t).",
+            "the logits come from the state s_t; Luong's decoder predicts from the attentional state s~_t: it is what "
+            "the output layer reads.",
             _luong_step_with(readout="state"),
         ),
         Variant(
@@ -521,8 +526,8 @@ GENERAL_DECODER_STEP = Exercise(
             _luong_step_with(state_out="old"),
         ),
         Variant(
-            "the attention gives weight to padding, as it does without the mask: apply it to the scores before the "
-            "softmax (-inf where the mask is False).",
+            "the attention gives weight to padding (your weights at the padding positions are not 0), as it does "
+            "without the mask: the mask applies to the scores, before the softmax (-inf where the mask is False).",
             _luong_step_with(use_mask=False),
         ),
         Variant(

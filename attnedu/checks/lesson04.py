@@ -118,22 +118,23 @@ def _wrong_row_sum(query, key, value, mask):
 
 
 _SCALE_MISSING = (
-    "the scale is missing: your scores are Q K^T, but scaled dot-product attention divides them by "
-    "sqrt(head_dim), sqrt(query.shape[-1]), before the softmax."
+    "the scale is missing: your scores are Q K^T, but scaled dot-product attention divides them by sqrt(head_dim), "
+    "the square root of the size of each query and key, before the softmax."
 )
 _WRONG_AXIS = (
-    "softmax over the wrong axis (dim=1, the queries). Each query's weights are a distribution over the keys: "
-    "the last axis, `dim=-1`."
+    "softmax over the wrong axis (dim=1, the queries): each key's weights sum to one over the queries. Each query's "
+    "weights are a distribution over the keys, the last axis."
 )
 _INVERTED = (
-    "the mask is inverted: the positions it allows got zero weight and the masked ones got all of it. True means "
-    "'may attend', so fill where the mask is False: `scores.masked_fill(~mask, float('-inf'))`."
+    "the mask is inverted: the positions it allows got zero weight and the masked ones got all of it (a query the "
+    "mask lets see every key gets no weight at all). True means 'may attend': the scores to hide are those where the "
+    "mask is False."
 )
 _NAN_ROW = (
     "a fully masked row gives NaN (0/0: nothing is left to share the weight), and everything else is right. A query "
-    "that may attend nothing must get zero weights and a zero output: zero the rows with nothing to attend, "
-    "`weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)`. (`weights.nan_to_num(0.0)` would give the same "
-    "numbers here, but it would also hide a NaN that came from a bug elsewhere.)"
+    "that may attend nothing must get zero weights and a zero output. Which rows those are is known from the mask (a "
+    "row that is all False), not from the NaN: replacing every NaN would give the same numbers here, but it would "
+    "also hide a NaN that came from a bug elsewhere."
 )
 
 SCALED_DOT_PRODUCT_ATTENTION = Exercise(
@@ -159,12 +160,12 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
         ),
         Variant(
             "your scores are divided by sqrt(value_dim), the size of the values; the scale is sqrt(head_dim), the "
-            "size of the queries and keys whose dot products make the scores: `query.shape[-1]`.",
+            "size of the queries and keys whose dot products make the scores.",
             lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: math.sqrt(v.shape[-1])),
         ),
         Variant(
-            "your scores are divided by sqrt(key_len), the number of keys; the scale is sqrt(head_dim), the size "
-            "of each query and key: `query.shape[-1]`.",
+            "your scores are divided by sqrt(key_len), the number of keys; the scale is sqrt(head_dim), the size of "
+            "each query and key (the last axis of query).",
             lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: math.sqrt(k.shape[-2])),
         ),
         Variant(
@@ -173,9 +174,11 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
             lambda q, k, v, m: _attend(q, k, v, ~m, dim=1, nan=True),
         ),
         Variant(
-            "each row was divided by the wrong row's sum: `e.sum(dim=-1)` without keepdim=True has shape "
-            "(batch, query_len), which broadcasts against the key axis (this runs only when query_len equals "
-            "key_len). Keep the summed axis: `e.sum(dim=-1, keepdim=True)`.",
+            "each row was divided by the wrong row's sum: a sum over the keys that drops its axis has shape (batch, "
+            "query_len), which broadcasts against the last two axes of the (batch, query_len, key_len) weights, so in "
+            "sentence b the weight of query i on key j was divided by the sum of query j in sentence i (this runs "
+            "only when the sizes match, as in the first test case). Each row is divided by its own sum, which needs "
+            "the summed axis kept: (batch, query_len, 1).",
             _wrong_row_sum,
         ),
         Variant(
@@ -184,8 +187,8 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
             lambda q, k, v, m: _attend(q, k, v, m, nan=True),
         ),
         Variant(
-            "your weights are the softmax without the mask: masked positions get weight. Set their scores to -inf "
-            "before the softmax.",
+            "your weights are the softmax without the mask: masked positions get weight. A masked score must be -inf "
+            "before the softmax, so that its weight is exactly 0.",
             lambda q, k, v, m: _attend(q, k, v, None),
         ),
         Variant(
@@ -198,19 +201,20 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
         ),
         Variant(_NAN_ROW, lambda q, k, v, m: _attend(q, k, v, ~m, nan=True)),
         Variant(
-            "a fully masked row gets uniform weights, as when the masked scores are a large negative number such "
-            "as -1e9, which is still finite. A query that may attend nothing must get zero weights and output "
-            "(use -inf, then zero the rows where the mask is all False).",
+            "a fully masked row gets uniform weights, as when the masked scores are a large negative number such as "
+            "-1e9, which is still finite: with every score in the row equal, each key gets the same share. A query "
+            "that may attend nothing must get zero weights and output (masked scores -inf, then the rows where the "
+            "mask is all False set to 0).",
             lambda q, k, v, m: _attend(q, k, v, ~m, fill=-1e9),
         ),
         Variant(
-            "your output averages the keys, not the values: it is `weights @ key` (which runs only when value_dim "
-            "equals head_dim). The keys decide the weights; the values are what gets averaged: `weights @ value`.",
+            "your output averages the keys, not the values (which runs only when value_dim equals head_dim). The keys "
+            "decide the weights; the values are what gets averaged, so the output has value_dim features.",
             lambda q, k, v, m: (lambda o, w: (w @ k, w))(*_sdpa(q, k, v, m)),
         ),
         Variant(
-            "your weights are transposed: the scores are K Q^T, (batch, key_len, query_len), one row per key. "
-            "Each query asks every key: Q K^T, `query @ key.transpose(-2, -1)`.",
+            "your weights are transposed: the scores are K Q^T, (batch, key_len, query_len), one row per key. Each "
+            "query asks every key: the scores are Q K^T, one row per query.",
             lambda q, k, v, m: _attend(k, q, v, ~m.transpose(-2, -1)),
         ),
     ),
@@ -302,8 +306,8 @@ def _cross_layout(args: tuple) -> tuple[Layout | None, ...]:
 
 _ROLES = (
     "the roles are swapped: your queries come from the source and the keys and values from the target. In "
-    "cross-attention the target asks (queries: `target @ W_Q`) and the source answers (keys and values: "
-    "`source @ W_K`, `source @ W_V`)."
+    "cross-attention the target asks (the queries, projected by W_Q) and the source answers (the keys and values, "
+    "projected by W_K and W_V)."
 )
 
 CROSS_ATTENTION = Exercise(
@@ -318,48 +322,52 @@ CROSS_ATTENTION = Exercise(
     layout=_cross_layout,
     variants=(
         Variant(
-            "the attention gives weight to padding, as it does without a mask: build the padding mask from "
-            "`source_lengths` and give it a query axis, `[:, None, :]`, so it hides the same keys from every query.",
+            "the attention gives weight to padding, as it does without a mask: your weights at source positions j >= "
+            "source_lengths[b] are not 0. The source padding mask, built from source_lengths, hides the same keys "
+            "from every query, so it needs an axis of size 1 for the queries.",
             _cross_with(mask=None),
         ),
         Variant(
-            "the mask is inverted: the real source positions got zero weight and the padding got all of it. Source "
-            "position j of sentence b is real when `j < source_lengths[b]`.",
+            "the mask is inverted: the real source positions got zero weight and the padding got all of it (a "
+            "sentence without padding has every position hidden). Source position j of sentence b is real when j < "
+            "source_lengths[b].",
             _cross_with(mask="inverted"),
         ),
         Variant(
-            "off by one: the first padded source position (j = length) gets weight too. Position j is real when "
-            "`j < source_lengths[b]`, counting from 0.",
+            "off by one: the first padded source position (j = length) gets weight too, in every padded sentence. "
+            "Position j of sentence b is real when j < source_lengths[b], counting from 0.",
             _cross_with(lengths_offset=1),
         ),
         Variant(
-            "off by one: the last real source word (j = length - 1) gets no weight. Position j is real when "
-            "`j < source_lengths[b]`, counting from 0.",
+            "off by one: the last real source word (j = length - 1) gets no weight, in every sentence. Position j of "
+            "sentence b is real when j < source_lengths[b], counting from 0.",
             _cross_with(lengths_offset=-1),
         ),
         Variant(
             "this is self-attention over the target: your keys and values come from the target too. In "
-            "cross-attention they come from the source: `source @ W_K`, `source @ W_V`.",
+            "cross-attention they come from the source, projected by W_K and W_V.",
             _cross_with(keys="target", values="target", mask=None),
         ),
         Variant(
-            "your values come from the target (which runs only when tgt_len equals src_len). The keys and the "
-            "values both come from the source: `source @ W_V`.",
+            "your values come from the target (which runs only when tgt_len equals src_len). The keys and the values "
+            "both come from the source: each weight belongs to a source position, and so does the value it "
+            "multiplies.",
             _cross_with(values="target"),
         ),
         Variant(_ROLES, _cross_with(queries="source", keys="target", values="target", mask=None)),
         Variant(
-            "W_Q and W_K are swapped: the queries are `target @ W_K` and the keys `source @ W_Q`. W_Q projects the "
+            "W_Q and W_K are swapped: the queries were projected by W_K and the keys by W_Q. W_Q projects the "
             "sequence that asks (the target), W_K the one that answers (the source).",
             lambda t, s, n, Q, K, V: _cross_attention(t, s, n, K, Q, V),
         ),
         Variant(
-            _SCALE_MISSING.replace("query.shape[-1]", "the size of a projected query"),
+            _SCALE_MISSING,
             _cross_with(scale=False),
         ),
         Variant(
-            "your projections use the transposed matrices, `x @ W.T` (which runs only when d_model equals head_dim "
-            "and value_dim). Here vectors are rows and W is (d_model, head_dim): project with `target @ W_Q`.",
+            "your projections use the transposed matrices, as nn.Linear uses its weights (which runs only when "
+            "d_model equals head_dim and value_dim). Here vectors are rows and W_Q is (d_model, head_dim): a row of "
+            "d_model features times W_Q has head_dim features.",
             lambda t, s, n, Q, K, V: _cross_attention(t, s, n, Q.T, K.T, V.T),
         ),
     ),
@@ -432,14 +440,15 @@ INITIAL_SCORE_STD = Exercise(
             lambda s, w, d, h: h * d * s**2 * w**2,
         ),
         Variant(
-            "your answer is the variance of q . k, not its standard deviation: take the square root (and compute it "
-            "as sqrt(head_dim) times Var(q_i), so that nothing squares a large variance).",
+            "your answer is the variance of q . k, not its standard deviation: in every test case it is the square of "
+            "the reference's. The standard deviation is the variance's square root, and it can be written without "
+            "ever forming the variance, which overflows on large inputs.",
             lambda s, w, d, h: h * (d * s**2 * w**2) ** 2,
         ),
         Variant(
-            "right in exact arithmetic, but your function forms the variance of q . k before its square root, and "
-            "the variance overflows float32 (above 3.4e38) where the standard deviation does not. Compute "
-            "sqrt(head_dim) times Var(q_i) directly.",
+            "right in exact arithmetic, but your function forms the variance of q . k before its square root, and the "
+            "variance overflows float32 (above 3.4e38) where the standard deviation does not. The standard deviation "
+            "can be written as a product of factors that never squares that variance.",
             lambda s, w, d, h: torch.sqrt(h * (d * s**2 * w**2) ** 2),
         ),
         Variant(
@@ -448,9 +457,9 @@ INITIAL_SCORE_STD = Exercise(
             lambda s, w, d, h: math.sqrt(h) * s**2 * w**2,
         ),
         Variant(
-            "standard deviations where variances belong: Var(x_m W_mi) = input_std^2 weight_std^2 (the product of "
-            "the variances), so Var(q_i) = d_model input_std^2 weight_std^2, and std(q . k) = sqrt(head_dim) "
-            "Var(q_i).",
+            "standard deviations where variances belong: input_std and weight_std enter your answer to the first "
+            "power. The variance of a product of independent zero-mean factors is the product of their variances, so "
+            "both enter squared.",
             lambda s, w, d, h: math.sqrt(h) * d * s * w,
         ),
         Variant(
@@ -459,8 +468,9 @@ INITIAL_SCORE_STD = Exercise(
             lambda s, w, d, h: math.sqrt(d) * s * w,
         ),
         Variant(
-            "d_model and head_dim are swapped: a query component sums d_model terms (Var = d_model input_std^2 "
-            "weight_std^2), and the score sums head_dim products of components (std = sqrt(head_dim) Var(q_i)).",
+            "d_model and head_dim are swapped: a query component sums d_model terms, so its variance grows like "
+            "d_model, and the score sums head_dim products of components, so its standard deviation grows like "
+            "sqrt(head_dim). Your answer grows like sqrt(d_model) and head_dim instead.",
             lambda s, w, d, h: math.sqrt(d) * h * s**2 * w**2,
         ),
         Variant(
@@ -516,8 +526,8 @@ PREVIOUS_TOKEN_SCALE = Exercise(
     make_cases=_previous_token_cases,
     variants=(
         Variant(
-            "sqrt(head_dim) is missing: the score is c / sqrt(head_dim), so the score margin a = ln(...) needs a query "
-            "of length c = sqrt(head_dim) a.",
+            "sqrt(head_dim) is missing: your c is the score margin a itself, but attention divides q . k by "
+            "sqrt(head_dim), so the query must be sqrt(head_dim) times longer to reach that margin.",
             lambda n, h, w: query_scale_for_weight(w, n - 1, 1),
         ),
         Variant(
@@ -540,8 +550,8 @@ PREVIOUS_TOKEN_SCALE = Exercise(
             lambda n, h, w: math.sqrt(h) * torch.log(w * (n - 2) / (1 - w)),
         ),
         Variant(
-            "the competing keys are missing: with m keys at score 0 the weight is exp(a) / (exp(a) + m), not "
-            "exp(a) / (exp(a) + 1), so a = ln(min_weight m / (1 - min_weight)).",
+            "the competing keys are missing: your c is right only when a single key competes. With m keys at score 0, "
+            "each adds its exp(0) = 1 to the softmax's denominator: the weight is exp(a) / (exp(a) + m).",
             lambda n, h, w: query_scale_for_weight(w, torch.ones_like(n), h),
         ),
         Variant(
@@ -550,13 +560,15 @@ PREVIOUS_TOKEN_SCALE = Exercise(
             lambda n, h, w: query_scale_for_weight(w, torch.full_like(n, int(n.max())) - 1, h),
         ),
         Variant(
-            "the factor 1 / (1 - min_weight) is missing: solving exp(a) / (exp(a) + m) = w for exp(a) gives "
-            "w m / (1 - w).",
+            "the factor 1 / (1 - min_weight) is missing, as when the previous key's own exp(a) is left out of the "
+            "softmax's denominator: your margin makes exp(a) / m equal min_weight. The denominator sums the "
+            "exponentials of every real key, the previous key's included: exp(a) / (exp(a) + m).",
             lambda n, h, w: math.sqrt(h) * torch.log(w * (n - 1).float()),
         ),
         Variant(
-            "the factor min_weight is missing: solving exp(a) / (exp(a) + m) = w for exp(a) gives w m / (1 - w), "
-            "not m / (1 - w).",
+            "the factor min_weight is missing: with your margin the previous key's weight is 1 / (2 - min_weight), "
+            "more than min_weight, so your c is larger than the smallest one that reaches it. Solving exp(a) / "
+            "(exp(a) + m) = min_weight for exp(a) keeps min_weight as a factor.",
             lambda n, h, w: math.sqrt(h) * torch.log((n - 1) / (1 - w)),
         ),
     ),

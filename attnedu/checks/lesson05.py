@@ -90,20 +90,22 @@ SPLIT_HEADS = Exercise(
     layout=lambda args: (Layout(positions=2),),
     variants=(
         Variant(
-            "the heads are split in the wrong order: head h got features h, h + num_heads, h + 2 num_heads, ... (dealt "
-            "out in turn), as `view(batch, seq_len, head_dim, num_heads)` does. Head h gets the consecutive features "
-            "h * head_dim to (h + 1) * head_dim - 1: `view(batch, seq_len, num_heads, head_dim)`.",
+            "the heads are split in the wrong order: head h got features h, h + num_heads, h + 2 num_heads, ... "
+            "(dealt out in turn), as cutting each position's features into (head_dim, num_heads) does. Head h gets "
+            "the consecutive features h * head_dim to (h + 1) * head_dim - 1: each position's features are cut into "
+            "num_heads slices, in order.",
             lambda x, h: x.reshape(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2),
         ),
         Variant(
             "reshaped straight to (batch, num_heads, seq_len, head_dim) without a transpose: that cuts the flat "
-            "(seq_len, d_model) block of each sentence into pieces, mixing positions and heads. Reshape to "
-            "(batch, seq_len, num_heads, head_dim) first, then `.transpose(1, 2)`.",
+            "(seq_len, d_model) block of each sentence into pieces, mixing positions and heads (head 0 gets the first "
+            "positions' features). The features are cut into heads position by position, (batch, seq_len, num_heads, "
+            "head_dim), and only then does the heads axis move before the positions.",
             lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1),
         ),
         Variant(
-            "the heads axis is left in place: (batch, seq_len, num_heads, head_dim). Move it before the positions "
-            "with `.transpose(1, 2)`, so that each head attends over the whole sequence.",
+            "the heads axis is left in place: (batch, seq_len, num_heads, head_dim). It comes before the positions, "
+            "(batch, num_heads, seq_len, head_dim), so that each head attends over the whole sequence.",
             _split_viewed,
         ),
         Variant(
@@ -112,13 +114,15 @@ SPLIT_HEADS = Exercise(
             lambda x, h: split_heads(x, x.shape[-1] // h),
         ),
         Variant(
-            "the transpose swaps the wrong axes, one too low: `.transpose(0, 1)` swaps the batch and the positions. "
-            "After the view to (batch, seq_len, num_heads, head_dim), swap axes 1 and 2.",
+            "the transpose swaps the wrong axes, one too low: the batch and the positions, axes 0 and 1. Once the "
+            "features are cut into (batch, seq_len, num_heads, head_dim), the axes to swap are 1 and 2, the positions "
+            "and the heads.",
             lambda x, h: _split_viewed(x, h).transpose(0, 1),
         ),
         Variant(
-            "the transpose swaps the wrong axes, one too high: `.transpose(2, 3)` swaps the heads and their "
-            "features. After the view to (batch, seq_len, num_heads, head_dim), swap axes 1 and 2.",
+            "the transpose swaps the wrong axes, one too high: the heads and their features, axes 2 and 3. Once the "
+            "features are cut into (batch, seq_len, num_heads, head_dim), the axes to swap are 1 and 2, the positions "
+            "and the heads.",
             lambda x, h: _split_viewed(x, h).transpose(2, 3),
         ),
     ),
@@ -150,13 +154,14 @@ MERGE_HEADS = Exercise(
     variants=(
         Variant(
             "reshaped without moving the heads axis back: (batch, num_heads, seq_len, head_dim) read straight into "
-            "(batch, seq_len, d_model) mixes positions and heads. First `.transpose(1, 2)`, then reshape.",
+            "(batch, seq_len, d_model) mixes positions and heads. The positions come back before the heads, (batch, "
+            "seq_len, num_heads, head_dim), before the last two axes are joined.",
             lambda x: _merge_from(x, x),
         ),
         Variant(
-            "the heads are interleaved: feature h + num_heads * i holds feature i of head h, as a transpose to "
-            "(batch, seq_len, head_dim, num_heads) before the reshape does. The heads go side by side: "
-            "`.transpose(1, 2)` to (batch, seq_len, num_heads, head_dim), then reshape.",
+            "the heads are interleaved: feature h + num_heads * i holds feature i of head h, as putting the heads "
+            "axis last, (batch, seq_len, head_dim, num_heads), before the reshape does. The heads go side by side, "
+            "head 0's features first: (batch, seq_len, num_heads, head_dim) before the reshape.",
             lambda x: _merge_from(x, x.permute(0, 2, 3, 1)),
         ),
         Variant(
@@ -170,18 +175,18 @@ MERGE_HEADS = Exercise(
             lambda x: x.mean(dim=1),
         ),
         Variant(
-            "the heads are concatenated along the positions: (batch, num_heads * seq_len, head_dim). Concatenate "
-            "along the features: `torch.cat(heads, dim=-1)`, or `.transpose(1, 2)` then reshape.",
+            "the heads are concatenated along the positions: (batch, num_heads * seq_len, head_dim). They go side by "
+            "side along the features, one block of head_dim features per head: (batch, seq_len, d_model).",
             lambda x: torch.cat(x.unbind(1), dim=1),
         ),
         Variant(
-            "the transpose before the reshape swaps the wrong axes, one too low: `.transpose(0, 1)` swaps the batch "
-            "and the heads. Swap axes 1 and 2 (heads and positions), then reshape.",
+            "the transpose before the reshape swaps the wrong axes, one too low: the batch and the heads, axes 0 and "
+            "1. The axes to swap are 1 and 2, the heads and the positions.",
             lambda x: _merge_from(x, x.transpose(0, 1)),
         ),
         Variant(
-            "the transpose before the reshape swaps the wrong axes, one too high: `.transpose(2, 3)` swaps the "
-            "positions and the features. Swap axes 1 and 2 (heads and positions), then reshape.",
+            "the transpose before the reshape swaps the wrong axes, one too high: the positions and the features, "
+            "axes 2 and 3. The axes to swap are 1 and 2, the heads and the positions.",
             lambda x: _merge_from(x, x.transpose(2, 3)),
         ),
     ),
@@ -296,7 +301,7 @@ def _variants(grouped: bool) -> tuple[Variant, ...]:
     shared = (
         v(
             "the output projection W_o is missing: your output is the merged heads. MultiHead = Concat(head_1, ..., "
-            "head_h) W_o: multiply the merged heads by `W_o`.",
+            "head_h) W_o: the merged heads still go through W_o.",
             project_out=False,
         ),
         v(
@@ -307,46 +312,46 @@ def _variants(grouped: bool) -> tuple[Variant, ...]:
         v("the scale is missing: each head's scores are divided by sqrt(head_dim) before the softmax.", scale="none"),
         v(
             "the heads are split in the wrong order: head h got features h, h + num_heads, ... (dealt out in turn). "
-            "Head h gets the consecutive features h * head_dim to (h + 1) * head_dim - 1: "
-            "`view(batch, seq_len, num_heads, head_dim).transpose(1, 2)`.",
+            "Head h gets the consecutive features h * head_dim to (h + 1) * head_dim - 1 of each projected position.",
             split=_interleaved_split,
         ),
         v(
             "the projected inputs were reshaped straight to (batch, num_heads, seq_len, head_dim), without the "
-            "transpose, which mixes positions and heads: view as (batch, seq_len, num_heads, head_dim), then "
-            "`.transpose(1, 2)`.",
+            "transpose, which mixes positions and heads. The features are cut into heads position by position, "
+            "(batch, seq_len, num_heads, head_dim), and only then does the heads axis move before the positions.",
             split=lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1),
         ),
         v(
-            "the heads were merged without moving the heads axis back, which mixes positions and heads: "
-            "`.transpose(1, 2)` to (batch, query_len, num_heads, head_dim), then reshape to (batch, query_len, "
-            "d_model).",
+            "the heads were merged without moving the heads axis back, which mixes positions and heads: the positions "
+            "come back before the heads, (batch, query_len, num_heads, head_dim), before the reshape to (batch, "
+            "query_len, d_model).",
             merge=_unmoved_merge,
         ),
         v(
-            "the merge swaps the wrong axes, one too low: `.transpose(0, 1)` (batch and heads) before the reshape. "
-            "Swap axes 1 and 2, heads and positions.",
+            "the merge swaps the wrong axes, one too low: the batch and the heads, axes 0 and 1, before the reshape. "
+            "The axes to swap are 1 and 2, the heads and the positions.",
             merge=lambda x: x.transpose(0, 1).reshape(x.shape[0], x.shape[2], -1),
         ),
         v(
-            "the merge swaps the wrong axes, one too high: `.transpose(2, 3)` (positions and features) before the "
-            "reshape. Swap axes 1 and 2, heads and positions.",
+            "the merge swaps the wrong axes, one too high: the positions and the features, axes 2 and 3, before the "
+            "reshape. The axes to swap are 1 and 2, the heads and the positions.",
             merge=lambda x: x.transpose(2, 3).reshape(x.shape[0], x.shape[2], -1),
         ),
         v(
-            "the attention gives weight to masked keys, as it does without the mask: fill the scores where "
-            "`~mask` with -inf before the softmax, in every head.",
+            "the attention gives weight to masked keys, as it does without the mask: in every head, your weights "
+            "where the mask is False are not 0. A masked score must be -inf before the softmax, in every head.",
             use_mask=False,
         ),
         v(
             "the mask has no head axis: (batch, query_len, key_len) against scores (batch, num_heads, query_len, "
             "key_len) lines its batch axis up with the heads (it runs only when batch equals num_heads or is 1), so "
-            "head h got sentence h's mask. Give it a head axis: `mask[:, None]`.",
+            "head h got sentence h's mask. The mask is the same for every head of a sentence: it needs an axis of "
+            "size 1 for the heads, after the batch.",
             mask_axis=False,
         ),
         v(
-            "softmax over the wrong axis (dim=-2, the queries). Each query's weights are a distribution over the "
-            "keys: `dim=-1`.",
+            "softmax over the wrong axis (dim=-2, the queries): each key's weights sum to one over the queries. Each "
+            "query's weights are a distribution over the keys, the last axis.",
             dim=-2,
         ),
         v(
@@ -359,17 +364,17 @@ def _variants(grouped: bool) -> tuple[Variant, ...]:
         return (
             *shared,
             Variant(
-                "your projections use the transposed matrices, `x @ W.T` (nn.Linear's convention). Here vectors "
-                "are rows and W_q is (d_model, d_model): project with `query @ W_q`, and the output with "
-                "`merged @ W_o`.",
+                "your projections use the transposed matrices (nn.Linear's convention, x times W transposed). Here "
+                "vectors are rows and W_q is (d_model, d_model): a row of features times W_q is its projection, and "
+                "the merged heads times W_o the output.",
                 lambda q, k, v, m, Wq, Wk, Wv, Wo, h: multi_head_attention(q, k, v, m, Wq.T, Wk.T, Wv.T, Wo.T, h),
             ),
         )
     return (
         v(
-            "query head h used key/value head h % num_kv_heads: the key/value heads were tiled, `.repeat(1, group, "
-            "1, 1)`, not repeated for each group. Consecutive query heads share a key/value head (head h uses "
-            "h // group): `.repeat_interleave(group, dim=1)`.",
+            "query head h used key/value head h % num_kv_heads: the key/value heads were tiled, the whole set "
+            "repeated once per group, instead of each key/value head repeated for its own group. Consecutive query "
+            "heads share a key/value head: query head h uses key/value head h // group.",
             tile=True,
         ),
         *shared,
@@ -470,8 +475,8 @@ PER_HEAD_WEIGHTS = Exercise(
     output_names=("W_q", "W_k", "W_v"),
     variants=(
         Variant(
-            "your matrices are not transposed: nn.Linear (and so in_proj_weight) keeps a projection as (out_features, "
-            "in_features) and computes x @ W.T. Head i's rows i * head_dim to (i + 1) * head_dim - 1 of the query "
+            "your matrices are not transposed: nn.Linear, and so in_proj_weight, keeps a projection as (out_features, "
+            "in_features) and computes x W^T. Head i's rows i * head_dim to (i + 1) * head_dim - 1 of the query "
             "block, transposed, give the (d_model, head_dim) matrix that multiplies x from the right.",
             lambda w, h: _heads_from(w, h, lambda b, n: _slices(b, n, transpose=False)),
         ),
@@ -486,9 +491,9 @@ PER_HEAD_WEIGHTS = Exercise(
             lambda w, h: _heads_from(w, h, lambda b, n: _slices(b, n, columns=True)),
         ),
         Variant(
-            "each block was reshaped straight to (num_heads, d_model, head_dim), which mixes rows of different "
-            "output features: reshape it to (num_heads, head_dim, d_model), one slice of rows per head, then swap "
-            "the last two axes.",
+            "each block was reshaped straight to (num_heads, d_model, head_dim), which mixes rows of different output "
+            "features: head i's matrix is made of whole rows of the block, rows i * head_dim to (i + 1) * head_dim - "
+            "1 (its output features), transposed.",
             lambda w, h: _heads_from(w, h, lambda b, n: b.reshape(n, b.shape[1], b.shape[1] // n)),
         ),
         Variant(
