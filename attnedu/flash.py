@@ -302,9 +302,10 @@ def tiled_attention_backward(query, key, value, out, lse, grad_out, *, is_causal
         dV_j += P^T dO_i;  dP = dO_i V_j^T;  dS = P * (dP - D_i)
         dQ_i += dS K_j / sqrt(head_dim);  dK_j += dS^T Q_i / sqrt(head_dim)
 
-    ``order`` is which loop is outside. "key" (FlashAttention-2's): for each key block K_j, every query block;
-    dK_j and dV_j are complete when its loop ends (on a GPU they never leave the chip) and dQ is added to from
-    every key block. "query" (the forward's order): dQ_i is complete at the end of each outer step, and dK and dV
+    ``order`` is which loop is outside. "key" (FlashAttention's backward since the first paper, Dao et al. 2022,
+    Algorithm 4, kept by FlashAttention-2, which runs the key blocks in parallel): for each key block K_j, every
+    query block; dK_j and dV_j are complete when its loop ends (on a GPU they never leave the chip) and dQ is
+    added to from every key block (read-modify-written in HBM, or atomic additions when key blocks run at once). "query" (the forward's order): dQ_i is complete at the end of each outer step, and dK and dV
     are added to instead. Both compute the same tiles and the same gradients.
     """
     check_qkv(query, key, value)
