@@ -122,3 +122,17 @@ def test_plot_mask_and_matrix_reject_what_they_cannot_draw():
     with pytest.raises(ValueError, match="2-D"):
         plot_matrix(torch.ones(2, 2, 2), ax)
     plt.close("all")
+
+
+def test_gpu_throughput_plot_marks_out_of_memory():
+    from pathlib import Path
+
+    from matplotlib.figure import Figure
+
+    from attnedu.bench import Benchmark
+    from attnedu.bench_gpu import plot_throughput
+
+    gpu = Benchmark.load(Path(__file__).parent.parent / "benchmarks" / "attention_cuda.json")
+    axes = plot_throughput(Figure(figsize=(14, 6)), gpu, dtype="bfloat16")
+    marked = [(ax.get_title(), t.get_text()) for row in axes for ax in row for t in ax.texts]
+    assert marked == [("forward+backward, head_dim 64, causal", "naive: out of memory")]  # the one stored OOM
