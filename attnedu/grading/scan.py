@@ -24,7 +24,7 @@ SAFE_MODULES = {"attnedu", "attnedu.checks"}
 SAFE_FROM_ATTNEDU = {"setup_notebook", "checks", "__version__"}
 # Helpers of the course that exercises' notebooks use, which give no answer away (a reference kernel taken from
 # attnedu.triton_basics is still flagged: by its module, when the grader describes the function it called).
-SAFE_HELPERS = {"attnedu.triton_basics": {"compare_on_gpu", "triton_state"}}
+SAFE_HELPERS = {"attnedu.triton_basics": {"compare_on_gpu", "triton_state", "triton_stand_ins"}}
 SAFE_FROM_CHECKS = {
     "check", "hint", "CheckResult", "Hint", "PASSED", "FAILED", "NOT_ATTEMPTED", "ICONS", "TIME_LIMIT", "MAX_PRINTED",
 }  # fmt: skip
