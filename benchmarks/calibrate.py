@@ -4,6 +4,7 @@ observed gap). Seeds go through ``ATTNEDU_SEED_OFFSET`` exactly as in the test c
 run, so seed 1000 here is the perturbed run's model.
 
     python benchmarks/calibrate.py [--seeds 0 1 2 1000 1001] [--jobs 2] > benchmarks/calibration.md
+    python benchmarks/calibrate.py --models norms09 lm09 lm09_nowarmup --json benchmarks/calibration09.json
     ATEN_CPU_CAPABILITY=avx2 python benchmarks/calibrate.py > benchmarks/calibration_avx2.md
 
 The second run computes the same seeds with torch's AVX2 kernels instead of AVX-512 ones (on a CPU that
