@@ -1,7 +1,9 @@
 """Synthetic sequence tasks for the Transformer lessons (05-07), generated in code: nothing to download.
 
+recall_task      lesson 04: key-value pairs and a question: which value goes with this key?
 neighbour_task   lesson 05: read the tokens at several fixed offsets from every position
 CharCorpus       lessons 06, 07, 09: characters of the help texts that ship with CPython, with a bigram baseline
+repeated_tokens  lesson 11: a block of random tokens, repeated (where induction heads pay off)
 """
 
 from __future__ import annotations
@@ -12,6 +14,28 @@ from dataclasses import dataclass
 import torch
 
 from ._validate import check_choice, check_instance, check_int, check_number, check_positive_int, describe
+
+
+def recall_task(
+    batch: int, num_pairs: int, vocab: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Associative recall: ``num_pairs`` (key, value) pairs of tokens and a question key; the answer is the value
+    paired with it. Keys are distinct within a row, values may repeat.
+
+    -> keys (batch, num_pairs), values (batch, num_pairs), question (batch,), answer (batch,): ids in 0..vocab-1.
+    """
+    for name, value, meaning in (("batch", batch, "questions"), ("num_pairs", num_pairs, "pairs per question"),
+                                 ("vocab", vocab, "distinct tokens")):  # fmt: skip
+        check_positive_int(name, value, meaning)
+    if num_pairs > vocab:
+        raise ValueError(f"num_pairs should be at most vocab={vocab} (the keys of a row are distinct), got {num_pairs}")
+    check_instance("generator", generator, torch.Generator, "a torch.Generator",
+                   "pass torch.Generator().manual_seed(seed), not the seed itself")  # fmt: skip
+    keys = torch.stack([torch.randperm(vocab, generator=generator)[:num_pairs] for _ in range(batch)])
+    values = torch.randint(0, vocab, (batch, num_pairs), generator=generator)
+    asked = torch.randint(0, num_pairs, (batch,), generator=generator)
+    rows = torch.arange(batch)
+    return keys, values, keys[rows, asked], values[rows, asked]
 
 
 def neighbour_task(
@@ -42,6 +66,35 @@ def neighbour_task(
     padded = torch.cat([edge, tokens, edge], dim=1)
     targets = torch.stack([padded[:, reach + o : reach + o + length] for o in offsets], dim=-1)
     return tokens, targets
+
+
+def repeated_tokens(
+    batch: int, periods, length: int, vocab: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences made of a block of random tokens repeated (Olsson et al. 2022): each sequence draws its period p,
+    then p uniformly random tokens from 0..vocab-1, repeated and cut to ``length``.
+
+    periods: an int (every sequence), or (lowest, highest), inclusive: each sequence draws its own, so that no
+    fixed distance, nothing a position alone could point at, finds the previous repeat.
+    -> tokens (batch, length), periods (batch,). Nothing in a sequence's first block can be predicted (about
+    ln vocab nats per token); every token after it can, by finding the previous occurrence of the token before it
+    and copying what followed.
+    """
+    for name, value, meaning in (("batch", batch, "sequences"), ("length", length, "tokens per sequence"),
+                                 ("vocab", vocab, "distinct tokens")):  # fmt: skip
+        check_positive_int(name, value, meaning)
+    check_instance("generator", generator, torch.Generator, "a torch.Generator",
+                   "pass torch.Generator().manual_seed(seed), not the seed itself")  # fmt: skip
+    lowest, highest = (periods, periods) if isinstance(periods, int) and not isinstance(periods, bool) else (
+        tuple(periods) if isinstance(periods, (tuple, list)) and len(periods) == 2 else (None, None))  # fmt: skip
+    if lowest is None:
+        raise TypeError(f"periods should be an int or a pair (lowest, highest), got {describe(periods)}")
+    check_int("periods[0]", lowest, "the shortest block", 1, length - 1)
+    check_int("periods[1]", highest, "the longest block", lowest, length - 1)
+    drawn = torch.randint(lowest, highest + 1, (batch,), generator=generator)
+    blocks = torch.randint(0, vocab, (batch, highest), generator=generator)
+    position = torch.arange(length)[None, :] % drawn[:, None]  # (batch, length): where in its block each token is
+    return blocks.gather(1, position), drawn
 
 
 @dataclass

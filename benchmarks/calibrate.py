@@ -26,21 +26,28 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 LUONG = ("dot", "general", "concat", "location")
-MODELS = ("fixed", "fixed_reversed", "attention", *LUONG)
+MODELS = ("fixed", "fixed_reversed", "attention")  # lessons 01-02, STEPS each
+# lesson 03's six models, STEPS_LESSON_03 each: the four scores, the ablation (the dot decoder asking with s_{t-1})
+# and Bahdanau's model
+LESSON_03 = (*LUONG, "dot_previous", "bahdanau")
+SCALING = ("scaling",)  # lesson 04's experiment: one head with and without 1/sqrt(d_k), d_k 16 and 256
 # lesson 09: gradients at initialisation; the language model against the bigram; the same without warm-up
 LESSON09 = ("norms09", "lm09", "lm09_nowarmup")
 HEADS = ("heads",)  # lesson 05's experiment: 1, 2 and 4 heads on the neighbour task
 TRANSFORMER = ("leak", "positions", "extrapolation")  # lessons 06 and 07 (07 runs seeds 0, 1, 2: add 1002)
 
 
-def run_one(model: str, seed: int) -> dict:
-    """Train one model of lessons 01-03 (or lesson 05's three) with seed offset ``seed``; measure it here."""
+def run_one(model: str, seed: int, steps: int | None = None) -> dict:
+    """Train one model of lessons 01-03 (or run lesson 04's, 05's, 06's or 07's experiment) with seed offset
+    ``seed``; measure it here. ``steps``: the training steps of a translation model (default: its lesson's)."""
     os.environ["ATTNEDU_SEED_OFFSET"] = str(seed)
     os.environ["ATTNEDU_PROGRESS"] = "0"
     if model in LESSON09:
         return {"model": model, "seed": seed, **_lesson09(model)}
     if model == "heads":
         return {"model": model, "seed": seed, **_heads(seed)}
+    if model == "scaling":
+        return {"model": model, "seed": seed, **_scaling()}
     if model in TRANSFORMER:
         return {"model": model, "seed": seed, **_transformer(model)}
     import attnedu
@@ -53,20 +60,24 @@ def run_one(model: str, seed: int) -> dict:
     )
     from attnedu.data import LENGTH_BUCKETS, SOURCE_VOCAB, TARGET_VOCAB, ToyTranslation
     from attnedu.models import Seq2Seq
-    from attnedu.train import LR, STEPS, accuracy_by_length, train
+    from attnedu.train import LR, STEPS, STEPS_LESSON_03, accuracy_by_length, train
 
     attnedu.setup_notebook(seed=0)
     data = ToyTranslation.generate(seed=0)
     if model == "fixed_reversed":
         data = data.reversed_source()
-    kind = model if model in LUONG else model == "attention"
+    lesson_03 = model in LESSON_03
+    score = "dot" if model == "dot_previous" else model
+    kind = score if score in LUONG else model in ("attention", "bahdanau")
     attn_dim = 32 if model == "concat" else 64  # as lesson 03 builds it
-    net = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), attention=kind, bidirectional=False, attn_dim=attn_dim)
+    net = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), attention=kind, bidirectional=False, attn_dim=attn_dim,
+                        attend_from="previous" if model == "dot_previous" else "updated")  # fmt: skip
     long_pair = data.test[LENGTH_BUCKETS[-1]][0]
-    gradients = {} if model in LUONG else {"init": _gradient_summary(net, long_pair)}
-    log = train(net, data.train, steps=STEPS, lr=LR)
-    if model not in LUONG:
+    gradients = {} if lesson_03 else {"init": _gradient_summary(net, long_pair)}
+    log = train(net, data.train, steps=steps or (STEPS_LESSON_03 if lesson_03 else STEPS), lr=LR)
+    if not lesson_03:
         gradients["trained"] = _gradient_summary(net, long_pair)
+        gradients["shares"] = _gradient_shares(net, data)
     result = {
         "model": model,
         "seed": seed,
@@ -85,6 +96,48 @@ def run_one(model: str, seed: int) -> dict:
             for name, c in alignment_by_word_class(maps, pairs).items()
         }
     return result
+
+
+def _scaling() -> dict:
+    """Lesson 04's experiment as the lesson runs it: for d_k 16 and 256, with and without the division by sqrt(d_k),
+    three models (training seeds 0, 1, 2, moved by the offset), 150 Adam steps; per arm, the spread of the scores at
+    initialisation and the held-out accuracy every 25 steps, averaged over the three models."""
+    import torch
+
+    from attnedu.runtime import training_seed
+    from attnedu.tasks import recall_task
+    from attnedu.transformer import RecallHead
+
+    torch.set_num_threads(1)
+    vocab, pairs, d_model, steps = 16, 8, 64, 150
+    test = recall_task(500, pairs, vocab, torch.Generator().manual_seed(12345))
+    arms = {}
+    for head_dim in (16, 256):
+        for scaled in (True, False):
+            spreads, curves = [], []
+            for seed in (0, 1, 2):
+                model = RecallHead(vocab, d_model, head_dim, scaled, seed=seed)
+                generator = torch.Generator().manual_seed(training_seed(seed))
+                optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+                with torch.no_grad():
+                    spreads.append(model(*test[:3])[1].std().item())
+                curve = []
+                for step in range(1, steps + 1):
+                    keys, values, question, answer = recall_task(64, pairs, vocab, generator)
+                    loss = torch.nn.functional.cross_entropy(model(keys, values, question)[0], answer)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    if step % 25 == 0:
+                        with torch.no_grad():
+                            curve.append((model(*test[:3])[0].argmax(-1) == test[3]).float().mean().item())
+                curves.append(curve)
+            arms[f"{head_dim} {'scaled' if scaled else 'raw'}"] = {
+                "spread": sum(spreads) / 3,
+                "curve": [sum(c[i] for c in curves) / 3 for i in range(len(curves[0]))],
+                "per_seed_at_50": [c[1] for c in curves],
+            }
+    return {"arms": arms}
 
 
 def _heads(seed: int) -> dict:
@@ -173,13 +226,16 @@ def _transformer(experiment: str) -> dict:
     corpus = CharCorpus.load()
     if experiment == "leak":
         valid = corpus.batch(64, 32, torch.Generator().manual_seed(7), split="valid")
-        train_loss, honest = {}, {}
+        train_loss, honest, final = {}, {}, {}
+        splits = {s: corpus.batch(1024, 32, torch.Generator().manual_seed(8), split=s) for s in ("train", "valid")}
         for name, causal in (("masked", True), ("unmasked", False)):
             model = TinyTransformer(len(corpus.chars), len(corpus.chars), positions="sinusoidal", causal=causal, seed=0)
             train_loss[name] = _train_lm(model, corpus, 300, 32)
             with torch.no_grad():
                 honest[name] = loss(model(valid[0], causal=True).flatten(0, 1), valid[1].flatten()).item()
-        return {"train_loss": train_loss, "honest": honest}
+                if causal:  # the final masked model on 1024 windows of each split
+                    final = {s: loss(model(x).flatten(0, 1), y.flatten()).item() for s, (x, y) in splits.items()}
+        return {"train_loss": train_loss, "honest": honest, "final": final}
     return _extrapolation(corpus)
 
 
@@ -198,7 +254,7 @@ def _extrapolation(corpus) -> dict:
     loss = torch.nn.functional.cross_entropy
     text, following = corpus.batch(32, EVAL_LENGTHS_07[-1], torch.Generator().manual_seed(7), split="valid")
     held_out = {n: (text.reshape(-1, n), following.reshape(-1, n)) for n in EVAL_LENGTHS_07}
-    by_length, extended, window = {}, {}, {}
+    by_length, extended, window, windowed = {}, {}, {}, {}
     for positions in ("none", "sinusoidal", "rope", "alibi"):
         model = TinyTransformer(len(corpus.chars), len(corpus.chars), d_model=D_MODEL_07, positions=positions,
                                 num_layers=1, seed=0)  # fmt: skip
@@ -207,6 +263,8 @@ def _extrapolation(corpus) -> dict:
             by_length[positions] = {
                 str(n): loss(model(x).flatten(0, 1), y.flatten()).item() for n, (x, y) in held_out.items()
             }
+            x, y = held_out[EVAL_LENGTHS_07[-1]]  # each query seeing only its last TRAIN_LENGTH_07 keys
+            windowed[positions] = loss(model(x, window=TRAIN_LENGTH_07 - 1).flatten(0, 1), y.flatten()).item()
             if positions == "rope":
                 head_dim = model.blocks[0].attention.head_dim
                 for n, (x, y) in held_out.items():
@@ -219,7 +277,7 @@ def _extrapolation(corpus) -> dict:
                         }
             if positions == "alibi":
                 window = _window_losses(model, *held_out[EVAL_LENGTHS_07[-1]], TRAIN_LENGTH_07)
-    return {"by_length": by_length, "rope_extended": extended, "alibi_window": window}
+    return {"by_length": by_length, "rope_extended": extended, "alibi_window": window, "windowed": windowed}
 
 
 def _window_losses(model, x, y, width: int) -> dict:
@@ -364,6 +422,23 @@ def report_lesson09(results: list[dict], args) -> None:
             f.write("\n")
 
 
+def _gradient_shares(net, data) -> dict:
+    """Lesson 02's measure: over the first 40 test sentences of every bucket, each target word's gold source word's
+    share of the gradient reaching the source words (attnedu.analysis.gold_gradient_shares)."""
+    from attnedu.analysis import gold_gradient_shares
+
+    pairs = [p for bucket in data.test.values() for p in bucket[:40]]
+    shares = gold_gradient_shares(net, pairs)
+    of_largest = gold_gradient_shares(net, pairs, relative_to="largest")  # 1 where the gold word gets the most
+    return {
+        "mean": shares.mean().item(),
+        "over_half": (shares > 0.5).float().mean().item(),
+        "words": len(shares),
+        "largest_mean": of_largest.mean().item(),
+        "gold_largest": (of_largest == 1).float().mean().item(),
+    }
+
+
 def _gradient_summary(net, pair) -> dict:
     """Gradient from target word t's loss to the source embeddings: for t = 1, min/max over source words;
     over all t, the gold source word's gradient relative to the largest (mean and smallest)."""
@@ -384,15 +459,17 @@ def _gradient_summary(net, pair) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 1000, 1001])
-    every = MODELS + HEADS + TRANSFORMER + LESSON09
+    every = MODELS + LESSON_03 + SCALING + HEADS + TRANSFORMER + LESSON09
     parser.add_argument("--models", nargs="+", default=list(every), choices=every)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", help="also write lesson 09's results to this file (the lesson reads them)")
+    parser.add_argument("--steps", type=int, default=None, help="training steps of lessons 01-03's models (default: "
+                        "their lessons')")  # fmt: skip
     args = parser.parse_args()
     jobs = [(m, s) for s in args.seeds for m in args.models]
 
     def launch(job):
-        code = f"import calibrate, json; print(json.dumps(calibrate.run_one({job[0]!r}, {job[1]})))"
+        code = f"import calibrate, json; print(json.dumps(calibrate.run_one({job[0]!r}, {job[1]}, {args.steps})))"
         here = os.path.dirname(os.path.abspath(__file__))
         done = subprocess.run([sys.executable, "-c", code], cwd=here, capture_output=True, text=True)
         if done.returncode:
@@ -418,9 +495,11 @@ def report(results: list[dict], args) -> None:
 
     from attnedu.train import LR, STEPS
 
-    by_model = {m: [r for r in results if r["model"] == m] for m in MODELS + HEADS + TRANSFORMER}
+    by_model = {m: [r for r in results if r["model"] == m] for m in MODELS + LESSON_03 + SCALING + HEADS + TRANSFORMER}
     heads = by_model.pop("heads")
+    scaling = by_model.pop("scaling")
     later = {m: by_model.pop(m) for m in TRANSFORMER}
+    lesson_03 = [r for r in results if r["model"] in LESSON_03]
     results = [r for r in results if r["model"] in MODELS]
     buckets = list(results[0]["accuracy"]) if results else []
     print("# Calibration of lessons 01-09\n")
@@ -432,7 +511,7 @@ def report(results: list[dict], args) -> None:
         "batches drawn in proportion to target words (`attnedu.data.BatchSampler`). Seed = `ATTNEDU_SEED_OFFSET` "
         "(model initialisation and batch order; the data are the same); 1000 and 1001 are what the test command's "
         "perturbed run gives seeds 0 and 1. Models: lesson 01's fixed context (normal and reversed source), "
-        "lesson 02's attention (Bahdanau), lesson 03's four Luong scores (concat with attn_dim 32). Times are not "
+        "lesson 02's attention (Bahdanau); lesson 03's six models have a section of their own below. Times are not "
         "recorded here: see notebooks.md.\n"
     )
     print("## Exact match by source length\n")
@@ -460,10 +539,27 @@ def report(results: list[dict], args) -> None:
     for r in (r for r in results if r["gradients"]):
         cells = [r["gradients"][when][k] for when in ("init", "trained") for k in keys]
         print(f"| {r['model']} | {r['seed']} | " + " | ".join(f"{c:.3g}" for c in cells) + " |")
+    shares = [r for r in results if "shares" in r["gradients"]]
+    if shares:
+        print("\n## Lesson 02: the gold source word's share of the gradient reaching the source, per target word\n")
+        print("Trained models; the first 40 test sentences of every bucket (`attnedu.analysis.gold_gradient_shares`)\n")
+        print("Also the gold word's gradient relative to the largest (`relative_to=\"largest\"`): its mean, and how "
+              "often the gold word gets the largest\n")  # fmt: skip
+        print("| model | seed | target words | mean share | share above one half | relative to the largest: mean "
+              "| gold the largest |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|")
+        for r in shares:
+            g = r["gradients"]["shares"]
+            print(f"| {r['model']} | {r['seed']} | {g['words']} | {g['mean']:.3f} | {g['over_half']:.3f} | "
+                  f"{g['largest_mean']:.3f} | {g['gold_largest']:.3f} |")  # fmt: skip
     print("\n## Bahdanau attention: alignment by word class (target words, hits, commonest miss offsets)\n")
     for r in by_model["attention"]:
         print(f"- seed {r['seed']}: " + "; ".join(f"{k} {v[0]} words, {v[1]} hits, misses {v[2]}" for k, v in
                                                      r["by_class"].items()))  # fmt: skip
+    if lesson_03:
+        _report_lesson_03(lesson_03)
+    if scaling:
+        _report_scaling(scaling)
     if heads:
         print("\n## Lesson 05: heads on the neighbour task (test accuracy after 500 steps)\n")
         print("4 heads: the smallest share any head puts on the four neighbours, and the smallest best-head share any")
@@ -476,13 +572,14 @@ def report(results: list[dict], args) -> None:
                   f"| {r['least_best_share']:.2f} |")  # fmt: skip
     if later["leak"]:
         print("\n## Lesson 06: the leak (training loss over the last 50 steps; held-out loss with the causal mask)\n")
-        print("| seed | masked: train | unmasked: train | masked: honest | unmasked: honest |")
-        print("|---|---|---|---|---|")
+        print("final: the final masked model on 1024 windows of 32 of each split\n")
+        print("| seed | masked: train | unmasked: train | masked: honest | unmasked: honest | final: train "
+              "| final: valid |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|")
         for r in later["leak"]:
-            t, h = r["train_loss"], r["honest"]
-            print(
-                f"| {r['seed']} | {t['masked']:.3f} | {t['unmasked']:.3f} | {h['masked']:.3f} | {h['unmasked']:.3f} |"
-            )
+            t, h, f = r["train_loss"], r["honest"], r.get("final", {})
+            print(f"| {r['seed']} | {t['masked']:.3f} | {t['unmasked']:.3f} | {h['masked']:.3f} | {h['unmasked']:.3f} "
+                  f"| {f.get('train', float('nan')):.3f} | {f.get('valid', float('nan')):.3f} |")  # fmt: skip
     if later["positions"]:
         print("\n## Lesson 07: naming the previous token, bidirectional encoder, 300 steps\n")
         print("| seed | no positions | learned positions |")
@@ -527,6 +624,23 @@ def report(results: list[dict], args) -> None:
             ntk = _span(r["by_length"]["rope"][n] - r["rope_extended"][n]["ntk"] for r in rows)
             pi = _span(r["by_length"]["rope"][n] - r["rope_extended"][n]["interpolation"] for r in rows)
             print(f"- RoPE at {n}: as trained minus NTK-aware {ntk}; as trained minus interpolation {pi}")
+        top, mid = str(lengths[-1]), str(lengths[-2])
+        w = {p: _span(r["windowed"][p] - r["by_length"][p][first] for r in rows) for p in r["windowed"]}
+        print(f"- each query seeing only its last {TRAIN_LENGTH_07} keys at {top}, minus the loss at {first}: "
+              + "; ".join(f"{p} {v}" for p, v in w.items()))  # fmt: skip
+        by = [r["by_length"] for r in rows]
+        win = [r["windowed"] for r in rows]
+        none_back = _span((b["none"][top] - w["none"]) - (w["none"] - b["none"][first]) for b, w in zip(by, win))
+        rope_back = _span(b["rope"][top] - w["rope"] for b, w in zip(by, win))
+        print(f"- RoPE: whole window minus windowed at {top}: {rope_back}"
+              f"; none: (whole minus windowed) minus (windowed minus at {first}): {none_back}")  # fmt: skip
+        for n in map(str, longer):
+            ntk_alibi = _span(r["rope_extended"][n]["ntk"] - r["by_length"]["alibi"][n] for r in rows)
+            print(f"- NTK-aware minus ALiBi at {n}: {ntk_alibi}")
+        second = str(lengths[1])
+        print(f"- none minus sinusoidal at {second}: {_span(b['none'][second] - b['sinusoidal'][second] for b in by)}; "
+              f"none minus rope at {mid}: {_span(b['none'][mid] - b['rope'][mid] for b in by)}; at {top}: "
+              f"{_span(b['none'][top] - b['rope'][top] for b in by)}")  # fmt: skip
         print(f"- ALiBi: whole text minus last {TRAIN_LENGTH_07} only: "
               f"{_span(r['alibi_window']['full'] - r['alibi_window']['window'] for r in rows)}")  # fmt: skip
     print("\n## Ranges over the seeds, for the margins the lessons assert\n")
@@ -544,13 +658,125 @@ def report(results: list[dict], args) -> None:
     if pairs:
         gaps = [r["accuracy"][first] - n["accuracy"][first] for n, r in pairs]
         print(f"- reversed minus normal, shortest bucket, per seed: {_span(gaps)}")
-    for model in ("attention", *LUONG):
+    for model in ("attention",):
         rows = by_model[model]
         if rows:
             worst = _span(min(r["accuracy"].values()) for r in rows)
             word_worst = _span(min(r["per_word"].values()) for r in rows)
             align, cross = _span(r["alignment"] for r in rows), _span(r["crossing"] for r in rows)
             print(f"- {model}: worst bucket {worst}; per-word worst {word_worst}; alignment {align}; crossing {cross}")
+
+
+def _class_accuracy(r: dict, name: str) -> float:
+    words, hits, _ = r["by_class"][name]
+    return hits / words
+
+
+def _late_share(r: dict) -> tuple[int, float]:
+    """(misses among the commonest three offsets of every word class, the share of them one or more words late)."""
+    offsets = [(int(k), n) for _, _, top in r["by_class"].values() for k, n in top.items()]
+    total = sum(n for _, n in offsets)
+    return total, sum(n for k, n in offsets if k > 0) / max(total, 1)
+
+
+def _report_lesson_03(rows: list[dict]) -> None:
+    from attnedu.train import STEPS_LESSON_03
+
+    print(f"\n## Lesson 03: four Luong scores, the ablation and Bahdanau, {STEPS_LESSON_03} steps each\n")
+    print("dot_previous is the ablation (Luong's dot decoder asking with s_{t-1}); bahdanau is lesson 02's model at ")
+    print("this lesson's budget; concat with attn_dim 32. Exact match by source length:\n")
+    buckets = list(rows[0]["accuracy"])
+    print("| model | seed | " + " | ".join(buckets) + " | worst per-word |")
+    print("|---|---|" + "---|" * len(buckets) + "---|")
+    for r in rows:
+        cells = " | ".join(f"{r['accuracy'][b]:.3f}" for b in buckets)
+        print(f"| {r['model']} | {r['seed']} | {cells} | {min(r['per_word'].values()):.3f} |")
+    print("\nAlignment (misses: among each word class's three commonest miss offsets; late: the share past the gold")
+    print("word)\n")
+    print("| model | seed | alignment | crossing | determiners | conjunctions | misses | late |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        misses, late = _late_share(r)
+        print(f"| {r['model']} | {r['seed']} | {r['alignment']:.3f} | {r['crossing']:.3f} | "
+              f"{_class_accuracy(r, 'determiner'):.3f} | {_class_accuracy(r, 'conjunction'):.3f} | {misses} | "
+              f"{late:.2f} |")  # fmt: skip
+    by = {m: {r["seed"]: r for r in rows if r["model"] == m} for m in LESSON_03}
+    seeds = sorted(set.intersection(*(set(v) for v in by.values())))
+    if not seeds:
+        return
+    translators = ("dot", "general", "concat", "bahdanau", "dot_previous")
+    content = ("dot", "general", "concat")
+
+    def span(values):
+        return _span(list(values))
+
+    def conjunctions(r):
+        return _class_accuracy(r, "conjunction")
+
+    def determiners(r):
+        return _class_accuracy(r, "determiner")
+
+    ranges = {
+        "worst per-word accuracy of the translators": [
+            min(min(by[m][s]["per_word"].values()) for m in translators) for s in seeds
+        ],
+        "worst exact match of the translators": [
+            min(min(by[m][s]["accuracy"].values()) for m in translators) for s in seeds
+        ],
+        "worst content score minus location, alignment": [
+            min(by[m][s]["alignment"] for m in content) - by["location"][s]["alignment"] for s in seeds
+        ],
+        "worst content score minus location, crossing": [
+            min(by[m][s]["crossing"] for m in content) - by["location"][s]["crossing"] for s in seeds
+        ],
+        "worst content score minus Bahdanau, alignment": [
+            min(by[m][s]["alignment"] for m in content) - by["bahdanau"][s]["alignment"] for s in seeds
+        ],
+        "dot minus the ablation, alignment": [
+            by["dot"][s]["alignment"] - by["dot_previous"][s]["alignment"] for s in seeds
+        ],
+        "dot minus the ablation, conjunctions": [
+            conjunctions(by["dot"][s]) - conjunctions(by["dot_previous"][s]) for s in seeds
+        ],
+        "the ablation's misses that land late": [_late_share(by["dot_previous"][s])[1] for s in seeds],
+        "the ablation minus Bahdanau, determiners": [
+            determiners(by["dot_previous"][s]) - determiners(by["bahdanau"][s]) for s in seeds
+        ],
+    }
+    print("\nRanges over the seeds, for the margins lesson 03 asserts:\n")
+    for label, values in ranges.items():
+        print(f"- {label}: {_span(values)}")
+
+
+def _report_scaling(rows: list[dict]) -> None:
+    print("\n## Lesson 04: one head on associative recall, with and without the division by sqrt(d_k)\n")
+    print("Each row: the mean of the lesson's three models (training seeds 0, 1, 2 moved by the offset) after 150 Adam")
+    print("steps; spread: the scores' standard deviation at initialisation; accuracy on 500 held-out questions.\n")
+    print("| seed | d_k 16 divided: spread, at 50, at 150 | d_k 16 raw | d_k 256 divided | d_k 256 raw |")
+    print("|---|---|---|---|---|")
+    names = ("16 scaled", "16 raw", "256 scaled", "256 raw")
+    for r in rows:
+        cells = [
+            f"{r['arms'][n]['spread']:.1f}, {r['arms'][n]['curve'][1]:.3f}, {r['arms'][n]['curve'][-1]:.3f}"
+            for n in names
+        ]
+        print(f"| {r['seed']} | " + " | ".join(cells) + " |")
+
+    def arm(r, name, at):
+        return r["arms"][name]["curve"][at]
+
+    ranges = {
+        "d_k 16, divided minus raw after 50 steps": [arm(r, "16 scaled", 1) - arm(r, "16 raw", 1) for r in rows],
+        "d_k 256, divided minus raw after 50 steps": [arm(r, "256 scaled", 1) - arm(r, "256 raw", 1) for r in rows],
+        "d_k 256, divided minus raw after 150 steps": [arm(r, "256 scaled", -1) - arm(r, "256 raw", -1) for r in rows],
+        "divided, the lower of the two sizes after 150 steps": [
+            min(arm(r, "16 scaled", -1), arm(r, "256 scaled", -1)) for r in rows
+        ],
+        "d_k 16 raw after 150 steps": [arm(r, "16 raw", -1) for r in rows],
+    }
+    print("\nRanges over the seeds, for the margins lesson 04 asserts:\n")
+    for label, values in ranges.items():
+        print(f"- {label}: {_span(values)}")
 
 
 if __name__ == "__main__":
