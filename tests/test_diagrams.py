@@ -130,3 +130,14 @@ def test_the_blocks_diagram_draws_both_arrangements_with_a_legend():
     assert labels == ["attention", "feed-forward", "normalisation", "add", "residual connection"]
     plt.close("all")
     plt.close("all")
+
+
+def test_the_induction_diagram_names_both_heads():
+    from attnedu.diagrams import induction_circuit_diagram
+
+    ax = induction_circuit_diagram()
+    texts = " ".join(_texts(ax))
+    assert "previous-token head" in texts and "induction head" in texts and "prediction" in texts
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["tokens", "after layer 0", "after layer 1", "next-token prediction"]
+    plt.close("all")
