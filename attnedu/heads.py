@@ -260,7 +260,8 @@ def train_induction(
 
     ``held_out`` (n, 2 period): sequences of one block repeated once; ``in_context_losses`` on them every ``every``
     steps; given ``scored`` = (tokens, periods) (``held_out_varied``), also ``induction_scores`` on them, in
-    ``run.prefix`` and ``run.previous`` ((num_layers, num_heads) each). ``seed`` fixes the initialisation and the batches (through ``runtime.training_seed``); nothing is drawn
+    ``run.prefix`` and ``run.previous`` ((num_layers, num_heads) each). ``seed`` fixes the
+    initialisation and the batches (through ``runtime.training_seed``); nothing is drawn
     from the global generators, so several runs can train at once (``runtime.in_parallel``).
     """
     from .transformer import AttentionOnlyTransformer
@@ -327,3 +328,20 @@ def induction_scores(
         prefix = torch.stack([prefix_matching_per_sequence(w, periods).mean(0) for w in weights])
     previous = torch.stack([previous_token_score(w).mean(0) for w in weights])
     return prefix, previous
+
+
+def calibration_ranges(path=None) -> dict:
+    """The ranges over training seeds that ``benchmarks/calibrate11.py`` wrote (``benchmarks/calibration11.md`` by
+    default): lines ``- 2 layer(s), prefix: 0.675 .. 0.737`` -> {(2, "prefix"): (0.675, 0.737), ...}, so that a
+    lesson quotes the calibration it asserts against instead of typing it."""
+    import re
+    from pathlib import Path
+
+    path = Path(path) if path is not None else Path(__file__).resolve().parents[1] / "benchmarks" / "calibration11.md"
+    if not path.exists():
+        raise FileNotFoundError(f"calibration_ranges: no file {path}; run benchmarks/calibrate11.py to make it")
+    found = {}
+    for match in re.finditer(r"^- (\d+) layer\(s\), (\w+): ([-\d.]+) \.\. ([-\d.]+)$", path.read_text(), re.M):
+        layers, key, low, high = match.groups()
+        found[(int(layers), key)] = (float(low), float(high))
+    return found
