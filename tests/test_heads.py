@@ -164,6 +164,9 @@ def test_calibration_ranges_reads_the_file():
     ranges = heads.calibration_ranges()
     low, high = ranges[2, "varied"]
     assert 0 < low <= high <= 1 and (1, "varied") in ranges and (2, "drop") in ranges
+    for key in ("cut_layer1", "cut_one_layer1"):  # exercise 5's margin: more than twice the spread over the seeds
+        low, high = ranges[2, key]
+        assert heads.PREDICTION_MARGIN > 2 * (high - low), (key, low, high)
 
 
 def _induction_model(layers=2, heads_per_layer=2, seed=0):
