@@ -55,6 +55,7 @@ from torch import nn
 from ._validate import (
     check_bool,
     check_bool_mask,
+    check_choice,
     check_float,
     check_ids,
     check_instance,
@@ -382,10 +383,11 @@ def mla_cache_bytes(
 # --------------------------------------------------------------------------------------------
 
 
-def mean_pool_kv_heads(W: torch.Tensor, num_heads: int, num_kv_heads: int) -> torch.Tensor:
+def mean_pool_kv_heads(W: torch.Tensor, num_heads: int, num_kv_heads: int, pool: str = "mean") -> torch.Tensor:
     """W (d_model, H * d), a key or value projection applied as x @ W, -> (d_model, H_kv * d): the columns of each
     group of H / H_kv consecutive heads averaged, so new K/V head g is the mean of old heads g*group .. g*group+group-1
-    (the query heads that will share it)."""
+    (the query heads that will share it). ``pool="first"`` keeps the first head of each group instead (the
+    alternative Ainslie et al. compare mean-pooling with)."""
     check_tensor("W", W, 2, "(d_model, num_heads * head_dim)")
     check_float("W", W)
     num_heads = check_positive_int("num_heads", num_heads, "the heads of W")
@@ -393,14 +395,17 @@ def mean_pool_kv_heads(W: torch.Tensor, num_heads: int, num_kv_heads: int) -> to
     if W.shape[1] % num_heads or num_heads % num_kv_heads:
         raise ValueError(f"num_heads should divide W's {W.shape[1]} columns and num_kv_heads should divide "
                          f"num_heads, got num_heads={num_heads}, num_kv_heads={num_kv_heads}")  # fmt: skip
+    check_choice("pool", pool, ("mean", "first"))
     d_model, head_dim = W.shape[0], W.shape[1] // num_heads
-    return W.view(d_model, num_kv_heads, num_heads // num_kv_heads, head_dim).mean(dim=2).reshape(d_model, -1)
+    groups = W.view(d_model, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    return (groups.mean(dim=2) if pool == "mean" else groups[:, :, 0]).reshape(d_model, -1)
 
 
 @torch.no_grad()
-def to_grouped_query(model, num_kv_heads: int):
+def to_grouped_query(model, num_kv_heads: int, pool: str = "mean"):
     """A copy of the DecoderLM ``model`` (multi-head) with ``num_kv_heads`` key/value heads per block, their W_k and
-    W_v mean-pooled over each group (``mean_pool_kv_heads``); every other weight copied unchanged."""
+    W_v mean-pooled over each group (``mean_pool_kv_heads``; ``pool="first"``: the first head of each group kept);
+    every other weight copied unchanged."""
     from .transformer import DecoderLM
 
     _check_model(model)
@@ -418,7 +423,7 @@ def to_grouped_query(model, num_kv_heads: int):
     for i in range(len(model.blocks)):
         for name in ("W_k", "W_v"):
             key = f"blocks.{i}.attention.{name}.weight"  # nn.Linear's weight is (out, in): pool its transpose
-            state[key] = mean_pool_kv_heads(state[key].T, first.num_heads, num_kv_heads).T.contiguous()
+            state[key] = mean_pool_kv_heads(state[key].T, first.num_heads, num_kv_heads, pool).T.contiguous()
     new.load_state_dict(state)
     return new.eval()
 
