@@ -224,6 +224,34 @@ class SinkCache(KVCache):
         return grouped_attention(apply_rope(q, slots[-1:]), apply_rope(k, slots), v)
 
 
+def cache_step(q, k_new, v_new, k_cache, v_cache):
+    """One decoding step of one layer with a KV cache and RoPE (the exercise's reference): the new token sits at
+    position m = the number of cached tokens, so
+
+        q, k_new <- RoPE(q, m), RoPE(k_new, m);  K = [k_cache; k_new];  V = [v_cache; v_new]
+        o = softmax(q K^T / sqrt(d)) V
+
+    q, k_new, v_new (B, H, 1, d), before RoPE; k_cache (B, H, m, d) already rotated, v_cache (B, H, m, d); m may
+    be 0 (the first token). -> o (B, H, 1, d), K and V (B, H, m + 1, d), the caches for the next step."""
+    for name, x, doc in (("q", q, "(batch, heads, 1, head_dim)"), ("k_new", k_new, "(batch, heads, 1, head_dim)"),
+                         ("v_new", v_new, "(batch, heads, 1, head_dim)")):  # fmt: skip
+        check_tensor(name, x, 4, doc)
+        check_float(name, x)
+        check_size(name, x, 2, 1, "1: one new token per step")
+    for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
+        check_tensor(name, x, 4, "(batch, heads, cached_len, head_dim)", allow_empty=True)
+        check_float(name, x)
+    if k_cache.shape != v_cache.shape or k_cache.shape[:2] + k_cache.shape[3:] != k_new.shape[:2] + k_new.shape[3:]:
+        raise ValueError(
+            f"k_cache and v_cache should be (batch, heads, cached_len, head_dim) like k_new, got k_cache "
+            f"{describe(k_cache)}, v_cache {describe(v_cache)}, k_new {describe(k_new)}"
+        )
+    position = torch.tensor([k_cache.shape[2]], device=q.device)
+    keys = torch.cat([k_cache, apply_rope(k_new, position)], dim=2)
+    values = torch.cat([v_cache, v_new], dim=2)
+    return grouped_attention(apply_rope(q, position), keys, values), keys, values
+
+
 # --------------------------------------------------------------------------------------------
 # A DecoderLM with a cache
 # --------------------------------------------------------------------------------------------
@@ -354,15 +382,19 @@ DEEPSEEK_V2 = dict(num_layers=60, num_heads=128, head_dim=128, latent_dim=512, r
 
 
 def kv_cache_bytes(
-    num_layers: int, num_kv_heads: int, head_dim: int, bytes_per_number: int = 2, tokens: int = 1, batch: int = 1
-) -> int:
+    num_layers: int, num_kv_heads: int, head_dim: int, bytes_per_number: int = 2, tokens: int = 1, batch: int = 1,
+    window: int | None = None,
+) -> int:  # fmt: skip
     """2 (K and V) * layers * H_kv * head_dim * bytes per number * tokens * batch. Per token of Llama-2-7B in fp16:
-    2 * 32 * 32 * 128 * 2 = 524,288 bytes (512 KiB)."""
+    2 * 32 * 32 * 128 * 2 = 524,288 bytes (512 KiB). With a sliding ``window`` (a rolling buffer), at most
+    ``window`` tokens are kept: tokens is replaced by min(tokens, window)."""
     for name, value, meaning in (("num_layers", num_layers, "layers"), ("num_kv_heads", num_kv_heads, "K/V heads"),
                                  ("head_dim", head_dim, "features per head"),
                                  ("bytes_per_number", bytes_per_number, "2 for fp16/bf16, 4 for fp32"),
                                  ("tokens", tokens, "cached tokens"), ("batch", batch, "sequences")):  # fmt: skip
         check_positive_int(name, value, meaning)
+    if window is not None:
+        tokens = min(tokens, check_positive_int("window", window, "tokens a rolling buffer keeps"))
     return 2 * num_layers * num_kv_heads * head_dim * bytes_per_number * tokens * batch
 
 

@@ -329,7 +329,7 @@ def report_lesson09(results: list[dict], args) -> None:
 
 # Lesson 10, as the lesson runs it
 CONTEXT_10, STEPS_10, BATCH_10, LR_10, UPTRAIN_10 = 64, 150, 8, 6e-3, 30
-STREAM_10, WINDOW_10, SINKS_10 = 320, 32, 4
+STREAM_10, WINDOW_10, SINKS_10 = 256, 32, 4
 
 
 def _lesson10() -> dict:

@@ -1,0 +1,366 @@
+"""Checks for the exercises of lesson 10 (attention at inference).
+
+The references are the package's own (``attnedu.inference.cache_step``, ``grouped_attention``, ``kv_cache_bytes``).
+Heads, lengths and widths differ from each other so that a transpose or a wrong axis shows. The KV-cache step
+has a case with an empty cache (the first token) and RoPE at positions large enough that a rotation one step off
+shows; its known-wrong variants include the position off by one in both directions. Grouped-query decoding reads a
+batch of caches of different lengths (right-padded): its padded and unpadded cases; the padding off by one in both
+directions. The cache-size calculator (the transfer task: configurations the lesson did not show, windows and
+batches combined) works on integer tensors, one configuration per entry; its large case overflows 32-bit integers.
+The learner's functions may not run anything from ``attnedu.inference``: the exercises ask for their own code.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..inference import cache_step, grouped_attention, kv_cache_bytes
+from ..masks import padding_mask
+from ..positional import apply_rope
+from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Variant, generator, kinds, randn
+
+LESSON = "10_attention_at_inference"
+OWN_CODE = ("attnedu.inference",)
+
+# --------------------------------------------------------------------------------------------
+# kv_cache_step
+# --------------------------------------------------------------------------------------------
+
+
+def _step_cases() -> list[Case]:
+    g = generator(100)
+
+    def case(batch, heads, cached, head_dim, tags, scale=1.0, note=""):
+        q, k_new, v_new = (scale * randn(g, batch, heads, 1, head_dim) for _ in range(3))
+        k_cache = scale * randn(g, batch, heads, cached, head_dim)
+        if cached:  # stored already rotated, each by its own position
+            k_cache = apply_rope(k_cache, torch.arange(cached))
+        v_cache = scale * randn(g, batch, heads, cached, head_dim)
+        description = f"batch {batch}, heads {heads}, {cached} cached tokens, head_dim {head_dim}"
+        return Case(description + (f"; {note}" if note else ""), (q, k_new, v_new, k_cache, v_cache), tags)
+
+    return [
+        case(2, 3, 5, 8, kinds()),
+        case(1, 2, 7, 6, kinds(ONE)),
+        case(3, 2, 0, 8, kinds(), note="an empty cache: the first token"),
+        case(2, 4, 40, 16, kinds(), note="the new token at position 40"),
+        case(1, 1, 3, 4, kinds(ONE), note="one head"),
+        case(2, 2, 6, 8, kinds(LARGE), scale=40.0, note="queries and keys around ±40: scores in the hundreds"),
+    ]
+
+
+def _step_with(q, k_new, v_new, k_cache, v_cache, *, offset=0, rotate="both", order="after", attend="all",
+               layout="halves", scale="head_dim", rerotate=False):  # fmt: skip
+    """A known-wrong step: RoPE at position m + offset, on ``rotate``; the new key put ``order`` the cache; the
+    query reading ``attend`` (all keys, the cache only, the new key only)."""
+    m = k_cache.shape[2]
+    position = torch.tensor([m + offset])
+    q_r = apply_rope(q, position, layout) if rotate in ("both", "q") else q
+    k_r = apply_rope(k_new, position, layout) if rotate in ("both", "k") else k_new
+    cached = apply_rope(k_cache, torch.arange(m), layout) if rerotate and m else k_cache
+    keys = torch.cat([cached, k_r], 2) if order == "after" else torch.cat([k_r, cached], 2)
+    values = torch.cat([v_cache, v_new], 2) if order == "after" else torch.cat([v_new, v_cache], 2)
+    read_k, read_v = {"all": (keys, values), "cache": (cached, v_cache), "new": (k_r, v_new)}[attend]
+    divisor = {"head_dim": math.sqrt(q.shape[-1]), "none": 1.0, "length": math.sqrt(keys.shape[2])}[scale]
+    weights = torch.softmax(q_r @ read_k.transpose(-2, -1) / divisor, dim=-1)
+    return weights @ read_v, keys, values
+
+
+def _step_variant(diagnosis: str, **changes) -> Variant:
+    def fn(*args):
+        return _step_with(*args, **changes)
+
+    return Variant(diagnosis, fn)
+
+
+KV_CACHE_STEP = Exercise(
+    name="kv_cache_step",
+    lesson=LESSON,
+    params=("q", "k_new", "v_new", "k_cache", "v_cache"),
+    returns=(
+        ("batch", "heads", "1", "head_dim"),
+        ("batch", "heads", "cached_len + 1", "head_dim"),
+        ("batch", "heads", "cached_len + 1", "head_dim"),
+    ),  # fmt: skip
+    output_names=("output", "k_cache", "v_cache"),
+    reference=cache_step,
+    make_cases=_step_cases,
+    variants=(
+        _step_variant(
+            "the query attended before its key and value were appended: it read the cache only, not itself (and "
+            "the first token had nothing to read). Append first, then attend over every key.",
+            attend="cache",
+        ),
+        _step_variant(
+            "the query read only the new token's key and value, not the cache: the cache is there to be read. "
+            "Attend over torch.cat([k_cache, k_new], dim=2).",
+            attend="new",
+        ),
+        _step_variant(
+            "off by one: the new token was rotated as position m - 1. With m tokens cached at positions 0..m-1, the "
+            "new one is at position m = k_cache.shape[2].",
+            offset=-1,
+        ),
+        _step_variant(
+            "off by one: the new token was rotated as position m + 1. With m tokens cached at positions 0..m-1, the "
+            "new one is at position m = k_cache.shape[2].",
+            offset=1,
+        ),
+        _step_variant(
+            "the query was not rotated (only the new key was): RoPE turns both the query and the key by the "
+            "token's position.",
+            rotate="k",
+        ),
+        _step_variant(
+            "the new key was not rotated (only the query was): RoPE turns both, and the cache stores keys already "
+            "rotated.",
+            rotate="q",
+        ),
+        _step_variant(
+            "neither the query nor the new key was rotated: apply RoPE to both at position m = k_cache.shape[2].",
+            rotate="none",
+        ),
+        _step_variant(
+            "the cached keys were rotated again: they were stored already rotated by their own positions. Rotate "
+            "only the new query and key.",
+            rerotate=True,
+        ),
+        _step_variant(
+            "the new key and value went in front of the cache: the output is the same (attention ignores the order "
+            "of its keys), but the cache you return is out of order for the next step. Append at the end.",
+            order="before",
+        ),
+        _step_variant(
+            "RoPE used the interleaved layout (pairs 2i, 2i+1); the cache and the lesson's model pair feature i with "
+            "i + head_dim/2 (layout='halves').",
+            layout="interleaved",
+        ),
+        _step_variant("the scores are not scaled: divide them by sqrt(head_dim).", scale="none"),
+        _step_variant(
+            "the scores were divided by the square root of the number of keys; divide by sqrt(head_dim).",
+            scale="length",
+        ),
+    ),
+    hint=(
+        "Which position does the new token have, if the cache holds m tokens at positions 0..m-1? And does it "
+        "read its own key?",
+        "m = k_cache.shape[2]; rotate q and k_new at position m; K = [k_cache; k_new], V = [v_cache; v_new] along "
+        "the length axis; o = softmax(q K^T / sqrt(head_dim)) V; return o, K, V.",
+        "`pos = torch.tensor([k_cache.shape[2]])`; `q, k_new = apply_rope(q, pos), apply_rope(k_new, pos)`; "
+        "`K = torch.cat([k_cache, k_new], dim=2)` (V alike); "
+        "`o = torch.softmax(q @ K.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ V`.",
+    ),
+    forbidden=OWN_CODE,
+)
+
+# --------------------------------------------------------------------------------------------
+# grouped_decode
+# --------------------------------------------------------------------------------------------
+
+
+def _grouped_reference(q, k_cache, v_cache, lengths):
+    keep = padding_mask(lengths, k_cache.shape[2])[:, None, None, :]  # (batch, 1, 1, cached_len)
+    return grouped_attention(q, k_cache, v_cache, keep)
+
+
+def _grouped_cases() -> list[Case]:
+    g = generator(101)
+
+    def case(batch, heads, kv_heads, cached, head_dim, lengths, tags, scale=1.0, note=""):
+        q = scale * randn(g, batch, heads, 1, head_dim)
+        k, v = scale * randn(g, batch, kv_heads, cached, head_dim), randn(g, batch, kv_heads, cached, head_dim)
+        description = (f"batch {batch}, {heads} query heads, {kv_heads} K/V heads, cache of {cached}, head_dim "
+                       f"{head_dim}, lengths {lengths}")  # fmt: skip
+        return Case(description + (f"; {note}" if note else ""), (q, k, v, torch.tensor(lengths)), tags)
+
+    return [
+        case(2, 4, 2, 6, 8, [6, 4], kinds(PADDED)),
+        case(3, 6, 3, 5, 4, [5, 5, 5], kinds(UNPADDED)),
+        case(1, 8, 2, 7, 8, [7], kinds(ONE, UNPADDED)),
+        case(2, 8, 1, 5, 6, [3, 5], kinds(PADDED), note="multi-query: one K/V head"),
+        case(3, 4, 4, 4, 8, [4, 1, 2], kinds(PADDED), note="as many K/V heads as query heads"),
+        case(1, 4, 2, 5, 8, [2], kinds(ONE, PADDED)),
+        case(2, 4, 2, 6, 8, [6, 6], kinds(LARGE, UNPADDED), scale=40.0, note="queries and keys around ±40"),
+    ]
+
+
+def _grouped_with(q, k, v, lengths, *, pairing="interleave", pad=0, scale="head_dim", masked=True):
+    heads, kv_heads = q.shape[1], k.shape[1]
+    group = heads // kv_heads
+    if pairing == "interleave":
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    elif pairing == "repeat":
+        k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
+    elif pairing == "first":
+        k, v = k[:, :1].expand(-1, heads, -1, -1), v[:, :1].expand(-1, heads, -1, -1)
+    divisor = {"head_dim": math.sqrt(q.shape[-1]), "none": 1.0, "heads": math.sqrt(q.shape[-1] * kv_heads)}[scale]
+    scores = q @ k.transpose(-2, -1) / divisor
+    if masked:
+        keep = torch.arange(k.shape[2])[None, :] < (lengths + pad)[:, None]
+        scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def _grouped_variant(diagnosis: str, **changes) -> Variant:
+    def fn(*args):
+        return _grouped_with(*args, **changes)
+
+    return Variant(diagnosis, fn)
+
+
+GROUPED_DECODE = Exercise(
+    name="grouped_decode",
+    lesson=LESSON,
+    params=("q", "k_cache", "v_cache", "lengths"),
+    returns=(("batch", "heads", "1", "head_dim"),),
+    reference=_grouped_reference,
+    make_cases=_grouped_cases,
+    variants=(
+        _grouped_variant(
+            "the K/V heads were repeated with `.repeat` (0, 1, 0, 1, ...): query head h read K/V head h % kv_heads. "
+            "Consecutive query heads share a K/V head (head h reads h // group): `repeat_interleave(group, dim=1)`.",
+            pairing="repeat",
+        ),
+        _grouped_variant(
+            "every query head read K/V head 0: query head h reads K/V head h // (heads // kv_heads).",
+            pairing="first",
+        ),
+        _grouped_variant(
+            "the padding was read: keys at positions >= lengths[b] are not tokens of sequence b. Mask them before "
+            "the softmax.",
+            masked=False,
+        ),
+        _grouped_variant(
+            "off by one: the last real key was masked too. Sequence b's keys are positions 0..lengths[b]-1: keep "
+            "`positions < lengths[b]`.",
+            pad=-1,
+        ),
+        _grouped_variant(
+            "off by one: the first padding position was read too. Sequence b's keys are positions "
+            "0..lengths[b]-1: keep `positions < lengths[b]`, not `<=`.",
+            pad=1,
+        ),
+        _grouped_variant("the scores are not scaled: divide them by sqrt(head_dim).", scale="none"),
+        _grouped_variant(
+            "the scores were divided by sqrt(head_dim * kv_heads); each score is a dot product of head_dim numbers: "
+            "divide by sqrt(head_dim).",
+            scale="heads",
+        ),
+    ),
+    hint=(
+        "Which K/V head does query head h read, when `group = heads // kv_heads` consecutive query heads share one? "
+        "And which keys of a padded cache belong to sequence b?",
+        "Repeat each K/V head `group` times in place (head 0, 0, ..., 1, 1, ...), so the shapes match q's heads; "
+        "scores q K^T / sqrt(head_dim); -inf where position >= lengths[b]; softmax over the keys; times V.",
+        "`k = k_cache.repeat_interleave(group, dim=1)` (v alike); `keep = torch.arange(m) < lengths[:, None]`; "
+        "`scores.masked_fill(~keep[:, None, None, :], float('-inf'))`.",
+    ),
+    forbidden=OWN_CODE,
+)
+
+# --------------------------------------------------------------------------------------------
+# cache_bytes: the transfer task
+# --------------------------------------------------------------------------------------------
+
+
+def _bytes_reference(num_layers, num_heads, num_kv_heads, head_dim, bytes_per_number, seq_len, batch, window):
+    rows = zip(*(t.tolist() for t in (num_layers, num_kv_heads, head_dim, bytes_per_number, seq_len, batch, window)))
+    return torch.tensor([kv_cache_bytes(l, h, d, b, s, n, w or None) for l, h, d, b, s, n, w in rows])  # noqa: E741
+
+
+def _bytes_cases() -> list[Case]:
+    def case(rows, tags, note=""):
+        columns = tuple(torch.tensor(c) for c in zip(*rows))
+        description = f"{len(rows)} configuration{'s' if len(rows) > 1 else ''}: " + "; ".join(
+            f"layers {r[0]}, heads {r[1]}, K/V heads {r[2]}, head_dim {r[3]}, {r[4]} bytes, {r[5]} tokens, batch "
+            f"{r[6]}, window {r[7] or 'none'}"
+            for r in rows[:3]
+        )
+        return Case(description + (f"; {note}" if note else ""), columns, tags)
+
+    # (layers, heads, kv_heads, head_dim, bytes, seq_len, batch, window); window 0 = none
+    return [
+        case(
+            [(28, 28, 4, 128, 2, 4096, 1, 0), (26, 8, 4, 256, 2, 8192, 2, 4096), (16, 32, 8, 64, 4, 100, 3, 0)], kinds()
+        ),  # fmt: skip
+        case([(24, 16, 16, 64, 2, 1000, 1, 0)], kinds(ONE), note="a single configuration"),
+        case(
+            [
+                (40, 40, 8, 128, 2, 32768, 4, 4096),
+                (2, 4, 1, 8, 1, 10, 5, 16),
+                (12, 12, 12, 64, 4, 512, 8, 0),
+                (32, 32, 8, 128, 2, 4096, 1, 4096),
+            ],
+            kinds(),
+            note="windows longer and shorter than the text",
+        ),  # fmt: skip
+        case(
+            [(61, 64, 8, 128, 2, 1_000_001, 64, 0), (61, 128, 128, 192, 2, 131072, 16, 0)],
+            kinds(LARGE),
+            note="caches of terabytes: more than 2^31 bytes",
+        ),  # fmt: skip
+    ]
+
+
+def _bytes_with(L, H, Hkv, d, b, s, n, w, *, heads="kv", kv=2, window="min", int32=False):  # noqa: E741
+    tokens = {"min": torch.where(w > 0, torch.minimum(s, w), s), "ignored": s, "plus": torch.where(w > 0,
+              torch.minimum(s, w + 1), s), "minus": torch.where(w > 0, torch.minimum(s, w - 1), s)}[window]  # fmt: skip
+    count = {"kv": Hkv, "query": H}[heads]
+    if int32:
+        return (kv * L.int() * count.int() * d.int() * b.int() * tokens.int() * n.int()).long()
+    return kv * L * count * d * b * tokens * n
+
+
+def _bytes_variant(diagnosis: str, **changes) -> Variant:
+    def fn(*args):
+        return _bytes_with(*args, **changes)
+
+    return Variant(diagnosis, fn)
+
+
+CACHE_BYTES = Exercise(
+    name="cache_bytes",
+    lesson=LESSON,
+    params=("num_layers", "num_heads", "num_kv_heads", "head_dim", "bytes_per_number", "seq_len", "batch", "window"),
+    returns=(("configurations",),),
+    reference=_bytes_reference,
+    make_cases=_bytes_cases,
+    units=(("configuration", "configurations", "index"),),
+    variants=(
+        _bytes_variant(
+            "you counted the query heads: the cache holds keys and values, one per K/V head. Use num_kv_heads.",
+            heads="query",
+        ),
+        _bytes_variant("the factor 2 is missing: the cache holds a key *and* a value per head.", kv=1),
+        _bytes_variant(
+            "the window was ignored: a rolling buffer keeps at most `window` tokens, min(seq_len, window) (window 0 "
+            "means none).",
+            window="ignored",
+        ),
+        _bytes_variant(
+            "off by one: you kept window + 1 tokens. A window of W keeps W keys: min(seq_len, window).",
+            window="plus",
+        ),
+        _bytes_variant(
+            "off by one: you kept window - 1 tokens. A window of W keeps W keys: min(seq_len, window).",
+            window="minus",
+        ),
+        _bytes_variant(
+            "the product overflowed: computed in 32-bit integers it wraps past 2^31 bytes (2 GiB). Keep the "
+            "inputs' int64.",
+            int32=True,
+        ),
+    ),
+    hint=(
+        "What does the cache hold per token, per layer? And how many tokens does a rolling buffer of W slots keep?",
+        "2 (a key and a value) x layers x K/V heads x head_dim x bytes per number x batch x tokens kept, where tokens "
+        "kept is seq_len, or min(seq_len, window) when window > 0.",
+        "`tokens = torch.where(window > 0, torch.minimum(seq_len, window), seq_len)`; `return 2 * num_layers * "
+        "num_kv_heads * head_dim * bytes_per_number * batch * tokens`.",
+    ),
+    forbidden=OWN_CODE,
+)
+
+EXERCISES = (KV_CACHE_STEP, GROUPED_DECODE, CACHE_BYTES)
