@@ -98,10 +98,11 @@ def test_plot_and_targets_from_a_stored_benchmark():
 
 
 def test_the_stored_cpu_results_still_load():
-    """benchmarks/attention_cpu.json, written before the backward and the GPU suite, is read as lesson 08 reads it."""
+    """benchmarks/attention_cpu.json is read as lesson 08 reads it, and holds what the lesson prints from it: both
+    modes, causal and not, and every CPU target."""
     stored = bench.Benchmark.load(ROOT / "benchmarks" / "attention_cpu.json")
-    assert stored.results and all(r.mode == "forward" for r in stored.results)
-    assert bench.cpu_targets(stored)
+    assert {(r.mode, r.causal) for r in stored.results} == {(m, c) for m in bench.MODES for c in (False, True)}
+    assert len(bench.cpu_targets(stored)) == 4
     assert all("naive / tiled time" in row for row in stored.ratios())
     bench.plot_benchmark(Figure(), stored)
     assert "| N | head_dim |" in bench.markdown(stored)

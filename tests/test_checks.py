@@ -24,6 +24,7 @@ are PyTorch functions, checked without a kernel.
 from __future__ import annotations
 
 import copy
+import re
 import sys
 import threading
 import time
@@ -44,7 +45,8 @@ from galleries.lesson02 import learner_context_vector, learner_masked_softmax, s
 
 from attnedu import checks
 from attnedu.attention import additive_score
-from attnedu.checks import FAILED, NOT_ATTEMPTED, PASSED, CheckResult
+from attnedu.checks import FAILED, NOT_ATTEMPTED, PASSED, CheckResult, mistakes
+from attnedu.checks import diagnosis as engine
 from attnedu.checks.calling import in_process
 from attnedu.checks.diagnosis import run_check, same
 from attnedu.checks.exercise import PADDED, REQUIRED_TAGS, UNPADDED
@@ -281,6 +283,88 @@ def test_few_bugs_get_only_a_count_of_differing_entries(gallery):
     fraction = len(only_count) / len(gallery)
     print(f"\ngeneric-only messages: {len(only_count)} of {len(gallery)} bugs ({fraction:.1%}): {only_count}")
     assert fraction <= 0.15, only_count
+
+
+# --------------------------------------------------------------------------------------------
+# Messages name the mistake and where it shows, never the corrected code (issue 25)
+# --------------------------------------------------------------------------------------------
+
+FIX_LESSONS = ("06_masking", "07_positional_encoding", "08_flash_attention", "09_transformer_block")
+_NAME = re.compile(r"[A-Za-z_][\w.]*")  # a bare (dotted) name: an argument, a function, a module
+_CALL = re.compile(r"[\w\])]\s*\(")  # f(...), x.m(...), a[...](...)
+_ASSIGNMENT = re.compile(r"(?<![=!<>~+\-*/%&|^])=(?!=)|[+\-*/%&|^]=")  # x = ..., x += ..., keyword=value
+_INDEXING = re.compile(r"\w\s*\[")  # x[:, None], pe[:, 0::2]
+_LIBRARY_CALL = re.compile(r"\b(?:torch|tl|F|nn|math|statistics|np)\.[\w.]*\w\s*\(|(?<![\w)\]])\.[a-z_]\w*\(")
+
+
+def _printed_fixes(text: str) -> list[str]:
+    """The code fragments of a message that a learner could paste as the fix: every backquoted fragment that is not
+    a bare name (a call, an assignment or keyword argument, an indexing, an expression with operators), and any call
+    of a library function or method, backquoted or not."""
+    found = []
+    for fragment in re.findall(r"`([^`]+)`", text):
+        fragment = fragment.strip()
+        if _NAME.fullmatch(fragment):
+            continue
+        kinds = [
+            k for k, p in (("call", _CALL), ("assignment", _ASSIGNMENT), ("indexing", _INDEXING)) if p.search(fragment)
+        ]
+        found.append(f"`{fragment}` ({', '.join(kinds) or 'expression'})")
+    found += [f"{m.group(0)}... (library call)" for m in _LIBRARY_CALL.finditer(re.sub(r"`[^`]+`", "", text))]
+    return found
+
+
+def _fix_lesson_messages() -> list[tuple[str, str]]:
+    """(where, text) for every message of lessons 06 to 09 written in advance: the known-wrong variants' diagnoses,
+    the notes on NaN and large inputs, and the engine's shared texts they can be shown with."""
+    texts = []
+    for name, exercise in checks.EXERCISES.items():
+        if exercise.lesson not in FIX_LESSONS:
+            continue
+        texts += [(f"{name}: variant {i}", v.diagnosis) for i, v in enumerate(exercise.variants)]
+        texts += [(f"{name}: {note}", getattr(exercise, note)) for note in ("large_note", "nan_note")]
+    texts += [(f"engine._DTYPE_ADVICE[{d}]", t) for d, t in engine._DTYPE_ADVICE.items()]
+    texts += [("engine.LARGE_INPUTS_NOTE", engine.LARGE_INPUTS_NOTE), ("engine.NAN_NOTE", engine.NAN_NOTE)]
+    texts += [(f"mistakes.{n}", t) for n, t in vars(mistakes).items() if n.isupper() and isinstance(t, str)]
+    return [(where, text) for where, text in texts if text]
+
+
+def test_the_fix_scan_catches_printed_fixes():
+    """The scan below flags the kinds of fix the old messages printed, and lets names and prose through."""
+    for fix in ("Use `float('-inf')`.", "compare `positions < lengths`", "`masked_fill(~mask, ...)`",
+                "Rows are `is_global[:, :, None]`", "create it with `dtype=dtype`", "`ref = m_new`",
+                "Use torch.quantile(x, 0.5) or statistics.median", "over the features: .mean(dim=-1)"):  # fmt: skip
+        assert _printed_fixes(fix), fix
+    for prose in ("Blocked entries must be -inf: True means may attend.", "rotate the keys by `k_positions`",
+                  "`torch.median` returns the lower middle value", "sqrt(mean(x ** 2) + eps), one per position",
+                  "exp(m_i - m) is at most 1 (e.g. for the first state)"):  # fmt: skip
+        assert not _printed_fixes(prose), prose
+
+
+def test_lesson_06_to_09_messages_print_no_fix():
+    """Every diagnosis of lessons 06-09 names the mistake by its cause and where it shows, and may state the rule
+    the right answer obeys, but never the corrected line: no backquoted code but bare names, no library call."""
+    texts = _fix_lesson_messages()
+    assert len(texts) > 100  # every variant of the four lessons, and the shared texts
+    printed = [(where, _printed_fixes(text)) for where, text in texts if _printed_fixes(text)]
+    assert not printed, "\n".join(f"{where}: {', '.join(fixes)}" for where, fixes in printed)
+
+
+@pytest.mark.parametrize(
+    "name, fn, finding",
+    [
+        ("to_additive", lambda mask, dtype: torch.zeros(mask.shape, dtype=dtype)[None], "shape"),
+        ("rms_norm", lambda x, w, eps: x.mul_(2.0), "inplace"),
+        ("document_mask", lambda ids: (ids[:, :, None] == ids[:, None, :]).long(), "dtype"),
+    ],
+    ids=["extra-dimension", "in-place", "dtype"],
+)
+def test_the_engines_own_messages_print_no_fix(name, fn, finding):
+    """The messages the engine writes itself (a shape with an extra axis, an input changed in place, a wrong
+    dtype) explain what went wrong without handing over the line that fixes it."""
+    result = checks.check(name, fn)
+    assert result.status == FAILED and finding in result.findings, repr(result)
+    assert not _printed_fixes(result.message), (result.message, _printed_fixes(result.message))
 
 
 # --------------------------------------------------------------------------------------------

@@ -72,8 +72,9 @@ def _shape_problem(expected: torch.Tensor, got: torch.Tensor, names: tuple[str, 
         )
     if len(have) == len(want) + 1 and 1 in have:
         return (
-            f"has an extra dimension of size 1: expected {wanted}, got {have}. "
-            "Remove it with `.squeeze(dim)` (or index with an integer instead of a slice)."
+            f"has an extra dimension of size 1: expected {wanted}, got {have}. An axis was kept where the output "
+            "has none: a slice where an integer index was meant, a reduction that kept its dimension, or an axis "
+            "added for broadcasting that was never taken away."
         )
     return f"has the wrong shape: expected {wanted}, got {have}."
 
@@ -92,8 +93,9 @@ def _first_difference(expected: torch.Tensor, got: torch.Tensor, wrong: torch.Te
 
 
 _DTYPE_ADVICE = {
-    torch.bool: "A mask is a bool tensor: a comparison such as `<` gives one directly; do not convert it.",
-    torch.long: "Token ids are integers (torch.long): build the output with `torch.zeros_like(src)` or `src.clone()`.",
+    torch.bool: "A mask is a bool tensor: a comparison already gives one; keep it as booleans, not numbers.",
+    torch.long: "Token ids are integers (torch.long): an output built from float tensors, or converted to them, "
+    "is not a token id.",
     torch.float32: "Keep the inputs' float32 dtype: do not create tensors with dtype=torch.float64.",
 }
 
@@ -409,9 +411,10 @@ def _hard_problem(exercise: Exercise, case: Case, learner_args: tuple, call: Cal
     for name, original, copied in zip(exercise.params, case.args, learner_args, strict=True):
         if not inputs_unchanged(original, copied):
             return (
-                f"your function modified its input `{name}` in place (with `-=`, `+=`, `x[...] = ...` "
-                "or a method ending in `_` such as `masked_fill_`). The caller still needs its inputs: work on "
-                "a copy (`.clone()`) or use the out-of-place version (`masked_fill`).",
+                f"your function modified its input `{name}` in place (an augmented assignment such as -= or +=, "
+                "an assignment into part of it, or a method whose name ends in an underscore, such as masked_fill_). "
+                "The caller still needs its inputs as they were: compute on a copy, or with the operations that "
+                "return a new tensor (their names have no trailing underscore).",
                 ("inplace",),
             )
     return None, ()

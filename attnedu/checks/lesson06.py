@@ -127,8 +127,8 @@ def _filled(mask: torch.Tensor, dtype: torch.dtype, blocked: float, allowed: flo
 _FINITE = (
     "blocked entries hold {what} instead of -inf. Added to the scores, a finite number leaves a blocked key a tiny "
     "weight, and a fully masked row (nothing allowed, as in the test case with one) gets uniform weights, attention "
-    "spread over padding, where -inf gives NaN that the course's masked softmax turns into zeros. Use "
-    "`float('-inf')`."
+    "spread over padding, where -inf gives NaN that the course's masked softmax turns into zeros. Blocked entries "
+    "must be exactly -inf, the one value whose exponential is 0."
 )
 
 TO_ADDITIVE = Exercise(
@@ -141,34 +141,35 @@ TO_ADDITIVE = Exercise(
     variants=(
         Variant(
             "the mask is inverted: your output is -inf where the boolean mask allows attention (True) and 0 where it "
-            "blocks it. True = may attend, so True becomes 0 and False becomes -inf: `masked_fill(~mask, ...)`.",
+            "blocks it, so every allowed key is blocked and every blocked key allowed. True means 'may attend': the "
+            "additive mask is 0 at the True entries and -inf at the False ones.",
             lambda mask, dtype: _filled(mask, dtype, blocked=0.0, allowed=float("-inf")),
         ),
         Variant(_FINITE.format(what="-1e9"), lambda mask, dtype: _filled(mask, dtype, -1e9)),
         Variant(_FINITE.format(what="-10000"), lambda mask, dtype: _filled(mask, dtype, -1e4)),
         Variant(
-            _FINITE.format(what="the most negative number of the dtype (`torch.finfo(dtype).min`)"),
+            _FINITE.format(what="the dtype's most negative finite number (its finfo minimum)"),
             lambda mask, dtype: _filled(mask, dtype, torch.finfo(dtype).min),
         ),
         Variant(
-            "your output is the mask as 0/1 numbers (`mask.to(dtype)`): 1 where allowed, 0 where blocked. Added to "
-            "the scores that blocks nothing. An additive mask is 0 where allowed and -inf where blocked.",
+            "your output is the mask as 0/1 numbers, the booleans converted: 1 where allowed, 0 where blocked. Added "
+            "to the scores, that blocks nothing (it raises every allowed score by 1). An additive mask is 0 where "
+            "allowed and -inf where blocked.",
             lambda mask, dtype: mask.to(dtype),
         ),
         Variant(
-            "blocked entries hold -1 and allowed ones 0 (`mask.to(dtype) - 1`): added to the scores, -1 hardly "
-            "changes a weight. Blocked entries must be -inf.",
+            "blocked entries hold -1 and allowed ones 0 (the mask as numbers, minus one): added to the scores, -1 "
+            "hardly changes a weight, so the blocked keys keep most of theirs. Blocked entries must be -inf.",
             lambda mask, dtype: mask.to(dtype) - 1,
         ),
         Variant(
             "blocked entries hold +inf instead of -inf: added to a score, +inf makes that key take all the weight "
-            "(or NaN, inf - inf, in the softmax). Use `float('-inf')`.",
+            "(or NaN, inf - inf, in the softmax). Blocked entries must be -inf, whose exponential is 0.",
             lambda mask, dtype: _filled(mask, dtype, float("inf")),
         ),
         Variant(
-            "your output is NaN where attention is allowed: it multiplies by -inf, and 0 * -inf is NaN, not 0. Choose "
-            "values instead of multiplying: `torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, float('-inf'))` "
-            "or `torch.where(mask, 0.0, float('-inf'))`.",
+            "your output is NaN at every allowed entry: it multiplies by -inf, and 0 * -inf is NaN, not 0. No product "
+            "with -inf gives the 0 an allowed entry needs: each entry must be chosen, 0 or -inf, by the mask.",
             lambda mask, dtype: (~mask).to(dtype) * float("-inf"),
         ),
         *(
@@ -180,8 +181,8 @@ TO_ADDITIVE = Exercise(
             for fn in (lambda mask, dtype: mask.clone(), lambda mask, dtype: ~mask)
         ),
         Variant(
-            "your output is always float32, whatever `dtype` asked for. The additive mask is added to the scores, so "
-            "it must have their dtype: create it with `dtype=dtype` (or convert with `.to(dtype)`).",
+            "your output is always float32, whatever `dtype` asked for, so the float64 and float16 cases fail. The "
+            "additive mask is added to the scores, so it must have their dtype, the one the `dtype` argument names.",
             lambda mask, dtype: to_additive(mask),
         ),
     ),
@@ -287,12 +288,14 @@ DOCUMENT_MASK = Exercise(
         ),
         Variant(
             "the causal part is missing: each document is read both ways (a block-diagonal mask), so every token "
-            "sees the later tokens of its document. AND the same-document test with the lower triangle, j <= i.",
+            "sees the later tokens of its document (your mask is True above the diagonal inside each document). A "
+            "key must be in the query's document and at or before it, j <= i: both conditions at once.",
             lambda ids: _doc(ids, causal=False),
         ),
         Variant(
             "the documents are ignored: your mask is the plain causal mask, so a document sees the end of the one "
-            "packed before it. AND the causal mask with `document_ids[:, :, None] == document_ids[:, None, :]`.",
+            "packed before it (below the diagonal, the entries between two documents are True). A key counts only "
+            "when it is in the query's own document as well as at or before it.",
             lambda ids: _doc(ids, documents=False),
         ),
         Variant(
@@ -306,11 +309,10 @@ DOCUMENT_MASK = Exercise(
             lambda ids: _doc(ids, relation="<="),
         ),
         Variant(
-            "the mask compares the rows of the batch with each other, not each row with itself: "
-            "`document_ids[:, None] == document_ids[None, :]` on a (batch, length) tensor gives (batch, batch, "
-            "length), which has the right shape only when batch == length, as in the first test case, and then "
-            "broadcasts silently. Give each row a query and a key axis of its own: "
-            "`document_ids[:, :, None] == document_ids[:, None, :]`.",
+            "the mask compares the rows of the batch with each other, not each row with itself: the ids broadcast "
+            "as (batch, 1, length) against (1, batch, length) give (batch, batch, length), which has the right shape "
+            "only when batch == length, as in the first test case, and then broadcasts silently. Each row's ids are "
+            "compared with the same row's ids: the new query axis and the new key axis both come after the batch.",
             _doc_rows_of_the_batch,
         ),
         Variant(
@@ -396,18 +398,19 @@ PREFIX_LM_MASK = Exercise(
         ),
         Variant(
             "the prefix was applied to the queries (rows) instead of the keys (columns): the queries of the prefix "
-            "see every key, the part still to be written included, so the prefix reads the answer. The prefix is a "
-            "set of *keys* that every query may see: `j < prefix_length`, with j the column.",
+            "see every key, the part still to be written included, so the prefix reads the answer (the rows of the "
+            "prefix are True up to the sentence's end). The prefix is a set of *keys*, columns of the mask, that "
+            "every query may see; a query inside the prefix sees the prefix only.",
             _prefix_variant(on_queries=True),
         ),
         Variant(
             "off by one: the prefix is one key too long (key j = prefix_length is visible to the queries before "
-            "it). The prefix is keys 0 .. prefix_length - 1: `j < prefix_length`.",
+            "it). The prefix is keys 0 .. prefix_length - 1, prefix_length keys in all.",
             _prefix_variant(prefix_shift=1),
         ),
         Variant(
             "off by one: the prefix is one key too short (its last key, j = prefix_length - 1, is hidden from the "
-            "queries before it). The prefix is keys 0 .. prefix_length - 1: `j < prefix_length`.",
+            "queries before it). The prefix is keys 0 .. prefix_length - 1, prefix_length keys in all.",
             _prefix_variant(prefix_shift=-1),
         ),
         Variant(
@@ -421,8 +424,9 @@ PREFIX_LM_MASK = Exercise(
             _prefix_variant(diagonal=-1),
         ),
         Variant(
-            "the prefix is ignored: your mask is the causal mask with padding. Let every query also see the keys of "
-            "the prefix: OR the causal part with `j < prefix_length`.",
+            "the prefix is ignored: your mask is the causal mask with padding, so inside the prefix a query does not "
+            "see the prefix's later keys (your mask is False above the diagonal there). Every query may see every "
+            "key of the prefix, whatever its position.",
             _prefix_variant(prefix=False),
         ),
         Variant(
@@ -431,17 +435,18 @@ PREFIX_LM_MASK = Exercise(
             _prefix_variant(causal=False, prefix=False),
         ),
         Variant(
-            "the padding is not masked: queries may attend padded keys. AND the result with the padding mask of the "
-            "keys, `padding[:, None, :]`.",
+            "the padding is not masked: queries may attend padded keys (the columns past each sentence's length are "
+            "True in some rows). A padded key may never be attended, whatever the query.",
             _prefix_variant(pad="none"),
         ),
         Variant(
             "the rows of padding queries are all False: you masked the padded queries (rows) too. A row with no "
-            "allowed key gives NaN in the softmax; mask only the keys, `padding[:, None, :]`.",
+            "allowed key gives NaN in the softmax; padding is masked as keys (columns) only, and a padding query's "
+            "row keeps the real keys.",
             _prefix_variant(pad="queries too"),
         ),
         Variant(
-            "the padding mask is combined with OR (`|`) instead of AND: every query then sees every real key. A key "
+            "the padding mask is combined with OR instead of AND: every query then sees every real key. A key "
             "must be real AND (before the query OR in the prefix).",
             _prefix_variant(pad="or"),
         ),
@@ -452,7 +457,7 @@ PREFIX_LM_MASK = Exercise(
         ),
         Variant(
             "the query and key axes are swapped: your mask is the reference transposed. Rows are queries and columns "
-            "keys: `mask[b, i, j]` says whether query i may attend key j.",
+            "keys: entry (b, i, j) says whether query i of sentence b may attend key j.",
             lambda p, n, max_len: prefix_lm_mask(p, n, max_len).transpose(1, 2),
         ),
     ),
@@ -542,24 +547,26 @@ LOCAL_GLOBAL_MASK = Exercise(
             lambda g, w: _lg(g, w, local="wide"),
         ),
         Variant(
-            "the global tokens only attend: they see every key, but no query sees them (their columns were left "
-            "out). Global means both ways: OR with the global flags as rows, `is_global[:, :, None]`, and as "
-            "columns, `is_global[:, None, :]`.",
+            "the global tokens only attend: they see every key (their rows are True), but a token that is not "
+            "global sees them only inside its window (their columns were left out). Global means both ways: a "
+            "global token sees every token, and every token sees it.",
             lambda g, w: _lg(g, w, columns=False),
         ),
         Variant(
-            "the global tokens are only attended to: every query sees them, but they see only their window (their "
-            "rows were left out). Global means both ways: OR with `is_global[:, :, None]` (rows) too.",
+            "the global tokens are only attended to: every query sees them (their columns are True), but they see "
+            "only their window and the other global tokens (their rows were left out). Global means both ways: a "
+            "global token sees every token, and every token sees it.",
             lambda g, w: _lg(g, w, rows=False),
         ),
         Variant(
-            "the global tokens are ignored: your mask is the sliding window alone. OR it with the global flags, as "
-            "rows and as columns.",
+            "the global tokens are ignored: your mask is the sliding window alone, so the rows and columns of the "
+            "global tokens are False beyond the window. A global token sees every token, and every token sees it.",
             lambda g, w: _lg(g, w, rows=False, columns=False),
         ),
         Variant(
             "the window is missing: only global tokens are seen, and a token that is not global does not even see "
-            "itself (an empty row when its sentence has no global token). OR the global part with |i - j| <= window.",
+            "itself (an empty row when its sentence has no global token). Every token also sees its neighbours, "
+            "|i - j| <= window, itself included.",
             lambda g, w: _lg(g, w, local="none"),
         ),
         Variant(
@@ -573,15 +580,15 @@ LOCAL_GLOBAL_MASK = Exercise(
             lambda g, w: _lg(g, w, local="past"),
         ),
         Variant(
-            "the global tokens of all sentences were merged (`is_global.any(0)`): a token global in one sentence "
-            "became global in every sentence. Each sentence has its own: keep the batch axis.",
+            "the global tokens of all sentences were merged (the flags reduced over the batch axis): a token global "
+            "in one sentence became global in every sentence. Each sentence has its own global tokens.",
             lambda g, w: _lg(g, w, merged=True),
         ),
         Variant(
-            "the global flags were broadcast over the wrong axis: `is_global[:, None] | is_global[None, :]` on a "
-            "(batch, length) tensor combines the sentences with each other, (batch, batch, length), which has the "
-            "right shape only when batch == length (the first test case) and then broadcasts silently. Rows are "
-            "`is_global[:, :, None]`, columns `is_global[:, None, :]`.",
+            "the global flags were broadcast over the wrong axis: as (batch, 1, length) against (1, batch, length) "
+            "they combine the sentences with each other, (batch, batch, length), which has the right shape only "
+            "when batch == length (the first test case) and then broadcasts silently. Each sentence's flags mark "
+            "its own rows (a global query) and its own columns (a global key): the new axes come after the batch.",
             _lg_rows_of_the_batch,
         ),
     ),

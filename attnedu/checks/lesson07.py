@@ -126,23 +126,24 @@ SINUSOIDAL_QUERIES_KEYS = Exercise(
     variants=(
         Variant(
             "the encoding was added after the projections, to the queries and keys (an encoding of width "
-            "head_dim). Add it to the embeddings first, then project: `(embeddings + pe) @ W_q`. Positions added "
-            "after the projections never pass through W_q and W_k, so the model cannot learn how much position "
-            "should weigh in a score.",
+            "head_dim). The encoding belongs to the embeddings, before W_q and W_k: positions added after the "
+            "projections never pass through W_q and W_k, so the model cannot learn how much position should weigh "
+            "in a score.",
             _after_projections,
         ),
         Variant(
-            "only the queries got positions: the keys were projected from the embeddings alone. Queries and keys "
-            "both come from the encoded embeddings, `encoded = embeddings + pe`.",
+            "only the queries got positions: the keys were projected from the embeddings alone (your queries "
+            "match, your keys do not). Queries and keys both come from the same encoded embeddings.",
             lambda x, W_q, W_k: (_sinusoidal_queries_keys(x, W_q, W_k)[0], x @ W_k),
         ),
         Variant(
-            "only the keys got positions: the queries were projected from the embeddings alone. Queries and keys "
-            "both come from `embeddings + pe`.",
+            "only the keys got positions: the queries were projected from the embeddings alone (your keys match, "
+            "your queries do not). Queries and keys both come from the same encoded embeddings.",
             lambda x, W_q, W_k: (x @ W_q, _sinusoidal_queries_keys(x, W_q, W_k)[1]),
         ),
         Variant(
-            "the outputs are in the wrong order: you returned (keys, queries). Return `queries, keys`.",
+            "the outputs are in the wrong order: you returned (keys, queries). The exercise returns the queries "
+            "first, then the keys.",
             lambda x, W_q, W_k: _sinusoidal_queries_keys(x, W_q, W_k)[::-1],
         ),
         Variant(
@@ -157,30 +158,30 @@ SINUSOIDAL_QUERIES_KEYS = Exercise(
             _by_batch,
         ),
         Variant(
-            "off by one: the positions count from 1, so the first word got PE(1). Positions count from 0: "
-            "`torch.arange(seq_len)`.",
+            "off by one: the positions count from 1, so the first word got PE(1) and each word the vector of the "
+            "position after its own. Positions count from 0: the first word gets PE(0).",
             _encoded_with(lambda n, d: _sinusoid(n, d, positions=torch.arange(1, n + 1))),
         ),
         Variant(
-            "sin and cos are swapped: even features hold cos and odd features sin. The formula puts "
-            "PE(pos, 2i) = sin(...) and PE(pos, 2i+1) = cos(...): `pe[:, 0::2] = torch.sin(...)`.",
+            "sin and cos are swapped: even features hold cos and odd features sin. The formula puts sin at the even "
+            "features, PE(pos, 2i) = sin(...), and cos at the odd ones, PE(pos, 2i+1) = cos(...).",
             _encoded_with(lambda n, d: _sinusoid(n, d, swap=True)),
         ),
         Variant(
             "the pairs are mixed up: the sines fill the first half of the features and the cosines the second "
             "(concatenated, as in tensor2tensor). The formula interleaves them: sin at even features 2i, cos at "
-            "odd features 2i+1 (`pe[:, 0::2]` and `pe[:, 1::2]`).",
+            "odd features 2i+1, the two of a pair side by side.",
             _encoded_with(lambda n, d: _sinusoid(n, d, layout="halves")),
         ),
         Variant(
-            "the frequencies are wrong: the exponent is i / d_model, with i = 0, 1, 2, ... counting pairs. The "
-            "formula divides by 10000^(2i / d_model): the exponent runs over the even features 0, 2, 4, ..., "
-            "`torch.arange(0, d_model, 2) / d_model`.",
+            "the frequencies are wrong: the exponent is i / d_model, with i = 0, 1, 2, ... counting pairs, half the "
+            "formula's, so the wavelengths grow too slowly across the features. The formula divides by "
+            "10000^(2i / d_model): the exponent's numerator runs over the even features 0, 2, 4, ...",
             _encoded_with(lambda n, d: _sinusoid(n, d, exponent=lambda two_i, d: two_i / 2 / d)),
         ),
         Variant(
-            "the frequencies are wrong: the exponent is 2 * (2i) / d_model, twice the formula's. "
-            "`torch.arange(0, d_model, 2)` already holds 2i: divide it by d_model without doubling it again.",
+            "the frequencies are wrong: the exponent is 2 * (2i) / d_model, twice the formula's, as when the even "
+            "feature index, which already is 2i, is doubled again. The exponent is 2i / d_model.",
             _encoded_with(lambda n, d: _sinusoid(n, d, exponent=lambda two_i, d: 2 * two_i / d)),
         ),
         Variant(
@@ -287,14 +288,14 @@ APPLY_ROPE_INTERLEAVED = Exercise(
         Variant(
             "the pairs are mixed up: your output pairs feature i with feature i + head_dim/2, the halves layout of "
             "the lesson. This exercise uses the interleaved layout (the RoFormer paper, GPT-J, Meta's Llama): "
-            "feature 2i pairs with feature 2i+1, `a, b = x[..., 0::2], x[..., 1::2]`. Weights trained with one "
-            "layout give wrong scores under the other.",
+            "feature 2i pairs with its neighbour, feature 2i+1. Weights trained with one layout give wrong scores "
+            "under the other.",
             lambda x, p: apply_rope(x, p, layout="halves"),
         ),
         Variant(
-            "the pairs were rotated correctly but written back as two halves (`torch.cat([a2, b2], -1)`): the "
-            "rotated first elements must go back to the even features and the second ones to the odd features, "
-            "`torch.stack([a2, b2], dim=-1).flatten(-2)`.",
+            "the pairs were rotated correctly but written back as two halves (the rotated first elements "
+            "concatenated with the rotated second ones), so your features are in the wrong places. Each rotated "
+            "pair goes back where it came from: its first element to the even feature 2i, its second to 2i+1.",
             lambda x, p: _rope(x, p, put_back="halves"),
         ),
         Variant(
@@ -331,8 +332,8 @@ APPLY_ROPE_INTERLEAVED = Exercise(
             lambda x, p: _rope(x, p, pair=lambda i: i - 1),
         ),
         Variant(
-            "the frequencies are wrong: the exponent is -i/head_dim, with i counting pairs. It is -2i/head_dim: "
-            "`base ** (-torch.arange(0, head_dim, 2) / head_dim)`.",
+            "the frequencies are wrong: the exponent is -i/head_dim, with i counting pairs, half the formula's, so "
+            "the later pairs turn too fast. It is -2i/head_dim, with 2i the pair's even feature index.",
             lambda x, p: _rope(x, p, exponent=1.0),
         ),
         Variant(
@@ -341,10 +342,10 @@ APPLY_ROPE_INTERLEAVED = Exercise(
             lambda x, p: _rope(x, p, base=1000.0),
         ),
         Variant(
-            "the frequencies are laid out for the halves layout (`torch.cat([freqs, freqs])`, the list twice) while "
-            "the features are paired as interleaved, so the two features of a pair turn at different speeds and "
-            "the result is no rotation. With interleaved pairs, repeat each frequency in place: "
-            "`freqs.repeat_interleave(2)`.",
+            "the frequencies are laid out for the halves layout (the list of frequencies twice, one after the "
+            "other) while the features are paired as interleaved, so the two features of a pair turn at different "
+            "speeds and the result is no rotation. With interleaved pairs, both features of pair i, 2i and 2i+1, "
+            "turn at frequency i.",
             lambda x, p: _rope(x, p, freqs="repeat"),
         ),
         Variant(
@@ -494,8 +495,8 @@ ROPE_SCORES = Exercise(
             _scores_with(rope=lambda x, p: _rope(x, p, pair=lambda i: i - 1)),
         ),
         Variant(
-            "your output is the scores transposed, (batch, heads, key_len, query_len): `k @ q^T` instead of "
-            "`q @ k^T`. Rows are queries: `rotated_q @ rotated_k.transpose(-2, -1)`.",
+            "your output is the scores transposed, (batch, heads, key_len, query_len): keys against queries. Rows "
+            "are queries and columns keys: entry (m, n) is the score of query m for key n.",
             lambda q, k, qp, kp: _rope_scores(q, k, qp, kp).transpose(-2, -1),
         ),
         Variant(
@@ -625,8 +626,9 @@ ALIBI_BIAS = Exercise(
             lambda h, q, k: _alibi(h, q, k, distance="|i - j|"),
         ),
         Variant(
-            "the bias is 0 for keys after the query (the distance clamped at 0, or a `.tril()`). This exercise asks "
-            "for -m (i - j) at every pair, positive for later keys, and leaves those to the causal mask.",
+            "the bias is 0 for keys after the query (the distance clamped at 0, or the bias cut to its lower "
+            "triangle). This exercise asks for -m (i - j) at every pair, positive for later keys, and leaves those "
+            "to the causal mask.",
             lambda h, q, k: _alibi(h, q, k, distance="clamped"),
         ),
     ),

@@ -167,15 +167,16 @@ MERGE_SOFTMAX_STATES = Exercise(
         ),
         Variant(
             "the normalised outputs o_i / l_i were averaged: each state's output weighs as much as the other's, "
-            "whatever its share of the weight. A state over keys with higher scores must count for more: add the "
-            "rescaled unnormalised outputs, exp(m1 - m) o1 + exp(m2 - m) o2, and leave the division by l to the end.",
+            "whatever its share of the weight. A state over keys with higher scores must count for more, in "
+            "proportion to its share of the total weight: its unnormalised output, rescaled to the merged maximum, "
+            "carries that share, and the division by l comes only at the very end.",
             _merge_with(o_rule="averaged"),
             _merge_with(o_rule="averaged_normalised"),
         ),
         Variant(
             "a query with no key in either state (m1 = m2 = -inf) came out NaN: its factor exp(m1 - m) is exp(-inf - "
-            "(-inf)) = exp(NaN). A merge of two empty states must stay empty (m = -inf, l = 0, o = 0): where m is "
-            "-inf, subtract 0 instead of m, so that the factor is exp(-inf) = 0.",
+            "(-inf)) = exp(NaN). A merge of two empty states must stay empty (m = -inf, l = 0, o = 0): an empty "
+            "state's factor must come out exp(-inf) = 0, so -inf - (-inf) must never be computed.",
             _merge_with(safe=False),
         ),
     ),
@@ -242,20 +243,20 @@ CAUSAL_TILES = Exercise(
     variants=(
         Variant(
             "the tiles were chosen by comparing block numbers (key block j <= query block i, and j == i for the "
-            "mask), which is right only when block_q equals block_k. Compare positions instead: the tile's first "
-            "key `j * block_k` with its last query, and its last key with its first query `i * block_q`.",
+            "mask), which is right only when block_q equals block_k. A tile is chosen by the positions it covers: "
+            "its first and last key against its first and last query.",
             _tiles_by_index,
         ),
         Variant(
-            "one tile too many: a tile whose first key comes right after the block's last query is computed "
-            "(`k_first <= q_last + 1`), though every key in it is in the future of every query. Compute a tile "
-            "when `k_first <= q_last`.",
+            "one tile too many: a tile whose first key comes right after the block's last query is computed, though "
+            "every key in it is in the future of every query. A tile is needed only when its first key is at or "
+            "before the block's last query.",
             _tiles_with(compute_rule=lambda kf, ql: kf <= ql + 1),
         ),
         Variant(
-            "one tile too few: a tile whose first key is exactly the block's last query is skipped "
-            "(`k_first < q_last`), but that query may attend to that key (j <= i includes j == i). Compute a tile "
-            "when `k_first <= q_last`.",
+            "one tile too few: a tile whose first key is exactly the block's last query is skipped, but that query "
+            "may attend to that key (j <= i includes j == i). A tile is needed whenever its first key is at or before "
+            "the block's last query.",
             _tiles_with(compute_rule=lambda kf, ql: kf < ql),
         ),
         Variant(
@@ -264,14 +265,15 @@ CAUSAL_TILES = Exercise(
             _tiles_with(mask_rule=lambda kl, qf: torch.ones_like(kl > qf)),
         ),
         Variant(
-            "a tile whose last key is exactly its first query is marked for the mask (`k_last >= q_first`), but "
-            "key i and query i may attend to each other: nothing in it needs masking. Mask when `k_last > q_first`.",
+            "a tile whose last key is exactly its first query is marked for the mask, but key i and query i may "
+            "attend to each other: nothing in it needs masking. A tile needs the mask only when its last key comes "
+            "after its first query.",
             _tiles_with(mask_rule=lambda kl, qf: kl >= qf),
         ),
         Variant(
-            "the ends of the last, partial blocks were not clamped to n: a block's last position is "
-            "`min((i + 1) * block, n) - 1`, not `(i + 1) * block - 1`, so a partial key block was marked for the "
-            "mask because of keys that do not exist.",
+            "the ends of the last, partial blocks were not clamped to n: the last block's last position was taken "
+            "as a full block's, past the end of the sequence, so a partial key block was marked for the mask because "
+            "of keys that do not exist. No block ends after position n - 1.",
             _tiles_with(clamp=False),
         ),
     ),
@@ -356,13 +358,13 @@ CAUSAL_BLOCK_UPDATE = Exercise(
     units=(QUERIES,) * 3,
     variants=(
         Variant(
-            "the diagonal is off by one, one key too few: a query may not attend to its own key (`k_pos < q_pos`). "
-            "Query i may attend key j when j <= i, so key i too.",
+            "the diagonal is off by one, one key too few: a query may not attend to its own key (the tile's "
+            "diagonal pairs are masked). Query i may attend key j when j <= i, so key i too.",
             *_both(rule=lambda qp, kp, qi, kj: kp < qp),
         ),
         Variant(
-            "the diagonal is off by one, one key too many: each query also attends to the key right after it "
-            "(`k_pos <= q_pos + 1`), one step into the future. Query i may attend key j when j <= i.",
+            "the diagonal is off by one, one key too many: each query also attends to the key right after it, one "
+            "step into the future. Query i may attend key j when j <= i.",
             *_both(rule=lambda qp, kp, qi, kj: kp <= qp + 1),
         ),
         Variant(
@@ -395,16 +397,18 @@ CAUSAL_BLOCK_UPDATE = Exercise(
         Variant(
             "a query that sees no key in this tile, and saw none before (m = -inf), came out NaN: its scores are all "
             "-inf, so m_new = -inf and exp(s - m_new) = exp(-inf - (-inf)) = exp(NaN). Such a query must keep its "
-            "empty state (m = -inf, l = 0, acc = 0): where m_new is -inf, subtract 0 instead.",
+            "empty state (m = -inf, l = 0, acc = 0): its weights and factor must come out exp(-inf) = 0, so -inf - "
+            "(-inf) must never be computed.",
             _causal_update_with(safe=False),
         ),
         Variant(
-            "the running output acc was not rescaled when the maximum grew: like l, it was summed against the old "
-            "maximum, and must be multiplied by alpha = exp(m - m_new) before the tile's P V is added.",
+            "the running output acc was not rescaled when the maximum grew: it was summed against the old maximum, "
+            "and must shrink by the same factor as l, alpha = exp(m - m_new), before the tile's P V is added.",
             *_both(rescale_acc=False),
         ),
         Variant(
-            "the scores were not divided by sqrt(head_dim): s = q_block k_block^T / sqrt(head_dim).",
+            "the scores were not divided by sqrt(head_dim), so every score is too large by that factor and the "
+            "weights too sharp.",
             *_both(scale=False),
         ),
     ),
@@ -679,8 +683,8 @@ BENCHMARK_MEDIAN = Exercise(
             *_medians(_drop_slowest),
         ),
         Variant(
-            "for an even number of calls, the median is the mean of the two middle values; `torch.median` returns "
-            "the lower of the two. Use `torch.quantile(x, 0.5)` or `statistics.median`.",
+            "for an even number of calls, the median is the mean of the two middle values, but `torch.median` "
+            "returns the lower of the two: the shapes that keep an even number of calls come out too low.",
             _timing_with(stat=_lower_median),
         ),
         Variant(
@@ -804,13 +808,13 @@ SOFTMAX_KERNEL = Exercise(
     variants=(
         Variant(
             "the running sum l was not rescaled when the maximum grew: the terms already in l were computed against "
-            "the old maximum, so they are too large by exp(m_new - m_old). Multiply l by the factor "
-            "exp2((m - m_new) * log2(e)) before adding the new block's terms.",
+            "the old maximum, so they are too large by exp(m_new - m_old). Whenever the maximum grows, the terms "
+            "already in l must shrink by exp(m_old - m_new), before the new block's terms are added.",
             _blockwise_softmax(rescale=lambda l, m, m_new: l),
         ),
         Variant(
             "the running sum l was rescaled the wrong way round, by exp(m_new - m), which is at least 1: the old "
-            "terms must shrink when the maximum grows, by exp2((m - m_new) * log2(e)) (old minus new).",
+            "terms must shrink when the maximum grows, by exp(m_old - m_new), at most 1 (old minus new).",
             _blockwise_softmax(rescale=lambda l, m, m_new: torch.where(l > 0, l * torch.exp(m_new - m), l)),
         ),
         Variant(
@@ -836,21 +840,21 @@ SOFTMAX_KERNEL = Exercise(
             _rescaled_input(LOG2_E),
         ),
         Variant(
-            "the lanes of the last, partial block past the end of the row were read as 0 (`other=0.0`), so they "
-            "count in the maximum and the sum as numbers of value 0. Give them `other=float('-inf')`, whose "
-            "exponential is 0.",
+            "the lanes of the last, partial block past the end of the row were read as 0 (the masked load's fill "
+            "value), so they count in the maximum and the sum as numbers of value 0, in every row whose last block "
+            "is partial. Lanes that do not exist must weigh nothing: their fill value must have exponential 0.",
             _padding_as(0.0),
         ),
         Variant(
-            "the mask `cols < n_cols - 1` leaves out the last number of each row (it is never stored, and was read "
-            "as padding): the columns of a row are 0 to n_cols - 1, so `cols < n_cols`.",
+            "the mask stops one column early and leaves out the last number of each row (it is never stored, and "
+            "was read as padding): the columns of a row are 0 to n_cols - 1, every one of them real.",
             _last_column_left_out(False),
             _last_column_left_out(True),
         ),
         Variant(
             "the row's maximum was not subtracted before the exponential: exp2(x * log2(e)) overflows to inf for "
-            "numbers above about 88, and inf / inf is NaN. Subtract the running maximum, exp2((x - m) * log2(e)), "
-            "which is at most 1.",
+            "numbers above about 88, and inf / inf is NaN. Only differences x - m, with m the running maximum, may "
+            "go into the exponential: they are at most 0, so it is at most 1.",
             _no_max,
         ),
     ),
@@ -968,12 +972,12 @@ def _attention_variants(causal: bool) -> tuple[Variant, ...]:
     common = (
         Variant(
             "the running output acc was not rescaled when the maximum grew: like l, it holds terms computed against "
-            "the old maximum, and must be multiplied by alpha = exp2(m - m_new) before tl.dot(p, v) is added.",
+            "the old maximum, and must shrink by alpha = exp2(m - m_new) before the block's P V is added.",
             _kernel_loop(rescale_acc=False, causal=rule),
         ),
         Variant(
-            "the running sum l was not rescaled when the maximum grew (acc was): l = l * alpha + tl.sum(p, 1), with "
-            "alpha = exp2(m - m_new).",
+            "the running sum l was not rescaled when the maximum grew (acc was): its terms were computed against the "
+            "old maximum, and must shrink by the same alpha = exp2(m - m_new) as acc before the block's sum is added.",
             _kernel_loop(rescale_l=False, causal=rule),
         ),
         Variant(
@@ -993,8 +997,8 @@ def _attention_variants(causal: bool) -> tuple[Variant, ...]:
             _kernel_loop(base=math.e, causal=rule),
         ),
         Variant(
-            "the scores were not multiplied by sm_scale (1 / sqrt(HEAD_DIM)): s = tl.dot(q, k_t) * sm_scale, in "
-            "base 2 times log2(e).",
+            "the scores were not multiplied by sm_scale (1 / sqrt(HEAD_DIM)), so every score is too large by "
+            "sqrt(HEAD_DIM) and the weights too sharp.",
             _kernel_loop(scaled=False, causal=rule),
         ),
     )
@@ -1002,25 +1006,25 @@ def _attention_variants(causal: bool) -> tuple[Variant, ...]:
         below = rule
         return common + (
             Variant(
-                "the diagonal is off by one, one key too few: a query may not attend to its own key (`keys < rows`), "
-                "and the first query sees no key at all. Query i may attend key j when j <= i.",
+                "the diagonal is off by one, one key too few: a query may not attend to its own key, and the first "
+                "query sees no key at all. Query i may attend key j when j <= i.",
                 _kernel_loop(causal=lambda i, j: j < i),
             ),
             Variant(
-                "the diagonal is off by one, one key too many: each query also attends to the key right after it "
-                "(`keys <= rows + 1`). Query i may attend key j when j <= i.",
+                "the diagonal is off by one, one key too many: each query also attends to the key right after it, "
+                "one step into the future. Query i may attend key j when j <= i.",
                 _kernel_loop(causal=lambda i, j: j <= i + 1),
             ),
             Variant(
                 "no mask inside the tiles the diagonal crosses: the loop stops after the key block of the block's "
-                "last query, but within that block each query also sees the keys after it. Set their scores to "
-                "-inf with tl.where: `keys[None, :] <= rows[:, None]`.",
+                "last query, but within that block each query also sees the keys after it. Inside the tiles the "
+                "diagonal crosses, a key after its query must get score -inf.",
                 _kernel_loop(causal=lambda i, j: j >= 0),
             ),
             Variant(
                 "the loop over key blocks stops before the block of the program's first query: the keys from there "
-                "up to each query itself are never read (the first block of queries reads none at all). Loop up to "
-                "`tl.minimum(start_m + BLOCK_M, n_keys)`, and mask inside.",
+                "up to each query itself are never read (the first block of queries reads none at all). The loop "
+                "must go on to the key block that holds the program's last query, and mask inside it.",
                 _kernel_loop(causal=below, hi="before"),
             ),
             Variant(
@@ -1031,11 +1035,12 @@ def _attention_variants(causal: bool) -> tuple[Variant, ...]:
     return common + (
         Variant(
             "keys past n_keys got weight: their K rows were loaded as 0 (the load was masked), so their score is "
-            "0, not -inf, and exp2(0 - m) is not 0. Set the scores of the keys past the end to -inf with tl.where.",
+            "0, not -inf, and exp2(0 - m) is not 0. A key past the end must get score -inf, whatever its K row holds.",
             _kernel_loop(pad_score=0.0),
         ),
         Variant(
-            "the mask `keys < n_keys - 1` leaves out the last key: the keys are 0 to n_keys - 1, so `keys < n_keys`.",
+            "the mask stops one key early and leaves out the last key: the keys are 0 to n_keys - 1, every one of "
+            "them real.",
             _kernel_loop(drop_last_key=True),
         ),
     )

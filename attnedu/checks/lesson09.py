@@ -113,28 +113,29 @@ RMS_NORM = Exercise(
         ),
         Variant(
             "the mean of squares was taken over the batch (dim 0): each feature of each position was divided by a "
-            "number pooled from every sentence. RMSNorm normalises each position's vector alone: `.mean(dim=-1, "
-            "keepdim=True)`, over the features.",
+            "number pooled from every sentence. RMSNorm normalises each position's vector alone, over its d_model "
+            "features (the last axis).",
             lambda x, w, e: _rms(x, w, e, over=0),
         ),
         Variant(
-            "the mean of squares was taken over the positions (dim 1, one axis too low): RMSNorm normalises each "
-            "position's vector alone, over its features: `.mean(dim=-1, keepdim=True)`.",
+            "the mean of squares was taken over the positions (dim 1, one axis too low), so each feature was divided "
+            "by a number pooled over the sentence. RMSNorm normalises each position's vector alone, over its "
+            "features (the last axis).",
             lambda x, w, e: _rms(x, w, e, over=1),
         ),
         Variant(
-            "the mean of squares was taken over positions and features together (the whole sentence). RMSNorm "
-            "normalises each position's vector alone: `.mean(dim=-1, keepdim=True)`.",
+            "the mean of squares was taken over positions and features together (the whole sentence), one number "
+            "per sentence. RMSNorm normalises each position's vector alone, over its features (the last axis).",
             lambda x, w, e: _rms(x, w, e, over=(1, 2)),
         ),
         Variant(
             "off by one: the mean of squares divides the sum by d_model - 1 (as an unbiased variance would). The mean "
-            "divides by the number of features, d_model: `.mean(dim=-1)`.",
+            "divides by the number of features, d_model.",
             lambda x, w, e: _rms(x, w, e, denominator=lambda x: x.shape[-1] - 1),
         ),
         Variant(
             "off by one: the mean of squares divides the sum by d_model + 1. The mean divides by the number of "
-            "features, d_model: `.mean(dim=-1)`.",
+            "features, d_model.",
             lambda x, w, e: _rms(x, w, e, denominator=lambda x: x.shape[-1] + 1),
         ),
         Variant(
@@ -234,26 +235,29 @@ SWIGLU = Exercise(
     make_cases=_swiglu_cases,
     variants=(
         Variant(
-            "the gate and the up projection are swapped: SiLU went on `x @ W_up`. SwiGLU passes the *gate* through "
-            "SiLU: (SiLU(x @ W_gate) * (x @ W_up)) @ W_down. Weights trained one way give wrong outputs the other way.",
+            "the gate and the up projection are swapped: SiLU went on the up projection (W_up). SwiGLU passes the "
+            "*gate* projection (W_gate) through SiLU and keeps the up projection linear. Weights trained one way give "
+            "wrong outputs the other way.",
             lambda x, Wg, Wu, Wd: _glu(x, Wu, Wg, Wd),
         ),
         Variant(
-            "SiLU is missing: (x @ W_gate) * (x @ W_up) is a bilinear layer. Apply SiLU to the gate: "
-            "`F.silu(x @ W_gate)`, which is z * sigmoid(z).",
+            "SiLU is missing: the product of the two projections alone is a bilinear layer. The gate passes through "
+            "SiLU(z) = z * sigmoid(z) before the product.",
             lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, act=_no_activation),
         ),
         Variant(
             "the gate went through a sigmoid, not SiLU: that is the original GLU. SwiGLU uses SiLU(z) = z * "
-            "sigmoid(z): `F.silu(x @ W_gate)`.",
+            "sigmoid(z), the sigmoid times its input.",
             lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, act=torch.sigmoid),
         ),
         Variant(
-            "the gate went through ReLU (that is ReGLU). SwiGLU uses SiLU(z) = z * sigmoid(z): `F.silu`.",
+            "the gate went through ReLU (that is ReGLU). SwiGLU uses SiLU(z) = z * sigmoid(z), which is smooth and "
+            "lets small negative values through.",
             lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, act=torch.relu),
         ),
         Variant(
-            "the gate went through GELU (that is GEGLU). SwiGLU uses SiLU(z) = z * sigmoid(z): `F.silu`.",
+            "the gate went through GELU (that is GEGLU). SwiGLU uses SiLU(z) = z * sigmoid(z), close to GELU but not "
+            "equal.",
             lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, act=torch.nn.functional.gelu),
         ),
         Variant(
@@ -261,13 +265,13 @@ SWIGLU = Exercise(
             lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, where="both"),
         ),
         Variant(
-            "SiLU came one step late: on the product (x @ W_gate) * (x @ W_up). It belongs on the gate alone, before "
-            "the product: SiLU(x @ W_gate) * (x @ W_up).",
+            "SiLU came one step late: on the product of the two projections. It belongs on the gate projection "
+            "alone, before the product.",
             lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, where="product"),
         ),
         Variant(
-            "SiLU came one step early: on the input x, before the gate's projection. It belongs on the projected "
-            "gate: SiLU(x @ W_gate).",
+            "SiLU came one step early: on the input x, before the gate's projection. It belongs on the gate after "
+            "its projection by W_gate.",
             lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, where="input"),
         ),
         Variant(
@@ -277,7 +281,7 @@ SWIGLU = Exercise(
         ),
         Variant(
             "the gate and the up projection were added, not multiplied. The gate scales the up projection feature by "
-            "feature: SiLU(x @ W_gate) * (x @ W_up).",
+            "feature: a product, not a sum.",
             lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, combine="sum"),
         ),
     ),
@@ -397,29 +401,29 @@ PRE_NORM_BLOCK = Exercise(
     layout=_block_layout,
     variants=(
         _block_variant(
-            "the norms come after the residual additions, x = norm(x + sublayer(x)): that is the 2017 post-norm "
-            "arrangement. In the pre-norm block each sublayer reads a normalised copy and its output is added to the "
-            "untouched stream: x = x + sublayer(norm(x)).",
+            "the norms come after the residual additions (each sublayer's input and output summed, then "
+            "normalised): that is the 2017 post-norm arrangement. In the pre-norm block each sublayer reads a "
+            "normalised copy and its output is added to the untouched stream, which is never normalised itself.",
             arrangement="post",
         ),
         _block_variant(
-            "the residual was added to the normalised input, h + sublayer(h) with h = norm(x): the stream itself "
-            "got normalised. Add the sublayer's output to x, the stream before the norm: x = x + sublayer(norm(x)).",
+            "the residual was added to the normalised input, the norm's output plus the sublayer's: the stream "
+            "itself got normalised. The sublayer's output is added to the stream as it was before the norm.",
             arrangement="from_normed",
         ),
         _block_variant(
-            "the residual connections are missing: each sublayer's output replaced the stream. Add it: x = x + "
-            "attention(norm(x)), then x = x + ffn(norm(x)).",
+            "the residual connections are missing: each sublayer's output replaced the stream. Each sublayer's "
+            "output is added to the stream, first the attention's, then the feed-forward layer's.",
             arrangement="no_residual",
         ),
         _block_variant(
-            "the attention read x, not its normalised copy: the first norm is missing. h = rms_norm(x, "
-            "attention_norm, 1e-6) goes into the attention.",
+            "the attention read x, not its normalised copy: the first norm is missing, so the attention sees the "
+            "stream at its raw scale. The attention reads the stream normalised with `attention_norm`.",
             attention_input="raw",
         ),
         _block_variant(
-            "the feed-forward layer read x, not its normalised copy: the second norm is missing. h = rms_norm(x, "
-            "ffn_norm, 1e-6) goes into the SwiGLU layer.",
+            "the feed-forward layer read x, not its normalised copy: the second norm is missing, so the SwiGLU layer "
+            "sees the stream at its raw scale. It reads the stream normalised with `ffn_norm`.",
             ffn_input="raw",
         ),
         _block_variant(
@@ -433,18 +437,18 @@ PRE_NORM_BLOCK = Exercise(
             final_norm=True,
         ),
         _block_variant(
-            "the causal mask is missing: every position attends to later ones. Mask the scores above the diagonal "
-            "with -inf (or `is_causal=True` in torch's scaled_dot_product_attention).",
+            "the causal mask is missing: every position attends to later ones, so every position but the last reads "
+            "its future. A position may attend only to itself and the positions before it.",
             causal=None,
         ),
         _block_variant(
             "off by one: the causal mask also hides the diagonal, so no position may attend to itself (and the "
-            "first one to nothing). Position i attends to positions 0..i: `torch.tril(..., diagonal=0)`.",
+            "first one to nothing). Position i attends to positions 0..i, itself included.",
             causal=-1,
         ),
         _block_variant(
             "off by one: the causal mask lets each position see the next one too. Position i attends to positions "
-            "0..i: `torch.tril(..., diagonal=0)`.",
+            "0..i, none after it.",
             causal=1,
         ),
         _block_variant(
@@ -457,12 +461,13 @@ PRE_NORM_BLOCK = Exercise(
             scale="none",
         ),
         _block_variant(
-            "the projections use the transposed matrices, `h @ W.T` (nn.Linear's convention). Here vectors are rows: "
-            "`h @ W_q`, and the merged heads `@ W_o`.",
+            "the projections use the transposed matrices (nn.Linear's convention, which stores W transposed). Here "
+            "vectors are rows and the weights multiply on the right as they are given, as in the lesson.",
             transpose=True,
         ),
         _block_variant(
-            "in the feed-forward layer the gate and the up projection are swapped: SiLU goes on `h @ W_gate`.",
+            "in the feed-forward layer the gate and the up projection are swapped: SiLU went on the up projection; "
+            "it belongs on the gate projection, `W_gate`.",
             swap_ffn=True,
         ),
     ),
@@ -552,12 +557,12 @@ QK_NORM_SCORES = Exercise(
         _qk_variant(
             "each position's queries were normalised over all heads together (dims heads and head_dim: the whole "
             "d_model vector, as OLMo 2 does before splitting the heads). Here each head's vector is normalised "
-            "alone, over head_dim: `.mean(dim=-1, keepdim=True)`.",
+            "alone, over its head_dim features (the last axis).",
             over=(1, 3),
         ),
         _qk_variant(
             "the mean of squares was taken over the positions (dim -2, one axis too low): each query and each key "
-            "is normalised alone, over its head_dim features: `.mean(dim=-1, keepdim=True)`.",
+            "is normalised alone, over its head_dim features (the last axis).",
             over=-2,
         ),
         _qk_variant(
@@ -581,8 +586,8 @@ QK_NORM_SCORES = Exercise(
         _qk_variant("the scores are not scaled: divide them by sqrt(head_dim).", divisor="none"),
         _qk_variant("the scores are divided by head_dim; divide them by sqrt(head_dim).", divisor="dim"),
         Variant(
-            "your output is the scores transposed, (batch, heads, key_len, query_len): rows are queries, "
-            "`q_normed @ k_normed.transpose(-2, -1)`.",
+            "your output is the scores transposed, (batch, heads, key_len, query_len): keys against queries. Rows "
+            "are queries and columns keys.",
             lambda q, k, gq, gk: qk_norm_scores(q, k, gq, gk, EPS).transpose(-2, -1),
         ),
         Variant(

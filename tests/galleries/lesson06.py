@@ -367,7 +367,7 @@ MUTANTS = [
     ("to_additive", ta_inverted, "inverted"),
     ("to_additive", ta_minus_1e9, "hold -1e9 instead of -inf"),
     ("to_additive", ta_bert, "hold -10000 instead of -inf"),
-    ("to_additive", ta_finfo_min, "torch.finfo(dtype).min"),
+    ("to_additive", ta_finfo_min, "most negative finite number"),
     ("to_additive", ta_as_floats, "0/1 numbers"),
     ("to_additive", ta_minus_one, "blocked entries hold -1"),
     ("to_additive", ta_plus_inf, "+inf instead of -inf"),
