@@ -289,7 +289,9 @@ def test_few_bugs_get_only_a_count_of_differing_entries(gallery):
 # Messages name the mistake and where it shows, never the corrected code (issue 25)
 # --------------------------------------------------------------------------------------------
 
-FIX_LESSONS = ("06_masking", "07_positional_encoding", "08_flash_attention", "09_transformer_block")
+FIX_LESSONS = (
+    "06_masking", "07_positional_encoding", "08_flash_attention", "09_transformer_block", "10_attention_at_inference",
+)  # fmt: skip
 _NAME = re.compile(r"[A-Za-z_][\w.]*")  # a bare (dotted) name: an argument, a function, a module
 _CALL = re.compile(r"[\w\])]\s*\(")  # f(...), x.m(...), a[...](...)
 _ASSIGNMENT = re.compile(r"(?<![=!<>~+\-*/%&|^])=(?!=)|[+\-*/%&|^]=")  # x = ..., x += ..., keyword=value

@@ -90,22 +90,21 @@ KV_CACHE_STEP = Exercise(
     variants=(
         _step_variant(
             "the query attended before its key and value were appended: it read the cache only, not itself (and "
-            "the first token had nothing to read). Append first, then attend over every key.",
+            "the first token had nothing to read); a token reads its own key too.",
             attend="cache",
         ),
         _step_variant(
-            "the query read only the new token's key and value, not the cache: the cache is there to be read. "
-            "Attend over torch.cat([k_cache, k_new], dim=2).",
+            "the query read only the new token's key and value, not the cache: the output ignores every earlier token.",
             attend="new",
         ),
         _step_variant(
             "off by one: the new token was rotated as position m - 1. With m tokens cached at positions 0..m-1, the "
-            "new one is at position m = k_cache.shape[2].",
+            "new one is at position m.",
             offset=-1,
         ),
         _step_variant(
             "off by one: the new token was rotated as position m + 1. With m tokens cached at positions 0..m-1, the "
-            "new one is at position m = k_cache.shape[2].",
+            "new one is at position m.",
             offset=1,
         ),
         _step_variant(
@@ -119,7 +118,7 @@ KV_CACHE_STEP = Exercise(
             rotate="q",
         ),
         _step_variant(
-            "neither the query nor the new key was rotated: apply RoPE to both at position m = k_cache.shape[2].",
+            "neither the query nor the new key was rotated: RoPE turns both by the new token's position.",
             rotate="none",
         ),
         _step_variant(
@@ -129,17 +128,21 @@ KV_CACHE_STEP = Exercise(
         ),
         _step_variant(
             "the new key and value went in front of the cache: the output is the same (attention ignores the order "
-            "of its keys), but the cache you return is out of order for the next step. Append at the end.",
+            "of its keys), but the cache you return is out of order for the next step.",
             order="before",
         ),
         _step_variant(
             "RoPE used the interleaved layout (pairs 2i, 2i+1); the cache and the lesson's model pair feature i with "
-            "i + head_dim/2 (layout='halves').",
+            "feature i + head_dim/2.",
             layout="interleaved",
         ),
-        _step_variant("the scores are not scaled: divide them by sqrt(head_dim).", scale="none"),
         _step_variant(
-            "the scores were divided by the square root of the number of keys; divide by sqrt(head_dim).",
+            "the scores are not scaled: each is a dot product of head_dim numbers, which attention divides by "
+            "sqrt(head_dim).",
+            scale="none",
+        ),
+        _step_variant(
+            "the scores were divided by the square root of the number of keys, not of head_dim.",
             scale="length",
         ),
     ),
@@ -219,8 +222,8 @@ GROUPED_DECODE = Exercise(
     make_cases=_grouped_cases,
     variants=(
         _grouped_variant(
-            "the K/V heads were repeated with `.repeat` (0, 1, 0, 1, ...): query head h read K/V head h % kv_heads. "
-            "Consecutive query heads share a K/V head (head h reads h // group): `repeat_interleave(group, dim=1)`.",
+            "the K/V heads were tiled (0, 1, 0, 1, ..., as repeat lays them out): query head h read K/V head h % "
+            "kv_heads. Consecutive query heads share a K/V head: head h reads h // group.",
             pairing="repeat",
         ),
         _grouped_variant(
@@ -228,24 +231,26 @@ GROUPED_DECODE = Exercise(
             pairing="first",
         ),
         _grouped_variant(
-            "the padding was read: keys at positions >= lengths[b] are not tokens of sequence b. Mask them before "
-            "the softmax.",
+            "the padding was read: keys at positions >= lengths[b] are not tokens of sequence b, yet they got weight.",
             masked=False,
         ),
         _grouped_variant(
-            "off by one: the last real key was masked too. Sequence b's keys are positions 0..lengths[b]-1: keep "
-            "`positions < lengths[b]`.",
+            "off by one: the last real key was masked too. Sequence b's keys are positions 0..lengths[b]-1.",
             pad=-1,
         ),
         _grouped_variant(
             "off by one: the first padding position was read too. Sequence b's keys are positions "
-            "0..lengths[b]-1: keep `positions < lengths[b]`, not `<=`.",
+            "0..lengths[b]-1, and position lengths[b] is padding.",
             pad=1,
         ),
-        _grouped_variant("the scores are not scaled: divide them by sqrt(head_dim).", scale="none"),
         _grouped_variant(
-            "the scores were divided by sqrt(head_dim * kv_heads); each score is a dot product of head_dim numbers: "
-            "divide by sqrt(head_dim).",
+            "the scores are not scaled: each is a dot product of head_dim numbers, which attention divides by "
+            "sqrt(head_dim).",
+            scale="none",
+        ),
+        _grouped_variant(
+            "the scores were divided by sqrt(head_dim * kv_heads); each score is a dot product of head_dim numbers "
+            "only.",
             scale="heads",
         ),
     ),
@@ -330,26 +335,26 @@ CACHE_BYTES = Exercise(
     units=(("configuration", "configurations", "index"),),
     variants=(
         _bytes_variant(
-            "you counted the query heads: the cache holds keys and values, one per K/V head. Use num_kv_heads.",
+            "you counted the query heads: the cache holds keys and values, one per K/V head; queries are not cached.",
             heads="query",
         ),
         _bytes_variant("the factor 2 is missing: the cache holds a key *and* a value per head.", kv=1),
         _bytes_variant(
-            "the window was ignored: a rolling buffer keeps at most `window` tokens, min(seq_len, window) (window 0 "
+            "the window was ignored: a rolling buffer keeps at most window tokens, however long the text (window 0 "
             "means none).",
             window="ignored",
         ),
         _bytes_variant(
-            "off by one: you kept window + 1 tokens. A window of W keeps W keys: min(seq_len, window).",
+            "off by one: you kept window + 1 tokens. A window of W keeps W keys.",
             window="plus",
         ),
         _bytes_variant(
-            "off by one: you kept window - 1 tokens. A window of W keeps W keys: min(seq_len, window).",
+            "off by one: you kept window - 1 tokens. A window of W keeps W keys.",
             window="minus",
         ),
         _bytes_variant(
-            "the product overflowed: computed in 32-bit integers it wraps past 2^31 bytes (2 GiB). Keep the "
-            "inputs' int64.",
+            "the product overflowed: computed in 32-bit integers it wraps past 2^31 bytes (2 GiB), where the "
+            "inputs' int64 would not.",
             int32=True,
         ),
     ),
