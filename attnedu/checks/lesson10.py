@@ -151,7 +151,7 @@ KV_CACHE_STEP = Exercise(
         "read its own key?",
         "m = k_cache.shape[2]; rotate q and k_new at position m; K = [k_cache; k_new], V = [v_cache; v_new] along "
         "the length axis; o = softmax(q K^T / sqrt(head_dim)) V; return o, K, V.",
-        "`pos = torch.tensor([k_cache.shape[2]])`; `q, k_new = apply_rope(q, pos), apply_rope(k_new, pos)`; "
+        "`m = k_cache.shape[2]`; `q, k_new = rope(q, m), rope(k_new, m)` (the notebook's helper); "
         "`K = torch.cat([k_cache, k_new], dim=2)` (V alike); "
         "`o = torch.softmax(q @ K.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ V`.",
     ),
