@@ -205,3 +205,41 @@ def source_gradient_norms(model: Seq2Seq, pair: Pair, target_step: int) -> torch
     finally:
         handle.remove()
     return captured[0].grad[0].norm(dim=-1).detach()
+
+
+def gold_gradient_shares(model: Seq2Seq, pairs: Sequence[Pair], relative_to: str = "total") -> torch.Tensor:
+    """For every target word t of every pair, the gold source word's share of the gradient that reaches the
+    source: ||d loss_t / d E x_gold|| / sum_j ||d loss_t / d E x_j|| over the pair's real source words.
+    With ``relative_to="largest"``, the gold word's gradient relative to the largest one instead,
+    ||d loss_t / d E x_gold|| / max_j ||d loss_t / d E x_j|| (lesson 01's measure): 1 where the gold word gets the
+    largest gradient.
+
+    One share per target word (its gold alignment), all pairs' words in order: a 1-D tensor. 1 / (source length)
+    is what a gradient spread evenly over the source would give. The pairs are run as one padded batch; their
+    sentences do not interact, so the gradient of the summed losses of step t is each sentence's own.
+    """
+    _check_model(model)
+    pairs = check_items("pairs", pairs, Pair, "Pairs (from make_pairs)")
+    if relative_to not in ("total", "largest"):
+        raise ValueError(f"relative_to should be 'total' or 'largest', got {relative_to!r}")
+    captured: list[torch.Tensor] = []
+    handle = model.encoder.embedding.register_forward_hook(lambda _m, _i, output: captured.append(output))
+    try:
+        batch = make_batch(pairs)
+        model.eval()
+        with torch.enable_grad():
+            logits, _ = model(batch.src, batch.src_lengths, batch.tgt_in)
+            losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch.tgt_out, reduction="none")
+            shares: list[list[float]] = [[] for _ in pairs]
+            for t in range(max(len(p.target) for p in pairs)):
+                rows = [b for b, p in enumerate(pairs) if t < len(p.target)]
+                (grad,) = torch.autograd.grad(losses[rows, t].sum(), captured[0], retain_graph=True)
+                norms = grad.norm(dim=-1)  # (batch, src_len)
+                for b in rows:
+                    pair = pairs[b]
+                    real = norms[b, : len(pair.source)]
+                    whole = real.sum() if relative_to == "total" else real.max()
+                    shares[b].append((norms[b, pair.alignment[t]] / whole).item())
+    finally:
+        handle.remove()
+    return torch.tensor([share for row in shares for share in row])

@@ -202,11 +202,13 @@ def location_score(query: torch.Tensor, W_a: torch.Tensor, src_len: int) -> torc
 def local_p_weights(scores: torch.Tensor, center: torch.Tensor, half_width: int) -> torch.Tensor:
     """Luong et al.'s local-p attention for one decoder step (Sec. 3.2, Eq. 10):
 
-        a_t(s) = align(h_t, h_s) * exp(-(s - p_t)^2 / (2 sigma^2)),   sigma = D / 2,
+        a_t(j) = align(s_t, h_j) * exp(-(j - p_t)^2 / (2 sigma^2)),   sigma = D / 2,
 
-    where align is the softmax of the scores over the window [p_t - D, p_t + D] only, and p_t (the
-    predicted aligned position, a real number) is given: the model computes it as
-    p_t = S * sigmoid(v_p^T tanh(W_p h_t)). Positions count from 0 here, as in code.
+    where align is the softmax of the scores over the window of 2D + 1 positions j with
+    |j - round(p_t)| <= D only, and p_t (the predicted aligned position, a real number) is given: the model
+    computes it as p_t = S * sigmoid(v_p^T tanh(W_p s_t)) for a source of S words. The window is centred on
+    the nearest position, round(p_t) (halves round up), so it holds exactly 2D + 1 positions, fewer only where
+    it meets an end of the source; the Gaussian is centred on p_t itself. Positions count from 0.
     scores: (batch, src_len); center: (batch,) floats p_t; half_width: D. Returns (batch, src_len),
     zero outside the window; a row does not sum to one (the Gaussian shrinks it), as in the paper.
     """
@@ -220,7 +222,7 @@ def local_p_weights(scores: torch.Tensor, center: torch.Tensor, half_width: int)
     half_width = check_int("half_width", half_width, "D, the window's half width", minimum=0)
     positions = torch.arange(scores.shape[1], dtype=scores.dtype, device=scores.device)[None, :]
     p = center.to(scores.dtype)[:, None]
-    window = (positions >= torch.floor(p - half_width)) & (positions <= torch.ceil(p + half_width))
+    window = (positions - torch.floor(p + 0.5)).abs() <= half_width  # the 2D + 1 positions nearest round(p_t)
     sigma = max(half_width, 1e-6) / 2
     return masked_softmax(scores, window) * torch.exp(-((positions - p) ** 2) / (2 * sigma**2))
 
@@ -335,6 +337,56 @@ def scaled_dot_product_attention(
     allowed = _sdpa_mask(mask, scores.shape, is_causal, scores.device)
     weights = torch.softmax(scores, dim=-1) if allowed is None else _masked_softmax(scores, allowed.expand_as(scores))
     return weights @ value, weights
+
+
+def initial_score_std(input_std, weight_std, d_model: int, head_dim: int) -> torch.Tensor:
+    """The standard deviation of a score q . k at initialisation (lesson 04), before any division.
+
+    Inputs x with independent components of mean 0 and standard deviation ``input_std``; projections W_Q, W_K of
+    shape (d_model, head_dim) with independent entries of mean 0 and standard deviation ``weight_std``; a query
+    q = x W_Q and a key k = x' W_K from two independent inputs x, x' (two different positions). Then
+
+        Var(q_i) = d_model input_std^2 weight_std^2          (a sum of d_model independent products)
+        Var(q . k) = head_dim Var(q_i)^2                      (a sum of head_dim independent products q_i k_i)
+        std(q . k) = sqrt(head_dim) d_model input_std^2 weight_std^2
+
+    computed in that last form, without the variance, which overflows float32 long before the standard
+    deviation does. With torch.nn.Linear's default initialisation (uniform, weight_std^2 = 1 / (3 d_model)) it is
+    sqrt(head_dim) input_std^2 / 3. input_std, weight_std: floats or float tensors (broadcast together).
+    """
+    d_model = check_positive_int("d_model", d_model, "the size of each input vector")
+    head_dim = check_positive_int("head_dim", head_dim, "the size of each query and key")
+    input_std, weight_std = torch.as_tensor(input_std), torch.as_tensor(weight_std)
+    for name, std in (("input_std", input_std), ("weight_std", weight_std)):
+        check_float(name, std)
+        if bool((std < 0).any()):
+            raise ValueError(f"{name} should be standard deviations (>= 0), got a negative value {std.min().item()}")
+    return math.sqrt(head_dim) * d_model * input_std**2 * weight_std**2
+
+
+def query_scale_for_weight(weight, competitors, head_dim: int) -> torch.Tensor:
+    """How long a query must be along one key for scaled dot-product attention to give that key ``weight`` when
+    ``competitors`` other keys score 0 (lesson 04's previous-token head: one-hot keys, a query c e_j).
+
+    The key scores c / sqrt(head_dim) and the others 0, so its weight is exp(a) / (exp(a) + m) with
+    a = c / sqrt(head_dim) and m competitors; solving for c:
+
+        c = sqrt(head_dim) ln(weight m / (1 - weight))
+
+    weight: a float or tensor in (0, 1); competitors: an int or integer tensor of counts >= 1 (broadcast together).
+    Returns a float tensor; a larger c gives the key more weight.
+    """
+    head_dim = check_positive_int("head_dim", head_dim, "the size of each query and key")
+    weight = torch.as_tensor(weight, dtype=torch.get_default_dtype())
+    if not bool(((weight > 0) & (weight < 1)).all()):
+        raise ValueError(f"weight should be strictly between 0 and 1 (a softmax weight), got {weight.tolist()}")
+    competitors = torch.as_tensor(competitors)
+    if competitors.is_floating_point() or competitors.dtype == torch.bool or bool((competitors < 1).any()):
+        raise ValueError(
+            f"competitors should be counts of other keys, whole numbers >= 1, got {competitors.tolist()}; with no "
+            "competing key the weight is 1 whatever the query"
+        )
+    return math.sqrt(head_dim) * torch.log(weight * competitors / (1 - weight))
 
 
 def _check_broadcast(name: str, x: torch.Tensor, score_shape: torch.Size) -> None:

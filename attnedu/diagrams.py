@@ -8,7 +8,9 @@ in the book, from code kept with the course. One visual vocabulary for every les
     recurrence           grey arrow from one state to the next
     attention weight     purple line from h_j to the context, as thick as alpha_tj
 
-Positions count from 1, as in the lessons' formulas.
+Positions, decoder steps and heads count from 0, as in code and in the lessons' text (h_0 is the first
+source word's state; before step 0 the decoder holds its initial state s_{-1}). tiling_diagram counts blocks
+from 1, as lesson 08 does.
 """
 
 from __future__ import annotations
@@ -70,9 +72,9 @@ def _context_box(ax: Axes, weights: Sequence[float], step: int, x_c: float, y_en
 
 
 def _encoder_row(ax: Axes, source: Sequence[str], y: float) -> None:
-    """The encoder states h_1..h_n at height y, each over its source word, linked left to right."""
+    """The encoder states h_0..h_{n-1} at height y, each over its source word, linked left to right."""
     for j, word in enumerate(source):
-        box(ax, j, y, f"$h_{{{j + 1}}}$", "encoder")
+        box(ax, j, y, f"$h_{{{j}}}$", "encoder")
         ax.text(j, y - 0.55, word, ha="center", va="top", fontsize=9)
         if j:
             arrow(ax, (j - 1, y), (j, y))
@@ -90,9 +92,9 @@ def seq2seq_diagram(
 
     Without ``weights``: the fixed-context model. The encoder's last state is the context c, and c
     feeds every decoder step (Cho et al. 2014).
-    With ``weights`` (one per source word) and ``step`` (1-based decoder step t): the attention model
-    at that step. Every h_j reaches the context c_t through a line as thick as alpha_tj, and c_t feeds
-    s_t (Bahdanau et al. 2015).
+    With ``weights`` (one per source word) and ``step`` (decoder step t, from 0): the attention model
+    at that step. The previous state s_{t-1} asks (at step 0, the initial state, not drawn); every h_j
+    reaches the context c_t through a line as thick as alpha_tj, and c_t feeds s_t (Bahdanau et al. 2015).
     """
     source, target = list(source), list(target)
     if not source or not target:
@@ -102,8 +104,10 @@ def seq2seq_diagram(
         weights = [float(w) for w in weights]
         if len(weights) != len(source):
             raise ValueError(f"weights need one value per source word ({len(source)}), got {len(weights)}")
-        if step is None or not 1 <= step <= len(target):
-            raise ValueError(f"with weights, step must be a decoder step t in 1..{len(target)}, got {step}")
+        if step is None or not 0 <= step < len(target):
+            raise ValueError(
+                f"with weights, step must be a decoder step t in 0..{len(target) - 1} (counted from 0), got {step}"
+            )
     elif step is not None:
         raise ValueError("step only applies to the attention diagram: pass weights too")
     n_src, n_tgt = len(source), len(target)
@@ -114,7 +118,7 @@ def seq2seq_diagram(
     _encoder_row(ax, source, y_enc)
     for t, word in enumerate(target):
         x = x_dec + t
-        box(ax, x, y_dec, f"$s_{{{t + 1}}}$", "decoder")
+        box(ax, x, y_dec, f"$s_{{{t}}}$", "decoder")
         ax.text(x, y_dec + 0.45, word, ha="center", va="bottom", fontsize=9)
         if t:
             arrow(ax, (x - 1, y_dec), (x, y_dec))
@@ -125,11 +129,11 @@ def seq2seq_diagram(
         for t in range(n_tgt):
             arrow(ax, (x_c, y_ctx), (x_dec + t, y_dec), COLOURS["context"], 1.0)
     else:
-        x_step = x_dec + step - 1
+        x_step = x_dec + step
         x_c = x_step - 0.5
         _context_box(ax, weights, step, x_c, y_enc, y_ctx)
         arrow(ax, (x_c, y_ctx), (x_step, y_dec), COLOURS["context"], 1.6)
-        if step > 1:  # s_{t-1} asks the question: its arrow to c_t
+        if step > 0:  # s_{t-1} asks the question: its arrow to c_t
             arrow(ax, (x_step - 1, y_dec), (x_c, y_ctx), COLOURS["decoder"], 1.0)
     if title:
         ax.set_title(title, fontsize=11)
@@ -145,35 +149,40 @@ def luong_diagram(
     ax: Axes | None = None,
     title: str | None = None,
 ) -> Axes:
-    """Luong et al.'s decoder at decoder step ``step`` (from 1): the new state h_t asks (it is computed
-    first, from the previous word), every encoder state h_j reaches c_t through a line as thick as its
-    weight, and c_t and h_t make the attentional state h~_t, which writes the word. With
-    ``input_feeding``, a dashed arrow carries h~_{t-1} into the next update.
+    """Luong et al.'s decoder at decoder step ``step`` (from 0): the new state s_t asks (it is computed
+    first, from the previous word y_{t-1}, drawn under it), every encoder state h_j reaches c_t through a
+    line as thick as its weight, and c_t and s_t make the attentional state s~_t, which writes the word.
+    With ``input_feeding``, a dashed arrow carries s~_{t-1} into the next update.
     """
     source, target = list(source), list(target)
     weights = [float(w) for w in weights]
     if len(weights) != len(source):
         raise ValueError(f"weights need one value per source word ({len(source)}), got {len(weights)}")
-    if not 1 <= step <= len(target):
-        raise ValueError(f"step must be a decoder step t in 1..{len(target)}, got {step}")
+    if not 0 <= step < len(target):
+        raise ValueError(f"step must be a decoder step t in 0..{len(target) - 1} (counted from 0), got {step}")
     x_dec = len(source) + 1.0
     ax = _frame(ax, x_dec + len(target), 5.2)
     y_enc, y_ctx, y_dec, y_att = 0.6, 1.9, 3.0, 4.1
     _encoder_row(ax, source, y_enc)
     for t, word in enumerate(target):
         x = x_dec + t
-        box(ax, x, y_dec, f"$s_{{{t + 1}}}$", "decoder")
-        box(ax, x, y_att, rf"$\tilde{{s}}_{{{t + 1}}}$", "attentional")
+        box(ax, x, y_dec, f"$s_{{{t}}}$", "decoder")
+        box(ax, x, y_att, rf"$\tilde{{s}}_{{{t}}}$", "attentional")
+        previous = "<s>" if t == 0 else target[t - 1]  # y_{t-1}: the word s_t reads in its update
+        ax.text(x + 0.2, y_dec - 0.31, previous, ha="center", va="top", fontsize=7, color=COLOURS["decoder"],
+                fontweight="bold" if t == step else "normal")  # fmt: skip
         ax.text(x, y_att + 0.45, word, ha="center", va="bottom", fontsize=9)
         arrow(ax, (x, y_dec), (x, y_att), COLOURS["decoder"], 0.8)
         if t:
             arrow(ax, (x - 1, y_dec), (x, y_dec))
             if input_feeding:
                 arrow(ax, (x - 1, y_att), (x, y_dec), COLOURS["attentional"], 1.0, style="--")
-    x_step = x_dec + step - 1
+    ax.text(x_dec - 0.45, y_dec - 0.31, "reads:", ha="right", va="top", fontsize=7, color=COLOURS["decoder"])
+    x_step = x_dec + step
     x_c = x_step - 0.5
     _context_box(ax, weights, step, x_c, y_enc, y_ctx)
     arrow(ax, (x_step, y_dec), (x_c, y_ctx), COLOURS["decoder"], 1.0)  # s_t asks
+
     arrow(ax, (x_c, y_ctx), (x_step, y_att), COLOURS["context"], 1.6)
     if title:
         ax.set_title(title, fontsize=11)
@@ -200,8 +209,8 @@ def lookup_diagram(
     box(ax, x0 + len(keys) - 0.2, 0.5, "output", "attentional", width=1.1)
     for j, (name, w) in enumerate(zip(keys, weights)):
         x = x0 + j
-        box(ax, x, y_key, f"$k_{{{j + 1}}}$", "encoder")
-        box(ax, x, y_val, f"$v_{{{j + 1}}}$", "context")
+        box(ax, x, y_key, f"$k_{{{j}}}$", "encoder")
+        box(ax, x, y_val, f"$v_{{{j}}}$", "context")
         ax.text(x, y_key + 0.42, name, ha="center", va="bottom", fontsize=9)
         ax.text(x, y_val - 0.42, f"{w:.2f}", ha="center", va="top", fontsize=8, color=COLOURS["context"])
         ax.plot([0.4 + BOX_W / 2, x - BOX_W / 2], [y_q - 1.5, y_key], color=COLOURS["decoder"],
@@ -214,8 +223,8 @@ def lookup_diagram(
 
 
 def multihead_diagram(num_heads: int = 4, ax: Axes | None = None, title: str | None = None) -> Axes:
-    """Multi-head attention (lesson 05): the input X feeds h heads side by side, each with its own
-    W_i^Q, W_i^K, W_i^V of size d_k; their outputs are concatenated and mixed by W^O."""
+    """Multi-head attention (lesson 05): the input X feeds h heads side by side (head 0 to head h - 1), each
+    with its own W_i^Q, W_i^K, W_i^V of size d_k; their outputs are concatenated and mixed by W^O."""
     if isinstance(num_heads, bool) or not isinstance(num_heads, int) or not 1 <= num_heads <= 8:
         raise ValueError(f"num_heads must be an int in 1..8 to draw, got {num_heads!r}")
     width = max(num_heads * 1.3, 4.0)
@@ -223,7 +232,7 @@ def multihead_diagram(num_heads: int = 4, ax: Axes | None = None, title: str | N
     centre = (width - 1.0) / 2
     box(ax, centre, 0.3, "$X$", "encoder", width=1.2)
     xs = [centre + (i - (num_heads - 1) / 2) * 1.3 for i in range(num_heads)]
-    for i, x in enumerate(xs, start=1):
+    for i, x in enumerate(xs):
         box(ax, x, 1.9, f"head {i}", "context", width=1.1)
         ax.text(x, 1.9 - 0.45, f"$d_k$ = $d_{{model}}$/{num_heads}", ha="center", va="top", fontsize=7)
         arrow(ax, (centre, 0.3), (x, 1.9))

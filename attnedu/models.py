@@ -12,20 +12,23 @@ The fixed decoder's input [E y_{t-1}; c] never depends on its own state, so with
 (the gold y_{t-1} known in advance) every step runs in one nn.GRU call. The Bahdanau decoder needs
 s_{t-1} to compute c_t, so it steps one nn.GRUCell at a time.
 
-LuongDecoder (lesson 03): attention is computed from the state *after* the update,
+LuongDecoder (lesson 03): attention is computed from the state *after* the update (Luong et al. write
+the decoder state h_t and the encoder's h-bar_s; the course keeps s_t for the decoder and h_j for the encoder),
 
-    update:     h_t = GRU([E y_{t-1}; h~_{t-1} if input feeding], h_{t-1})
-    attention:  a_t = softmax(score(h_t, h_j)),  c_t = sum_j a_tj h_j
-    attentional hidden state:  h~_t = tanh(W_c [c_t; h_t])
-    output:     p(y_t) = softmax(W_s h~_t)
+    update:     s_t = GRU([E y_{t-1}; s~_{t-1} if input feeding], s_{t-1})
+    attention:  a_t = softmax(score(s_t, h_j)),  c_t = sum_j a_tj h_j
+    attentional hidden state:  s~_t = tanh(W_c [c_t; s_t])
+    output:     p(y_t) = softmax(W_s s~_t)
 
 Without input feeding the recurrence never sees the attention, so teacher forcing runs the GRU over
-the whole target in one call and attends for every step in one batched product.
+the whole target in one call and attends for every step in one batched product. Lesson 03's ablation,
+``attend_from="previous"``, asks with s_{t-1} instead (the state before it reads y_{t-1}, as Bahdanau's
+decoder asks) and changes nothing else.
 
 Every decoder offers the same three methods to ``Seq2Seq``: ``forward(tgt_in, memory)`` (teacher
 forcing, all steps), ``start(memory)`` and ``next_step(prev_tokens, cache, memory)`` (greedy decoding),
 where the cache is what one step hands the next: s_{t-1} for the fixed decoder, (s_{t-1}, U_a h_j) for
-Bahdanau's, (h_{t-1}, h~_{t-1}) for Luong's.
+Bahdanau's, (s_{t-1}, s~_{t-1}) for Luong's.
 """
 
 from __future__ import annotations
@@ -111,7 +114,8 @@ def _check_state(name: str, state, memory: EncoderOutput) -> None:
 class FixedContextDecoder(nn.Module):
     """Cho et al.'s GRU decoder (lesson 01): the context is the encoder summary c at every step.
 
-    s_0 = tanh(W_s c);  s_t = GRU([E y_{t-1}; c], s_{t-1});  p(y_t) = softmax(W_o [s_t; c; E y_{t-1}])
+    s_{-1} = tanh(W_s c);  s_t = GRU([E y_{t-1}; c], s_{t-1});  p(y_t) = softmax(W_o [s_t; c; E y_{t-1}])
+    (steps count from 0: s_{-1} is the state before step 0, y_{-1} the start token)
 
     Its input [E y_{t-1}; c] never depends on its own state, so with teacher forcing (the gold y_{t-1}
     known in advance) one ``nn.GRU`` call (``self.rnn``) runs every step at once.
@@ -124,7 +128,7 @@ class FixedContextDecoder(nn.Module):
         _check_sizes(vocab_size=vocab_size, emb_dim=emb_dim, hidden_dim=hidden_dim, enc_dim=enc_dim)
         self.enc_dim, self.hidden_dim = enc_dim, hidden_dim
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
-        self.init_state = nn.Linear(enc_dim, hidden_dim)  # s_0 = tanh(W_s c)
+        self.init_state = nn.Linear(enc_dim, hidden_dim)  # s_{-1} = tanh(W_s c)
         self.rnn = nn.GRU(emb_dim + enc_dim, hidden_dim, batch_first=True)
         self.out = nn.Linear(hidden_dim + enc_dim + emb_dim, vocab_size)  # W_o
 
@@ -139,7 +143,7 @@ class FixedContextDecoder(nn.Module):
         return self.out(torch.cat([states, context, embedded], dim=-1)), None
 
     def start(self, memory: EncoderOutput) -> torch.Tensor:
-        """s_0 = tanh(W_s c): (batch, hidden_dim), the state greedy decoding starts from."""
+        """s_{-1} = tanh(W_s c): (batch, hidden_dim), the state greedy decoding starts from."""
         _check_memory(memory)
         return torch.tanh(self.init_state(memory.summary))
 
@@ -162,7 +166,7 @@ class BahdanauDecoder(nn.Module):
     """Bahdanau et al.'s GRU decoder with additive attention (lesson 02), in their order: the context
     for step t comes from the previous state s_{t-1}, before the update.
 
-    s_0 = tanh(W_s c);  c_t, alpha_t = attention(s_{t-1}, h);  s_t = GRU([E y_{t-1}; c_t], s_{t-1});
+    s_{-1} = tanh(W_s c);  c_t, alpha_t = attention(s_{t-1}, h);  s_t = GRU([E y_{t-1}; c_t], s_{t-1});
     p(y_t) = softmax(W_o [s_t; c_t; E y_{t-1}])
 
     c_t needs s_{t-1} and s_t needs c_t, so even with teacher forcing it steps one ``nn.GRUCell``
@@ -176,7 +180,7 @@ class BahdanauDecoder(nn.Module):
                      attn_dim=attn_dim)  # fmt: skip
         self.enc_dim, self.hidden_dim = enc_dim, hidden_dim
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
-        self.init_state = nn.Linear(enc_dim, hidden_dim)  # s_0 = tanh(W_s c)
+        self.init_state = nn.Linear(enc_dim, hidden_dim)  # s_{-1} = tanh(W_s c)
         self.attention = AdditiveAttention(hidden_dim, enc_dim, attn_dim=attn_dim)  # W_a, U_a, v_a
         self.cell = nn.GRUCell(emb_dim + enc_dim, hidden_dim)
         self.out = nn.Linear(hidden_dim + enc_dim + emb_dim, vocab_size)  # W_o
@@ -198,7 +202,7 @@ class BahdanauDecoder(nn.Module):
         return logits, torch.stack(all_weights, dim=1)
 
     def start(self, memory: EncoderOutput) -> tuple[torch.Tensor, torch.Tensor]:
-        """The cache greedy decoding starts from: s_0 (batch, hidden_dim), and U_a h_j (batch, src_len,
+        """The cache greedy decoding starts from: s_{-1} (batch, hidden_dim), and U_a h_j (batch, src_len,
         attn_dim), which does not depend on the step, so it is computed once per sentence."""
         _check_memory(memory)
         state = torch.tanh(self.init_state(memory.summary))
@@ -246,12 +250,18 @@ class BahdanauDecoder(nn.Module):
         return self.out(torch.cat([state, context, embedded], dim=-1))
 
 
+LUONG_QUERIES = ("updated", "previous")
+
+
 class LuongDecoder(nn.Module):
     """Luong et al.'s decoder with global attention (score ``dot``, ``general``, ``concat`` or ``location``).
 
-    h_t = GRU(input, h_{t-1}) with input [E y_{t-1}] or, with input feeding, [E y_{t-1}; h~_{t-1}];
-    c_t from a_t = softmax(score(h_t, h_j)); h~_t = tanh(W_c [c_t; h_t]); p(y_t) = softmax(W_s h~_t).
-    The first state is s_0 = tanh(W_s0 c) from the encoder summary, as in lessons 01-02.
+    s_t = GRU(input, s_{t-1}) with input [E y_{t-1}] or, with input feeding, [E y_{t-1}; s~_{t-1}];
+    c_t from a_t = softmax(score(q_t, h_j)); s~_t = tanh(W_c [c_t; s_t]); p(y_t) = softmax(W_s s~_t).
+    The query q_t is the updated state s_t (``attend_from="updated"``, Luong's order), or, for lesson 03's
+    ablation, the previous state s_{t-1} (``attend_from="previous"``: the state that has not read y_{t-1} yet,
+    the one Bahdanau's decoder asks with); everything else is the same.
+    The state before step 0 is s_{-1} = tanh(W_s0 c), from the encoder summary, as in lessons 01-02.
     """
 
     def __init__(
@@ -264,12 +274,15 @@ class LuongDecoder(nn.Module):
         input_feeding: bool = False,
         attn_dim: int = 64,
         max_src_len: int = 20,
+        attend_from: str = "updated",
     ):
         super().__init__()
         check_choice("score", score, LUONG_SCORES)
+        check_choice("attend_from", attend_from, LUONG_QUERIES)
         _check_sizes(vocab_size=vocab_size, emb_dim=emb_dim, hidden_dim=hidden_dim, enc_dim=enc_dim)
-        check_bool("input_feeding", input_feeding, "whether h~_{t-1} is fed back")
+        check_bool("input_feeding", input_feeding, "whether s~_{t-1} is fed back")
         self.enc_dim, self.hidden_dim, self.input_feeding = enc_dim, hidden_dim, input_feeding
+        self.attend_from = attend_from
         self.embedding = nn.Embedding(vocab_size, emb_dim, padding_idx=PAD_ID)
         self.init_state = nn.Linear(enc_dim, hidden_dim)
         self.rnn = nn.GRU(emb_dim + (hidden_dim if input_feeding else 0), hidden_dim, batch_first=True)
@@ -277,10 +290,13 @@ class LuongDecoder(nn.Module):
         self.combine = nn.Linear(enc_dim + hidden_dim, hidden_dim, bias=False)  # W_c
         self.out = nn.Linear(hidden_dim, vocab_size)  # W_s
 
-    def attend(self, states: torch.Tensor, memory: EncoderOutput) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """states h_t (batch, steps, hidden) -> logits (batch, steps, vocab), h~_t (batch, steps, hidden),
-        weights (batch, steps, src_len): attention for all the given steps in one batched product."""
-        context, weights = self.attention(states, memory.annotations, memory.mask)
+    def attend(
+        self, states: torch.Tensor, memory: EncoderOutput, queries: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """states s_t (batch, steps, hidden) -> logits (batch, steps, vocab), s~_t (batch, steps, hidden),
+        weights (batch, steps, src_len): attention for all the given steps in one batched product. ``queries``
+        (the same shape as ``states``) ask in place of the states if given (the ablation's s_{t-1})."""
+        context, weights = self.attention(states if queries is None else queries, memory.annotations, memory.mask)
         attentional = torch.tanh(self.combine(torch.cat([context, states], dim=-1)))
         return self.out(attentional), attentional, weights
 
@@ -298,10 +314,13 @@ class LuongDecoder(nn.Module):
         embedded = self.embedding(tgt_in)
         state = torch.tanh(self.init_state(memory.summary))
         if not (self.input_feeding or stepwise):
-            states, _ = self.rnn(embedded, state[None])  # (batch, tgt_len, hidden): every h_t, one call
-            logits, _, weights = self.attend(states, memory)
+            states, _ = self.rnn(embedded, state[None])  # (batch, tgt_len, hidden): every s_t, one call
+            queries = None
+            if self.attend_from == "previous":  # s_{-1}, s_0, ..., s_{T-2}: every state one step earlier
+                queries = torch.cat([state[:, None], states[:, :-1]], dim=1)
+            logits, _, weights = self.attend(states, memory, queries)
             return logits, weights
-        cache = (state, torch.zeros_like(state))  # h~_0 = 0: nothing attended yet
+        cache = (state, torch.zeros_like(state))  # s~_{-1} = 0: nothing attended yet
         all_logits, all_weights = [], []
         for t in range(tgt_in.shape[1]):
             logits, cache, weights = self._step(embedded[:, t], cache, memory)
@@ -313,17 +332,18 @@ class LuongDecoder(nn.Module):
         state, attentional = cache
         rnn_input = torch.cat([embedded, attentional], dim=-1) if self.input_feeding else embedded
         _, new_state = self.rnn(rnn_input[:, None], state[None])
-        logits, new_attentional, weights = self.attend(new_state[0][:, None], memory)
+        query = state[:, None] if self.attend_from == "previous" else None
+        logits, new_attentional, weights = self.attend(new_state[0][:, None], memory, query)
         return logits[:, 0], (new_state[0], new_attentional[:, 0]), weights[:, 0]
 
     def start(self, memory: EncoderOutput):
-        """(s_0, h~_0 = 0) for greedy decoding."""
+        """(s_{-1}, s~_{-1} = 0) for greedy decoding."""
         _check_memory(memory)
         state = torch.tanh(self.init_state(memory.summary))
         return state, torch.zeros_like(state)
 
     def next_step(self, prev_tokens: torch.Tensor, cache, memory: EncoderOutput):
-        """One step of greedy decoding: cache is (h_{t-1}, h~_{t-1})."""
+        """One step of greedy decoding: cache is (s_{t-1}, s~_{t-1})."""
         check_ids("prev_tokens", prev_tokens, self.embedding.num_embeddings, 1, "(batch,) of token ids")
         _check_memory(memory)
         return self._step(self.embedding(prev_tokens), cache, memory)
@@ -363,20 +383,29 @@ class Seq2Seq(nn.Module):
         input_feeding: bool = False,
         max_src_len: int = 20,
         seed: int = 0,
+        attend_from: str = "updated",
     ) -> Seq2Seq:
-        """A new model whose initial weights come from ``seed`` alone (see ``attnedu.runtime.seeded``)."""
+        """A new model whose initial weights come from ``seed`` alone (see ``attnedu.runtime.seeded``).
+        ``attend_from`` applies to a Luong score only: ``"previous"`` builds lesson 03's ablation."""
         check_choice("attention", attention, (False, True, "bahdanau", *LUONG_SCORES))
         check_bool("bidirectional", bidirectional, "whether a second GRU reads the source backwards")
-        check_bool("input_feeding", input_feeding, "whether h~_{t-1} is fed back")
+        check_bool("input_feeding", input_feeding, "whether s~_{t-1} is fed back")
+        check_choice("attend_from", attend_from, LUONG_QUERIES)
         _check_sizes(attn_dim=attn_dim)
         with seeded(seed):
             encoder = Encoder(src_vocab_size, emb_dim, hidden_dim, bidirectional)
             if attention in LUONG_SCORES:
                 decoder = LuongDecoder(
                     tgt_vocab_size, emb_dim, hidden_dim, encoder.output_dim, attention, input_feeding, attn_dim,
-                    max_src_len,
+                    max_src_len, attend_from,
                 )  # fmt: skip
             else:
+                if attend_from != "updated":
+                    raise ValueError(
+                        f"attention should be a Luong score {LUONG_SCORES} with attend_from={attend_from!r}, got "
+                        f"{attention!r}: the choice of query state is part of Luong's decoder (Bahdanau's always "
+                        "asks with s_{t-1}); use a Luong score for attention"
+                    )
                 if input_feeding:
                     raise ValueError(
                         f"attention should be a Luong score {LUONG_SCORES} with input_feeding=True, got "

@@ -1,7 +1,7 @@
 """Multi-head attention (lesson 05; Vaswani et al. 2017, Sec. 3.2.2):
 
-    head_i   = Attention(Q W_i^Q, K W_i^K, V W_i^V)        i = 1..h, each of size head_dim = d_model / h
-    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O
+    head_i   = Attention(Q W_i^Q, K W_i^K, V W_i^V)        i = 0..h-1, each of size head_dim = d_model / h
+    MultiHead(Q, K, V) = Concat(head_0, ..., head_{h-1}) W^O
 
 The h projections W_i^Q are one (d_model, d_model) matrix whose output is cut into h slices of
 head_dim: ``split_heads`` does the cutting, ``merge_heads`` the concatenation. ``head_dim`` is the
@@ -9,6 +9,7 @@ paper's d_k. Heads are counted from 0 in code.
 
     multi_head_attention(...)     the formula above with the weights passed in (vectors are rows: Q = X W_q)
     grouped_query_attention(...)  fewer key/value heads than query heads, each shared by a group (Ainslie et al. 2023)
+    per_head_weights(...)         torch.nn.MultiheadAttention's stacked in_proj_weight as h separate W_i^Q, W_i^K, W_i^V
     MultiHeadAttention            the module, with nn.Linear projections; equal to torch.nn.MultiheadAttention
                                   (num_kv_heads < num_heads: grouped-query, as today's decoder blocks use, lesson 09)
 """
@@ -112,6 +113,32 @@ def grouped_query_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_hea
     v = split_heads(value @ W_v, num_kv_heads).repeat_interleave(group, dim=1)
     heads, weights = scaled_dot_product_attention(q, k, v, mask)
     return merge_heads(heads) @ W_o, weights
+
+
+def per_head_weights(in_proj_weight: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``torch.nn.MultiheadAttention``'s ``in_proj_weight`` as h separate projections per head.
+
+    in_proj_weight: (3 d_model, d_model), the query, key and value projections stacked in that order, each in
+    nn.Linear's layout (out_features, in_features): q = x @ in_proj_weight[:d_model].T. Head i owns the output
+    features i * head_dim .. (i + 1) * head_dim - 1, so its own matrix is a slice of rows, transposed:
+
+        W_i^Q = in_proj_weight[i * head_dim : (i + 1) * head_dim].T        (d_model, head_dim), x @ W_i^Q
+
+    and likewise for the keys and values (offset by d_model and 2 d_model).
+    Returns (W_q, W_k, W_v), each (num_heads, d_model, head_dim): head i's queries are ``x @ W_q[i]``.
+    """
+    check_tensor("in_proj_weight", in_proj_weight, 2, "(3 d_model, d_model)")
+    check_float("in_proj_weight", in_proj_weight)
+    num_heads = check_positive_int("num_heads", num_heads, "the number of heads")
+    rows, d_model = in_proj_weight.shape
+    if rows != 3 * d_model or d_model % num_heads:
+        raise ValueError(
+            f"in_proj_weight should be (3 d_model, d_model) with num_heads dividing d_model, got shape "
+            f"{tuple(in_proj_weight.shape)} and num_heads={num_heads}; pass torch.nn.MultiheadAttention's "
+            "in_proj_weight (its query, key and value projections stacked)"
+        )
+    per_head = in_proj_weight.reshape(3, num_heads, d_model // num_heads, d_model).transpose(-2, -1)
+    return per_head[0], per_head[1], per_head[2]
 
 
 class MultiHeadAttention(nn.Module):

@@ -1,6 +1,7 @@
 """Plots shared by every lesson. Attention maps always use the colour scale 0..1, so maps
-from different lessons, models and sentences can be compared by eye. Positions and steps count
-from 1 wherever a learner reads them, as in the lessons' formulas (x_1 is the first word)."""
+from different lessons, models and sentences can be compared by eye. Positions and decoder steps count
+from 0, as in code and in lessons 01-05 (x_0 is the first word); plot_mask and plot_online_softmax label
+positions and blocks from 1, as lessons 06 and 08 count them."""
 
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ def plot_attention_step(
     ax: Axes,
     gold: Sequence[int] | None = None,
 ):
-    """Bar chart of the weights alpha_t over source words for decoder step ``step`` (counted from 1).
+    """Bar chart of the weights alpha_t over source words for decoder step ``step`` (counted from 0).
 
     With ``gold`` (source index of each target word, from 0), the gold source word's bar is orange.
     """
@@ -119,19 +120,19 @@ def plot_attention_step(
             f"weights should have shape (len(target), len(source)) = {(len(target), len(source))}, got shape "
             f"{tuple(weights.shape)}; pass one label per row and per column"
         )
-    step = check_int("step", step, "a decoder step counted from 1")
-    if not 1 <= step <= weights.shape[0]:
-        raise ValueError(f"step should be in 1..{weights.shape[0]}, got {step}: step counts from 1")
-    row = weights[step - 1]
+    step = check_int("step", step, "a decoder step counted from 0")
+    if not 0 <= step < weights.shape[0]:
+        raise ValueError(f"step should be in 0..{weights.shape[0] - 1}, got {step}: steps count from 0")
+    row = weights[step]
     colours = ["tab:blue"] * len(source)
     if gold is not None:
-        colours[gold_positions(gold, len(target), len(source))[step - 1]] = GOLD_COLOUR
+        colours[gold_positions(gold, len(target), len(source))[step]] = GOLD_COLOUR
         ax.legend(handles=[Patch(color=GOLD_COLOUR, label="gold source word")], fontsize=8, loc="upper right")
     ax.bar(range(len(source)), row.numpy(), color=colours)
     ax.set_xticks(range(len(source)), labels=source, rotation=90)
     ax.set_ylim(0, 1)
     ax.set_ylabel("weight")
-    ax.set_title(f"step t = {step}: writing {target[step - 1]!r}")
+    ax.set_title(f"step t = {step}: writing {target[step]!r}")
 
 
 def plot_accuracy_by_length(

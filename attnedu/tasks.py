@@ -1,5 +1,6 @@
 """Synthetic sequence tasks for the Transformer lessons (05-07), generated in code: nothing to download.
 
+recall_task      lesson 04: key-value pairs and a question: which value goes with this key?
 neighbour_task   lesson 05: read the tokens at several fixed offsets from every position
 CharCorpus       lessons 06, 07, 09: characters of the help texts that ship with CPython, with a bigram baseline
 """
@@ -12,6 +13,28 @@ from dataclasses import dataclass
 import torch
 
 from ._validate import check_choice, check_instance, check_int, check_number, check_positive_int, describe
+
+
+def recall_task(
+    batch: int, num_pairs: int, vocab: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Associative recall: ``num_pairs`` (key, value) pairs of tokens and a question key; the answer is the value
+    paired with it. Keys are distinct within a row, values may repeat.
+
+    -> keys (batch, num_pairs), values (batch, num_pairs), question (batch,), answer (batch,): ids in 0..vocab-1.
+    """
+    for name, value, meaning in (("batch", batch, "questions"), ("num_pairs", num_pairs, "pairs per question"),
+                                 ("vocab", vocab, "distinct tokens")):  # fmt: skip
+        check_positive_int(name, value, meaning)
+    if num_pairs > vocab:
+        raise ValueError(f"num_pairs should be at most vocab={vocab} (the keys of a row are distinct), got {num_pairs}")
+    check_instance("generator", generator, torch.Generator, "a torch.Generator",
+                   "pass torch.Generator().manual_seed(seed), not the seed itself")  # fmt: skip
+    keys = torch.stack([torch.randperm(vocab, generator=generator)[:num_pairs] for _ in range(batch)])
+    values = torch.randint(0, vocab, (batch, num_pairs), generator=generator)
+    asked = torch.randint(0, num_pairs, (batch,), generator=generator)
+    rows = torch.arange(batch)
+    return keys, values, keys[rows, asked], values[rows, asked]
 
 
 def neighbour_task(

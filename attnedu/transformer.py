@@ -1,5 +1,7 @@
 """Small attention models for the Transformer lessons, and the parameter counts of big ones.
 
+RecallHead            lesson 04: one head of dot-product attention from a question to key-value pairs, with or
+                      without the division by sqrt(head_dim)
 AttentionClassifier   lesson 05: embeddings + learned positions, one multi-head attention, a linear
                       readout per output slot (no feed-forward layer, so the attention alone must
                       carry what the readout needs)
@@ -68,6 +70,45 @@ def block_parameters(d_model: int, d_ff: int) -> int:
     check_positive_int("d_ff", d_ff, "the feed-forward width")
     feed_forward = d_model * d_ff + d_ff + d_ff * d_model + d_model
     return attention_parameters(d_model) + feed_forward + 2 * 2 * d_model
+
+
+class RecallHead(nn.Module):
+    """One head of attention answering ``attnedu.tasks.recall_task`` (lesson 04's sqrt(d_k) experiment).
+
+    x_j = E_key k_j + E_value v_j for each pair, q = E_key question; with vectors as rows,
+    scores_j = (q W_Q) . (x_j W_K) / sqrt(head_dim) (or without the division when ``scaled`` is False),
+    a = softmax(scores), logits = (sum_j a_j x_j W_V) W_out.
+    Embeddings have standard normal entries and W_Q, W_K, W_V standard deviation 1 / sqrt(d_model), so that the
+    query and key components have variance about 1 and 2 at initialisation; W_out has 1 / sqrt(head_dim).
+    forward(keys (batch, pairs), values (batch, pairs), question (batch,)) -> logits (batch, vocab),
+    scores (batch, pairs) before the softmax.
+    """
+
+    def __init__(self, vocab: int, d_model: int, head_dim: int, scaled: bool, seed: int = 0):
+        super().__init__()
+        for name, value in (("vocab", vocab), ("d_model", d_model), ("head_dim", head_dim)):
+            check_positive_int(name, value, "a size")
+        self.scale = (
+            1 / math.sqrt(head_dim) if check_bool("scaled", scaled, "whether to divide by sqrt(head_dim)") else 1.0
+        )
+        with seeded(seed):
+            self.key_embedding = nn.Parameter(torch.randn(vocab, d_model))
+            self.value_embedding = nn.Parameter(torch.randn(vocab, d_model))
+            self.W_Q, self.W_K, self.W_V = (nn.Parameter(torch.randn(d_model, head_dim) / math.sqrt(d_model))
+                                            for _ in range(3))  # fmt: skip
+            self.W_out = nn.Parameter(torch.randn(head_dim, vocab) / math.sqrt(head_dim))
+
+    def forward(self, keys: torch.Tensor, values: torch.Tensor, question: torch.Tensor):
+        vocab = self.key_embedding.shape[0]
+        check_ids("keys", keys, vocab, 2, "(batch, pairs) of token ids")
+        check_ids("values", values, vocab, 2, "(batch, pairs) of token ids")
+        check_ids("question", question, vocab, 1, "(batch,) of token ids")
+        pairs = self.key_embedding[keys] + self.value_embedding[values]  # (batch, pairs, d_model)
+        query = self.key_embedding[question] @ self.W_Q  # (batch, head_dim)
+        scores = (pairs @ self.W_K @ query[:, :, None])[..., 0] * self.scale  # (batch, pairs)
+        weights = torch.softmax(scores, dim=-1)
+        answer = (weights[:, None, :] @ (pairs @ self.W_V))[:, 0]  # (batch, head_dim)
+        return answer @ self.W_out, scores
 
 
 class AttentionClassifier(nn.Module):

@@ -51,7 +51,7 @@ class FigureSlider(widgets.VBox):
 
 
 class AttentionStepper(FigureSlider):
-    """A slider over decoder steps t (from 1): the map with the current row outlined, and the weights
+    """A slider over decoder steps t (from 0): the map with the current row outlined, and the weights
     alpha_t of that step as bars.
 
     >>> AttentionStepper(weights, source, target, gold=pair.alignment)
@@ -75,12 +75,12 @@ class AttentionStepper(FigureSlider):
         if gold is not None:
             gold = gold_positions(gold, len(target), len(source))
         self.source, self.target, self.gold = list(source), list(target), gold
-        slider = widgets.IntSlider(value=1, min=1, max=len(target), description="step t")  # from 1, as t
+        slider = widgets.IntSlider(value=0, min=0, max=len(target) - 1, description="step t")  # from 0, as t
         super().__init__(slider, self._draw_step, (9, 3.6))
 
     def _draw_step(self, fig: Figure, step: int) -> None:
         left, right = fig.subplots(1, 2)
-        plot_attention(self.weights, self.source, self.target, self.gold, ax=left, highlight_row=step - 1)
+        plot_attention(self.weights, self.source, self.target, self.gold, ax=left, highlight_row=step)
         plot_attention_step(self.weights, self.source, self.target, step, ax=right, gold=self.gold)
 
     def __repr__(self) -> str:  # what nbval compares; short and deterministic

@@ -25,15 +25,20 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 LUONG = ("dot", "general", "concat", "location")
-MODELS = ("fixed", "fixed_reversed", "attention", *LUONG)
+MODELS = ("fixed", "fixed_reversed", "attention")  # lessons 01-02, STEPS each
+# lesson 03's six models, STEPS_LESSON_03 each: the four scores, the ablation (the dot decoder asking with s_{t-1})
+# and Bahdanau's model
+LESSON_03 = (*LUONG, "dot_previous", "bahdanau")
+SCALING = ("scaling",)  # lesson 04's experiment: one head with and without 1/sqrt(d_k), d_k 16 and 256
 LESSON09 = ("norms09", "lm09")  # lesson 09: gradients at initialisation; the language model against the bigram
 LESSON10 = ("lm10",)  # lesson 10: MHA -> GQA by pooling, streaming with a window cache and sinks
 HEADS = ("heads",)  # lesson 05's experiment: 1, 2 and 4 heads on the neighbour task
 TRANSFORMER = ("leak", "positions", "extrapolation")  # lessons 06 and 07 (07 runs seeds 0, 1, 2: add 1002)
 
 
-def run_one(model: str, seed: int) -> dict:
-    """Train one model of lessons 01-03 (or lesson 05's three) with seed offset ``seed``; measure it here."""
+def run_one(model: str, seed: int, steps: int | None = None) -> dict:
+    """Train one model of lessons 01-03 (or run lesson 04's, 05's, 06's or 07's experiment) with seed offset
+    ``seed``; measure it here. ``steps``: the training steps of a translation model (default: its lesson's)."""
     os.environ["ATTNEDU_SEED_OFFSET"] = str(seed)
     os.environ["ATTNEDU_PROGRESS"] = "0"
     if model in LESSON09:
@@ -42,6 +47,8 @@ def run_one(model: str, seed: int) -> dict:
         return {"model": model, "seed": seed, **_lesson10()}
     if model == "heads":
         return {"model": model, "seed": seed, **_heads(seed)}
+    if model == "scaling":
+        return {"model": model, "seed": seed, **_scaling()}
     if model in TRANSFORMER:
         return {"model": model, "seed": seed, **_transformer(model)}
     import attnedu
@@ -54,20 +61,24 @@ def run_one(model: str, seed: int) -> dict:
     )
     from attnedu.data import LENGTH_BUCKETS, SOURCE_VOCAB, TARGET_VOCAB, ToyTranslation
     from attnedu.models import Seq2Seq
-    from attnedu.train import LR, STEPS, accuracy_by_length, train
+    from attnedu.train import LR, STEPS, STEPS_LESSON_03, accuracy_by_length, train
 
     attnedu.setup_notebook(seed=0)
     data = ToyTranslation.generate(seed=0)
     if model == "fixed_reversed":
         data = data.reversed_source()
-    kind = model if model in LUONG else model == "attention"
+    lesson_03 = model in LESSON_03
+    score = "dot" if model == "dot_previous" else model
+    kind = score if score in LUONG else model in ("attention", "bahdanau")
     attn_dim = 32 if model == "concat" else 64  # as lesson 03 builds it
-    net = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), attention=kind, bidirectional=False, attn_dim=attn_dim)
+    net = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), attention=kind, bidirectional=False, attn_dim=attn_dim,
+                        attend_from="previous" if model == "dot_previous" else "updated")  # fmt: skip
     long_pair = data.test[LENGTH_BUCKETS[-1]][0]
-    gradients = {} if model in LUONG else {"init": _gradient_summary(net, long_pair)}
-    log = train(net, data.train, steps=STEPS, lr=LR)
-    if model not in LUONG:
+    gradients = {} if lesson_03 else {"init": _gradient_summary(net, long_pair)}
+    log = train(net, data.train, steps=steps or (STEPS_LESSON_03 if lesson_03 else STEPS), lr=LR)
+    if not lesson_03:
         gradients["trained"] = _gradient_summary(net, long_pair)
+        gradients["shares"] = _gradient_shares(net, data)
     result = {
         "model": model,
         "seed": seed,
@@ -86,6 +97,48 @@ def run_one(model: str, seed: int) -> dict:
             for name, c in alignment_by_word_class(maps, pairs).items()
         }
     return result
+
+
+def _scaling() -> dict:
+    """Lesson 04's experiment as the lesson runs it: for d_k 16 and 256, with and without the division by sqrt(d_k),
+    three models (training seeds 0, 1, 2, moved by the offset), 150 Adam steps; per arm, the spread of the scores at
+    initialisation and the held-out accuracy every 25 steps, averaged over the three models."""
+    import torch
+
+    from attnedu.runtime import training_seed
+    from attnedu.tasks import recall_task
+    from attnedu.transformer import RecallHead
+
+    torch.set_num_threads(1)
+    vocab, pairs, d_model, steps = 16, 8, 64, 150
+    test = recall_task(500, pairs, vocab, torch.Generator().manual_seed(12345))
+    arms = {}
+    for head_dim in (16, 256):
+        for scaled in (True, False):
+            spreads, curves = [], []
+            for seed in (0, 1, 2):
+                model = RecallHead(vocab, d_model, head_dim, scaled, seed=seed)
+                generator = torch.Generator().manual_seed(training_seed(seed))
+                optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+                with torch.no_grad():
+                    spreads.append(model(*test[:3])[1].std().item())
+                curve = []
+                for step in range(1, steps + 1):
+                    keys, values, question, answer = recall_task(64, pairs, vocab, generator)
+                    loss = torch.nn.functional.cross_entropy(model(keys, values, question)[0], answer)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    if step % 25 == 0:
+                        with torch.no_grad():
+                            curve.append((model(*test[:3])[0].argmax(-1) == test[3]).float().mean().item())
+                curves.append(curve)
+            arms[f"{head_dim} {'scaled' if scaled else 'raw'}"] = {
+                "spread": sum(spreads) / 3,
+                "curve": [sum(c[i] for c in curves) / 3 for i in range(len(curves[0]))],
+                "per_seed_at_50": [c[1] for c in curves],
+            }
+    return {"arms": arms}
 
 
 def _heads(seed: int) -> dict:
@@ -405,6 +458,23 @@ def report_lesson10(results: list[dict], args) -> None:
     print(f"- largest weight on character 0: {_span(r['first_max'] for r in results)}")
 
 
+def _gradient_shares(net, data) -> dict:
+    """Lesson 02's measure: over the first 40 test sentences of every bucket, each target word's gold source word's
+    share of the gradient reaching the source words (attnedu.analysis.gold_gradient_shares)."""
+    from attnedu.analysis import gold_gradient_shares
+
+    pairs = [p for bucket in data.test.values() for p in bucket[:40]]
+    shares = gold_gradient_shares(net, pairs)
+    of_largest = gold_gradient_shares(net, pairs, relative_to="largest")  # 1 where the gold word gets the most
+    return {
+        "mean": shares.mean().item(),
+        "over_half": (shares > 0.5).float().mean().item(),
+        "words": len(shares),
+        "largest_mean": of_largest.mean().item(),
+        "gold_largest": (of_largest == 1).float().mean().item(),
+    }
+
+
 def _gradient_summary(net, pair) -> dict:
     """Gradient from target word t's loss to the source embeddings: for t = 1, min/max over source words;
     over all t, the gold source word's gradient relative to the largest (mean and smallest)."""
@@ -425,14 +495,16 @@ def _gradient_summary(net, pair) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 1000, 1001])
-    every = MODELS + HEADS + TRANSFORMER + LESSON09 + LESSON10
+    every = MODELS + LESSON_03 + SCALING + HEADS + TRANSFORMER + LESSON09 + LESSON10
     parser.add_argument("--models", nargs="+", default=list(every), choices=every)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=None, help="training steps of lessons 01-03's models (default: "
+                        "their lessons')")  # fmt: skip
     args = parser.parse_args()
     jobs = [(m, s) for s in args.seeds for m in args.models]
 
     def launch(job):
-        code = f"import calibrate, json; print(json.dumps(calibrate.run_one({job[0]!r}, {job[1]})))"
+        code = f"import calibrate, json; print(json.dumps(calibrate.run_one({job[0]!r}, {job[1]}, {args.steps})))"
         here = os.path.dirname(os.path.abspath(__file__))
         done = subprocess.run([sys.executable, "-c", code], cwd=here, capture_output=True, text=True)
         if done.returncode:
@@ -460,9 +532,11 @@ def report(results: list[dict], args) -> None:
 
     from attnedu.train import LR, STEPS
 
-    by_model = {m: [r for r in results if r["model"] == m] for m in MODELS + HEADS + TRANSFORMER}
+    by_model = {m: [r for r in results if r["model"] == m] for m in MODELS + LESSON_03 + SCALING + HEADS + TRANSFORMER}
     heads = by_model.pop("heads")
+    scaling = by_model.pop("scaling")
     later = {m: by_model.pop(m) for m in TRANSFORMER}
+    lesson_03 = [r for r in results if r["model"] in LESSON_03]
     results = [r for r in results if r["model"] in MODELS]
     buckets = list(results[0]["accuracy"]) if results else []
     print("# Calibration of lessons 01-09\n")
@@ -474,7 +548,7 @@ def report(results: list[dict], args) -> None:
         "batches drawn in proportion to target words (`attnedu.data.BatchSampler`). Seed = `ATTNEDU_SEED_OFFSET` "
         "(model initialisation and batch order; the data are the same); 1000 and 1001 are what the test command's "
         "perturbed run gives seeds 0 and 1. Models: lesson 01's fixed context (normal and reversed source), "
-        "lesson 02's attention (Bahdanau), lesson 03's four Luong scores (concat with attn_dim 32). Times are not "
+        "lesson 02's attention (Bahdanau); lesson 03's six models have a section of their own below. Times are not "
         "recorded here: see notebooks.md.\n"
     )
     print("## Exact match by source length\n")
@@ -502,10 +576,27 @@ def report(results: list[dict], args) -> None:
     for r in (r for r in results if r["gradients"]):
         cells = [r["gradients"][when][k] for when in ("init", "trained") for k in keys]
         print(f"| {r['model']} | {r['seed']} | " + " | ".join(f"{c:.3g}" for c in cells) + " |")
+    shares = [r for r in results if "shares" in r["gradients"]]
+    if shares:
+        print("\n## Lesson 02: the gold source word's share of the gradient reaching the source, per target word\n")
+        print("Trained models; the first 40 test sentences of every bucket (`attnedu.analysis.gold_gradient_shares`)\n")
+        print("Also the gold word's gradient relative to the largest (`relative_to=\"largest\"`): its mean, and how "
+              "often the gold word gets the largest\n")  # fmt: skip
+        print("| model | seed | target words | mean share | share above one half | relative to the largest: mean "
+              "| gold the largest |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|")
+        for r in shares:
+            g = r["gradients"]["shares"]
+            print(f"| {r['model']} | {r['seed']} | {g['words']} | {g['mean']:.3f} | {g['over_half']:.3f} | "
+                  f"{g['largest_mean']:.3f} | {g['gold_largest']:.3f} |")  # fmt: skip
     print("\n## Bahdanau attention: alignment by word class (target words, hits, commonest miss offsets)\n")
     for r in by_model["attention"]:
         print(f"- seed {r['seed']}: " + "; ".join(f"{k} {v[0]} words, {v[1]} hits, misses {v[2]}" for k, v in
                                                      r["by_class"].items()))  # fmt: skip
+    if lesson_03:
+        _report_lesson_03(lesson_03)
+    if scaling:
+        _report_scaling(scaling)
     if heads:
         print("\n## Lesson 05: heads on the neighbour task (test accuracy after 500 steps)\n")
         print("4 heads: the smallest share any head puts on the four neighbours, and the smallest best-head share any")
@@ -586,13 +677,125 @@ def report(results: list[dict], args) -> None:
     if pairs:
         gaps = [r["accuracy"][first] - n["accuracy"][first] for n, r in pairs]
         print(f"- reversed minus normal, shortest bucket, per seed: {_span(gaps)}")
-    for model in ("attention", *LUONG):
+    for model in ("attention",):
         rows = by_model[model]
         if rows:
             worst = _span(min(r["accuracy"].values()) for r in rows)
             word_worst = _span(min(r["per_word"].values()) for r in rows)
             align, cross = _span(r["alignment"] for r in rows), _span(r["crossing"] for r in rows)
             print(f"- {model}: worst bucket {worst}; per-word worst {word_worst}; alignment {align}; crossing {cross}")
+
+
+def _class_accuracy(r: dict, name: str) -> float:
+    words, hits, _ = r["by_class"][name]
+    return hits / words
+
+
+def _late_share(r: dict) -> tuple[int, float]:
+    """(misses among the commonest three offsets of every word class, the share of them one or more words late)."""
+    offsets = [(int(k), n) for _, _, top in r["by_class"].values() for k, n in top.items()]
+    total = sum(n for _, n in offsets)
+    return total, sum(n for k, n in offsets if k > 0) / max(total, 1)
+
+
+def _report_lesson_03(rows: list[dict]) -> None:
+    from attnedu.train import STEPS_LESSON_03
+
+    print(f"\n## Lesson 03: four Luong scores, the ablation and Bahdanau, {STEPS_LESSON_03} steps each\n")
+    print("dot_previous is the ablation (Luong's dot decoder asking with s_{t-1}); bahdanau is lesson 02's model at ")
+    print("this lesson's budget; concat with attn_dim 32. Exact match by source length:\n")
+    buckets = list(rows[0]["accuracy"])
+    print("| model | seed | " + " | ".join(buckets) + " | worst per-word |")
+    print("|---|---|" + "---|" * len(buckets) + "---|")
+    for r in rows:
+        cells = " | ".join(f"{r['accuracy'][b]:.3f}" for b in buckets)
+        print(f"| {r['model']} | {r['seed']} | {cells} | {min(r['per_word'].values()):.3f} |")
+    print("\nAlignment (misses: among each word class's three commonest miss offsets; late: the share past the gold")
+    print("word)\n")
+    print("| model | seed | alignment | crossing | determiners | conjunctions | misses | late |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        misses, late = _late_share(r)
+        print(f"| {r['model']} | {r['seed']} | {r['alignment']:.3f} | {r['crossing']:.3f} | "
+              f"{_class_accuracy(r, 'determiner'):.3f} | {_class_accuracy(r, 'conjunction'):.3f} | {misses} | "
+              f"{late:.2f} |")  # fmt: skip
+    by = {m: {r["seed"]: r for r in rows if r["model"] == m} for m in LESSON_03}
+    seeds = sorted(set.intersection(*(set(v) for v in by.values())))
+    if not seeds:
+        return
+    translators = ("dot", "general", "concat", "bahdanau", "dot_previous")
+    content = ("dot", "general", "concat")
+
+    def span(values):
+        return _span(list(values))
+
+    def conjunctions(r):
+        return _class_accuracy(r, "conjunction")
+
+    def determiners(r):
+        return _class_accuracy(r, "determiner")
+
+    ranges = {
+        "worst per-word accuracy of the translators": [
+            min(min(by[m][s]["per_word"].values()) for m in translators) for s in seeds
+        ],
+        "worst exact match of the translators": [
+            min(min(by[m][s]["accuracy"].values()) for m in translators) for s in seeds
+        ],
+        "worst content score minus location, alignment": [
+            min(by[m][s]["alignment"] for m in content) - by["location"][s]["alignment"] for s in seeds
+        ],
+        "worst content score minus location, crossing": [
+            min(by[m][s]["crossing"] for m in content) - by["location"][s]["crossing"] for s in seeds
+        ],
+        "worst content score minus Bahdanau, alignment": [
+            min(by[m][s]["alignment"] for m in content) - by["bahdanau"][s]["alignment"] for s in seeds
+        ],
+        "dot minus the ablation, alignment": [
+            by["dot"][s]["alignment"] - by["dot_previous"][s]["alignment"] for s in seeds
+        ],
+        "dot minus the ablation, conjunctions": [
+            conjunctions(by["dot"][s]) - conjunctions(by["dot_previous"][s]) for s in seeds
+        ],
+        "the ablation's misses that land late": [_late_share(by["dot_previous"][s])[1] for s in seeds],
+        "the ablation minus Bahdanau, determiners": [
+            determiners(by["dot_previous"][s]) - determiners(by["bahdanau"][s]) for s in seeds
+        ],
+    }
+    print("\nRanges over the seeds, for the margins lesson 03 asserts:\n")
+    for label, values in ranges.items():
+        print(f"- {label}: {_span(values)}")
+
+
+def _report_scaling(rows: list[dict]) -> None:
+    print("\n## Lesson 04: one head on associative recall, with and without the division by sqrt(d_k)\n")
+    print("Each row: the mean of the lesson's three models (training seeds 0, 1, 2 moved by the offset) after 150 Adam")
+    print("steps; spread: the scores' standard deviation at initialisation; accuracy on 500 held-out questions.\n")
+    print("| seed | d_k 16 divided: spread, at 50, at 150 | d_k 16 raw | d_k 256 divided | d_k 256 raw |")
+    print("|---|---|---|---|---|")
+    names = ("16 scaled", "16 raw", "256 scaled", "256 raw")
+    for r in rows:
+        cells = [
+            f"{r['arms'][n]['spread']:.1f}, {r['arms'][n]['curve'][1]:.3f}, {r['arms'][n]['curve'][-1]:.3f}"
+            for n in names
+        ]
+        print(f"| {r['seed']} | " + " | ".join(cells) + " |")
+
+    def arm(r, name, at):
+        return r["arms"][name]["curve"][at]
+
+    ranges = {
+        "d_k 16, divided minus raw after 50 steps": [arm(r, "16 scaled", 1) - arm(r, "16 raw", 1) for r in rows],
+        "d_k 256, divided minus raw after 50 steps": [arm(r, "256 scaled", 1) - arm(r, "256 raw", 1) for r in rows],
+        "d_k 256, divided minus raw after 150 steps": [arm(r, "256 scaled", -1) - arm(r, "256 raw", -1) for r in rows],
+        "divided, the lower of the two sizes after 150 steps": [
+            min(arm(r, "16 scaled", -1), arm(r, "256 scaled", -1)) for r in rows
+        ],
+        "d_k 16 raw after 150 steps": [arm(r, "16 raw", -1) for r in rows],
+    }
+    print("\nRanges over the seeds, for the margins lesson 04 asserts:\n")
+    for label, values in ranges.items():
+        print(f"- {label}: {_span(values)}")
 
 
 if __name__ == "__main__":

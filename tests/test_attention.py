@@ -8,6 +8,7 @@ from attnedu.attention import (
     context_vector,
     dot_score,
     general_score,
+    local_p_weights,
     location_score,
     masked_softmax,
     scaled_dot_product_attention,
@@ -146,6 +147,36 @@ def test_luong_scores_match_their_formulas():
     assert torch.allclose(concat, additive_score(s, h, W_cat[:, :4], W_cat[:, 4:], v))  # concat is additive
 
 
+def _local_p_by_hand(scores: torch.Tensor, p: float, D: int) -> torch.Tensor:
+    """Luong et al.'s Eq. 10 for one row, written out: the softmax over the positions j with |j - round(p)| <= D
+    (halves round up), times exp(-(j - p)^2 / (2 (D/2)^2)); zero elsewhere."""
+    import math
+
+    centre = math.floor(p + 0.5)
+    window = [j for j in range(len(scores)) if abs(j - centre) <= D]
+    total = sum(math.exp(float(scores[j])) for j in window)
+    row = torch.zeros(len(scores))
+    for j in window:
+        row[j] = math.exp(float(scores[j])) / total * math.exp(-((j - p) ** 2) / (2 * (D / 2) ** 2))
+    return row
+
+
+@pytest.mark.parametrize("p", [6.3, 6.5, 6.7, 5.0, 0.4, 8.9, 1.2])
+@pytest.mark.parametrize("D", [1, 2, 3])
+def test_local_p_window_holds_2D_plus_1_positions_around_round_p(p, D):
+    g = torch.Generator().manual_seed(D)
+    scores = torch.randn(2, 10, generator=g)
+    weights = local_p_weights(scores, torch.tensor([p, 4.0]), D)
+    for row, centre in zip(range(2), (p, 4.0)):
+        assert torch.allclose(weights[row], _local_p_by_hand(scores[row], centre, D), atol=1e-6)
+    inside = (weights[0] > 0).nonzero().flatten().tolist()
+    nearest = int(p + 0.5)
+    assert inside == [j for j in range(nearest - D, nearest + D + 1) if 0 <= j < 10]  # clipped at the ends only
+    if D <= nearest <= 9 - D:
+        assert len(inside) == 2 * D + 1  # not 2D + 2, as floor(p - D)..ceil(p + D) would give
+    assert int((weights[1] > 0).sum()) == 2 * D + 1
+
+
 def test_scores_name_what_does_not_fit():
     s, h = torch.randn(2, 4), torch.randn(2, 5, 6)
     with pytest.raises(ValueError, match="use the general score"):
@@ -211,12 +242,14 @@ def test_sdpa_rejects_masks_that_would_broadcast_silently():
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("attend_from", ["updated", "previous"])
 @pytest.mark.parametrize("score", ["dot", "general", "concat", "location"])
-def test_luong_decoder_one_call_equals_stepwise(score):
+def test_luong_decoder_one_call_equals_stepwise(score, attend_from):
     from attnedu.data import SOURCE_VOCAB, TARGET_VOCAB, make_batch, make_pairs
     from attnedu.models import Seq2Seq
 
-    model = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), attention=score, bidirectional=False, seed=1)
+    model = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), attention=score, bidirectional=False, seed=1,
+                          attend_from=attend_from)  # fmt: skip
     batch = make_batch(make_pairs(4, 5, 9, seed=2))  # padded: the mask matters
     memory = model.encoder(batch.src, batch.src_lengths)
     fast, fast_weights = model.decoder(batch.tgt_in, memory)
@@ -225,6 +258,32 @@ def test_luong_decoder_one_call_equals_stepwise(score):
     assert (fast_weights[1][:, batch.src_lengths[1] :] == 0).all()
     tokens, weights = model.greedy_decode(batch.src, batch.src_lengths, max_len=6)
     assert tokens.shape[0] == 4 and weights.shape[:2] == tokens.shape
+
+
+def test_the_ablation_asks_with_the_state_one_step_earlier():
+    """Lesson 03's ablation (attend_from="previous") asks at step t with s_{t-1}: with the same weights, its
+    attention at step t + 1 is Luong's at step t, and at step 0 it asks with the initial state s_{-1}."""
+    from attnedu.data import SOURCE_VOCAB, TARGET_VOCAB, make_batch, make_pairs
+    from attnedu.models import Seq2Seq
+
+    batch = make_batch(make_pairs(3, 5, 9, seed=4))
+    for score in ("general", "location"):
+        luong, ablation = (
+            Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), score, False, seed=2, attend_from=which)
+            for which in ("updated", "previous")
+        )
+        assert all(torch.equal(a, b) for a, b in zip(luong.parameters(), ablation.parameters()))  # same weights
+        with torch.no_grad():
+            memory = luong.encoder(batch.src, batch.src_lengths)
+            _, weights = luong.decoder(batch.tgt_in, memory)
+            logits, shifted = ablation.decoder(batch.tgt_in, memory)
+            initial = luong.decoder.start(memory)[0][:, None]
+            first = luong.decoder.attention(initial, memory.annotations, memory.mask)[1]
+        assert torch.allclose(shifted[:, 1:], weights[:, :-1], atol=1e-6)
+        assert torch.allclose(shifted[:, :1], first, atol=1e-6)
+        assert not torch.allclose(shifted, weights, atol=1e-3)
+    with pytest.raises(ValueError, match="attend_from"):
+        Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), True, False, attend_from="previous")
 
 
 def test_input_feeding_runs_step_by_step_and_changes_the_model():
@@ -238,3 +297,59 @@ def test_input_feeding_runs_step_by_step_and_changes_the_model():
     assert logits.shape[:2] == batch.tgt_in.shape and not logits.isnan().any()
     with pytest.raises(ValueError, match="input feeding is part of Luong"):
         Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), True, False, input_feeding=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Lesson 04: the spread of the scores, the previous-token head, the recall experiment
+# --------------------------------------------------------------------------------------------
+
+
+def test_initial_score_std_matches_a_measurement_over_many_initialisations():
+    from attnedu.attention import initial_score_std
+
+    g = torch.Generator().manual_seed(3)
+    d_model, head_dim, input_std, weight_std = 24, 8, 1.7, 0.3
+    draws = []
+    for _ in range(300):  # fresh weights each time: the formula averages over initialisations
+        W_Q, W_K = (weight_std * torch.randn(d_model, head_dim, generator=g) for _ in range(2))
+        x = input_std * torch.randn(2, 16, d_model, generator=g)
+        draws.append(((x[0] @ W_Q) * (x[1] @ W_K)).sum(-1))
+    measured = torch.cat(draws).std().item()
+    predicted = initial_score_std(input_std, weight_std, d_model, head_dim).item()
+    assert abs(measured / predicted - 1) < 0.05, (measured, predicted)
+    huge = initial_score_std(torch.tensor([1e5]), torch.tensor([1e4]), 16, 8)  # the variance would overflow float32
+    assert torch.isfinite(huge).all() and huge.item() == pytest.approx(8**0.5 * 16 * 1e10 * 1e8, rel=1e-5)
+    with pytest.raises(ValueError, match="standard deviations"):
+        initial_score_std(-1.0, 0.1, 4, 2)
+
+
+@pytest.mark.parametrize("weight, competitors, head_dim", [(0.95, 11, 16), (0.5, 3, 4), (0.999, 40, 1024)])
+def test_query_scale_for_weight_gives_exactly_that_weight(weight, competitors, head_dim):
+    from attnedu.attention import query_scale_for_weight
+
+    c = query_scale_for_weight(weight, torch.tensor([competitors]), head_dim).double()
+    scores = torch.zeros(competitors + 1, dtype=torch.float64)
+    scores[0] = c / head_dim**0.5  # the key the query points at; the others score 0
+    assert torch.softmax(scores, 0)[0].item() == pytest.approx(weight, rel=1e-6)
+    with pytest.raises(ValueError, match="strictly between 0 and 1"):
+        query_scale_for_weight(1.0, torch.tensor([3]), 4)
+    with pytest.raises(ValueError, match="competitors"):
+        query_scale_for_weight(0.9, torch.tensor([0]), 4)
+
+
+def test_recall_task_answers_with_the_value_of_the_asked_key_and_the_head_scales_its_scores():
+    from attnedu.tasks import recall_task
+    from attnedu.transformer import RecallHead
+
+    keys, values, question, answer = recall_task(50, 8, 16, torch.Generator().manual_seed(0))
+    assert keys.shape == values.shape == (50, 8) and question.shape == answer.shape == (50,)
+    assert all(len(set(row.tolist())) == 8 for row in keys)  # distinct keys: one right answer
+    position = (keys == question[:, None]).float().argmax(-1)
+    assert torch.equal(values[torch.arange(50), position], answer)
+    scaled, raw = (RecallHead(16, 32, 64, scaled=flag, seed=1) for flag in (True, False))
+    with torch.no_grad():
+        logits, scaled_scores = scaled(keys, values, question)
+        _, raw_scores = raw(keys, values, question)
+    assert logits.shape == (50, 16) and torch.allclose(raw_scores, 8 * scaled_scores, atol=1e-4)  # sqrt(64) = 8
+    with pytest.raises(ValueError, match="num_pairs should be at most"):
+        recall_task(2, 20, 16, torch.Generator())

@@ -290,8 +290,17 @@ def test_few_bugs_get_only_a_count_of_differing_entries(gallery):
 # --------------------------------------------------------------------------------------------
 
 FIX_LESSONS = (
-    "06_masking", "07_positional_encoding", "08_flash_attention", "09_transformer_block", "10_attention_at_inference",
-)  # fmt: skip
+    "01_rnn_bottleneck",
+    "02_bahdanau_attention",
+    "03_luong_attention",
+    "04_query_key_value",
+    "05_multi_head_attention",
+    "06_masking",
+    "07_positional_encoding",
+    "08_flash_attention",
+    "09_transformer_block",
+    "10_attention_at_inference",
+)
 _NAME = re.compile(r"[A-Za-z_][\w.]*")  # a bare (dotted) name: an argument, a function, a module
 _CALL = re.compile(r"[\w\])]\s*\(")  # f(...), x.m(...), a[...](...)
 _ASSIGNMENT = re.compile(r"(?<![=!<>~+\-*/%&|^])=(?!=)|[+\-*/%&|^]=")  # x = ..., x += ..., keyword=value
@@ -317,7 +326,7 @@ def _printed_fixes(text: str) -> list[str]:
 
 
 def _fix_lesson_messages() -> list[tuple[str, str]]:
-    """(where, text) for every message of lessons 06 to 09 written in advance: the known-wrong variants' diagnoses,
+    """(where, text) for every message of lessons 01 to 09 written in advance: the known-wrong variants' diagnoses,
     the notes on NaN and large inputs, and the engine's shared texts they can be shown with."""
     texts = []
     for name, exercise in checks.EXERCISES.items():
@@ -343,11 +352,12 @@ def test_the_fix_scan_catches_printed_fixes():
         assert not _printed_fixes(prose), prose
 
 
-def test_lesson_06_to_09_messages_print_no_fix():
-    """Every diagnosis of lessons 06-09 names the mistake by its cause and where it shows, and may state the rule
+def test_lesson_messages_print_no_fix():
+    """Every diagnosis of lessons 01-09 names the mistake by its cause and where it shows, and may state the rule
     the right answer obeys, but never the corrected line: no backquoted code but bare names, no library call."""
     texts = _fix_lesson_messages()
-    assert len(texts) > 100  # every variant of the four lessons, and the shared texts
+    assert {checks.EXERCISES[n].lesson for n in checks.EXERCISES} <= set(FIX_LESSONS)  # a new lesson joins the scan
+    assert len(texts) > 250  # every variant of the nine lessons, and the shared texts
     printed = [(where, _printed_fixes(text)) for where, text in texts if _printed_fixes(text)]
     assert not printed, "\n".join(f"{where}: {', '.join(fixes)}" for where, fixes in printed)
 
@@ -358,12 +368,14 @@ def test_lesson_06_to_09_messages_print_no_fix():
         ("to_additive", lambda mask, dtype: torch.zeros(mask.shape, dtype=dtype)[None], "shape"),
         ("rms_norm", lambda x, w, eps: x.mul_(2.0), "inplace"),
         ("document_mask", lambda ids: (ids[:, :, None] == ids[:, None, :]).long(), "dtype"),
+        ("last_real_state", lambda s, n: s.detach()[torch.arange(s.shape[0]), n - 1], "gradient"),
+        ("additive_score", lambda q, k, W, U, v: torch.tensor(additive_score(q, k, W, U, v).tolist()), "gradient"),
     ],
-    ids=["extra-dimension", "in-place", "dtype"],
+    ids=["extra-dimension", "in-place", "dtype", "gradient-cut", "gradient-through-python"],
 )
 def test_the_engines_own_messages_print_no_fix(name, fn, finding):
     """The messages the engine writes itself (a shape with an extra axis, an input changed in place, a wrong
-    dtype) explain what went wrong without handing over the line that fixes it."""
+    dtype, gradients that do not flow back) explain what went wrong without handing over the line that fixes it."""
     result = checks.check(name, fn)
     assert result.status == FAILED and finding in result.findings, repr(result)
     assert not _printed_fixes(result.message), (result.message, _printed_fixes(result.message))
@@ -493,19 +505,24 @@ def test_local_and_remote_calls_give_the_same_result():
     from attnedu.grading.results import remote_call
 
     exercise = checks.EXERCISES["last_real_state"]
+    assert exercise.gradients  # so the kernel's second call, with gradients on, is replayed too
     cases = exercise.make_cases()
-    for fn in (last_off_by_one, last_one_early, lambda s, n: s.sum(1), learner_last_real_state):
+    detached = lambda s, n: learner_last_real_state(s.detach(), n)  # noqa: E731 (right values, no gradient)
+    for fn in (last_off_by_one, last_one_early, lambda s, n: s.sum(1), learner_last_real_state, detached):
         local = checks.check("last_real_state", fn)
         records = {}
         for index, case in enumerate(cases):
             args = copy.deepcopy(case.args)
-            call = checks.calling.call_learner(fn, args, 5.0)
+            call = checks.calling.call_learner(fn, args, 5.0, copy.deepcopy(case.args))
             records[index] = {"value": call.value, "args": args, "error_name": call.error_name,
-                              "error_text": call.error_text, "error_line": call.error_line}  # fmt: skip
+                              "error_text": call.error_text, "error_line": call.error_line,
+                              "gradients": call.gradients, "gradient_error": call.gradient_error}  # fmt: skip
         remote = checks.diagnosis.run_check(
             exercise, "last_real_state", caller=remote_call(records, "done"), cases=cases
         )
         assert (remote.status, remote.message, remote.where) == (local.status, local.message, local.where)
+        if fn is detached:
+            assert local.status == FAILED and "no gradient flows back" in local.message, local
 
 
 def test_the_fraction_of_generic_messages_is_reported(gallery, capsys):
@@ -686,7 +703,7 @@ def test_results_render_with_icons():
 def test_hints():
     failed = checks.check_padding_mask(mask_inverted)
     assert failed.hint() == checks.hint("padding_mask")
-    assert "torch.arange(max_len)" in repr(checks.hint("padding_mask"))
+    assert "torch.arange(max_len)" in repr(checks.hint("padding_mask", 2))
     assert checks.hint("padding_mask")._repr_markdown_().startswith("💡")
     with pytest.raises(ValueError, match="no exercise named 'padding'"):
         checks.hint("padding")
@@ -707,9 +724,26 @@ def test_hints_in_steps():
     assert 'hint("document_mask", 2)' in repr(failed)
     with pytest.raises(ValueError, match="step should be a whole number from 1 to 3"):
         checks.hint("document_mask", 4)
+    single = checks.EXERCISES["merge_softmax_states"].hint
+    assert isinstance(single, str)
     with pytest.raises(ValueError, match="from 1 to 1"):
-        checks.hint("padding_mask", 2)
-    assert checks.hint("padding_mask") == checks.hint("padding_mask", 1)
+        checks.hint("merge_softmax_states", 2)
+    assert checks.hint("merge_softmax_states") == checks.hint("merge_softmax_states", 1)
+    only = checks.hint("merge_softmax_states")
+    assert only.text == single and "Next step" not in repr(only)
+
+
+# Lessons 01-05's exercises give their hints in steps too: a nudge, the rule or formula, then the code
+STEPPED = [name for name, e in checks.EXERCISES.items() if e.lesson[:2] in ("01", "02", "03", "04", "05")]
+
+
+@pytest.mark.parametrize("name", STEPPED)
+def test_lessons_01_to_05_hints_come_in_steps(name):
+    steps = checks.EXERCISES[name].hint
+    assert isinstance(steps, tuple) and len(steps) == 3 and all(isinstance(s, str) and s for s in steps)
+    assert len(set(steps)) == 3, "each step says something new"
+    assert "nan_to_num(" not in " ".join(steps), "a hint never hides NaN"
+    assert "`" in steps[2], "the last step gives the code"
 
 
 @pytest.mark.parametrize("name, fn", REFERENCE_USE, ids=[f"{n}-{i}" for i, (n, _) in enumerate(REFERENCE_USE)])

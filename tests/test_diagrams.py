@@ -18,8 +18,8 @@ def _texts(ax):
 def test_fixed_context_diagram_has_one_context_for_every_step():
     ax = seq2seq_diagram(SOURCE, TARGET)
     texts = _texts(ax)
-    assert [t for t in texts if t.startswith("$h")] == ["$h_{1}$", "$h_{2}$", "$h_{3}$"]
-    assert [t for t in texts if t.startswith("$s")] == ["$s_{1}$", "$s_{2}$", "$s_{3}$"]
+    assert [t for t in texts if t.startswith("$h")] == ["$h_{0}$", "$h_{1}$", "$h_{2}$"]  # counted from 0
+    assert [t for t in texts if t.startswith("$s")] == ["$s_{0}$", "$s_{1}$", "$s_{2}$"]
     assert texts.count("$c$") == 1 and set(SOURCE + TARGET) <= set(texts)
     plt.close("all")
 
@@ -36,7 +36,7 @@ def test_attention_diagram_draws_one_line_per_source_word_as_thick_as_its_weight
     "kwargs, match",
     [
         ({"weights": [0.5, 0.5]}, "one value per source word"),
-        ({"weights": [0.2, 0.3, 0.5], "step": 4}, "step must be a decoder step t in 1..3"),
+        ({"weights": [0.2, 0.3, 0.5], "step": 3}, r"step must be a decoder step t in 0\.\.2"),
         ({"step": 1}, "pass weights too"),
     ],
 )
@@ -55,9 +55,15 @@ def test_the_other_diagrams_draw_and_check_their_arguments():
     )
 
     ax = luong_diagram(SOURCE, TARGET, [0.2, 0.3, 0.5], step=2, input_feeding=True)
-    assert "$c_{2}$" in _texts(ax)
+    texts = _texts(ax)
+    assert "$c_{2}$" in texts and texts.count("chat") == 2  # s_2 writes `rouge` after reading y_1 = `chat`
+    assert [t for t in texts if t.startswith("$s")] == ["$s_{0}$", "$s_{1}$", "$s_{2}$"]
+    assert "<s>" in _texts(luong_diagram(SOURCE, TARGET, [0.2, 0.3, 0.5], step=0))  # s_0 reads the start
+    with pytest.raises(ValueError, match=r"0\.\.2"):
+        luong_diagram(SOURCE, TARGET, [0.2, 0.3, 0.5], step=3)
     assert sum("k_" in t for t in _texts(lookup_diagram(["cat", "dog"], [0.9, 0.1]))) == 2
-    assert sum(t.startswith("head") for t in _texts(multihead_diagram(3))) == 3
+    heads = [t for t in _texts(multihead_diagram(3)) if t.startswith("head")]
+    assert heads == ["head 0", "head 1", "head 2"]
     plt.close("all")
     ax = tiling_diagram(300, 100, 100, (2, 2), causal=True)
     assert "$S_{22}$" in _texts(ax)

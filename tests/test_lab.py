@@ -138,12 +138,12 @@ def test_attention_stepper_slider_redraws_in_jupyterlab(lab, page):
 
     run_all(page, lab[0], "widget.ipynb")
     readout, image = page.locator(".widget-readout"), page.locator("img.widget-image")
-    expect(readout).to_have_text("1", timeout=60_000)  # steps count from 1, as t in the formulas
+    expect(readout).to_have_text("0", timeout=60_000)  # steps count from 0, as t in the lessons
     before = image.get_attribute("src")
     page.locator(".widget-slider .noUi-handle").focus()
     page.keyboard.press("ArrowRight")
     page.keyboard.press("ArrowRight")
-    expect(readout).to_have_text("3")
+    expect(readout).to_have_text("2")
     expect(image).not_to_have_attribute("src", before)  # the kernel sent a new picture
 
 

@@ -10,6 +10,7 @@ from attnedu.multihead import (
     grouped_query_attention,
     merge_heads,
     multi_head_attention,
+    per_head_weights,
     split_heads,
 )
 
@@ -34,6 +35,9 @@ def test_equals_torch_multihead_attention_after_weight_transfer(seed):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         theirs = torch.nn.MultiheadAttention(d_model, heads, bias=bias, batch_first=True)
+        if bias:  # torch starts its biases at zero, which would not test copying them
+            torch.nn.init.normal_(theirs.in_proj_bias)
+            torch.nn.init.normal_(theirs.out_proj.bias)
     ours = MultiHeadAttention(d_model, heads, bias=bias).copy_from_torch(theirs)
     query = torch.randn(batch, q_len, d_model, generator=g)
     key, value = torch.randn(batch, k_len, d_model, generator=g), torch.randn(batch, k_len, d_model, generator=g)
@@ -46,6 +50,32 @@ def test_equals_torch_multihead_attention_after_weight_transfer(seed):
     assert torch.allclose(out, expected, atol=1e-5)
     assert torch.allclose(weights, expected_weights, atol=1e-5)
     assert weights.shape == (batch, heads, q_len, k_len)
+
+
+def test_per_head_weights_are_slices_of_torchs_stacked_projection():
+    """h heads computed one by one with their own (d_model, head_dim) matrices, concatenated and projected,
+    equal torch.nn.MultiheadAttention (weights and biases random)."""
+    from attnedu.attention import scaled_dot_product_attention
+
+    d_model, heads = 12, 3
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(5)
+        theirs = torch.nn.MultiheadAttention(d_model, heads, batch_first=True)
+        torch.nn.init.normal_(theirs.in_proj_bias)
+        x = torch.randn(2, 4, d_model)
+    W_q, W_k, W_v = per_head_weights(theirs.in_proj_weight, heads)
+    assert W_q.shape == (heads, d_model, d_model // heads)
+    b_q, b_k, b_v = theirs.in_proj_bias.view(3, heads, d_model // heads)
+    with torch.no_grad():
+        one_by_one = [
+            scaled_dot_product_attention(x @ W_q[i] + b_q[i], x @ W_k[i] + b_k[i], x @ W_v[i] + b_v[i])[0]
+            for i in range(heads)
+        ]
+        ours = theirs.out_proj(torch.cat(one_by_one, dim=-1))
+        expected, _ = theirs(x, x, x)
+    assert torch.allclose(ours, expected, atol=1e-5)
+    with pytest.raises(ValueError, match="3 d_model, d_model"):
+        per_head_weights(theirs.in_proj_weight[:d_model], heads)
 
 
 def test_a_query_with_nothing_to_attend_gives_zeros():

@@ -37,22 +37,22 @@ def test_accuracy_plot_has_one_line_per_model():
 
 def test_stepper_redraws_when_the_slider_moves():
     stepper = AttentionStepper(WEIGHTS, SOURCE, TARGET, gold=[0, 2, 1])
-    assert (stepper.slider.min, stepper.slider.max) == (1, 3)  # steps count from 1, as t in the formulas
+    assert (stepper.slider.min, stepper.slider.max) == (0, 2)  # steps count from 0, as t in the lessons
     first = stepper.image.value
-    stepper.slider.value = 3  # traitlets callbacks run in Python, no browser needed
+    stepper.slider.value = 2  # traitlets callbacks run in Python, no browser needed
     assert bytes(stepper.image.value) != bytes(first) and bytes(stepper.image.value).startswith(b"\x89PNG")
-    assert repr(stepper) == "AttentionStepper(steps=3, step=3)"
+    assert repr(stepper) == "AttentionStepper(steps=3, step=2)"
 
 
-def test_step_bars_count_from_one_and_mark_the_gold_word():
+def test_step_bars_count_from_zero_and_mark_the_gold_word():
     fig, ax = plt.subplots()
-    plot_attention_step(WEIGHTS, SOURCE, TARGET, step=2, ax=ax, gold=[0, 2, 1])
-    assert ax.get_title() == "step t = 2: writing 'chat'"
+    plot_attention_step(WEIGHTS, SOURCE, TARGET, step=1, ax=ax, gold=[0, 2, 1])
+    assert ax.get_title() == "step t = 1: writing 'chat'"
     bars = ax.patches
     assert [b.get_height() for b in bars] == pytest.approx(WEIGHTS[1].tolist())
     assert bars[2].get_facecolor() != bars[0].get_facecolor()  # the gold source word, 'cat'
-    with pytest.raises(ValueError, match="counts from 1"):
-        plot_attention_step(WEIGHTS, SOURCE, TARGET, step=0, ax=ax)
+    with pytest.raises(ValueError, match="count from 0"):
+        plot_attention_step(WEIGHTS, SOURCE, TARGET, step=3, ax=ax)
     with pytest.raises(ValueError, match="expected \\(target_len, source_len\\)"):
         AttentionStepper(WEIGHTS, SOURCE[:2], TARGET)
 

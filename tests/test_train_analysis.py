@@ -5,6 +5,7 @@ from attnedu.analysis import (
     alignment_accuracy,
     crossing_pairs,
     crossing_rate,
+    gold_gradient_shares,
     source_gradient_norms,
 )
 from attnedu.data import SOURCE_VOCAB, TARGET_VOCAB, make_pairs
@@ -72,6 +73,26 @@ def test_gradient_norms_cover_every_source_word():
     assert norms.shape == (9,) and (norms > 0).all()
     with pytest.raises(ValueError, match="target_step"):
         source_gradient_norms(model, pair, target_step=20)
+
+
+@pytest.mark.parametrize("attention", [False, True])
+def test_gold_gradient_shares_of_a_padded_batch_equal_each_sentence_alone(attention):
+    model = Seq2Seq.build(len(SOURCE_VOCAB), len(TARGET_VOCAB), attention, False, emb_dim=8, hidden_dim=16, seed=3)
+    pairs = make_pairs(5, 5, 12, seed=4)  # different lengths: padded together
+    shares = gold_gradient_shares(model, pairs)
+    of_largest = gold_gradient_shares(model, pairs, relative_to="largest")
+    alone, alone_largest = [], []
+    for pair in pairs:
+        for t, gold in enumerate(pair.alignment):
+            norms = source_gradient_norms(model, pair, target_step=t)
+            alone.append((norms[gold] / norms.sum()).item())
+            alone_largest.append((norms[gold] / norms.max()).item())
+    assert shares.shape == of_largest.shape == (sum(len(p.target) for p in pairs),)
+    assert torch.allclose(shares, torch.tensor(alone), atol=1e-5)
+    assert torch.allclose(of_largest, torch.tensor(alone_largest), atol=1e-5)
+    assert (of_largest >= shares).all() and (of_largest <= 1).all() and not torch.allclose(of_largest, shares)
+    with pytest.raises(ValueError, match="relative_to should be 'total' or 'largest'"):
+        gold_gradient_shares(model, pairs, relative_to="max")
 
 
 def test_word_correct_reproduces_greedy_exact_match():

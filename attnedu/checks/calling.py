@@ -1,6 +1,11 @@
 """Calling the learner's function safely: on a copy of each test case's inputs, with its printing captured and
 truncated, under a time limit, never letting an exception (or SystemExit) escape. The batch grader makes the same
 calls in a sandboxed kernel (attnedu.grading) and hands back what happened as a :class:`Call`.
+
+For an exercise whose function takes part in training (``Exercise.gradients``), a second call on fresh copies, with
+gradients on, measures what flows back from its outputs to its inputs (:func:`input_gradients`): a function that
+computes the right numbers but cuts the computation (``.detach()``, ``.data``, ``torch.no_grad()``, a round trip
+through Python numbers or NumPy) would stop training, and the check compares these gradients with the reference's.
 """
 
 from __future__ import annotations
@@ -80,6 +85,8 @@ class Call:
     stopped_outside: bool = False  # ... and ignored the alarm, so it was stopped from outside its process
     crashed: bool = False  # the process running it died (os._exit, a native crash, out of memory)
     printed: str = ""
+    gradients: tuple | None = None  # with gradients requested: input_gradients of the second call
+    gradient_error: str = ""  # ... or what went wrong in that call ("RuntimeError: ...")
     used_reference: str = ""  # the first forbidden function of the course's own that ran during the call, if any
 
 
@@ -88,13 +95,16 @@ class Call:
 Caller = Callable[[int, Case, float], "tuple[Call, tuple]"]
 
 
-def in_process(fn: Callable, launch: Callable | None = None, forbidden: tuple[str, ...] = ()) -> Caller:
-    """Call ``fn`` (or ``launch(fn, ...)``) in this process, on a fresh copy of each case's arguments; ``forbidden``:
-    see call_learner."""
+def in_process(
+    fn: Callable, gradients: bool = False, launch: Callable | None = None, forbidden: tuple[str, ...] = ()
+) -> Caller:
+    """Call ``fn`` (or ``launch(fn, ...)``) in this process, on a fresh copy of each case's arguments (and, with
+    ``gradients``, once more on another copy to measure its input gradients); ``forbidden``: see call_learner."""
 
     def call(number: int, case: Case, time_limit: float) -> tuple[Call, tuple]:
         learner_args = copy.deepcopy(case.args)
-        return call_learner(fn, learner_args, time_limit, launch, forbidden), learner_args
+        spare = copy.deepcopy(case.args) if gradients else None
+        return call_learner(fn, learner_args, time_limit, spare, launch, forbidden), learner_args
 
     return call
 
@@ -130,14 +140,22 @@ def module_files(modules: tuple[str, ...]) -> dict[str, str]:
 
 
 def call_learner(
-    fn: Callable, args: tuple, time_limit: float, launch: Callable | None = None, forbidden: tuple[str, ...] = ()
+    fn: Callable,
+    args: tuple,
+    time_limit: float,
+    gradient_args: tuple | None = None,
+    launch: Callable | None = None,
+    forbidden: tuple[str, ...] = (),
 ) -> Call:
     """Call ``fn(*args)`` (or, for an answer that is not called directly, such as a Triton kernel,
     ``launch(fn, *args)``) without letting it crash, flood the output or hang the caller.
 
     ``forbidden`` names modules of the course (e.g. ``("attnedu.positional",)``) whose code the function must not
     run: an exercise that asks the learner to write something themselves. If any of their functions runs during
-    the call (``fn`` is one, or calls one, however it got hold of it), ``Call.used_reference`` names the first."""
+    the call (``fn`` is one, or calls one, however it got hold of it), ``Call.used_reference`` names the first.
+
+    With ``gradient_args`` (another copy of the inputs), call ``fn`` again on those with gradients on, within the
+    same time limit, and record :func:`input_gradients` (or what went wrong) in ``gradients`` (``gradient_error``)."""
     call = Call()
     sink = _BoundedText(MAX_PRINTED)
     raised: list[BaseException] = []
@@ -158,6 +176,14 @@ def call_learner(
             if watch is not None:
                 sys.setprofile(previous)
                 call.used_reference = watch.found
+        if raised or gradient_args is None:
+            return
+        try:
+            call.gradients = input_gradients(fn, gradient_args)
+        except (_Timeout, KeyboardInterrupt):
+            raise
+        except BaseException as err:
+            call.gradient_error = f"{type(err).__name__}: {_message(err)}"[:500]
 
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
@@ -170,14 +196,62 @@ def call_learner(
     call.printed = sink.getvalue()
     if raised and not call.timed_out:
         err = raised[0]
-        try:
-            text = str(err)
-        except Exception:  # an exception whose message itself fails
-            text = "(its message could not be shown)"
-        call.error_name, call.error_text = type(err).__name__, text
+        call.error_name, call.error_text = type(err).__name__, _message(err)
         call.error_line = _learner_line(err, fn)
         call.not_implemented = isinstance(err, NotImplementedError)
     return call
+
+
+def _message(err: BaseException) -> str:
+    try:
+        return str(err)
+    except Exception:  # an exception whose message itself fails
+        return "(its message could not be shown)"
+
+
+def _probe(output: torch.Tensor, number: int) -> torch.Tensor:
+    """Fixed random weights for output number ``number``: the loss sum(output * probe) reaches every entry."""
+    return torch.randn(output.shape, generator=torch.Generator().manual_seed(7919 + number), dtype=output.dtype)
+
+
+def gradient_leaves(args: tuple) -> list[tuple[int, str]]:
+    """What input_gradients differentiates with respect to, in order: (argument index, "" for a float tensor or the
+    parameter's name for a module's parameter)."""
+    leaves = []
+    for index, arg in enumerate(args):
+        if isinstance(arg, torch.Tensor) and arg.is_floating_point():
+            leaves.append((index, ""))
+        elif isinstance(arg, nn.Module):
+            leaves += [(index, name) for name, p in arg.named_parameters() if p.is_floating_point()]
+    return leaves
+
+
+def input_gradients(fn: Callable, args: tuple) -> tuple[torch.Tensor, ...]:
+    """The gradient of sum_k sum(output_k * probe_k) (fixed random probes, one per float tensor ``fn`` returns)
+    with respect to every float tensor in ``args`` and every parameter of a module in ``args``, in the order of
+    :func:`gradient_leaves`; zeros where nothing flows back. ``args`` are used (a copy, made leaves), not restored."""
+    leaves, prepared = [], list(args)
+    for index, arg in enumerate(args):
+        if isinstance(arg, torch.Tensor) and arg.is_floating_point():
+            prepared[index] = arg.detach().requires_grad_(True)
+            leaves.append(prepared[index])
+        elif isinstance(arg, nn.Module):
+            for p in arg.parameters():
+                if p.is_floating_point():
+                    p.requires_grad_(True)
+                    leaves.append(p)
+    with torch.enable_grad():
+        value = fn(*prepared)
+        outputs = value if isinstance(value, (tuple, list)) else (value,)
+        terms = [
+            (o * _probe(o, k)).sum()
+            for k, o in enumerate(outputs)
+            if isinstance(o, torch.Tensor) and o.is_floating_point() and o.requires_grad
+        ]
+        if not terms or not leaves:
+            return tuple(torch.zeros_like(leaf) for leaf in leaves)
+        found = torch.autograd.grad(sum(terms), leaves, allow_unused=True)
+    return tuple(torch.zeros_like(leaf) if g is None else g.detach() for leaf, g in zip(leaves, found, strict=True))
 
 
 def _run_with_alarm(run: Callable[[], None], seconds: float) -> bool:

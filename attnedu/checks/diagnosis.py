@@ -12,7 +12,16 @@ from dataclasses import dataclass
 
 import torch
 
-from .calling import REPORTED_AS_IS, TIME_LIMIT, Call, Caller, in_process, inputs_unchanged
+from .calling import (
+    REPORTED_AS_IS,
+    TIME_LIMIT,
+    Call,
+    Caller,
+    gradient_leaves,
+    in_process,
+    input_gradients,
+    inputs_unchanged,
+)
 from .exercise import LARGE, SENTENCES, TAG_ORDER, Case, Exercise, Layout, Variant
 from .results import CRASHED, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT, CheckResult
 
@@ -323,7 +332,7 @@ def run_check(
                 f"not the result of calling it; got {describe(fn)}.",
                 findings=["type"],
             )
-        caller = in_process(fn, exercise.launch, exercise.forbidden)
+        caller = in_process(fn, exercise.gradients, exercise.launch, exercise.forbidden)
     try:
         cases = exercise.make_cases() if cases is None else cases
         outcomes: list[_Outcome] = []
@@ -336,6 +345,10 @@ def run_check(
                 with torch.no_grad():
                     outcome.expected = exercise.reference(*copy.deepcopy(case.args))
                 outcome.ok = same(outcome.expected, call.value)
+                if outcome.ok and exercise.gradients:
+                    problem = _gradient_problem(exercise, case, call)
+                    if problem is not None:
+                        outcome.ok, outcome.hard, outcome.kinds = False, problem, ("gradient",)
             outcomes.append(outcome)
             if call.timed_out or call.crashed:
                 break  # each further call could cost the whole time limit again, or find no process
@@ -364,6 +377,67 @@ def run_check(
         return result(FAILED, message, _case_name(at, len(cases)), findings=findings)
     except Exception as err:  # a bug in the check itself must not stop the notebook either
         return result(FAILED, f"the check itself failed ({type(err).__name__}: {err}); please report this.")
+
+
+# What cuts a computation off from autograd, named (not written out as code: a message names the mistake, the
+# hint's last step gives the code)
+_CUTS = (
+    "`detach`, the `data` attribute, a `torch.no_grad` block, `item` or `tolist`, a round trip through NumPy, or "
+    "`torch.tensor` called on a tensor"
+)
+
+
+def _gradient_problem(exercise: Exercise, case: Case, call: Call) -> str | None:
+    """None if the gradients that flowed back to the inputs in the learner's second call (with gradients on) equal
+    the reference's; else what is wrong, said as observed: which inputs get none, or a different one."""
+    intro = "your outputs are right, but training could not learn through your function: "
+    if call.gradient_error:
+        return (
+            f"your outputs are right, but called again with gradients on, as in training, your function raised "
+            f"{call.gradient_error}. Something in it needs a tensor cut off from the computation ({_CUTS}): keep "
+            "every step a torch operation on the tensors you were given."
+        )
+    expected = input_gradients(exercise.reference, copy.deepcopy(case.args))
+    got = call.gradients
+    if not isinstance(got, (tuple, list)) or len(got) != len(expected):
+        return "your outputs are right, but the gradients that flow back through your function could not be measured."
+    labels = []
+    for index, parameter in gradient_leaves(case.args):
+        name = exercise.params[index] if index < len(exercise.params) else f"argument {index}"
+        labels.append(f"`{name}.{parameter}`" if parameter else f"`{name}`")
+    none, other, nonfinite = [], [], []
+    for label, e, g in zip(labels, expected, got, strict=True):
+        if not isinstance(g, torch.Tensor) or g.shape != e.shape or g.dtype != e.dtype:
+            other.append(label)
+        elif bool((~torch.isfinite(g) & torch.isfinite(e)).any()):
+            nonfinite.append(label)
+        elif not same(e, g):
+            (none if bool((g == 0).all()) and not bool((e == 0).all()) else other).append(label)
+    if nonfinite:
+        return (
+            intro + f"the gradient that flows back to {_and(nonfinite)} contains NaN or inf where the reference's is "
+            "finite, and one NaN in a gradient turns every weight it reaches into NaN. A NaN repaired after it was "
+            "made (a fully masked row's 0/0 replaced by 0) is still NaN on the way back: zero the fully masked rows "
+            "with `masked_fill` instead, or avoid making the NaN."
+        )
+    if none:
+        also = f" The gradient reaching {_and(other)} differs too." if other else ""
+        return (
+            intro + f"no gradient flows back from your outputs to {_and(none)} (zero where the reference's is not). "
+            f"Somewhere your function cuts the computation off from {'that input' if len(none) == 1 else 'them'}: "
+            f"{_CUTS}. The check calls your function once more with gradients on, as training does.{also}"
+        )
+    if other:
+        return (
+            intro + f"the gradient that flows back to {_and(other)} differs from the reference's, although every "
+            "output matches: part of the computation is cut off from the input (one of two uses of a tensor "
+            f"detached, for example: {_CUTS}) or counted twice."
+        )
+    return None
+
+
+def _and(labels: list[str]) -> str:
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
 
 
 def _borrowed(exercise: Exercise, outcome: _Outcome) -> str:
@@ -446,22 +520,30 @@ def _explains(fn: Callable, outcomes: list[_Outcome]) -> tuple[int, _Outcome | N
             if outcome.hard is None and not outcome.ok:
                 return 0, None  # wrong values that this mistake cannot explain: it cannot even run here
             continue  # the case says nothing about this mistake
-        if outcome.hard is not None or not same(wrong, outcome.call.value):
+        gradient_only = _gradient_only(outcome)  # right values: a known-wrong version may still give them
+        if (outcome.hard is not None and not gradient_only) or not same(wrong, outcome.call.value):
             return 0, None
         ran += 1
-        if not outcome.ok and at is None:
+        if not outcome.ok and not gradient_only and at is None:
             at = outcome
     return ran, at
 
 
+def _gradient_only(outcome: _Outcome) -> bool:
+    """The values were right, only the gradients that flow back through the function were not."""
+    return outcome.kinds == ("gradient",)
+
+
 def _wrong_values(exercise: Exercise, outcomes: list[_Outcome], total: int) -> tuple[str, list[str], _Outcome]:
     """(message, kinds of finding, the case it is about) when the first failing case returned wrong values."""
+    found = _established_variant(exercise, outcomes)
+    # a named mistake explains the gradients too; otherwise a later case's problem of any kind is worth saying
     later = [o for o in outcomes if o.hard is not None and o.hard is not _UNFINISHED]
+    later = [o for o in later if not (found is not None and _gradient_only(o))]
     also = ""
     if later:
         o = later[0]
         also = f" Also, on {_case_name(o, total)}: {o.hard}"
-    found = _established_variant(exercise, outcomes)
     if found is not None:
         variant, at = found
         return variant.diagnosis + also, ["variant"] + (["also"] if also else []), at
@@ -524,7 +606,7 @@ def _across_cases(outcomes: list[_Outcome], total: int) -> str:
     """'It matches ... on every test case except those with <tag>', when the failing cases are exactly those."""
     if len(outcomes) < total:
         return ""
-    failing = {o.number for o in outcomes if not o.ok}
+    failing = {o.number for o in outcomes if not o.ok and not _gradient_only(o)}
     for tag in TAG_ORDER:
         tagged = {o.number for o in outcomes if tag in o.case.tags}
         if tagged == failing and len(tagged) < total:

@@ -88,6 +88,9 @@ class Exercise:
     output_names: tuple[str, ...] = ("the output",)
     properties: Callable[[tuple, object], str | None] | None = None  # extra learner-facing checks
     layout: Callable[[tuple], tuple[Layout | None, ...]] | None = None  # one Layout per output, from a case's args
+    # The function takes part in training: the check also compares the gradients that flow back from its outputs to
+    # its float inputs and to its modules' parameters (calling.input_gradients) with the reference's.
+    gradients: bool = False
     # What one index of each output's first axis is, in the exercise's own words (singular, plural, "batch index"
     # or "index"), one per output; by default a sentence of a batch.
     units: tuple[tuple[str, str, str], ...] | None = None

@@ -53,34 +53,41 @@ PADDING_MASK = Exercise(
     layout=_mask_layout,
     variants=(
         Variant(
-            "the mask is inverted: it is True at padding and False at real tokens. In this course True means "
-            "'a real token, may attend': compare `positions < lengths`.",
+            "the mask is inverted: it is True at the padding positions and False at the real tokens, in every row. In "
+            "this course True means 'a real token, may attend'.",
             lambda lengths, max_len: torch.arange(max_len)[None, :] >= lengths[:, None],
         ),
         Variant(
-            "off by one: each row has one True too many (position `length`, the first padding position, is marked "
-            "real). Position j, counting from 0, is real when `j < length`: `positions < lengths`.",
+            "off by one: each padded row has one True too many: position n, the first padding position of a sentence "
+            "of length n, is marked real (a row without padding is right). Positions count from 0, so the real tokens "
+            "of a sentence of length n are at positions 0 to n - 1.",
             lambda lengths, max_len: torch.arange(max_len)[None, :] <= lengths[:, None],
         ),
         Variant(
-            "off by one: each row has one True too few (the last real word, at position `length - 1`, is marked "
-            "padding). With positions counted from 0, `torch.arange(max_len)`, position j is real when "
-            "`j < length`: compare with `lengths` itself.",
+            "off by one: each row has one True too few: the last real word, at position n - 1 of a sentence of length "
+            "n, is marked padding (a sentence of length 1 gets no True at all). Positions count from 0, so the real "
+            "tokens of a sentence of length n are at positions 0 to n - 1, all n of them.",
             lambda lengths, max_len: torch.arange(max_len)[None, :] < lengths[:, None] - 1,
         ),
         Variant(
-            "the mask is transposed: it has one row per position and one column per sentence. Put the batch "
-            "first: `positions[None, :] < lengths[:, None]`.",
+            "the mask is transposed: it has one row per position and one column per sentence, (max_len, batch). Row b "
+            "of the mask is sentence b, and its column j is position j: the batch comes first.",
             lambda lengths, max_len: torch.arange(max_len)[:, None] < lengths[None, :],
         ),
         Variant(
-            "the mask is only as long as the longest sentence, not max_len: a padded batch can be longer than its "
-            "longest sentence. Build the positions from max_len: `torch.arange(max_len)`.",
+            "the mask is only as long as the longest sentence, not max_len: the columns from the longest length up to "
+            "max_len are missing (the case with lengths [2, 4] padded to max_len 6 shows it). A padded batch can be "
+            "longer than its longest sentence: the mask has max_len columns whatever the lengths.",
             lambda lengths, max_len: torch.arange(int(lengths.max()))[None, :] < lengths[:, None],
         ),
     ),
-    hint="Compare a row of positions `torch.arange(max_len)` with a column of lengths: broadcasting a "
-    "(1, max_len) tensor against a (batch, 1) tensor gives (batch, max_len), and `<` gives bools.",
+    hint=(
+        "Position j of sentence b is real when j < lengths[b]. Compare every position with every sentence's length "
+        "at once, without a loop: broadcasting does it.",
+        "A row of positions `torch.arange(max_len)`, shaped (1, max_len), against a column of lengths, (batch, 1): "
+        "`<` between them broadcasts to (batch, max_len) and gives bools.",
+        "`return torch.arange(max_len)[None, :] < lengths[:, None]`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -119,44 +126,53 @@ LAST_REAL_STATE = Exercise(
     returns=(("batch", "hidden"),),
     reference=_last_real_state,
     make_cases=_last_real_state_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     variants=(
         Variant(
-            "your output is the state at the last position of the padded batch (`states[:, -1]`). For a sentence "
-            "shorter than the batch that state has read padding: use each sentence's own last position, "
-            "`lengths - 1`.",
+            "your output is the state at the last position of the padded batch, the same position for every sentence. "
+            "For a sentence shorter than the batch that state has read padding, so the rows of the padded sentences "
+            "are wrong; a sentence's context is its state after its own last real word.",
             lambda states, lengths: states[:, -1],
         ),
         Variant(
-            "off by one: your output is the state at position `lengths`, one after the last real word. "
-            "Positions count from 0, so the last real word is at `lengths - 1`.",
+            "off by one: your output is the state one after the last real word, at the first padding position (for a "
+            "sentence as long as the batch, a position that does not exist). Positions count from 0: a sentence of n "
+            "words ends at position n - 1.",
             lambda states, lengths: states[torch.arange(states.shape[0]), lengths],
         ),
         Variant(
-            "off by one: your output is the state at position `lengths - 2`, one before the last real word (and, "
-            "for a sentence of one word, index -1: the last padded position). The last real word is at "
-            "`lengths - 1`.",
+            "off by one: your output is the state one before the last real word, which has not read that word yet "
+            "(and for a sentence of one word, position -1: the last padded position). Positions count from 0: a "
+            "sentence of n words ends at position n - 1.",
             lambda states, lengths: states[torch.arange(states.shape[0]), lengths - 2],
         ),
         Variant(
-            "your output is the state at position 0, after the first word only. The context vector of a forward "
-            "encoder is its state after the last real word, at `lengths - 1`.",
+            "your output is the state at position 0, after the first word only, for every sentence. The context "
+            "vector of a forward encoder is its state after the last real word, the only one that has read the whole "
+            "sentence.",
             lambda states, lengths: states[:, 0],
         ),
         Variant(
-            "your output is `states[lengths - 1, batch_index]`: the axes are used in the wrong order, as if states "
-            "were (src_len, batch, hidden) (time-major, nn.GRU's default). Here states is batch-first: "
-            "(batch, src_len, hidden), so the batch index comes first.",
+            "the axes are used in the wrong order: your output indexes the batch axis with the positions and the "
+            "position axis with the batch index, as if states were (src_len, batch, hidden) (time-major, nn.GRU's "
+            "default). Here states is batch-first, (batch, src_len, hidden): the first index picks the sentence, the "
+            "second its position.",
             lambda states, lengths: states[lengths - 1, torch.arange(states.shape[0])],
         ),
         Variant(
-            "your output is `states[:, lengths - 1]`: every sentence's state at every sentence's last position "
-            "(batch x batch of them). Pair sentence b with its own position: "
-            "`states[torch.arange(batch), lengths - 1]`.",
+            "your output has every sentence's state at every sentence's last position, (batch, batch, hidden): the "
+            "batch indices and the positions were not paired. Only the pairs (sentence b, its own last position) are "
+            "wanted, one state per sentence, (batch, hidden).",
             lambda states, lengths: states[:, lengths - 1],
         ),
     ),
-    hint="Advanced indexing with two index tensors pairs them up: `x[rows, cols]` picks x[rows[0], cols[0]], "
-    "x[rows[1], cols[1]], ... One index tensor runs over the batch, the other says which position.",
+    hint=(
+        "Sentence b's last real word is at position lengths[b] - 1 (positions count from 0), a different position "
+        "for each sentence: `states[:, lengths - 1]` would take every listed position for every sentence.",
+        "Advanced indexing with two index tensors pairs them up: `x[rows, cols]` picks x[rows[0], cols[0]], "
+        "x[rows[1], cols[1]], ... One index tensor runs over the batch, the other says which position.",
+        "`return states[torch.arange(states.shape[0]), lengths - 1]`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -228,38 +244,50 @@ REVERSE_PADDED = Exercise(
     layout=_reverse_layout,
     variants=(
         Variant(
-            "the padding moved to the front: your output is each whole row reversed, padding included. Reverse "
-            "only the first `lengths[b]` tokens of row b and leave the padding at the end.",
+            "the padding moved to the front: your output is each whole row reversed, padding included, so a padded "
+            "row starts with its padding ids and its words are shifted right by as many places (rows without padding "
+            "are right). Only the real tokens are reversed; the padding stays at the end of the row.",
             lambda src, lengths: src.flip(1),
         ),
         Variant(
-            "your output has the sentences of the batch in reverse order (dim 0), each sentence's words unchanged. "
-            "Reverse the words within each sentence (dim 1), up to its length.",
+            "your output has the sentences of the batch in reverse order (the batch axis, dim 0, was reversed), each "
+            "sentence's words unchanged. The words are reversed within each sentence, along the positions, up to its "
+            "length.",
             lambda src, lengths: src.flip(0),
         ),
         Variant(
-            "off by one: the last real word stayed where it was and only the words before it were reversed. "
-            "Reverse all `lengths[b]` real tokens: `row[:n]`.",
+            "off by one: the last real word stayed where it was and only the words before it were reversed, in every "
+            "sentence longer than one word. All n real tokens of a sentence of length n take part: its first position "
+            "gets its last real word.",
             lambda src, lengths: _reverse_span(src, lengths, -1),
         ),
         Variant(
-            "off by one: one token too many was reversed, so the first padding token moved to the front of the "
-            "sentence. Reverse exactly `lengths[b]` tokens: `row[:n]`.",
+            "off by one: one token too many was reversed, so the first padding token moved to the front of each "
+            "padded sentence and its words moved one place to the right (a sentence without padding has no token "
+            "after it, and is right). Exactly the n real tokens of a sentence of length n are reversed.",
             lambda src, lengths: _reverse_span(src, lengths, +1),
         ),
         Variant(
-            "off by one: position j got token `n - j` (so the first real position got the first padding "
-            "token), but it should get token `n - 1 - j` (positions count from 0).",
+            "off by one: position j got token n - j, one place too far along: the first real position got the first "
+            "padding token, and every word is one place off. Counting positions from 0, position j of a sentence of n "
+            "words gets token n - 1 - j.",
             lambda src, lengths: _reverse_shifted(src, lengths, +1),
         ),
         Variant(
-            "off by one: position j got token `n - 2 - j` (and the last real position got index -1, the end of "
-            "the row), but it should get token `n - 1 - j` (positions count from 0).",
+            "off by one: position j got token n - 2 - j, one place too early: the last real position got the token at "
+            "index -1, the end of the row, and every word is one place off. Counting positions from 0, position j of "
+            "a sentence of n words gets token n - 1 - j.",
             lambda src, lengths: _reverse_shifted(src, lengths, -1),
         ),
     ),
-    hint="A loop over the batch is fine here: for row b with n = lengths[b] real tokens, the reversed row is "
-    "`src[b, :n].flip(0)` followed by the row's padding. Start from a copy, `out = src.clone()`.",
+    hint=(
+        "Only the real tokens move; the padding stays at the end of each row. Each sentence has its own length, so "
+        "a loop over the batch is fine here.",
+        "For row b with n = lengths[b] real tokens, the reversed row is `src[b, :n].flip(0)` followed by the row's "
+        "padding, which is already in place in a copy of `src`.",
+        "`out = src.clone()`; `for b, n in enumerate(lengths.tolist()): out[b, :n] = src[b, :n].flip(0)`; `return "
+        "out`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -366,60 +394,74 @@ BIDIRECTIONAL_SUMMARY = Exercise(
     returns=(("batch", "2 * hidden"),),
     reference=_bidirectional_summary,
     make_cases=_bidirectional_summary_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=_bidirectional_layout,
     variants=(
         Variant(
-            "your output is `states[:, -1]`: both halves from the last position of the padded batch. For a shorter "
-            "sentence the forward state there has read padding, and the backward direction ends at position 0, "
-            "not at the end: forward half at `lengths - 1`, backward half at position 0.",
+            "your output takes both halves from the last position of the padded batch, the same for every sentence. "
+            "For a shorter sentence the forward state there has read padding, and the backward direction ends at "
+            "position 0, not at the end, so the backward half is wrong for every sentence. Each direction's final "
+            "state is where it finished reading: the forward one at the last real word, the backward one at the first "
+            "word.",
             _summary_from(_last_padded, _last_padded),
         ),
         Variant(
-            "the forward half comes from the last position of the padded batch (`states[:, -1]`), which for a "
-            "shorter sentence has read padding. Take it at each sentence's own last word, `lengths - 1`.",
+            "the forward half comes from the last position of the padded batch, which for a shorter sentence has read "
+            "padding (the forward halves of the padded sentences are wrong). The forward direction finishes at each "
+            "sentence's own last real word.",
             _summary_from(_last_padded, _first),
         ),
         Variant(
-            "the backward half comes from the last position of the padded batch. The backward direction reads the "
-            "sentence from its end to its start, so its final state is at position 0: `states[:, 0, hidden:]`.",
+            "the backward half comes from the last position of the padded batch, where the backward direction has "
+            "only begun reading (the second half is wrong for every sentence). It reads the sentence from its end to "
+            "its start, so it has read the whole sentence only at position 0.",
             _summary_from(_last_real, _last_padded),
         ),
         Variant(
-            "off by one: the forward half is the state at position `lengths`, one after the last real word. "
-            "Positions count from 0, so the last real word is at `lengths - 1`.",
+            "off by one: the forward half is the state one after the last real word, at a padding position (for a "
+            "sentence as long as the batch, a position that does not exist). Positions count from 0: a sentence of n "
+            "words ends at position n - 1.",
             _summary_from(lambda s, n: n, _first),
         ),
         Variant(
-            "off by one: the forward half is the state at position `lengths - 2`, one before the last real word "
-            "(for a sentence of one word, index -1: the last padded position). Use `lengths - 1`.",
+            "off by one: the forward half is the state one before the last real word, which has not read that word "
+            "yet (for a sentence of one word, position -1: the last padded position). Positions count from 0: a "
+            "sentence of n words ends at position n - 1.",
             _summary_from(lambda s, n: n - 2, _first),
         ),
         Variant(
-            "the backward half was taken at the last real word, as for a forward encoder (your output is "
-            "`states[b, lengths[b] - 1]`, both halves). The backward direction has read the whole sentence only "
-            "when it reaches position 0: take its half at position 0.",
+            "the backward half was taken at the last real word, as for a forward encoder: both halves of your output "
+            "come from each sentence's last real word, where the backward direction has read that word only. The "
+            "backward direction has read the whole sentence only when it reaches position 0.",
             _summary_from(_last_real, _last_real),
         ),
         Variant(
             "the two halves are swapped: the backward state comes first. The forward direction's features are the "
-            "first `hidden` ones and the summary keeps that order: `[forward ; backward]`.",
+            "first half of the last axis of states, and the summary keeps that order: forward, then backward.",
             _summary_from(_last_real, _first, swap=True),
         ),
         Variant(
-            "the positions of the two directions are swapped: your forward half is from position 0 and your "
-            "backward half from the last real word. The forward direction reads left to right and finishes at "
-            "`lengths - 1`; the backward one finishes at position 0.",
+            "the positions of the two directions are swapped: your forward half is from position 0 and your backward "
+            "half from the last real word. The forward direction reads left to right and finishes at the last real "
+            "word; the backward one finishes at position 0.",
             _summary_from(_first, _last_real),
         ),
         Variant(
-            "your output is only the forward half (batch, hidden). The summary of a bidirectional encoder has both "
-            "directions: `torch.cat([forward, backward], dim=-1)`, (batch, 2 * hidden).",
+            "your output is only the forward half, (batch, hidden): the backward direction's final state is missing. "
+            "The summary of a bidirectional encoder has both directions side by side, forward then backward: (batch, "
+            "2 * hidden).",
             lambda states, lengths: _at(_halves(states)[0], lengths - 1),
         ),
     ),
-    hint="Split the features: `hidden = states.shape[-1] // 2`. The forward half of sentence b is "
-    "`states[b, lengths[b] - 1, :hidden]` (pair a batch index with each position, as in exercise 2); the "
-    "backward half is `states[:, 0, hidden:]`. Join them with `torch.cat([...], dim=-1)`.",
+    hint=(
+        "Each direction's final state sits where that direction finished reading: the forward one at the last real "
+        "word, the backward one at the first word. Which half of the features belongs to which direction?",
+        "Split the features: `hidden = states.shape[-1] // 2`; the first half is the forward direction. The forward "
+        "half of sentence b is at position lengths[b] - 1 (pair a batch index with each position, as in exercise "
+        "2); the backward half is at position 0 for every sentence.",
+        "`forward = states[torch.arange(states.shape[0]), lengths - 1, :hidden]`; `backward = states[:, 0, "
+        "hidden:]`; `return torch.cat([forward, backward], dim=-1)`.",
+    ),
 )
 
 EXERCISES = (PADDING_MASK, LAST_REAL_STATE, REVERSE_PADDED, BIDIRECTIONAL_SUMMARY)

@@ -96,6 +96,7 @@ ADDITIVE_SCORE = Exercise(
     returns=(("batch", "src_len"),),
     reference=additive_score,
     make_cases=_additive_score_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=_score_layout,
     variants=(
         Variant(
@@ -110,12 +111,13 @@ ADDITIVE_SCORE = Exercise(
         ),
         Variant(
             "your scores are the plain sum of the attn_dim features of tanh(W_a s + U_a h_j), not their dot product "
-            "with v_a. The score is `tanh(...) @ v_a`.",
+            "with v_a: v_a weighs each feature before they are added up.",
             lambda q, k, W, U, v: torch.tanh(sum(_score_parts(q, k, W, U))).sum(-1),
         ),
         Variant(
-            "W_a and U_a are swapped: your scores are those of `query @ U_a.T` and `keys @ W_a.T`. W_a multiplies the "
-            "decoder state s (the query) and U_a the encoder annotations h_j (the keys).",
+            "W_a and U_a are swapped: your scores project the query with U_a and the keys with W_a (it runs only when "
+            "dec_dim equals enc_dim). W_a multiplies the decoder state s (the query) and U_a the encoder annotations "
+            "h_j (the keys).",
             lambda q, k, W, U, v: additive_score(q, k, U, W, v),
         ),
         Variant(
@@ -123,8 +125,9 @@ ADDITIVE_SCORE = Exercise(
             lambda q, k, W, U, v: additive_score(q, k, W, U, v).T,
         ),
         Variant(
-            "your scores are those with W_a^T and U_a^T in place of W_a and U_a. With vectors as rows, W_a s is "
-            "`query @ W_a.T` (W_a is (attn_dim, dec_dim)).",
+            "your scores are those with W_a^T and U_a^T in place of W_a and U_a (it runs only when attn_dim equals "
+            "dec_dim and enc_dim). W_a is (attn_dim, dec_dim), and here vectors are rows: the row s meets W_a "
+            "transposed, (dec_dim, attn_dim), to give W_a s, with attn_dim features.",
             lambda q, k, W, U, v: additive_score(q, k, W.T, U.T, v),
         ),
         Variant(
@@ -133,20 +136,28 @@ ADDITIVE_SCORE = Exercise(
             lambda q, k, W, U, v: torch.tanh(sum(_score_parts(q, k, W, U)) @ v),
         ),
         Variant(
-            "source position j of every sentence was scored with sentence j's query: the projected query's batch "
-            "axis met the keys' source axis, one axis too late (as `[None, :, :]`, or no new axis at all, does; it "
-            "runs only when batch equals src_len). Insert the source axis after the batch: `[:, None, :]`.",
+            "source position j of every sentence was scored with sentence j's query: the projected query's batch axis "
+            "met the keys' source axis, one axis too late (as when the query's new axis goes in front, or it gets "
+            "none; it runs only when batch equals src_len). The projected query needs an axis of size 1 for the "
+            "source positions right after the batch, so that every position of a sentence meets that sentence's "
+            "query.",
             lambda q, k, W, U, v: torch.tanh((q @ W.T)[None, :, :] + k @ U.T) @ v,
         ),
         Variant(
-            "the projected query's features met the keys' source axis, one axis too early (as `[:, :, None]` does: "
+            "the projected query's features met the keys' source axis, one axis too early (its new axis went last: "
             "(batch, attn_dim, 1), which runs only when src_len equals attn_dim), so features and positions got "
-            "mixed. Insert the source axis after the batch: `[:, None, :]`, (batch, 1, attn_dim).",
+            "mixed. The projected query needs an axis of size 1 for the source positions right after the batch: "
+            "(batch, 1, attn_dim).",
             lambda q, k, W, U, v: torch.tanh((q @ W.T)[:, :, None] + k @ U.T) @ v,
         ),
     ),
-    hint="Project first: `query @ W_a.T` is (batch, attn_dim) and `keys @ U_a.T` is (batch, src_len, attn_dim). "
-    "Insert a source axis into the first with `[:, None, :]` so they add, apply tanh, then `@ v_a`.",
+    hint=(
+        "Project the query once and every key once, add them (the query's projection is the same for every source "
+        "position), squash with tanh, and reduce to one number per position with v_a.",
+        "With rows as vectors, W_a s is `query @ W_a.T`, (batch, attn_dim), and U_a h_j for every j is `keys @ "
+        "U_a.T`, (batch, src_len, attn_dim). Give the first a source axis, `[:, None, :]`, so that they add.",
+        "`return torch.tanh((query @ W_a.T)[:, None, :] + keys @ U_a.T) @ v_a`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -229,9 +240,10 @@ def _sum_without_keepdim(shift_by_row: bool):
 
 
 _WRONG_ROW_SUM = (
-    "each row was divided by the wrong row's sum: column j was divided by the sum of row j, as `e.sum(dim=-1)` "
-    "without keepdim=True does (its shape (batch,) broadcasts against the last axis of (batch, src_len); this runs "
-    "only when batch equals src_len). Keep the summed axis: `e.sum(dim=-1, keepdim=True)`."
+    "each row was divided by the wrong row's sum: column j was divided by the sum of row j, as a sum over the last "
+    "axis that drops that axis does (its shape (batch,) broadcasts against the last axis of (batch, src_len); this "
+    "runs only when batch equals src_len). Each row is divided by its own sum, which needs the summed axis kept: "
+    "(batch, 1)."
 )
 
 
@@ -242,11 +254,13 @@ MASKED_SOFTMAX = Exercise(
     returns=(("batch", "src_len"),),
     reference=masked_softmax,
     make_cases=_masked_softmax_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=_softmax_layout,
     variants=(
         Variant(
-            "softmax over the wrong axis (dim=0, across the batch). Each sentence's weights are a distribution "
-            "over its own source positions: `dim=-1`.",
+            "softmax over the wrong axis (dim=0, across the batch): each source position's weights sum to one over "
+            "the sentences instead. Each sentence's weights are a distribution over its own source positions, the "
+            "last axis.",
             lambda s, m: _softmax_filled(s, ~m, float("-inf"), dim=0).nan_to_num(0.0),
             lambda s, m: _softmax_filled(s, ~m, float("-inf"), dim=0),
             lambda s, m: torch.softmax(s, dim=0),
@@ -257,14 +271,15 @@ MASKED_SOFTMAX = Exercise(
             _sum_without_keepdim(shift_by_row=False),
         ),
         Variant(
-            "the mask is inverted: the real positions got zero weight and the masked ones got all of it. True "
-            "means 'may attend', so fill where the mask is False: `scores.masked_fill(~mask, ...)`.",
+            "the mask is inverted: the real positions got zero weight and the masked ones got all of it. True means "
+            "'may attend': the scores to hide are those where the mask is False.",
             lambda s, m: _softmax_filled(s, m, float("-inf")).nan_to_num(0.0),
             lambda s, m: _softmax_filled(s, m, float("-inf")),
         ),
         Variant(
-            "your weights are the softmax without the mask: padded positions get weight. Set their scores to -inf "
-            "before the softmax.",
+            "your weights are the softmax without the mask: masked positions get weight, and each row with masked "
+            "positions shares its weight with them. A masked score must be -inf before the softmax, so that its "
+            "weight is exactly 0.",
             lambda s, m: torch.softmax(s, dim=-1),
         ),
         Variant(
@@ -277,18 +292,27 @@ MASKED_SOFTMAX = Exercise(
         ),
         Variant(
             "a fully masked row gives NaN (0/0: nothing is left to share the weight), and everything else is right. "
-            "Such a row must give all zeros: replace the NaN afterwards, e.g. `weights.nan_to_num(0.0)`.",
+            "Such a row must give all zeros. Which rows they are is known from the mask (a row that is all False), "
+            "not from the NaN: replacing every NaN would also hide one that came from a bug.",
             lambda s, m: _softmax_filled(s, ~m, float("-inf")),
         ),
         Variant(
-            "a fully masked row gets uniform weights, as when the masked scores are a large negative number such "
-            "as -1e9, which is still finite. A row with nothing to attend to must give all zeros (use -inf, then "
-            "replace the NaN with 0).",
+            "a fully masked row gets uniform weights, as when the masked scores are a large negative number such as "
+            "-1e9, which is still finite: with every score in the row equal, each position gets the same share. A row "
+            "with nothing to attend to must give all zeros (masked scores -inf, then the rows where the mask is all "
+            "False set to 0).",
             lambda s, m: _softmax_filled(s, ~m, -1e9),
         ),
     ),
-    hint="`scores.masked_fill(~mask, float('-inf'))` sets the masked scores to -inf without changing `scores`; "
-    "then `torch.softmax(..., dim=-1)`. A fully masked row comes out as NaN: `.nan_to_num(0.0)` turns it into zeros.",
+    hint=(
+        "Mask the scores before the softmax, not the weights after it: a masked score of -inf gets exactly 0 "
+        "weight, and the real words share all of it. Then think about a row with no real word at all.",
+        "`scores.masked_fill(~mask, float('-inf'))` makes a masked copy (True = real word); `torch.softmax(..., "
+        "dim=-1)` over the source axis. A fully masked row comes out as NaN (0/0): zero exactly those rows, found "
+        "with `mask.any(dim=-1, keepdim=True)`, not every NaN (`nan_to_num` would hide a real bug).",
+        "`weights = torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1)`; `return "
+        "weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)`.",
+    ),
     properties=_softmax_properties,
 )
 
@@ -333,6 +357,7 @@ CONTEXT_VECTOR = Exercise(
     returns=(("batch", "enc_dim"),),
     reference=context_vector,
     make_cases=_context_vector_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     variants=(
         Variant(
             "your output is the plain mean of the states, without the weights. The context is the weighted sum "
@@ -361,13 +386,14 @@ CONTEXT_VECTOR = Exercise(
             lambda w, v: context_vector(w, v).T,
         ),
         Variant(
-            "your output is `weights @ values`, which with a 2-D weights tensor broadcasts over the batch: every "
-            "sentence's weights meet every sentence's states, (batch, batch, enc_dim). Give weights a middle axis: "
-            "`(weights[:, None, :] @ values).squeeze(1)`, or multiply and sum.",
+            "your output is the matrix product of the 2-D weights with the values, which broadcasts over the batch: "
+            "every sentence's weights meet every sentence's states, (batch, batch, enc_dim). Each sentence's weights "
+            "must meet only that sentence's states, one context per sentence: (batch, enc_dim).",
             lambda w, v: w @ v,
         ),
         Variant(
-            "the output has an extra dimension of size 1: (batch, 1, enc_dim). Remove it with `.squeeze(1)`.",
+            "the output has an extra dimension of size 1: (batch, 1, enc_dim), the row axis that a matrix product of "
+            "(batch, 1, src_len) weights keeps. The context is one vector per sentence, (batch, enc_dim).",
             lambda w, v: w[:, None, :] @ v,
         ),
         Variant(
@@ -376,8 +402,13 @@ CONTEXT_VECTOR = Exercise(
             lambda w, v: v[torch.arange(v.shape[0]), w.argmax(dim=1)],
         ),
     ),
-    hint="Give weights a trailing axis, `weights[:, :, None]` is (batch, src_len, 1), so it broadcasts against "
-    "values (batch, src_len, enc_dim); multiply, then sum over the source axis.",
+    hint=(
+        "For each sentence, a weighted sum of its values over the source positions: one weight per position, the "
+        "whole vector h_j multiplied by it.",
+        "`weights` is (batch, src_len) and `values` (batch, src_len, enc_dim): give the weights a trailing axis, "
+        "`weights[:, :, None]`, so that they broadcast over the features; multiply, then sum over the source axis.",
+        "`return (weights[:, :, None] * values).sum(dim=1)`, or `(weights[:, None, :] @ values)[:, 0]`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -460,8 +491,9 @@ def _cat(*picks):
 
 
 _READOUT_ORDER = (
-    "the output layer's input is concatenated in the wrong order. The output layer was built for "
-    "[s_t; c_t; E y_{t-1}]: `torch.cat([new_state, context, embedded], dim=-1)`."
+    "the output layer's input is concatenated in the wrong order. The output layer was built for [s_t; c_t; E "
+    "y_{t-1}], the new state's features first, then the context's, then the embedding's: it reads whatever sits in "
+    "those columns."
 )
 
 
@@ -477,6 +509,7 @@ DECODER_STEP = Exercise(
     returns=(("batch", "vocab"), ("batch", "hidden_dim"), ("batch", "src_len")),
     reference=_decoder_step_reference,
     make_cases=_decoder_step_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     output_names=("logits", "new_state", "weights"),
     layout=_step_layout,
     variants=(
@@ -487,8 +520,8 @@ DECODER_STEP = Exercise(
             _luong_order,
         ),
         Variant(
-            "the GRU input is concatenated in the wrong order. The cell was built for [E y_{t-1}; c_t]: "
-            "`torch.cat([embedded, context], dim=-1)`.",
+            "the GRU input is concatenated in the wrong order. The cell was built for [E y_{t-1}; c_t]: the embedding "
+            "first, then the context.",
             _step_with(_cat("c", "e"), _cat("s_t", "c", "e")),
         ),
         *(
@@ -507,8 +540,8 @@ DECODER_STEP = Exercise(
             _step_with(_cat("e", "c"), _cat("s_t", "c", "e"), returned_state="old"),
         ),
         Variant(
-            "the attention gives weight to padding, as it does without the mask: pass it, "
-            "`attention(state, annotations, mask)`.",
+            "the attention gives weight to padding (your weights at the padding positions are not 0), as it does when "
+            "it is called without the mask. The padding mask is an argument of the attention module.",
             _step_with(_cat("e", "c"), _cat("s_t", "c", "e"), use_mask=False),
         ),
         Variant(
@@ -517,9 +550,14 @@ DECODER_STEP = Exercise(
             _step_with(_cat("e", "s"), _cat("s_t", "c", "e")),
         ),
     ),
-    hint="Three lines, in Bahdanau's order: `context, weights = attention(state, annotations, mask)` (from "
-    "s_{t-1}); `new_state = cell(torch.cat([embedded, context], -1), state)`; "
-    "`logits = out(torch.cat([new_state, context, embedded], -1))`.",
+    hint=(
+        "Bahdanau's order: attend first, from the previous state s_{t-1}, then update the state with the context, "
+        "then predict. Which state does the attention get, the old or the new?",
+        "`context, weights = attention(state, annotations, mask)`; the GRU cell reads [E y_{t-1}; c_t], "
+        "`torch.cat([embedded, context], -1)`, with the old state; the output layer reads [s_t; c_t; E y_{t-1}].",
+        "`context, weights = attention(state, annotations, mask)`; `new_state = cell(torch.cat([embedded, context], "
+        "-1), state)`; `return out(torch.cat([new_state, context, embedded], -1)), new_state, weights`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -617,9 +655,9 @@ COVERAGE = Exercise(
     layout=_coverage_layout,
     variants=(
         Variant(
-            "the padded target rows were counted: your output sums every row of `weights`, but the rows at "
-            "t >= tgt_lengths[b] are padding and may hold anything. Sum only the real steps: zero the other rows "
-            "first, e.g. `weights.masked_fill(~step_mask[:, :, None], 0.0).sum(dim=1)`.",
+            "the padded target rows were counted: your output sums every row of weights, but the rows at t >= "
+            "tgt_lengths[b] are padding and may hold anything (the case whose padded rows hold numbers up to ±10 000 "
+            "shows it). Only each sentence's real steps count.",
             lambda w, s, t: w.sum(dim=1),
             lambda w, s, t: _source_below(w.sum(dim=1), s),
         ),
@@ -651,13 +689,14 @@ COVERAGE = Exercise(
             lambda w, s, t: _coverage(w, s, t) / t[:, None],
         ),
         Variant(
-            "your output is the mean over all target steps (`weights.mean(dim=1)`), padded rows included. Coverage "
-            "is the sum over the real steps only.",
+            "your output is the mean over all target steps, padded rows included. Coverage is the sum over the real "
+            "steps only.",
             lambda w, s, t: w.mean(dim=1),
         ),
         Variant(
-            "the padded source positions are not 0: when a real target step put weight on them (an attention that "
-            "did not mask the source), your output keeps it. Set coverage to 0 at j >= src_lengths[b].",
+            "the padded source positions are not 0: when a real target step put weight on them (an attention that did "
+            "not mask the source), your output keeps it. Coverage is 0 at the padded source positions, j >= "
+            "src_lengths[b], whatever the weights there.",
             lambda w, s, t: _steps_below(w, t).sum(dim=1),
         ),
         Variant(
@@ -667,10 +706,15 @@ COVERAGE = Exercise(
             lambda w, s, t: _source_below(_steps_below(w, s).sum(dim=1), t),
         ),
     ),
-    hint="Build two masks with the padding mask of lesson 01: one over the target steps, "
-    "`torch.arange(tgt_len)[None, :] < tgt_lengths[:, None]` (batch, tgt_len), one over the source words. Zero the "
-    "padded rows with `weights.masked_fill(~steps[:, :, None], 0.0)`, sum over dim 1, then zero the padded source "
-    "positions the same way.",
+    hint=(
+        "Sum each source word's weights over the decoder steps, but only over each sentence's real steps; and a "
+        "padded source position gets 0 whatever its weights say.",
+        "Two padding masks, as in lesson 01: real steps `torch.arange(tgt_len)[None, :] < tgt_lengths[:, None]` "
+        "(batch, tgt_len), real words the same with src_len and src_lengths. Zero the padded steps' rows (give "
+        "their mask a source axis), sum over dim 1, then zero the padded source positions.",
+        "`steps = torch.arange(tgt_len)[None, :] < tgt_lengths[:, None]`, `words` the same for the source; "
+        "`total = weights.masked_fill(~steps[:, :, None], 0.0).sum(dim=1)`; `return total.masked_fill(~words, 0.0)`.",
+    ),
 )
 
 EXERCISES = (ADDITIVE_SCORE, MASKED_SOFTMAX, CONTEXT_VECTOR, DECODER_STEP, COVERAGE)

@@ -24,14 +24,15 @@ LESSON = "03_luong_attention"
 
 # Mistakes in placing the projected query against the keys, made in general_score and again in a decoder step.
 _QUERY_BATCH_ONE_LATE = (
-    "source position j of every sentence was scored with sentence j's query: the projected query's batch "
-    "axis met the keys' source axis, one axis too late (as `[None, :, :]` does; it runs only when batch "
-    "equals src_len). Insert the source axis after the batch: `[:, None, :]`."
+    "source position j of every sentence was scored with sentence j's query: the projected query's batch axis met the "
+    "keys' source axis, one axis too late (as when the query's new axis goes in front; it runs only when batch equals "
+    "src_len). The projected query needs an axis of size 1 for the source positions right after the batch, so that "
+    "every position of a sentence meets that sentence's query."
 )
 _QUERY_FEATURES_ONE_EARLY = (
-    "the projected query's features met the keys' source axis, one axis too early (as `[:, :, None]` does: "
-    "(batch, enc_dim, 1), which runs only when src_len equals enc_dim), so features and positions got "
-    "mixed. Insert the source axis after the batch: `[:, None, :]`, (batch, 1, enc_dim)."
+    "the projected query's features met the keys' source axis, one axis too early (its new axis went last: (batch, "
+    "enc_dim, 1), which runs only when src_len equals enc_dim), so features and positions got mixed. The projected "
+    "query needs an axis of size 1 for the source positions right after the batch: (batch, 1, enc_dim)."
 )
 
 # --------------------------------------------------------------------------------------------
@@ -73,6 +74,7 @@ GENERAL_SCORE = Exercise(
     returns=(("batch", "src_len"),),
     reference=general_score,
     make_cases=_general_score_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=_positions_layout,
     variants=(
         Variant(
@@ -81,8 +83,8 @@ GENERAL_SCORE = Exercise(
             lambda q, k, W: (q[:, None, :] * k).sum(-1),
         ),
         Variant(
-            "your scores use W_a^T in place of W_a (they run only when dec_dim equals enc_dim). W_a is "
-            "(dec_dim, enc_dim), so s^T W_a is `query @ W_a`, of size enc_dim, which then meets each h_j.",
+            "your scores use W_a^T in place of W_a (they run only when dec_dim equals enc_dim). W_a is (dec_dim, "
+            "enc_dim), so s^T W_a, the query times W_a, has enc_dim features, which then meet each h_j.",
             lambda q, k, W: general_score(q, k, W.T),
         ),
         Variant(
@@ -100,13 +102,14 @@ GENERAL_SCORE = Exercise(
             lambda q, k, W: general_score(q, k, W).T,
         ),
         Variant(
-            "your output is `(query @ W_a) @ keys.transpose(1, 2)` with a 2-D query, which broadcasts over the "
-            "batch: every sentence's query meets every sentence's keys, (batch, batch, src_len). Give the query "
-            "a step axis, `(query @ W_a)[:, None, :]`, then squeeze it out (or multiply and sum over enc_dim).",
+            "your output is the matrix product of the 2-D projected query with the transposed keys, which broadcasts "
+            "over the batch: every sentence's query meets every sentence's keys, (batch, batch, src_len). Each "
+            "sentence's query must meet only that sentence's keys, one score per source position: (batch, src_len).",
             lambda q, k, W: (q @ W) @ k.transpose(1, 2),
         ),
         Variant(
-            "the output has an extra dimension of size 1: (batch, 1, src_len). Remove it with `.squeeze(1)`.",
+            "the output has an extra dimension of size 1: (batch, 1, src_len), the query's step axis, which the "
+            "batched matrix product keeps. The scores are one row per sentence, (batch, src_len).",
             lambda q, k, W: (q @ W)[:, None, :] @ k.transpose(1, 2),
         ),
         Variant(
@@ -118,8 +121,12 @@ GENERAL_SCORE = Exercise(
             lambda q, k, W: ((q @ W)[:, :, None] * k).sum(-1),
         ),
     ),
-    hint="`query @ W_a` is s^T W_a, (batch, enc_dim). Give it a source axis, `[:, None, :]`, multiply with `keys` "
-    "(batch, src_len, enc_dim) and sum over the last axis; or use `torch.bmm` with `keys.transpose(1, 2)`.",
+    hint=(
+        "s^T W_a h_j = (s^T W_a) . h_j: project the query once, then take one dot product per source position.",
+        "`query @ W_a` is s^T W_a, (batch, enc_dim). Give it a source axis, `[:, None, :]`, multiply with `keys` "
+        "(batch, src_len, enc_dim) and sum over the last axis; or use `torch.bmm` with `keys.transpose(1, 2)`.",
+        "`return ((query @ W_a)[:, None, :] * keys).sum(dim=-1)`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -128,7 +135,7 @@ GENERAL_SCORE = Exercise(
 
 
 def _attentional_hidden(context: torch.Tensor, state: torch.Tensor, W_c: torch.Tensor) -> torch.Tensor:
-    """h~_t = tanh(W_c [c_t; h_t]): context (..., enc_dim), state (..., hidden_dim), W_c (hidden_dim, enc_dim +
+    """s~_t = tanh(W_c [c_t; s_t]): context (..., enc_dim), state (..., hidden_dim), W_c (hidden_dim, enc_dim +
     hidden_dim) -> (..., hidden_dim), as attnedu.models.LuongDecoder.attend computes it (its `combine`)."""
     return torch.tanh(torch.cat([context, state], dim=-1) @ W_c.T)
 
@@ -158,7 +165,7 @@ def _attentional_hidden_cases() -> list[Case]:
             (2, 4, 3, 4),
             kinds(LARGE, UNPADDED),
             scale=300.0,
-            note="contexts around ±300, so W_c [c_t; h_t] is in the hundreds, where exp overflows",
+            note="contexts around ±300, so W_c [c_t; s_t] is in the hundreds, where exp overflows",
         ),
     ]
 
@@ -174,44 +181,48 @@ ATTENTIONAL_HIDDEN = Exercise(
     returns=(("batch", "tgt_len", "hidden_dim"),),
     reference=_attentional_hidden,
     make_cases=_attentional_hidden_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=_steps_layout,
     variants=(
         Variant(
-            "the tanh is missing: your output is W_c [c_t; h_t], but h~_t = tanh(W_c [c_t; h_t]).",
+            "the tanh is missing: your output is W_c [c_t; s_t], but s~_t = tanh(W_c [c_t; s_t]).",
             lambda c, h, W: torch.cat([c, h], dim=-1) @ W.T,
         ),
         Variant(
-            "the concatenation is in the wrong order: [h_t; c_t] instead of [c_t; h_t] (it runs only when enc_dim "
-            "equals hidden_dim). The first enc_dim columns of W_c meet the context: `torch.cat([context, state], "
-            "dim=-1)`.",
+            "the concatenation is in the wrong order: [s_t; c_t] instead of [c_t; s_t] (it runs only when enc_dim "
+            "equals hidden_dim). The first enc_dim columns of W_c meet the context, the last hidden_dim the state.",
             lambda c, h, W: _attentional_hidden(h, c, W),
         ),
         Variant(
-            "the tanh is applied before W_c: your output is W_c tanh([c_t; h_t]). The formula is "
-            "tanh(W_c [c_t; h_t]): multiply first, then tanh.",
+            "the tanh is applied before W_c: your output is W_c tanh([c_t; s_t]). The formula is "
+            "tanh(W_c [c_t; s_t]): multiply first, then tanh.",
             lambda c, h, W: torch.tanh(torch.cat([c, h], dim=-1)) @ W.T,
         ),
         Variant(
-            "your output ignores the context: tanh(W_c [0; h_t]), the state's part alone. h~_t combines the context "
-            "c_t with the state h_t.",
+            "your output ignores the context: tanh(W_c [0; s_t]), the state's part alone. s~_t combines the context "
+            "c_t with the state s_t.",
             lambda c, h, W: torch.tanh(h @ W[:, c.shape[-1] :].T),
         ),
         Variant(
-            "your output ignores the state: tanh(W_c [c_t; 0]), the context's part alone. h~_t combines the context "
-            "c_t with the state h_t.",
+            "your output ignores the state: tanh(W_c [c_t; 0]), the context's part alone. s~_t combines the context "
+            "c_t with the state s_t.",
             lambda c, h, W: torch.tanh(c @ W[:, : c.shape[-1]].T),
         ),
         Variant(
-            "a sigmoid where the formula has a tanh: h~_t = tanh(W_c [c_t; h_t]), with values in (-1, 1).",
+            "a sigmoid where the formula has a tanh: s~_t = tanh(W_c [c_t; s_t]), with values in (-1, 1).",
             lambda c, h, W: torch.sigmoid(torch.cat([c, h], dim=-1) @ W.T),
         ),
         Variant(
-            "a ReLU where the formula has a tanh: h~_t = tanh(W_c [c_t; h_t]), with values in (-1, 1).",
+            "a ReLU where the formula has a tanh: s~_t = tanh(W_c [c_t; s_t]), with values in (-1, 1).",
             lambda c, h, W: torch.relu(torch.cat([c, h], dim=-1) @ W.T),
         ),
     ),
-    hint="Concatenate along the last axis, `torch.cat([context, state], dim=-1)` is (..., enc_dim + hidden_dim); "
-    "multiply by `W_c.T` (vectors are rows); then `torch.tanh`. With dim=-1 it works for one step and for all.",
+    hint=(
+        "Put the context and the state side by side, context first, apply W_c, then tanh. Vectors are rows.",
+        "`torch.cat([context, state], dim=-1)` is (..., enc_dim + hidden_dim); W_c x for a row x is `x @ W_c.T`. "
+        "With dim=-1 the same code works for one step and for all steps.",
+        "`return torch.tanh(torch.cat([context, state], dim=-1) @ W_c.T)`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -304,64 +315,76 @@ ATTEND_ALL_STEPS = Exercise(
     returns=(("batch", "tgt_len", "enc_dim"), ("batch", "tgt_len", "src_len")),
     reference=_attend_all_steps,
     make_cases=_attend_all_steps_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     output_names=("context", "weights"),
     layout=_attend_layout,
     variants=(
         Variant(
-            "the attention gives weight to padding, as it does without a mask: build the padding mask from "
-            "`src_lengths` (lesson 01) and set the scores at padded positions to -inf before the softmax.",
+            "the attention gives weight to padding, as it does without a mask: your weights at source positions j >= "
+            "src_lengths[b] are not 0. The padding mask comes from src_lengths (as in lesson 01), and the padded "
+            "scores must be -inf before the softmax.",
             _attend_with(mask_of=None),
         ),
         Variant(
-            "the mask is inverted: the real source positions got zero weight and the padding got all of it. "
-            "Position j of sentence b is real when `j < src_lengths[b]`; fill where that is False.",
+            "the mask is inverted: the real source positions got zero weight and the padding got all of it (a "
+            "sentence without padding has every position hidden). Position j of sentence b is real when j < "
+            "src_lengths[b]: those are the positions whose scores stay.",
             _attend_with(mask_of=lambda n, s: ~_lengths_mask(0)(n, s)),
             _attend_with(mask_of=lambda n, s: ~_lengths_mask(0)(n, s), nan=True),
         ),
         Variant(
-            "off by one: the first padded position (j = length) gets weight too. Position j is real when "
-            "`j < src_lengths[b]`, counting from 0.",
+            "off by one: the first padded position (j = length) gets weight too, in every padded sentence. Position j "
+            "of sentence b is real when j < src_lengths[b], counting from 0.",
             _attend_with(mask_of=_lengths_mask(1)),
         ),
         Variant(
-            "off by one: the last real source word (j = length - 1) gets no weight. Position j is real when "
-            "`j < src_lengths[b]`, counting from 0.",
+            "off by one: the last real source word (j = length - 1) gets no weight, in every sentence. Position j of "
+            "sentence b is real when j < src_lengths[b], counting from 0.",
             _attend_with(mask_of=_lengths_mask(-1)),
             _attend_with(mask_of=_lengths_mask(-1), nan=True),
         ),
         Variant(
-            "the padding mask was applied along the target steps, `mask[:, :, None]` (it runs only when tgt_len "
-            "equals src_len): the mask is over source positions, the last axis of the (batch, tgt_len, src_len) "
-            "scores, so give it a step axis in the middle: `mask[:, None, :]`.",
+            "the padding mask was applied along the target steps (it runs only when tgt_len equals src_len): your "
+            "mask hides whole rows, the steps t >= src_lengths[b], instead of the padded source positions. The mask "
+            "is over source positions, the last axis of the (batch, tgt_len, src_len) scores: the same for every "
+            "step, so its axis of size 1 is the steps' axis, in the middle.",
             _mask_on_steps(nan=False),
             _mask_on_steps(nan=True),
         ),
         Variant(
-            "softmax over the wrong axis (dim=1, the target steps). Each step's weights are a distribution over "
-            "the source positions: the last axis, `dim=-1`.",
+            "softmax over the wrong axis (dim=1, the target steps): each source position's weights sum to one over "
+            "the steps. Each step's weights are a distribution over the source positions, the last axis.",
             _attend_with(mask_of=_lengths_mask(0), dim=1),
             _attend_with(mask_of=_lengths_mask(0), dim=1, nan=True),
         ),
         Variant(
-            "softmax over the wrong axis (dim=0, across the batch). Each step's weights are a distribution over "
-            "the source positions: the last axis, `dim=-1`.",
+            "softmax over the wrong axis (dim=0, across the batch): each step's weights sum to one over the "
+            "sentences. Each step's weights are a distribution over the source positions, the last axis.",
             _attend_with(mask_of=_lengths_mask(0), dim=0),
             _attend_with(mask_of=_lengths_mask(0), dim=0, nan=True),
         ),
         Variant(
-            "the masked scores became 0 instead of -inf before the softmax, so padding still gets weight "
-            "(exp(0) = 1). Fill with `float('-inf')`.",
+            "the masked scores became 0 instead of -inf before the softmax, so padding still gets weight (exp(0) = "
+            "1). A masked score must be -inf, the one value whose exponential is 0.",
             _attend_with(mask_of=_lengths_mask(0), fill=0.0),
         ),
         Variant(
             "your scores use W_a^T in place of W_a (they run only when hidden_dim equals enc_dim). W_a is "
-            "(hidden_dim, enc_dim): the scores are `states @ W_a @ annotations.transpose(1, 2)`.",
+            "(hidden_dim, enc_dim): a state of hidden_dim features times W_a has enc_dim features, which meet each "
+            "annotation.",
             _attend_with(mask_of=_lengths_mask(0), W_transposed=True),
         ),
     ),
-    hint="Three batched products: scores `states @ W_a @ annotations.transpose(1, 2)` (batch, tgt_len, src_len); "
-    "a mask `torch.arange(src_len)[None, :] < src_lengths[:, None]`, given a step axis `[:, None, :]`, fills the "
-    "padded scores with -inf; `torch.softmax(..., dim=-1)`; then the context is `weights @ annotations`.",
+    hint=(
+        "The general score for every step at once is one matrix of scores per sentence, (tgt_len, src_len); mask "
+        "the padded source positions (the same at every step), softmax over the source, then a weighted sum.",
+        "Scores: `states @ W_a @ annotations.transpose(1, 2)`. Mask: `torch.arange(src_len)[None, :] < "
+        "src_lengths[:, None]`, given a step axis `[:, None, :]`; fill the padded scores with -inf, then "
+        "`torch.softmax(..., dim=-1)`.",
+        "`real = torch.arange(annotations.shape[1])[None, :] < src_lengths[:, None]`; "
+        "`scores = (states @ W_a @ annotations.transpose(1, 2)).masked_fill(~real[:, None, :], float('-inf'))`; "
+        "`weights = torch.softmax(scores, dim=-1)`; `return weights @ annotations, weights`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -372,9 +395,9 @@ ATTEND_ALL_STEPS = Exercise(
 def _general_decoder_step(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
     """One step of Luong's decoder with input feeding and the general score, as LuongDecoder._step computes it.
 
-    h_t = GRU([E y_{t-1}; h~_{t-1}], h_{t-1}); a_t = softmax(h_t^T W_a h_j) over the real positions;
-    c_t = sum_j a_tj h_j; h~_t = tanh(W_c [c_t; h_t]); logits = W_s h~_t.
-    -> logits (batch, vocab), h_t (batch, hidden_dim), h~_t (batch, hidden_dim), a_t (batch, src_len)."""
+    s_t = GRU([E y_{t-1}; s~_{t-1}], s_{t-1}); a_t = softmax(s_t^T W_a h_j) over the real positions;
+    c_t = sum_j a_tj h_j; s~_t = tanh(W_c [c_t; s_t]); logits = W_s s~_t.
+    -> logits (batch, vocab), s_t (batch, hidden_dim), s~_t (batch, hidden_dim), a_t (batch, src_len)."""
     new_state = cell(torch.cat([embedded, attentional], dim=-1), state)
     weights = masked_softmax(general_score(new_state, annotations, W_a), mask)
     context = context_vector(weights, annotations)
@@ -398,7 +421,7 @@ def _general_decoder_step_cases() -> list[Case]:
         args = (
             randn(g, batch, emb),
             randn(g, batch, hidden),
-            torch.tanh(randn(g, batch, hidden)),  # h~_{t-1}, in (-1, 1) as a tanh leaves it
+            torch.tanh(randn(g, batch, hidden)),  # s~_{t-1}, in (-1, 1) as a tanh leaves it
             scale * randn(g, batch, src_len, enc),
             padding_mask(torch.tensor(lengths), src_len),
             scale * randn(g, hidden, enc),
@@ -430,7 +453,7 @@ def _luong_step_with(
     gru_input="ea", attend_from="new", combine_order="ch", combine_state="new", readout="att", state_out="new",
     use_mask=True, score=None,
 ):  # fmt: skip
-    """A known-wrong general_decoder_step, built from which tensors go where (e: embedded, a: h~_{t-1}, s: h_{t-1})."""
+    """A known-wrong general_decoder_step, built from which tensors go where (e: embedded, a: s~_{t-1}, s: s_{t-1})."""
 
     def step(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
         parts = {"e": embedded, "a": attentional, "s": state}
@@ -460,50 +483,51 @@ GENERAL_DECODER_STEP = Exercise(
     returns=(("batch", "vocab"), ("batch", "hidden_dim"), ("batch", "hidden_dim"), ("batch", "src_len")),
     reference=_general_decoder_step,
     make_cases=_general_decoder_step_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     output_names=("logits", "new_state", "new_attentional", "weights"),
     layout=_step_layout,
     variants=(
         Variant(
-            "one step early: the attention asks with the previous state h_{t-1} (Bahdanau's order). Luong's decoder "
-            "updates the state first, h_t = GRU(...), then attends from the new h_t.",
+            "one step early: the attention asks with the previous state s_{t-1} (Bahdanau's order). Luong's decoder "
+            "updates the state first, s_t = GRU(...), then attends from the new s_t.",
             _luong_step_with(attend_from="old"),
         ),
         Variant(
-            "the GRU input is concatenated in the wrong order. The cell was built for [E y_{t-1}; h~_{t-1}]: "
-            "`torch.cat([embedded, attentional], dim=-1)`.",
+            "the GRU input is concatenated in the wrong order. The cell was built for [E y_{t-1}; s~_{t-1}]: the "
+            "embedding first, then the previous attentional state.",
             _luong_step_with(gru_input="ae"),
         ),
         Variant(
-            "the GRU input has the previous state h_{t-1} where h~_{t-1} belongs (input feeding passes the previous "
+            "the GRU input has the previous state s_{t-1} where s~_{t-1} belongs (input feeding passes the previous "
             "attentional state, `attentional`); the state goes in as the cell's second argument.",
             _luong_step_with(gru_input="es"),
         ),
         Variant(
-            "h~_t is built from [h_t; c_t], the wrong order: the combine layer was built for [c_t; h_t], "
-            "`torch.cat([context, new_state], dim=-1)`.",
+            "s~_t is built from [s_t; c_t], the wrong order: the combine layer was built for [c_t; s_t], the context "
+            "first, then the new state.",
             _luong_step_with(combine_order="hc"),
         ),
         Variant(
-            "h~_t combines c_t with the previous state h_{t-1}; it combines it with the new state h_t.",
+            "s~_t combines c_t with the previous state s_{t-1}; it combines it with the new state s_t.",
             _luong_step_with(combine_state="old"),
         ),
         Variant(
-            "the tanh is missing: h~_t = tanh(W_c [c_t; h_t]), and the logits are W_s h~_t.",
+            "the tanh is missing: s~_t = tanh(W_c [c_t; s_t]), and the logits are W_s s~_t.",
             _luong_step_with(readout="no_tanh"),
         ),
         Variant(
-            "the logits come from the state h_t; Luong's decoder predicts from the attentional state: "
-            "logits = out(h~_t).",
+            "the logits come from the state s_t; Luong's decoder predicts from the attentional state s~_t: it is what "
+            "the output layer reads.",
             _luong_step_with(readout="state"),
         ),
         Variant(
-            "the state you returned is the previous state h_{t-1}. Return the new state h_t that the GRU cell "
+            "the state you returned is the previous state s_{t-1}. Return the new state s_t that the GRU cell "
             "computed: the next step starts from it.",
             _luong_step_with(state_out="old"),
         ),
         Variant(
-            "the attention gives weight to padding, as it does without the mask: apply it to the scores before the "
-            "softmax (-inf where the mask is False).",
+            "the attention gives weight to padding (your weights at the padding positions are not 0), as it does "
+            "without the mask: the mask applies to the scores, before the softmax (-inf where the mask is False).",
             _luong_step_with(use_mask=False),
         ),
         Variant(
@@ -515,10 +539,17 @@ GENERAL_DECODER_STEP = Exercise(
             _luong_step_with(score=lambda q, k, W: ((q @ W)[:, :, None] * k).sum(-1)),
         ),
     ),
-    hint="In Luong's order: `new_state = cell(torch.cat([embedded, attentional], -1), state)`; the general "
-    "scores of `new_state` (exercise 1); -inf where `~mask`, softmax over the last axis; the context "
-    "`(weights[:, :, None] * annotations).sum(1)`; `new_attentional = torch.tanh(combine(torch.cat([context, "
-    "new_state], -1)))`; `logits = out(new_attentional)`.",
+    hint=(
+        "Luong's order: update the state first (it reads the previous word and, with input feeding, s~_{t-1}), then "
+        "attend from the new state s_t, then combine context and state into s~_t, which predicts.",
+        "`new_state = cell(torch.cat([embedded, attentional], -1), state)`; the general scores of `new_state` "
+        "(exercise 1), -inf where `~mask`, softmax over the last axis; the context is the weighted sum of the "
+        "annotations; s~_t = tanh(W_c [c_t; s_t]) is exercise 2 with `combine.weight`.",
+        "`weights = torch.softmax(general_score(new_state, annotations, W_a).masked_fill(~mask, float('-inf')), "
+        "-1)`; `context = (weights[:, :, None] * annotations).sum(1)`; `new_attentional = "
+        "attentional_hidden(context, new_state, combine.weight)`; `return out(new_attentional), new_state, "
+        "new_attentional, weights`.",
+    ),
 )
 
 EXERCISES = (GENERAL_SCORE, ATTENTIONAL_HIDDEN, ATTEND_ALL_STEPS, GENERAL_DECODER_STEP)

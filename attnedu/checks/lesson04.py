@@ -1,10 +1,17 @@
 """Checks for the exercises of lesson 04 (query, key, value).
 
-Every exercise has test cases with a batch of one, with and without padding, and with large inputs (scores
-in the hundreds, where a hand-written exp overflows in float32); query_len differs from key_len in every case
-but the first, which is square (every size equal) so that the known-wrong variants that need two sizes to
-match run on it; the others have sizes that differ so that a transpose shows. scaled_dot_product_attention
-also has a fully masked row. The reference is ``attnedu.attention.scaled_dot_product_attention``.
+scaled_dot_product_attention and cross_attention have test cases with a batch of one, with and without padding,
+and with large inputs (scores in the hundreds, where a hand-written exp overflows in float32); query_len differs
+from key_len in every case but the first, which is square (every size equal) so that the known-wrong variants that
+need two sizes to match run on it; the others have sizes that differ so that a transpose shows.
+scaled_dot_product_attention also has a fully masked row. Their reference is
+``attnedu.attention.scaled_dot_product_attention``.
+
+The two prediction exercises compute a number the lesson did not: initial_score_std (the spread of the scores at
+initialisation, reference ``attnedu.attention.initial_score_std``) and previous_token_scale (how long a query must
+be for a head to give the previous position a given weight, reference ``attnedu.attention.query_scale_for_weight``).
+Their inputs are a few numbers per test case, batched so that a batch of one and sentences of different lengths
+(padding) are test cases too.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import math
 
 import torch
 
-from ..attention import scaled_dot_product_attention
+from ..attention import initial_score_std, query_scale_for_weight, scaled_dot_product_attention
 from ..masks import padding_mask
 from .exercise import EMPTY_ROW, LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
 from .mistakes import MASKED_AFTER_SOFTMAX, MASKED_WITH_ZERO
@@ -111,20 +118,23 @@ def _wrong_row_sum(query, key, value, mask):
 
 
 _SCALE_MISSING = (
-    "the scale is missing: your scores are Q K^T, but scaled dot-product attention divides them by "
-    "sqrt(head_dim), sqrt(query.shape[-1]), before the softmax."
+    "the scale is missing: your scores are Q K^T, but scaled dot-product attention divides them by sqrt(head_dim), "
+    "the square root of the size of each query and key, before the softmax."
 )
 _WRONG_AXIS = (
-    "softmax over the wrong axis (dim=1, the queries). Each query's weights are a distribution over the keys: "
-    "the last axis, `dim=-1`."
+    "softmax over the wrong axis (dim=1, the queries): each key's weights sum to one over the queries. Each query's "
+    "weights are a distribution over the keys, the last axis."
 )
 _INVERTED = (
-    "the mask is inverted: the positions it allows got zero weight and the masked ones got all of it. True means "
-    "'may attend', so fill where the mask is False: `scores.masked_fill(~mask, float('-inf'))`."
+    "the mask is inverted: the positions it allows got zero weight and the masked ones got all of it (a query the "
+    "mask lets see every key gets no weight at all). True means 'may attend': the scores to hide are those where the "
+    "mask is False."
 )
 _NAN_ROW = (
     "a fully masked row gives NaN (0/0: nothing is left to share the weight), and everything else is right. A query "
-    "that may attend nothing must get zero weights and a zero output: replace the NaN, e.g. `weights.nan_to_num(0.0)`."
+    "that may attend nothing must get zero weights and a zero output. Which rows those are is known from the mask (a "
+    "row that is all False), not from the NaN: replacing every NaN would give the same numbers here, but it would "
+    "also hide a NaN that came from a bug elsewhere."
 )
 
 SCALED_DOT_PRODUCT_ATTENTION = Exercise(
@@ -134,6 +144,7 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
     returns=(("batch", "query_len", "value_dim"), ("batch", "query_len", "key_len")),
     reference=_sdpa,
     make_cases=_sdpa_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     output_names=("output", "weights"),
     layout=_sdpa_layout,
     variants=(
@@ -149,12 +160,12 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
         ),
         Variant(
             "your scores are divided by sqrt(value_dim), the size of the values; the scale is sqrt(head_dim), the "
-            "size of the queries and keys whose dot products make the scores: `query.shape[-1]`.",
+            "size of the queries and keys whose dot products make the scores.",
             lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: math.sqrt(v.shape[-1])),
         ),
         Variant(
-            "your scores are divided by sqrt(key_len), the number of keys; the scale is sqrt(head_dim), the size "
-            "of each query and key: `query.shape[-1]`.",
+            "your scores are divided by sqrt(key_len), the number of keys; the scale is sqrt(head_dim), the size of "
+            "each query and key (the last axis of query).",
             lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: math.sqrt(k.shape[-2])),
         ),
         Variant(
@@ -163,9 +174,11 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
             lambda q, k, v, m: _attend(q, k, v, ~m, dim=1, nan=True),
         ),
         Variant(
-            "each row was divided by the wrong row's sum: `e.sum(dim=-1)` without keepdim=True has shape "
-            "(batch, query_len), which broadcasts against the key axis (this runs only when query_len equals "
-            "key_len). Keep the summed axis: `e.sum(dim=-1, keepdim=True)`.",
+            "each row was divided by the wrong row's sum: a sum over the keys that drops its axis has shape (batch, "
+            "query_len), which broadcasts against the last two axes of the (batch, query_len, key_len) weights, so in "
+            "sentence b the weight of query i on key j was divided by the sum of query j in sentence i (this runs "
+            "only when the sizes match, as in the first test case). Each row is divided by its own sum, which needs "
+            "the summed axis kept: (batch, query_len, 1).",
             _wrong_row_sum,
         ),
         Variant(
@@ -174,8 +187,8 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
             lambda q, k, v, m: _attend(q, k, v, m, nan=True),
         ),
         Variant(
-            "your weights are the softmax without the mask: masked positions get weight. Set their scores to -inf "
-            "before the softmax.",
+            "your weights are the softmax without the mask: masked positions get weight. A masked score must be -inf "
+            "before the softmax, so that its weight is exactly 0.",
             lambda q, k, v, m: _attend(q, k, v, None),
         ),
         Variant(
@@ -188,25 +201,33 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
         ),
         Variant(_NAN_ROW, lambda q, k, v, m: _attend(q, k, v, ~m, nan=True)),
         Variant(
-            "a fully masked row gets uniform weights, as when the masked scores are a large negative number such "
-            "as -1e9, which is still finite. A query that may attend nothing must get zero weights and output "
-            "(use -inf, then replace the NaN with 0).",
+            "a fully masked row gets uniform weights, as when the masked scores are a large negative number such as "
+            "-1e9, which is still finite: with every score in the row equal, each key gets the same share. A query "
+            "that may attend nothing must get zero weights and output (masked scores -inf, then the rows where the "
+            "mask is all False set to 0).",
             lambda q, k, v, m: _attend(q, k, v, ~m, fill=-1e9),
         ),
         Variant(
-            "your output averages the keys, not the values: it is `weights @ key` (which runs only when value_dim "
-            "equals head_dim). The keys decide the weights; the values are what gets averaged: `weights @ value`.",
+            "your output averages the keys, not the values (which runs only when value_dim equals head_dim). The keys "
+            "decide the weights; the values are what gets averaged, so the output has value_dim features.",
             lambda q, k, v, m: (lambda o, w: (w @ k, w))(*_sdpa(q, k, v, m)),
         ),
         Variant(
-            "your weights are transposed: the scores are K Q^T, (batch, key_len, query_len), one row per key. "
-            "Each query asks every key: Q K^T, `query @ key.transpose(-2, -1)`.",
+            "your weights are transposed: the scores are K Q^T, (batch, key_len, query_len), one row per key. Each "
+            "query asks every key: the scores are Q K^T, one row per query.",
             lambda q, k, v, m: _attend(k, q, v, ~m.transpose(-2, -1)),
         ),
     ),
-    hint="`scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])`; "
-    "`scores.masked_fill(~mask, float('-inf'))`; `torch.softmax(..., dim=-1)`, then `.nan_to_num(0.0)` for a "
-    "query that may attend nothing; the output is `weights @ value`.",
+    hint=(
+        "Four steps: scores Q K^T, divided by the square root of the keys' size; masked scores to -inf; a softmax "
+        "over the keys; the weighted sum of the values. Then a query whose mask row is all False.",
+        "`scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])` (head_dim, not the length); "
+        "`scores.masked_fill(~mask, float('-inf'))`; `torch.softmax(..., dim=-1)` (over the keys, the last axis). A "
+        "row with nothing to attend is 0/0 = NaN: zero those rows only, found with `mask.any(dim=-1, "
+        "keepdim=True)`.",
+        "`weights = torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1)`; `weights = "
+        "weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)`; `return weights @ value, weights`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -285,8 +306,8 @@ def _cross_layout(args: tuple) -> tuple[Layout | None, ...]:
 
 _ROLES = (
     "the roles are swapped: your queries come from the source and the keys and values from the target. In "
-    "cross-attention the target asks (queries: `target @ W_Q`) and the source answers (keys and values: "
-    "`source @ W_K`, `source @ W_V`)."
+    "cross-attention the target asks (the queries, projected by W_Q) and the source answers (the keys and values, "
+    "projected by W_K and W_V)."
 )
 
 CROSS_ATTENTION = Exercise(
@@ -296,59 +317,268 @@ CROSS_ATTENTION = Exercise(
     returns=(("batch", "tgt_len", "value_dim"), ("batch", "tgt_len", "src_len")),
     reference=_cross_attention,
     make_cases=_cross_attention_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     output_names=("output", "weights"),
     layout=_cross_layout,
     variants=(
         Variant(
-            "the attention gives weight to padding, as it does without a mask: build the padding mask from "
-            "`source_lengths` and give it a query axis, `[:, None, :]`, so it hides the same keys from every query.",
+            "the attention gives weight to padding, as it does without a mask: your weights at source positions j >= "
+            "source_lengths[b] are not 0. The source padding mask, built from source_lengths, hides the same keys "
+            "from every query, so it needs an axis of size 1 for the queries.",
             _cross_with(mask=None),
         ),
         Variant(
-            "the mask is inverted: the real source positions got zero weight and the padding got all of it. Source "
-            "position j of sentence b is real when `j < source_lengths[b]`.",
+            "the mask is inverted: the real source positions got zero weight and the padding got all of it (a "
+            "sentence without padding has every position hidden). Source position j of sentence b is real when j < "
+            "source_lengths[b].",
             _cross_with(mask="inverted"),
         ),
         Variant(
-            "off by one: the first padded source position (j = length) gets weight too. Position j is real when "
-            "`j < source_lengths[b]`, counting from 0.",
+            "off by one: the first padded source position (j = length) gets weight too, in every padded sentence. "
+            "Position j of sentence b is real when j < source_lengths[b], counting from 0.",
             _cross_with(lengths_offset=1),
         ),
         Variant(
-            "off by one: the last real source word (j = length - 1) gets no weight. Position j is real when "
-            "`j < source_lengths[b]`, counting from 0.",
+            "off by one: the last real source word (j = length - 1) gets no weight, in every sentence. Position j of "
+            "sentence b is real when j < source_lengths[b], counting from 0.",
             _cross_with(lengths_offset=-1),
         ),
         Variant(
             "this is self-attention over the target: your keys and values come from the target too. In "
-            "cross-attention they come from the source: `source @ W_K`, `source @ W_V`.",
+            "cross-attention they come from the source, projected by W_K and W_V.",
             _cross_with(keys="target", values="target", mask=None),
         ),
         Variant(
-            "your values come from the target (which runs only when tgt_len equals src_len). The keys and the "
-            "values both come from the source: `source @ W_V`.",
+            "your values come from the target (which runs only when tgt_len equals src_len). The keys and the values "
+            "both come from the source: each weight belongs to a source position, and so does the value it "
+            "multiplies.",
             _cross_with(values="target"),
         ),
         Variant(_ROLES, _cross_with(queries="source", keys="target", values="target", mask=None)),
         Variant(
-            "W_Q and W_K are swapped: the queries are `target @ W_K` and the keys `source @ W_Q`. W_Q projects the "
+            "W_Q and W_K are swapped: the queries were projected by W_K and the keys by W_Q. W_Q projects the "
             "sequence that asks (the target), W_K the one that answers (the source).",
             lambda t, s, n, Q, K, V: _cross_attention(t, s, n, K, Q, V),
         ),
         Variant(
-            _SCALE_MISSING.replace("query.shape[-1]", "the size of a projected query"),
+            _SCALE_MISSING,
             _cross_with(scale=False),
         ),
         Variant(
-            "your projections use the transposed matrices, `x @ W.T` (which runs only when d_model equals head_dim "
-            "and value_dim). Here vectors are rows and W is (d_model, head_dim): project with `target @ W_Q`.",
+            "your projections use the transposed matrices, as nn.Linear uses its weights (which runs only when "
+            "d_model equals head_dim and value_dim). Here vectors are rows and W_Q is (d_model, head_dim): a row of "
+            "d_model features times W_Q has head_dim features.",
             lambda t, s, n, Q, K, V: _cross_attention(t, s, n, Q.T, K.T, V.T),
         ),
     ),
-    hint="Project: `q = target @ W_Q`, `k = source @ W_K`, `v = source @ W_V`. A source padding mask "
-    "`torch.arange(src_len)[None, :] < source_lengths[:, None]` is (batch, src_len); `[:, None, :]` gives it a query "
-    "axis. Then your scaled_dot_product_attention(q, k, v, mask), after expanding the mask to (batch, tgt_len, "
-    "src_len).",
+    hint=(
+        "The target asks, the source answers: queries from the target, keys and values from the source. Then "
+        "exercise 1, with a mask built from the source lengths.",
+        "`q = target @ W_Q`, `k = source @ W_K`, `v = source @ W_V` (rows are vectors). The source padding mask "
+        "`torch.arange(src_len)[None, :] < source_lengths[:, None]` is (batch, src_len); give it a query axis and "
+        "expand it to (batch, tgt_len, src_len).",
+        "`real = torch.arange(source.shape[1])[None, :] < source_lengths[:, None]`; `mask = real[:, None, "
+        ":].expand(-1, target.shape[1], -1)`; `return scaled_dot_product_attention(target @ W_Q, source @ W_K, "
+        "source @ W_V, mask)`.",
+    ),
 )
 
-EXERCISES = (SCALED_DOT_PRODUCT_ATTENTION, CROSS_ATTENTION)
+# --------------------------------------------------------------------------------------------
+# initial_score_std: predict the spread of q . k at initialisation (not in the lesson)
+# --------------------------------------------------------------------------------------------
+
+
+def _initial_score_std(input_std, weight_std, d_model, head_dim):
+    return initial_score_std(input_std, weight_std, d_model, head_dim)
+
+
+def _score_std_cases() -> list[Case]:
+    def case(input_std: list[float], weight_std: list[float], d_model: int, head_dim: int, tags, note: str = ""):
+        args = (torch.tensor(input_std), torch.tensor(weight_std), d_model, head_dim)
+        description = f"input_std {input_std}, weight_std {weight_std}, d_model {d_model}, head_dim {head_dim}"
+        return Case(description + (f"; {note}" if note else ""), args, tags)
+
+    return [
+        case([2.0, 0.5, 1.0], [0.25, 1.5, 0.1], 6, 6, kinds(), "d_model equals head_dim"),
+        case([1.0, 3.0], [0.2, 0.05], 64, 16, kinds()),
+        case([1.5], [0.3], 12, 4, kinds(ONE)),
+        case(
+            [0.5, 2.0, 1.0, 1.0],
+            [0.5, 0.1, 1 / math.sqrt(3 * 512), 0.02],
+            512,
+            64,
+            kinds(),
+            "the third is torch.nn.Linear's default initialisation",
+        ),  # fmt: skip
+        case(
+            [1e5, 3e4],
+            [1e4, 2e4],
+            16,
+            8,
+            kinds(LARGE),
+            "the variance of q . k overflows float32 (above 3.4e38); its standard deviation does not",
+        ),
+    ]
+
+
+INITIAL_SCORE_STD = Exercise(
+    name="initial_score_std",
+    lesson=LESSON,
+    params=("input_std", "weight_std", "d_model", "head_dim"),
+    returns=(("batch",),),
+    reference=_initial_score_std,
+    make_cases=_score_std_cases,
+    variants=(
+        Variant(
+            "your spread does not grow with head_dim: a score q . k sums head_dim products q_i k_i, so its variance "
+            "is head_dim times one product's, and its standard deviation sqrt(head_dim) times.",
+            lambda s, w, d, h: d * s**2 * w**2,
+        ),
+        Variant(
+            "your spread grows like head_dim, not sqrt(head_dim): the variance of a sum of head_dim independent "
+            "terms is head_dim times one term's; the standard deviation is its square root.",
+            lambda s, w, d, h: h * d * s**2 * w**2,
+        ),
+        Variant(
+            "your answer is the variance of q . k, not its standard deviation: in every test case it is the square of "
+            "the reference's. The standard deviation is the variance's square root, and it can be written without "
+            "ever forming the variance, which overflows on large inputs.",
+            lambda s, w, d, h: h * (d * s**2 * w**2) ** 2,
+        ),
+        Variant(
+            "right in exact arithmetic, but your function forms the variance of q . k before its square root, and the "
+            "variance overflows float32 (above 3.4e38) where the standard deviation does not. The standard deviation "
+            "can be written as a product of factors that never squares that variance.",
+            lambda s, w, d, h: torch.sqrt(h * (d * s**2 * w**2) ** 2),
+        ),
+        Variant(
+            "your spread does not grow with d_model: each component of a query, q_i = sum_m x_m W_mi, is a sum of "
+            "d_model terms, so its variance is d_model input_std^2 weight_std^2.",
+            lambda s, w, d, h: math.sqrt(h) * s**2 * w**2,
+        ),
+        Variant(
+            "standard deviations where variances belong: input_std and weight_std enter your answer to the first "
+            "power. The variance of a product of independent zero-mean factors is the product of their variances, so "
+            "both enter squared.",
+            lambda s, w, d, h: math.sqrt(h) * d * s * w,
+        ),
+        Variant(
+            "your answer is the standard deviation of one query component, sqrt(d_model) input_std weight_std, not of "
+            "the score q . k, which multiplies a query by a key and sums head_dim such products.",
+            lambda s, w, d, h: math.sqrt(d) * s * w,
+        ),
+        Variant(
+            "d_model and head_dim are swapped: a query component sums d_model terms, so its variance grows like "
+            "d_model, and the score sums head_dim products of components, so its standard deviation grows like "
+            "sqrt(head_dim). Your answer grows like sqrt(d_model) and head_dim instead.",
+            lambda s, w, d, h: math.sqrt(d) * h * s**2 * w**2,
+        ),
+        Variant(
+            "input_std is missing: the inputs' spread enters every query component, Var(x_m W_mi) = input_std^2 "
+            "weight_std^2.",
+            lambda s, w, d, h: math.sqrt(h) * d * w**2,
+        ),
+    ),
+    hint=(
+        "Go one level at a time: first the variance of one component of a query, q_i, then the variance of q . k, a "
+        "sum over head_dim components. Only the two facts in the text are needed.",
+        "q_i is a sum of d_model terms x_m W_mi, each a product of independent zero-mean factors, so Var(q_i) = "
+        "d_model input_std^2 weight_std^2 (and the same for k_i). q . k sums head_dim products q_i k_i, so Var(q . "
+        "k) = head_dim Var(q_i)^2.",
+        "std(q . k) = sqrt(head_dim) Var(q_i): `return math.sqrt(head_dim) * d_model * input_std**2 * "
+        "weight_std**2`, without squaring anything that could overflow first.",
+    ),
+)
+
+# --------------------------------------------------------------------------------------------
+# previous_token_scale: how long a query must be for a head to attend to the previous position (not in the lesson)
+# --------------------------------------------------------------------------------------------
+
+
+def _previous_token_scale(lengths, head_dim, min_weight):
+    """The smallest c for each sentence: position i's query c e_{i-1} against one-hot keys, every other real position
+    competing with score 0: c = sqrt(head_dim) ln(min_weight (length - 1) / (1 - min_weight))."""
+    return query_scale_for_weight(min_weight, lengths - 1, head_dim)
+
+
+def _previous_token_cases() -> list[Case]:
+    def case(lengths: list[int], head_dim: int, min_weight: float, tags, note: str = ""):
+        padding = "every sentence as long as the batch" if len(set(lengths)) == 1 else "sentences of different lengths"
+        description = f"lengths {lengths} ({padding}), head_dim {head_dim}, min_weight {min_weight}"
+        return Case(description + (f"; {note}" if note else ""), (torch.tensor(lengths), head_dim, min_weight), tags)
+
+    return [
+        case([6, 6, 6], 6, 0.9, kinds(UNPADDED), "head_dim equals the length"),
+        case([12, 5, 8], 16, 0.95, kinds(PADDED)),
+        case([10], 16, 0.95, kinds(ONE, UNPADDED)),
+        case([3, 9], 64, 0.8, kinds(PADDED)),
+        case([2], 4, 0.99, kinds(ONE, UNPADDED), "one competing key"),
+        case([40, 40], 1024, 0.999, kinds(LARGE, UNPADDED), "a large head and a weight near 1: c is in the hundreds"),
+    ]
+
+
+PREVIOUS_TOKEN_SCALE = Exercise(
+    name="previous_token_scale",
+    lesson=LESSON,
+    params=("lengths", "head_dim", "min_weight"),
+    returns=(("batch",),),
+    reference=_previous_token_scale,
+    make_cases=_previous_token_cases,
+    variants=(
+        Variant(
+            "sqrt(head_dim) is missing: your c is the score margin a itself, but attention divides q . k by "
+            "sqrt(head_dim), so the query must be sqrt(head_dim) times longer to reach that margin.",
+            lambda n, h, w: query_scale_for_weight(w, n - 1, 1),
+        ),
+        Variant(
+            "your c is divided by sqrt(head_dim) where it must be multiplied: attention divides the score, c / "
+            "sqrt(head_dim), so to reach a margin a the query needs c = sqrt(head_dim) a.",
+            lambda n, h, w: query_scale_for_weight(w, n - 1, 1) / math.sqrt(h),
+        ),
+        Variant(
+            "your c grows like head_dim, not sqrt(head_dim): the score is q . k / sqrt(head_dim).",
+            lambda n, h, w: query_scale_for_weight(w, n - 1, 1) * h,
+        ),
+        Variant(
+            "off by one: you counted length competitors, the previous key among them. The keys competing with the "
+            "previous position are the other length - 1 real positions.",
+            lambda n, h, w: query_scale_for_weight(w, n, h),
+        ),
+        Variant(
+            "off by one: you counted length - 2 competitors. Every real position but the previous one competes, the "
+            "asking position itself included: length - 1 keys with score 0.",
+            lambda n, h, w: math.sqrt(h) * torch.log(w * (n - 2) / (1 - w)),
+        ),
+        Variant(
+            "the competing keys are missing: your c is right only when a single key competes. With m keys at score 0, "
+            "each adds its exp(0) = 1 to the softmax's denominator: the weight is exp(a) / (exp(a) + m).",
+            lambda n, h, w: query_scale_for_weight(w, torch.ones_like(n), h),
+        ),
+        Variant(
+            "every sentence got the padded batch's length: padding positions may not be attended, so they do not "
+            "compete. Use each sentence's own length.",
+            lambda n, h, w: query_scale_for_weight(w, torch.full_like(n, int(n.max())) - 1, h),
+        ),
+        Variant(
+            "the factor 1 / (1 - min_weight) is missing, as when the previous key's own exp(a) is left out of the "
+            "softmax's denominator: your margin makes exp(a) / m equal min_weight. The denominator sums the "
+            "exponentials of every real key, the previous key's included: exp(a) / (exp(a) + m).",
+            lambda n, h, w: math.sqrt(h) * torch.log(w * (n - 1).float()),
+        ),
+        Variant(
+            "the factor min_weight is missing: with your margin the previous key's weight is 1 / (2 - min_weight), "
+            "more than min_weight, so your c is larger than the smallest one that reaches it. Solving exp(a) / "
+            "(exp(a) + m) = min_weight for exp(a) keeps min_weight as a factor.",
+            lambda n, h, w: math.sqrt(h) * torch.log((n - 1) / (1 - w)),
+        ),
+    ),
+    hint=(
+        "Write the weight on key i - 1 as a softmax over the real keys: its score is c / sqrt(head_dim), every "
+        "other real key scores 0. How many others are there?",
+        "With a = c / sqrt(head_dim) and m = length - 1 competitors, the weight is exp(a) / (exp(a) + m). Set it "
+        "equal to min_weight and solve for a: exp(a) = min_weight m / (1 - min_weight).",
+        "`return math.sqrt(head_dim) * torch.log(min_weight * (lengths - 1) / (1 - min_weight))`.",
+    ),
+)
+
+EXERCISES = (SCALED_DOT_PRODUCT_ATTENTION, CROSS_ATTENTION, INITIAL_SCORE_STD, PREVIOUS_TOKEN_SCALE)

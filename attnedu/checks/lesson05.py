@@ -16,8 +16,20 @@ import math
 import torch
 
 from ..masks import padding_mask
-from ..multihead import grouped_query_attention, merge_heads, multi_head_attention, split_heads
-from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
+from ..multihead import grouped_query_attention, merge_heads, multi_head_attention, per_head_weights, split_heads
+from .exercise import (
+    LARGE,
+    ONE,
+    PADDED,
+    UNPADDED,
+    Case,
+    Exercise,
+    Layout,
+    Variant,
+    generator,
+    kinds,
+    randn,
+)
 
 LESSON = "05_multi_head_attention"
 
@@ -74,23 +86,26 @@ SPLIT_HEADS = Exercise(
     returns=(("batch", "num_heads", "seq_len", "head_dim"),),
     reference=split_heads,
     make_cases=_split_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=lambda args: (Layout(positions=2),),
     variants=(
         Variant(
-            "the heads are split in the wrong order: head h got features h, h + num_heads, h + 2 num_heads, ... (dealt "
-            "out in turn), as `view(batch, seq_len, head_dim, num_heads)` does. Head h gets the consecutive features "
-            "h * head_dim to (h + 1) * head_dim - 1: `view(batch, seq_len, num_heads, head_dim)`.",
+            "the heads are split in the wrong order: head h got features h, h + num_heads, h + 2 num_heads, ... "
+            "(dealt out in turn), as cutting each position's features into (head_dim, num_heads) does. Head h gets "
+            "the consecutive features h * head_dim to (h + 1) * head_dim - 1: each position's features are cut into "
+            "num_heads slices, in order.",
             lambda x, h: x.reshape(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2),
         ),
         Variant(
             "reshaped straight to (batch, num_heads, seq_len, head_dim) without a transpose: that cuts the flat "
-            "(seq_len, d_model) block of each sentence into pieces, mixing positions and heads. Reshape to "
-            "(batch, seq_len, num_heads, head_dim) first, then `.transpose(1, 2)`.",
+            "(seq_len, d_model) block of each sentence into pieces, mixing positions and heads (head 0 gets the first "
+            "positions' features). The features are cut into heads position by position, (batch, seq_len, num_heads, "
+            "head_dim), and only then does the heads axis move before the positions.",
             lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1),
         ),
         Variant(
-            "the heads axis is left in place: (batch, seq_len, num_heads, head_dim). Move it before the positions "
-            "with `.transpose(1, 2)`, so that each head attends over the whole sequence.",
+            "the heads axis is left in place: (batch, seq_len, num_heads, head_dim). It comes before the positions, "
+            "(batch, num_heads, seq_len, head_dim), so that each head attends over the whole sequence.",
             _split_viewed,
         ),
         Variant(
@@ -99,18 +114,26 @@ SPLIT_HEADS = Exercise(
             lambda x, h: split_heads(x, x.shape[-1] // h),
         ),
         Variant(
-            "the transpose swaps the wrong axes, one too low: `.transpose(0, 1)` swaps the batch and the positions. "
-            "After the view to (batch, seq_len, num_heads, head_dim), swap axes 1 and 2.",
+            "the transpose swaps the wrong axes, one too low: the batch and the positions, axes 0 and 1. Once the "
+            "features are cut into (batch, seq_len, num_heads, head_dim), the axes to swap are 1 and 2, the positions "
+            "and the heads.",
             lambda x, h: _split_viewed(x, h).transpose(0, 1),
         ),
         Variant(
-            "the transpose swaps the wrong axes, one too high: `.transpose(2, 3)` swaps the heads and their "
-            "features. After the view to (batch, seq_len, num_heads, head_dim), swap axes 1 and 2.",
+            "the transpose swaps the wrong axes, one too high: the heads and their features, axes 2 and 3. Once the "
+            "features are cut into (batch, seq_len, num_heads, head_dim), the axes to swap are 1 and 2, the positions "
+            "and the heads.",
             lambda x, h: _split_viewed(x, h).transpose(2, 3),
         ),
     ),
-    hint="`batch, seq_len, d_model = x.shape`; `x.view(batch, seq_len, num_heads, d_model // num_heads)` cuts the "
-    "features into heads; `.transpose(1, 2)` puts the heads before the positions.",
+    hint=(
+        "Each position's d_model features are cut into num_heads consecutive slices, head 0 the first; then the "
+        "heads axis goes before the positions.",
+        "`x.reshape(batch, seq_len, num_heads, d_model // num_heads)` cuts each position's features (it keeps them "
+        "in order); `.transpose(1, 2)` swaps the positions and the heads.",
+        "`batch, seq_len, d_model = x.shape`; `return x.reshape(batch, seq_len, num_heads, d_model // "
+        "num_heads).transpose(1, 2)`.",
+    ),
 )
 
 
@@ -126,17 +149,19 @@ MERGE_HEADS = Exercise(
     returns=(("batch", "seq_len", "d_model"),),
     reference=merge_heads,
     make_cases=_merge_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     layout=lambda args: (Layout(positions=1),),
     variants=(
         Variant(
             "reshaped without moving the heads axis back: (batch, num_heads, seq_len, head_dim) read straight into "
-            "(batch, seq_len, d_model) mixes positions and heads. First `.transpose(1, 2)`, then reshape.",
+            "(batch, seq_len, d_model) mixes positions and heads. The positions come back before the heads, (batch, "
+            "seq_len, num_heads, head_dim), before the last two axes are joined.",
             lambda x: _merge_from(x, x),
         ),
         Variant(
-            "the heads are interleaved: feature h + num_heads * i holds feature i of head h, as a transpose to "
-            "(batch, seq_len, head_dim, num_heads) before the reshape does. The heads go side by side: "
-            "`.transpose(1, 2)` to (batch, seq_len, num_heads, head_dim), then reshape.",
+            "the heads are interleaved: feature h + num_heads * i holds feature i of head h, as putting the heads "
+            "axis last, (batch, seq_len, head_dim, num_heads), before the reshape does. The heads go side by side, "
+            "head 0's features first: (batch, seq_len, num_heads, head_dim) before the reshape.",
             lambda x: _merge_from(x, x.permute(0, 2, 3, 1)),
         ),
         Variant(
@@ -150,24 +175,29 @@ MERGE_HEADS = Exercise(
             lambda x: x.mean(dim=1),
         ),
         Variant(
-            "the heads are concatenated along the positions: (batch, num_heads * seq_len, head_dim). Concatenate "
-            "along the features: `torch.cat(heads, dim=-1)`, or `.transpose(1, 2)` then reshape.",
+            "the heads are concatenated along the positions: (batch, num_heads * seq_len, head_dim). They go side by "
+            "side along the features, one block of head_dim features per head: (batch, seq_len, d_model).",
             lambda x: torch.cat(x.unbind(1), dim=1),
         ),
         Variant(
-            "the transpose before the reshape swaps the wrong axes, one too low: `.transpose(0, 1)` swaps the batch "
-            "and the heads. Swap axes 1 and 2 (heads and positions), then reshape.",
+            "the transpose before the reshape swaps the wrong axes, one too low: the batch and the heads, axes 0 and "
+            "1. The axes to swap are 1 and 2, the heads and the positions.",
             lambda x: _merge_from(x, x.transpose(0, 1)),
         ),
         Variant(
-            "the transpose before the reshape swaps the wrong axes, one too high: `.transpose(2, 3)` swaps the "
-            "positions and the features. Swap axes 1 and 2 (heads and positions), then reshape.",
+            "the transpose before the reshape swaps the wrong axes, one too high: the positions and the features, "
+            "axes 2 and 3. The axes to swap are 1 and 2, the heads and the positions.",
             lambda x: _merge_from(x, x.transpose(2, 3)),
         ),
     ),
-    hint="`batch, num_heads, seq_len, head_dim = x.shape`; `x.transpose(1, 2)` is (batch, seq_len, num_heads, "
-    "head_dim); `.reshape(batch, seq_len, num_heads * head_dim)` (reshape, not view: the transpose is not "
-    "contiguous).",
+    hint=(
+        "The inverse of split_heads: positions back before heads, then each position's heads side by side, head 0 "
+        "first.",
+        "`x.transpose(1, 2)` is (batch, seq_len, num_heads, head_dim); then join the last two axes. `reshape`, not "
+        "`view`: the transposed tensor is not contiguous.",
+        "`batch, num_heads, seq_len, head_dim = x.shape`; `return x.transpose(1, 2).reshape(batch, seq_len, "
+        "num_heads * head_dim)`.",
+    ),
 )
 
 # --------------------------------------------------------------------------------------------
@@ -271,7 +301,7 @@ def _variants(grouped: bool) -> tuple[Variant, ...]:
     shared = (
         v(
             "the output projection W_o is missing: your output is the merged heads. MultiHead = Concat(head_1, ..., "
-            "head_h) W_o: multiply the merged heads by `W_o`.",
+            "head_h) W_o: the merged heads still go through W_o.",
             project_out=False,
         ),
         v(
@@ -282,46 +312,46 @@ def _variants(grouped: bool) -> tuple[Variant, ...]:
         v("the scale is missing: each head's scores are divided by sqrt(head_dim) before the softmax.", scale="none"),
         v(
             "the heads are split in the wrong order: head h got features h, h + num_heads, ... (dealt out in turn). "
-            "Head h gets the consecutive features h * head_dim to (h + 1) * head_dim - 1: "
-            "`view(batch, seq_len, num_heads, head_dim).transpose(1, 2)`.",
+            "Head h gets the consecutive features h * head_dim to (h + 1) * head_dim - 1 of each projected position.",
             split=_interleaved_split,
         ),
         v(
             "the projected inputs were reshaped straight to (batch, num_heads, seq_len, head_dim), without the "
-            "transpose, which mixes positions and heads: view as (batch, seq_len, num_heads, head_dim), then "
-            "`.transpose(1, 2)`.",
+            "transpose, which mixes positions and heads. The features are cut into heads position by position, "
+            "(batch, seq_len, num_heads, head_dim), and only then does the heads axis move before the positions.",
             split=lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1),
         ),
         v(
-            "the heads were merged without moving the heads axis back, which mixes positions and heads: "
-            "`.transpose(1, 2)` to (batch, query_len, num_heads, head_dim), then reshape to (batch, query_len, "
-            "d_model).",
+            "the heads were merged without moving the heads axis back, which mixes positions and heads: the positions "
+            "come back before the heads, (batch, query_len, num_heads, head_dim), before the reshape to (batch, "
+            "query_len, d_model).",
             merge=_unmoved_merge,
         ),
         v(
-            "the merge swaps the wrong axes, one too low: `.transpose(0, 1)` (batch and heads) before the reshape. "
-            "Swap axes 1 and 2, heads and positions.",
+            "the merge swaps the wrong axes, one too low: the batch and the heads, axes 0 and 1, before the reshape. "
+            "The axes to swap are 1 and 2, the heads and the positions.",
             merge=lambda x: x.transpose(0, 1).reshape(x.shape[0], x.shape[2], -1),
         ),
         v(
-            "the merge swaps the wrong axes, one too high: `.transpose(2, 3)` (positions and features) before the "
-            "reshape. Swap axes 1 and 2, heads and positions.",
+            "the merge swaps the wrong axes, one too high: the positions and the features, axes 2 and 3, before the "
+            "reshape. The axes to swap are 1 and 2, the heads and the positions.",
             merge=lambda x: x.transpose(2, 3).reshape(x.shape[0], x.shape[2], -1),
         ),
         v(
-            "the attention gives weight to masked keys, as it does without the mask: fill the scores where "
-            "`~mask` with -inf before the softmax, in every head.",
+            "the attention gives weight to masked keys, as it does without the mask: in every head, your weights "
+            "where the mask is False are not 0. A masked score must be -inf before the softmax, in every head.",
             use_mask=False,
         ),
         v(
             "the mask has no head axis: (batch, query_len, key_len) against scores (batch, num_heads, query_len, "
             "key_len) lines its batch axis up with the heads (it runs only when batch equals num_heads or is 1), so "
-            "head h got sentence h's mask. Give it a head axis: `mask[:, None]`.",
+            "head h got sentence h's mask. The mask is the same for every head of a sentence: it needs an axis of "
+            "size 1 for the heads, after the batch.",
             mask_axis=False,
         ),
         v(
-            "softmax over the wrong axis (dim=-2, the queries). Each query's weights are a distribution over the "
-            "keys: `dim=-1`.",
+            "softmax over the wrong axis (dim=-2, the queries): each key's weights sum to one over the queries. Each "
+            "query's weights are a distribution over the keys, the last axis.",
             dim=-2,
         ),
         v(
@@ -334,17 +364,17 @@ def _variants(grouped: bool) -> tuple[Variant, ...]:
         return (
             *shared,
             Variant(
-                "your projections use the transposed matrices, `x @ W.T` (nn.Linear's convention). Here vectors "
-                "are rows and W_q is (d_model, d_model): project with `query @ W_q`, and the output with "
-                "`merged @ W_o`.",
+                "your projections use the transposed matrices (nn.Linear's convention, x times W transposed). Here "
+                "vectors are rows and W_q is (d_model, d_model): a row of features times W_q is its projection, and "
+                "the merged heads times W_o the output.",
                 lambda q, k, v, m, Wq, Wk, Wv, Wo, h: multi_head_attention(q, k, v, m, Wq.T, Wk.T, Wv.T, Wo.T, h),
             ),
         )
     return (
         v(
-            "query head h used key/value head h % num_kv_heads: the key/value heads were tiled, `.repeat(1, group, "
-            "1, 1)`, not repeated for each group. Consecutive query heads share a key/value head (head h uses "
-            "h // group): `.repeat_interleave(group, dim=1)`.",
+            "query head h used key/value head h % num_kv_heads: the key/value heads were tiled, the whole set "
+            "repeated once per group, instead of each key/value head repeated for its own group. Consecutive query "
+            "heads share a key/value head: query head h uses key/value head h // group.",
             tile=True,
         ),
         *shared,
@@ -358,11 +388,18 @@ MULTI_HEAD_ATTENTION = Exercise(
     returns=(("batch", "query_len", "d_model"), ("batch", "num_heads", "query_len", "key_len")),
     reference=multi_head_attention,
     make_cases=_multi_head_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     output_names=("output", "weights"),
     variants=_variants(grouped=False),
-    hint="Project (`query @ W_q`, ...), split each into heads with your split_heads, run scaled dot-product "
-    "attention on all heads at once with the mask given a head axis, `mask[:, None]` (batch, 1, query_len, "
-    "key_len), and a scale of sqrt(head_dim); merge the heads, then `@ W_o`. Return the weights of every head.",
+    hint=(
+        "Project with the full matrices, split into heads, attend in every head at once (the heads axis is just "
+        "another batch axis), merge, project with W_o.",
+        "`q = split_heads(query @ W_q, num_heads)` and the same for keys and values; scores scaled by "
+        "sqrt(head_dim), not sqrt(d_model); the mask is (batch, query_len, key_len): `mask[:, None]` gives it a "
+        "head axis. Return the weights of every head.",
+        "`scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask[:, None], float('-inf'))`; "
+        "`weights = torch.softmax(scores, dim=-1)`; `return merge_heads(weights @ v) @ W_o, weights`.",
+    ),
 )
 
 GROUPED_QUERY_ATTENTION = Exercise(
@@ -372,11 +409,115 @@ GROUPED_QUERY_ATTENTION = Exercise(
     returns=(("batch", "query_len", "d_model"), ("batch", "num_heads", "query_len", "key_len")),
     reference=grouped_query_attention,
     make_cases=_grouped_query_cases,
+    gradients=True,  # it takes part in training: gradients must flow through it
     output_names=("output", "weights"),
     variants=_variants(grouped=True),
-    hint="Split the queries into num_heads heads and the keys and values into num_kv_heads heads (of the same "
-    "head_dim); `.repeat_interleave(num_heads // num_kv_heads, dim=1)` gives each group of consecutive query heads "
-    "its key/value head; then attention as in multi_head_attention.",
+    hint=(
+        "Like multi_head_attention, but the keys and values have only num_kv_heads heads (of the same head_dim), "
+        "each shared by a group of num_heads // num_kv_heads consecutive query heads.",
+        "Split the queries into num_heads heads and the keys and values into num_kv_heads heads. Query head h uses "
+        "key/value head h // group: `.repeat_interleave(group, dim=1)` repeats each key/value head for its group "
+        "(`.repeat` would interleave the groups instead).",
+        "`k = split_heads(key @ W_k, num_kv_heads).repeat_interleave(num_heads // num_kv_heads, dim=1)`, the same "
+        "for `v`; then the scores, mask, softmax and merge of multi_head_attention.",
+    ),
 )
 
-EXERCISES = (SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_ATTENTION, GROUPED_QUERY_ATTENTION)
+# --------------------------------------------------------------------------------------------
+# per_head_weights: one stacked projection as h separate per-head matrices (not in the lesson)
+# --------------------------------------------------------------------------------------------
+
+
+def _per_head_cases() -> list[Case]:
+    g = generator(55)
+
+    def case(d_model: int, num_heads: int, tags, scale: float = 1.0, note: str = "") -> Case:
+        weight = scale * randn(g, 3 * d_model, d_model)
+        description = f"d_model {d_model}, num_heads {num_heads}, head_dim {d_model // num_heads}"
+        return Case(description + (f"; {note}" if note else ""), (weight, num_heads), tags)
+
+    return [
+        case(4, 2, kinds(), note="head_dim equals num_heads"),
+        case(6, 3, kinds()),
+        case(3, 1, kinds(ONE), note="a single head: head_dim equals d_model"),
+        case(12, 4, kinds()),
+        case(8, 4, kinds()),
+        case(6, 2, kinds(LARGE), scale=1e30, note="weights around ±1e30"),
+    ]
+
+
+def _heads_from(weight: torch.Tensor, num_heads: int, rows) -> tuple[torch.Tensor, ...]:
+    """A known-wrong per_head_weights: ``rows(W, num_heads)`` turns one (d_model, d_model) block of in_proj_weight
+    (nn.Linear's layout) into the per-head tensor; the blocks are taken in the order q, k, v."""
+    return tuple(rows(block, num_heads) for block in weight.chunk(3))
+
+
+def _slices(block: torch.Tensor, num_heads: int, *, transpose=True, interleaved=False, columns=False):
+    d_model = block.shape[1]
+    head_dim = d_model // num_heads
+    heads = []
+    for i in range(num_heads):
+        index = slice(i, None, num_heads) if interleaved else slice(i * head_dim, (i + 1) * head_dim)
+        part = block[:, index] if columns else block[index]
+        heads.append(part.T if transpose and not columns else part)
+    return torch.stack(heads)
+
+
+_PER_HEAD_SHAPES = (("num_heads", "d_model", "head_dim"),) * 3
+
+PER_HEAD_WEIGHTS = Exercise(
+    name="per_head_weights",
+    lesson=LESSON,
+    params=("in_proj_weight", "num_heads"),
+    returns=_PER_HEAD_SHAPES,
+    reference=per_head_weights,
+    make_cases=_per_head_cases,
+    output_names=("W_q", "W_k", "W_v"),
+    variants=(
+        Variant(
+            "your matrices are not transposed: nn.Linear, and so in_proj_weight, keeps a projection as (out_features, "
+            "in_features) and computes x W^T. Head i's rows i * head_dim to (i + 1) * head_dim - 1 of the query "
+            "block, transposed, give the (d_model, head_dim) matrix that multiplies x from the right.",
+            lambda w, h: _heads_from(w, h, lambda b, n: _slices(b, n, transpose=False)),
+        ),
+        Variant(
+            "head i got every num_heads-th row (i, i + num_heads, ...): the heads dealt out in turn. Head i owns the "
+            "consecutive output features i * head_dim to (i + 1) * head_dim - 1, as split_heads cuts them.",
+            lambda w, h: _heads_from(w, h, lambda b, n: _slices(b, n, interleaved=True)),
+        ),
+        Variant(
+            "the heads were cut from the input features (the columns of in_proj_weight): every head reads the whole "
+            "input x and owns a slice of the output features, which are the rows of nn.Linear's weight.",
+            lambda w, h: _heads_from(w, h, lambda b, n: _slices(b, n, columns=True)),
+        ),
+        Variant(
+            "each block was reshaped straight to (num_heads, d_model, head_dim), which mixes rows of different output "
+            "features: head i's matrix is made of whole rows of the block, rows i * head_dim to (i + 1) * head_dim - "
+            "1 (its output features), transposed.",
+            lambda w, h: _heads_from(w, h, lambda b, n: b.reshape(n, b.shape[1], b.shape[1] // n)),
+        ),
+        Variant(
+            "the query, key and value blocks are in the wrong order: in_proj_weight stacks the query projection "
+            "first, then the keys', then the values' (rows 0 to d_model - 1 are the queries').",
+            lambda w, h: (lambda q, k, v: (k, q, v))(*per_head_weights(w, h)),
+            lambda w, h: (lambda q, k, v: (v, k, q))(*per_head_weights(w, h)),
+        ),
+        Variant(
+            "every head got the whole (d_model, d_model) projection: head i owns only head_dim of its output "
+            "features, rows i * head_dim to (i + 1) * head_dim - 1 of the block (transposed).",
+            lambda w, h: tuple(b.T.expand(h, -1, -1) for b in w.chunk(3)),
+        ),
+    ),
+    hint=(
+        "PyTorch stacks the three projections on top of each other, in nn.Linear's layout (out, in): rows are "
+        "output features. Head i owns the output features i * head_dim to (i + 1) * head_dim - 1 of each.",
+        "`w_q, w_k, w_v = in_proj_weight.chunk(3)`, each (d_model, d_model) as (out, in). Cut the output rows into "
+        "heads with `reshape(num_heads, head_dim, d_model)`, then transpose the last two axes so that head i's "
+        "queries are `x @ W_q[i]`.",
+        "`d_model = in_proj_weight.shape[1]`; `head_dim = d_model // num_heads`; "
+        "`blocks = in_proj_weight.reshape(3, num_heads, head_dim, d_model).transpose(-2, -1)`; `return blocks[0], "
+        "blocks[1], blocks[2]`.",
+    ),
+)
+
+EXERCISES = (SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_ATTENTION, GROUPED_QUERY_ATTENTION, PER_HEAD_WEIGHTS)

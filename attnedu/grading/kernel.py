@@ -20,6 +20,7 @@ lists, numbers, strings; anything else is described by its type name, a module b
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -43,6 +44,8 @@ CHILD_SETUP = 3.0  # for the child to load the inputs, before the first call
 
 
 def call_exercise(namespace: Mapping, name: str, cases_path: str, out_dir: str, time_limit: float) -> None:
+    """For an exercise whose function takes part in training (``Exercise.gradients``), each case is also called a
+    second time with gradients on, and the gradients that flow back to its inputs are saved too."""
     out = Path(out_dir)
     fn = namespace.get(name)
     _write_json(out / "meta.json", describe(fn))
@@ -51,19 +54,27 @@ def call_exercise(namespace: Mapping, name: str, cases_path: str, out_dir: str, 
     exercise = EXERCISES.get(name)
     launch = exercise.launch if exercise is not None else None  # e.g. a Triton kernel, run by the course's launcher
     forbidden = exercise.forbidden if exercise is not None else ()  # the course's modules the answer may not run
+    gradients = bool(exercise is not None and exercise.gradients)  # it takes part in training: measure them too
     fork = getattr(os, "fork", None)
     if sys.platform.startswith("linux") and callable(fork):
-        _call_in_child(fork, fn, cases_path, out, time_limit, launch, forbidden)
+        _call_in_child(fork, fn, cases_path, out, time_limit, gradients, launch, forbidden)
     else:
-        _call_cases(fn, cases_path, out, time_limit, launch, forbidden)
+        _call_cases(fn, cases_path, out, time_limit, gradients, launch, forbidden)
 
 
 def _call_cases(
-    fn: Callable, cases_path: str, out: Path, time_limit: float, launch: Callable | None = None, forbidden: tuple = ()
+    fn: Callable,
+    cases_path: str,
+    out: Path,
+    time_limit: float,
+    gradients: bool = False,
+    launch: Callable | None = None,
+    forbidden: tuple = (),
 ) -> None:
     cases = torch.load(cases_path, weights_only=False)  # written by the grader: modules included
     for index, args in enumerate(cases):
-        call = call_learner(fn, args, time_limit, launch, forbidden)
+        spare = copy.deepcopy(tuple(args)) if gradients else None
+        call = call_learner(fn, args, time_limit, spare, launch, forbidden)
         record = {
             "value": encode(call.value),
             "args": encode(tuple(args)),  # as the function left them: a change in place shows
@@ -73,6 +84,8 @@ def _call_cases(
             "not_implemented": call.not_implemented,
             "timed_out": call.timed_out,
             "printed": call.printed,
+            "gradients": encode(call.gradients),
+            "gradient_error": call.gradient_error[:MAX_TEXT],
             "used_reference": call.used_reference[:MAX_TEXT],  # the course's own code it ran, where forbidden
         }
         _save(out / f"{index}.pt", record)
@@ -81,16 +94,23 @@ def _call_cases(
 
 
 def _call_in_child(
-    fork: Callable, fn: Callable, cases_path: str, out: Path, time_limit: float, launch=None, forbidden: tuple = ()
+    fork: Callable,
+    fn: Callable,
+    cases_path: str,
+    out: Path,
+    time_limit: float,
+    gradients: bool = False,
+    launch=None,
+    forbidden: tuple = (),
 ) -> None:
     try:
         pid = fork()
     except OSError:  # e.g. the process limit: call here instead
-        _call_cases(fn, cases_path, out, time_limit, launch, forbidden)
+        _call_cases(fn, cases_path, out, time_limit, gradients, launch, forbidden)
         return
     if pid == 0:  # the child: call, save, and leave without running any of the kernel's exit handlers
         try:
-            _call_cases(fn, cases_path, out, time_limit, launch, forbidden)
+            _call_cases(fn, cases_path, out, time_limit, gradients, launch, forbidden)
             (out / "finished").touch()
         finally:
             os._exit(0)

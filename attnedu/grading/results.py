@@ -156,6 +156,8 @@ def remote_call(records: dict[int, dict], outcome: str):
             not_implemented=record.get("not_implemented") is True,
             timed_out=record.get("timed_out") is True,
             printed=_text(record.get("printed"), MAX_PRINTED + 100),
+            gradients=decode(record.get("gradients")),
+            gradient_error=_text(record.get("gradient_error")),
             used_reference=_text(record.get("used_reference")),
         )
         return result, rebuild_args(case.args, record.get("args"))

@@ -218,6 +218,14 @@ def bi_forward_only(states, lengths):
     return states[torch.arange(states.shape[0]), lengths - 1, : states.shape[-1] // 2]
 
 
+def lrs_detached(states, lengths):
+    return learner_last_real_state(states.detach(), lengths)  # the right vectors, cut off from the encoder
+
+
+def bs_through_lists(states, lengths):
+    return torch.tensor(learner_bidirectional_summary(states, lengths).tolist())
+
+
 MUTANTS = [
     ("padding_mask", mask_inverted, "inverted"),
     ("padding_mask", mask_off_by_one, "one True too many"),
@@ -227,7 +235,7 @@ MUTANTS = [
     ("padding_mask", mask_as_float, "dtype torch.float32, expected torch.bool"),
     ("padding_mask", mask_loop_of_ones, "dtype torch.int64, expected torch.bool"),
     ("padding_mask", mask_unsqueeze_in_place, "modified its input `lengths` in place"),
-    ("last_real_state", last_takes_padding, "`states[:, -1]`"),
+    ("last_real_state", last_takes_padding, "the last position of the padded batch"),
     ("last_real_state", last_off_by_one, "one after the last real word"),
     ("last_real_state", last_one_early, "one before the last real word"),
     ("last_real_state", last_time_major, "axes are used in the wrong order"),
@@ -238,7 +246,7 @@ MUTANTS = [
     ("reverse_padded", reverse_batch, "sentences of the batch in reverse order"),
     ("reverse_padded", reverse_all_but_last, "the last real word stayed"),
     ("reverse_padded", reverse_one_too_many, "one token too many"),
-    ("reverse_padded", reverse_index_n_minus_j, "`n - j`"),
+    ("reverse_padded", reverse_index_n_minus_j, "got token n - j,"),
     ("reverse_padded", reverse_in_place, "modified its input `src` in place"),
     ("reverse_padded", reverse_into_floats, "expected torch.int64"),
     ("bidirectional_summary", bi_last_padded, "both halves from the last position"),
@@ -250,6 +258,8 @@ MUTANTS = [
     ("bidirectional_summary", bi_halves_swapped, "two halves are swapped"),
     ("bidirectional_summary", bi_positions_swapped, "positions of the two directions are swapped"),
     ("bidirectional_summary", bi_forward_only, "only the forward half"),
+    ("last_real_state", lrs_detached, "no gradient flows back from your outputs to `states`"),
+    ("bidirectional_summary", bs_through_lists, "no gradient flows back from your outputs to `states`"),
 ]
 
 
@@ -312,7 +322,7 @@ KIND_MUTANTS = [
     ("padding_mask", mask_off_by_one, PADDED, "one True too many"),
     ("padding_mask", pm_int8_positions, LARGE, "large inputs"),
     ("last_real_state", lrs_slice_without_padding, UNPADDED, "extra dimension of size 1"),
-    ("last_real_state", last_takes_padding, PADDED, "`states[:, -1]`"),
+    ("last_real_state", last_takes_padding, PADDED, "the last position of the padded batch"),
     ("last_real_state", lrs_uint8_lengths, LARGE, "large inputs"),
     ("reverse_padded", rp_shortcut_without_padding, UNPADDED, "no padding"),
     ("reverse_padded", reverse_whole_rows, PADDED, "padding moved to the front"),
@@ -556,17 +566,17 @@ BUGS = [
     ("last_real_state", lrs_time_major_transpose, "axes are used in the wrong order"),
     ("last_real_state", lrs_masked_sum, GENERIC),
     ("last_real_state", lrs_squeeze, "wrong shape"),
-    ("last_real_state", lrs_last_column, "`states[:, -1]`"),
+    ("last_real_state", lrs_last_column, "the last position of the padded batch"),
     ("reverse_padded", rp_cat_wrong_order, "padding moved to the front"),
     ("reverse_padded", rp_flip_dim_one, "raised IndexError"),
     ("reverse_padded", rp_whole_row_loop, "padding moved to the front"),
     ("reverse_padded", rp_slice_to_zero, "raised ValueError"),
-    ("reverse_padded", rp_index_from_length, "token `n - j`"),
+    ("reverse_padded", rp_index_from_length, "token n - j,"),
     ("reverse_padded", rp_no_copy, "modified its input `src` in place"),
     ("reverse_padded", rp_shortest_length, GENERIC),
     ("reverse_padded", rp_longest_length, GENERIC),
     ("reverse_padded", rp_float_buffer, "expected torch.int64"),
-    ("reverse_padded", rp_index_loop_n_minus_two, "token `n - 2 - j`"),
+    ("reverse_padded", rp_index_loop_n_minus_two, "token n - 2 - j,"),
     ("bidirectional_summary", bs_both_at_last_word, "backward half was taken at the last real word"),
     ("bidirectional_summary", bs_forward_at_end, "forward half comes from the last position"),
     ("bidirectional_summary", bs_forward_at_length, "one after the last real word"),

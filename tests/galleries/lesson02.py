@@ -311,6 +311,24 @@ def coverage_zeroes_in_place(weights, src_lengths, tgt_lengths):
     return learner_coverage(weights, src_lengths, tgt_lengths)
 
 
+def as_data(query, keys, W_a, U_a, v_a):
+    return learner_additive_score(query, keys.data, W_a, U_a.data, v_a)
+
+
+def ms_detached(scores, mask):
+    return learner_masked_softmax(scores.detach(), mask)
+
+
+def cv_detached_values(weights, values):
+    return learner_context_vector(weights, values.detach())
+
+
+def ds_detached_state(embedded, state, annotations, mask, attention, cell, out):
+    """The decoder step that detaches the state it is given: right numbers, and training could never learn through
+    time (truncated backpropagation of length one)."""
+    return learner_decoder_step(embedded, state.detach(), annotations, mask, attention, cell, out)
+
+
 MUTANTS = [
     ("additive_score", score_no_tanh, "tanh is missing"),
     ("additive_score", score_with_softmax, "softmax of the scores"),
@@ -360,6 +378,10 @@ MUTANTS = [
     ("coverage", coverage_keeps_source_padding, "padded source positions are not 0"),
     ("coverage", coverage_lengths_swapped, "swapped"),
     ("coverage", coverage_zeroes_in_place, "modified its input `weights` in place"),
+    ("additive_score", as_data, "no gradient flows back from your outputs to `keys` and `U_a`"),
+    ("masked_softmax", ms_detached, "no gradient flows back from your outputs to `scores`"),
+    ("context_vector", cv_detached_values, "no gradient flows back from your outputs to `values`"),
+    ("decoder_step", ds_detached_state, "no gradient flows back from your outputs to `state`"),
 ]
 
 

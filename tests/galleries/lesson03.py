@@ -306,6 +306,31 @@ def gds_overwrites_attentional(embedded, state, attentional, annotations, mask, 
     return result
 
 
+def gs_detached_query(query, keys, W_a):
+    return learner_general_score(query.detach(), keys, W_a)
+
+
+def ah_detached_weight(context, state, W_c):
+    return learner_attentional_hidden(context, state, W_c.detach())
+
+
+def aas_item_lengths(states, annotations, src_lengths, W_a):
+    context, weights = learner_attend_all_steps(states, annotations, src_lengths, W_a)
+    return context, torch.tensor(weights.tolist())  # the weights as numbers: no gradient through them
+
+
+def gds_detached_state(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    return learner_general_decoder_step(embedded, state.detach(), attentional, annotations, mask, W_a, cell, combine,
+                                        out)  # fmt: skip
+
+
+def gds_returns_detached_state(embedded, state, attentional, annotations, mask, W_a, cell, combine, out):
+    logits, new_state, new_attentional, weights = learner_general_decoder_step(
+        embedded, state, attentional, annotations, mask, W_a, cell, combine, out
+    )
+    return logits, new_state.detach(), new_attentional, weights
+
+
 MUTANTS = [
     ("general_score", gs_dot, "W_a is missing"),
     ("general_score", gs_W_transposed, "W_a^T in place of W_a"),
@@ -336,17 +361,22 @@ MUTANTS = [
     ("attend_all_steps", aas_returns_weights_only, "should return 2 values"),
     ("general_decoder_step", gds_attends_from_old_state, "one step early"),
     ("general_decoder_step", gds_gru_input_order, "GRU input is concatenated in the wrong order"),
-    ("general_decoder_step", gds_feeds_state, "where h~_{t-1} belongs"),
-    ("general_decoder_step", gds_combine_order, "[h_t; c_t], the wrong order"),
+    ("general_decoder_step", gds_feeds_state, "where s~_{t-1} belongs"),
+    ("general_decoder_step", gds_combine_order, "[s_t; c_t], the wrong order"),
     ("general_decoder_step", gds_combine_old_state, "combines c_t with the previous state"),
     ("general_decoder_step", gds_no_tanh, "tanh is missing"),
-    ("general_decoder_step", gds_logits_from_state, "logits come from the state h_t"),
+    ("general_decoder_step", gds_logits_from_state, "logits come from the state s_t"),
     ("general_decoder_step", gds_returns_old_state, "the state you returned is the previous state"),
     ("general_decoder_step", gds_no_mask, "weight to padding"),
     ("general_decoder_step", gds_batch_axis_one_late, "one axis too late"),
     ("general_decoder_step", gds_features_one_early, "one axis too early"),
     ("general_decoder_step", gds_three_outputs, "should return 4 values"),
     ("general_decoder_step", gds_overwrites_attentional, "modified its input `attentional` in place"),
+    ("general_score", gs_detached_query, "no gradient flows back from your outputs to `query`"),
+    ("attentional_hidden", ah_detached_weight, "no gradient flows back from your outputs to `W_c`"),
+    ("attend_all_steps", aas_item_lengths, "the gradient that flows back to `states`, `annotations` and `W_a` differs"),
+    ("general_decoder_step", gds_detached_state, "no gradient flows back from your outputs to `state`"),
+    ("general_decoder_step", gds_returns_detached_state, "differs from the reference's, although every output"),
 ]
 
 
@@ -643,8 +673,8 @@ BUGS = [
     ("attend_all_steps", aas_masks_the_lengths_in_place, "modified its input `src_lengths` in place"),
     ("general_decoder_step", gds_bahdanau_order, "one step early"),
     ("general_decoder_step", gds_no_input_feeding, GENERIC),
-    ("general_decoder_step", gds_state_and_context_swapped, "[h_t; c_t], the wrong order"),
-    ("general_decoder_step", gds_predicts_from_h, "logits come from the state h_t"),
+    ("general_decoder_step", gds_state_and_context_swapped, "[s_t; c_t], the wrong order"),
+    ("general_decoder_step", gds_predicts_from_h, "logits come from the state s_t"),
     ("general_decoder_step", gds_returns_attentional_as_state, GENERIC),
     ("general_decoder_step", gds_dot_score, GENERIC),
     ("general_decoder_step", gds_in_place_state, "modified its input `state` in place"),

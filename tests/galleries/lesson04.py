@@ -1,6 +1,6 @@
-"""Lesson 04, 04_query_key_value: the galleries of ``scaled_dot_product_attention`` and ``cross_attention``
-(CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py
-describes them).
+"""Lesson 04, 04_query_key_value: the galleries of ``scaled_dot_product_attention``, ``cross_attention``,
+``initial_score_std`` and ``previous_token_scale`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE,
+BUGS, as tests/galleries/__init__.py describes them).
 """
 
 from __future__ import annotations
@@ -35,6 +35,13 @@ def learner_sdpa_by_hand(query, key, value, mask):
     return torch.einsum("bqk,bkv->bqv", weights, value), weights
 
 
+def learner_sdpa_zero_rows(query, key, value, mask):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    weights = torch.softmax(scores.masked_fill(~mask, NEG_INF), dim=-1)
+    weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # only the rows with nothing to attend
+    return weights @ value, weights
+
+
 def learner_cross_attention(target, source, source_lengths, W_Q, W_K, W_V):
     q, k, v = target @ W_Q, source @ W_K, source @ W_V
     real = torch.arange(source.shape[1])[None, :] < source_lengths[:, None]
@@ -42,9 +49,32 @@ def learner_cross_attention(target, source, source_lengths, W_Q, W_K, W_V):
     return learner_sdpa(q, k, v, mask)
 
 
+def learner_initial_score_std(input_std, weight_std, d_model, head_dim):
+    component_var = d_model * input_std**2 * weight_std**2  # Var(q_i), a sum of d_model products
+    return math.sqrt(head_dim) * component_var  # std of a sum of head_dim products q_i k_i: sqrt(head_dim) Var(q_i)
+
+
+def learner_initial_score_std_by_parts(input_std, weight_std, d_model, head_dim):
+    component_std = math.sqrt(d_model) * input_std * weight_std
+    return head_dim**0.5 * component_std * component_std
+
+
+def learner_previous_token_scale(lengths, head_dim, min_weight):
+    competitors = lengths - 1
+    margin = torch.log(min_weight * competitors / (1 - min_weight))  # exp(a) / (exp(a) + m) = w
+    return math.sqrt(head_dim) * margin
+
+
+def learner_previous_token_scale_logit(lengths, head_dim, min_weight):
+    margin = math.log(min_weight / (1 - min_weight)) + torch.log((lengths - 1).float())
+    return head_dim**0.5 * margin
+
+
 CORRECT = {
-    "scaled_dot_product_attention": [learner_sdpa, learner_sdpa_by_hand],
+    "scaled_dot_product_attention": [learner_sdpa, learner_sdpa_by_hand, learner_sdpa_zero_rows],
     "cross_attention": [learner_cross_attention],
+    "initial_score_std": [learner_initial_score_std, learner_initial_score_std_by_parts],
+    "previous_token_scale": [learner_previous_token_scale, learner_previous_token_scale_logit],
 }
 
 
@@ -119,6 +149,16 @@ def sd_naive_exp(query, key, value, mask):
     return weights @ value, weights
 
 
+def sd_detached_keys(query, key, value, mask):
+    return learner_sdpa(query, key.detach(), value, mask)  # right numbers; no gradient reaches the keys
+
+
+def sd_numpy_round_trip(query, key, value, mask):
+    scores = torch.from_numpy((query @ key.transpose(-2, -1)).detach().numpy()) / math.sqrt(query.shape[-1])
+    weights = torch.softmax(scores.masked_fill(~mask, NEG_INF), dim=-1).nan_to_num(0.0)
+    return weights @ value, weights
+
+
 def sd_in_place(query, key, value, mask):
     query /= math.sqrt(query.shape[-1])
     weights = torch.softmax((query @ key.transpose(-2, -1)).masked_fill(~mask, NEG_INF), dim=-1).nan_to_num(0.0)
@@ -183,6 +223,89 @@ def ca_transposed_weights(target, source, source_lengths, W_Q, W_K, W_V):
     return _ca(target, source, source_lengths, W_Q.T, W_K.T, W_V.T)
 
 
+def ca_value_data(target, source, source_lengths, W_Q, W_K, W_V):
+    return learner_cross_attention(target, source, source_lengths, W_Q, W_K, W_V.data)
+
+
+def _std(input_std, weight_std, d_model, head_dim, *, sum_terms=None, product=None, form="std"):
+    """A known-wrong initial_score_std: how many terms the score sums (sum_terms), the variance of one query
+    component (product), or the variance form."""
+    component_var = d_model * input_std**2 * weight_std**2 if product is None else product
+    terms = head_dim if sum_terms is None else sum_terms
+    if form == "variance_first":
+        return torch.sqrt(terms * component_var**2)
+    return math.sqrt(terms) * component_var
+
+
+def ss_no_head_dim(input_std, weight_std, d_model, head_dim):
+    return _std(input_std, weight_std, d_model, head_dim, sum_terms=1)
+
+
+def ss_variance(input_std, weight_std, d_model, head_dim):
+    return head_dim * (d_model * input_std**2 * weight_std**2) ** 2
+
+
+def ss_std_not_variance(input_std, weight_std, d_model, head_dim):
+    return _std(input_std, weight_std, d_model, head_dim, product=d_model * input_std * weight_std)
+
+
+def ss_no_d_model(input_std, weight_std, d_model, head_dim):
+    return _std(input_std, weight_std, d_model, head_dim, product=input_std**2 * weight_std**2)
+
+
+def ss_swapped(input_std, weight_std, d_model, head_dim):
+    return _std(
+        input_std, weight_std, d_model, head_dim, sum_terms=d_model, product=head_dim * input_std**2 * weight_std**2
+    )
+
+
+def ss_no_input_std(input_std, weight_std, d_model, head_dim):
+    return _std(input_std, weight_std, d_model, head_dim, product=d_model * weight_std**2)
+
+
+def ss_head_dim_minus_one(input_std, weight_std, d_model, head_dim):
+    return _std(input_std, weight_std, d_model, head_dim, sum_terms=head_dim - 1)
+
+
+def ss_head_dim_plus_one(input_std, weight_std, d_model, head_dim):
+    return _std(input_std, weight_std, d_model, head_dim, sum_terms=head_dim + 1)
+
+
+def _scale(lengths, head_dim, min_weight, *, competitors=None, root=None, odds=True):
+    m = lengths - 1 if competitors is None else competitors
+    r = math.sqrt(head_dim) if root is None else root
+    ratio = min_weight * m / (1 - min_weight) if odds else min_weight * m
+    return r * torch.log(ratio)
+
+
+def pt_no_sqrt(lengths, head_dim, min_weight):
+    return _scale(lengths, head_dim, min_weight, root=1.0)
+
+
+def pt_head_dim(lengths, head_dim, min_weight):
+    return _scale(lengths, head_dim, min_weight, root=head_dim)
+
+
+def pt_counts_the_previous_key(lengths, head_dim, min_weight):
+    return _scale(lengths, head_dim, min_weight, competitors=lengths)
+
+
+def pt_one_competitor_too_few(lengths, head_dim, min_weight):
+    return _scale(lengths, head_dim, min_weight, competitors=lengths - 2)
+
+
+def pt_no_competitors(lengths, head_dim, min_weight):
+    return _scale(lengths, head_dim, min_weight, competitors=torch.ones_like(lengths))
+
+
+def pt_padded_length(lengths, head_dim, min_weight):
+    return _scale(lengths, head_dim, min_weight, competitors=torch.full_like(lengths, int(lengths.max()) - 1))
+
+
+def pt_no_odds(lengths, head_dim, min_weight):
+    return _scale(lengths, head_dim, min_weight, odds=False)
+
+
 def ca_mask_without_query_axis(target, source, source_lengths, W_Q, W_K, W_V):
     q, k, v = target @ W_Q, source @ W_K, source @ W_V
     real = torch.arange(source.shape[1])[None, :] < source_lengths[:, None]
@@ -204,7 +327,9 @@ MUTANTS = [
     ("scaled_dot_product_attention", sd_nan_row, "fully masked row gives NaN"),
     ("scaled_dot_product_attention", sd_large_negative, "uniform weights"),
     ("scaled_dot_product_attention", sd_averages_keys, "averages the keys"),
-    ("scaled_dot_product_attention", sd_naive_exp, "large inputs"),
+    ("scaled_dot_product_attention", sd_naive_exp, "contains NaN or inf where the reference's is finite"),
+    ("scaled_dot_product_attention", sd_detached_keys, "no gradient flows back from your outputs to `key`"),
+    ("scaled_dot_product_attention", sd_numpy_round_trip, "to `query` and `key`"),
     ("scaled_dot_product_attention", sd_in_place, "modified its input `query` in place"),
     ("scaled_dot_product_attention", sd_output_only, "should return 2 values"),
     ("cross_attention", ca_no_mask, "weight to padding"),
@@ -218,12 +343,30 @@ MUTANTS = [
     ("cross_attention", ca_q_k_swapped, "W_Q and W_K are swapped"),
     ("cross_attention", ca_transposed_weights, "transposed matrices"),
     ("cross_attention", ca_mask_without_query_axis, "raised RuntimeError"),
+    ("cross_attention", ca_value_data, "no gradient flows back from your outputs to `W_V`"),
+    ("initial_score_std", ss_no_head_dim, "does not grow with head_dim"),
+    ("initial_score_std", ss_variance, "the variance of q . k, not its standard deviation"),
+    ("initial_score_std", ss_std_not_variance, "standard deviations where variances belong"),
+    ("initial_score_std", ss_no_d_model, "does not grow with d_model"),
+    ("initial_score_std", ss_swapped, "d_model and head_dim are swapped"),
+    ("initial_score_std", ss_no_input_std, "input_std is missing"),
+    ("initial_score_std", ss_head_dim_minus_one, "the reference's times"),
+    ("initial_score_std", ss_head_dim_plus_one, "the reference's times"),
+    ("previous_token_scale", pt_no_sqrt, "sqrt(head_dim) is missing"),
+    ("previous_token_scale", pt_head_dim, "grows like head_dim"),
+    ("previous_token_scale", pt_counts_the_previous_key, "you counted length competitors"),
+    ("previous_token_scale", pt_one_competitor_too_few, "you counted length - 2 competitors"),
+    ("previous_token_scale", pt_no_competitors, "the competing keys are missing"),
+    ("previous_token_scale", pt_padded_length, "padded batch's length"),
+    ("previous_token_scale", pt_no_odds, "1 / (1 - min_weight) is missing"),
 ]
 
 
 OFF_BY_ONE = {
     "scaled_dot_product_attention": (sd_sum_without_keepdim, sd_softmax_over_queries),
     "cross_attention": (ca_one_too_many, ca_one_too_few),
+    "initial_score_std": (ss_head_dim_plus_one, ss_head_dim_minus_one),
+    "previous_token_scale": (pt_counts_the_previous_key, pt_one_competitor_too_few),
 }
 
 
@@ -252,18 +395,52 @@ def ca_naive_exp(target, source, source_lengths, W_Q, W_K, W_V):
     return weights @ v, weights
 
 
+def sd_naive_exp_guarded(query, key, value, mask):
+    e = torch.exp(query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])) * mask
+    weights = e / e.sum(dim=-1, keepdim=True).clamp_min(1e-30)  # a fully masked row: 0 / 1e-30 = 0
+    return weights @ value, weights
+
+
+def ss_variance_first(input_std, weight_std, d_model, head_dim):
+    return torch.sqrt(head_dim * (d_model * input_std**2 * weight_std**2) ** 2)  # the variance overflows first
+
+
+def pt_bisection(lengths, head_dim, min_weight):
+    """Search c in [0, 100] by bisection, as a learner might: right unless c lies beyond the bracket."""
+    low, high = torch.zeros(lengths.shape), torch.full(lengths.shape, 100.0)
+    for _ in range(60):
+        c = (low + high) / 2
+        a = c / math.sqrt(head_dim)
+        weight = torch.exp(a) / (torch.exp(a) + (lengths - 1))
+        low, high = torch.where(weight < min_weight, c, low), torch.where(weight < min_weight, high, c)
+    return (low + high) / 2
+
+
+def pt_unpadded_off(lengths, head_dim, min_weight):
+    if bool((lengths == lengths[0]).all()):
+        return _scale(lengths, head_dim, min_weight, competitors=lengths)  # (wrong only when nothing is padded)
+    return learner_previous_token_scale(lengths, head_dim, min_weight)
+
+
 KIND_MUTANTS = [
     *batch_of_one(CORRECT),
     ("scaled_dot_product_attention", sd_unscaled_without_padding, UNPADDED, "no padding"),
     ("scaled_dot_product_attention", sd_mask_ignored, PADDED, "softmax without the mask"),
-    ("scaled_dot_product_attention", sd_naive_exp, LARGE, "large inputs"),
+    ("scaled_dot_product_attention", sd_naive_exp_guarded, LARGE, "large inputs"),
     ("cross_attention", ca_unscaled_without_padding, UNPADDED, "no padding"),
     ("cross_attention", ca_no_mask, PADDED, "weight to padding"),
     ("cross_attention", ca_naive_exp, LARGE, "large inputs"),
+    ("initial_score_std", ss_variance_first, LARGE, "forms the variance of q . k before its square root"),
+    ("previous_token_scale", pt_bisection, LARGE, "large inputs"),
+    ("previous_token_scale", pt_padded_length, PADDED, "padded batch's length"),
+    ("previous_token_scale", pt_unpadded_off, UNPADDED, "no padding"),
 ]
 
 
-KINDS_NOT_APPLICABLE: dict[tuple[str, str], str] = {}
+KINDS_NOT_APPLICABLE: dict[tuple[str, str], str] = {
+    ("initial_score_std", PADDED): "a formula of four numbers: there are no sequences to pad",
+    ("initial_score_std", UNPADDED): "a formula of four numbers: there are no sequences to pad",
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -382,7 +559,76 @@ def ca_truncates_to_shortest(target, source, source_lengths, W_Q, W_K, W_V):
     return weights @ v, weights
 
 
+def score_std_sqrt_of_everything(input_std, weight_std, d_model, head_dim):
+    return math.sqrt(head_dim * d_model) * input_std * weight_std
+
+
+def score_std_var_of_sum(input_std, weight_std, d_model, head_dim):
+    return input_std**2 * weight_std**2 * d_model * head_dim
+
+
+def score_std_loop(input_std, weight_std, d_model, head_dim):
+    out = torch.zeros_like(input_std)
+    for b in range(len(input_std)):
+        var_q = d_model * float(input_std[b]) ** 2 * float(weight_std[b]) ** 2
+        out[b] = math.sqrt(head_dim) * var_q**2
+    return out
+
+
+def score_std_numpy(input_std, weight_std, d_model, head_dim):
+    import numpy as np
+
+    return torch.from_numpy(np.sqrt(head_dim) * d_model * (input_std.numpy() * weight_std.numpy()) ** 2)
+
+
+def score_std_per_component(input_std, weight_std, d_model, head_dim):
+    return (d_model * input_std**2 * weight_std**2) ** 0.5
+
+
+def score_std_forgets_inputs(input_std, weight_std, d_model, head_dim):
+    var_q = d_model * weight_std.pow(2)
+    return var_q * head_dim**0.5
+
+
+def prev_scale_sentence_count(lengths, head_dim, min_weight):
+    others = torch.full_like(lengths, len(lengths)).float()  # the number of sentences, not of positions
+    return math.sqrt(head_dim) * torch.log(min_weight * others / (1 - min_weight))
+
+
+def prev_scale_plain_odds(lengths, head_dim, min_weight):
+    odds = min_weight / (1 - min_weight)
+    return torch.full(lengths.shape, math.sqrt(head_dim) * math.log(odds))
+
+
+def prev_scale_log_outside(lengths, head_dim, min_weight):
+    return math.sqrt(head_dim) * math.log(min_weight / (1 - min_weight)) + torch.log((lengths - 1).float())
+
+
+def prev_scale_python_list(lengths, head_dim, min_weight):
+    return [math.sqrt(head_dim) * math.log(min_weight * (n - 1) / (1 - min_weight)) for n in lengths.tolist()]
+
+
+def prev_scale_weight_over_rest(lengths, head_dim, min_weight):
+    return math.sqrt(head_dim) * torch.log(min_weight / (1 - min_weight) / (lengths - 1))
+
+
+def prev_scale_natural_units(lengths, head_dim, min_weight):
+    return torch.log(min_weight * (lengths - 1) / (1 - min_weight)) / math.sqrt(head_dim)
+
+
 BUGS = [
+    ("initial_score_std", score_std_sqrt_of_everything, GENERIC),
+    ("initial_score_std", score_std_per_component, "one query component"),
+    ("initial_score_std", score_std_forgets_inputs, "input_std is missing"),
+    ("initial_score_std", score_std_var_of_sum, "grows like head_dim, not sqrt(head_dim)"),
+    ("initial_score_std", score_std_loop, GENERIC),
+    ("initial_score_std", score_std_numpy, "dtype torch.float64"),
+    ("previous_token_scale", prev_scale_log_outside, GENERIC),
+    ("previous_token_scale", prev_scale_python_list, "should be a torch.Tensor"),
+    ("previous_token_scale", prev_scale_weight_over_rest, GENERIC),
+    ("previous_token_scale", prev_scale_natural_units, "divided by sqrt(head_dim) where it must be multiplied"),
+    ("previous_token_scale", prev_scale_sentence_count, GENERIC),
+    ("previous_token_scale", prev_scale_plain_odds, "the competing keys are missing"),
     ("scaled_dot_product_attention", sdpa_loops_unscaled, "the scale is missing"),
     ("scaled_dot_product_attention", sdpa_divides_by_len, "sqrt(key_len)"),
     ("scaled_dot_product_attention", sdpa_einsum_wrong_axis, "dim=1, the queries"),

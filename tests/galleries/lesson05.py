@@ -70,11 +70,25 @@ def learner_grouped_query_attention_grouped(query, key, value, mask, W_q, W_k, W
     return learner_merge_heads(heads) @ W_o, weights.reshape(batch, num_heads, query_len, -1)
 
 
+def learner_per_head_weights(in_proj_weight, num_heads):
+    d_model = in_proj_weight.shape[1]
+    head_dim = d_model // num_heads
+    blocks = in_proj_weight.chunk(3)  # q, k, v, each (out, in) as nn.Linear keeps them
+    return tuple(torch.stack([b[i * head_dim : (i + 1) * head_dim].T for i in range(num_heads)]) for b in blocks)
+
+
+def learner_per_head_weights_view(in_proj_weight, num_heads):
+    d_model = in_proj_weight.shape[1]
+    w = in_proj_weight.view(3, num_heads, d_model // num_heads, d_model).permute(0, 1, 3, 2)
+    return w[0], w[1], w[2]
+
+
 CORRECT = {
     "split_heads": [learner_split_heads, learner_split_heads_chunks],
     "merge_heads": [learner_merge_heads, learner_merge_heads_cat],
     "multi_head_attention": [learner_multi_head_attention],
     "grouped_query_attention": [learner_grouped_query_attention, learner_grouped_query_attention_grouped],
+    "per_head_weights": [learner_per_head_weights, learner_per_head_weights_view],
 }
 
 
@@ -280,6 +294,73 @@ def gqa_naive_exp(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv
     return learner_merge_heads(weights @ v) @ W_o, weights
 
 
+def sh_detached(x, num_heads):
+    return learner_split_heads(x.detach(), num_heads)
+
+
+def mh_through_lists(x):
+    return torch.tensor(learner_merge_heads(x).tolist())
+
+
+def mha_detached_output_projection(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    return learner_multi_head_attention(query, key, value, mask, W_q, W_k, W_v, W_o.detach(), num_heads)
+
+
+def gqa_key_data(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    return learner_grouped_query_attention(query, key.data, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads)
+
+
+def _phw(in_proj_weight, num_heads, *, transpose=True, step=None, start=0, stop=0, order=(0, 1, 2)):
+    d_model = in_proj_weight.shape[1]
+    head_dim = d_model // num_heads
+    blocks = in_proj_weight.chunk(3)
+    out = []
+    for b in (blocks[k] for k in order):
+        heads = []
+        for i in range(num_heads):
+            rows = b[i::num_heads] if step else b[i * head_dim + start : (i + 1) * head_dim + stop]
+            heads.append(rows.T if transpose else rows)
+        out.append(torch.stack(heads))
+    return tuple(out)
+
+
+def phw_not_transposed(in_proj_weight, num_heads):
+    return _phw(in_proj_weight, num_heads, transpose=False)
+
+
+def phw_interleaved(in_proj_weight, num_heads):
+    return _phw(in_proj_weight, num_heads, step=True)
+
+
+def phw_one_row_too_many(in_proj_weight, num_heads):
+    return _phw(in_proj_weight, num_heads, stop=1)
+
+
+def phw_one_row_too_few(in_proj_weight, num_heads):
+    return _phw(in_proj_weight, num_heads, stop=-1)
+
+
+def phw_k_first(in_proj_weight, num_heads):
+    return _phw(in_proj_weight, num_heads, order=(1, 0, 2))
+
+
+def phw_columns(in_proj_weight, num_heads):
+    head_dim = in_proj_weight.shape[1] // num_heads
+    return tuple(
+        torch.stack([b[:, i * head_dim : (i + 1) * head_dim] for i in range(num_heads)])
+        for b in in_proj_weight.chunk(3)
+    )
+
+
+def phw_straight_reshape(in_proj_weight, num_heads):
+    d_model = in_proj_weight.shape[1]
+    return tuple(b.reshape(num_heads, d_model, d_model // num_heads) for b in in_proj_weight.chunk(3))
+
+
+def phw_whole_block(in_proj_weight, num_heads):
+    return tuple(b.T.expand(num_heads, -1, -1) for b in in_proj_weight.chunk(3))
+
+
 MUTANTS = [
     ("split_heads", sh_interleaved, "split in the wrong order"),
     ("split_heads", sh_no_transpose_reshape, "without a transpose"),
@@ -314,6 +395,18 @@ MUTANTS = [
     ("grouped_query_attention", gqa_merge_one_low, "one too low"),
     ("grouped_query_attention", gqa_merge_one_high, "one too high"),
     ("grouped_query_attention", gqa_kv_split_into_all_heads, "raised RuntimeError"),
+    ("split_heads", sh_detached, "no gradient flows back from your outputs to `x`"),
+    ("merge_heads", mh_through_lists, "no gradient flows back from your outputs to `x`"),
+    ("multi_head_attention", mha_detached_output_projection, "no gradient flows back from your outputs to `W_o`"),
+    ("grouped_query_attention", gqa_key_data, "no gradient flows back from your outputs to `key`"),
+    ("per_head_weights", phw_not_transposed, "your matrices are not transposed"),
+    ("per_head_weights", phw_interleaved, "every num_heads-th row"),
+    ("per_head_weights", phw_one_row_too_many, "stack expects each tensor to be equal size"),
+    ("per_head_weights", phw_one_row_too_few, "has the wrong shape"),
+    ("per_head_weights", phw_k_first, "blocks are in the wrong order"),
+    ("per_head_weights", phw_columns, "cut from the input features"),
+    ("per_head_weights", phw_straight_reshape, "reshaped straight to (num_heads, d_model, head_dim)"),
+    ("per_head_weights", phw_whole_block, "every head got the whole (d_model, d_model) projection"),
 ]
 
 
@@ -322,6 +415,7 @@ OFF_BY_ONE = {
     "merge_heads": (mh_transpose_one_low, mh_transpose_one_high),
     "multi_head_attention": (mha_merge_one_low, mha_merge_one_high),
     "grouped_query_attention": (gqa_merge_one_low, gqa_merge_one_high),
+    "per_head_weights": (phw_one_row_too_many, phw_one_row_too_few),
 }
 
 
@@ -386,7 +480,11 @@ KIND_MUTANTS = [
 ]
 
 
-KINDS_NOT_APPLICABLE: dict[tuple[str, str], str] = {}
+KINDS_NOT_APPLICABLE: dict[tuple[str, str], str] = {
+    ("per_head_weights", PADDED): "weights, not sequences: there is nothing to pad",
+    ("per_head_weights", UNPADDED): "weights, not sequences: there is nothing to pad",
+    ("per_head_weights", LARGE): "slicing and transposing move numbers without arithmetic: nothing overflows",
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -592,7 +690,54 @@ def gqa_mask_no_head_axis(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads
     return (weights @ v).transpose(1, 2).reshape(b, n, d) @ W_o, weights
 
 
+def heads_from_linear_convention(in_proj_weight, num_heads):
+    q, k, v = in_proj_weight.chunk(3)
+    return tuple(m.T.reshape(num_heads, m.shape[0], -1) for m in (q, k, v))  # transposes, then cuts the rows
+
+
+def heads_loop_over_features(in_proj_weight, num_heads):
+    d_model = in_proj_weight.shape[1]
+    out = []
+    for block in in_proj_weight.split(d_model):
+        out.append(torch.stack([block[h * (d_model // num_heads) : (h + 1) * (d_model // num_heads), :] for h in
+                                range(num_heads)]))  # fmt: skip
+    return tuple(out)
+
+
+def heads_numpy(in_proj_weight, num_heads):
+    import numpy as np
+
+    d_model = in_proj_weight.shape[1]
+    w = np.asarray(in_proj_weight).reshape(3, num_heads, d_model // num_heads, d_model).transpose(0, 1, 3, 2)
+    return tuple(torch.from_numpy(w[i].astype(np.float64)) for i in range(3))
+
+
+def heads_value_first(in_proj_weight, num_heads):
+    d_model = in_proj_weight.shape[1]
+    w = in_proj_weight.view(3, num_heads, d_model // num_heads, d_model).transpose(2, 3)
+    return w[2], w[1], w[0]
+
+
+def heads_shared_slice(in_proj_weight, num_heads):
+    d_model = in_proj_weight.shape[1]
+    head_dim = d_model // num_heads
+    q, k, v = in_proj_weight.chunk(3)
+    return tuple(m[:head_dim].T.expand(num_heads, -1, -1) for m in (q, k, v))  # head 0's rows for every head
+
+
+def heads_only_queries(in_proj_weight, num_heads):
+    d_model = in_proj_weight.shape[1]
+    w = in_proj_weight[:d_model].view(num_heads, d_model // num_heads, d_model).transpose(1, 2)
+    return w, w, w
+
+
 BUGS = [
+    ("per_head_weights", heads_from_linear_convention, GENERIC),
+    ("per_head_weights", heads_loop_over_features, "your matrices are not transposed"),
+    ("per_head_weights", heads_numpy, "dtype torch.float64"),
+    ("per_head_weights", heads_value_first, "blocks are in the wrong order"),
+    ("per_head_weights", heads_shared_slice, GENERIC),
+    ("per_head_weights", heads_only_queries, GENERIC),
     ("split_heads", split_reshape_then_permute_wrong, GENERIC),
     ("split_heads", split_einops_style_interleave, "split in the wrong order"),
     ("split_heads", split_chunk_on_positions, GENERIC),
