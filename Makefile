@@ -29,10 +29,11 @@ LESSON ?=
 .PHONY: lab check test notebooks book lock cuda gpu-bench clean
 
 # The learner install: the lessons, the exercises, `make check` and the grader (requirements.txt).
-$(READY): requirements.txt constraints.txt pyproject.toml
+$(READY): requirements.txt requirements-nodeps.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --no-index --no-deps $(TORCH) 2>/dev/null || $(PIP) $(TORCH) $(TORCH_INDEX)
 	$(PIP) -r requirements.txt
+	$(PIP) --no-deps -r requirements-nodeps.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	$(BIN)/python -c "import matplotlib.pyplot"  # build the font cache now, not in a notebook
 	touch $(READY)
@@ -85,6 +86,7 @@ lock:
 	.venv-lock/bin/python -m pip install --quiet --no-index --no-deps $(TORCH) 2>/dev/null || \
 		.venv-lock/bin/python -m pip install --quiet $(TORCH) $(TORCH_INDEX)
 	.venv-lock/bin/python -m pip install --quiet -r requirements-dev.txt
+	.venv-lock/bin/python -m pip install --quiet --no-deps -r requirements-nodeps.txt
 	{ echo "# Exact versions of everything requirements.txt and requirements-dev.txt install; made by \`make lock\`, used by every install."; \
 	  .venv-lock/bin/python -m pip freeze --exclude-editable | sed -e 's/+cpu$$//'; } > constraints.txt
 	rm -rf .venv-lock

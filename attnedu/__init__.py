@@ -3,18 +3,22 @@
 One concept per module; a lesson's library code lives in the module its concept names (CONTRIBUTING.md):
     runtime            setup_notebook(), the first call of every notebook; seeds, threads, progress bars
     data               the toy translation task with gold alignments, vocabularies, batches (lessons 01-03)
-    tasks              synthetic sequence tasks (05-07); a character corpus with a bigram baseline (06-09)
+    tasks              synthetic sequence tasks (05-07, 11); a character corpus with a bigram baseline (06-09)
     masks              every mask (True = may attend): padding, causal, windows, prefix LM; converters (06)
     attention          scores (additive, dot, general, concat, location), masked softmax, scaled dot-product (02-04)
     multihead          split and merge heads, multi-head and grouped-query attention (05)
     positional         sinusoidal, learned, RoPE, ALiBi (07)
     models             GRU encoder-decoders: fixed context, Bahdanau, Luong (01-03)
     transformer        small attention models for lessons 05-07; the Transformer blocks of lesson 09 (post-norm,
-                       cross-attention, pre-norm with RMSNorm and SwiGLU), a decoder-only LM; parameter counts
+                       cross-attention, pre-norm with RMSNorm and SwiGLU), a decoder-only LM; parameter counts;
+                       BERT's encoder and an attention-only LM (11)
     inference          KV caches (full, rolling window, sinks), cached generation, cache sizes, GQA on heads and
                        MHA -> GQA pooling, latent attention (MLA), FlexAttention mask_mods, linear attention (10)
     train              training loop, greedy translation, accuracy by length; training and scoring a language model
     analysis           attention maps, alignment accuracy, crossing rate, gradient paths
+    heads              what heads do, measured: Clark et al.'s statistics, prefix matching, ablation; induction
+                       heads trained live (11)
+    pretrained         a pretrained BERT (all-MiniLM-L6-v2) read offline from its package into BertEncoder (11)
     flash              online softmax, tiles, tiled (Flash) attention in PyTorch, forward and backward (08)
     triton_attention   FlashAttention-2, forward and backward, as Triton kernels (GPU, or CPU interpreter) (08)
     triton_basics      small Triton kernels run on the CPU under the interpreter, memory-checked: lesson 08's practice

@@ -578,3 +578,47 @@ def kv_sharing_diagram(num_heads: int = 4, ax: Axes | None = None, title: str | 
     if title:
         ax.set_title(title, fontsize=11)
     return ax
+
+
+def induction_circuit_diagram(ax: Axes | None = None, title: str | None = None) -> Axes:
+    """The induction circuit of lesson 11 (Olsson et al. 2022) on a sequence ``A B C D A ?``, positions counted from 0
+    along the bottom, data flowing upwards. Layer 0: at each position a previous-token head copies the token before it
+    into the residual stream (B now carries "A came before me"). Layer 1: at the second A an induction head looks for
+    a position whose previous token was A (its query matches that key: prefix matching), finds B, and copies B into
+    the output: the prediction of the next token. Blue: tokens; orange: layer 0's stream; purple: layer 1's; green:
+    the prediction."""
+    from matplotlib.patches import Patch
+
+    ax = ax or plt.gca()
+    tokens = ["A", "B", "C", "D", "A"]
+    y_tok, y0, y1, y_out = 0.0, 1.6, 3.2, 4.6
+    for i, token in enumerate(tokens):
+        box(ax, 1.3 * i, y_tok, token, "encoder", width=0.6)
+        ax.text(1.3 * i, y_tok - 0.55, f"position {i}", ha="center", va="center", fontsize=7)
+        box(ax, 1.3 * i, y0, "", "decoder", width=0.6)
+        box(ax, 1.3 * i, y1, "", "context", width=0.6)
+        arrow(ax, (1.3 * i, y_tok), (1.3 * i, y0))
+        arrow(ax, (1.3 * i, y0), (1.3 * i, y1))
+    # layer 0: each position reads the one before it (drawn for B reading A)
+    arrow(ax, (0.0, y_tok + 0.1), (1.3, y0 - 0.05), colour=COLOURS["decoder"], width=2.2)
+    ax.text(-0.6, y0, "layer 0, previous-token head:\nB learns 'A came before me'", fontsize=7, ha="right",
+            va="center", color=COLOURS["decoder"])  # fmt: skip
+    # layer 1: the second A attends to B (whose previous token was A) and copies B
+    last = 1.3 * (len(tokens) - 1)
+    arrow(ax, (1.3, y0 + 0.05), (last, y1 - 0.05), colour=COLOURS["context"], width=2.2)
+    label = "layer 1, induction head: the query 'A'\nmatches the key 'previous token\nwas A' at B; B is copied"
+    ax.text(-0.6, y1, label, fontsize=7, ha="right", va="center", color=COLOURS["context"])
+    box(ax, last, y_out, "B", "attentional", width=0.6)
+    arrow(ax, (last, y1), (last, y_out))
+    ax.text(last + 0.5, y_out, "prediction", fontsize=8, ha="left", va="center")
+    ax.set_xlim(-4.2, last + 1.8)
+    ax.set_ylim(-1.0, 5.2)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    legend = [Patch(facecolor=COLOURS[k], label=name) for name, k in
+              (("tokens", "encoder"), ("after layer 0", "decoder"), ("after layer 1", "context"),
+               ("next-token prediction", "attentional"))]  # fmt: skip
+    ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize=8, ncol=4, frameon=False)
+    if title:
+        ax.set_title(title, fontsize=11)
+    return ax

@@ -3,6 +3,7 @@
 recall_task      lesson 04: key-value pairs and a question: which value goes with this key?
 neighbour_task   lesson 05: read the tokens at several fixed offsets from every position
 CharCorpus       lessons 06, 07, 09: characters of the help texts that ship with CPython, with a bigram baseline
+repeated_tokens  lesson 11: a block of random tokens, repeated (where induction heads pay off)
 """
 
 from __future__ import annotations
@@ -65,6 +66,35 @@ def neighbour_task(
     padded = torch.cat([edge, tokens, edge], dim=1)
     targets = torch.stack([padded[:, reach + o : reach + o + length] for o in offsets], dim=-1)
     return tokens, targets
+
+
+def repeated_tokens(
+    batch: int, periods, length: int, vocab: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences made of a block of random tokens repeated (Olsson et al. 2022): each sequence draws its period p,
+    then p uniformly random tokens from 0..vocab-1, repeated and cut to ``length``.
+
+    periods: an int (every sequence), or (lowest, highest), inclusive: each sequence draws its own, so that no
+    fixed distance, nothing a position alone could point at, finds the previous repeat.
+    -> tokens (batch, length), periods (batch,). Nothing in a sequence's first block can be predicted (about
+    ln vocab nats per token); every token after it can, by finding the previous occurrence of the token before it
+    and copying what followed.
+    """
+    for name, value, meaning in (("batch", batch, "sequences"), ("length", length, "tokens per sequence"),
+                                 ("vocab", vocab, "distinct tokens")):  # fmt: skip
+        check_positive_int(name, value, meaning)
+    check_instance("generator", generator, torch.Generator, "a torch.Generator",
+                   "pass torch.Generator().manual_seed(seed), not the seed itself")  # fmt: skip
+    lowest, highest = (periods, periods) if isinstance(periods, int) and not isinstance(periods, bool) else (
+        tuple(periods) if isinstance(periods, (tuple, list)) and len(periods) == 2 else (None, None))  # fmt: skip
+    if lowest is None:
+        raise TypeError(f"periods should be an int or a pair (lowest, highest), got {describe(periods)}")
+    check_int("periods[0]", lowest, "the shortest block", 1, length - 1)
+    check_int("periods[1]", highest, "the longest block", lowest, length - 1)
+    drawn = torch.randint(lowest, highest + 1, (batch,), generator=generator)
+    blocks = torch.randint(0, vocab, (batch, highest), generator=generator)
+    position = torch.arange(length)[None, :] % drawn[:, None]  # (batch, length): where in its block each token is
+    return blocks.gather(1, position), drawn
 
 
 @dataclass

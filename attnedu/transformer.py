@@ -22,6 +22,11 @@ qk_norm_scores            RMSNorm on each head's queries and keys before the sco
 BlockStack                a causal LM of LayerNorm blocks, post-norm or pre-norm, with identical weights
 DecoderLM                 a decoder-only language model of PreNormDecoderBlocks, with sampling
 *_parameters              parameter counts by formula, for every block above
+
+Lesson 11, real attention heads:
+
+BertLayer, BertEncoder   lesson 11: BERT's post-norm encoder (GELU), to load a pretrained model into
+AttentionOnlyTransformer   lesson 11: attention layers only, causal; where induction heads form
 """
 
 from __future__ import annotations
@@ -47,8 +52,9 @@ from ._validate import (
     check_tensor,
     describe,
 )
+from .attention import scaled_dot_product_attention
 from .masks import causal_mask
-from .multihead import MultiHeadAttention, multi_head_attention
+from .multihead import MultiHeadAttention, merge_heads, multi_head_attention, split_heads
 from .positional import LearnedPositions, alibi_bias, sinusoidal_encoding
 from .runtime import seeded
 
@@ -676,3 +682,145 @@ def decoder_lm_parameters(
     check_bool("tie_embeddings", tie_embeddings, "whether the readout is the embedding")
     embeddings = vocab_size * d_model * (1 if tie_embeddings else 2)
     return embeddings + num_layers * pre_norm_block_parameters(d_model, d_ff, num_heads, num_kv_heads) + d_model
+
+
+# --------------------------------------------------------------------------------------------
+# Lesson 11: a BERT encoder, to load a pretrained model's weights (attnedu.pretrained)
+# --------------------------------------------------------------------------------------------
+
+
+class BertLayer(nn.Module):
+    """One BERT encoder layer (Devlin et al. 2019): the post-norm block of Vaswani et al. (2017), Sec. 3.1, with
+    GELU in the feed-forward layer and LayerNorm's eps from the checkpoint (1e-12):
+
+        a = MultiHead(x, x, x, padding mask) W_O           (heads gated by ``head_gate`` before W_O, below)
+        x = LayerNorm(x + a)                               Add & Norm
+        x = LayerNorm(x + GELU(x W_1 + b_1) W_2 + b_2)     Add & Norm
+
+    The arrangement of lesson 09's post-norm encoder block; only the activation and eps differ.
+
+    forward(x (batch, seq_len, d_model), mask=None (batch, 1, 1, seq_len) bool, True at real tokens,
+    head_gate=None (heads,)) -> (batch, seq_len, d_model), weights (batch, heads, seq_len, seq_len).
+    ``head_gate`` multiplies each head's output before the heads are concatenated and projected by W_O: 0 removes
+    a head (ablation), 1 keeps it.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, eps: float = 1e-12):
+        super().__init__()
+        check_positive_int("d_ff", d_ff, "the feed-forward width")
+        eps = check_number("eps", eps, "LayerNorm's epsilon", 0.0, strict=True)
+        self.attention = MultiHeadAttention(d_model, num_heads)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model, eps=eps), nn.LayerNorm(d_model, eps=eps)
+        self.feed_forward = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, head_gate: torch.Tensor | None = None):
+        attention = self.attention
+        check_tensor("x", x, 3, "(batch, seq_len, d_model)")
+        check_float("x", x)
+        check_size("x", x, 2, attention.d_model, "d_model of this layer")
+        check_same_dtype(x=x, weights=attention.W_q.weight)
+        q = split_heads(attention.W_q(x), attention.num_heads)  # (batch, heads, seq_len, head_dim)
+        k = split_heads(attention.W_k(x), attention.num_heads)
+        v = split_heads(attention.W_v(x), attention.num_heads)
+        heads, weights = scaled_dot_product_attention(q, k, v, mask)
+        if head_gate is not None:
+            check_tensor("head_gate", head_gate, 1, "(heads,): 1 keeps a head, 0 removes it")
+            check_size("head_gate", head_gate, 0, attention.num_heads, "one gate per head")
+            heads = heads * head_gate.to(heads.dtype)[None, :, None, None]
+        x = self.norm1(x + attention.W_o(merge_heads(heads)))  # Add & Norm
+        return self.norm2(x + self.feed_forward(x)), weights
+
+
+class BertEncoder(nn.Module):
+    """BERT's encoder: embeddings, then ``num_layers`` ``BertLayer``s.
+
+        x_0 = LayerNorm(E_word[ids] + E_position[0 .. seq_len-1] + E_type[0])
+        x_l = BertLayer_l(x_{l-1}),  l = 0 .. num_layers - 1 (layers count from 0)
+
+    forward(ids (batch, seq_len), real=None (batch, seq_len) bool, True at real tokens (False at padding),
+    head_gates=None (num_layers, heads)) -> hidden states (batch, seq_len, d_model), and the attention weights
+    of every layer, a list of (batch, heads, seq_len, seq_len). Padding keys get weight 0 in every head; the
+    hidden states at padding positions are computed but mean nothing. Load pretrained weights with
+    ``attnedu.pretrained.load_bert_weights``.
+    """
+
+    def __init__(
+        self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, d_ff: int, max_positions: int = 512,
+        type_vocab_size: int = 2, eps: float = 1e-12,
+    ):  # fmt: skip
+        super().__init__()
+        for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("num_heads", num_heads),
+                            ("num_layers", num_layers), ("max_positions", max_positions),
+                            ("type_vocab_size", type_vocab_size)):  # fmt: skip
+            check_positive_int(name, value, "a size")
+        self.num_heads = num_heads
+        self.word = nn.Embedding(vocab_size, d_model)
+        self.position = nn.Embedding(max_positions, d_model)
+        self.token_type = nn.Embedding(type_vocab_size, d_model)
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.layers = nn.ModuleList(BertLayer(d_model, num_heads, d_ff, eps) for _ in range(num_layers))
+
+    def forward(self, ids: torch.Tensor, real: torch.Tensor | None = None, head_gates: torch.Tensor | None = None):
+        check_ids("ids", ids, self.word.num_embeddings, 2, "(batch, seq_len) of token ids")
+        batch, seq_len = ids.shape
+        if seq_len > self.position.num_embeddings:
+            raise ValueError(
+                f"ids should be at most {self.position.num_embeddings} tokens long (the learned position table), got "
+                f"{seq_len}; truncate the text"
+            )
+        mask = None
+        if real is not None:
+            check_bool_mask("real", real)
+            if tuple(real.shape) != (batch, seq_len):
+                raise ValueError(f"real should be (batch, seq_len) = {(batch, seq_len)}, True at real tokens, got "
+                                 f"{describe(real)}")  # fmt: skip
+            mask = real[:, None, None, :]  # (batch, 1, 1, seq_len): every head, every query
+        if head_gates is not None:
+            check_tensor("head_gates", head_gates, 2, "(num_layers, heads)")
+            if tuple(head_gates.shape) != (len(self.layers), self.num_heads):
+                raise ValueError(f"head_gates should be (num_layers, heads) = {(len(self.layers), self.num_heads)}, "
+                                 f"got {describe(head_gates)}")  # fmt: skip
+        positions = torch.arange(seq_len, device=ids.device)
+        x = self.norm(self.word(ids) + self.position(positions) + self.token_type(torch.zeros_like(ids)))
+        all_weights = []
+        for index, layer in enumerate(self.layers):
+            x, weights = layer(x, mask, None if head_gates is None else head_gates[index])
+            all_weights.append(weights)
+        return x, all_weights
+
+
+class AttentionOnlyTransformer(nn.Module):
+    """A causal language model with attention layers only (Elhage et al. 2021; Olsson et al. 2022): no feed-forward
+    layers, no layer norms, so everything it computes is attention, added to the residual stream:
+
+        x_0 = E[tokens] + P[0 .. seq_len-1]
+        x_l = x_{l-1} + MultiHead_l(x_{l-1}, causal mask),   l = 0 .. num_layers - 1
+        logits = x_L W_U
+
+    forward(tokens (batch, seq_len)) -> logits (batch, seq_len, vocab_size), and each layer's attention weights
+    (batch, heads, seq_len, seq_len).
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, max_positions: int,
+                 seed: int = 0):  # fmt: skip
+        super().__init__()
+        for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("num_heads", num_heads),
+                            ("num_layers", num_layers), ("max_positions", max_positions)):  # fmt: skip
+            check_positive_int(name, value, "a size")
+        with seeded(seed):
+            self.embedding = nn.Embedding(vocab_size, d_model)
+            self.positions = LearnedPositions(max_positions, d_model)
+            self.layers = nn.ModuleList(MultiHeadAttention(d_model, num_heads) for _ in range(num_layers))
+            self.unembedding = nn.Linear(d_model, vocab_size)
+
+    def forward(self, tokens: torch.Tensor):
+        check_ids("tokens", tokens, self.embedding.num_embeddings, 2, "(batch, seq_len) of token ids")
+        seq_len = tokens.shape[1]
+        x = self.embedding(tokens) + self.positions(seq_len)
+        mask = causal_mask(seq_len, device=tokens.device)[None, None]
+        all_weights = []
+        for attention in self.layers:
+            attended, weights = attention(x, x, x, mask)
+            x = x + attended
+            all_weights.append(weights)
+        return self.unembedding(x), all_weights

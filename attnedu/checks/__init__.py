@@ -43,7 +43,19 @@ import json
 import os
 from collections.abc import Callable, Mapping
 
-from . import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09, lesson10
+from . import (
+    lesson01,
+    lesson02,
+    lesson03,
+    lesson04,
+    lesson05,
+    lesson06,
+    lesson07,
+    lesson08,
+    lesson09,
+    lesson10,
+    lesson11,
+)
 from .calling import MAX_PRINTED, TIME_LIMIT, grading_mode
 from .diagnosis import run_check
 from .exercise import Exercise
@@ -51,7 +63,7 @@ from .results import FAILED, ICONS, NOT_ATTEMPTED, PASSED, CheckResult, Hint, ma
 
 # The registry: every lesson's checks module lists its exercises in EXERCISES, in the order of its notebook.
 LESSON_MODULES = (
-    lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09, lesson10,
+    lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09, lesson10, lesson11,
 )  # fmt: skip
 EXERCISES: dict[str, Exercise] = {e.name: e for module in LESSON_MODULES for e in module.EXERCISES}
 LESSONS: dict[str, list[str]] = {}

@@ -1,0 +1,280 @@
+"""What attention heads do, measured (lesson 11): statistics per head as Clark et al. (2019) computed them for BERT,
+the scores that find induction heads (Olsson et al. 2022), and head ablation.
+
+Every statistic takes one layer's attention weights, (batch, heads, query_len, key_len), each row a softmax over
+keys, and returns one number per sentence and head, (batch, heads), the mean over that sentence's real queries
+(``real`` (batch, seq_len) bool, True at real tokens, False at padding); ``per_head`` averages over sentences,
+weighting each query alike. Positions, heads and layers count from 0.
+
+    attention_to(weights, targets, real)     sum_j A[i, j] over the keys j in ``targets`` ([CLS], [SEP], punctuation)
+    offset_attention(weights, offset, real)  A[i, i + offset]: -1 the previous token, +1 the next one
+    previous_token_score(weights, real)      offset -1, over the queries that have a previous token
+    attention_entropy(weights, real)         -sum_j A[i, j] ln A[i, j], in nats (0 ln 0 = 0)
+    per_head(scores, real)                   (batch, heads) -> (heads,), each real query counted once
+    prefix_matching_score(weights, period)   for a block of ``period`` tokens repeated: A[i, i - period + 1], the
+                                             token after the previous occurrence of token i (induction)
+    in_context_losses(logits, tokens, period)   the loss on the first and the second repeat
+    head_gates(num_layers, num_heads, removed)  (layers, heads) of ones with 0 at each removed (layer, head)
+    random_heads(...)                        heads drawn at random, for the control of an ablation
+    strongest(scores, k)                     the k (layer, head) pairs with the highest score
+    train_induction(num_layers, held_out)    an attention-only model trained on repeated random tokens, with its
+                                             in-context losses over training (the phase change)
+    induction_scores(model, held_out)        prefix-matching and previous-token scores of every head
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ._validate import check_bool_mask, check_float, check_int, check_positive_int, check_tensor, describe
+from .runtime import progress, training_seed
+from .tasks import repeated_tokens
+
+
+def _check_weights(weights, real=None) -> torch.Tensor:
+    check_tensor("weights", weights, 4, "(batch, heads, query_len, key_len)")
+    check_float("weights", weights)
+    batch, _, query_len, key_len = weights.shape
+    if real is not None:
+        check_bool_mask("real", real)
+        if tuple(real.shape) != (batch, key_len) or query_len != key_len:
+            raise ValueError(
+                f"real should be (batch, seq_len) = {(batch, key_len)} for self-attention weights (query_len = "
+                f"key_len = seq_len), True at real tokens, got {describe(real)} for weights {describe(weights)}"
+            )
+        return real
+    return torch.ones(batch, key_len, dtype=torch.bool, device=weights.device)
+
+
+def _mean_over(values: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:
+    """values (batch, heads, query_len), counted (batch, query_len) bool -> (batch, heads): the mean over counted
+    queries (0 for a sentence with none)."""
+    counted = counted[:, None, :].to(values.dtype)
+    return (values * counted).sum(-1) / counted.sum(-1).clamp(min=1.0)
+
+
+def attention_to(weights: torch.Tensor, targets: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+    """How much of its attention each real query gives to the keys in ``targets`` (batch, key_len) bool, e.g.
+    [SEP] tokens: the mean over real queries i of sum_{j in targets} A[i, j]. -> (batch, heads)."""
+    real = _check_weights(weights, real)
+    check_bool_mask("targets", targets)
+    if tuple(targets.shape) != (weights.shape[0], weights.shape[3]):
+        raise ValueError(f"targets should be (batch, key_len) = {(weights.shape[0], weights.shape[3])}, got "
+                         f"{describe(targets)}")  # fmt: skip
+    on_targets = (weights * targets[:, None, None, :].to(weights.dtype)).sum(-1)  # (batch, heads, query_len)
+    return _mean_over(on_targets, real)
+
+
+def offset_attention(weights: torch.Tensor, offset: int, real: torch.Tensor | None = None) -> torch.Tensor:
+    """The weight each query i puts on the key at i + offset (offset -1: the previous token, +1: the next), the mean
+    over the real queries whose i + offset is a real position. -> (batch, heads)."""
+    real = _check_weights(weights, real)
+    seq_len = weights.shape[-1]
+    offset = check_int("offset", offset, "how far from the query the key is", -(seq_len - 1), seq_len - 1)
+    on_offset = torch.diagonal(weights, offset=offset, dim1=-2, dim2=-1)  # A[i, i + offset], (batch, heads, n)
+    first = max(0, -offset)  # the first query that has a key at i + offset
+    queries = real[:, first : first + on_offset.shape[-1]]
+    keys = real[:, first + offset : first + offset + on_offset.shape[-1]]
+    return _mean_over(on_offset, queries & keys)
+
+
+def previous_token_score(weights: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+    """The mean weight each real query i >= 1 puts on the token just before it, A[i, i - 1] (position 0 has no
+    previous token and is left out). -> (batch, heads); 1 for a head that always looks one token back."""
+    return offset_attention(weights, -1, real)
+
+
+def attention_entropy(weights: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+    """The entropy of each real query's weights, H_i = -sum_j A[i, j] ln A[i, j] in nats (0 ln 0 = 0), the mean over
+    real queries. -> (batch, heads). 0 for a head that puts all its weight on one key; ln n for uniform weights
+    over n keys (padding keys, with weight 0, add nothing)."""
+    real = _check_weights(weights, real)
+    terms = torch.where(weights > 0, weights * torch.log(weights.clamp(min=torch.finfo(weights.dtype).tiny)), 0.0)
+    return _mean_over(-terms.sum(-1), real)
+
+
+def per_head(scores: torch.Tensor, real: torch.Tensor | None = None, offset: int = 0) -> torch.Tensor:
+    """(batch, heads) scores, each the mean over one sentence's queries, -> (heads,), the mean over all the queries
+    of all the sentences (a sentence counts by its number of queries: ``real``'s True entries, less |offset| for
+    ``offset_attention``)."""
+    check_tensor("scores", scores, 2, "(batch, heads)")
+    if real is None:
+        return scores.mean(0)
+    check_bool_mask("real", real)
+    counts = (real.sum(1) - abs(offset)).clamp(min=0).to(scores.dtype)  # (batch,)
+    return (scores * counts[:, None]).sum(0) / counts.sum().clamp(min=1.0)
+
+
+def prefix_matching_score(weights: torch.Tensor, period: int) -> torch.Tensor:
+    """Olsson et al.'s prefix-matching score on sequences made of a block of ``period`` random tokens repeated
+    (positions 0 .. period-1, then the same tokens at period .. 2 period - 1, and so on): for every query i in a
+    repeat (i >= period), the weight on the key just after the previous occurrence of its token,
+
+        score = mean over i >= period of A[i, i - period + 1]
+
+    -> (batch, heads). An induction head scores near 1: it looks for where the current token occurred before and
+    attends to what came next, which is the token to predict.
+    """
+    check_tensor("weights", weights, 4, "(batch, heads, seq_len, seq_len)")
+    check_float("weights", weights)
+    period = check_positive_int("period", period, "the length of the repeated block")
+    seq_len = weights.shape[-1]
+    if weights.shape[-2] != seq_len or seq_len <= period:
+        raise ValueError(
+            f"weights should be self-attention weights (seq_len, seq_len) over more than period={period} positions, "
+            f"got {describe(weights)}; a sequence needs at least one repeat"
+        )
+    # diagonal(offset=1 - period) holds A[period-1, 0], A[period, 1], ..., A[seq_len-1, seq_len-period]; the first
+    # query, period - 1, is still in the first block (its token has not occurred before): left out
+    return torch.diagonal(weights, offset=1 - period, dim1=-2, dim2=-1)[..., 1:].mean(-1)
+
+
+def in_context_losses(logits: torch.Tensor, tokens: torch.Tensor, period: int) -> tuple[float, float]:
+    """Next-token cross-entropy (nats) on sequences of a block of ``period`` tokens repeated twice: the mean over the
+    predictions of the first repeat's tokens 1 .. period-1 (made from earlier tokens of the block only: random, so
+    about ln vocab) and over the second repeat's tokens period+1 .. 2 period - 1 (each seen before: a model that reads
+    its context copies it). logits (batch, 2 period, vocab), tokens (batch, 2 period) -> (first, second)."""
+    check_tensor("logits", logits, 3, "(batch, seq_len, vocab)")
+    check_tensor("tokens", tokens, 2, "(batch, seq_len)")
+    period = check_positive_int("period", period, "the length of the repeated block")
+    if tuple(tokens.shape) != (logits.shape[0], 2 * period) or logits.shape[1] != 2 * period:
+        raise ValueError(f"logits and tokens should cover two repeats, 2 * period = {2 * period} positions, got "
+                         f"{describe(logits)} and {describe(tokens)}")  # fmt: skip
+    losses = nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
+    # losses[:, t] is the loss on token t + 1, predicted at position t
+    return losses[:, : period - 1].mean().item(), losses[:, period:].mean().item()
+
+
+def head_gates(num_layers: int, num_heads: int, removed=()) -> torch.Tensor:
+    """(num_layers, num_heads) of ones, with 0 at each (layer, head) in ``removed``: for
+    ``BertEncoder(..., head_gates=...)``."""
+    num_layers = check_positive_int("num_layers", num_layers, "the number of layers")
+    num_heads = check_positive_int("num_heads", num_heads, "heads per layer")
+    gates = torch.ones(num_layers, num_heads)
+    for layer, head in removed:
+        check_int("layer", layer, "a layer, counted from 0", 0, num_layers - 1)
+        check_int("head", head, "a head, counted from 0", 0, num_heads - 1)
+        gates[layer, head] = 0.0
+    return gates
+
+
+def random_heads(num_layers: int, num_heads: int, count: int, generator: torch.Generator) -> list[tuple[int, int]]:
+    """``count`` distinct (layer, head) pairs drawn at random from all num_layers * num_heads heads."""
+    count = check_int("count", count, "heads to draw", 1, num_layers * num_heads)
+    picks = torch.randperm(num_layers * num_heads, generator=generator)[:count].tolist()
+    return [divmod(p, num_heads) for p in picks]
+
+
+def strongest(scores: torch.Tensor, k: int = 1) -> list[tuple[int, int]]:
+    """The (layer, head) pairs of the k highest entries of ``scores`` (num_layers, num_heads), highest first."""
+    check_tensor("scores", scores, 2, "(num_layers, num_heads)")
+    k = check_int("k", k, "how many heads", 1, scores.numel())
+    return [divmod(int(i), scores.shape[1]) for i in scores.flatten().topk(k).indices]
+
+
+def max_entropy(n: int) -> float:
+    """ln n: the entropy of uniform weights over n keys."""
+    return math.log(check_positive_int("n", n, "the number of keys"))
+
+
+# --------------------------------------------------------------------------------------------
+# Induction heads, trained live (Olsson et al. 2022)
+# --------------------------------------------------------------------------------------------
+
+# The recipe lesson 11 trains with, calibrated in benchmarks/calibrate11.py: random tokens from 32, sequences of 32
+# tokens made of a block of 4..16 tokens repeated, 2 heads of width 16, AdamW lr 0.01, batch 32, 800 steps.
+INDUCTION = dict(vocab=32, d_model=32, num_heads=2, length=32, periods=(4, 16), steps=800, batch=32, lr=0.01)
+EVAL_PERIOD = 16  # held-out sequences: one block of 16 tokens, repeated once (32 tokens)
+
+
+@dataclass
+class InductionRun:
+    """A model trained on repeated random tokens, and its in-context losses on the held-out sequences measured every
+    ``every`` steps: ``steps[k]`` steps done, ``first[k]`` the loss on the first block (nothing to copy: about
+    ln vocab or worse), ``second[k]`` on the repeat (copyable)."""
+
+    model: nn.Module
+    steps: list = field(default_factory=list)
+    first: list = field(default_factory=list)
+    second: list = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def held_out_repeats(count: int = 256, period: int = EVAL_PERIOD, vocab: int = INDUCTION["vocab"], seed: int = 12345):
+    """``count`` sequences of one block of ``period`` random tokens repeated once, -> (count, 2 period). The data
+    seed is not a training seed: the perturbed run leaves it alone."""
+    return repeated_tokens(count, period, 2 * period, vocab, torch.Generator().manual_seed(seed))[0]
+
+
+def train_induction(
+    num_layers: int, held_out: torch.Tensor, seed: int = 0, every: int = 25, desc: str = "training", **recipe
+) -> InductionRun:
+    """Train ``AttentionOnlyTransformer(vocab, d_model, num_heads, num_layers)`` to predict the next token of
+    sequences of a random block repeated (``tasks.repeated_tokens``, each sequence with its own period, so that no
+    fixed distance finds the earlier copy), with ``INDUCTION``'s recipe (any of its keys can be overridden).
+
+    loss = mean over positions t of -ln p(token[t + 1] | tokens[0 .. t])  (causal: position t sees 0 .. t)
+
+    ``held_out`` (n, 2 period): sequences of one block repeated once; ``in_context_losses`` on them every ``every``
+    steps. ``seed`` fixes the initialisation and the batches (through ``runtime.training_seed``); nothing is drawn
+    from the global generators, so several runs can train at once (``runtime.in_parallel``).
+    """
+    from .transformer import AttentionOnlyTransformer
+
+    unknown = set(recipe) - set(INDUCTION)
+    if unknown:
+        raise TypeError(f"train_induction got unknown recipe keys {sorted(unknown)}; known: {sorted(INDUCTION)}")
+    r = {**INDUCTION, **recipe}
+    num_layers = check_int("num_layers", num_layers, "attention layers", 1, 8)
+    every = check_positive_int("every", every, "steps between two measurements")
+    check_tensor("held_out", held_out, 2, "(n, 2 * period) of token ids")
+    if held_out.shape[1] % 2 or held_out.shape[1] > r["length"]:
+        raise ValueError(f"held_out should be (n, 2 * period) with 2 * period <= length = {r['length']}, got "
+                         f"{describe(held_out)}")  # fmt: skip
+    model = AttentionOnlyTransformer(r["vocab"], r["d_model"], r["num_heads"], num_layers, r["length"], seed=seed)
+    generator = torch.Generator().manual_seed(training_seed(seed))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=r["lr"], betas=(0.9, 0.95), weight_decay=0.0)
+    run = InductionRun(model)
+    period = held_out.shape[1] // 2
+
+    def measure(step: int) -> None:
+        with torch.no_grad():
+            first, second = in_context_losses(model(held_out)[0], held_out, period)
+        run.steps.append(step)
+        run.first.append(first)
+        run.second.append(second)
+
+    bar = progress(r["steps"], desc)
+    start = time.perf_counter()
+    measure(0)
+    for step in range(r["steps"]):
+        tokens, _ = repeated_tokens(r["batch"], r["periods"], r["length"], r["vocab"], generator)
+        logits, _ = model(tokens)
+        loss = nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        bar.update()
+        if (step + 1) % every == 0 or step + 1 == r["steps"]:
+            measure(step + 1)
+    run.seconds = time.perf_counter() - start
+    bar.close()
+    model.eval()
+    return run
+
+
+@torch.no_grad()
+def induction_scores(model: nn.Module, held_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prefix-matching and previous-token scores of every head of an ``AttentionOnlyTransformer`` on ``held_out``
+    (n, 2 period): -> two (num_layers, num_heads) tensors, each the mean over the sequences."""
+    check_tensor("held_out", held_out, 2, "(n, 2 * period) of token ids")
+    _, weights = model(held_out)
+    period = held_out.shape[1] // 2
+    prefix = torch.stack([prefix_matching_score(w, period).mean(0) for w in weights])
+    previous = torch.stack([previous_token_score(w).mean(0) for w in weights])
+    return prefix, previous

