@@ -145,6 +145,7 @@ def test_kv_sharing_diagram_draws_what_each_variant_caches():
     assert "latent c (cached)" in labels
     with pytest.raises(ValueError, match="2, 4 or 8"):
         kv_sharing_diagram(3)
+    plt.close("all")
 
 
 def test_the_induction_diagram_names_both_heads():
