@@ -281,7 +281,8 @@ def _run_suite(lengths, head_dims, dtypes, causal, modes, methods, tokens, hidde
 
 def plot_throughput(fig, bench: Benchmark, dtype: str | None = None):
     """TFLOP/s against N, one line per method, one panel per (mode, head_dim, causal), for one dtype (by default
-    the first result's): the GPU suite's figure."""
+    the first result's): the GPU suite's figure. A method that ran out of memory at some N is a red cross on the
+    N axis there, with its name."""
     dtype = dtype or bench.results[0].dtype
     rows = [r for r in bench.results if r.dtype in (None, dtype) and not r.error]
     modes = list(dict.fromkeys(r.mode for r in bench.results))
@@ -294,6 +295,12 @@ def plot_throughput(fig, bench: Benchmark, dtype: str | None = None):
             for method in dict.fromkeys(r.method for r in here):
                 mine = sorted((r for r in here if r.method == method), key=lambda r: r.n)
                 ax.plot([r.n for r in mine], [r.tflops for r in mine], marker="o", label=mine[0].label)
+            failed = [r for r in bench.results if r.dtype in (None, dtype) and r.error and r.error.startswith(
+                "out of memory") and (r.mode, r.head_dim, r.causal) == (mode, head_dim, causal)]  # fmt: skip
+            for r in failed:  # a method that ran out of memory: a cross on the axis, and the method named
+                ax.plot([r.n], [0], marker="x", color="red", markersize=9, clip_on=False)
+                ax.annotate(f"{r.method}: out of memory", (r.n, 0), xytext=(-4, 6), textcoords="offset points",
+                            ha="right", fontsize=7, color="red")  # fmt: skip
             ax.set(xscale="log", title=f"{mode}, head_dim {head_dim}{', causal' if causal else ''}",
                    xlabel="sequence length N", ylabel=f"TFLOP/s ({dtype})")  # fmt: skip
             ns = sorted({r.n for r in bench.results})

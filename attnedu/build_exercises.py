@@ -3,7 +3,8 @@
 Each region between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` (nbgrader's markers) becomes
 a stub at the marker's indentation: ``# YOUR CODE HERE`` + ``raise NotImplementedError()`` in
 code, ``YOUR ANSWER HERE`` in Markdown. Outputs, execution counts and ``metadata.widgets`` are
-cleared. A cell with markers must carry the ``solution`` tag (nbgrader's ``solution: true``).
+cleared. A cell with markers must carry the ``solution`` tag (nbgrader's ``solution: true``), or the ``prediction``
+tag: a function that returns the learner's prediction, which a later cell compares with a measurement (not graded).
 
     python -m attnedu.build_exercises            # rewrite exercises/ (refuses to overwrite someone's edits)
     python -m attnedu.build_exercises --check    # exit 1 if exercises/ is out of date
@@ -67,10 +68,12 @@ def make_exercise(solution: nbformat.NotebookNode, name: str = "notebook") -> nb
     for index, cell in enumerate(nb.cells):
         where = f"{name}, cell {index}"
         has_markers = BEGIN in cell.source or END in cell.source
-        if has_markers != ("solution" in cell.metadata.get("tags", [])):
+        tagged = {"solution", "prediction"} & set(cell.metadata.get("tags", []))
+        if has_markers != bool(tagged):
             raise ValueError(
-                f"{where}: a cell with {BEGIN}/{END} markers must be tagged 'solution', and a cell tagged "
-                "'solution' must contain the markers"
+                f"{where}: a cell with {BEGIN}/{END} markers must be tagged 'solution' (a graded exercise) or "
+                "'prediction' (the learner's prediction, compared after a run, not graded), and a cell with either "
+                "tag must contain the markers"
             )
         if has_markers:
             cell.source = strip_solutions(cell.source, cell.cell_type, where)

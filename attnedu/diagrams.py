@@ -310,9 +310,10 @@ def memory_hierarchy_diagram(ax: Axes | None = None, title: str | None = None) -
     """Where a GPU keeps data (lesson 08): a small, fast memory on the chip next to the arithmetic units, a large,
     slow one beside it. The sizes and bandwidths are an NVIDIA A100's as Dao et al. (2022, Figure 1) give them; the
     bar lengths are logarithmic. Naive attention writes S and P to the slow memory and reads them back; the tiled
-    kernel keeps each tile in the fast one."""
+    kernel keeps each tile in the fast one. The SRAM figure is the total over the A100's 108 streaming
+    multiprocessors, about 192 KB of shared memory and L1 each; registers are not counted in it."""
     levels = [  # name, size, bandwidth, size in bytes, bandwidth in bytes/s (Dao et al. 2022, Fig. 1: A100 40 GB)
-        ("on-chip SRAM (shared memory, registers)", "20 MB", "19 TB/s", 20e6, 19e12),
+        ("on-chip SRAM (108 SMs x 192 KB)", "20 MB in all", "19 TB/s", 20e6, 19e12),
         ("GPU main memory (HBM)", "40 GB", "1.5 TB/s", 40e9, 1.5e12),
         ("CPU main memory (DRAM)", "> 1 TB", "12.8 GB/s", 1e12, 12.8e9),
     ]

@@ -302,10 +302,12 @@ def tiled_attention_backward(query, key, value, out, lse, grad_out, *, is_causal
         dV_j += P^T dO_i;  dP = dO_i V_j^T;  dS = P * (dP - D_i)
         dQ_i += dS K_j / sqrt(head_dim);  dK_j += dS^T Q_i / sqrt(head_dim)
 
-    ``order`` is which loop is outside. "key" (FlashAttention-2's): for each key block K_j, every query block;
-    dK_j and dV_j are complete when its loop ends (on a GPU they never leave the chip) and dQ is added to from
-    every key block. "query" (the forward's order): dQ_i is complete at the end of each outer step, and dK and dV
-    are added to instead. Both compute the same tiles and the same gradients.
+    ``order`` is which loop is outside. "key" (FlashAttention's backward since the first paper, Dao et al. 2022,
+    Algorithm 4, kept by FlashAttention-2, which runs the key blocks in parallel): for each key block K_j, every
+    query block; dK_j and dV_j are complete when its loop ends (on a GPU they never leave the chip) and dQ is
+    added to from every key block (read-modify-written in HBM, or atomic additions when key blocks run at once).
+    "query" (the forward's order): dQ_i is complete at the end of each outer step, and dK and dV are added to
+    instead. Both compute the same tiles and the same gradients.
     """
     check_qkv(query, key, value)
     check_choice("order", order, BACKWARD_ORDERS)
@@ -525,12 +527,12 @@ def causal_block_update(m, l, acc, q_block, k_block, v_block, q_start, k_start, 
     return m_new, alpha * l + p.sum(dim=-1), alpha[..., None] * acc + p @ v_block
 
 
-def tile_backward(q_block, k_block, v_block, do_block, lse, d, *, scale=None):
+def tile_backward(q_block, k_block, v_block, do_block, lse, D, *, scale=None):
     """The backward of one tile (a block of queries against a block of keys), from what the forward saved: the
     contributions ``(dq, dk, dv)`` of this tile to the gradients of Q, K and V.
 
     lse (..., block_q) is each query's log-sum-exp over ALL its keys (from the forward), so P is rebuilt exactly, and
-    d (..., block_q) is D = rowsum(dO * O), computed once per query before the tiles:
+    D (..., block_q) is rowsum(dO * O), computed once per query before the tiles:
 
         S = Q K^T * scale;  P = exp(S - lse);  dV = P^T dO;  dP = dO V^T;  dS = P * (dP - D)
         dQ = dS K * scale;  dK = dS^T Q * scale
@@ -549,7 +551,7 @@ def tile_backward(q_block, k_block, v_block, do_block, lse, d, *, scale=None):
             f"do_block should be the gradient of the tile's output, (..., block_q, value_dim) = "
             f"{(*q_block.shape[:-1], v_block.shape[-1])}, got {describe(do_block)}"
         )
-    for name, x in (("lse", lse), ("d", d)):
+    for name, x in (("lse", lse), ("D", D)):
         check_float(name, x)
         if x.shape != q_block.shape[:-1]:
             raise ValueError(f"{name} should be one number per query, (..., block_q) = {tuple(q_block.shape[:-1])}, "
@@ -557,5 +559,5 @@ def tile_backward(q_block, k_block, v_block, do_block, lse, d, *, scale=None):
     scale = _tile_scale(scale, q_block)
     p = torch.exp(q_block @ k_block.transpose(-2, -1) * scale - lse[..., None])  # the softmax tile, rebuilt
     dv = p.transpose(-2, -1) @ do_block
-    ds = p * (do_block @ v_block.transpose(-2, -1) - d[..., None])
+    ds = p * (do_block @ v_block.transpose(-2, -1) - D[..., None])
     return ds @ k_block * scale, ds.transpose(-2, -1) @ q_block * scale, dv

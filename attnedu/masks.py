@@ -217,6 +217,34 @@ def document_mask(document_ids: torch.Tensor) -> torch.Tensor:
     return same & causal_mask(length, device=document_ids.device)[None]
 
 
+def moved_by(mask: torch.Tensor, position: int) -> torch.Tensor:
+    """(batch, query_len, key_len) bool mask, True = may attend, and a key position -> (batch, query_len) bool: the
+    outputs of one attention layer with this mask that change when the input at ``position`` changes.
+
+    Query i's output sum_j w_ij v_j depends on the input at ``position`` through its key and value when
+    mask[b, i, position] is True, and through its own query when i == position (positions count from 0; the mask
+    is square, queries and keys at the same positions). Every other output cannot move: lesson 06's intervention
+    test. For a document mask (``document_mask``) that is the token itself and the later tokens of its document.
+
+    >>> moved_by(document_mask(torch.tensor([[0, 0, 0, 1, 1]])), 1).int()
+    tensor([[0, 1, 1, 0, 0]], dtype=torch.int32)
+    """
+    check_bool_mask("mask", mask)
+    check_tensor("mask", mask, 3, "(batch, query_len, key_len), queries and keys at the same positions")
+    if mask.shape[1] != mask.shape[2]:
+        raise ValueError(
+            f"mask should be square, (batch, length, length) with queries and keys at the same positions, got shape "
+            f"{tuple(mask.shape)}; moved_by needs to know which query sits at the changed position"
+        )
+    position = check_int("position", position, "the position whose input changes", minimum=0)
+    if position >= mask.shape[2]:
+        raise ValueError(
+            f"position should be a key position 0..{mask.shape[2] - 1}, got {position}; positions count from 0"
+        )
+    itself = torch.arange(mask.shape[1], device=mask.device) == position  # (query_len,)
+    return mask[:, :, position] | itself[None, :]
+
+
 def local_global_mask(is_global: torch.Tensor, window: int) -> torch.Tensor:
     """(batch, length) bool, True at each sentence's global tokens -> (batch, length, length) bool: query i may
     attend key j if |i - j| <= window, or i is a global token, or j is one.
@@ -276,8 +304,11 @@ def from_additive(mask: torch.Tensor) -> torch.Tensor:
     """A float mask added to the scores -> True = may attend. It must hold only 0 (allowed) and -inf (blocked).
 
     Anything else is refused rather than guessed at: a 0/1 float mask (1 = keep) would otherwise read as
-    all allowed, and a very negative finite value such as -1e9 is not blocked (after the softmax it still
-    gets a tiny weight, and a row of them gets a uniform one). Use -inf, or build the mask as bools.
+    all allowed. A very negative finite value such as -1e9 or torch.finfo(dtype).min blocks a key as long as
+    another key of its row is allowed (its weight underflows to exactly 0), but not always: a row with nothing
+    allowed gets uniform weights instead of none, and two such masks added together (padding and causal, or a
+    bias such as ALiBi's) can overflow finfo.min + finfo.min to -inf or shift the blocked scores. Use -inf, or
+    build the mask as bools.
     """
     if not isinstance(mask, torch.Tensor):
         raise TypeError(

@@ -1,7 +1,6 @@
 """Plots shared by every lesson. Attention maps always use the colour scale 0..1, so maps
-from different lessons, models and sentences can be compared by eye. Positions and decoder steps count
-from 0, as in code and in lessons 01-05 (x_0 is the first word); plot_mask and plot_online_softmax label
-positions and blocks from 1, as lessons 06 and 08 count them."""
+from different lessons, models and sentences can be compared by eye. Positions, decoder steps, heads, blocks and
+tiles count from 0, as in code (x_0 is the first word)."""
 
 from __future__ import annotations
 
@@ -284,25 +283,32 @@ def online_softmax_steps(row: torch.Tensor, block_size: int) -> list[dict]:
 
 
 def plot_online_softmax(fig, row: torch.Tensor, block_size: int, steps: Sequence[int] | None = None):
-    """One panel per block (or per step in ``steps``, counted from 1): the scores read so far (blue) and still
-    to come (grey), the running maximum as a line, and the running sum in the title (lesson 08)."""
+    """One panel per block (or per step in ``steps``, blocks counted from 0 as the code counts them): the scores
+    read so far (blue) and still to come (grey), over their positions 0..len(row)-1, the running maximum as a
+    line, and the running sum in the title (lesson 08)."""
     row = score_row(row)
     history = online_softmax_steps(row, block_size)
-    chosen = (
-        check_positive_ints("steps", steps, "blocks counted from 1")
-        if steps is not None
-        else list(range(1, len(history) + 1))
-    )
+    if steps is None:
+        chosen = list(range(len(history)))
+    else:
+        chosen = check_list("steps", steps)
+        for i, number in enumerate(chosen):
+            check_int(f"steps[{i}]", number, "a block counted from 0", minimum=0)
     axes = fig.subplots(1, len(chosen), squeeze=False, sharey=True)[0]
     for ax, number in zip(axes, chosen):
-        if not 1 <= number <= len(history):
-            raise ValueError(f"steps should be in 1..{len(history)} (one per block), got step {number}")
-        step = history[number - 1]
+        if not 0 <= number < len(history):
+            raise ValueError(f"steps should be in 0..{len(history) - 1} (one per block), got step {number}")
+        step = history[number]
+        start = number * block_size
         colours = ["tab:blue" if k < step["end"] else "#d9d9d9" for k in range(len(row))]
-        ax.bar(range(1, len(row) + 1), row.numpy(), color=colours)
+        ax.bar(range(len(row)), row.numpy(), color=colours)
         ax.axhline(step["m"], color="tab:orange", linestyle="--", label="running max m")
-        ax.set_title(f"block {number}: l = {step['carried']:.3f} (rescaled) -> {step['l']:.3f}", fontsize=9)
-        ax.set_xlabel("position in the row")
+        ax.set_title(
+            f"block {number} (scores {start}..{step['end'] - 1}): l = {step['carried']:.3f} (rescaled) -> "
+            f"{step['l']:.3f}",
+            fontsize=9,
+        )
+        ax.set_xlabel("position in the row (from 0)")
     axes[0].set_ylabel("score")
     axes[0].legend(fontsize=8)
     return axes

@@ -9,6 +9,8 @@
                                                   depends on m - n only
     interpolated_positions(seq_len, trained_length)   Chen et al. 2023: squeeze seq_len positions into the
                                                   trained range, m -> m * trained_length / seq_len
+    relative_spread(rope, q, k, offset, starts)   how far an encoding's scores are from depending on the
+                                                  offset alone: 0 for RoPE
     ntk_aware_base(head_dim, factor)              bloc97 2023: a larger RoPE base, so the slowest pair turns
                                                   factor times slower and the fastest not at all
     alibi_bias(num_heads, query_len, key_len)     Press et al. 2022: add -slope_h * (i - j) to the scores,
@@ -123,6 +125,31 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, layout: str = "halves",
         return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
     a, b = x[..., 0::2], x[..., 1::2]
     return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+
+
+def relative_spread(rope, q: torch.Tensor, k: torch.Tensor, offset: int, starts) -> float:
+    """How far a position encoding's scores are from depending on the offset alone (lesson 07's RoPE check).
+
+    rope(x (1, head_dim), positions (1,)) -> (1, head_dim) rotates one vector to a position (``apply_rope`` with a
+    layout, or a learner's version); q, k: (head_dim,). For every n in ``starts`` the query goes to position
+    n + offset and the key to position n, and the score is RoPE(q, n + offset) . RoPE(k, n):
+
+        spread = max_n score(n) - min_n score(n)
+
+    0 (to float rounding) for an encoding whose scores depend on the offset m - n only; above 0 for one that also
+    depends on where the pair sits.
+    """
+    check_tensor("q", q, 1, "(head_dim,), one query vector")
+    check_tensor("k", k, 1, "(head_dim,), one key vector")
+    if not callable(rope):
+        raise TypeError(f"rope should be a function rope(x, positions), got {describe(rope)}")
+    starts = list(starts)
+    if not starts:
+        raise ValueError("starts should hold at least one position, got none; e.g. range(0, 300, 23)")
+    scores = [
+        (rope(q[None], torch.tensor([n + offset])) @ rope(k[None], torch.tensor([n])).T).item() for n in starts
+    ]
+    return max(scores) - min(scores)
 
 
 def interpolated_positions(seq_len: int, trained_length: int) -> torch.Tensor:

@@ -53,7 +53,7 @@ from ._validate import (
     describe,
 )
 from .attention import scaled_dot_product_attention
-from .masks import causal_mask
+from .masks import causal_mask, sliding_window_mask
 from .multihead import MultiHeadAttention, merge_heads, multi_head_attention, split_heads
 from .positional import LearnedPositions, alibi_bias, sinusoidal_encoding
 from .runtime import seeded
@@ -208,9 +208,13 @@ class TinyTransformer(nn.Module):
 
     def forward(
         self, tokens: torch.Tensor, causal: bool | None = None, return_weights: bool = False,
-        rope_positions: torch.Tensor | None = None, rope_base: float = 10000.0,
+        rope_positions: torch.Tensor | None = None, rope_base: float = 10000.0, window: int | None = None,
     ):  # fmt: skip
         """-> logits (batch, seq_len, n_out); with ``return_weights``, also each block's attention weights.
+
+        ``window`` (causal models only): query i sees only keys i - window .. i, a causal sliding window
+        (``attnedu.masks.sliding_window_mask(seq_len, window, causal=True)``): how lesson 07 reads long texts while
+        keeping every query's view to the distances it was trained on.
 
         For a "rope" model, ``rope_positions`` (seq_len,) and ``rope_base`` replace the positions 0..seq_len-1 and
         the base 10000 it was trained with: how lesson 07 stretches RoPE past the trained length (fractional
@@ -225,6 +229,14 @@ class TinyTransformer(nn.Module):
         elif self.positions == "learned":
             x = x + self.learned(seq_len)
         mask = causal_mask(seq_len)[None, None] if causal else None
+        if window is not None:
+            check_int("window", window, "how many keys back each query may see", minimum=0)
+            if not causal:
+                raise ValueError(
+                    f"window={window} applies to a causal model only (a causal sliding window), got causal=False; "
+                    "leave window out or run with causal=True"
+                )
+            mask = sliding_window_mask(seq_len, window, causal=True)[None, None]
         bias = alibi_bias(self.num_heads, seq_len)[None] if self.positions == "alibi" else None
         if (rope_positions is not None or rope_base != 10000.0) and self.positions != "rope":
             raise ValueError(

@@ -170,7 +170,7 @@ class OnlineSoftmaxStepper(FigureSlider):
 
         self.row, self.block_size = score_row(row), block_size
         n_blocks = len(online_softmax_steps(self.row, block_size))
-        slider = widgets.IntSlider(value=1, min=1, max=n_blocks, description="block")
+        slider = widgets.IntSlider(value=0, min=0, max=n_blocks - 1, description="block")  # from 0, as the code
         super().__init__(slider, lambda fig, b: plot_online_softmax(fig, self.row, block_size, [b]), (5, 3.4))
 
     def __repr__(self) -> str:

@@ -227,13 +227,16 @@ def _transformer(experiment: str) -> dict:
     corpus = CharCorpus.load()
     if experiment == "leak":
         valid = corpus.batch(64, 32, torch.Generator().manual_seed(7), split="valid")
-        train_loss, honest = {}, {}
+        train_loss, honest, final = {}, {}, {}
+        splits = {s: corpus.batch(1024, 32, torch.Generator().manual_seed(8), split=s) for s in ("train", "valid")}
         for name, causal in (("masked", True), ("unmasked", False)):
             model = TinyTransformer(len(corpus.chars), len(corpus.chars), positions="sinusoidal", causal=causal, seed=0)
             train_loss[name] = _train_lm(model, corpus, 300, 32)
             with torch.no_grad():
                 honest[name] = loss(model(valid[0], causal=True).flatten(0, 1), valid[1].flatten()).item()
-        return {"train_loss": train_loss, "honest": honest}
+                if causal:  # the final masked model on 1024 windows of each split
+                    final = {s: loss(model(x).flatten(0, 1), y.flatten()).item() for s, (x, y) in splits.items()}
+        return {"train_loss": train_loss, "honest": honest, "final": final}
     return _extrapolation(corpus)
 
 
@@ -252,7 +255,7 @@ def _extrapolation(corpus) -> dict:
     loss = torch.nn.functional.cross_entropy
     text, following = corpus.batch(32, EVAL_LENGTHS_07[-1], torch.Generator().manual_seed(7), split="valid")
     held_out = {n: (text.reshape(-1, n), following.reshape(-1, n)) for n in EVAL_LENGTHS_07}
-    by_length, extended, window = {}, {}, {}
+    by_length, extended, window, windowed = {}, {}, {}, {}
     for positions in ("none", "sinusoidal", "rope", "alibi"):
         model = TinyTransformer(len(corpus.chars), len(corpus.chars), d_model=D_MODEL_07, positions=positions,
                                 num_layers=1, seed=0)  # fmt: skip
@@ -261,6 +264,8 @@ def _extrapolation(corpus) -> dict:
             by_length[positions] = {
                 str(n): loss(model(x).flatten(0, 1), y.flatten()).item() for n, (x, y) in held_out.items()
             }
+            x, y = held_out[EVAL_LENGTHS_07[-1]]  # each query seeing only its last TRAIN_LENGTH_07 keys
+            windowed[positions] = loss(model(x, window=TRAIN_LENGTH_07 - 1).flatten(0, 1), y.flatten()).item()
             if positions == "rope":
                 head_dim = model.blocks[0].attention.head_dim
                 for n, (x, y) in held_out.items():
@@ -273,7 +278,7 @@ def _extrapolation(corpus) -> dict:
                         }
             if positions == "alibi":
                 window = _window_losses(model, *held_out[EVAL_LENGTHS_07[-1]], TRAIN_LENGTH_07)
-    return {"by_length": by_length, "rope_extended": extended, "alibi_window": window}
+    return {"by_length": by_length, "rope_extended": extended, "alibi_window": window, "windowed": windowed}
 
 
 def _window_losses(model, x, y, width: int) -> dict:
@@ -609,13 +614,14 @@ def report(results: list[dict], args) -> None:
                   f"| {r['least_best_share']:.2f} |")  # fmt: skip
     if later["leak"]:
         print("\n## Lesson 06: the leak (training loss over the last 50 steps; held-out loss with the causal mask)\n")
-        print("| seed | masked: train | unmasked: train | masked: honest | unmasked: honest |")
-        print("|---|---|---|---|---|")
+        print("final: the final masked model on 1024 windows of 32 of each split\n")
+        print("| seed | masked: train | unmasked: train | masked: honest | unmasked: honest | final: train "
+              "| final: valid |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|")
         for r in later["leak"]:
-            t, h = r["train_loss"], r["honest"]
-            print(
-                f"| {r['seed']} | {t['masked']:.3f} | {t['unmasked']:.3f} | {h['masked']:.3f} | {h['unmasked']:.3f} |"
-            )
+            t, h, f = r["train_loss"], r["honest"], r.get("final", {})
+            print(f"| {r['seed']} | {t['masked']:.3f} | {t['unmasked']:.3f} | {h['masked']:.3f} | {h['unmasked']:.3f} "
+                  f"| {f.get('train', float('nan')):.3f} | {f.get('valid', float('nan')):.3f} |")  # fmt: skip
     if later["positions"]:
         print("\n## Lesson 07: naming the previous token, bidirectional encoder, 300 steps\n")
         print("| seed | no positions | learned positions |")
@@ -660,6 +666,23 @@ def report(results: list[dict], args) -> None:
             ntk = _span(r["by_length"]["rope"][n] - r["rope_extended"][n]["ntk"] for r in rows)
             pi = _span(r["by_length"]["rope"][n] - r["rope_extended"][n]["interpolation"] for r in rows)
             print(f"- RoPE at {n}: as trained minus NTK-aware {ntk}; as trained minus interpolation {pi}")
+        top, mid = str(lengths[-1]), str(lengths[-2])
+        w = {p: _span(r["windowed"][p] - r["by_length"][p][first] for r in rows) for p in r["windowed"]}
+        print(f"- each query seeing only its last {TRAIN_LENGTH_07} keys at {top}, minus the loss at {first}: "
+              + "; ".join(f"{p} {v}" for p, v in w.items()))  # fmt: skip
+        by = [r["by_length"] for r in rows]
+        win = [r["windowed"] for r in rows]
+        none_back = _span((b["none"][top] - w["none"]) - (w["none"] - b["none"][first]) for b, w in zip(by, win))
+        rope_back = _span(b["rope"][top] - w["rope"] for b, w in zip(by, win))
+        print(f"- RoPE: whole window minus windowed at {top}: {rope_back}"
+              f"; none: (whole minus windowed) minus (windowed minus at {first}): {none_back}")  # fmt: skip
+        for n in map(str, longer):
+            ntk_alibi = _span(r["rope_extended"][n]["ntk"] - r["by_length"]["alibi"][n] for r in rows)
+            print(f"- NTK-aware minus ALiBi at {n}: {ntk_alibi}")
+        second = str(lengths[1])
+        print(f"- none minus sinusoidal at {second}: {_span(b['none'][second] - b['sinusoidal'][second] for b in by)}; "
+              f"none minus rope at {mid}: {_span(b['none'][mid] - b['rope'][mid] for b in by)}; at {top}: "
+              f"{_span(b['none'][top] - b['rope'][top] for b in by)}")  # fmt: skip
         print(f"- ALiBi: whole text minus last {TRAIN_LENGTH_07} only: "
               f"{_span(r['alibi_window']['full'] - r['alibi_window']['window'] for r in rows)}")  # fmt: skip
     print("\n## Ranges over the seeds, for the margins the lessons assert\n")

@@ -829,8 +829,8 @@ BAD_CALLS = [
      r"row should be a non-empty 1-D tensor of scores, got shape \(0,\)"),
     ("online_softmax_steps/block-0", lambda: plots.online_softmax_steps(torch.arange(4.0), 0), ValueError,
      r"block_size \(scores per block\) should be an int with 1 <= block_size"),
-    ("plot_online_softmax/step", lambda: plots.plot_online_softmax(Figure(), torch.arange(4.0), 2, [3]),
-     ValueError, r"steps should be in 1\.\.2 \(one per block\), got step 3"),
+    ("plot_online_softmax/step", lambda: plots.plot_online_softmax(Figure(), torch.arange(4.0), 2, [2]),
+     ValueError, r"steps should be in 0\.\.1 \(one per block\), got step 2"),
     # ---- widgets -------------------------------------------------------------------------------------------
     ("ScalingExplorer/empty", lambda: widgets.ScalingExplorer([]), ValueError,
      r"dims should be a non-empty list of positive ints \(a head size d_k\), got a list of 0 items"),

@@ -815,3 +815,24 @@ def test_grade_namespace():
     }
     with pytest.raises(ValueError, match="no lesson named"):
         checks.grade_namespace(namespace, lesson="99_nothing")
+
+
+def test_triton_exercises_are_not_attempted_where_triton_is_not_installed(monkeypatch):
+    """On macOS there is no triton: the kernel cells define plain functions (attnedu.triton_basics's stand-ins) and
+    each Triton check answers "not attempted", saying why, instead of failing or raising."""
+    import importlib.util
+
+    from attnedu.triton_basics import triton_stand_ins
+
+    triton, tl = triton_stand_ins()
+
+    @triton.jit
+    def softmax_kernel(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        tl.store(Y + row * stride_y, tl.load(X + row * stride_x))
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real_find_spec(
+        name, *a))  # fmt: skip
+    result = checks.check_softmax_kernel(softmax_kernel)
+    assert result.status == NOT_ATTEMPTED and "triton is not installed" in result.message, result

@@ -18,6 +18,7 @@ from attnedu.masks import (
     from_additive,
     global_window_mask,
     local_global_mask,
+    moved_by,
     padding_mask,
     prefix_lm_mask,
     sliding_window_mask,
@@ -32,6 +33,7 @@ from attnedu.positional import (
     apply_rope,
     interpolated_positions,
     ntk_aware_base,
+    relative_spread,
     rope_angles,
     sinusoidal_encoding,
 )
@@ -259,3 +261,52 @@ def test_prefix_lm_mask_against_the_rule_entry_by_entry(seed):
     assert checks.EXERCISES["prefix_lm_mask"].reference is prefix_lm_mask
     with pytest.raises(ValueError, match="between 0 and each sequence's length"):
         prefix_lm_mask(lengths + 1, lengths, max_len)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_moved_by_is_what_the_intervention_test_moves(seed):
+    """Weights in, numbers out: one attention layer with a document mask, the token at a position changed; exactly
+    the outputs moved_by names change, the others stay bit for bit."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.tensor([[0, 0, 0, 1, 1, 2, 2, -1], [0, 1, 1, 1, 1, 1, 2, 2]])
+    mask = document_mask(ids)
+    x = torch.randn(2, 8, 6, generator=g)
+    position = int(torch.randint(0, 8, (1,), generator=g))
+    changed = x.clone()
+    changed[:, position] += 1.0
+    before = torch_sdpa(x, x, x, attn_mask=mask)
+    after = torch_sdpa(changed, changed, changed, attn_mask=mask)
+    moved = (before != after).any(-1)
+    assert torch.equal(moved, moved_by(mask, position))
+    with pytest.raises(ValueError, match="square"):
+        moved_by(mask[:, :3], 1)
+    with pytest.raises(ValueError, match="position should be a key position"):
+        moved_by(mask, 8)
+
+
+def test_relative_spread_tells_relative_encodings_from_absolute_ones():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(8, generator=g), torch.randn(8, generator=g)
+    starts = range(0, 200, 17)
+    for layout in ("halves", "interleaved"):
+        assert relative_spread(lambda x, p, layout=layout: apply_rope(x, p, layout), q, k, 3, starts) < 1e-4
+    pe = sinusoidal_encoding(300, 8)
+    absolute = relative_spread(lambda x, p: x + pe[p], q, k, 3, starts)
+    scores = [((q + pe[n + 3]) @ (k + pe[n])).item() for n in starts]
+    assert absolute > 0.1 and abs(absolute - (max(scores) - min(scores))) < 1e-5
+    assert relative_spread(lambda x, p: x, q, k, 3, [5]) == 0.0
+    with pytest.raises(ValueError, match="at least one position"):
+        relative_spread(lambda x, p: x, q, k, 3, [])
+
+
+def test_a_causal_window_limits_how_far_back_each_query_sees():
+    model = TinyTransformer(11, 11, d_model=16, num_heads=2, num_layers=1, positions="rope", seed=0)
+    tokens = torch.randint(0, 11, (2, 10), generator=torch.Generator().manual_seed(1))
+    changed = tokens.clone()
+    changed[:, 2] = (changed[:, 2] + 1) % 11
+    with torch.no_grad():
+        moved = (model(tokens, window=3) - model(changed, window=3)).abs().amax(-1) > 0
+        assert torch.equal(model(tokens, window=9), model(tokens))  # a window as long as the text changes nothing
+    assert moved[:, 2:6].all() and not moved[:, :2].any() and not moved[:, 6:].any()  # keys 3 back at most
+    with pytest.raises(ValueError, match="causal model only"):
+        model(tokens, causal=False, window=3)

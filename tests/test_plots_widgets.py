@@ -82,11 +82,26 @@ def test_online_softmax_steps_match_torch_and_rescale():
     assert torch.allclose(softmax.float(), torch.softmax(row, 0))
 
 
+def test_online_softmax_blocks_and_positions_count_from_0():
+    from matplotlib.figure import Figure
+
+    from attnedu.plots import plot_online_softmax
+    from attnedu.widgets import OnlineSoftmaxStepper
+
+    axes = plot_online_softmax(Figure(), torch.arange(7.0), 3)
+    assert [ax.get_title().split(":")[0] for ax in axes] == [
+        "block 0 (scores 0..2)", "block 1 (scores 3..5)", "block 2 (scores 6..6)"
+    ]
+    assert [round(p.get_x() + p.get_width() / 2) for p in axes[0].patches] == list(range(7))  # positions 0..6
+    stepper = OnlineSoftmaxStepper(torch.arange(7.0), 3)
+    assert (stepper.slider.min, stepper.slider.value, stepper.slider.max) == (0, 0, 2)
+
+
 def test_stepper_and_explorer_widgets_draw():
     from attnedu.widgets import EncodingExplorer, OnlineSoftmaxStepper, ScalingExplorer
 
     for widget, control, value in (
-        (OnlineSoftmaxStepper(torch.arange(7.0), 3), "slider", 3),
+        (OnlineSoftmaxStepper(torch.arange(7.0), 3), "slider", 2),
         (EncodingExplorer(d_model=16), "slider", 7),
         (ScalingExplorer([8, 64]), "slider", 64),
     ):
@@ -107,3 +122,17 @@ def test_plot_mask_and_matrix_reject_what_they_cannot_draw():
     with pytest.raises(ValueError, match="2-D"):
         plot_matrix(torch.ones(2, 2, 2), ax)
     plt.close("all")
+
+
+def test_gpu_throughput_plot_marks_out_of_memory():
+    from pathlib import Path
+
+    from matplotlib.figure import Figure
+
+    from attnedu.bench import Benchmark
+    from attnedu.bench_gpu import plot_throughput
+
+    gpu = Benchmark.load(Path(__file__).parent.parent / "benchmarks" / "attention_cuda.json")
+    axes = plot_throughput(Figure(figsize=(14, 6)), gpu, dtype="bfloat16")
+    marked = [(ax.get_title(), t.get_text()) for row in axes for ax in row for t in ax.texts]
+    assert marked == [("forward+backward, head_dim 64, causal", "naive: out of memory")]  # the one stored OOM

@@ -34,7 +34,7 @@ MAX_PRINTED = 500  # characters of the learner's printing kept in a result
 GRADING_ENV = "ATTNEDU_GRADING"
 # Errors a launcher raises about the learner's kernel or the notebook's state (attnedu.triton_basics): their message
 # is the diagnosis, shown as it is rather than as "your function raised ...".
-REPORTED_AS_IS = ("KernelError", "TritonModeError", "KernelMemoryError")
+REPORTED_AS_IS = ("KernelError", "TritonModeError", "KernelMemoryError", "TritonMissingError")
 
 
 def grading_mode() -> bool:

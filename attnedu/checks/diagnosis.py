@@ -310,7 +310,8 @@ def run_check(
     The decision, once every case has been called (calls stop after a time-out or a crash):
 
     * every case matches: passed;
-    * the first case that does not match raised NotImplementedError: not attempted;
+    * the first case that does not match raised NotImplementedError, or could not run because triton is not
+      installed here: not attempted;
     * it had a problem that is not about values (an exception, a time-out, a crash, an input changed in
       place): that problem, on that case;
     * else (wrong values): a known-wrong variant is named only if the function's output equals the
@@ -367,6 +368,8 @@ def run_check(
                 f"`{exercise.name}` still raises NotImplementedError. Replace `# YOUR CODE HERE` and "
                 "`raise NotImplementedError()` with your code, run that cell, then run this check again.",
             )
+        if first.call.error_name == "TritonMissingError":  # nothing the learner wrote could have run here
+            return result(NOT_ATTEMPTED, first.call.error_text)
         if first.hard is not None:
             reason = CRASHED if first.call.crashed else TIMEOUT if first.call.timed_out else ""
             return result(FAILED, first.hard, where, reason, first.kinds)

@@ -1,6 +1,7 @@
 """Checks for the exercises of lesson 06 (masking): the additive form of a mask (the one exercise that repeats the
 lesson), then three masks the lesson did not show: packed documents, a prefix language model, a window with each
-sentence's own global tokens.
+sentence's own global tokens; and a prediction, which outputs the lesson's intervention test moves on packed
+documents.
 
 Masks are booleans, True = may attend, rows are queries and columns keys, as everywhere in the course.
 Every exercise has test cases with a batch of one, a large one (sequences of hundreds of positions) and, where
@@ -22,6 +23,7 @@ from ..masks import (
     causal_padding_mask,
     document_mask,
     local_global_mask,
+    moved_by,
     padding_mask,
     prefix_lm_mask,
     sliding_window_mask,
@@ -125,10 +127,11 @@ def _filled(mask: torch.Tensor, dtype: torch.dtype, blocked: float, allowed: flo
 
 
 _FINITE = (
-    "blocked entries hold {what} instead of -inf. Added to the scores, a finite number leaves a blocked key a tiny "
-    "weight, and a fully masked row (nothing allowed, as in the test case with one) gets uniform weights, attention "
-    "spread over padding, where -inf gives NaN that the course's masked softmax turns into zeros. Blocked entries "
-    "must be exactly -inf, the one value whose exponential is 0."
+    "blocked entries hold {what} instead of -inf. In a row with an allowed key that still blocks (the weight "
+    "underflows to exactly 0), but a fully masked row (nothing allowed, as in the test case with one) then gets "
+    "uniform weights, attention spread over padding, where -inf makes the fault visible and the course's masked "
+    "softmax gives zeros; and two such masks added together (padding and causal, or a bias such as ALiBi's) can "
+    "overflow to -inf or move the blocked scores. Blocked entries must be exactly -inf."
 )
 
 TO_ADDITIVE = Exercise(
@@ -161,6 +164,13 @@ TO_ADDITIVE = Exercise(
             "blocked entries hold -1 and allowed ones 0 (the mask as numbers, minus one): added to the scores, -1 "
             "hardly changes a weight, so the blocked keys keep most of theirs. Blocked entries must be -inf.",
             lambda mask, dtype: mask.to(dtype) - 1,
+        ),
+        Variant(
+            "allowed entries hold 1 instead of 0 (blocked ones are -inf). Alone that is harmless for the softmax, "
+            "which ignores a constant added to every allowed score of a row, but an additive mask is also summed "
+            "with other masks and biases (a causal mask, ALiBi's distance penalty), and there the 1 shifts every "
+            "score it touches. Allowed entries must be exactly 0.",
+            lambda mask, dtype: _filled(mask, dtype, float("-inf"), allowed=1.0),
         ),
         Variant(
             "blocked entries hold +inf instead of -inf: added to a score, +inf makes that key take all the weight "
@@ -603,4 +613,113 @@ LOCAL_GLOBAL_MASK = Exercise(
     ),
 )
 
-EXERCISES = (TO_ADDITIVE, DOCUMENT_MASK, PREFIX_LM_MASK, LOCAL_GLOBAL_MASK)
+# --------------------------------------------------------------------------------------------
+# moved_by: predict the intervention test on packed documents (a transfer of the lesson's test)
+# --------------------------------------------------------------------------------------------
+
+
+def _moved_by(document_ids, position):
+    """The reference: the outputs of one attention layer with the document mask that move when token ``position``
+    changes."""
+    return moved_by(document_mask(document_ids), position)
+
+
+def _moved_by_cases() -> list[Case]:
+    def case(rows: list[list[int]], position: int, tags, note: str) -> Case:
+        return Case(f"{note}; the token at position {position} changes", (torch.tensor(rows), position), tags)
+
+    large = [
+        _ids(*((d, n) for d, n in enumerate((30, 1, 50, 3, 76)))),
+        _ids(*((d, n) for d, n in enumerate((90, 40, 8))), (-1, 22)),
+    ]
+    return [
+        case([_ids((0, 2), (1, 2)), _ids((0, 4)), _ids((0, 1), (1, 1), (2, 2)), _ids((0, 3), (-1, 1))], 1,
+             kinds(PADDED), "4 rows of 4 tokens (as many rows as tokens); the last row ends in padding (id -1)"),
+        case([_ids((0, 3), (1, 2), (2, 3))], 3, kinds(ONE, UNPADDED), "one row of 3 documents of lengths 3, 2, 3"),
+        case([_ids((0, 2), (1, 3), (-1, 2))], 5, kinds(ONE, PADDED),
+             "one row: documents of 2 and 3 tokens, then 2 of padding"),
+        case([_ids((7, 3), (3, 2)), _ids((2, 1), (9, 4))], 2, kinds(UNPADDED),
+             "2 rows of 5 whose ids are any numbers (7, 3; 2, 9)"),
+        case([_ids((0, 6), (-1, 1)), _ids((0, 2), (1, 3), (-1, 2)), _ids((0, 7))], 0, kinds(PADDED),
+             "3 rows of 7, two ending in padding"),
+        case([_ids((0, 4), (1, 2)), _ids((0, 1), (1, 5))], 2, kinds(UNPADDED), "2 rows of 6"),
+        case(large, 140, kinds(LARGE, PADDED), "2 rows of 160 tokens: 5 documents; 3 documents and 22 of padding"),
+    ]  # fmt: skip
+
+
+def _moved(ids, position, same=True, when="at or after"):
+    """A variant: tokens of the changed token's document (or all, ``same=False``) at the positions ``when`` says."""
+    t = torch.arange(ids.shape[1])[None, :]
+    where = {"at or after": t >= position, "after": t > position, "from one before": t >= position - 1,
+             "at or before": t <= position, "anywhere": torch.ones_like(t, dtype=torch.bool),
+             "itself": t == position}[when]  # fmt: skip
+    document = ids == ids[:, position : position + 1] if same else torch.ones_like(ids, dtype=torch.bool)
+    return document & where
+
+
+def _moved_other_rows(ids, position):
+    """The changed token's id taken per position across the batch (ids[:, position] without its axis): rows of
+    the batch compared with each other, which has the right shape only when batch == length."""
+    return (ids == ids[:, position]) & (torch.arange(ids.shape[1])[None, :] >= position)
+
+
+MOVED_BY = Exercise(
+    name="moved_by",
+    lesson=LESSON,
+    params=("document_ids", "position"),
+    returns=(("batch", "length"),),
+    reference=_moved_by,
+    make_cases=_moved_by_cases,
+    layout=lambda args: (Layout(positions=1, real=args[0] >= 0, words=("real tokens", "padding tokens")),),
+    forbidden=OWN_CODE,
+    variants=(
+        Variant(
+            "the direction is reversed: your answer is the earlier tokens of the document, the keys the changed token "
+            "reads (the row of the mask at that position), not the queries that read it (its column). An output "
+            "moves when its query may attend the changed key: later tokens of the same document, and the token itself.",
+            lambda ids, p: document_mask(ids)[:, p, :],
+            lambda ids, p: _moved(ids, p, when="at or before"),
+        ),
+        Variant(
+            "the documents are ignored: every output at or after the position moves in your answer, as under a plain "
+            "causal mask. Packed documents do not see each other, so a change reaches only its own document.",
+            lambda ids, p: _moved(ids, p, same=False),
+        ),
+        Variant(
+            "the causal part is ignored: the whole document moves in your answer, earlier tokens included. Those "
+            "cannot see the changed token, so their outputs stay exactly the same.",
+            lambda ids, p: _moved(ids, p, when="anywhere"),
+        ),
+        Variant(
+            "off by one: the changed token itself is left out. Its own output moves too, through its query (and its "
+            "key and value, which it attends to).",
+            lambda ids, p: _moved(ids, p, when="after"),
+        ),
+        Variant(
+            "off by one: the token just before the changed one moves in your answer. It cannot attend to a later "
+            "key, so its output stays exactly the same.",
+            lambda ids, p: _moved(ids, p, when="from one before"),
+        ),
+        Variant(
+            "only the changed token itself moves in your answer. The later tokens of its document attend to it, so "
+            "their outputs move too.",
+            lambda ids, p: _moved(ids, p, when="itself"),
+        ),
+        Variant(
+            "the ids of the changed position were compared across the rows of the batch: a (batch, length) tensor "
+            "against a (batch,) one broadcasts the batch axis against the positions, which has the right shape only "
+            "when batch == length (the first test case). Each row's changed token has its own id.",
+            _moved_other_rows,
+        ),
+    ),
+    hint=(
+        "Run the intervention test in your head: which queries may attend the key that changed? Those outputs move, "
+        "and so does the changed token's own output.",
+        "Query i may attend key j when they share a document and j <= i. So with j the changed position, the moved "
+        "outputs are the positions i >= j whose id equals the id at j, in each row.",
+        "`same = document_ids == document_ids[:, position : position + 1]`; "
+        "`return same & (torch.arange(document_ids.shape[1])[None, :] >= position)`.",
+    ),
+)
+
+EXERCISES = (TO_ADDITIVE, DOCUMENT_MASK, MOVED_BY, PREFIX_LM_MASK, LOCAL_GLOBAL_MASK)

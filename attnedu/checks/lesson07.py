@@ -1,6 +1,7 @@
 """Checks for the exercises of lesson 07 (positional encoding): sinusoidal positions added before the query and
 key projections; RoPE in the *interleaved* layout (the lesson showed halves); RoPE scores of queries and keys at
-different positions, as with a cache; ALiBi's biases for any number of heads (the lesson showed powers of two).
+different positions, as with a cache; ALiBi's biases for any number of heads with queries after a cache (the lesson
+showed the slopes for 6 and 12 heads, square biases only).
 
 Every exercise has test cases with a batch of one (for ALiBi: one head) and a large one (more positions than the
 tables people precompute: 512 for a sinusoidal encoding, 2048 for RoPE's angles), and, where padding applies (the
@@ -235,6 +236,10 @@ def _rope(x, positions, *, pair=lambda i: i, exponent=2.0, base=10000.0, directi
     i = torch.arange(half, dtype=torch.float64)
     frequencies = base ** (-exponent * pair(i) / x.shape[-1])
     angles = direction * positions.to(torch.float64)[:, None] * frequencies  # (seq_len, half)
+    if freqs == "rotate_half":  # frequencies repeated for interleaved pairs, partners taken from the other half
+        per_feature = angles.repeat_interleave(2, dim=-1)
+        cos, sin = torch.cos(per_feature).to(x.dtype), torch.sin(per_feature).to(x.dtype)
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
     if freqs == "repeat":  # per-feature angles cat([f, f]) applied to interleaved pairs
         per_feature = torch.cat([angles, angles], dim=-1)
         cos, sin = torch.cos(per_feature).to(x.dtype), torch.sin(per_feature).to(x.dtype)
@@ -347,6 +352,14 @@ APPLY_ROPE_INTERLEAVED = Exercise(
             "speeds and the result is no rotation. With interleaved pairs, both features of pair i, 2i and 2i+1, "
             "turn at frequency i.",
             lambda x, p: _rope(x, p, freqs="repeat"),
+        ),
+        Variant(
+            "the frequencies are laid out for interleaved pairs (each repeated twice, f0 f0 f1 f1 ...) but each "
+            "feature's partner was taken from the other half (Hugging Face's rotate_half, written for the halves "
+            "layout), so the features that turn together are not the ones that pair. Position 0 matches (no "
+            "rotation at all); every later position differs. In the interleaved layout feature 2i+1 is the partner of "
+            "feature 2i.",
+            lambda x, p: _rope(x, p, freqs="rotate_half"),
         ),
         Variant(
             "your output is x unchanged: nothing was rotated.",
@@ -519,7 +532,7 @@ ROPE_SCORES = Exercise(
 )
 
 # --------------------------------------------------------------------------------------------
-# alibi_bias: ALiBi for any number of heads (the lesson showed powers of two)
+# alibi_bias: ALiBi for any number of heads, queries after a cache (the lesson showed square biases only)
 # --------------------------------------------------------------------------------------------
 
 
@@ -577,6 +590,7 @@ ALIBI_BIAS = Exercise(
     reference=alibi_bias,
     make_cases=_alibi_cases,
     layout=lambda args: (Layout(positions=1),),
+    units=(("head", "heads", "head index"),),  # axis 0 is the heads, not a batch of sentences
     forbidden=OWN_CODE,
     variants=(
         Variant(

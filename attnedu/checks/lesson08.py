@@ -185,9 +185,15 @@ MERGE_SOFTMAX_STATES = Exercise(
     "as m1 - m, which are never above 0, may go into an exp.",
     nan_note="NaN comes from 0/0, inf - inf or 0 * inf. A state over no keys has m = -inf, l = 0 and o = 0: -inf - "
     "(-inf) is NaN, and so is o / l there.",
-    hint="`m = torch.maximum(m1, m2)`. Each state's factor is exp(m_i - m): 1 for the state with the larger maximum, "
-    "less for the other. `l = a1 * l1 + a2 * l2`, `o = a1[:, None] * o1 + a2[:, None] * o2`. For a query with no key "
-    "in either state, m is -inf: compute the factors with `torch.where(m == float('-inf'), 0.0, m)` in place of m.",
+    hint=(
+        "Each state's l and o are sums measured against its own maximum. Against which maximum must the merged "
+        "sums be measured, and by what factor does a term e^(s - m1) become e^(s - m)?",
+        "m = max(m1, m2); each state's factor is a_i = exp(m_i - m), 1 for the state with the larger maximum and "
+        "less for the other: l = a1 l1 + a2 l2 and o = a1 o1 + a2 o2 (each row of o by its query's factor). Where "
+        "m is -inf (no key in either state), exp(-inf - (-inf)) is NaN: measure against 0 there instead.",
+        "`m = torch.maximum(m1, m2)`; `ref = torch.where(m == float('-inf'), 0.0, m)`; `a1, a2 = torch.exp(m1 - ref), "
+        "torch.exp(m2 - ref)`; return `m, a1 * l1 + a2 * l2, a1[:, None] * o1 + a2[:, None] * o2`.",
+    ),
 )
 
 
@@ -277,10 +283,16 @@ CAUSAL_TILES = Exercise(
             _tiles_with(clamp=False),
         ),
     ),
-    hint="Block i of queries starts at `i * block_q` and ends at `min((i + 1) * block_q, n) - 1`; the same for "
-    "keys with block_k. `torch.arange(0, n, block_q)` gives every first position at once. A tile is computed when "
-    "its first key is not after its last query, and masked when, in addition, its last key is after its first "
-    "query. Build both (query_blocks, key_blocks) tables by broadcasting `[:, None]` against `[None, :]`.",
+    hint=(
+        "Draw n = 10 with block_q 3 and block_k 4 on paper: which positions does each block hold, and for each tile, "
+        "which is its first key, its last key, its first query and its last query?",
+        "A tile is computed when its first key is not after its last query, and masked when, in addition, its last "
+        "key is after its first query. The last block may be partial: its last position is n - 1, not the block's "
+        "end.",
+        "`q_first, k_first = torch.arange(0, n, block_q), torch.arange(0, n, block_k)`; `q_last = (q_first + "
+        "block_q).clamp(max=n) - 1`, the same for keys; `compute = k_first[None, :] <= q_last[:, None]`; "
+        "`masked = compute & (k_last[None, :] > q_first[:, None])`.",
+    ),
 )
 
 
@@ -417,12 +429,19 @@ CAUSAL_BLOCK_UPDATE = Exercise(
     "is at most 1.",
     nan_note="NaN comes from 0/0, inf - inf or 0 * inf: for a query whose scores are all -inf, m_new is -inf, and "
     "-inf - (-inf) is NaN.",
-    hint="Positions: `q_pos = q_start + torch.arange(q_block.shape[0])` and `k_pos = k_start + "
-    "torch.arange(k_block.shape[0])`; allowed = `k_pos[None, :] <= q_pos[:, None]`. Scores "
-    "`q_block @ k_block.T / math.sqrt(q_block.shape[1])`, set to -inf where not allowed; m_new = the larger of m and "
-    "each row's maximum. Then, with `ref = torch.where(m_new == float('-inf'), 0.0, m_new)`: `p = torch.exp(s - "
-    "ref[:, None])`, `alpha = torch.exp(m - ref)`, and return m_new, `alpha * l + p.sum(1)`, "
-    "`alpha[:, None] * acc + p @ v_block`.",
+    hint=(
+        "Which position in the sequence does row r of q_block hold, and column c of k_block? The mask compares "
+        "those positions, not r and c. Then the update is the lesson's tiled_forward step, with -inf where a pair "
+        "is not allowed.",
+        "q_pos = q_start + 0, 1, ...; k_pos = k_start + 0, 1, ...; allowed where k_pos <= q_pos. s = q k^T / "
+        "sqrt(head_dim), -inf where not allowed; m_new = max(m, rowmax(s)). A row with m_new = -inf has seen no key: "
+        "measure its exp against 0 there, so that exp(-inf) = 0 and not exp(-inf + inf) = NaN.",
+        "`q_pos = q_start + torch.arange(q_block.shape[0])`, `k_pos` likewise; `s = (q_block @ k_block.T / "
+        "math.sqrt(q_block.shape[1])).masked_fill(k_pos[None, :] > q_pos[:, None], float('-inf'))`; `m_new = "
+        "torch.maximum(m, s.max(dim=1).values)`; `ref = torch.where(m_new == float('-inf'), 0.0, m_new)`; `p = "
+        "torch.exp(s - ref[:, None])`, `alpha = torch.exp(m - ref)`; return m_new, `alpha * l + p.sum(1)`, "
+        "`alpha[:, None] * acc + p @ v_block`.",
+    ),
 )
 
 
@@ -464,7 +483,8 @@ def _tile_backward_cases() -> list[Case]:
 
 def _backward_with(p_rule="lse", d_rule="minus", times_p=True, dq_scale=1, dk_scale=1, dv_t=True, dk_t=True,
                    dk_from="q"):  # fmt: skip
-    """tile_backward with one known mistake: P from the tile's own softmax or unscaled scores; D missing or added;
+    """tile_backward with one known mistake: P from the tile's own softmax or unscaled scores; D missing, added or
+    summed over this tile's keys only;
     dS without P; dq, dk times scale ** dq_scale, ** dk_scale; P or dS not transposed; dK from K."""
 
     def backward(q_block, k_block, v_block, do_block, lse, d):
@@ -478,7 +498,8 @@ def _backward_with(p_rule="lse", d_rule="minus", times_p=True, dq_scale=1, dk_sc
             p = torch.exp(s - lse[:, None])
         dv = (p.T if dv_t else p) @ do_block
         dp = do_block @ v_block.T
-        diff = {"minus": dp - d[:, None], "none": dp, "plus": dp + d[:, None]}[d_rule]
+        diff = {"minus": dp - d[:, None], "none": dp, "plus": dp + d[:, None],
+                "tile": dp - (p * dp).sum(dim=1, keepdim=True)}[d_rule]  # fmt: skip
         ds = p * diff if times_p else diff
         dk = (ds.T if dk_t else ds) @ (q_block if dk_from == "q" else k_block)
         return ds @ k_block * scale**dq_scale, dk * scale**dk_scale, dv
@@ -489,7 +510,7 @@ def _backward_with(p_rule="lse", d_rule="minus", times_p=True, dq_scale=1, dk_sc
 TILE_BACKWARD = Exercise(
     name="tile_backward",
     lesson=LESSON,
-    params=("q_block", "k_block", "v_block", "do_block", "lse", "d"),
+    params=("q_block", "k_block", "v_block", "do_block", "lse", "D"),
     returns=(("block_q", "head_dim"), ("block_k", "head_dim"), ("block_k", "value_dim")),
     output_names=("dq", "dk", "dv"),
     reference=tile_backward,
@@ -515,6 +536,12 @@ TILE_BACKWARD = Exercise(
         Variant(
             "D was added instead of subtracted: dS = P * (dP - D), with D = rowsum(dO * O).",
             _backward_with(d_rule="plus"),
+        ),
+        Variant(
+            "your D covers only this tile's keys: the row sums of P * dP were taken over the tile, but the softmax's "
+            "backward subtracts the sum over all of a query's keys, of which a tile holds only some. That is why D "
+            "comes in as an argument, computed once from the whole output. It shows in dq and dk; dv does not use D.",
+            _backward_with(d_rule="tile"),
         ),
         Variant(
             "dS lacks the factor P: dS = P * (dP - D), elementwise, is the gradient of the scores through the softmax.",
@@ -555,9 +582,16 @@ TILE_BACKWARD = Exercise(
     ),
     large_note="This test case has large inputs: scores in the hundreds. exp(S) on its own is inf in float32 above "
     "about 88, so exp(S) / exp(lse) is inf / inf = NaN: rebuild P in one step, exp(S - lse), which is at most 1.",
-    hint="`s = q_block @ k_block.T * scale` with `scale = 1 / math.sqrt(q_block.shape[1])`; `p = torch.exp(s - "
-    "lse[:, None])`; `dv = p.T @ do_block`; `dp = do_block @ v_block.T`; `ds = p * (dp - d[:, None])`; then "
-    "`dq = ds @ k_block * scale` and `dk = ds.T @ q_block * scale`.",
+    hint=(
+        "Work backwards through the three steps of the forward, O = P V, P = softmax(S), S = Q K^T scale, and write "
+        "the shape of each gradient next to it: which one needs P, which one needs D, and where does the scale "
+        "come back?",
+        "P = exp(S - lse) for this tile; dV = P^T dO; dP = dO V^T; dS = P * (dP - D) elementwise, with D one "
+        "number per query; dQ = dS K scale and dK = dS^T Q scale.",
+        "`scale = 1 / math.sqrt(q_block.shape[1])`; `p = torch.exp(q_block @ k_block.T * scale - lse[:, None])`; "
+        "`dv = p.T @ do_block`; `ds = p * (do_block @ v_block.T - D[:, None])`; return `ds @ k_block * scale`, "
+        "`ds.T @ q_block * scale`, `dv`.",
+    ),
 )
 
 
@@ -708,10 +742,14 @@ BENCHMARK_MEDIAN = Exercise(
     "the noise, so no threshold on the time finds the warm-up: its position does.",
     nan_note="NaN here usually means a median of no calls at all: check that each shape keeps the calls after its "
     "first.",
-    hint="For each shape s, `times_ms[shape_ids == s]` keeps its calls in the order they ran; `[1:]` drops its first "
-    "(the warm-up); report their median, the middle value (for an even count, the mean of the two middle ones: "
-    "`statistics.median(x.tolist())` or `torch.quantile(x, 0.5)`). Return one number per shape, "
-    "`torch.tensor([...])`.",
+    hint=(
+        "Which calls belong to shape s, and in what order did they run? The warm-up is found by its position "
+        "among them, not by its time.",
+        "For each shape: its calls in order, without the first; their median (for an even count, the mean of the "
+        "two middle values). One number per shape.",
+        "`calls = times_ms[shape_ids == s]`; `statistics.median(calls[1:].tolist())` (or `torch.quantile(calls[1:], "
+        "0.5)`) for s in 0, ..., shapes - 1; return them as `torch.tensor([...])`.",
+    ),
 )
 
 
@@ -862,12 +900,17 @@ SOFTMAX_KERNEL = Exercise(
     "for x above about 88, and 0 below about -104, so inf / inf or 0 / 0 gives NaN: subtract the row's running "
     "maximum m first, exp2((x - m) * log2(e)), which is at most 1.",
     nan_note=KERNEL_NAN_NOTE,
-    hint="One program per row: `row = tl.program_id(0)`, its numbers at `X + row * stride_x + cols`. A first loop "
-    "`for start in range(0, n_cols, BLOCK)` with `cols = start + tl.arange(0, BLOCK)` loads each block (`mask=cols < "
-    "n_cols, other=float('-inf')`) and updates the running maximum m and sum l, as the online softmax does, with "
-    "`tl.exp2((...) * 1.4426950408889634)`; start from `m = tl.full([1], float('-inf'), tl.float32)` and "
-    "`l = tl.zeros([1], tl.float32)`. A second loop loads each block again and stores exp2((x - m) * log2(e)) / l to "
-    "`Y + row * stride_y + cols`, with the same mask.",
+    hint=(
+        "Two passes over the row: the first to learn its maximum and sum (Exercise 1's state, without o), the "
+        "second to write the weights. What must a load past the end of the row give, so that it adds nothing to "
+        "either?",
+        "First pass, block by block: m_new = max(m, max of the block); l = l e^(m - m_new) + sum of e^(x - m_new); "
+        "padding loads as -inf. Second pass: e^(x - m) / l, stored with the same mask. e^x = 2^(x log2 e).",
+        "`row = tl.program_id(0)`; in `for start in range(0, n_cols, BLOCK)`: `cols = start + tl.arange(0, BLOCK)`, "
+        "`x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float('-inf'))`, then the update with "
+        "`tl.exp2((m - m_new) * log2_e)`; the second loop loads again and `tl.store(Y + row * stride_y + cols, "
+        "tl.exp2((x - m) * log2_e) / l, mask=cols < n_cols)`.",
+    ),
 )
 
 
@@ -1062,14 +1105,35 @@ def _attention_exercise(causal: bool) -> Exercise:
         "in float32 above about 88, so inf / inf gives NaN: subtract the running maximum before tl.exp2, "
         "exp2(s - m_new) with s in base 2, which is at most 1.",
         nan_note=KERNEL_NAN_NOTE,
-        hint="In the loop `for start_n in range(0, "
-        + ("tl.minimum(start_m + BLOCK_M, n_keys)" if causal else "n_keys")
-        + ", BLOCK_N)`: `keys = start_n + tl.arange(0, BLOCK_N)`; K^T as a (HEAD_DIM, BLOCK_N) tile, `tl.load(K + "
-        "keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)`, and V as (BLOCK_N, "
-        "HEAD_DIM); `s = tl.dot(q, k_t) * (sm_scale * 1.4426950408889634)`, set to -inf with tl.where where "
-        + ("`(keys[None, :] < n_keys) & (keys[None, :] <= rows[:, None])`" if causal else "`keys[None, :] >= n_keys`")
-        + "; then `m_new = tl.maximum(m, tl.max(s, 1))`, `p = tl.exp2(s - m_new[:, None])`, `alpha = tl.exp2(m - "
-        "m_new)`, `l = l * alpha + tl.sum(p, 1)`, `acc = acc * alpha[:, None] + tl.dot(p, v)`, `m = m_new`.",
+        hint=(
+            (
+                "Which key blocks can hold a key that one of this program's queries may see? (Its last query is "
+                "start_m + BLOCK_M - 1.) Inside a block, which (query, key) pairs must get -inf?"
+                if causal
+                else "This program's queries against every key, BLOCK_N keys at a time: the loop body is the "
+                "lesson's tiled_forward step, written with loads. Which loads can reach past the last key, and "
+                "what must those keys' scores be?"
+            ),
+            "Per block of keys: keys = start_n + 0 .. BLOCK_N - 1; load K^T as (HEAD_DIM, BLOCK_N) and V as "
+            "(BLOCK_N, HEAD_DIM), masked where keys >= n_keys; s = (q K^T) sm_scale log2(e), -inf where a key is "
+            + ("past n_keys or after the query (key > query)" if causal else "past n_keys")
+            + "; m_new = max(m, rowmax(s)); p = 2^(s - m_new); alpha = 2^(m - m_new); l = l alpha + rowsum(p); "
+            "acc = acc alpha + p V."
+            + (" The loop can stop after the block that holds the program's last query." if causal else ""),
+            "In the loop `for start_n in range(0, "
+            + ("tl.minimum(start_m + BLOCK_M, n_keys)" if causal else "n_keys")
+            + ", BLOCK_N)`: `keys = start_n + tl.arange(0, BLOCK_N)`; `k_t = tl.load(K + keys[None, :] * stride_k + "
+            "dims[:, None], mask=keys[None, :] < n_keys, other=0.0)`, and V as (BLOCK_N, HEAD_DIM); `s = "
+            "tl.where(allowed, tl.dot(q, k_t) * (sm_scale * 1.4426950408889634), float('-inf'))` with allowed "
+            + (
+                "`(keys[None, :] < n_keys) & (keys[None, :] <= rows[:, None])`"
+                if causal
+                else "`keys[None, :] < n_keys`"
+            )
+            + "; then `m_new = tl.maximum(m, tl.max(s, 1))`, `p = tl.exp2(s - m_new[:, None])`, `alpha = "
+            "tl.exp2(m - m_new)`, `l = l * alpha + tl.sum(p, 1)`, `acc = acc * alpha[:, None] + tl.dot(p, v)`, "
+            "`m = m_new`.",
+        ),
     )
 
 

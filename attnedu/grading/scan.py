@@ -25,7 +25,10 @@ SAFE_FROM_ATTNEDU = {"setup_notebook", "checks", "__version__"}
 # Helpers of the course that exercises' notebooks use, which give no answer away (a reference kernel taken from
 # attnedu.triton_basics is still flagged: by its module, when the grader describes the function it called;
 # attnedu.runtime.rounded only prints a number the way the lessons do).
-SAFE_HELPERS = {"attnedu.triton_basics": {"compare_on_gpu", "triton_state"}, "attnedu.runtime": {"rounded"}}
+SAFE_HELPERS = {
+    "attnedu.triton_basics": {"compare_on_gpu", "triton_state", "triton_stand_ins"},
+    "attnedu.runtime": {"rounded"},
+}
 SAFE_FROM_CHECKS = {
     "check", "hint", "CheckResult", "Hint", "PASSED", "FAILED", "NOT_ATTEMPTED", "ICONS", "TIME_LIMIT", "MAX_PRINTED",
 }  # fmt: skip

@@ -1,4 +1,4 @@
-"""Lesson 06, 06_masking: the galleries of ``to_additive``, ``document_mask``, ``prefix_lm_mask`` and
+"""Lesson 06, 06_masking: the galleries of ``to_additive``, ``document_mask``, ``moved_by``, ``prefix_lm_mask`` and
 ``local_global_mask`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
 tests/galleries/__init__.py describes them), and REFERENCE_USE: functions that are, or call, the package's own
 masks, which the exercises forbid (each must fail, whatever it returns).
@@ -106,9 +106,27 @@ def learner_local_global_mask_band(is_global, window):
     return band | both_ways
 
 
+def learner_moved_by(document_ids, position):
+    """The intervention test predicted: the column of my document mask at that key, and the token itself."""
+    mask = learner_document_mask(document_ids)
+    itself = torch.arange(document_ids.shape[1]) == position
+    return mask[:, :, position] | itself[None, :]
+
+
+def learner_moved_by_loop(document_ids, position):
+    batch, length = document_ids.shape
+    moved = torch.zeros(batch, length, dtype=torch.bool)
+    for b in range(batch):
+        for i in range(position, length):
+            if document_ids[b, i] == document_ids[b, position]:
+                moved[b, i] = True
+    return moved
+
+
 CORRECT = {
     "to_additive": [learner_to_additive, learner_to_additive_where, learner_to_additive_log],
     "document_mask": [learner_document_mask, learner_document_mask_loop, learner_document_mask_one_hot],
+    "moved_by": [learner_moved_by, learner_moved_by_loop],
     "prefix_lm_mask": [learner_prefix_lm_mask, learner_prefix_lm_mask_blocks],
     "local_global_mask": [learner_local_global_mask, learner_local_global_mask_loop, learner_local_global_mask_band],
 }
@@ -126,6 +144,7 @@ def _calls_prefix_lm_mask(prefix_lengths, lengths, max_len):
 
 
 REFERENCE_USE = [
+    ("moved_by", lambda ids, position: masks.moved_by(masks.document_mask(ids), position)),
     ("to_additive", to_additive),
     ("to_additive", lambda mask, dtype: to_additive(mask, dtype)),
     ("document_mask", masks.document_mask),
@@ -363,7 +382,57 @@ def lg_as_int(is_global, window):
     return learner_local_global_mask(is_global, window).int()
 
 
+def ta_one_where_allowed(mask, dtype):
+    return torch.ones(mask.shape, dtype=dtype).masked_fill(~mask, NEG_INF)
+
+
+def _later(document_ids, position, first):
+    t = torch.arange(document_ids.shape[1])[None, :]
+    return (document_ids == document_ids[:, position : position + 1]) & (t >= first)
+
+
+def mb_row_not_column(document_ids, position):
+    return learner_document_mask(document_ids)[:, position, :]
+
+
+def mb_plain_causal(document_ids, position):
+    return (torch.arange(document_ids.shape[1]) >= position)[None, :].expand(document_ids.shape).clone()
+
+
+def mb_whole_document(document_ids, position):
+    return document_ids == document_ids[:, position : position + 1]
+
+
+def mb_after(document_ids, position):
+    return _later(document_ids, position, position + 1)
+
+
+def mb_from_one_before(document_ids, position):
+    return _later(document_ids, position, position - 1)
+
+
+def mb_only_itself(document_ids, position):
+    return (torch.arange(document_ids.shape[1]) == position)[None, :].expand(document_ids.shape).clone()
+
+
+def mb_other_rows(document_ids, position):
+    return (document_ids == document_ids[:, position]) & (torch.arange(document_ids.shape[1])[None, :] >= position)
+
+
+def mb_as_int(document_ids, position):
+    return learner_moved_by(document_ids, position).int()
+
+
 MUTANTS = [
+    ("to_additive", ta_one_where_allowed, "allowed entries hold 1"),
+    ("moved_by", mb_row_not_column, "the direction is reversed"),
+    ("moved_by", mb_plain_causal, "the documents are ignored"),
+    ("moved_by", mb_whole_document, "the causal part is ignored"),
+    ("moved_by", mb_after, "the changed token itself is left out"),
+    ("moved_by", mb_from_one_before, "the token just before the changed one"),
+    ("moved_by", mb_only_itself, "only the changed token itself moves"),
+    ("moved_by", mb_other_rows, "compared across the rows of the batch"),
+    ("moved_by", mb_as_int, "dtype torch.int32, expected torch.bool"),
     ("to_additive", ta_inverted, "inverted"),
     ("to_additive", ta_minus_1e9, "hold -1e9 instead of -inf"),
     ("to_additive", ta_bert, "hold -10000 instead of -inf"),
@@ -418,6 +487,7 @@ MUTANTS = [
 # too wide and too narrow
 OFF_BY_ONE = {
     "document_mask": (doc_sees_next, doc_not_itself),
+    "moved_by": (mb_after, mb_from_one_before),
     "local_global_mask": (lg_too_wide, lg_too_narrow),
     "to_additive": (ta_as_floats, ta_minus_one),
     "prefix_lm_mask": (plm_prefix_one_long, plm_prefix_one_short),
@@ -475,7 +545,25 @@ def plm_int8_positions(prefix_lengths, lengths, max_len):
     return visible & (positions[None, :] < lengths[:, None])[:, None, :]
 
 
+def mb_padding_never_moves(document_ids, position):
+    return learner_moved_by(document_ids, position) & (document_ids >= 0)  # "padding is not text": but it has outputs
+
+
+def mb_shortcut_without_padding(document_ids, position):
+    if bool((document_ids >= 0).all()):  # "no padding: one text per row" (but rows hold several documents)
+        return mb_plain_causal(document_ids, position)
+    return learner_moved_by(document_ids, position)
+
+
+def mb_int8_positions(document_ids, position):
+    positions = torch.arange(document_ids.shape[1]).to(torch.int8)  # wraps around after 127
+    return (document_ids == document_ids[:, position : position + 1]) & (positions[None, :] >= position)
+
+
 KIND_MUTANTS = [
+    ("moved_by", mb_padding_never_moves, PADDED, "only at padding tokens"),
+    ("moved_by", mb_shortcut_without_padding, UNPADDED, "except the ones with no padding"),
+    ("moved_by", mb_int8_positions, LARGE, "large inputs"),
     *batch_of_one(CORRECT),
     ("to_additive", ta_shortcut_without_padding, UNPADDED, "expected -inf, got 0"),
     ("to_additive", ta_assumes_causal, PADDED, "differ"),
@@ -722,7 +810,48 @@ def plm_or_all(prefix_lengths, lengths, max_len):
     return causal | prefix | real
 
 
+def mbb_loop_strictly_later(document_ids, position):
+    moved = torch.zeros_like(document_ids, dtype=torch.bool)
+    for b in range(document_ids.shape[0]):
+        for t in range(document_ids.shape[1]):
+            moved[b, t] = bool(document_ids[b, t] == document_ids[b, position]) and t > position
+    return moved
+
+
+def mbb_keys_it_sees(document_ids, position):
+    t = torch.arange(document_ids.shape[1])
+    return (document_ids[:, position][:, None] == document_ids) & (t <= position)[None, :]
+
+
+def mbb_everything_after(document_ids, position):
+    return torch.arange(document_ids.shape[1]).expand_as(document_ids) >= position
+
+
+def mbb_same_id(document_ids, position):
+    return document_ids.eq(document_ids[:, [position]])
+
+
+def mbb_one_hot(document_ids, position):
+    return F.one_hot(torch.tensor(position), document_ids.shape[1]).bool().expand_as(document_ids)
+
+
+def mbb_next_two_only(document_ids, position):
+    t = torch.arange(document_ids.shape[1])[None, :]
+    return (document_ids == document_ids[:, position : position + 1]) & (t >= position) & (t <= position + 2)
+
+
+def mbb_as_float(document_ids, position):
+    return learner_moved_by_loop(document_ids, position).float()
+
+
 BUGS = [
+    ("moved_by", mbb_loop_strictly_later, "the changed token itself is left out"),
+    ("moved_by", mbb_keys_it_sees, "the direction is reversed"),
+    ("moved_by", mbb_everything_after, "the documents are ignored"),
+    ("moved_by", mbb_same_id, "the causal part is ignored"),
+    ("moved_by", mbb_one_hot, "only the changed token itself moves"),
+    ("moved_by", mbb_next_two_only, GENERIC),
+    ("moved_by", mbb_as_float, "dtype torch.float32, expected torch.bool"),
     ("document_mask", db_loop_next_token, "the next key, j = i + 1"),
     ("document_mask", db_block_diagonal, "causal part is missing"),
     ("document_mask", db_tril_repeat, "documents are ignored"),
@@ -746,7 +875,7 @@ BUGS = [
     ("to_additive", ta_log_float32, "always float32"),
     ("to_additive", ta_fill_where_true, "inverted"),
     ("to_additive", ta_float32_min, GENERIC),
-    ("to_additive", ta_ones_and_inf, GENERIC),
+    ("to_additive", ta_ones_and_inf, "allowed entries hold 1"),
     ("to_additive", ta_minus_one_times_inf, "0 * -inf is NaN"),
     ("to_additive", ta_inverted_bool, "still a boolean tensor"),
     ("prefix_lm_mask", plm_loop_prefix_inclusive, "one key too long"),

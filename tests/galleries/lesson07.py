@@ -468,7 +468,17 @@ def ab_heads_last(num_heads, query_len, key_len):
     return learner_alibi_bias(num_heads, query_len, key_len).permute(1, 2, 0)
 
 
+def ri_hf_rotate_half(x, positions):
+    """Hugging Face's rotate_half (the halves layout) with the frequencies laid out for interleaved pairs."""
+    d = x.shape[-1]
+    angles = positions.float()[:, None] * 10000.0 ** (-torch.arange(0, d, 2).float() / d)
+    angles = angles.repeat_interleave(2, dim=-1)  # f0 f0 f1 f1 ...
+    rotate_half = torch.cat((-x[..., d // 2 :], x[..., : d // 2]), dim=-1)
+    return x * angles.cos() + rotate_half * angles.sin()
+
+
 MUTANTS = [
+    ("apply_rope_interleaved", ri_hf_rotate_half, "Hugging Face's rotate_half"),
     ("sinusoidal_queries_keys", sin_after_projections, "added after the projections"),
     ("sinusoidal_queries_keys", sin_queries_only, "only the queries got positions"),
     ("sinusoidal_queries_keys", sin_keys_only, "only the keys got positions"),
@@ -850,7 +860,19 @@ def abb_slopes_per_key(num_heads, query_len, key_len):
     return -(slopes[:, None, None] * rel).transpose(1, 2).contiguous().view(num_heads, query_len, key_len)
 
 
+def abb_odd_extra_slopes(num_heads, query_len, key_len):
+    """The extra slopes taken as every other one starting with the second ([1::2]) instead of the first."""
+    def geometric(n):
+        return [2.0 ** (-8.0 * k / n) for k in range(1, n + 1)]
+
+    lower = 2 ** int(math.log2(num_heads))
+    slopes = geometric(lower) + geometric(2 * lower)[1::2][: num_heads - lower]
+    position = torch.arange(key_len - query_len, key_len)[:, None] - torch.arange(key_len)[None, :]
+    return -torch.tensor(slopes)[:, None, None] * position
+
+
 BUGS = [
+    ("alibi_bias", abb_odd_extra_slopes, "in the heads at head indices"),
     ("sinusoidal_queries_keys", sq_tutorial_seq_first, "taken from the batch axis"),
     ("sinusoidal_queries_keys", sq_positions_plus_one, "the positions count from 1"),
     ("sinusoidal_queries_keys", sq_cos_first, "sin and cos are swapped"),
