@@ -206,7 +206,8 @@ def local_p_weights(scores: torch.Tensor, center: torch.Tensor, half_width: int)
 
     where align is the softmax of the scores over the window of 2D + 1 positions j with
     |j - round(p_t)| <= D only, and p_t (the predicted aligned position, a real number) is given: the model
-    computes it as p_t = S * sigmoid(v_p^T tanh(W_p s_t)) for a source of S words. The window is centred on
+    computes it as p_t = (S - 1) * sigmoid(v_p^T tanh(W_p s_t)) for a source of S words (Luong et al. write
+    S * sigmoid with positions from 1; from 0, S - 1 keeps p_t inside the source). The window is centred on
     the nearest position, round(p_t) (halves round up), so it holds exactly 2D + 1 positions, fewer only where
     it meets an end of the source; the Gaussian is centred on p_t itself. Positions count from 0.
     scores: (batch, src_len); center: (batch,) floats p_t; half_width: D. Returns (batch, src_len),

@@ -134,6 +134,33 @@ def prefix_matching_score(weights: torch.Tensor, period: int) -> torch.Tensor:
     return torch.diagonal(weights, offset=1 - period, dim1=-2, dim2=-1)[..., 1:].mean(-1)
 
 
+def prefix_matching_per_sequence(weights: torch.Tensor, periods: torch.Tensor) -> torch.Tensor:
+    """``prefix_matching_score`` with each sequence's own period: sequence b is a block of ``periods[b]`` tokens
+    repeated, and its score is the mean over its queries i >= periods[b] of A[i, i - periods[b] + 1].
+
+    weights (batch, heads, seq_len, seq_len), periods (batch,) of ints in 1 .. seq_len - 1 -> (batch, heads).
+    With periods that differ between sequences, a head that attends a fixed distance back (by position alone)
+    scores high on few sequences only; an induction head, which finds the earlier copy by its content, scores
+    high on all.
+    """
+    check_tensor("weights", weights, 4, "(batch, heads, seq_len, seq_len)")
+    check_float("weights", weights)
+    check_tensor("periods", periods, 1, "(batch,) of block lengths")
+    batch, _, seq_len, keys = weights.shape
+    if keys != seq_len or periods.shape[0] != batch or periods.dtype.is_floating_point:
+        raise ValueError(f"periods should be (batch,) = ({batch},) integers for self-attention weights, got periods "
+                         f"{describe(periods)} and weights {describe(weights)}")  # fmt: skip
+    if periods.numel() and (periods.min() < 1 or periods.max() >= seq_len):
+        raise ValueError(f"every period should be in 1 .. seq_len - 1 = {seq_len - 1} (a sequence needs a repeat), "
+                         f"got {periods.min().item()} .. {periods.max().item()}")  # fmt: skip
+    query = torch.arange(seq_len)[None, :]  # (1, seq_len)
+    counted = query >= periods[:, None]  # (batch, seq_len): queries in a repeat
+    key = (query - periods[:, None] + 1).clamp(min=0)  # (batch, seq_len): one past the previous occurrence
+    index = key[:, None, :, None].expand(batch, weights.shape[1], seq_len, 1)
+    picked = weights.gather(-1, index).squeeze(-1)  # (batch, heads, seq_len): A[b, h, i, key[b, i]]
+    return (picked * counted[:, None]).sum(-1) / counted.sum(-1, keepdim=True)
+
+
 def in_context_losses(logits: torch.Tensor, tokens: torch.Tensor, period: int) -> tuple[float, float]:
     """Next-token cross-entropy (nats) on sequences of a block of ``period`` tokens repeated twice: the mean over the
     predictions of the first repeat's tokens 1 .. period-1 (made from earlier tokens of the block only: random, so
@@ -202,6 +229,8 @@ class InductionRun:
     steps: list = field(default_factory=list)
     first: list = field(default_factory=list)
     second: list = field(default_factory=list)
+    prefix: list = field(default_factory=list)
+    previous: list = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -211,8 +240,17 @@ def held_out_repeats(count: int = 256, period: int = EVAL_PERIOD, vocab: int = I
     return repeated_tokens(count, period, 2 * period, vocab, torch.Generator().manual_seed(seed))[0]
 
 
+def held_out_varied(count: int = 256, periods=INDUCTION["periods"], length: int = INDUCTION["length"],
+                    vocab: int = INDUCTION["vocab"], seed: int = 54321) -> tuple[torch.Tensor, torch.Tensor]:
+    """``count`` held-out sequences like the training data: each its own block length drawn from ``periods``,
+    repeated to ``length`` -> tokens (count, length), periods (count,). On these a head that attends a fixed
+    distance back cannot score as an induction head (``prefix_matching_per_sequence``)."""
+    return repeated_tokens(count, periods, length, vocab, torch.Generator().manual_seed(seed))
+
+
 def train_induction(
-    num_layers: int, held_out: torch.Tensor, seed: int = 0, every: int = 25, desc: str = "training", **recipe
+    num_layers: int, held_out: torch.Tensor, seed: int = 0, every: int = 25, desc: str = "training",
+    scored: tuple[torch.Tensor, torch.Tensor] | None = None, **recipe
 ) -> InductionRun:
     """Train ``AttentionOnlyTransformer(vocab, d_model, num_heads, num_layers)`` to predict the next token of
     sequences of a random block repeated (``tasks.repeated_tokens``, each sequence with its own period, so that no
@@ -221,7 +259,9 @@ def train_induction(
     loss = mean over positions t of -ln p(token[t + 1] | tokens[0 .. t])  (causal: position t sees 0 .. t)
 
     ``held_out`` (n, 2 period): sequences of one block repeated once; ``in_context_losses`` on them every ``every``
-    steps. ``seed`` fixes the initialisation and the batches (through ``runtime.training_seed``); nothing is drawn
+    steps; given ``scored`` = (tokens, periods) (``held_out_varied``), also ``induction_scores`` on them, in
+    ``run.prefix`` and ``run.previous`` ((num_layers, num_heads) each). ``seed`` fixes the
+    initialisation and the batches (through ``runtime.training_seed``); nothing is drawn
     from the global generators, so several runs can train at once (``runtime.in_parallel``).
     """
     from .transformer import AttentionOnlyTransformer
@@ -248,6 +288,10 @@ def train_induction(
         run.steps.append(step)
         run.first.append(first)
         run.second.append(second)
+        if scored is not None:
+            prefix, previous = induction_scores(model, *scored)
+            run.prefix.append(prefix)
+            run.previous.append(previous)
 
     bar = progress(r["steps"], desc)
     start = time.perf_counter()
@@ -269,12 +313,35 @@ def train_induction(
 
 
 @torch.no_grad()
-def induction_scores(model: nn.Module, held_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def induction_scores(
+    model: nn.Module, held_out: torch.Tensor, periods: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The prefix-matching and previous-token scores of every head of an ``AttentionOnlyTransformer`` on ``held_out``
-    (n, 2 period): -> two (num_layers, num_heads) tensors, each the mean over the sequences."""
+    (n, 2 period), or, given ``periods`` (n,), on sequences each with its own period (``held_out_varied``):
+    -> two (num_layers, num_heads) tensors, each the mean over the sequences."""
     check_tensor("held_out", held_out, 2, "(n, 2 * period) of token ids")
     _, weights = model(held_out)
-    period = held_out.shape[1] // 2
-    prefix = torch.stack([prefix_matching_score(w, period).mean(0) for w in weights])
+    if periods is None:
+        period = held_out.shape[1] // 2
+        prefix = torch.stack([prefix_matching_score(w, period).mean(0) for w in weights])
+    else:
+        prefix = torch.stack([prefix_matching_per_sequence(w, periods).mean(0) for w in weights])
     previous = torch.stack([previous_token_score(w).mean(0) for w in weights])
     return prefix, previous
+
+
+def calibration_ranges(path=None) -> dict:
+    """The ranges over training seeds that ``benchmarks/calibrate11.py`` wrote (``benchmarks/calibration11.md`` by
+    default): lines ``- 2 layer(s), prefix: 0.675 .. 0.737`` -> {(2, "prefix"): (0.675, 0.737), ...}, so that a
+    lesson quotes the calibration it asserts against instead of typing it."""
+    import re
+    from pathlib import Path
+
+    path = Path(path) if path is not None else Path(__file__).resolve().parents[1] / "benchmarks" / "calibration11.md"
+    if not path.exists():
+        raise FileNotFoundError(f"calibration_ranges: no file {path}; run benchmarks/calibrate11.py to make it")
+    found = {}
+    for match in re.finditer(r"^- (\d+) layer\(s\), (\w+): ([-\d.]+) \.\. ([-\d.]+)$", path.read_text(), re.M):
+        layers, key, low, high = match.groups()
+        found[(int(layers), key)] = (float(low), float(high))
+    return found

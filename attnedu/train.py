@@ -270,19 +270,35 @@ def train_lm(
 
 
 @torch.no_grad()
-def lm_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int = 128) -> float:
+def lm_loss(
+    model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, batch_size: int = 128, context: int | None = None
+) -> float:
     """Mean cross-entropy (nats per character) of ``model`` on windows ``inputs`` -> ``targets`` (n, length), such as
-    ``CharCorpus.windows``: every window scored, ``batch_size`` at a time."""
+    ``CharCorpus.windows``: every window scored, ``batch_size`` at a time.
+
+    ``context``: if given, the prediction of ``targets[:, t]`` may read only the last ``context`` characters,
+    ``inputs[:, max(0, t - context + 1) : t + 1]``, instead of the whole window up to t: each position from
+    ``context - 1`` on is scored as the last position of its own window of ``context`` characters (a causal model
+    at the positions before that sees fewer than ``context`` characters anyway). ``context >= length`` is the plain
+    loss. How much worse the loss gets as ``context`` shrinks says how much of the context the model uses."""
     check_instance("model", model, nn.Module, "a model (an nn.Module such as DecoderLM(...))")
     check_tensor("inputs", inputs, 2, "(n, length) of token ids")
     check_tensor("targets", targets, 2, "(n, length) of token ids")
     if inputs.shape != targets.shape:
         raise ValueError(f"targets should have the shape of inputs, {tuple(inputs.shape)}, got {describe(targets)}")
     batch_size = check_positive_int("batch_size", batch_size, "windows scored at once")
+    length = inputs.shape[1]
+    if context is not None:
+        context = check_positive_int("context", context, "how many characters each prediction may read")
     model.eval()
     total = 0.0
-    for start in range(0, len(inputs), batch_size):
-        logits = model(inputs[start : start + batch_size])
-        chunk = targets[start : start + batch_size]
-        total += nn.functional.cross_entropy(logits.flatten(0, 1), chunk.flatten(), reduction="sum").item()
+    with torch.no_grad():
+        for start in range(0, len(inputs), batch_size):
+            chunk_in, chunk = inputs[start : start + batch_size], targets[start : start + batch_size]
+            logits = model(chunk_in)  # (b, length, vocab): position t reads positions 0..t
+            if context is not None and context < length:
+                cut = chunk_in.unfold(1, context, 1)  # (b, length - context + 1, context): the windows ending at t
+                last = model(cut.reshape(-1, context))[:, -1]  # the prediction at each window's last position
+                logits = torch.cat([logits[:, : context - 1], last.view(len(chunk_in), -1, last.shape[-1])], dim=1)
+            total += nn.functional.cross_entropy(logits.flatten(0, 1), chunk.flatten(), reduction="sum").item()
     return total / targets.numel()

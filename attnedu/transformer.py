@@ -19,6 +19,7 @@ PreNormDecoderBlock       today's decoder block (Llama): x = x + Attn(RMSNorm(x)
                           x = x + SwiGLU(RMSNorm(x)); no biases; optionally grouped-query attention
 pre_norm_block            the same forward from weight matrices, without RoPE (the exercise's reference)
 qk_norm_scores            RMSNorm on each head's queries and keys before the scores (QK-norm)
+qk_score_bound            the largest score QK-norm allows: sqrt(head_dim) * max_i |g_q,i g_k,i|
 BlockStack                a causal LM of LayerNorm blocks, post-norm or pre-norm, with identical weights
 DecoderLM                 a decoder-only language model of PreNormDecoderBlocks, with sampling
 *_parameters              parameter counts by formula, for every block above
@@ -322,8 +323,12 @@ def swiglu(x: torch.Tensor, W_gate: torch.Tensor, W_up: torch.Tensor, W_down: to
 
 
 def swiglu_hidden(d_model: int, multiple_of: int = 8) -> int:
-    """The SwiGLU width that keeps the 2017 layer's parameter count: 2/3 of 4 d_model (three matrices of d_model x
-    d_ff instead of two of d_model x 4 d_model), rounded up to a multiple of ``multiple_of``."""
+    """The SwiGLU width that keeps the 2017 layer's parameter count: d_ff = 2/3 * 4 d_model = 8/3 d_model (three
+    matrices of d_model x d_ff instead of two of d_model x 4 d_model), rounded up to a multiple of ``multiple_of``.
+
+    This is Shazeer's (2020) and LLaMA-1's rule (LLaMA-1 7B: 8/3 * 4096 rounded up to a multiple of 256 = 11008).
+    Later models choose d_ff freely and often wider (Llama 3 8B: 14336 = 3.5 d_model; Llama 3.2 1B: 8192 = 4
+    d_model), so a real configuration's d_ff is read from it, not from this rule."""
     d_model = check_positive_int("d_model", d_model, "the model width")
     multiple_of = check_positive_int("multiple_of", multiple_of, "what d_ff is rounded up to")
     return multiple_of * math.ceil(8 * d_model / 3 / multiple_of)
@@ -553,6 +558,30 @@ def qk_norm_scores(
     return scores / math.sqrt(q.shape[-1])
 
 
+def qk_score_bound(q_weight: torch.Tensor, k_weight: torch.Tensor) -> torch.Tensor:
+    """The largest score QK-norm allows (``qk_norm_scores``), whatever the queries and keys:
+
+        |s| <= sqrt(head_dim) * max_i |g_q,i g_k,i|
+
+    A normalised vector q_hat has sum_i q_hat_i^2 = head_dim (less a little for eps), so the score
+    sum_i q_hat_i g_q,i k_hat_i g_k,i / sqrt(head_dim) is at most max_i |g_q,i g_k,i| * |q_hat . k_hat| / sqrt(head_dim)
+    <= max_i |g_q,i g_k,i| * head_dim / sqrt(head_dim) (Cauchy-Schwarz). Queries and keys with all their size on the
+    feature i of the largest |g_q,i g_k,i| come as close as eps allows: the bound is the least one. The gains are
+    trained, so the bound is not fixed: it grows as they do.
+
+    q_weight, k_weight (..., head_dim): the gains, with any leading axes (one pair per layer, say) -> (...).
+    """
+    check_min_dims("q_weight", q_weight, 1, "(..., head_dim)")
+    check_float("q_weight", q_weight)
+    check_min_dims("k_weight", k_weight, 1, "(..., head_dim)")
+    check_same_dtype(q_weight=q_weight, k_weight=k_weight)
+    if k_weight.shape != q_weight.shape:
+        raise ValueError(
+            f"k_weight should have the shape of q_weight, {tuple(q_weight.shape)}, got {describe(k_weight)}"
+        )
+    return math.sqrt(q_weight.shape[-1]) * (q_weight * k_weight).abs().amax(dim=-1)
+
+
 class BlockStack(nn.Module):
     """A causal character LM of ``num_layers`` LayerNorm blocks in one of the two arrangements, for comparing them:
 
@@ -561,7 +590,12 @@ class BlockStack(nn.Module):
       Pre-LN Transformer).
 
     Sinusoidal positions are added to the embeddings. With the same seed both arrangements start from the same
-    weights (the final LayerNorm starts at ones and zeros). forward(tokens (batch, seq_len)) -> logits.
+    weights (the final LayerNorm starts at ones and zeros, the identity up to the normalisation).
+
+    forward(tokens (batch, seq_len), return_stream=False) -> logits (batch, seq_len, vocab_size); with
+    ``return_stream`` also the residual stream after the last block, (batch, seq_len, d_model): what the final
+    LayerNorm reads in the pre-norm arrangement (in the post-norm one the last block's own LayerNorm has already
+    normalised it).
     """
 
     def __init__(
@@ -579,14 +613,16 @@ class BlockStack(nn.Module):
             self.head = nn.Linear(d_model, vocab_size)
         self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, return_stream: bool = False):
         check_ids("tokens", tokens, self.embedding.num_embeddings, 2, "(batch, seq_len) of token ids")
+        check_bool("return_stream", return_stream, "whether to return the stream after the last block")
         seq_len = tokens.shape[1]
         x = self.embedding(tokens) + sinusoidal_encoding(seq_len, self.embedding.embedding_dim)
         mask = causal_mask(seq_len, device=tokens.device)[None, None]
         for block in self.blocks:
             x, _ = block(x, mask)
-        return self.head(self.norm(x))
+        logits = self.head(self.norm(x))
+        return (logits, x) if return_stream else logits
 
 
 class DecoderLM(nn.Module):

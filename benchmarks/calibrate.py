@@ -4,6 +4,7 @@ observed gap). Seeds go through ``ATTNEDU_SEED_OFFSET`` exactly as in the test c
 run, so seed 1000 here is the perturbed run's model.
 
     python benchmarks/calibrate.py [--seeds 0 1 2 1000 1001] [--jobs 2] > benchmarks/calibration.md
+    python benchmarks/calibrate.py --models norms09 lm09 lm09_nowarmup --json benchmarks/calibration09.json
     ATEN_CPU_CAPABILITY=avx2 python benchmarks/calibrate.py > benchmarks/calibration_avx2.md
 
 The second run computes the same seeds with torch's AVX2 kernels instead of AVX-512 ones (on a CPU that
@@ -30,7 +31,8 @@ MODELS = ("fixed", "fixed_reversed", "attention")  # lessons 01-02, STEPS each
 # and Bahdanau's model
 LESSON_03 = (*LUONG, "dot_previous", "bahdanau")
 SCALING = ("scaling",)  # lesson 04's experiment: one head with and without 1/sqrt(d_k), d_k 16 and 256
-LESSON09 = ("norms09", "lm09")  # lesson 09: gradients at initialisation; the language model against the bigram
+# lesson 09: gradients at initialisation; the language model against the bigram; the same without warm-up
+LESSON09 = ("norms09", "lm09", "lm09_nowarmup")
 LESSON10 = ("lm10",)  # lesson 10: MHA -> GQA by pooling, streaming with a window cache and sinks
 HEADS = ("heads",)  # lesson 05's experiment: 1, 2 and 4 heads on the neighbour task
 TRANSFORMER = ("leak", "positions", "extrapolation")  # lessons 06 and 07 (07 runs seeds 0, 1, 2: add 1002)
@@ -296,6 +298,8 @@ def _window_losses(model, x, y, width: int) -> dict:
 # Lesson 09, as the lesson runs it: its sizes, recipe and held-out windows
 DEPTHS_09, INIT_SEEDS_09 = (2, 6, 12), (0, 1, 2)
 CONTEXT_09, STEPS_09, BATCH_09, LR_09 = 64, 144, 8, 6e-3
+CUTS_09 = (1, 2, 4, 64)  # characters the model may read, scored on every eighth of the lesson's held-out windows
+TEMPERATURES_09 = (0.1, 1.0, 1.5)
 
 
 def _lesson09(experiment: str) -> dict:
@@ -309,28 +313,35 @@ def _lesson09(experiment: str) -> dict:
     corpus = CharCorpus.load()
     if experiment == "norms09":  # the gradient norm of each block's W_2 at initialisation, mean of three inits
         inputs, targets = corpus.batch(8, 64, torch.Generator().manual_seed(5))
-        profile = {}
+        profile, stream = {}, {}
         for n in DEPTHS_09:
             for first in (False, True):
-                norms = []
+                norms, rms = [], []
                 for seed in INIT_SEEDS_09:
                     stack = BlockStack(len(corpus.chars), 64, 4, 256, n, first, seed=seed)
-                    loss = torch.nn.functional.cross_entropy(stack(inputs).flatten(0, 1), targets.flatten())
+                    logits, x = stack(inputs, return_stream=True)
+                    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
                     loss.backward()
                     norms.append(torch.stack([b.feed_forward[2].weight.grad.norm() for b in stack.blocks]))
-                profile[n, first] = torch.stack(norms).mean(0)
+                    rms.append(x.pow(2).mean().sqrt())
+                profile[n, first], stream[n, first] = torch.stack(norms).mean(0), torch.stack(rms).mean()
         return {
             "post_last": {str(n): profile[n, False][-1].item() for n in DEPTHS_09},
             "pre_last": {str(n): profile[n, True][-1].item() for n in DEPTHS_09},
+            "pre_stream": {str(n): stream[n, True].item() for n in DEPTHS_09},
         }
     valid_inputs, valid_targets = (t[::4] for t in corpus.windows(CONTEXT_09, split="valid"))
     bigram = -corpus.bigram_log_probs()[valid_inputs, valid_targets].mean().item()
     lm = DecoderLM(len(corpus.chars), d_model=128, num_heads=4, num_layers=4, d_ff=swiglu_hidden(128), seed=0)
-    log = train_lm(lm, corpus, STEPS_09, BATCH_09, CONTEXT_09, LR_09, warmup=STEPS_09 // 10, seed=0)
+    warmup = 0 if experiment == "lm09_nowarmup" else STEPS_09 // 10
+    log = train_lm(lm, corpus, STEPS_09, BATCH_09, CONTEXT_09, LR_09, warmup=warmup, seed=0)
     valid_loss = lm_loss(lm, valid_inputs, valid_targets)
+    if experiment == "lm09_nowarmup":
+        return {"bigram": bigram, "valid": valid_loss, "train": log.final_loss}
+    cut = {str(k): lm_loss(lm, valid_inputs[::8], valid_targets[::8], context=k) for k in CUTS_09}
     prompt = corpus.encode("The for statement ")
     distinct = {}
-    for temperature in (0.1, 1.5):
+    for temperature in TEMPERATURES_09:
         ids = lm.generate(prompt, 80, temperature, torch.Generator().manual_seed(0), context=CONTEXT_09)
         text = corpus.decode(ids[len(prompt) :])
         grams = [text[i : i + 4] for i in range(len(text) - 3)]
@@ -339,7 +350,7 @@ def _lesson09(experiment: str) -> dict:
         _, maps = lm(corpus.encode("The loop ends when its test fails.")[None], return_weights=True)
     previous = torch.stack([torch.diagonal(m[0], offset=-1, dim1=-2, dim2=-1).mean(-1) for m in maps])
     return {"bigram": bigram, "valid": valid_loss, "train": log.final_loss, "seconds": log.seconds,
-            "distinct": distinct, "previous_max": previous.max().item()}  # fmt: skip
+            "distinct": distinct, "previous_max": previous.max().item(), "context": cut}  # fmt: skip
 
 
 def report_lesson09(results: list[dict], args) -> None:
@@ -347,31 +358,49 @@ def report_lesson09(results: list[dict], args) -> None:
 
     print("## Lesson 09: the Transformer block\n")
     kernels = torch.backends.cpu.get_cpu_capability()
-    print(f"Measured {datetime.date.today()} by `benchmarks/calibrate.py --models norms09 lm09` ({args.jobs} "
-          f"processes at once, 1 torch thread each); torch's CPU kernels for {kernels}.\n")  # fmt: skip
+    print(f"Measured {datetime.date.today()} by `benchmarks/calibrate.py --models {' '.join(LESSON09)}` ({args.jobs} "
+          f"processes at once, 1 torch thread each); torch's CPU kernels for {kernels}. A seed here is "
+          "`ATTNEDU_SEED_OFFSET`: the lesson's seeds plus the seed, so 0 is the lesson's own run and 1000 the test "
+          "command's perturbed run.\n")  # fmt: skip
     norms = [r for r in results if r["model"] == "norms09"]
     if norms:
         print("Gradient norm of the last block's W_2 at initialisation (mean of three inits, seeds 0-2 plus the seed "
-              "offset): post-norm / pre-norm, and their ratio\n")  # fmt: skip
-        print("| seed | " + " | ".join(f"{n} blocks" for n in DEPTHS_09) + " |")
-        print("|---|" + "---|" * len(DEPTHS_09))
+              "offset): post-norm / pre-norm, and their ratio; then the root mean square of the pre-norm stack's "
+              "residual stream entering its final LayerNorm\n")  # fmt: skip
+        print("| seed | " + " | ".join(f"{n} blocks" for n in DEPTHS_09) + " | " +
+              " | ".join(f"stream RMS, {n}" for n in DEPTHS_09) + " |")  # fmt: skip
+        print("|---|" + "---|" * 2 * len(DEPTHS_09))
         for r in norms:
             cells = [f"{r['post_last'][str(n)]:.3f} / {r['pre_last'][str(n)]:.3f} = "
                      f"{r['post_last'][str(n)] / r['pre_last'][str(n)]:.2f}" for n in DEPTHS_09]  # fmt: skip
+            cells += [f"{r['pre_stream'][str(n)]:.3f}" for n in DEPTHS_09]
             print(f"| {r['seed']} | " + " | ".join(cells) + " |")
     lms = [r for r in results if r["model"] == "lm09"]
+    cuts = " / ".join(str(k) for k in CUTS_09)
+    temps = " / ".join(str(t) for t in TEMPERATURES_09)
     if lms:
         print(f"\nThe language model ({STEPS_09} steps, batch {BATCH_09}, context {CONTEXT_09}): held-out loss "
-              "against the bigram baseline (every fourth held-out window), share of distinct 4-grams in 80 sampled "
-              "characters at temperatures 0.1 and 1.5, the largest mean weight any head puts on the previous "
-              "character\n")  # fmt: skip
-        print("| seed | bigram | model (held out) | gap | training loss | distinct at 0.1 / 1.5 | previous | seconds |")
-        print("|---|---|---|---|---|---|---|---|")
+              "against the bigram baseline (every fourth held-out window); the held-out loss when each prediction "
+              f"may read only the last {cuts} characters (every eighth of those windows); the share of distinct "
+              f"4-grams in 80 sampled characters at temperatures {temps}; the largest mean weight any head puts on "
+              "the previous character\n")  # fmt: skip
+        print(f"| seed | bigram | model (held out) | gap | training loss | last {cuts} characters | "
+              f"distinct at {temps} | previous | seconds |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|---|---|")
         for r in lms:
-            d = r["distinct"]
+            d, c = r["distinct"], r["context"]
             print(f"| {r['seed']} | {r['bigram']:.3f} | {r['valid']:.3f} | {r['bigram'] - r['valid']:.3f} | "
-                  f"{r['train']:.3f} | {d['0.1']:.2f} / {d['1.5']:.2f} | {r['previous_max']:.2f} | "
+                  f"{r['train']:.3f} | {' / '.join(f'{c[str(k)]:.3f}' for k in CUTS_09)} | "
+                  f"{' / '.join(f'{d[str(t)]:.2f}' for t in TEMPERATURES_09)} | {r['previous_max']:.2f} | "
                   f"{r['seconds']:.0f} |")  # fmt: skip
+    cold = [r for r in results if r["model"] == "lm09_nowarmup"]
+    if cold:
+        print("\nThe same language model and recipe without the learning-rate warm-up (`warmup=0`): held-out loss\n")
+        print("| seed | bigram | model (held out) | gap | training loss |")
+        print("|---|---|---|---|---|")
+        for r in cold:
+            print(f"| {r['seed']} | {r['bigram']:.3f} | {r['valid']:.3f} | {r['bigram'] - r['valid']:.3f} | "
+                  f"{r['train']:.3f} |")  # fmt: skip
     print("\nRanges over the seeds, for the margins the lesson asserts:\n")
     if norms:
         smallest = min(r["post_last"][str(n)] / r["pre_last"][str(n)] for r in norms for n in DEPTHS_09)
@@ -380,9 +409,20 @@ def report_lesson09(results: list[dict], args) -> None:
         print(f"- post/pre ratio at any depth: at least {smallest:.2f}; ratio at 12 blocks minus at 2: {growth}")
     if lms:
         print(f"- bigram minus model: {_span(r['bigram'] - r['valid'] for r in lms)}")
+        print(f"- last 1 character minus last 64: {_span(r['context']['1'] - r['context']['64'] for r in lms)}; "
+              f"last 4 minus last 64: {_span(r['context']['4'] - r['context']['64'] for r in lms)}")  # fmt: skip
         print(f"- distinct 4-grams at 1.5 minus at 0.1: "
               f"{_span(r['distinct']['1.5'] - r['distinct']['0.1'] for r in lms)}")  # fmt: skip
         print(f"- largest mean weight on the previous character: {_span(r['previous_max'] for r in lms)}")
+    if cold:
+        print(f"- without warm-up, bigram minus model: {_span(r['bigram'] - r['valid'] for r in cold)}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"command": f"benchmarks/calibrate.py --models {' '.join(args.models)} --seeds "
+                       f"{' '.join(map(str, args.seeds))} --json {args.json}", "date": str(datetime.date.today()),
+                       "kernels": kernels, "recipe": {"steps": STEPS_09, "batch": BATCH_09, "context": CONTEXT_09,
+                       "lr": LR_09}, "results": results}, f, indent=1)  # fmt: skip
+            f.write("\n")
 
 
 # Lesson 10, as the lesson runs it
@@ -503,6 +543,7 @@ def main() -> None:
     every = MODELS + LESSON_03 + SCALING + HEADS + TRANSFORMER + LESSON09 + LESSON10
     parser.add_argument("--models", nargs="+", default=list(every), choices=every)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--json", help="also write lesson 09's results to this file (the lesson reads them)")
     parser.add_argument("--steps", type=int, default=None, help="training steps of lessons 01-03's models (default: "
                         "their lessons')")  # fmt: skip
     args = parser.parse_args()

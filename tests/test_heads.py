@@ -136,3 +136,31 @@ def test_train_induction_short_run_is_reproducible():
 def test_bad_inputs(call, message):
     with pytest.raises((TypeError, ValueError), match=message):
         call()
+
+
+def test_prefix_matching_per_sequence():
+    weights = torch.rand(3, 2, 12, 12).softmax(-1)
+    same = heads.prefix_matching_per_sequence(weights, torch.tensor([5, 5, 5]))
+    assert torch.allclose(same, heads.prefix_matching_score(weights, 5))
+    # a head that looks a fixed distance back (period - 1 = 7) by position scores 1 when every period is 8, but not
+    # when each sequence has its own period; an induction head, built per sequence, scores 1 whatever the periods
+    tokens, periods = heads.held_out_varied(64, seed=3)
+    length = tokens.shape[1]
+    positional = torch.zeros(64, 1, length, length)
+    positional[:, 0, torch.arange(length), (torch.arange(length) - 7).clamp(min=0)] = 1.0
+    assert heads.prefix_matching_score(positional, 8).mean().item() == 1.0
+    assert heads.prefix_matching_per_sequence(positional, periods).mean().item() < 0.3
+    induction = torch.zeros(64, 1, length, length)
+    for b, p in enumerate(periods.tolist()):
+        induction[b, 0, torch.arange(length), (torch.arange(length) - p + 1).clamp(min=0)] = 1.0
+    assert torch.allclose(heads.prefix_matching_per_sequence(induction, periods), torch.ones(64, 1))
+    with pytest.raises(ValueError, match="periods"):
+        heads.prefix_matching_per_sequence(weights, torch.tensor([5, 5]))
+    with pytest.raises(ValueError, match="period"):
+        heads.prefix_matching_per_sequence(weights, torch.tensor([5, 12, 5]))
+
+
+def test_calibration_ranges_reads_the_file():
+    ranges = heads.calibration_ranges()
+    low, high = ranges[2, "varied"]
+    assert 0 < low <= high <= 1 and (1, "varied") in ranges and (2, "drop") in ranges

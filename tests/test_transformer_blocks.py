@@ -33,6 +33,7 @@ from attnedu.transformer import (
     pre_norm_block,
     pre_norm_block_parameters,
     qk_norm_scores,
+    qk_score_bound,
     rms_norm,
     swiglu,
     swiglu_hidden,
@@ -251,6 +252,39 @@ def test_qk_norm_scores_equal_normalised_dot_products():
     assert torch.allclose(qk_norm_scores(1000 * q, k, g_q, g_k), scores, atol=1e-4)  # the scale of q is gone
 
 
+def test_qk_score_bound_holds_and_is_reached():
+    """No score exceeds sqrt(head_dim) max_i |g_q,i g_k,i|; vectors with all their size on the arg-max feature reach
+    it (up to eps); the largest product, not the product of the largest gains, and its magnitude count."""
+    g = gen(15)
+    g_q = torch.tensor([0.5, -3.0, 1.0, 2.0])
+    g_k = torch.tensor([4.0, 1.0, 0.1, 1.0])  # |g_q g_k|: 2, 3, 0.1, 2 -> 3 at feature 1 (a negative product)
+    bound = qk_score_bound(g_q, g_k)
+    assert torch.allclose(bound, torch.tensor(2.0 * 3.0))  # sqrt(4) * 3, not sqrt(4) * 3 * 4
+    q, k = 100 * torch.randn(2, 3, 50, 4, generator=g), torch.randn(2, 3, 50, 4, generator=g)
+    assert qk_norm_scores(q, k, g_q, g_k).abs().max() <= bound
+    one_hot = torch.zeros(1, 1, 1, 4)
+    one_hot[..., 1] = 1000.0
+    reached = qk_norm_scores(one_hot, -one_hot, g_q, g_k)  # the product is negative: a negative key reaches +bound
+    assert torch.allclose(reached, bound.reshape(1, 1, 1, 1), rtol=1e-5)
+    per_layer = qk_score_bound(torch.stack([g_q, 2 * g_q]), torch.stack([g_k, g_k]))
+    assert torch.allclose(per_layer, torch.tensor([6.0, 12.0]))
+
+
+def test_lm_loss_with_a_cut_context_equals_scoring_each_window_alone():
+    lm = DecoderLM(12, 16, 2, 2, seed=3)
+    g = gen(16)
+    inputs, targets = torch.randint(0, 12, (3, 9), generator=g), torch.randint(0, 12, (3, 9), generator=g)
+    with torch.no_grad():
+        for k in (1, 3):
+            total = 0.0
+            for t in range(9):
+                logits = lm(inputs[:, max(0, t - k + 1) : t + 1])[:, -1]
+                total += F.cross_entropy(logits, targets[:, t], reduction="sum").item()
+            assert math.isclose(lm_loss(lm, inputs, targets, batch_size=2, context=k), total / 27, rel_tol=1e-5)
+    assert lm_loss(lm, inputs, targets, context=9) == lm_loss(lm, inputs, targets)
+    assert lm_loss(lm, inputs, targets, context=1) != lm_loss(lm, inputs, targets)
+
+
 # --------------------------------------------------------------------------------------------
 # Parameter counts: formula == counted
 # --------------------------------------------------------------------------------------------
@@ -290,6 +324,9 @@ def test_block_stacks_of_both_arrangements_start_from_the_same_weights():
     assert all(torch.equal(v, post.state_dict()[k]) for k, v in shared.items())
     tokens = torch.randint(0, 20, (2, 7), generator=gen(4))
     assert not torch.allclose(post(tokens), pre(tokens))
+    logits, stream = pre(tokens, return_stream=True)
+    assert torch.equal(logits, pre(tokens)) and stream.shape == (2, 7, 16)
+    assert torch.allclose(pre.head(F.layer_norm(stream, (16,))), logits, atol=1e-5)  # what the final norm reads
 
 
 def test_decoder_lm_is_causal_and_returns_every_blocks_weights():

@@ -21,7 +21,7 @@ import math
 import torch
 
 from ..masks import padding_mask
-from ..transformer import pre_norm_block, qk_norm_scores, rms_norm, swiglu
+from ..transformer import pre_norm_block, qk_norm_scores, qk_score_bound, rms_norm, swiglu
 from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
 
 LESSON = "09_transformer_block"
@@ -335,6 +335,7 @@ def _block_cases() -> list[Case]:
 def _block_with(
     x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads, *, arrangement="pre", causal=0, scale="head_dim",
     attention_input="normed", ffn_input="normed", gains="right", final_norm=False, transpose=False, swap_ffn=False,
+    split="right", merge="right",
 ):  # fmt: skip
     """A known-wrong pre-norm block, one choice changed. ``causal``: the diagonal's offset (0: keys up to the query)."""
     batch, seq_len, d_model = x.shape
@@ -345,14 +346,20 @@ def _block_with(
         W_q, W_k, W_v, W_o = W_q.T, W_k.T, W_v.T, W_o.T
 
     def attention(h):
-        q, k, v = ((h @ W).view(batch, seq_len, num_heads, head_dim).transpose(1, 2) for W in (W_q, W_k, W_v))
+        if split == "heads_first":  # (batch, seq_len, d_model) read straight as (batch, num_heads, seq_len, head_dim)
+            q, k, v = ((h @ W).reshape(batch, num_heads, seq_len, head_dim) for W in (W_q, W_k, W_v))
+        else:
+            q, k, v = ((h @ W).view(batch, seq_len, num_heads, head_dim).transpose(1, 2) for W in (W_q, W_k, W_v))
         divisor = {"head_dim": math.sqrt(head_dim), "d_model": math.sqrt(d_model), "none": 1.0}[scale]
         scores = q @ k.transpose(-2, -1) / divisor
         if causal is not None:
             allowed = torch.ones(seq_len, seq_len, dtype=torch.bool).tril(causal)
             scores = scores.masked_fill(~allowed, float("-inf"))
         weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-        return (weights @ v).transpose(1, 2).reshape(batch, seq_len, d_model) @ W_o
+        heads = weights @ v  # (batch, num_heads, seq_len, head_dim)
+        if merge == "no_transpose":  # read straight as (batch, seq_len, d_model)
+            return heads.reshape(batch, seq_len, d_model) @ W_o
+        return heads.transpose(1, 2).reshape(batch, seq_len, d_model) @ W_o
 
     def ffn(h):
         gate, up = (W_up, W_gate) if swap_ffn else (W_gate, W_up)
@@ -470,13 +477,31 @@ PRE_NORM_BLOCK = Exercise(
             "it belongs on the gate projection, `W_gate`.",
             swap_ffn=True,
         ),
+        _block_variant(
+            "the heads were split by reading each (seq_len, d_model) matrix straight as (num_heads, seq_len, "
+            "head_dim): that cuts the memory in the wrong order, so a 'head' holds pieces of several positions. "
+            "Splitting cuts each position's d_model features into num_heads groups of head_dim consecutive "
+            "features, giving (batch, seq_len, num_heads, head_dim); only then do the heads move in front of the "
+            "positions. It shows with more than one head and more than one position.",
+            split="heads_first",
+        ),
+        _block_variant(
+            "the heads were merged by reading (batch, num_heads, seq_len, head_dim) straight as (batch, seq_len, "
+            "d_model), without moving the heads back behind the positions first: each output row then holds "
+            "pieces of several positions' results. Merging undoes the split: heads back behind the positions, "
+            "then each position's num_heads results of head_dim side by side. It shows with more than one head "
+            "and more than one position.",
+            merge="no_transpose",
+        ),
     ),
     hint=(
         "Two residual steps. In each, the sublayer reads a normalised copy of x; what does its output get added to: "
         "x, or the copy?",
         "h = RMSNorm(x; attention_norm); x = x + W_o(merged heads of causal attention over h @ W_q, h @ W_k, "
         "h @ W_v, scores / sqrt(head_dim)); then h = RMSNorm(x; ffn_norm) and x = x + SwiGLU(h). eps = 1e-6 in both "
-        "norms; nothing is normalised after the additions.",
+        "norms; nothing is normalised after the additions. Split: (batch, seq_len, d_model) -> (batch, seq_len, "
+        "num_heads, head_dim) -> heads in front of positions, (batch, num_heads, seq_len, head_dim). Merge: the "
+        "same steps backwards, heads behind positions again before the reshape to d_model.",
         "`h = rms_norm(x, attention_norm, 1e-6)`; `split = lambda t: t.view(batch, seq_len, num_heads, "
         "head_dim).transpose(1, 2)`; `heads = F.scaled_dot_product_attention(split(h @ W_q), split(h @ W_k), "
         "split(h @ W_v), is_causal=True)`; `x = x + heads.transpose(1, 2).reshape(batch, seq_len, d_model) @ W_o`; "
@@ -520,11 +545,11 @@ def _qk_cases() -> list[Case]:
 
 
 def _qk_with(q, k, g_q, g_k, *, norm_q=True, norm_k=True, over=-1, denominator=None, eps_outside=False,
-             divisor="sqrt", centre=False):  # fmt: skip
+             divisor="sqrt", centre=False, eps=EPS):  # fmt: skip
     def norm(x, g):
         if centre:
-            return torch.nn.functional.layer_norm(x, x.shape[-1:], eps=EPS) * g
-        return _rms(x, g, EPS, over=over, denominator=denominator, eps_outside=eps_outside)
+            return torch.nn.functional.layer_norm(x, x.shape[-1:], eps=eps) * g
+        return _rms(x, g, eps, over=over, denominator=denominator, eps_outside=eps_outside)
 
     q = norm(q, g_q) if norm_q else q
     k = norm(k, g_k) if norm_k else k
@@ -579,6 +604,12 @@ QK_NORM_SCORES = Exercise(
             eps_outside=True,
         ),
         _qk_variant(
+            "eps is float32's machine epsilon, about 1.2e-7 (what torch's own rms_norm uses when it is given no "
+            "eps), not the 1e-6 asked for: the two differ only where the mean of squares is small, as for the "
+            "queries and keys of size 0.001.",
+            eps=torch.finfo(torch.float32).eps,
+        ),
+        _qk_variant(
             "you used LayerNorm (centring each vector first); QK-norm here is RMSNorm: x / sqrt(mean(x ** 2) + eps) "
             "* weight, nothing subtracted.",
             centre=True,
@@ -612,4 +643,131 @@ QK_NORM_SCORES = Exercise(
     forbidden=OWN_CODE,
 )
 
-EXERCISES = (RMS_NORM, SWIGLU, PRE_NORM_BLOCK, QK_NORM_SCORES)
+# --------------------------------------------------------------------------------------------
+# largest_qk_score: predict, then compute, the largest score QK-norm allows (a prediction, not shown in the lesson)
+# --------------------------------------------------------------------------------------------
+
+
+def _bound_cases() -> list[Case]:
+    g = generator(94)
+
+    def case(gains_q, gains_k, tags, note=""):
+        q_weight = torch.as_tensor(gains_q, dtype=torch.float32)
+        k_weight = torch.as_tensor(gains_k, dtype=torch.float32)
+        layers, head_dim = q_weight.shape
+        description = f"{layers} layer{'s' if layers > 1 else ''}, head_dim {head_dim}"
+        return Case(description + (f"; {note}" if note else ""), (q_weight, k_weight), tags)
+
+    spread_q, spread_k = 0.5 + torch.rand(3, 8, generator=g), 0.5 + torch.rand(3, 8, generator=g)
+    spread_q[0, 2], spread_k[0, 5] = 2.5, 2.5  # layer 0: the largest gains sit on different features
+    spread_q[1, 4], spread_k[1, 4] = -2.0, 1.8  # layer 1: the largest product is negative
+    return [
+        case(spread_q, spread_k, kinds(), note="gains between 0.5 and 2.5, one of them negative"),
+        case([[1.0, -3.0, 0.5, 2.0]], [[2.0, 1.0, 4.0, -1.5]], kinds(ONE), note="|g_q g_k| = 2, 3, 2, 3"),
+        case(torch.ones(1, 64), torch.ones(1, 64), kinds(ONE), note="every gain 1"),
+        case(randn(g, 2, 16), randn(g, 2, 16), kinds(), note="gains drawn around 0, half of them negative"),
+        case(0.5 + torch.rand(4, 1, generator=g), 0.5 + torch.rand(4, 1, generator=g), kinds(), note="head_dim 1"),
+        case(
+            1000 * (0.5 + torch.rand(2, 32, generator=g)),
+            1000 * (0.5 + torch.rand(2, 32, generator=g)),
+            kinds(LARGE),
+            note="gains around 1000, as after long training without weight decay on them",
+        ),
+    ]
+
+
+def _bound_with(q_weight, k_weight, *, factor="sqrt", combine="product", magnitude=True, reduce="max", over=-1):
+    """A known-wrong bound: ``factor`` of head_dim, the gains combined and reduced another way."""
+    head_dim = q_weight.shape[-1]
+    if combine == "maxima":
+        largest = q_weight.abs().amax(over) * k_weight.abs().amax(over)
+    else:
+        product = q_weight * k_weight
+        product = product.abs() if magnitude else product
+        largest = {"max": product.amax(dim=over), "mean": product.mean(dim=over), "all": product.amax()}[reduce]
+    scale = {"sqrt": math.sqrt(head_dim), "none": 1.0, "dim": float(head_dim), "inverse": 1 / math.sqrt(head_dim),
+             "minus": math.sqrt(head_dim - 1), "plus": math.sqrt(head_dim + 1)}[factor]  # fmt: skip
+    return scale * largest
+
+
+def _bound_variant(diagnosis: str, **changes) -> Variant:
+    def fn(q_weight, k_weight):
+        return _bound_with(q_weight, k_weight, **changes)
+
+    return Variant(diagnosis, fn)
+
+
+LARGEST_QK_SCORE = Exercise(
+    name="largest_qk_score",
+    lesson=LESSON,
+    params=("q_weight", "k_weight"),
+    returns=(("layers",),),
+    reference=qk_score_bound,
+    make_cases=_bound_cases,
+    units=(("layer", "layers", "layer index"),),
+    variants=(
+        _bound_variant(
+            "the factor sqrt(head_dim) is missing. A normalised vector has a root mean square of 1, so its length is "
+            "sqrt(head_dim), not 1: the dot product of two such vectors reaches head_dim, and the score divides "
+            "that by sqrt(head_dim) once. It shows wherever head_dim is not 1.",
+            factor="none",
+        ),
+        _bound_variant(
+            "the bound grows with head_dim, not with its square root: the dot product of two normalised vectors "
+            "reaches head_dim, but the score divides it by sqrt(head_dim).",
+            factor="dim",
+        ),
+        _bound_variant(
+            "the bound is divided by sqrt(head_dim), as if the normalised vectors had length 1. RMSNorm makes their "
+            "root *mean* square 1, so their length is sqrt(head_dim).",
+            factor="inverse",
+        ),
+        _bound_variant(
+            "off by one: the factor is sqrt(head_dim - 1). A normalised vector's squares sum to head_dim.",
+            factor="minus",
+        ),
+        _bound_variant(
+            "off by one: the factor is sqrt(head_dim + 1). A normalised vector's squares sum to head_dim.",
+            factor="plus",
+        ),
+        _bound_variant(
+            "you multiplied the largest |q gain| by the largest |k gain|. The score weights feature i by the "
+            "product g_q,i g_k,i of the two gains at the *same* feature, so the bound takes the largest product; "
+            "the two differ where the largest gains sit on different features (layer 0 of the first case).",
+            combine="maxima",
+        ),
+        _bound_variant(
+            "the largest *signed* product g_q,i g_k,i, not the largest in size: a negative product is reached with "
+            "a key pointing the other way, which makes the score just as large. It shows where the largest product "
+            "is negative.",
+            magnitude=False,
+        ),
+        _bound_variant(
+            "the mean of the products over the features (or their sum over sqrt(head_dim), the same number): that "
+            "is the score when query and key spread their size evenly. The largest score puts all of it on the one "
+            "feature whose product is largest.",
+            reduce="mean",
+        ),
+        _bound_variant(
+            "the largest product was taken over the layers (axis 0) instead of over each layer's head_dim features "
+            "(the last axis).",
+            over=0,
+        ),
+        _bound_variant(
+            "one number for all layers: the largest product over every layer and feature at once. Each layer has "
+            "its own gains and its own bound, one per row.",
+            reduce="all",
+        ),
+    ),
+    hint=(
+        "Put all of the query's size on one feature i, and all of the key's on the same one: what does RMSNorm "
+        "make of them, and what is the score? Which feature would you choose?",
+        "A normalised vector has root mean square 1, so its squares sum to head_dim. The score is "
+        "sum_i q_hat_i g_q,i k_hat_i g_k,i / sqrt(head_dim) <= max_i |g_q,i g_k,i| * |q_hat . k_hat| / "
+        "sqrt(head_dim), and |q_hat . k_hat| <= head_dim (Cauchy-Schwarz); the one-feature vectors reach it.",
+        "`return math.sqrt(q_weight.shape[-1]) * (q_weight * k_weight).abs().amax(dim=-1)`.",
+    ),
+    forbidden=OWN_CODE,
+)
+
+EXERCISES = (RMS_NORM, SWIGLU, PRE_NORM_BLOCK, QK_NORM_SCORES, LARGEST_QK_SCORE)

@@ -1,5 +1,5 @@
 """Lesson 09, 09_transformer_block: the galleries of ``rms_norm``, ``swiglu``, ``pre_norm_block`` and
-``qk_norm_scores`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
+``qk_norm_scores``, ``largest_qk_score`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
 tests/galleries/__init__.py describes them), and REFERENCE_USE: functions that are, or call, the package's own
 ``attnedu.transformer``, which the exercises forbid.
 
@@ -111,11 +111,26 @@ def learner_qk_norm_scores_gains_last(q, k, q_weight, k_weight):
     return torch.einsum("bhqd,bhkd,d->bhqk", qn, kn, q_weight * k_weight) / q.shape[-1] ** 0.5
 
 
+def learner_largest_qk_score(q_weight, k_weight):
+    return math.sqrt(q_weight.shape[-1]) * (q_weight * k_weight).abs().amax(dim=-1)
+
+
+def learner_largest_qk_score_loop(q_weight, k_weight):
+    """Layer by layer: the feature with the largest product, and the one-feature vectors that reach it."""
+    layers, head_dim = q_weight.shape
+    out = torch.zeros(layers)
+    for layer in range(layers):
+        best = max(abs(q_weight[layer, i].item() * k_weight[layer, i].item()) for i in range(head_dim))
+        out[layer] = head_dim * best / head_dim**0.5  # q_hat . k_hat = head_dim on that feature
+    return out
+
+
 CORRECT = {
     "rms_norm": [learner_rms_norm, learner_rms_norm_rsqrt, learner_rms_norm_torch, learner_rms_norm_loop],
     "swiglu": [learner_swiglu, learner_swiglu_by_hand, learner_swiglu_einsum],
     "pre_norm_block": [learner_pre_norm_block, learner_pre_norm_block_by_hand],
     "qk_norm_scores": [learner_qk_norm_scores, learner_qk_norm_scores_gains_last],
+    "largest_qk_score": [learner_largest_qk_score, learner_largest_qk_score_loop],
 }
 
 
@@ -133,6 +148,7 @@ REFERENCE_USE = [
     ("pre_norm_block", _block_with_the_packages_swiglu),
     ("pre_norm_block", lambda *args: transformer.pre_norm_block(*args)),
     ("qk_norm_scores", lambda q, k, gq, gk: transformer.qk_norm_scores(q, k, gq, gk)),
+    ("largest_qk_score", transformer.qk_score_bound),
 ]
 
 
@@ -390,6 +406,68 @@ def qk_not_normalised(q, k, q_weight, k_weight):
     return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
 
 
+def pb_split_heads_first(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+    batch, seq_len, d_model = x.shape
+    h = learner_rms_norm(x, g_a, EPS)
+    q, k, v = ((h @ W).reshape(batch, num_heads, seq_len, d_model // num_heads) for W in (W_q, W_k, W_v))
+    x = x + F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(batch, seq_len, -1) @ W_o
+    return x + learner_swiglu(learner_rms_norm(x, g_f, EPS), W_gate, W_up, W_down)
+
+
+def pb_merge_without_transpose(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+    batch, seq_len, d_model = x.shape
+    h = learner_rms_norm(x, g_a, EPS)
+    q, k, v = _heads(h @ W_q, num_heads), _heads(h @ W_k, num_heads), _heads(h @ W_v, num_heads)
+    x = x + F.scaled_dot_product_attention(q, k, v, is_causal=True).reshape(batch, seq_len, d_model) @ W_o
+    return x + learner_swiglu(learner_rms_norm(x, g_f, EPS), W_gate, W_up, W_down)
+
+
+def qk_default_eps(q, k, q_weight, k_weight):
+    """torch's rms_norm without its eps: float32's machine epsilon."""
+    d = q.shape[-1]
+    return F.rms_norm(q, (d,), q_weight) @ F.rms_norm(k, (d,), k_weight).transpose(-2, -1) / math.sqrt(d)
+
+
+def lq_no_sqrt(q_weight, k_weight):
+    return (q_weight * k_weight).abs().amax(-1)
+
+
+def lq_head_dim(q_weight, k_weight):
+    return q_weight.shape[-1] * (q_weight * k_weight).abs().amax(-1)
+
+
+def lq_inverse(q_weight, k_weight):
+    return (q_weight * k_weight).abs().amax(-1) / math.sqrt(q_weight.shape[-1])
+
+
+def lq_minus_one(q_weight, k_weight):
+    return math.sqrt(q_weight.shape[-1] - 1) * (q_weight * k_weight).abs().amax(-1)
+
+
+def lq_plus_one(q_weight, k_weight):
+    return math.sqrt(q_weight.shape[-1] + 1) * (q_weight * k_weight).abs().amax(-1)
+
+
+def lq_maxima(q_weight, k_weight):
+    return math.sqrt(q_weight.shape[-1]) * q_weight.abs().amax(-1) * k_weight.abs().amax(-1)
+
+
+def lq_signed(q_weight, k_weight):
+    return math.sqrt(q_weight.shape[-1]) * (q_weight * k_weight).amax(-1)
+
+
+def lq_mean(q_weight, k_weight):
+    return math.sqrt(q_weight.shape[-1]) * (q_weight * k_weight).abs().mean(-1)
+
+
+def lq_over_layers(q_weight, k_weight):
+    return math.sqrt(q_weight.shape[-1]) * (q_weight * k_weight).abs().amax(0)
+
+
+def lq_one_number(q_weight, k_weight):
+    return math.sqrt(q_weight.shape[-1]) * (q_weight * k_weight).abs().max()
+
+
 MUTANTS = [
     ("rms_norm", rms_mean_not_squares, "not of the mean of the *squares*"),
     ("rms_norm", rms_eps_outside, "eps is added outside the square root"),
@@ -430,6 +508,8 @@ MUTANTS = [
     ("pre_norm_block", pb_scaled_by_d_model, "sqrt(d_model)"),
     ("pre_norm_block", pb_unscaled, "the scores are not scaled"),
     ("pre_norm_block", pb_linear_convention, "nn.Linear's convention"),
+    ("pre_norm_block", pb_split_heads_first, "the heads were split by reading"),
+    ("pre_norm_block", pb_merge_without_transpose, "the heads were merged by reading"),
     ("qk_norm_scores", qk_only_q, "only the queries were normalised"),
     ("qk_norm_scores", qk_only_k, "only the keys were normalised"),
     ("qk_norm_scores", qk_all_heads, "over all heads together"),
@@ -443,6 +523,17 @@ MUTANTS = [
     ("qk_norm_scores", qk_transposed, "transposed"),
     ("qk_norm_scores", qk_softmax, "softmax of the scores"),
     ("qk_norm_scores", qk_not_normalised, "nothing was normalised"),
+    ("qk_norm_scores", qk_default_eps, "machine epsilon"),
+    ("largest_qk_score", lq_no_sqrt, "the factor sqrt(head_dim) is missing"),
+    ("largest_qk_score", lq_head_dim, "grows with head_dim, not with its square root"),
+    ("largest_qk_score", lq_inverse, "divided by sqrt(head_dim)"),
+    ("largest_qk_score", lq_minus_one, "sqrt(head_dim - 1)"),
+    ("largest_qk_score", lq_plus_one, "sqrt(head_dim + 1)"),
+    ("largest_qk_score", lq_maxima, "the largest |q gain| by the largest |k gain|"),
+    ("largest_qk_score", lq_signed, "the largest *signed* product"),
+    ("largest_qk_score", lq_mean, "the mean of the products"),
+    ("largest_qk_score", lq_over_layers, "over the layers (axis 0)"),
+    ("largest_qk_score", lq_one_number, "one number for all layers"),
 ]
 
 # the mean's divisor one feature too many and too few; SiLU one step late and one step early; the causal diagonal
@@ -452,6 +543,7 @@ OFF_BY_ONE = {
     "swiglu": (sw_late, sw_early),
     "pre_norm_block": (pb_sees_next, pb_diagonal_masked),
     "qk_norm_scores": (qk_dim_plus_one, qk_dim_minus_one),
+    "largest_qk_score": (lq_plus_one, lq_minus_one),
 }
 
 
@@ -496,6 +588,11 @@ def qk_clamped(q, k, q_weight, k_weight):
     return learner_qk_norm_scores(q.clamp(-100, 100), k.clamp(-100, 100), q_weight, k_weight)
 
 
+def lq_clamped(q_weight, k_weight):
+    """Gains clipped to ±100 'to be safe'."""
+    return learner_largest_qk_score(q_weight.clamp(-100, 100), k_weight.clamp(-100, 100))
+
+
 KIND_MUTANTS = [
     *batch_of_one(CORRECT),
     ("rms_norm", rms_fast_path_without_padding, UNPADDED, "no padding"),
@@ -504,6 +601,7 @@ KIND_MUTANTS = [
     ("swiglu", sw_sigmoid_by_exp, LARGE, "This test case has large inputs"),
     ("pre_norm_block", pb_softmax_by_exp, LARGE, "This test case has large inputs"),
     ("qk_norm_scores", qk_clamped, LARGE, "large inputs"),
+    ("largest_qk_score", lq_clamped, LARGE, "large inputs"),
 ]
 
 KINDS_NOT_APPLICABLE = {
@@ -515,6 +613,10 @@ KINDS_NOT_APPLICABLE = {
         (name, kind): "a causal block (and its scores) sees nothing after a position: padding at the end changes "
         "nothing before it"
         for name in ("pre_norm_block", "qk_norm_scores")
+        for kind in (PADDED, UNPADDED)
+    },
+    **{
+        ("largest_qk_score", kind): "the gains have no positions: there is nothing to pad"
         for kind in (PADDED, UNPADDED)
     },
 }
@@ -709,6 +811,63 @@ def qkb_eps_outside(q, k, q_weight, k_weight):
     return norm(q, q_weight) @ norm(k, k_weight).mT / q.size(-1) ** 0.5
 
 
+def pbb_heads_by_view(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+    B, T, D = x.shape
+    hd = D // num_heads
+    h = x * torch.rsqrt(torch.mean(x**2, dim=-1, keepdim=True) + EPS) * g_a
+    q = (h @ W_q).view(B, num_heads, T, hd)
+    k = (h @ W_k).view(B, num_heads, T, hd)
+    v = (h @ W_v).view(B, num_heads, T, hd)
+    s = torch.einsum("bhqd,bhkd->bhqk", q, k) / hd**0.5
+    s = s.masked_fill(torch.triu(torch.ones(T, T), 1) == 1, -float("inf"))
+    o = torch.einsum("bhqk,bhkd->bhqd", s.softmax(-1), v)
+    x = x + o.permute(0, 2, 1, 3).reshape(B, T, D) @ W_o
+    return x + learner_swiglu(learner_rms_norm(x, g_f, EPS), W_gate, W_up, W_down)
+
+
+def pbb_merge_by_reshape(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+    B, T, D = x.shape
+    hd = D // num_heads
+    h = learner_rms_norm(x, g_a, EPS)
+    q, k, v = ((h @ W).reshape(B, T, num_heads, hd).permute(0, 2, 1, 3) for W in (W_q, W_k, W_v))
+    o = torch.softmax((q @ k.mT / math.sqrt(hd)) + torch.full((T, T), -1e9).triu(1), dim=-1) @ v
+    x = x + o.reshape(B, T, D) @ W_o  # the heads never moved back behind the positions
+    return x + learner_swiglu(learner_rms_norm(x, g_f, EPS), W_gate, W_up, W_down)
+
+
+def qkb_torch_default_eps(q, k, q_weight, k_weight):
+    qn = F.rms_norm(q, q.shape[-1:], weight=q_weight)
+    kn = F.rms_norm(k, k.shape[-1:], weight=k_weight)
+    return torch.einsum("bhqd,bhkd->bhqk", qn, kn) / q.shape[-1] ** 0.5
+
+
+def lqb_layers_for_dim(q_weight, k_weight):
+    return (q_weight * k_weight).abs().max(dim=-1).values * q_weight.shape[0] ** 0.5
+
+
+def lqb_norms(q_weight, k_weight):
+    return torch.linalg.vector_norm(q_weight * k_weight, dim=-1)
+
+
+def lqb_max_of_each(q_weight, k_weight):
+    out = []
+    for gq, gk in zip(q_weight, k_weight):
+        out.append(gq.abs().max() * gk.abs().max() * len(gq) ** 0.5)
+    return torch.stack(out)
+
+
+def lqb_signed_max(q_weight, k_weight):
+    return torch.max(q_weight * k_weight, dim=1).values * math.sqrt(q_weight.size(1))
+
+
+def lqb_sum(q_weight, k_weight):
+    return torch.sum(torch.abs(q_weight * k_weight), dim=-1) / math.sqrt(q_weight.size(-1))
+
+
+def lqb_squared(q_weight, k_weight):
+    return math.sqrt(q_weight.shape[-1]) * (q_weight * k_weight).pow(2).amax(-1)
+
+
 BUGS = [
     ("rms_norm", rb_mean_no_square, "not of the mean of the *squares*"),
     ("rms_norm", rb_eps_after_root, "eps is added outside the square root"),
@@ -742,4 +901,13 @@ BUGS = [
     ("qk_norm_scores", qkb_k_times_q, "transposed"),
     ("qk_norm_scores", qkb_l2, GENERIC),
     ("qk_norm_scores", qkb_eps_outside, "eps is added outside the square root"),
+    ("pre_norm_block", pbb_heads_by_view, "the heads were split by reading"),
+    ("pre_norm_block", pbb_merge_by_reshape, "the heads were merged by reading"),
+    ("qk_norm_scores", qkb_torch_default_eps, "machine epsilon"),
+    ("largest_qk_score", lqb_layers_for_dim, GENERIC),
+    ("largest_qk_score", lqb_norms, GENERIC),
+    ("largest_qk_score", lqb_max_of_each, "the largest |q gain| by the largest |k gain|"),
+    ("largest_qk_score", lqb_signed_max, "the largest *signed* product"),
+    ("largest_qk_score", lqb_sum, "the mean of the products"),
+    ("largest_qk_score", lqb_squared, GENERIC),
 ]
