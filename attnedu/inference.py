@@ -11,6 +11,7 @@ computes q, k, v for the new token only:
 
     KVCache               per layer, K and V (B, H_kv, m, d), keys stored already rotated by RoPE
     RollingKVCache        a fixed buffer of ``window`` slots; position p lives in slot p % window (Mistral 7B)
+    rolling_cache_step(q, k, v, k_buffer, v_buffer, position)   one token through a rolling buffer
     SinkCache             the first ``sinks`` tokens plus the last ``window`` ones, positions counted inside the
                           cache (StreamingLLM, Xiao et al. 2024)
     lm_forward(model, tokens, cache)   a DecoderLM (attnedu.transformer) run on new tokens, reading and filling a
@@ -27,8 +28,9 @@ Sharing and compressing keys and values:
                           torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)
     mean_pool_kv_heads(W, H, H_kv), to_grouped_query(model, H_kv)   MHA -> GQA by averaging the K/V projections of
                           each group of heads (Ainslie et al. 2023)
-    mla_attention(...)    multi-head latent attention (DeepSeek-V2): c = x W_dkv (B, n, d_c) is all that is cached,
-                          k = c W_uk, v = c W_uv; ``absorbed=True`` folds W_uk into the queries and W_uv into W_o
+    mla_attention(...)    multi-head latent attention (DeepSeek-V2): c = x W_dkv (B, n, d_c) is cached, k = c W_uk,
+                          v = c W_uv; ``absorbed=True`` folds W_uk into the queries and W_uv into W_o; W_qr, W_kr add
+                          the decoupled RoPE part, one rotated key of d_r numbers per token, shared by the heads
 
 Masks as functions (FlexAttention, torch.nn.attention.flex_attention), equal to attnedu.masks':
 
@@ -252,6 +254,43 @@ def cache_step(q, k_new, v_new, k_cache, v_cache):
     return grouped_attention(apply_rope(q, position), keys, values), keys, values
 
 
+def rolling_cache_step(q, k_new, v_new, k_buffer, v_buffer, position: int):
+    """One decoding step of one layer with a rolling buffer of W slots and RoPE (the exercise's reference; what
+    ``RollingKVCache`` does one token at a time). Position p lives in slot p % W, so before this step slot s holds
+    the latest position p < ``position`` with p % W = s; slots no position has reached yet (position < W) hold
+    anything. The new token, at ``position``:
+
+        q, k_new <- RoPE(q, position), RoPE(k_new, position);  slot position % W <- k_new, v_new
+        o = softmax(q K^T / sqrt(d)) V over the slots holding positions max(0, position - W + 1) .. position
+
+    so it reads itself and the W - 1 tokens before it, whatever order the slots hold them in.
+
+    q, k_new, v_new (B, H, 1, d), before RoPE; k_buffer, v_buffer (B, H, W, d), keys already rotated; position an
+    int >= 0. -> o (B, H, 1, d) and new buffers (B, H, W, d); the given ones are not modified."""
+    new, buffer = "(batch, heads, 1, head_dim)", "(batch, heads, window, head_dim)"
+    for name, x, doc in (("q", q, new), ("k_new", k_new, new), ("v_new", v_new, new), ("k_buffer", k_buffer, buffer),
+                         ("v_buffer", v_buffer, buffer)):  # fmt: skip
+        check_tensor(name, x, 4, doc)
+        check_float(name, x)
+        if doc == new:
+            check_size(name, x, 2, 1, "1: one new token per step")
+    if k_buffer.shape != v_buffer.shape or k_buffer.shape[:2] + k_buffer.shape[3:] != k_new.shape[:2] + k_new.shape[3:]:
+        raise ValueError(
+            f"k_buffer and v_buffer should be (batch, heads, window, head_dim) like k_new, got k_buffer "
+            f"{describe(k_buffer)}, v_buffer {describe(v_buffer)}, k_new {describe(k_new)}"
+        )
+    position = check_int("position", position, "the new token's position, counted from 0", minimum=0)
+    window = k_buffer.shape[2]
+    at = torch.tensor([position], device=q.device)
+    slot = position % window
+    k_buffer, v_buffer = k_buffer.clone(), v_buffer.clone()
+    k_buffer[:, :, slot] = apply_rope(k_new, at)[:, :, 0]  # write first: the token reads its own key
+    v_buffer[:, :, slot] = v_new[:, :, 0]
+    filled = min(position + 1, window)  # slots 0..filled-1 hold positions; the others were never written
+    read_k, read_v = k_buffer[:, :, :filled], v_buffer[:, :, :filled]  # (sliced, not masked: 0 * NaN is NaN)
+    return grouped_attention(apply_rope(q, at), read_k, read_v), k_buffer, v_buffer
+
+
 # --------------------------------------------------------------------------------------------
 # A DecoderLM with a cache
 # --------------------------------------------------------------------------------------------
@@ -465,20 +504,44 @@ def to_grouped_query(model, num_kv_heads: int, pool: str = "mean"):
 # --------------------------------------------------------------------------------------------
 
 
-def mla_attention(x, W_q, W_dkv, W_uk, W_uv, W_o, num_heads: int, mask=None, absorbed: bool = False):
-    """Multi-head latent attention without its decoupled RoPE part (DeepSeek-V2, Sec. 2.1):
+def mla_attention(
+    x,
+    W_q,
+    W_dkv,
+    W_uk,
+    W_uv,
+    W_o,
+    num_heads: int,
+    mask=None,
+    absorbed: bool = False,
+    W_qr=None,
+    W_kr=None,
+):
+    """Multi-head latent attention (DeepSeek-V2, Sec. 2.1), with or without its decoupled RoPE part:
 
-        c = x W_dkv (B, n, d_c)      the only thing cached: d_c numbers per token and layer, for all heads
+        c = x W_dkv (B, n, d_c)      cached: d_c numbers per token and layer, for all heads
         q = x W_q,  k = c W_uk,  v = c W_uv, each split into H heads of d
         o = Concat_h softmax(q_h k_h^T / sqrt(d)) v_h  W_o
 
     absorbed=True computes the same without ever forming k or v: q_h k_h^T = (q_h W_uk,h^T) c^T, so each head's query
     moves into the latent space (d_c), and softmax(...) v_h W_o,h = (softmax(...) c) (W_uv,h W_o,h), one folded
-    matrix per head. (With RoPE on k the first fold fails, since a rotation sits between q and c: DeepSeek adds a
-    separate small RoPE key, ``rope_dim`` in ``mla_cache_bytes``.)
+    matrix per head.
+
+    Decoupled RoPE (W_qr and W_kr given). RoPE on k = c W_uk would break the first fold: the score would be
+    q_h R_(i-j) W_uk,h^T c_j^T, with a rotation that depends on the pair (i, j) between the query and the latent, so
+    no single matrix can be folded into the query. DeepSeek-V2 leaves the content part without positions and adds a
+    small separate part that carries them:
+
+        q^R = RoPE(x W_qr) (H heads of d_r),  k^R = RoPE(x W_kr) (B, n, d_r), one key shared by all heads
+        score_h(i, j) = (q_h,i k_h,j^T + q^R_h,i k^R_j^T) / sqrt(d + d_r)
+
+    so the cache holds c and k^R: d_c + d_r numbers per token and layer (``mla_cache_bytes``), and the absorbed form
+    still works for the content part.
 
     x (B, n, d_model); W_q (d_model, H d); W_dkv (d_model, d_c); W_uk, W_uv (d_c, H d); W_o (H d, d_model); mask None
-    or bool (n, n) -> output (B, n, d_model), latent c (B, n, d_c).
+    or bool (n, n); W_qr (d_model, H d_r) and W_kr (d_model, d_r), both or neither, d_r even; positions 0..n-1.
+    Returns output (B, n, d_model), latent c (B, n, d_c), and k^R (B, n, d_r) rotated (None without RoPE): the two
+    tensors a cache would keep.
     """
     check_tensor("x", x, 3, "(batch, n, d_model)")
     check_float("x", x)
@@ -491,13 +554,25 @@ def mla_attention(x, W_q, W_dkv, W_uk, W_uv, W_o, num_heads: int, mask=None, abs
     width = W_q.shape[1]
     if width % num_heads:
         raise ValueError(f"num_heads should divide W_q's {width} columns, got num_heads={num_heads}")
-    for name, W, shape in (("W_q", W_q, (d_model, width)), ("W_dkv", W_dkv, (d_model, latent)),
-                           ("W_uk", W_uk, (latent, width)), ("W_uv", W_uv, (latent, width)),
-                           ("W_o", W_o, (width, d_model))):  # fmt: skip
+    shapes = [("W_q", W_q, (d_model, width)), ("W_dkv", W_dkv, (d_model, latent)), ("W_uk", W_uk, (latent, width)),
+               ("W_uv", W_uv, (latent, width)), ("W_o", W_o, (width, d_model))]  # fmt: skip
+    if (W_qr is None) != (W_kr is None):
+        raise ValueError(
+            "W_qr and W_kr should be given together (the decoupled RoPE query and key projections) or not at all, "
+            f"got W_qr {describe(W_qr)} and W_kr {describe(W_kr)}"
+        )
+    rope = W_kr is not None
+    if rope:
+        check_tensor("W_kr", W_kr, 2, "(d_model, rope_dim)")
+        rope_dim = W_kr.shape[1]
+        if rope_dim % 2:
+            raise ValueError(f"W_kr should have an even number of columns (RoPE turns pairs), got {describe(W_kr)}")
+        shapes += [("W_qr", W_qr, (d_model, num_heads * rope_dim)), ("W_kr", W_kr, (d_model, rope_dim))]
+    for name, W, shape in shapes:
         check_tensor(name, W, 2, str(shape))
         if tuple(W.shape) != shape:
             raise ValueError(f"{name} should be {shape} (applied as x @ {name}), got {describe(W)}")
-    check_same_dtype(x=x, W_q=W_q, W_dkv=W_dkv, W_uk=W_uk, W_uv=W_uv, W_o=W_o)
+    check_same_dtype(x=x, **{name: W for name, W, _ in shapes})
     batch, n, _ = x.shape
     head_dim = width // num_heads
     if mask is not None:
@@ -507,17 +582,28 @@ def mla_attention(x, W_q, W_dkv, W_uk, W_uv, W_o, num_heads: int, mask=None, abs
         check_size("mask", mask, 1, n, "n keys")
     c = x @ W_dkv  # (B, n, d_c)
     q = split_heads(x @ W_q, num_heads)  # (B, H, n, d)
-    if not absorbed:
+    k_rope, q_rope, scale = None, None, head_dim
+    if rope:
+        positions = torch.arange(n)
+        q_rope = apply_rope(split_heads(x @ W_qr, num_heads), positions)  # (B, H, n, d_r)
+        k_rope = apply_rope(x @ W_kr, positions)  # (B, n, d_r): one key for all heads
+        scale = head_dim + rope_dim
+    if not absorbed:  # the paper's form: each head's query and key are [content; rope], concatenated
         k, v = split_heads(c @ W_uk, num_heads), split_heads(c @ W_uv, num_heads)
+        if rope:
+            q = torch.cat([q, q_rope], dim=-1)
+            k = torch.cat([k, k_rope[:, None].expand(-1, num_heads, -1, -1)], dim=-1)
         heads, _ = scaled_dot_product_attention(q, k, v, None if mask is None else mask[None, None])
-        return merge_heads(heads) @ W_o, c
+        return merge_heads(heads) @ W_o, c, k_rope
     W_uk_heads = W_uk.view(latent, num_heads, head_dim)  # (d_c, H, d)
     q_latent = torch.einsum("bhnd,chd->bhnc", q, W_uk_heads)  # each head's query in the latent space
-    scores = q_latent @ c[:, None].transpose(-2, -1) / math.sqrt(head_dim)  # (B, H, n, n)
-    weights = masked_softmax(scores, None if mask is None else mask.expand_as(scores))
+    scores = q_latent @ c[:, None].transpose(-2, -1)  # (B, H, n, n), the content part
+    if rope:
+        scores = scores + q_rope @ k_rope[:, None].transpose(-2, -1)  # plus the position part, from the shared key
+    weights = masked_softmax(scores / math.sqrt(scale), None if mask is None else mask.expand_as(scores))
     read = weights @ c[:, None]  # (B, H, n, d_c): each head reads the latents
     W_uv_o = torch.einsum("chd,hde->hce", W_uv.view(latent, num_heads, head_dim), W_o.view(num_heads, head_dim, -1))
-    return torch.einsum("bhnc,hce->bne", read, W_uv_o), c
+    return torch.einsum("bhnc,hce->bne", read, W_uv_o), c, k_rope
 
 
 # --------------------------------------------------------------------------------------------

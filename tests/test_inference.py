@@ -31,13 +31,14 @@ from attnedu.inference import (
     mla_attention,
     mla_cache_bytes,
     prefix_lm_mod,
+    rolling_cache_step,
     sliding_window_mod,
     streaming_losses,
     to_grouped_query,
     window_recompute_losses,
 )
 from attnedu.masks import causal_mask, document_mask, prefix_lm_mask, sliding_window_mask
-from attnedu.positional import alibi_bias, alibi_slopes
+from attnedu.positional import alibi_bias, alibi_slopes, apply_rope
 from attnedu.transformer import DecoderLM
 
 
@@ -205,14 +206,61 @@ def test_mla_absorbed_equals_explicit(masked):
                ((d_model, heads * head_dim), (d_model, latent), (latent, heads * head_dim),
                 (latent, heads * head_dim), (heads * head_dim, d_model))]  # fmt: skip
     mask = causal_mask(7) if masked else None
-    explicit, c = mla_attention(x, *weights, heads, mask)
-    absorbed, c2 = mla_attention(x, *weights, heads, mask, absorbed=True)
+    explicit, c, no_rope = mla_attention(x, *weights, heads, mask)
+    absorbed, c2, _ = mla_attention(x, *weights, heads, mask, absorbed=True)
     assert (explicit - absorbed).abs().max() <= 1e-5 and torch.equal(c, c2) and c.shape == (2, 7, latent)
+    assert no_rope is None
     # the explicit form is ordinary multi-head attention on k = c W_uk, v = c W_uv
     W_q, W_dkv, W_uk, W_uv, W_o = weights
     split = lambda t: t.view(2, 7, heads, head_dim).transpose(1, 2)  # noqa: E731
     ref = F.scaled_dot_product_attention(split(x @ W_q), split(c @ W_uk), split(c @ W_uv), is_causal=masked)
     assert torch.allclose(explicit, ref.transpose(1, 2).reshape(2, 7, -1) @ W_o, atol=1e-5)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_mla_decoupled_rope(masked):
+    """DeepSeek-V2's decoupled RoPE: the absorbed form (content scores in the latent space plus a position part from
+    one shared rotated key) equals multi-head attention on the concatenated [content; rope] queries and keys."""
+    g = torch.Generator().manual_seed(3)
+    d_model, heads, head_dim, latent, rope_dim, n = 24, 4, 6, 5, 4, 9
+    x = torch.randn(2, n, d_model, generator=g)
+    weights = [torch.randn(*s, generator=g) / s[0] ** 0.5 for s in
+               ((d_model, heads * head_dim), (d_model, latent), (latent, heads * head_dim),
+                (latent, heads * head_dim), (heads * head_dim, d_model))]  # fmt: skip
+    W_qr = torch.randn(d_model, heads * rope_dim, generator=g) / d_model**0.5
+    W_kr = torch.randn(d_model, rope_dim, generator=g) / d_model**0.5
+    mask = causal_mask(n) if masked else None
+    explicit, c, k_rope = mla_attention(x, *weights, heads, mask, W_qr=W_qr, W_kr=W_kr)
+    absorbed, c2, k_rope2 = mla_attention(x, *weights, heads, mask, absorbed=True, W_qr=W_qr, W_kr=W_kr)
+    assert (explicit - absorbed).abs().max() <= 1e-5 and torch.equal(c, c2) and torch.equal(k_rope, k_rope2)
+    # the cache: d_c + d_r numbers per token, the count mla_cache_bytes uses
+    assert c.shape[-1] + k_rope.shape[-1] == latent + rope_dim
+    assert mla_cache_bytes(1, latent, rope_dim, 4, tokens=n, batch=2) == (c.numel() + k_rope.numel()) * 4
+    # against torch on the concatenated queries and keys, the rotation written out (halves layout, base 10000)
+    W_q, W_dkv, W_uk, W_uv, W_o = weights
+    angles = torch.arange(n, dtype=torch.float64)[:, None] * 10000.0 ** (-torch.arange(0, rope_dim, 2) / rope_dim)
+    cos, sin = angles.cos().float(), angles.sin().float()
+
+    def rotate(t):
+        a, b = t[..., : rope_dim // 2], t[..., rope_dim // 2 :]
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+    split = lambda t, d: t.view(len(t), n, heads, d).transpose(1, 2)  # noqa: E731
+    q = torch.cat([split(x @ W_q, head_dim), rotate(split(x @ W_qr, rope_dim))], dim=-1)
+    k_r = rotate(x @ W_kr)[:, None].expand(-1, heads, -1, -1)
+    k = torch.cat([split(c @ W_uk, head_dim), k_r], dim=-1)
+    ref = F.scaled_dot_product_attention(q, k, split(c @ W_uv, head_dim), is_causal=masked)
+    assert torch.allclose(explicit, ref.transpose(1, 2).reshape(2, n, -1) @ W_o, atol=1e-5)
+    assert torch.allclose(k_rope, rotate(x @ W_kr), atol=1e-6)
+    # the position part is relative: with the same input at every position, its scores depend on i - j only
+    same = x[:1, :1].expand(1, n, d_model)
+    _, _, k_same = mla_attention(same, *weights, heads, W_qr=W_qr, W_kr=W_kr)
+    q_same = rotate(split(same @ W_qr, rope_dim))
+    part = q_same @ k_same[:, None].transpose(-2, -1)  # (1, heads, n, n)
+    assert torch.allclose(part[0, :, 5, 2], part[0, :, 4, 1], atol=1e-5)
+    assert not torch.allclose(part[0, :, 5, 2], part[0, :, 5, 1], atol=1e-3)
+    # and it matters: dropping it changes the output
+    assert not torch.allclose(explicit, mla_attention(x, *weights, heads, mask)[0], atol=1e-3)
 
 
 def _flex_inputs():
@@ -274,7 +322,46 @@ def test_bad_inputs_name_argument_and_shape(model):
     with pytest.raises(ValueError, match="W_uk should be"):
         mla_attention(torch.randn(1, 3, 8), torch.randn(8, 8), torch.randn(8, 2), torch.randn(3, 8),
                       torch.randn(2, 8), torch.randn(8, 8), 2)  # fmt: skip
+    mla_args = (torch.randn(1, 3, 8), torch.randn(8, 8), torch.randn(8, 2), torch.randn(2, 8), torch.randn(2, 8),
+                torch.randn(8, 8), 2)  # fmt: skip
+    with pytest.raises(ValueError, match="W_qr and W_kr should be given together"):
+        mla_attention(*mla_args, W_kr=torch.randn(8, 4))
+    with pytest.raises(ValueError, match="even number of columns"):
+        mla_attention(*mla_args, W_qr=torch.randn(8, 6), W_kr=torch.randn(8, 3))
+    with pytest.raises(ValueError, match=r"W_qr should be \(8, 8\)"):
+        mla_attention(*mla_args, W_qr=torch.randn(8, 4), W_kr=torch.randn(8, 4))
     with pytest.raises(ValueError, match="causal linear attention"):
         linear_attention(torch.randn(1, 3, 4), torch.randn(1, 5, 4), torch.randn(1, 5, 4), causal=True)
     with pytest.raises(ValueError, match="empty"):
         grouped_attention(torch.randn(1, 2, 0, 4), torch.randn(1, 2, 0, 4), torch.randn(1, 2, 0, 4))
+
+
+@pytest.mark.parametrize("window", [1, 3, 8])
+def test_rolling_cache_step_is_sliding_window_attention(window):
+    """A stream fed one token at a time through a rolling buffer of W slots reads what a sliding-window causal mask
+    of W keys allows (keys rotated by RoPE at their positions), and what RollingKVCache gives; the slots it has not
+    reached yet are never read, whatever they hold."""
+    g = torch.Generator().manual_seed(4)
+    batch, heads, n, d = 2, 3, 11, 8
+    q, k, v = (torch.randn(batch, heads, n, d, generator=g) for _ in range(3))
+    pos = torch.arange(n)
+    reference = F.scaled_dot_product_attention(
+        apply_rope(q, pos), apply_rope(k, pos), v, attn_mask=sliding_window_mask(n, window - 1, causal=True)
+    )
+    k_buffer = torch.full((batch, heads, window, d), 1e4)  # garbage in the slots not yet written
+    v_buffer = torch.full((batch, heads, window, d), float("nan"))
+    cache, rows = RollingKVCache(1, window), []
+    for t in range(n):
+        given = k_buffer.clone()
+        out, k_buffer, v_buffer = rolling_cache_step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1],
+                                                     k_buffer, v_buffer, t)  # fmt: skip
+        assert not torch.equal(given, k_buffer)  # the new key went in ...
+        assert torch.equal(k_buffer[:, :, t % window], apply_rope(k[:, :, t : t + 1], pos[t : t + 1])[:, :, 0])
+        rows.append(out)
+        same = cache.attend(0, q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], pos[t : t + 1])
+        assert torch.allclose(out, same, atol=1e-6)
+    assert torch.allclose(torch.cat(rows, dim=2), reference, atol=1e-5)
+    with pytest.raises(ValueError, match="position"):
+        rolling_cache_step(q[:, :, :1], k[:, :, :1], v[:, :, :1], k_buffer, v_buffer, -1)
+    with pytest.raises(ValueError, match="k_buffer and v_buffer"):
+        rolling_cache_step(q[:, :, :1], k[:, :, :1], v[:, :, :1], k_buffer, v_buffer[:, :1], 0)
