@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from ..inference import cache_step, grouped_attention, kv_cache_bytes
+from ..inference import cache_step, grouped_attention, kv_cache_bytes, rolling_cache_step
 from ..masks import padding_mask
 from ..positional import apply_rope
 from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Variant, generator, kinds, randn
@@ -309,12 +309,16 @@ def _bytes_cases() -> list[Case]:
     ]
 
 
-def _bytes_with(L, H, Hkv, d, b, s, n, w, *, heads="kv", kv=2, window="min", int32=False):  # noqa: E741
+def _bytes_with(L, H, Hkv, d, b, s, n, w, *, heads="kv", kv=2, window="min", int32=False, float32=False):  # noqa: E741
     tokens = {"min": torch.where(w > 0, torch.minimum(s, w), s), "ignored": s, "plus": torch.where(w > 0,
-              torch.minimum(s, w + 1), s), "minus": torch.where(w > 0, torch.minimum(s, w - 1), s)}[window]  # fmt: skip
+              torch.minimum(s, w + 1), s), "minus": torch.where(w > 0, torch.minimum(s, w - 1), s),
+              "allocated": torch.where(w > 0, w, s), "zero": torch.minimum(s, w)}[window]  # fmt: skip
     count = {"kv": Hkv, "query": H}[heads]
     if int32:
         return (kv * L.int() * count.int() * d.int() * b.int() * tokens.int() * n.int()).long()
+    if float32:  # every factor but 61 and 1,000,001 of the large case is a power of two or 3 times one: one rounding,
+        # whatever the order of the products
+        return (kv * L.float() * count.float() * d.float() * b.float() * tokens.float() * n.float()).long()
     return kv * L * count * d * b * tokens * n
 
 
@@ -353,13 +357,29 @@ CACHE_BYTES = Exercise(
             window="minus",
         ),
         _bytes_variant(
+            "you counted the slots the buffer allocates, window, even where fewer tokens were written: a text "
+            "shorter than the window fills only seq_len of them, and the rest hold no token yet.",
+            window="allocated",
+        ),
+        _bytes_variant(
+            "the configurations without a window (window 0) got no tokens: window 0 means no window, every token "
+            "stays, not a window of 0 tokens.",
+            window="zero",
+        ),
+        _bytes_variant(
+            "the product was computed in 32-bit floats: they hold whole numbers exactly only up to 2^24 (16,777,216), "
+            "so the terabyte answer was rounded before it came back as an integer.",
+            float32=True,
+        ),
+        _bytes_variant(
             "the product overflowed: computed in 32-bit integers it wraps past 2^31 bytes (2 GiB), where the "
             "inputs' int64 would not.",
             int32=True,
         ),
     ),
     hint=(
-        "What does the cache hold per token, per layer? And how many tokens does a rolling buffer of W slots keep?",
+        "What does the cache hold per token, per layer? And how many tokens does a rolling buffer of W slots hold "
+        "after seq_len tokens, when seq_len is more than W, and when it is less?",
         "2 (a key and a value) x layers x K/V heads x head_dim x bytes per number x batch x tokens kept, where tokens "
         "kept is seq_len, or min(seq_len, window) when window > 0.",
         "`tokens = torch.where(window > 0, torch.minimum(seq_len, window), seq_len)`; `return 2 * num_layers * "
@@ -368,4 +388,169 @@ CACHE_BYTES = Exercise(
     forbidden=OWN_CODE,
 )
 
-EXERCISES = (KV_CACHE_STEP, GROUPED_DECODE, CACHE_BYTES)
+
+# --------------------------------------------------------------------------------------------
+# rolling_step: one decoding step through a rolling buffer (a transfer task: the lesson's RollingKVCache, one token)
+# --------------------------------------------------------------------------------------------
+
+GARBAGE = 100.0  # what the slots no position has reached hold: large and finite (a mask instead of a slice is fine)
+
+
+def _rolling_cases() -> list[Case]:
+    g = generator(102)
+
+    def case(batch, heads, window, head_dim, position, tags, scale=1.0, note=""):
+        q, k_new, v_new = (scale * randn(g, batch, heads, 1, head_dim) for _ in range(3))
+        k_buffer = GARBAGE * randn(g, batch, heads, window, head_dim)
+        v_buffer = GARBAGE * randn(g, batch, heads, window, head_dim)
+        for earlier in range(max(0, position - window), position):  # what the steps before this one wrote
+            k = scale * randn(g, batch, heads, 1, head_dim)
+            k_buffer[:, :, earlier % window] = apply_rope(k, torch.tensor([earlier]))[:, :, 0]  # stored rotated
+            v_buffer[:, :, earlier % window] = scale * randn(g, batch, heads, head_dim)
+        unwritten = window - position if position < window else 0  # slots position..W-1, before this step
+        description = f"batch {batch}, heads {heads}, window {window}, head_dim {head_dim}, position {position}"
+        if unwritten:
+            description += f", {unwritten} slot{'s' if unwritten > 1 else ''} never written (holding large numbers)"
+        return Case(description + (f"; {note}" if note else ""), (q, k_new, v_new, k_buffer, v_buffer, position), tags)
+
+    return [
+        case(2, 3, 4, 8, 9, kinds(), note="the buffer has wrapped twice"),
+        case(1, 2, 5, 6, 7, kinds(ONE)),
+        case(2, 2, 1, 8, 5, kinds(), note="a window of 1: the token reads only itself"),
+        case(3, 2, 4, 8, 0, kinds(), note="the first token"),
+        case(2, 3, 6, 8, 2, kinds(), note="the buffer not yet full"),
+        case(2, 2, 5, 8, 4, kinds(), note="the buffer just full"),
+        case(1, 2, 3, 8, 40, kinds(ONE), note="position 40: the buffer has wrapped 13 times"),
+        case(2, 8, 4, 4, 5, kinds(), note="eight heads"),
+        case(2, 2, 4, 8, 6, kinds(LARGE), scale=40.0, note="queries, keys and values around ±40"),
+    ]
+
+
+def _held(position: int, slot: int, window: int) -> int:
+    """The position slot ``slot`` holds once ``position`` is written (the latest p <= position with p % W = slot)."""
+    return position - (position - slot) % window
+
+
+def _rolling_with(q, k_new, v_new, k_buffer, v_buffer, position, *, slot="mod", key_at="position",
+                  query_at="position", attend="after", read="window", rerotate=False, scale=True):  # fmt: skip
+    """A known-wrong step: the new token written to ``slot``; its key rotated at ``key_at``, its query at
+    ``query_at``; the query attending ``attend`` the write, over the slots ``read`` names."""
+    window = k_buffer.shape[2]
+    k_buffer, v_buffer = k_buffer.clone(), v_buffer.clone()
+    s = {"mod": position % window, "next": (position + 1) % window, "previous": (position - 1) % window,
+         "div": position // window}[slot]  # fmt: skip
+    rotation = {"position": position, "slot": position % window}
+    q_r = q if query_at == "none" else apply_rope(q, torch.tensor([rotation[query_at]]))
+    k_r = apply_rope(k_new, torch.tensor([rotation[key_at]]))
+    old_k, old_v = k_buffer.clone(), v_buffer.clone()
+    k_buffer[:, :, s], v_buffer[:, :, s] = k_r[:, :, 0], v_new[:, :, 0]
+    keys, values = (k_buffer, v_buffer) if attend == "after" else (old_k, old_v)
+    if read == "window":
+        slots = list(range(min(position + 1, window)))
+    elif read == "before":  # attended first, over the slots written before this step
+        slots = list(range(min(position, window)))
+    elif read == "all":
+        slots = list(range(window))
+    else:  # "short": positions position - W + 2 .. position, W - 1 keys
+        slots = [p % window for p in range(max(0, position - window + 2), position + 1)]
+    read_k, read_v = keys[:, :, slots], values[:, :, slots]
+    if rerotate:
+        again = [i for i, sl in enumerate(slots) if sl != s]
+        held = torch.tensor([_held(position, slots[i], window) for i in again], dtype=torch.long)
+        read_k = read_k.clone()
+        read_k[:, :, again] = apply_rope(read_k[:, :, again], held)
+    divisor = math.sqrt(q.shape[-1]) if scale else 1.0
+    weights = torch.softmax(q_r @ read_k.transpose(-2, -1) / divisor, dim=-1)
+    return weights @ read_v, k_buffer, v_buffer
+
+
+def _rolling_variant(diagnosis: str, *changes: dict) -> Variant:
+    def version(change):
+        def fn(*args):
+            return _rolling_with(*args, **change)
+
+        return fn
+
+    return Variant(diagnosis, *(version(c) for c in changes))
+
+
+ROLLING_STEP = Exercise(
+    name="rolling_step",
+    lesson=LESSON,
+    params=("q", "k_new", "v_new", "k_buffer", "v_buffer", "position"),
+    returns=(
+        ("batch", "heads", "1", "head_dim"),
+        ("batch", "heads", "window", "head_dim"),
+        ("batch", "heads", "window", "head_dim"),
+    ),  # fmt: skip
+    output_names=("output", "k_buffer", "v_buffer"),
+    reference=rolling_cache_step,
+    make_cases=_rolling_cases,
+    variants=(
+        _rolling_variant(
+            "the new token went one slot too far: to slot (position + 1) % W. It overwrote a token the window still "
+            "holds, and the slot of the token leaving the window kept it, so the query read it.",
+            {"slot": "next"},
+        ),
+        _rolling_variant(
+            "the new token went one slot too early: to slot (position - 1) % W, over the token just before it, "
+            "while the token leaving the window stayed and was read.",
+            {"slot": "previous"},
+        ),
+        _rolling_variant(
+            "the new token went to slot position // W: that counts how many times the buffer has wrapped, not "
+            "where in the buffer the position falls (and past W * W positions it is not a slot at all).",
+            {"slot": "div"},
+        ),
+        _rolling_variant(
+            "the query attended before its key and value were written: it read what its slot held before (the "
+            "token leaving the window, or never-written numbers, or nothing), not itself.",
+            {"attend": "before"},
+            {"attend": "before", "read": "before"},
+        ),
+        _rolling_variant(
+            "the query read every slot, also those no token has reached yet (the position is below W - 1): they "
+            "hold whatever the buffer started with, not keys.",
+            {"read": "all"},
+        ),
+        _rolling_variant(
+            "the window is one short: the query read W - 1 keys, positions position - W + 2 .. position. A window "
+            "of W keys holds the token itself and the W - 1 before it.",
+            {"read": "short"},
+        ),
+        _rolling_variant(
+            "the new key was rotated by its slot, position % W, not by its position: RoPE encodes where the token "
+            "sits in the text; the slot only says where it is stored (the two agree until the buffer wraps).",
+            {"key_at": "slot"},
+            {"key_at": "slot", "query_at": "slot"},
+        ),
+        _rolling_variant(
+            "the query was not rotated (only the new key was): RoPE turns both the query and the key by the "
+            "token's position.",
+            {"query_at": "none"},
+        ),
+        _rolling_variant(
+            "the keys in the buffer were rotated again by their positions: they were stored already rotated. Only "
+            "the new query and key are rotated in this step.",
+            {"rerotate": True},
+        ),
+        _rolling_variant(
+            "the scores are not scaled: each is a dot product of head_dim numbers, which attention divides by "
+            "sqrt(head_dim).",
+            {"scale": False},
+        ),
+    ),
+    hint=(
+        "Which slot does position p live in, if W slots are reused in turn? Which positions may the query at p read, "
+        "and which slots hold them (before the buffer is full, and after)? And does the token read its own key?",
+        "Copy the buffers; rotate q and k_new at `position`; write k_new, v_new into slot position % W; the slots "
+        "that hold positions max(0, position - W + 1) .. position are the first min(position + 1, W); "
+        "o = softmax(q K^T / sqrt(head_dim)) V over those; return o and the two buffers.",
+        "`k_buffer, v_buffer = k_buffer.clone(), v_buffer.clone()`; `slot = position % W`; "
+        "`k_buffer[:, :, slot] = rope(k_new, position)[:, :, 0]` (v alike, no RoPE); `n = min(position + 1, W)`; "
+        "`K, V = k_buffer[:, :, :n], v_buffer[:, :, :n]`; then the softmax of exercise 1.",
+    ),
+    forbidden=OWN_CODE,
+)
+
+EXERCISES = (KV_CACHE_STEP, GROUPED_DECODE, CACHE_BYTES, ROLLING_STEP)

@@ -1,11 +1,12 @@
-"""Lesson 10, 10_attention_at_inference: the galleries of ``kv_cache_step``, ``grouped_decode`` and ``cache_bytes``
+"""Lesson 10, 10_attention_at_inference: the galleries of ``kv_cache_step``, ``grouped_decode``, ``cache_bytes`` and
+``rolling_step``
 (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes
 them), and REFERENCE_USE: functions that are, or call, the package's own ``attnedu.inference``, which the exercises
 forbid.
 
 The correct versions are written as a learner would: with torch's SDPA (enable_gqa), by hand, with einsum or loops.
-The KV-cache step reads one sequence's cache and a cache-size calculator reads configurations: neither has padding
-(KINDS_NOT_APPLICABLE).
+The KV-cache step and the rolling step read one sequence's cache (or buffer) and a cache-size calculator reads
+configurations: none has padding (KINDS_NOT_APPLICABLE).
 """
 
 from __future__ import annotations
@@ -91,10 +92,47 @@ def learner_cache_bytes_loop(num_layers, num_heads, num_kv_heads, head_dim, byte
     return torch.tensor(out)
 
 
+def learner_rolling_step(q, k_new, v_new, k_buffer, v_buffer, position):
+    W = k_buffer.shape[2]
+    k_buffer, v_buffer = k_buffer.clone(), v_buffer.clone()
+    pos = torch.tensor([position])
+    k_buffer[:, :, position % W] = apply_rope(k_new, pos)[:, :, 0]
+    v_buffer[:, :, position % W] = v_new[:, :, 0]
+    n = min(position + 1, W)
+    K, V = k_buffer[:, :, :n], v_buffer[:, :, :n]
+    scores = apply_rope(q, pos) @ K.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores, dim=-1) @ V, k_buffer, v_buffer
+
+
+def learner_rolling_step_masked(q, k_new, v_new, k_buffer, v_buffer, position):
+    """Every slot read, the never-written ones masked out, torch's SDPA for the attention."""
+    W = k_buffer.shape[2]
+    kb, vb = k_buffer.clone(), v_buffer.clone()
+    slot = position % W
+    kb[:, :, slot : slot + 1] = apply_rope(k_new, torch.tensor([position]))
+    vb[:, :, slot : slot + 1] = v_new
+    written = (torch.arange(W) <= position)[None, :]  # before the buffer is full, slots position+1.. hold nothing
+    out = F.scaled_dot_product_attention(apply_rope(q, torch.tensor([position])), kb, vb, attn_mask=written)
+    return out, kb, vb
+
+
+def learner_rolling_step_in_order(q, k_new, v_new, k_buffer, v_buffer, position):
+    """The window's positions oldest first, gathered slot by slot, einsum for the attention."""
+    W, d = k_buffer.shape[2], q.shape[-1]
+    k_buf, v_buf = k_buffer.detach().clone(), v_buffer.detach().clone()
+    k_buf[:, :, position % W, :] = apply_rope(k_new, torch.tensor([position])).squeeze(2)
+    v_buf[:, :, position % W, :] = v_new.squeeze(2)
+    slots = [p % W for p in range(max(0, position - W + 1), position + 1)]
+    K, V = k_buf[:, :, slots], v_buf[:, :, slots]
+    s = torch.einsum("bhqd,bhkd->bhqk", apply_rope(q, torch.tensor([position])), K) / d**0.5
+    return torch.einsum("bhqk,bhkd->bhqd", s.softmax(-1), V), k_buf, v_buf
+
+
 CORRECT = {
     "kv_cache_step": [learner_kv_cache_step, learner_kv_cache_step_sdpa],
     "grouped_decode": [learner_grouped_decode, learner_grouped_decode_sdpa, learner_grouped_decode_loop],
     "cache_bytes": [learner_cache_bytes, learner_cache_bytes_loop],
+    "rolling_step": [learner_rolling_step, learner_rolling_step_masked, learner_rolling_step_in_order],
 }
 
 
@@ -120,6 +158,7 @@ REFERENCE_USE = [
             [inference.kv_cache_bytes(*r) for r in zip(*(t.tolist() for t in (L, Hkv, d, b, s, n)))]
         ),
     ),  # fmt: skip
+    ("rolling_step", inference.rolling_cache_step),
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -260,6 +299,79 @@ def cb_int32(L, H, Hkv, d, b, s, n, w):
     return learner_cache_bytes(*(t.to(torch.int32) for t in (L, H, Hkv, d, b, s, n, w))).long()
 
 
+def cb_allocated(L, H, Hkv, d, b, s, n, w):
+    """The lesson's RollingKVCache allocates all W slots at once: W counted, however short the text."""
+    tokens = torch.where(w > 0, w, s)
+    return 2 * L * Hkv * d * b * n * tokens
+
+
+def _rolling(q, k_new, v_new, k_buffer, v_buffer, position, *, slot=None, key_pos=None, rot_q=True, first=False,
+             keys="window", again=False, divide=True):  # fmt: skip
+    W = k_buffer.shape[2]
+    kb, vb = k_buffer.clone(), v_buffer.clone()
+    where = position % W if slot is None else slot(position, W)
+    k = apply_rope(k_new, torch.tensor([position if key_pos is None else key_pos(position, W)]))
+    if rot_q:
+        q = apply_rope(q, torch.tensor([position]))
+    old_k, old_v = kb.clone(), vb.clone()
+    kb[:, :, where], vb[:, :, where] = k[:, :, 0], v_new[:, :, 0]
+    K, V = (old_k, old_v) if first else (kb, vb)
+    if keys == "window":
+        chosen = [p % W for p in range(max(0, position - W + 1), position + 1)]
+    elif keys == "all":
+        chosen = list(range(W))
+    else:  # W - 1 keys
+        chosen = [p % W for p in range(max(0, position - W + 2), position + 1)]
+    K, V = K[:, :, chosen], V[:, :, chosen]
+    if again:  # each older key turned once more by the position it holds
+        held = torch.tensor([position - (position - c) % W for c in chosen])
+        turned = apply_rope(K, held)
+        keep_new = torch.tensor([c == where for c in chosen])[:, None]
+        K = torch.where(keep_new, K, turned)
+    s = q @ K.mT / (math.sqrt(q.shape[-1]) if divide else 1.0)
+    return s.softmax(-1) @ V, kb, vb
+
+
+def rs_slot_plus_one(*a):
+    return _rolling(*a, slot=lambda p, W: (p + 1) % W)
+
+
+def rs_slot_minus_one(*a):
+    return _rolling(*a, slot=lambda p, W: (p - 1) % W)
+
+
+def rs_slot_div(*a):
+    return _rolling(*a, slot=lambda p, W: p // W)
+
+
+def rs_attend_first(*a):
+    return _rolling(*a, first=True)
+
+
+def rs_reads_unwritten(*a):
+    return _rolling(*a, keys="all")
+
+
+def rs_window_short(*a):
+    return _rolling(*a, keys="short")
+
+
+def rs_key_by_slot(*a):
+    return _rolling(*a, key_pos=lambda p, W: p % W)
+
+
+def rs_q_not_rotated(*a):
+    return _rolling(*a, rot_q=False)
+
+
+def rs_rotated_again(*a):
+    return _rolling(*a, again=True)
+
+
+def rs_unscaled(*a):
+    return _rolling(*a, divide=False)
+
+
 MUTANTS = [
     ("kv_cache_step", st_attend_first, "attended before its key and value were appended"),
     ("kv_cache_step", st_new_only, "read only the new token's key and value"),
@@ -286,14 +398,26 @@ MUTANTS = [
     ("cache_bytes", cb_window_plus, "window + 1 tokens"),
     ("cache_bytes", cb_window_minus, "window - 1 tokens"),
     ("cache_bytes", cb_int32, "32-bit integers"),
+    ("cache_bytes", cb_allocated, "you counted the slots the buffer allocates"),
+    ("rolling_step", rs_slot_plus_one, "slot (position + 1) % W"),
+    ("rolling_step", rs_slot_minus_one, "slot (position - 1) % W"),
+    ("rolling_step", rs_slot_div, "slot position // W"),
+    ("rolling_step", rs_attend_first, "attended before its key and value were written"),
+    ("rolling_step", rs_reads_unwritten, "the query read every slot"),
+    ("rolling_step", rs_window_short, "the window is one short"),
+    ("rolling_step", rs_key_by_slot, "rotated by its slot"),
+    ("rolling_step", rs_q_not_rotated, "the query was not rotated"),
+    ("rolling_step", rs_rotated_again, "rotated again by their positions"),
+    ("rolling_step", rs_unscaled, "the scores are not scaled"),
 ]
 
 # the position one step late and one early; the padding boundary one key too far and one too near; the window one
-# token too long and one too short
+# token too long and one too short; the slot one too far on and one too early
 OFF_BY_ONE = {
     "kv_cache_step": (st_position_plus_one, st_position_minus_one),
     "grouped_decode": (gd_first_pad_read, gd_last_key_masked),
     "cache_bytes": (cb_window_plus, cb_window_minus),
+    "rolling_step": (rs_slot_plus_one, rs_slot_minus_one),
 }
 
 # --------------------------------------------------------------------------------------------
@@ -337,6 +461,20 @@ def gd_squeezed(*args):
     return learner_grouped_decode(*args).squeeze(0)
 
 
+def rs_squeezed(*args):
+    return tuple(t.squeeze(0) for t in learner_rolling_step(*args))
+
+
+def rs_softmax_by_exp(q, k_new, v_new, k_buffer, v_buffer, position):
+    W = k_buffer.shape[2]
+    kb, vb = k_buffer.clone(), v_buffer.clone()
+    pos = torch.tensor([position])
+    kb[:, :, position % W], vb[:, :, position % W] = apply_rope(k_new, pos)[:, :, 0], v_new[:, :, 0]
+    n = min(position + 1, W)
+    e = torch.exp(apply_rope(q, pos) @ kb[:, :, :n].mT / math.sqrt(q.shape[-1]))
+    return e / e.sum(-1, keepdim=True) @ vb[:, :, :n], kb, vb
+
+
 KIND_MUTANTS = [
     *batch_of_one({"cache_bytes": CORRECT["cache_bytes"]}),
     ("kv_cache_step", st_squeezed, "a batch of one", "batch of one"),
@@ -345,7 +483,9 @@ KIND_MUTANTS = [
     ("grouped_decode", gd_softmax_by_exp, LARGE, "This test case has large inputs"),
     ("grouped_decode", gd_no_mask, PADDED, "the padding was read"),
     ("grouped_decode", gd_fast_path_unpadded, UNPADDED, "no padding"),
-    ("cache_bytes", cb_float32, LARGE, "large inputs"),
+    ("cache_bytes", cb_float32, LARGE, "computed in 32-bit floats"),
+    ("rolling_step", rs_squeezed, "a batch of one", "batch of one"),
+    ("rolling_step", rs_softmax_by_exp, LARGE, "This test case has large inputs"),
 ]
 
 KINDS_NOT_APPLICABLE = {
@@ -355,6 +495,10 @@ KINDS_NOT_APPLICABLE = {
     },  # fmt: skip
     **{
         ("cache_bytes", kind): "a configuration is a row of numbers: nothing is padded" for kind in (PADDED, UNPADDED)
+    },  # fmt: skip
+    **{
+        ("rolling_step", kind): "one step reads one sequence's buffer; never-written slots are no padding"
+        for kind in (PADDED, UNPADDED)
     },  # fmt: skip
 }
 
@@ -478,6 +622,88 @@ def cbb_window_always(L, H, Hkv, d, b, s, n, w):
     return 2 * L * Hkv * d * b * n * torch.minimum(s, w)
 
 
+def rsb_in_place(q, k_new, v_new, k_buffer, v_buffer, position):
+    """Writes straight into the given buffers (no copy)."""
+    W = k_buffer.size(2)
+    p = torch.full((1,), position)
+    k_buffer[:, :, position % W] = apply_rope(k_new, p).squeeze(2)
+    v_buffer[:, :, position % W] = v_new.squeeze(2)
+    n = min(position + 1, W)
+    out = F.scaled_dot_product_attention(apply_rope(q, p), k_buffer[:, :, :n], v_buffer[:, :, :n])
+    return out, k_buffer, v_buffer
+
+
+def rsb_slot_from_one(q, k_new, v_new, k_buffer, v_buffer, position):
+    """'Slots count from 1': position % W + 1, wrapped back to 0 at the end."""
+    W = k_buffer.size(2)
+    i = position % W + 1
+    if i == W:
+        i = 0
+    kb, vb = k_buffer.clone(), v_buffer.clone()
+    p = torch.full((1,), position)
+    kb[:, :, i], vb[:, :, i] = apply_rope(k_new, p)[:, :, 0], v_new[:, :, 0]
+    n = min(position + 1, W)
+    return F.scaled_dot_product_attention(apply_rope(q, p), kb[:, :, :n], vb[:, :, :n]), kb, vb
+
+
+def rsb_sdpa_whole_buffer(q, k_new, v_new, k_buffer, v_buffer, position):
+    kb, vb = k_buffer.clone(), v_buffer.clone()
+    p = torch.full((1,), position)
+    kb[:, :, position % kb.size(2)] = apply_rope(k_new, p)[:, :, 0]
+    vb[:, :, position % vb.size(2)] = v_new[:, :, 0]
+    return F.scaled_dot_product_attention(apply_rope(q, p), kb, vb), kb, vb
+
+
+def rsb_mask_by_zero(q, k_new, v_new, k_buffer, v_buffer, position):
+    """Never-written slots get a score of 0 instead of no weight."""
+    W = k_buffer.size(2)
+    kb, vb = k_buffer.clone(), v_buffer.clone()
+    p = torch.full((1,), position)
+    kb[:, :, position % W], vb[:, :, position % W] = apply_rope(k_new, p)[:, :, 0], v_new[:, :, 0]
+    s = torch.einsum("bhqd,bhkd->bhqk", apply_rope(q, p), kb) / math.sqrt(q.size(-1))
+    s = s * (torch.arange(W) <= position)
+    return s.softmax(-1) @ vb, kb, vb
+
+
+def rsb_values_rotated(q, k_new, v_new, k_buffer, v_buffer, position):
+    W = k_buffer.size(2)
+    kb, vb = k_buffer.clone(), v_buffer.clone()
+    p = torch.full((1,), position)
+    kb[:, :, position % W], vb[:, :, position % W] = apply_rope(k_new, p)[:, :, 0], apply_rope(v_new, p)[:, :, 0]
+    n = min(position + 1, W)
+    return F.scaled_dot_product_attention(apply_rope(q, p), kb[:, :, :n], vb[:, :, :n]), kb, vb
+
+
+def rsb_returns_old_buffers(q, k_new, v_new, k_buffer, v_buffer, position):
+    out, _, _ = learner_rolling_step(q, k_new, v_new, k_buffer, v_buffer, position)
+    return out, k_buffer, v_buffer
+
+
+def rsb_key_stored_unrotated(q, k_new, v_new, k_buffer, v_buffer, position):
+    """Stores the raw key and rotates only a copy for this step's attention."""
+    W = k_buffer.size(2)
+    kb, vb = k_buffer.clone(), v_buffer.clone()
+    kb[:, :, position % W], vb[:, :, position % W] = k_new[:, :, 0], v_new[:, :, 0]
+    n = min(position + 1, W)
+    K = kb[:, :, :n].clone()
+    K[:, :, position % W] = apply_rope(k_new, torch.full((1,), position))[:, :, 0]
+    out = F.scaled_dot_product_attention(apply_rope(q, torch.full((1,), position)), K, vb[:, :, :n])
+    return out, kb, vb
+
+
+def rsb_attend_then_write(q, k_new, v_new, k_buffer, v_buffer, position):
+    W = k_buffer.size(2)
+    p = torch.full((1,), position)
+    n = min(position, W)
+    if n:
+        out = F.scaled_dot_product_attention(apply_rope(q, p), k_buffer[:, :, :n], v_buffer[:, :, :n])
+    else:
+        out = torch.zeros_like(v_new)
+    kb, vb = k_buffer.clone(), v_buffer.clone()
+    kb[:, :, position % W], vb[:, :, position % W] = apply_rope(k_new, p)[:, :, 0], v_new[:, :, 0]
+    return out, kb, vb
+
+
 BUGS = [
     ("kv_cache_step", stb_cache_only, "attended before its key and value were appended"),
     ("kv_cache_step", stb_position_from_one, "position m + 1"),
@@ -497,5 +723,13 @@ BUGS = [
     ("cache_bytes", cbb_per_token, GENERIC),
     ("cache_bytes", cbb_head_dim_from_heads, GENERIC),
     ("cache_bytes", cbb_no_batch, GENERIC),
-    ("cache_bytes", cbb_window_always, GENERIC),
+    ("cache_bytes", cbb_window_always, "window 0 means no window"),
+    ("rolling_step", rsb_in_place, "in place"),
+    ("rolling_step", rsb_slot_from_one, "slot (position + 1) % W"),
+    ("rolling_step", rsb_sdpa_whole_buffer, "the query read every slot"),
+    ("rolling_step", rsb_mask_by_zero, GENERIC),
+    ("rolling_step", rsb_values_rotated, GENERIC),
+    ("rolling_step", rsb_returns_old_buffers, GENERIC),
+    ("rolling_step", rsb_key_stored_unrotated, GENERIC),
+    ("rolling_step", rsb_attend_then_write, "attended before its key and value were written"),
 ]
