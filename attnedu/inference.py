@@ -409,14 +409,16 @@ def window_recompute_losses(model, ids: torch.Tensor, window: int) -> torch.Tens
 # Sizes
 # --------------------------------------------------------------------------------------------
 
-# Published configurations (layers, query heads, key/value heads, head_dim); MLA: latent d_c and decoupled RoPE key
+# Published configurations (layers, query heads, key/value heads, head_dim; the context length the model was released
+# with and, for Mistral-7B v0.1, its sliding window); MLA: latent d_c and decoupled RoPE key
 MODEL_CONFIGS = {
-    "Llama-2-7B (MHA)": dict(num_layers=32, num_heads=32, num_kv_heads=32, head_dim=128),
-    "Llama-3-8B (GQA-8)": dict(num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128),
-    "Mistral-7B (GQA-8)": dict(num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128),
-    "Llama-3-70B (GQA-8)": dict(num_layers=80, num_heads=64, num_kv_heads=8, head_dim=128),
-    "Falcon-7B (MQA)": dict(num_layers=32, num_heads=71, num_kv_heads=1, head_dim=64),
+    "Llama-2-7B (MHA)": dict(num_layers=32, num_heads=32, num_kv_heads=32, head_dim=128, context=4096),
+    "Llama-3-8B (GQA-8)": dict(num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128, context=8192),
+    "Mistral-7B (GQA-8)": dict(num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128, context=8192, window=4096),
+    "Llama-3-70B (GQA-8)": dict(num_layers=80, num_heads=64, num_kv_heads=8, head_dim=128, context=8192),
+    "Falcon-7B (MQA)": dict(num_layers=32, num_heads=71, num_kv_heads=1, head_dim=64, context=2048),
 }
+LLAMA2_7B_PARAMETERS = 6_738_415_616  # the released checkpoint's parameter count (for the weights read per step)
 DEEPSEEK_V2 = dict(num_layers=60, num_heads=128, head_dim=128, latent_dim=512, rope_dim=64)
 
 

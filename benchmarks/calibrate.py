@@ -431,9 +431,18 @@ STREAM_10, WINDOW_10, SINKS_10 = 256, 32, 4
 
 
 def _lesson10() -> dict:
+    import copy
+
     import torch
 
-    from attnedu.inference import KVCache, SinkCache, streaming_losses, to_grouped_query, window_recompute_losses
+    from attnedu.inference import (
+        KVCache,
+        RollingKVCache,
+        SinkCache,
+        streaming_losses,
+        to_grouped_query,
+        window_recompute_losses,
+    )
     from attnedu.tasks import CharCorpus
     from attnedu.train import lm_loss, train_lm
     from attnedu.transformer import DecoderLM
@@ -451,8 +460,10 @@ def _lesson10() -> dict:
         ("mqa_first", 1, "first"),
     ):
         losses[name] = lm_loss(to_grouped_query(lm, kv, pool), valid_inputs, valid_targets)
-    for name, kv in (("gqa2_up", 2), ("mqa_up", 1)):
-        converted = to_grouped_query(lm, kv)
+    for name, kv, pool in (("mha_up", 4, "mean"), ("gqa2_up", 2, "mean"), ("gqa2_first_up", 2, "first"),
+                           ("mqa_up", 1, "mean"), ("mqa_first_up", 1, "first")):  # fmt: skip
+        # MHA: the same training, a control
+        converted = copy.deepcopy(lm) if kv == 4 else to_grouped_query(lm, kv, pool)
         train_lm(converted, corpus, UPTRAIN_10, BATCH_10, CONTEXT_10, LR_10 / 3, warmup=3, seed=1)
         losses[name] = lm_loss(converted, valid_inputs, valid_targets)
     ids = corpus.valid[:STREAM_10]
@@ -460,6 +471,7 @@ def _lesson10() -> dict:
     stream = {
         "full": streaming_losses(lm, ids, KVCache(4))[past].mean().item(),
         "window": streaming_losses(lm, ids, SinkCache(4, WINDOW_10))[past].mean().item(),
+        "rolling": streaming_losses(lm, ids, RollingKVCache(4, WINDOW_10))[past].mean().item(),
         "sinks": streaming_losses(lm, ids, SinkCache(4, WINDOW_10 - SINKS_10, SINKS_10))[past].mean().item(),
         "recompute": window_recompute_losses(lm, ids, WINDOW_10)[CONTEXT_10 - WINDOW_10 :].mean().item(),
     }
@@ -480,27 +492,47 @@ def report_lesson10(results: list[dict], args) -> None:
           f"{BATCH_10}, context {CONTEXT_10}; held-out loss (every fourth window) of the MHA model and of its "
           f"conversions (K/V heads mean-pooled or the first head of each group kept; then uptrained {UPTRAIN_10} "
           f"steps); streaming {STREAM_10} held-out characters one at a time, mean loss on the characters from "
-          f"{CONTEXT_10} on: full cache, window {WINDOW_10}, {SINKS_10} sinks + window {WINDOW_10 - SINKS_10}, "
+          f"{CONTEXT_10} on: full cache, window {WINDOW_10} (StreamingLLM positions), rolling buffer {WINDOW_10} "
+          f"(positions in the text), {SINKS_10} sinks + window {WINDOW_10 - SINKS_10}, "
           f"window recomputed; the largest mean weight a head puts on character 0 "
           f"(queries {WINDOW_10}..63)\n")  # fmt: skip
-    print("| seed | MHA | GQA-2 mean / first / uptrained | MQA mean / first / uptrained | full | window | sinks | "
-          "recompute | on char 0 |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| seed | MHA / uptrained | GQA-2 mean / first / uptrained mean / first | MQA mean / first / uptrained mean "
+          "/ first | full | window | rolling | sinks | recompute | on char 0 |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         lo, st = r["losses"], r["stream"]
-        print(f"| {r['seed']} | {lo['mha']:.3f} | {lo['gqa2']:.3f} / {lo['gqa2_first']:.3f} / {lo['gqa2_up']:.3f} | "
-              f"{lo['mqa']:.3f} / {lo['mqa_first']:.3f} / {lo['mqa_up']:.3f} | {st['full']:.3f} | "
-              f"{st['window']:.3f} | {st['sinks']:.3f} | {st['recompute']:.3f} | {r['first_max']:.2f} |")  # fmt: skip
+        print(f"| {r['seed']} | {lo['mha']:.3f} / {lo['mha_up']:.3f} | {lo['gqa2']:.3f} / {lo['gqa2_first']:.3f} / "
+              f"{lo['gqa2_up']:.3f} / {lo['gqa2_first_up']:.3f} | {lo['mqa']:.3f} / {lo['mqa_first']:.3f} / "
+              f"{lo['mqa_up']:.3f} / {lo['mqa_first_up']:.3f} | {st['full']:.3f} | {st['window']:.3f} | "
+              f"{st['rolling']:.3f} | {st['sinks']:.3f} | {st['recompute']:.3f} | {r['first_max']:.2f} |")  # fmt: skip
     print("\nRanges over the seeds, for the margins the lesson asserts:\n")
     print(f"- GQA-2 pooled minus MHA: {_span(r['losses']['gqa2'] - r['losses']['mha'] for r in results)}")
     print(f"- MQA pooled minus GQA-2 pooled: {_span(r['losses']['mqa'] - r['losses']['gqa2'] for r in results)}")
     print(f"- first head minus mean (GQA-2): "
           f"{_span(r['losses']['gqa2_first'] - r['losses']['gqa2'] for r in results)}")  # fmt: skip
     print(f"- GQA-2 pooled minus uptrained: {_span(r['losses']['gqa2'] - r['losses']['gqa2_up'] for r in results)}")
+    print(f"- MHA minus MHA trained the same steps (the control): "
+          f"{_span(r['losses']['mha'] - r['losses']['mha_up'] for r in results)}")  # fmt: skip
+    recovery = [(r["losses"]["gqa2"] - r["losses"]["gqa2_up"]) - (r["losses"]["mha"] - r["losses"]["mha_up"])
+                for r in results]  # fmt: skip
+    print(f"- GQA-2 recovery minus the control's gain: {_span(recovery)}")
+    print(f"- uptrained GQA-2, first head minus mean: "
+          f"{_span(r['losses']['gqa2_first_up'] - r['losses']['gqa2_up'] for r in results)}")  # fmt: skip
+    print(f"- uptrained MQA, first head minus mean: "
+          f"{_span(r['losses']['mqa_first_up'] - r['losses']['mqa_up'] for r in results)}")  # fmt: skip
+    print(f"- rolling buffer minus window with cache positions: "
+          f"{_span(r['stream']['rolling'] - r['stream']['window'] for r in results)}")  # fmt: skip
     print(f"- full cache minus window: {_span(r['stream']['full'] - r['stream']['window'] for r in results)}")
     print(f"- window minus sinks: {_span(r['stream']['window'] - r['stream']['sinks'] for r in results)}")
     print(f"- window minus recompute: {_span(r['stream']['window'] - r['stream']['recompute'] for r in results)}")
     print(f"- largest weight on character 0: {_span(r['first_max'] for r in results)}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"command": f"benchmarks/calibrate.py --models lm10 --seeds {' '.join(map(str, args.seeds))} "
+                       f"--json {args.json}", "date": str(datetime.date.today()), "kernels": kernels,
+                       "recipe": {"steps": STEPS_10, "batch": BATCH_10, "context": CONTEXT_10, "lr": LR_10,
+                       "uptrain": UPTRAIN_10}, "results": results}, f, indent=1)  # fmt: skip
+            f.write("\n")
 
 
 def _gradient_shares(net, data) -> dict:
@@ -543,7 +575,8 @@ def main() -> None:
     every = MODELS + LESSON_03 + SCALING + HEADS + TRANSFORMER + LESSON09 + LESSON10
     parser.add_argument("--models", nargs="+", default=list(every), choices=every)
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--json", help="also write lesson 09's results to this file (the lesson reads them)")
+    parser.add_argument("--json", help="also write lesson 09's or lesson 10's results to this file (the lesson reads "
+                        "them); run one of the two at a time")  # fmt: skip
     parser.add_argument("--steps", type=int, default=None, help="training steps of lessons 01-03's models (default: "
                         "their lessons')")  # fmt: skip
     args = parser.parse_args()

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from attnedu.attention import scaled_dot_product_attention
 from attnedu.inference import (
     DEEPSEEK_V2,
+    LLAMA2_7B_PARAMETERS,
     MODEL_CONFIGS,
     KVCache,
     RollingKVCache,
@@ -176,6 +177,11 @@ def test_cache_bytes_of_real_configs():
     assert mla == 60 * 576 * 2
     with pytest.raises(TypeError):
         kv_cache_bytes(32.0, 8, 128)
+    # Llama-2-7B's parameters from its published shapes: vocabulary 32000, width 4096, SwiGLU 11008, 32 layers of
+    # four attention matrices, three feed-forward ones and two RMSNorm gains; embeddings and output head not tied
+    d, layers = 4096, 32
+    assert LLAMA2_7B_PARAMETERS == 2 * 32000 * d + layers * (4 * d * d + 3 * d * 11008 + 2 * d) + d
+    assert MODEL_CONFIGS["Mistral-7B (GQA-8)"]["window"] == 4096
 
 
 def test_mean_pooling_averages_each_group():
