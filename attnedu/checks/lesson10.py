@@ -1,12 +1,18 @@
 """Checks for the exercises of lesson 10 (attention at inference).
 
-The references are the package's own (``attnedu.inference.cache_step``, ``grouped_attention``, ``kv_cache_bytes``).
+The references are the package's own (``attnedu.inference.cache_step``, ``grouped_attention``, ``kv_cache_bytes``,
+``rolling_cache_step``).
 Heads, lengths and widths differ from each other so that a transpose or a wrong axis shows. The KV-cache step
 has a case with an empty cache (the first token) and RoPE at positions large enough that a rotation one step off
 shows; its known-wrong variants include the position off by one in both directions. Grouped-query decoding reads a
 batch of caches of different lengths (right-padded): its padded and unpadded cases; the padding off by one in both
 directions. The cache-size calculator (the transfer task: configurations the lesson did not show, windows and
-batches combined) works on integer tensors, one configuration per entry; its large case overflows 32-bit integers.
+batches combined) works on integer tensors, one configuration per entry; its large case overflows 32-bit integers and
+is rounded by 32-bit floats; a text shorter than its window tells tokens held from slots allocated. The rolling step
+(a transfer task: the lesson's RollingKVCache, one token) gets buffers filled as earlier steps would have, the slots
+no position has reached holding large finite numbers (a mask works as well as a slice), positions before the buffer
+is full, just full and wrapped many times, and a window of 1; its variants include the slot one too far and one too
+early, the window one key short and the key rotated by its slot.
 The learner's functions may not run anything from ``attnedu.inference``: the exercises ask for their own code.
 """
 
