@@ -574,7 +574,8 @@ def kv_sharing_diagram(num_heads: int = 4, ax: Axes | None = None, title: str | 
     legend = [Patch(facecolor=COLOURS["decoder"], label="query head (not cached)"),
               Patch(facecolor=COLOURS["encoder"], label="key/value head (cached)"),
               Patch(facecolor=COLOURS["context"], label="latent c (cached)"),
-              Patch(facecolor=COLOURS["encoder"], alpha=0.45, label="key/value computed from c")]  # fmt: skip
+              Patch(facecolor=COLOURS["encoder"], alpha=0.45,
+                    label="key/value given by c (not formed if absorbed)")]  # fmt: skip
     ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize=8, ncol=4, frameon=False)
     if title:
         ax.set_title(title, fontsize=11)

@@ -133,8 +133,10 @@ KV_CACHE_STEP = Exercise(
             rerotate=True,
         ),
         _step_variant(
-            "the new key and value went in front of the cache: the output is the same (attention ignores the order "
-            "of its keys), but the cache you return is out of order for the next step.",
+            "the new key and value went in front of the cache: this step's output is the same (attention ignores "
+            "the order of its keys), but the cache you return no longer lists its tokens in the order of their "
+            "positions, which a causal mask over several new tokens, a window that drops the oldest entry, or "
+            "padding at the end of a batch's caches relies on.",
             order="before",
         ),
         _step_variant(
@@ -457,9 +459,15 @@ def _rolling_with(q, k_new, v_new, k_buffer, v_buffer, position, *, slot="mod", 
         slots = list(range(min(position, window)))
     elif read == "all":
         slots = list(range(window))
+    elif read == "plus":
+        slots = []  # replaced below
     else:  # "short": positions position - W + 2 .. position, W - 1 keys
         slots = [p % window for p in range(max(0, position - window + 2), position + 1)]
     read_k, read_v = keys[:, :, slots], values[:, :, slots]
+    if read == "plus":  # the buffer as it was (its filled slots), then the new key: W + 1 keys once it is full
+        held = list(range(min(position, window)))
+        read_k = torch.cat([old_k[:, :, held], k_r], dim=2)
+        read_v = torch.cat([old_v[:, :, held], v_new], dim=2)
     if rerotate:
         again = [i for i, sl in enumerate(slots) if sl != s]
         held = torch.tensor([_held(position, slots[i], window) for i in again], dtype=torch.long)
@@ -520,6 +528,12 @@ ROLLING_STEP = Exercise(
             {"read": "all"},
         ),
         _rolling_variant(
+            "the window is one too long: the query read the buffer as it was before this step and the new key "
+            "after it, W + 1 keys once the buffer is full. The token at position - W, which the new one overwrites, "
+            "was read too.",
+            {"read": "plus"},
+        ),
+        _rolling_variant(
             "the window is one short: the query read W - 1 keys, positions position - W + 2 .. position. A window "
             "of W keys holds the token itself and the W - 1 before it.",
             {"read": "short"},
@@ -560,3 +574,65 @@ ROLLING_STEP = Exercise(
 )
 
 EXERCISES = (KV_CACHE_STEP, GROUPED_DECODE, CACHE_BYTES, ROLLING_STEP)
+
+# --------------------------------------------------------------------------------------------
+# The predictions of exercises 3 and 4: each compared with the lesson's own answer (and the learner's function too)
+# --------------------------------------------------------------------------------------------
+
+SERVER = (40, 40, 8, 128, 2, 32768, 4, 4096)  # exercise 3's question: layers, heads, K/V heads, head_dim, bytes,
+# tokens, sequences, window
+
+
+def _attempt(fn):
+    """fn(), or None while the learner has not written it yet (it raises NotImplementedError); any other error is
+    said in a line (the exercise's check names the mistake) and also gives None."""
+    try:
+        return fn()
+    except NotImplementedError:
+        return None
+    except Exception as error:  # noqa: BLE001 - the learner's code may raise anything
+        print(f"(your code raised {type(error).__name__}: {error}; the check above says more)")
+        return None
+
+
+def check_cache_prediction(my_guess_gib, cache_bytes) -> None:
+    """Exercise 3: the learner's guess (GiB) and their ``cache_bytes`` on the server's question, each against the
+    right answer, within 5%."""
+    layers, _, kv_heads, head_dim, size, tokens, batch, window = SERVER
+    right = kv_cache_bytes(layers, kv_heads, head_dim, size, tokens=tokens, batch=batch, window=window) / 2**30
+    guess = _attempt(lambda: float(my_guess_gib()))
+    answer = _attempt(lambda: int(cache_bytes(*(torch.tensor([n]) for n in SERVER))[0]) / 2**30)
+    for who, value, missing in (("your prediction", guess, "Write your prediction in my_guess_gib (by hand)"),
+                                ("your cache_bytes", answer, "Write cache_bytes")):  # fmt: skip
+        if value is None:
+            print(f"{missing} above, then run this cell again.")
+        else:
+            close = abs(value - right) <= 0.05 * right
+            print(f"{who}: {value:g} GiB, {'✅ within' if close else '❌ more than'} 5% of the right answer")
+
+
+def check_rolling_prediction(predicted_slots, rolling_step) -> None:
+    """Exercise 4: the learner's (position in slot 2, positions query 9 reads) for W = 4 after position 9, and what
+    their ``rolling_step`` does, each against the lesson's rolling_cache_step. Token p's value is the unit vector e_p
+    and the query is zero (equal weights), so the output's nonzero features are the positions read."""
+    window, head_dim = 4, 16
+    query, keys = torch.zeros(1, 1, 1, head_dim), randn(generator(7), 10, 1, 1, 1, head_dim)
+    values = torch.eye(head_dim)[:10].view(10, 1, 1, 1, head_dim)
+
+    def run(step):
+        k_buf, v_buf = torch.full((1, 1, window, head_dim), -1.0), torch.full((1, 1, window, head_dim), -1.0)
+        for p in range(10):
+            out, k_buf, v_buf = step(query, keys[p], values[p], k_buf, v_buf, p)
+        return int(v_buf[0, 0, 2].argmax()), [int(i) for i in (out[0, 0, 0] > 1e-6).nonzero().flatten()]
+
+    right = run(rolling_cache_step)
+    predicted = _attempt(lambda: predicted_slots())
+    measured = _attempt(lambda: run(rolling_step))
+    for who, value, missing in (("your prediction", predicted, "Write your prediction in predicted_slots"),
+                                ("your rolling_step", measured, "Write rolling_step")):  # fmt: skip
+        if value is None:
+            print(f"{missing} above, then run this cell again.")
+            continue
+        agree = value[0] == right[0] and sorted(value[1]) == right[1]
+        print(f"{who}: slot 2 holds position {value[0]}; query 9 reads positions {sorted(value[1])}: "
+              f"{'✅ right' if agree else '❌ not what the rule gives'}")  # fmt: skip

@@ -356,6 +356,19 @@ def rs_window_short(*a):
     return _rolling(*a, keys="short")
 
 
+def rs_window_plus_one(q, k_new, v_new, k_buffer, v_buffer, position):
+    """As RollingKVCache.attend reads, without its distance mask: the buffer's filled slots, then the new key."""
+    W = k_buffer.shape[2]
+    pos = torch.tensor([position])
+    k, filled = apply_rope(k_new, pos), min(position, W)
+    K = torch.cat([k_buffer[:, :, :filled], k], dim=2)
+    V = torch.cat([v_buffer[:, :, :filled], v_new], dim=2)
+    out = F.scaled_dot_product_attention(apply_rope(q, pos), K, V)
+    kb, vb = k_buffer.clone(), v_buffer.clone()
+    kb[:, :, position % W], vb[:, :, position % W] = k[:, :, 0], v_new[:, :, 0]
+    return out, kb, vb
+
+
 def rs_key_by_slot(*a):
     return _rolling(*a, key_pos=lambda p, W: p % W)
 
@@ -405,6 +418,7 @@ MUTANTS = [
     ("rolling_step", rs_attend_first, "attended before its key and value were written"),
     ("rolling_step", rs_reads_unwritten, "the query read every slot"),
     ("rolling_step", rs_window_short, "the window is one short"),
+    ("rolling_step", rs_window_plus_one, "the window is one too long"),
     ("rolling_step", rs_key_by_slot, "rotated by its slot"),
     ("rolling_step", rs_q_not_rotated, "the query was not rotated"),
     ("rolling_step", rs_rotated_again, "rotated again by their positions"),
