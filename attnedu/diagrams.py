@@ -528,6 +528,60 @@ def transformer_blocks_diagram(ax: Axes | None = None, title: str | None = None)
     return ax
 
 
+def kv_sharing_diagram(num_heads: int = 4, ax: Axes | None = None, title: str | None = None) -> Axes:
+    """What a decoder keeps per token and layer (lesson 10), for ``num_heads`` query heads (heads counted from 0):
+    multi-head attention caches one key/value head per query head; grouped-query attention one per group of query
+    heads (query head h reads K/V head h // group); multi-query attention one for all; multi-head latent attention
+    (DeepSeek-V2) one latent vector c from which every head's key and value are computed (dashed: computed, not
+    cached). A legend names every colour; the line under each panel counts the cached numbers per token and layer,
+    with d = head_dim."""
+    from matplotlib.patches import Patch
+
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads not in (2, 4, 8):
+        raise ValueError(f"num_heads must be 2, 4 or 8 to draw, got {num_heads!r}")
+    ax = ax or plt.gca()
+    step, panel = 0.7, num_heads * 0.7 + 0.9
+    variants = (("multi-head (MHA)", num_heads), ("grouped-query (GQA)", num_heads // 2), ("multi-query (MQA)", 1),
+                ("latent (MLA)", 0))  # fmt: skip
+    for i, (name, kv_heads) in enumerate(variants):
+        left = i * panel
+        xs = [left + step * h for h in range(num_heads)]
+        centre = (xs[0] + xs[-1]) / 2
+        for h, x in enumerate(xs):
+            box(ax, x, 2.6, f"q{h}", "decoder", width=0.55)
+        if kv_heads:
+            group = num_heads // kv_heads
+            kx = [sum(xs[g * group : (g + 1) * group]) / group for g in range(kv_heads)]
+            for g, x in enumerate(kx):
+                box(ax, x, 0.8, f"kv{g}", "encoder", width=0.6)
+            for h, x in enumerate(xs):
+                arrow(ax, (kx[h // group], 0.8), (x, 2.6), COLOURS["edge"], 1.0)
+            cached = f"2 x {kv_heads} x d" if kv_heads > 1 else "2 x d"
+        else:
+            box(ax, centre, 0.35, "c", "context", width=0.8)
+            for h, x in enumerate(xs):
+                box(ax, x, 1.5, f"kv{h}", "encoder", width=0.55)
+                ax.patches[-1].set_linestyle("--")
+                ax.patches[-1].set_alpha(0.45)
+                arrow(ax, (centre, 0.35), (x, 1.5), COLOURS["context"], 1.0, style="--")
+                arrow(ax, (x, 1.5), (x, 2.6), COLOURS["edge"], 1.0)
+            cached = "d_c (+ a RoPE key)"
+        ax.text(centre, 3.35, name, ha="center", va="center", fontsize=10)
+        ax.text(centre, -0.45, f"cached: {cached}", ha="center", va="center", fontsize=8)
+    ax.set_xlim(-0.6, 4 * panel - 0.5)
+    ax.set_ylim(-0.8, 3.7)
+    ax.axis("off")
+    legend = [Patch(facecolor=COLOURS["decoder"], label="query head (not cached)"),
+              Patch(facecolor=COLOURS["encoder"], label="key/value head (cached)"),
+              Patch(facecolor=COLOURS["context"], label="latent c (cached)"),
+              Patch(facecolor=COLOURS["encoder"], alpha=0.45,
+                    label="key/value given by c (not formed if absorbed)")]  # fmt: skip
+    ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize=8, ncol=4, frameon=False)
+    if title:
+        ax.set_title(title, fontsize=11)
+    return ax
+
+
 def induction_circuit_diagram(ax: Axes | None = None, title: str | None = None) -> Axes:
     """The induction circuit of lesson 11 (Olsson et al. 2022) on a sequence ``A B C D A ?``, positions counted from 0
     along the bottom, data flowing upwards. Layer 0: at each position a previous-token head copies the token before it

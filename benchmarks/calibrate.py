@@ -1,4 +1,4 @@
-"""Calibrate the trained effects of lessons 01-09 over several training seeds, so that the margins the
+"""Calibrate the trained effects of lessons 01-10 over several training seeds, so that the margins the
 lessons assert rest on more than one run (experiments.md, section 0.1: assert about half the
 observed gap). Seeds go through ``ATTNEDU_SEED_OFFSET`` exactly as in the test command's perturbed
 run, so seed 1000 here is the perturbed run's model.
@@ -33,6 +33,7 @@ LESSON_03 = (*LUONG, "dot_previous", "bahdanau")
 SCALING = ("scaling",)  # lesson 04's experiment: one head with and without 1/sqrt(d_k), d_k 16 and 256
 # lesson 09: gradients at initialisation; the language model against the bigram; the same without warm-up
 LESSON09 = ("norms09", "lm09", "lm09_nowarmup")
+LESSON10 = ("lm10",)  # lesson 10: MHA -> GQA by pooling, streaming with a window cache and sinks
 HEADS = ("heads",)  # lesson 05's experiment: 1, 2 and 4 heads on the neighbour task
 TRANSFORMER = ("leak", "positions", "extrapolation")  # lessons 06 and 07 (07 runs seeds 0, 1, 2: add 1002)
 
@@ -44,6 +45,8 @@ def run_one(model: str, seed: int, steps: int | None = None) -> dict:
     os.environ["ATTNEDU_PROGRESS"] = "0"
     if model in LESSON09:
         return {"model": model, "seed": seed, **_lesson09(model)}
+    if model in LESSON10:
+        return {"model": model, "seed": seed, **_lesson10()}
     if model == "heads":
         return {"model": model, "seed": seed, **_heads(seed)}
     if model == "scaling":
@@ -422,6 +425,116 @@ def report_lesson09(results: list[dict], args) -> None:
             f.write("\n")
 
 
+# Lesson 10, as the lesson runs it
+CONTEXT_10, STEPS_10, BATCH_10, LR_10, UPTRAIN_10 = 64, 150, 8, 6e-3, 30
+STREAM_10, WINDOW_10, SINKS_10 = 256, 32, 4
+
+
+def _lesson10() -> dict:
+    import copy
+
+    import torch
+
+    from attnedu.inference import (
+        KVCache,
+        RollingKVCache,
+        SinkCache,
+        streaming_losses,
+        to_grouped_query,
+        window_recompute_losses,
+    )
+    from attnedu.tasks import CharCorpus
+    from attnedu.train import lm_loss, train_lm
+    from attnedu.transformer import DecoderLM
+
+    torch.set_num_threads(1)
+    corpus = CharCorpus.load()
+    valid_inputs, valid_targets = (t[::4] for t in corpus.windows(CONTEXT_10, split="valid"))
+    lm = DecoderLM(len(corpus.chars), d_model=64, num_heads=4, num_layers=4, seed=0)
+    log = train_lm(lm, corpus, STEPS_10, BATCH_10, CONTEXT_10, LR_10, warmup=STEPS_10 // 10, seed=0)
+    losses = {"mha": lm_loss(lm, valid_inputs, valid_targets)}
+    for name, kv, pool in (
+        ("gqa2", 2, "mean"),
+        ("gqa2_first", 2, "first"),
+        ("mqa", 1, "mean"),
+        ("mqa_first", 1, "first"),
+    ):
+        losses[name] = lm_loss(to_grouped_query(lm, kv, pool), valid_inputs, valid_targets)
+    for name, kv, pool in (("mha_up", 4, "mean"), ("gqa2_up", 2, "mean"), ("gqa2_first_up", 2, "first"),
+                           ("mqa_up", 1, "mean"), ("mqa_first_up", 1, "first")):  # fmt: skip
+        # MHA: the same training, a control
+        converted = copy.deepcopy(lm) if kv == 4 else to_grouped_query(lm, kv, pool)
+        train_lm(converted, corpus, UPTRAIN_10, BATCH_10, CONTEXT_10, LR_10 / 3, warmup=3, seed=1)
+        losses[name] = lm_loss(converted, valid_inputs, valid_targets)
+    ids = corpus.valid[:STREAM_10]
+    past = slice(CONTEXT_10 - 1, None)  # predictions of tokens 64.. (past the trained length and the window)
+    stream = {
+        "full": streaming_losses(lm, ids, KVCache(4))[past].mean().item(),
+        "window": streaming_losses(lm, ids, SinkCache(4, WINDOW_10))[past].mean().item(),
+        "rolling": streaming_losses(lm, ids, RollingKVCache(4, WINDOW_10))[past].mean().item(),
+        "sinks": streaming_losses(lm, ids, SinkCache(4, WINDOW_10 - SINKS_10, SINKS_10))[past].mean().item(),
+        "recompute": window_recompute_losses(lm, ids, WINDOW_10)[CONTEXT_10 - WINDOW_10 :].mean().item(),
+    }
+    with torch.no_grad():
+        _, maps = lm(valid_inputs[:32], return_weights=True)
+    first = torch.stack([m[:, :, WINDOW_10:, 0].mean(dim=(0, 2)) for m in maps])  # (layers, heads)
+    return {"train": log.final_loss, "seconds": log.seconds, "losses": losses, "stream": stream,
+            "first_max": first.max().item()}  # fmt: skip
+
+
+def report_lesson10(results: list[dict], args) -> None:
+    import torch
+
+    print("## Lesson 10: attention at inference\n")
+    kernels = torch.backends.cpu.get_cpu_capability()
+    print(f"Measured {datetime.date.today()} by `benchmarks/calibrate.py --models lm10` ({args.jobs} processes at "
+          f"once, 1 torch thread each); torch's CPU kernels for {kernels}. The model: {STEPS_10} steps, batch "
+          f"{BATCH_10}, context {CONTEXT_10}; held-out loss (every fourth window) of the MHA model and of its "
+          f"conversions (K/V heads mean-pooled or the first head of each group kept; then uptrained {UPTRAIN_10} "
+          f"steps); streaming {STREAM_10} held-out characters one at a time, mean loss on the characters from "
+          f"{CONTEXT_10} on: full cache, window {WINDOW_10} (StreamingLLM positions), rolling buffer {WINDOW_10} "
+          f"(positions in the text), {SINKS_10} sinks + window {WINDOW_10 - SINKS_10}, "
+          f"window recomputed; the largest mean weight a head puts on character 0 "
+          f"(queries {WINDOW_10}..63)\n")  # fmt: skip
+    print("| seed | MHA / uptrained | GQA-2 mean / first / uptrained mean / first | MQA mean / first / uptrained mean "
+          "/ first | full | window | rolling | sinks | recompute | on char 0 |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        lo, st = r["losses"], r["stream"]
+        print(f"| {r['seed']} | {lo['mha']:.3f} / {lo['mha_up']:.3f} | {lo['gqa2']:.3f} / {lo['gqa2_first']:.3f} / "
+              f"{lo['gqa2_up']:.3f} / {lo['gqa2_first_up']:.3f} | {lo['mqa']:.3f} / {lo['mqa_first']:.3f} / "
+              f"{lo['mqa_up']:.3f} / {lo['mqa_first_up']:.3f} | {st['full']:.3f} | {st['window']:.3f} | "
+              f"{st['rolling']:.3f} | {st['sinks']:.3f} | {st['recompute']:.3f} | {r['first_max']:.2f} |")  # fmt: skip
+    print("\nRanges over the seeds, for the margins the lesson asserts:\n")
+    print(f"- GQA-2 pooled minus MHA: {_span(r['losses']['gqa2'] - r['losses']['mha'] for r in results)}")
+    print(f"- MQA pooled minus GQA-2 pooled: {_span(r['losses']['mqa'] - r['losses']['gqa2'] for r in results)}")
+    print(f"- first head minus mean (GQA-2): "
+          f"{_span(r['losses']['gqa2_first'] - r['losses']['gqa2'] for r in results)}")  # fmt: skip
+    print(f"- GQA-2 pooled minus uptrained: {_span(r['losses']['gqa2'] - r['losses']['gqa2_up'] for r in results)}")
+    print(f"- MHA minus MHA trained the same steps (the control): "
+          f"{_span(r['losses']['mha'] - r['losses']['mha_up'] for r in results)}")  # fmt: skip
+    recovery = [(r["losses"]["gqa2"] - r["losses"]["gqa2_up"]) - (r["losses"]["mha"] - r["losses"]["mha_up"])
+                for r in results]  # fmt: skip
+    print(f"- GQA-2 recovery minus the control's gain: {_span(recovery)}")
+    print(f"- uptrained GQA-2, first head minus mean: "
+          f"{_span(r['losses']['gqa2_first_up'] - r['losses']['gqa2_up'] for r in results)}")  # fmt: skip
+    print(f"- uptrained MQA, first head minus mean: "
+          f"{_span(r['losses']['mqa_first_up'] - r['losses']['mqa_up'] for r in results)}")  # fmt: skip
+    print(f"- rolling buffer minus window with cache positions: "
+          f"{_span(r['stream']['rolling'] - r['stream']['window'] for r in results)}")  # fmt: skip
+    print(f"- full cache minus window: {_span(r['stream']['full'] - r['stream']['window'] for r in results)}")
+    print(f"- window minus sinks: {_span(r['stream']['window'] - r['stream']['sinks'] for r in results)}")
+    print(f"- window minus recompute: {_span(r['stream']['window'] - r['stream']['recompute'] for r in results)}")
+    print(f"- largest weight on character 0: {_span(r['first_max'] for r in results)}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"command": f"benchmarks/calibrate.py --models lm10 --seeds {' '.join(map(str, args.seeds))} "
+                       f"--json {args.json}", "date": str(datetime.date.today()), "kernels": kernels,
+                       "recipe": {"steps": STEPS_10, "batch": BATCH_10, "context": CONTEXT_10, "lr": LR_10,
+                       "uptrain": UPTRAIN_10}, "results": results}, f, indent=1)  # fmt: skip
+            f.write("\n")
+
+
 def _gradient_shares(net, data) -> dict:
     """Lesson 02's measure: over the first 40 test sentences of every bucket, each target word's gold source word's
     share of the gradient reaching the source words (attnedu.analysis.gold_gradient_shares)."""
@@ -459,10 +572,11 @@ def _gradient_summary(net, pair) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 1000, 1001])
-    every = MODELS + LESSON_03 + SCALING + HEADS + TRANSFORMER + LESSON09
+    every = MODELS + LESSON_03 + SCALING + HEADS + TRANSFORMER + LESSON09 + LESSON10
     parser.add_argument("--models", nargs="+", default=list(every), choices=every)
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--json", help="also write lesson 09's results to this file (the lesson reads them)")
+    parser.add_argument("--json", help="also write lesson 09's or lesson 10's results to this file (the lesson reads "
+                        "them); run one of the two at a time")  # fmt: skip
     parser.add_argument("--steps", type=int, default=None, help="training steps of lessons 01-03's models (default: "
                         "their lessons')")  # fmt: skip
     args = parser.parse_args()
@@ -478,11 +592,13 @@ def main() -> None:
 
     with ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(launch, jobs))
-    others = [r for r in results if r["model"] not in LESSON09]
+    others = [r for r in results if r["model"] not in LESSON09 + LESSON10]
     if others:
         report(others, args)
-    if len(others) < len(results):
+    if any(r["model"] in LESSON09 for r in results):
         report_lesson09([r for r in results if r["model"] in LESSON09], args)
+    if any(r["model"] in LESSON10 for r in results):
+        report_lesson10([r for r in results if r["model"] in LESSON10], args)
 
 
 def _span(values) -> str:

@@ -300,6 +300,7 @@ FIX_LESSONS = (
     "07_positional_encoding",
     "08_flash_attention",
     "09_transformer_block",
+    "10_attention_at_inference",
     "11_real_attention_heads",
 )
 _NAME = re.compile(r"[A-Za-z_][\w.]*")  # a bare (dotted) name: an argument, a function, a module

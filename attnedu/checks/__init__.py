@@ -43,14 +43,29 @@ import json
 import os
 from collections.abc import Callable, Mapping
 
-from . import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09, lesson11
+from . import (
+    lesson01,
+    lesson02,
+    lesson03,
+    lesson04,
+    lesson05,
+    lesson06,
+    lesson07,
+    lesson08,
+    lesson09,
+    lesson10,
+    lesson11,
+)
 from .calling import MAX_PRINTED, TIME_LIMIT, grading_mode
 from .diagnosis import run_check
 from .exercise import Exercise
+from .lesson10 import check_cache_prediction, check_rolling_prediction
 from .results import FAILED, ICONS, NOT_ATTEMPTED, PASSED, CheckResult, Hint, make_hint
 
 # The registry: every lesson's checks module lists its exercises in EXERCISES, in the order of its notebook.
-LESSON_MODULES = (lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09, lesson11)
+LESSON_MODULES = (
+    lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09, lesson10, lesson11,
+)  # fmt: skip
 EXERCISES: dict[str, Exercise] = {e.name: e for module in LESSON_MODULES for e in module.EXERCISES}
 LESSONS: dict[str, list[str]] = {}
 for _name, _registered in EXERCISES.items():
@@ -142,5 +157,5 @@ def grade_namespace(namespace: Mapping, lesson: str | None = None, time_limit: f
 __all__ = [
     "CheckResult", "Exercise", "Hint", "run_check", "check", "hint", "grade_namespace", "EXERCISES", "LESSONS",
     "LESSON_MODULES", "PASSED", "FAILED", "NOT_ATTEMPTED", "ICONS", "MAX_PRINTED", "TIME_LIMIT",
-    *(f"check_{name}" for name in EXERCISES),
+    *(f"check_{name}" for name in EXERCISES), "check_cache_prediction", "check_rolling_prediction",
 ]  # fmt: skip

@@ -55,6 +55,7 @@ LESSON_MODULES = (
     "lesson07",
     "lesson08",
     "lesson09",
+    "lesson10",
     "lesson11",
 )
 LESSONS = [import_module(f".{name}", __name__) for name in LESSON_MODULES]

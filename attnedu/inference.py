@@ -1,0 +1,743 @@
+"""Attention at inference time (lesson 10): what a model keeps between tokens, and how to keep less.
+
+Vectors are rows (q = x W_q); positions, heads, layers and steps count from 0. Shapes: batch B, query heads H,
+key/value heads H_kv (H_kv divides H), new tokens n, cached tokens m, head_dim d.
+
+The KV cache. Generating token t+1 needs the keys and values of positions 0..t in every layer. They do not change
+once computed (a causal model never lets an old position see a new one), so a cache keeps them and each step
+computes q, k, v for the new token only:
+
+    K_t = [K_{t-1}; k_t],  V_t = [V_{t-1}; v_t],   o_t = softmax(q_t K_t^T / sqrt(d)) V_t
+
+    KVCache               per layer, K and V (B, H_kv, m, d), keys stored already rotated by RoPE
+    RollingKVCache        a fixed buffer of ``window`` slots; position p lives in slot p % window (Mistral 7B)
+    rolling_cache_step(q, k, v, k_buffer, v_buffer, position)   one token through a rolling buffer
+    SinkCache             the first ``sinks`` tokens plus the last ``window`` ones, positions counted inside the
+                          cache (StreamingLLM, Xiao et al. 2024)
+    lm_forward(model, tokens, cache)   a DecoderLM (attnedu.transformer) run on new tokens, reading and filling a
+                          cache; with cache=None, the whole sequence under ``mask`` (a check against model(tokens))
+    generate_greedy(model, prompt, steps, cache)   greedy decoding, recomputing the prefix or with a cache
+    streaming_losses(model, ids, cache)  next-token losses of a stream fed one token at a time through a cache
+
+Sizes. kv_cache_bytes = 2 (K and V) * layers * H_kv * d * bytes per number, per token; MODEL_CONFIGS holds
+published configurations; mla_cache_bytes the same for a latent cache.
+
+Sharing and compressing keys and values:
+
+    grouped_attention(q, k, v, mask)   query head h reads key/value head h // (H / H_kv), as
+                          torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)
+    mean_pool_kv_heads(W, H, H_kv), to_grouped_query(model, H_kv)   MHA -> GQA by averaging the K/V projections of
+                          each group of heads (Ainslie et al. 2023)
+    mla_attention(...)    multi-head latent attention (DeepSeek-V2): c = x W_dkv (B, n, d_c) is cached, k = c W_uk,
+                          v = c W_uv; ``absorbed=True`` folds W_uk into the queries and W_uv into W_o; W_qr, W_kr add
+                          the decoupled RoPE part, one rotated key of d_r numbers per token, shared by the heads
+
+Masks as functions (FlexAttention, torch.nn.attention.flex_attention), equal to attnedu.masks':
+
+    causal_mod, sliding_window_mod(window), document_mod(ids), prefix_lm_mod(prefix_lengths), alibi_score_mod(slopes)
+    flex_attention_cpu(q, k, v, mask_mod, score_mod)   eager FlexAttention on the CPU, with clear errors where the
+                          pinned torch stops (no backward on the CPU)
+
+Linear attention (Katharopoulos et al. 2020): phi(x) = elu(x) + 1 and
+
+    o_i = phi(q_i) S / (phi(q_i) z),   S = sum_j phi(k_j)^T v_j  (d x d_v),   z = sum_j phi(k_j)^T
+
+so the cost grows like N d d_v instead of N^2 d, and what the keys held is squeezed into one d x d_v matrix.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from ._validate import (
+    check_bool,
+    check_bool_mask,
+    check_choice,
+    check_float,
+    check_ids,
+    check_instance,
+    check_int,
+    check_positive_int,
+    check_same_dtype,
+    check_size,
+    check_tensor,
+    describe,
+)
+from .attention import masked_softmax, scaled_dot_product_attention
+from .multihead import merge_heads, split_heads
+from .positional import apply_rope
+
+# --------------------------------------------------------------------------------------------
+# Grouped-query attention on heads
+# --------------------------------------------------------------------------------------------
+
+
+def _check_heads(q, k, v) -> tuple[int, int]:
+    check_tensor("q", q, 4, "(batch, heads, query_len, head_dim)")
+    check_tensor("k", k, 4, "(batch, kv_heads, key_len, head_dim)")
+    check_tensor("v", v, 4, "(batch, kv_heads, key_len, head_dim)")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_float(name, x)
+    check_same_dtype(q=q, k=k, v=v)
+    if k.shape != v.shape:
+        raise ValueError(f"k and v should have the same shape (batch, kv_heads, key_len, head_dim), got k "
+                         f"{describe(k)} and v {describe(v)}")  # fmt: skip
+    if q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k should share batch and head_dim, got q {describe(q)} and k {describe(k)}")
+    heads, kv_heads = q.shape[1], k.shape[1]
+    if heads % kv_heads:
+        raise ValueError(
+            f"k should have a number of heads that divides q's {heads}, got {kv_heads}: every key/value head serves "
+            "the same number of query heads"
+        )
+    return heads, kv_heads
+
+
+def grouped_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Grouped-query attention on heads: query head h reads key/value head h // group, group = H / H_kv, the pairing
+    of ``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)``. H_kv = H is multi-head attention,
+    H_kv = 1 multi-query attention (Shazeer 2019).
+
+    q (B, H, n, d); k, v (B, H_kv, m, d); mask None or bool (n, m) or broadcastable to (B, H, n, m), True = may
+    attend -> (B, H, n, d). The K/V heads are repeated with ``repeat_interleave`` (head 0, 0, ..., 1, 1, ...): the
+    cache holds H_kv heads, the arithmetic reads them H / H_kv times.
+    """
+    heads, kv_heads = _check_heads(q, k, v)
+    group = heads // kv_heads
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    if mask is not None:
+        check_bool_mask("mask", mask)
+        if mask.dim() == 2:
+            mask = mask[None, None]  # (1, 1, n, m): every sequence, every head
+    out, _ = scaled_dot_product_attention(q, k, v, mask)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Caches
+# --------------------------------------------------------------------------------------------
+
+
+class KVCache:
+    """Every layer's keys and values so far: ``k[layer]``, ``v[layer]`` (B, H_kv, m, d), keys rotated by RoPE at
+    their positions. Memory grows by 2 * layers * H_kv * d numbers per token.
+
+    ``attend(layer, q, k, v, positions)`` takes the new tokens' q (B, H, n, d), k, v (B, H_kv, n, d) before RoPE
+    and their positions (n,): it rotates q and k, appends k and v, and returns the attention of the new queries over
+    every cached key at or before their positions -> (B, H, n, d). ``seen`` counts the tokens processed."""
+
+    def __init__(self, num_layers: int):
+        self.num_layers = check_positive_int("num_layers", num_layers, "layers, one cache each")
+        self.k: list[torch.Tensor | None] = [None] * num_layers
+        self.v: list[torch.Tensor | None] = [None] * num_layers
+        self.seen = 0
+
+    def _check(self, layer, q, k, v, positions) -> None:
+        check_int("layer", layer, "a layer counted from 0", minimum=0, maximum=self.num_layers - 1)
+        _check_heads(q, k, v)
+        check_tensor("positions", positions, 1, "(n,) positions of the new tokens")
+        check_size("positions", positions, 0, q.shape[2], "n, one position per new token")
+        if q.shape[2] != k.shape[2]:
+            raise ValueError(f"q and k should hold the same new tokens, got q {describe(q)} and k {describe(k)}")
+
+    def attend(self, layer: int, q, k, v, positions: torch.Tensor) -> torch.Tensor:
+        self._check(layer, q, k, v, positions)
+        q, k = apply_rope(q, positions), apply_rope(k, positions)
+        if self.k[layer] is not None:
+            k = torch.cat([self.k[layer], k], dim=2)  # append, then attend: a token reads its own key too
+            v = torch.cat([self.v[layer], v], dim=2)
+        self.k[layer], self.v[layer] = k, v
+        key_positions = torch.arange(k.shape[2], device=q.device)
+        return grouped_attention(q, k, v, key_positions[None, :] <= positions[:, None])
+
+    def nbytes(self) -> int:
+        """Bytes held by the cached tensors, summed: the measurement to compare with ``kv_cache_bytes``."""
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v) if t is not None)
+
+
+class RollingKVCache(KVCache):
+    """A sliding-window cache of fixed memory (Mistral 7B's rolling buffer): ``window`` slots per layer; the key and
+    value of position p are written to slot p % window, overwriting position p - window, so query p reads positions
+    p - window + 1 .. p: the mask ``attnedu.masks.sliding_window_mask(length, window - 1, causal=True)``.
+
+    Slots hold positions out of order (..., 8, 9, 2, 3, ...): attention does not care about the order of its keys,
+    RoPE already rotated each key by its own position, and ``slot_positions`` records which position each slot holds
+    (-1: empty), from which the mask is built."""
+
+    def __init__(self, num_layers: int, window: int):
+        super().__init__(num_layers)
+        self.window = check_positive_int("window", window, "slots in the buffer: keys each query may read")
+        self.slot_positions: list[torch.Tensor | None] = [None] * num_layers
+
+    def attend(self, layer: int, q, k, v, positions: torch.Tensor) -> torch.Tensor:
+        self._check(layer, q, k, v, positions)
+        q, k = apply_rope(q, positions), apply_rope(k, positions)
+        if self.k[layer] is None:
+            batch, kv_heads, _, head_dim = k.shape
+            self.k[layer] = k.new_zeros(batch, kv_heads, self.window, head_dim)
+            self.v[layer] = v.new_zeros(batch, kv_heads, self.window, v.shape[-1])
+            self.slot_positions[layer] = torch.full((self.window,), -1, dtype=torch.long, device=k.device)
+        filled = self.slot_positions[layer] >= 0
+        keys = torch.cat([self.k[layer][:, :, filled], k], dim=2)
+        values = torch.cat([self.v[layer][:, :, filled], v], dim=2)
+        key_positions = torch.cat([self.slot_positions[layer][filled], positions])
+        distance = positions[:, None] - key_positions[None, :]
+        out = grouped_attention(q, keys, values, (distance >= 0) & (distance < self.window))
+        last = slice(max(0, len(positions) - self.window), None)  # only the last `window` new tokens can stay
+        slots = positions[last] % self.window
+        self.k[layer][:, :, slots] = k[:, :, last]
+        self.v[layer][:, :, slots] = v[:, :, last]
+        self.slot_positions[layer][slots] = positions[last]
+        return out
+
+
+class SinkCache(KVCache):
+    """StreamingLLM's cache (Xiao et al. 2024): the first ``sinks`` tokens ("attention sinks") plus the most recent
+    ``window`` tokens, the new one included; everything between is evicted. Keys are stored *before* RoPE and rotated
+    by their slot in the cache (0, 1, ..., len - 1), the query by its own slot, so positions never exceed
+    sinks + window - 1 however long the stream. ``sinks=0`` is plain window attention with the same positions.
+    Tokens go in one at a time."""
+
+    def __init__(self, num_layers: int, window: int, sinks: int = 0):
+        super().__init__(num_layers)
+        self.window = check_positive_int("window", window, "recent tokens kept")
+        self.sinks = check_int("sinks", sinks, "first tokens always kept", minimum=0)
+
+    def attend(self, layer: int, q, k, v, positions: torch.Tensor) -> torch.Tensor:
+        self._check(layer, q, k, v, positions)
+        if q.shape[2] != 1:
+            raise ValueError(f"q should hold one new token for a SinkCache (it is filled one token at a time), got "
+                             f"{describe(q)}; feed the stream token by token")  # fmt: skip
+        if self.k[layer] is not None:
+            k = torch.cat([self.k[layer], k], dim=2)
+            v = torch.cat([self.v[layer], v], dim=2)
+        if k.shape[2] > self.sinks + self.window:  # evict the oldest token after the sinks
+            k = torch.cat([k[:, :, : self.sinks], k[:, :, -self.window :]], dim=2)
+            v = torch.cat([v[:, :, : self.sinks], v[:, :, -self.window :]], dim=2)
+        self.k[layer], self.v[layer] = k, v
+        slots = torch.arange(k.shape[2], device=k.device)
+        return grouped_attention(apply_rope(q, slots[-1:]), apply_rope(k, slots), v)
+
+
+def cache_step(q, k_new, v_new, k_cache, v_cache):
+    """One decoding step of one layer with a KV cache and RoPE (the exercise's reference): the new token sits at
+    position m = the number of cached tokens, so
+
+        q, k_new <- RoPE(q, m), RoPE(k_new, m);  K = [k_cache; k_new];  V = [v_cache; v_new]
+        o = softmax(q K^T / sqrt(d)) V
+
+    q, k_new, v_new (B, H, 1, d), before RoPE; k_cache (B, H, m, d) already rotated, v_cache (B, H, m, d); m may
+    be 0 (the first token). -> o (B, H, 1, d), K and V (B, H, m + 1, d), the caches for the next step."""
+    for name, x, doc in (("q", q, "(batch, heads, 1, head_dim)"), ("k_new", k_new, "(batch, heads, 1, head_dim)"),
+                         ("v_new", v_new, "(batch, heads, 1, head_dim)")):  # fmt: skip
+        check_tensor(name, x, 4, doc)
+        check_float(name, x)
+        check_size(name, x, 2, 1, "1: one new token per step")
+    for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
+        check_tensor(name, x, 4, "(batch, heads, cached_len, head_dim)", allow_empty=True)
+        check_float(name, x)
+    if k_cache.shape != v_cache.shape or k_cache.shape[:2] + k_cache.shape[3:] != k_new.shape[:2] + k_new.shape[3:]:
+        raise ValueError(
+            f"k_cache and v_cache should be (batch, heads, cached_len, head_dim) like k_new, got k_cache "
+            f"{describe(k_cache)}, v_cache {describe(v_cache)}, k_new {describe(k_new)}"
+        )
+    position = torch.tensor([k_cache.shape[2]], device=q.device)
+    keys = torch.cat([k_cache, apply_rope(k_new, position)], dim=2)
+    values = torch.cat([v_cache, v_new], dim=2)
+    return grouped_attention(apply_rope(q, position), keys, values), keys, values
+
+
+def rolling_cache_step(q, k_new, v_new, k_buffer, v_buffer, position: int):
+    """One decoding step of one layer with a rolling buffer of W slots and RoPE (the exercise's reference; what
+    ``RollingKVCache`` does one token at a time). Position p lives in slot p % W, so before this step slot s holds
+    the latest position p < ``position`` with p % W = s; slots no position has reached yet (position < W) hold
+    anything. The new token, at ``position``:
+
+        q, k_new <- RoPE(q, position), RoPE(k_new, position);  slot position % W <- k_new, v_new
+        o = softmax(q K^T / sqrt(d)) V over the slots holding positions max(0, position - W + 1) .. position
+
+    so it reads itself and the W - 1 tokens before it, whatever order the slots hold them in.
+
+    q, k_new, v_new (B, H, 1, d), before RoPE; k_buffer, v_buffer (B, H, W, d), keys already rotated; position an
+    int >= 0. -> o (B, H, 1, d) and new buffers (B, H, W, d); the given ones are not modified."""
+    new, buffer = "(batch, heads, 1, head_dim)", "(batch, heads, window, head_dim)"
+    for name, x, doc in (("q", q, new), ("k_new", k_new, new), ("v_new", v_new, new), ("k_buffer", k_buffer, buffer),
+                         ("v_buffer", v_buffer, buffer)):  # fmt: skip
+        check_tensor(name, x, 4, doc)
+        check_float(name, x)
+        if doc == new:
+            check_size(name, x, 2, 1, "1: one new token per step")
+    if k_buffer.shape != v_buffer.shape or k_buffer.shape[:2] + k_buffer.shape[3:] != k_new.shape[:2] + k_new.shape[3:]:
+        raise ValueError(
+            f"k_buffer and v_buffer should be (batch, heads, window, head_dim) like k_new, got k_buffer "
+            f"{describe(k_buffer)}, v_buffer {describe(v_buffer)}, k_new {describe(k_new)}"
+        )
+    position = check_int("position", position, "the new token's position, counted from 0", minimum=0)
+    window = k_buffer.shape[2]
+    at = torch.tensor([position], device=q.device)
+    slot = position % window
+    k_buffer, v_buffer = k_buffer.clone(), v_buffer.clone()
+    k_buffer[:, :, slot] = apply_rope(k_new, at)[:, :, 0]  # write first: the token reads its own key
+    v_buffer[:, :, slot] = v_new[:, :, 0]
+    filled = min(position + 1, window)  # slots 0..filled-1 hold positions; the others were never written
+    read_k, read_v = k_buffer[:, :, :filled], v_buffer[:, :, :filled]  # (sliced, not masked: 0 * NaN is NaN)
+    return grouped_attention(apply_rope(q, at), read_k, read_v), k_buffer, v_buffer
+
+
+# --------------------------------------------------------------------------------------------
+# A DecoderLM with a cache
+# --------------------------------------------------------------------------------------------
+
+
+def _check_model(model) -> None:
+    from .transformer import DecoderLM
+
+    check_instance("model", model, DecoderLM, "an attnedu.transformer.DecoderLM")
+
+
+def lm_forward(model, tokens: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None):
+    """``DecoderLM``'s forward, block by block, on ``tokens`` (B, n) at positions cache.seen .. cache.seen + n - 1.
+
+    With a cache: each block's attention goes through ``cache.attend`` (which stores the new keys and values) and the
+    cache advances by n. Without one: the whole sequence at positions 0..n-1 under ``mask`` (n, n) bool (default
+    causal), which must equal ``model(tokens)`` for the causal mask. -> logits (B, n, vocab_size)."""
+    _check_model(model)
+    check_tensor("tokens", tokens, 2, "(batch, n) of token ids")
+    check_ids("tokens", tokens, model.embedding.num_embeddings, 2, "(batch, n) of token ids")
+    if cache is not None:
+        check_instance("cache", cache, KVCache, "a KVCache, RollingKVCache or SinkCache")
+        if cache.num_layers != len(model.blocks):
+            raise ValueError(f"cache should have one layer per block, {len(model.blocks)}, got {cache.num_layers}")
+        if mask is not None:
+            raise ValueError("mask should be None with a cache: the cache decides what each query reads")
+    n = tokens.shape[1]
+    start = 0 if cache is None else cache.seen
+    positions = torch.arange(start, start + n, device=tokens.device)
+    if cache is None:
+        if mask is None:
+            mask = positions[None, :] <= positions[:, None]
+        check_bool_mask("mask", mask)
+        check_tensor("mask", mask, 2, "(n, n), True = may attend")
+        if tuple(mask.shape) != (n, n):
+            raise ValueError(f"mask should be (n, n) = {(n, n)}, got {describe(mask)}")
+    x = model.embedding(tokens)
+    for layer, block in enumerate(model.blocks):
+        att = block.attention
+        h = block.attention_norm(x)
+        q = split_heads(att.W_q(h), att.num_heads)  # (B, H, n, d)
+        k = split_heads(att.W_k(h), att.num_kv_heads)  # (B, H_kv, n, d)
+        v = split_heads(att.W_v(h), att.num_kv_heads)
+        if cache is None:
+            heads = grouped_attention(apply_rope(q, positions), apply_rope(k, positions), v, mask)
+        else:
+            heads = cache.attend(layer, q, k, v, positions)
+        x = x + att.W_o(merge_heads(heads))
+        x = x + block.feed_forward(block.ffn_norm(x))
+    if cache is not None:
+        cache.seen += n
+    x = model.norm(x)
+    return x @ model.embedding.weight.T if model.head is None else model.head(x)
+
+
+@torch.no_grad()
+def generate_greedy(model, prompt: torch.Tensor, steps: int, cache: KVCache | None = None) -> torch.Tensor:
+    """Greedy decoding of ``steps`` tokens after ``prompt`` (1-D ids). Without a cache every step recomputes the
+    whole sequence (``model(ids)``: cost ~ t^2 at step t, so ~ T^3 in all for the attention, T^2 for the rest); with
+    one, the prompt is processed once (prefill) and each step feeds the one new token (decode). -> 1-D ids, the
+    prompt included."""
+    _check_model(model)
+    check_tensor("prompt", prompt, 1, "(prompt_len,) of token ids")
+    steps = check_int("steps", steps, "tokens to add", minimum=0)
+    model.eval()
+    ids = prompt
+    if cache is None:
+        for _ in range(steps):
+            ids = torch.cat([ids, model(ids[None])[0, -1].argmax()[None]])
+        return ids
+    if cache.seen:
+        raise ValueError(f"cache should be empty (a new KVCache per sequence), got one that has seen {cache.seen} "
+                         "tokens")  # fmt: skip
+    logits = lm_forward(model, prompt[None], cache)
+    for step in range(steps):
+        token = logits[0, -1].argmax()[None]
+        ids = torch.cat([ids, token])
+        if step < steps - 1:  # the last token's keys and values would never be read
+            logits = lm_forward(model, token[None], cache)
+    return ids
+
+
+@torch.no_grad()
+def streaming_losses(model, ids: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    """Feed the stream ``ids`` (1-D) through ``cache`` one token at a time; -> (len - 1,) the loss (nats) of
+    predicting ids[t + 1] after ids[0..t], t = 0..len-2, as far as the cache lets the model see."""
+    _check_model(model)
+    check_tensor("ids", ids, 1, "(length,) of token ids")
+    check_instance("cache", cache, KVCache, "a KVCache, RollingKVCache or SinkCache")
+    if len(ids) < 2:
+        raise ValueError(f"ids should hold at least 2 tokens (one to read, one to predict), got {describe(ids)}")
+    model.eval()
+    losses = []
+    for t in range(len(ids) - 1):
+        logits = lm_forward(model, ids[None, t : t + 1], cache)[0, -1]
+        losses.append(nn.functional.cross_entropy(logits, ids[t + 1]))
+    return torch.stack(losses)
+
+
+@torch.no_grad()
+def window_recompute_losses(model, ids: torch.Tensor, window: int) -> torch.Tensor:
+    """The quality a window cache aims for: each token predicted from the last ``window`` tokens, recomputed from
+    scratch at positions 0..window-1 (StreamingLLM's "sliding window with re-computation", too slow to serve).
+    -> (len - window,) losses of ids[window..], comparable with ``streaming_losses(...)[window - 1:]``."""
+    _check_model(model)
+    check_tensor("ids", ids, 1, "(length,) of token ids")
+    window = check_positive_int("window", window, "tokens each prediction reads")
+    if len(ids) <= window:
+        raise ValueError(f"ids should be longer than window={window}, got {describe(ids)}")
+    windows = ids.unfold(0, window, 1)[: len(ids) - window]  # (len - window, window)
+    logits = model(windows)[:, -1]
+    return nn.functional.cross_entropy(logits, ids[window:], reduction="none")
+
+
+# --------------------------------------------------------------------------------------------
+# Sizes
+# --------------------------------------------------------------------------------------------
+
+# Published configurations (layers, query heads, key/value heads, head_dim; the context length the model was released
+# with and, for Mistral-7B v0.1, its sliding window); MLA: latent d_c and decoupled RoPE key
+MODEL_CONFIGS = {
+    "Llama-2-7B (MHA)": dict(num_layers=32, num_heads=32, num_kv_heads=32, head_dim=128, context=4096),
+    "Llama-3-8B (GQA-8)": dict(num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128, context=8192),
+    "Mistral-7B (GQA-8)": dict(num_layers=32, num_heads=32, num_kv_heads=8, head_dim=128, context=8192, window=4096),
+    "Llama-3-70B (GQA-8)": dict(num_layers=80, num_heads=64, num_kv_heads=8, head_dim=128, context=8192),
+    "Falcon-7B (MQA)": dict(num_layers=32, num_heads=71, num_kv_heads=1, head_dim=64, context=2048),
+}
+LLAMA2_7B_PARAMETERS = 6_738_415_616  # the released checkpoint's parameter count (for the weights read per step)
+DEEPSEEK_V2 = dict(num_layers=60, num_heads=128, head_dim=128, latent_dim=512, rope_dim=64)
+
+
+def kv_cache_bytes(
+    num_layers: int, num_kv_heads: int, head_dim: int, bytes_per_number: int = 2, tokens: int = 1, batch: int = 1,
+    window: int | None = None,
+) -> int:  # fmt: skip
+    """2 (K and V) * layers * H_kv * head_dim * bytes per number * tokens * batch. Per token of Llama-2-7B in fp16:
+    2 * 32 * 32 * 128 * 2 = 524,288 bytes (512 KiB). With a sliding ``window`` (a rolling buffer), at most
+    ``window`` tokens are kept: tokens is replaced by min(tokens, window)."""
+    for name, value, meaning in (("num_layers", num_layers, "layers"), ("num_kv_heads", num_kv_heads, "K/V heads"),
+                                 ("head_dim", head_dim, "features per head"),
+                                 ("bytes_per_number", bytes_per_number, "2 for fp16/bf16, 4 for fp32"),
+                                 ("tokens", tokens, "cached tokens"), ("batch", batch, "sequences")):  # fmt: skip
+        check_positive_int(name, value, meaning)
+    if window is not None:
+        tokens = min(tokens, check_positive_int("window", window, "tokens a rolling buffer keeps"))
+    return 2 * num_layers * num_kv_heads * head_dim * bytes_per_number * tokens * batch
+
+
+def mla_cache_bytes(
+    num_layers: int, latent_dim: int, rope_dim: int = 0, bytes_per_number: int = 2, tokens: int = 1, batch: int = 1
+) -> int:
+    """Multi-head latent attention caches one latent c (d_c numbers) and one shared RoPE key (rope_dim) per token and
+    layer, whatever the number of heads: layers * (d_c + rope_dim) * bytes * tokens * batch."""
+    for name, value in (("num_layers", num_layers), ("latent_dim", latent_dim), ("bytes_per_number", bytes_per_number),
+                        ("tokens", tokens), ("batch", batch)):  # fmt: skip
+        check_positive_int(name, value, "a size")
+    check_int("rope_dim", rope_dim, "features of the decoupled RoPE key", minimum=0)
+    return num_layers * (latent_dim + rope_dim) * bytes_per_number * tokens * batch
+
+
+# --------------------------------------------------------------------------------------------
+# MHA -> GQA by mean-pooling (Ainslie et al. 2023)
+# --------------------------------------------------------------------------------------------
+
+
+def mean_pool_kv_heads(W: torch.Tensor, num_heads: int, num_kv_heads: int, pool: str = "mean") -> torch.Tensor:
+    """W (d_model, H * d), a key or value projection applied as x @ W, -> (d_model, H_kv * d): the columns of each
+    group of H / H_kv consecutive heads averaged, so new K/V head g is the mean of old heads g*group .. g*group+group-1
+    (the query heads that will share it). ``pool="first"`` keeps the first head of each group instead (the
+    alternative Ainslie et al. compare mean-pooling with)."""
+    check_tensor("W", W, 2, "(d_model, num_heads * head_dim)")
+    check_float("W", W)
+    num_heads = check_positive_int("num_heads", num_heads, "the heads of W")
+    num_kv_heads = check_positive_int("num_kv_heads", num_kv_heads, "the K/V heads to keep")
+    if W.shape[1] % num_heads or num_heads % num_kv_heads:
+        raise ValueError(f"num_heads should divide W's {W.shape[1]} columns and num_kv_heads should divide "
+                         f"num_heads, got num_heads={num_heads}, num_kv_heads={num_kv_heads}")  # fmt: skip
+    check_choice("pool", pool, ("mean", "first"))
+    d_model, head_dim = W.shape[0], W.shape[1] // num_heads
+    groups = W.view(d_model, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    return (groups.mean(dim=2) if pool == "mean" else groups[:, :, 0]).reshape(d_model, -1)
+
+
+@torch.no_grad()
+def to_grouped_query(model, num_kv_heads: int, pool: str = "mean"):
+    """A copy of the DecoderLM ``model`` (multi-head) with ``num_kv_heads`` key/value heads per block, their W_k and
+    W_v mean-pooled over each group (``mean_pool_kv_heads``; ``pool="first"``: the first head of each group kept);
+    every other weight copied unchanged."""
+    from .transformer import DecoderLM
+
+    _check_model(model)
+    first = model.blocks[0].attention
+    if first.num_kv_heads != first.num_heads:
+        raise ValueError(f"model should be multi-head (num_kv_heads == num_heads), got {first.num_kv_heads} K/V heads "
+                         f"for {first.num_heads} query heads")  # fmt: skip
+    num_kv_heads = check_positive_int("num_kv_heads", num_kv_heads, "K/V heads to keep")
+    if first.num_heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads should divide num_heads={first.num_heads}, got {num_kv_heads}")
+    new = DecoderLM(model.embedding.num_embeddings, first.d_model, first.num_heads, len(model.blocks),
+                    model.blocks[0].feed_forward.up.weight.shape[0], num_kv_heads, model.tie_embeddings,
+                    model.norm.eps)  # fmt: skip
+    state = dict(model.state_dict())
+    for i in range(len(model.blocks)):
+        for name in ("W_k", "W_v"):
+            key = f"blocks.{i}.attention.{name}.weight"  # nn.Linear's weight is (out, in): pool its transpose
+            state[key] = mean_pool_kv_heads(state[key].T, first.num_heads, num_kv_heads, pool).T.contiguous()
+    new.load_state_dict(state)
+    return new.eval()
+
+
+# --------------------------------------------------------------------------------------------
+# Multi-head latent attention (DeepSeek-V2)
+# --------------------------------------------------------------------------------------------
+
+
+def mla_attention(
+    x,
+    W_q,
+    W_dkv,
+    W_uk,
+    W_uv,
+    W_o,
+    num_heads: int,
+    mask=None,
+    absorbed: bool = False,
+    W_qr=None,
+    W_kr=None,
+):
+    """Multi-head latent attention (DeepSeek-V2, Sec. 2.1), with or without its decoupled RoPE part:
+
+        c = x W_dkv (B, n, d_c)      cached: d_c numbers per token and layer, for all heads
+        q = x W_q,  k = c W_uk,  v = c W_uv, each split into H heads of d
+        o = Concat_h softmax(q_h k_h^T / sqrt(d)) v_h  W_o
+
+    absorbed=True computes the same without ever forming k or v: q_h k_h^T = (q_h W_uk,h^T) c^T, so each head's query
+    moves into the latent space (d_c), and softmax(...) v_h W_o,h = (softmax(...) c) (W_uv,h W_o,h), one folded
+    matrix per head.
+
+    Decoupled RoPE (W_qr and W_kr given). RoPE on k = c W_uk would break the first fold: the score would be
+    q_h R_(i-j) W_uk,h^T c_j^T, with a rotation that depends on the pair (i, j) between the query and the latent, so
+    no single matrix can be folded into the query. DeepSeek-V2 leaves the content part without positions and adds a
+    small separate part that carries them:
+
+        q^R = RoPE(x W_qr) (H heads of d_r),  k^R = RoPE(x W_kr) (B, n, d_r), one key shared by all heads
+        score_h(i, j) = (q_h,i k_h,j^T + q^R_h,i k^R_j^T) / sqrt(d + d_r)
+
+    so the cache holds c and k^R: d_c + d_r numbers per token and layer (``mla_cache_bytes``), and the absorbed form
+    still works for the content part.
+
+    x (B, n, d_model); W_q (d_model, H d); W_dkv (d_model, d_c); W_uk, W_uv (d_c, H d); W_o (H d, d_model); mask None
+    or bool (n, n); W_qr (d_model, H d_r) and W_kr (d_model, d_r), both or neither, d_r even; positions 0..n-1.
+    Returns output (B, n, d_model), latent c (B, n, d_c), and k^R (B, n, d_r) rotated (None without RoPE): the two
+    tensors a cache would keep.
+    """
+    check_tensor("x", x, 3, "(batch, n, d_model)")
+    check_float("x", x)
+    num_heads = check_positive_int("num_heads", num_heads, "query heads")
+    check_bool("absorbed", absorbed, "whether to fold the up-projections into the queries and W_o")
+    d_model = x.shape[-1]
+    check_tensor("W_dkv", W_dkv, 2, "(d_model, latent_dim)")
+    latent = W_dkv.shape[1]
+    check_tensor("W_q", W_q, 2, "(d_model, num_heads * head_dim)")
+    width = W_q.shape[1]
+    if width % num_heads:
+        raise ValueError(f"num_heads should divide W_q's {width} columns, got num_heads={num_heads}")
+    shapes = [("W_q", W_q, (d_model, width)), ("W_dkv", W_dkv, (d_model, latent)), ("W_uk", W_uk, (latent, width)),
+               ("W_uv", W_uv, (latent, width)), ("W_o", W_o, (width, d_model))]  # fmt: skip
+    if (W_qr is None) != (W_kr is None):
+        raise ValueError(
+            "W_qr and W_kr should be given together (the decoupled RoPE query and key projections) or not at all, "
+            f"got W_qr {describe(W_qr)} and W_kr {describe(W_kr)}"
+        )
+    rope = W_kr is not None
+    if rope:
+        check_tensor("W_kr", W_kr, 2, "(d_model, rope_dim)")
+        rope_dim = W_kr.shape[1]
+        if rope_dim % 2:
+            raise ValueError(f"W_kr should have an even number of columns (RoPE turns pairs), got {describe(W_kr)}")
+        shapes += [("W_qr", W_qr, (d_model, num_heads * rope_dim)), ("W_kr", W_kr, (d_model, rope_dim))]
+    for name, W, shape in shapes:
+        check_tensor(name, W, 2, str(shape))
+        if tuple(W.shape) != shape:
+            raise ValueError(f"{name} should be {shape} (applied as x @ {name}), got {describe(W)}")
+    check_same_dtype(x=x, **{name: W for name, W, _ in shapes})
+    batch, n, _ = x.shape
+    head_dim = width // num_heads
+    if mask is not None:
+        check_bool_mask("mask", mask)
+        check_tensor("mask", mask, 2, "(n, n)")
+        check_size("mask", mask, 0, n, "n queries")
+        check_size("mask", mask, 1, n, "n keys")
+    c = x @ W_dkv  # (B, n, d_c)
+    q = split_heads(x @ W_q, num_heads)  # (B, H, n, d)
+    k_rope, q_rope, scale = None, None, head_dim
+    if rope:
+        positions = torch.arange(n)
+        q_rope = apply_rope(split_heads(x @ W_qr, num_heads), positions)  # (B, H, n, d_r)
+        k_rope = apply_rope(x @ W_kr, positions)  # (B, n, d_r): one key for all heads
+        scale = head_dim + rope_dim
+    if not absorbed:  # the paper's form: each head's query and key are [content; rope], concatenated
+        k, v = split_heads(c @ W_uk, num_heads), split_heads(c @ W_uv, num_heads)
+        if rope:
+            q = torch.cat([q, q_rope], dim=-1)
+            k = torch.cat([k, k_rope[:, None].expand(-1, num_heads, -1, -1)], dim=-1)
+        heads, _ = scaled_dot_product_attention(q, k, v, None if mask is None else mask[None, None])
+        return merge_heads(heads) @ W_o, c, k_rope
+    W_uk_heads = W_uk.view(latent, num_heads, head_dim)  # (d_c, H, d)
+    q_latent = torch.einsum("bhnd,chd->bhnc", q, W_uk_heads)  # each head's query in the latent space
+    scores = q_latent @ c[:, None].transpose(-2, -1)  # (B, H, n, n), the content part
+    if rope:
+        scores = scores + q_rope @ k_rope[:, None].transpose(-2, -1)  # plus the position part, from the shared key
+    weights = masked_softmax(scores / math.sqrt(scale), None if mask is None else mask.expand_as(scores))
+    read = weights @ c[:, None]  # (B, H, n, d_c): each head reads the latents
+    W_uv_o = torch.einsum("chd,hde->hce", W_uv.view(latent, num_heads, head_dim), W_o.view(num_heads, head_dim, -1))
+    return torch.einsum("bhnc,hce->bne", read, W_uv_o), c, k_rope
+
+
+# --------------------------------------------------------------------------------------------
+# FlexAttention on the CPU
+# --------------------------------------------------------------------------------------------
+
+
+def causal_mod(b, h, q_idx, kv_idx):
+    """mask_mod of ``attnedu.masks.causal_mask``: key j at or before query i."""
+    return q_idx >= kv_idx
+
+
+def sliding_window_mod(window: int) -> Callable:
+    """mask_mod of ``masks.sliding_window_mask(length, window, causal=True)``: 0 <= i - j <= window."""
+    window = check_int("window", window, "how many earlier neighbours", minimum=0)
+
+    def mod(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (q_idx - kv_idx <= window)
+
+    return mod
+
+
+def document_mod(document_ids: torch.Tensor) -> Callable:
+    """mask_mod of ``masks.document_mask(document_ids)``: same document and causal."""
+    check_tensor("document_ids", document_ids, 2, "(batch, length)")
+
+    def mod(b, h, q_idx, kv_idx):
+        return (document_ids[b, q_idx] == document_ids[b, kv_idx]) & (q_idx >= kv_idx)
+
+    return mod
+
+
+def prefix_lm_mod(prefix_lengths: torch.Tensor) -> Callable:
+    """mask_mod of ``masks.prefix_lm_mask(prefix_lengths, lengths, length)`` without padding: causal, or key in the
+    prefix (read both ways)."""
+    check_tensor("prefix_lengths", prefix_lengths, 1, "(batch,)")
+
+    def mod(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) | (kv_idx < prefix_lengths[b])
+
+    return mod
+
+
+def alibi_score_mod(slopes: torch.Tensor) -> Callable:
+    """score_mod of ALiBi (``positional.alibi_bias``): score - slope_h * (i - j)."""
+    check_tensor("slopes", slopes, 1, "(num_heads,)")
+    check_float("slopes", slopes)
+
+    def mod(score, b, h, q_idx, kv_idx):
+        return score - slopes[h] * (q_idx - kv_idx)
+
+    return mod
+
+
+def flex_attention_cpu(q, k, v, mask_mod: Callable | None = None, score_mod: Callable | None = None):
+    """``torch.nn.attention.flex_attention.flex_attention`` in eager mode: q, k, v (B, H, N, d) -> (B, H, N, d); the
+    mask from ``mask_mod(b, h, q_idx, kv_idx) -> bool`` (through ``create_block_mask``), the scores changed by
+    ``score_mod(score, b, h, q_idx, kv_idx)``. Eager FlexAttention builds the whole score matrix (no fused kernel:
+    that needs torch.compile), which is what a lesson-sized check needs.
+
+    Where torch 2.13's CPU support stops, this says so instead of crashing deep inside torch (measured): no backward
+    on the CPU (inputs that require grad are refused), and a device other than the CPU is refused on a machine
+    without CUDA."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    _check_heads(q, k, v)
+    if q.shape[1] != k.shape[1] or q.shape[2] != k.shape[2]:
+        raise ValueError(f"q and k should have the same heads and length here, got q {describe(q)}, k {describe(k)}")
+    if q.device.type == "cuda" and not torch.cuda.is_available():  # pragma: no cover - a CUDA tensor implies CUDA
+        raise RuntimeError("q is on a CUDA device, but this machine has no CUDA")
+    if q.device.type == "cpu" and any(t.requires_grad for t in (q, k, v)):
+        raise NotImplementedError(
+            "q, k, v should not require grad on the CPU: FlexAttention in torch 2.13 has no backward on the CPU "
+            "(torch raises 'FlexAttention does not support backward on CPU'); for training on the CPU use "
+            "attnedu.attention.scaled_dot_product_attention with an explicit mask from attnedu.masks"
+        )
+    for name, fn in (("mask_mod", mask_mod), ("score_mod", score_mod)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{name} should be a function, got {describe(fn)}")
+    batch, heads, n, _ = q.shape
+    block_mask = None
+    if mask_mod is not None:
+        block_mask = create_block_mask(mask_mod, batch, heads, n, n, device=q.device.type)
+    with warnings.catch_warnings():  # "called without torch.compile()": eager on purpose, see the docstring
+        warnings.simplefilter("ignore")
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
+
+
+def mask_from_mod(mask_mod: Callable, batch: int, heads: int, length: int) -> torch.Tensor:
+    """The dense (B, H, N, N) bool mask a mask_mod describes (``create_mask``), to compare with attnedu.masks'."""
+    from torch.nn.attention.flex_attention import create_mask
+
+    if not callable(mask_mod):
+        raise TypeError(f"mask_mod should be a function (b, h, q_idx, kv_idx) -> bool, got {describe(mask_mod)}")
+    for name, value in (("batch", batch), ("heads", heads), ("length", length)):
+        check_positive_int(name, value, "a size")
+    return create_mask(mask_mod, batch, heads, length, length, device="cpu")
+
+
+# --------------------------------------------------------------------------------------------
+# Linear attention (Katharopoulos et al. 2020)
+# --------------------------------------------------------------------------------------------
+
+
+def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """phi(x) = elu(x) + 1 > 0, the feature map of Katharopoulos et al."""
+    return nn.functional.elu(x) + 1.0
+
+
+def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
+    """Linear attention: o_i = phi(q_i) S / (phi(q_i) z), S = sum_j phi(k_j)^T v_j (d x d_v), z = sum_j phi(k_j),
+    the sums over all keys, or over j <= i if ``causal`` (running sums: the "RNN" form, a state of d x d_v numbers
+    however long the sequence). Time and memory grow like N d d_v, not N^2.
+
+    q (..., N, d), k (..., M, d), v (..., M, d_v) -> (..., N, d_v); causal needs N == M."""
+    check_tensor("q", q, (3, 4), "(..., N, d)")
+    check_tensor("k", k, (3, 4), "(..., M, d)")
+    check_tensor("v", v, (3, 4), "(..., M, d_v)")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_float(name, x)
+    check_same_dtype(q=q, k=k, v=v)
+    check_bool("causal", causal, "whether query i reads keys j <= i only")
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q, k, v should share leading dims, k and v their length, q and k head_dim; got q "
+                         f"{describe(q)}, k {describe(k)}, v {describe(v)}")  # fmt: skip
+    fq, fk = elu_feature_map(q), elu_feature_map(k)
+    if not causal:
+        state = fk.transpose(-2, -1) @ v  # (..., d, d_v)
+        return (fq @ state) / (fq @ fk.sum(dim=-2)[..., None])
+    if q.shape[-2] != k.shape[-2]:
+        raise ValueError(f"causal linear attention needs as many queries as keys, got q {describe(q)}, k {describe(k)}")
+    states = torch.cumsum(fk[..., :, None] * v[..., None, :], dim=-3)  # (..., N, d, d_v): S after each key
+    norms = torch.cumsum(fk, dim=-2)  # (..., N, d)
+    numerator = (fq[..., None, :] @ states).squeeze(-2)
+    return numerator / (fq * norms).sum(-1, keepdim=True)

@@ -1,0 +1,195 @@
+"""Lesson 10's benchmark: decoding speed and cache bytes of MHA, GQA, MQA, a sliding window and MLA on this CPU,
+with provenance; and what FlexAttention costs on the CPU (eager, and the first call under torch.compile).
+
+    python benchmarks/inference_cpu.py [--threads 2] [--repeats 5]   # writes benchmarks/inference_cpu.{json,md}
+
+Whole models (``DecoderLM``, untrained: speed does not depend on the weights' values) decode one token after a
+context of t tokens already in a cache (``attnedu.inference.KVCache`` or ``RollingKVCache``); the same model
+without a cache recomputes all t + 1 tokens. MLA has no model in the package, so it is timed as one attention layer's
+decoding step (``mla_attention``-style absorbed form over a cache of latents) against the same layer's MHA step.
+Each time: ``attnedu.bench.time_methods`` (a warm-up, then rounds in which every method is timed in turn by
+torch.utils.benchmark's blocked_autorange; median, min and max over rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from attnedu.bench import provenance, time_methods  # noqa: E402
+from attnedu.inference import (  # noqa: E402
+    KVCache,
+    RollingKVCache,
+    causal_mod,
+    flex_attention_cpu,
+    kv_cache_bytes,
+    lm_forward,
+    mla_cache_bytes,
+)
+from attnedu.transformer import DecoderLM  # noqa: E402
+
+D_MODEL, HEADS, LAYERS, VOCAB, WINDOW, LATENT = 256, 8, 4, 100, 256, 64  # LATENT = 4 * head_dim, as DeepSeek-V2
+LENGTHS = (256, 1024, 2048)
+VARIANTS = {"MHA": 8, "GQA-2": 2, "MQA": 1, f"MHA, window {WINDOW}": 8}
+
+
+def model_steps(lengths) -> tuple[dict, dict]:
+    """Decoding one token after t cached tokens, for each variant and length; cache bytes after t tokens."""
+    calls, sizes = {}, {}
+    g = torch.Generator().manual_seed(0)
+    for name, kv_heads in VARIANTS.items():
+        model = DecoderLM(VOCAB, D_MODEL, HEADS, LAYERS, num_kv_heads=kv_heads, seed=0).eval()
+        for t in lengths:
+            ids = torch.randint(0, VOCAB, (1, t + 1), generator=g)
+            cache = RollingKVCache(LAYERS, WINDOW) if "window" in name else KVCache(LAYERS)
+            with torch.no_grad():
+                lm_forward(model, ids[:, :t], cache)
+            sizes[name, t] = cache.nbytes()
+            keys, values = list(cache.k), list(cache.v)
+
+            def step(model=model, cache=cache, keys=keys, values=values, ids=ids, t=t, rolling="window" in name):
+                if not rolling:  # the cache of t tokens, every time (a rolling buffer stays the same size anyway)
+                    cache.k, cache.v, cache.seen = list(keys), list(values), t
+                with torch.no_grad():
+                    return lm_forward(model, ids[:, t:], cache)
+
+            calls[name, t] = step
+        if name == "MHA":
+            for t in lengths:
+                ids = torch.randint(0, VOCAB, (1, t + 1), generator=g)
+
+                def recompute(model=model, ids=ids):
+                    with torch.no_grad():
+                        return model(ids)[0, -1]
+
+                calls["MHA, no cache", t] = recompute
+    return calls, sizes
+
+
+def mla_steps(lengths) -> tuple[dict, dict]:
+    """One attention layer's decoding step: MHA over cached K, V (2 x heads x head_dim numbers per token) against
+    MLA's absorbed form over cached latents (LATENT numbers per token)."""
+    head_dim = D_MODEL // HEADS
+    g = torch.Generator().manual_seed(1)
+    W_q, W_o = torch.randn(D_MODEL, D_MODEL, generator=g) / 16, torch.randn(D_MODEL, D_MODEL, generator=g) / 16
+    W_uk = torch.randn(LATENT, HEADS, head_dim, generator=g) / 8
+    W_uv_o = torch.randn(HEADS, LATENT, D_MODEL, generator=g) / 8  # W_uv,h W_o,h folded, as the absorbed form keeps
+    calls, sizes = {}, {}
+    for t in lengths:
+        x = torch.randn(1, D_MODEL, generator=g)
+        k, v = torch.randn(HEADS, t, head_dim, generator=g), torch.randn(HEADS, t, head_dim, generator=g)
+        c = torch.randn(t, LATENT, generator=g)
+
+        def mha(x=x, k=k, v=v):
+            q = (x @ W_q).view(HEADS, 1, head_dim)
+            w = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(head_dim), -1)
+            return (w @ v).reshape(1, D_MODEL) @ W_o
+
+        def mla(x=x, c=c):
+            q = (x @ W_q).view(HEADS, head_dim)
+            q_latent = torch.einsum("hd,chd->hc", q, W_uk)  # (heads, latent)
+            w = torch.softmax(q_latent @ c.T / math.sqrt(head_dim), -1)  # (heads, t)
+            return torch.einsum("hc,hce->e", w @ c, W_uv_o)
+
+        calls["layer: MHA", t], calls["layer: MLA (absorbed)", t] = mha, mla
+        sizes["layer: MHA", t] = 2 * k.numel() * k.element_size()
+        sizes["layer: MLA (absorbed)", t] = c.numel() * c.element_size()
+    return calls, sizes
+
+
+def flex_costs() -> dict:
+    """Seconds of FlexAttention on the CPU (B 1, H 4, N 256, d 32, causal): the eager first and second calls, and the
+    first call under torch.compile (compilation included), and whether the backward runs."""
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 4, 256, 32, generator=g) for _ in range(3))
+    out = {}
+    for label in ("eager, first call", "eager, second call"):
+        start = time.perf_counter()
+        flex_attention_cpu(q, k, v, causal_mod)
+        out[label] = time.perf_counter() - start
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    block_mask = create_block_mask(causal_mod, 1, 4, 256, 256, device="cpu")
+    start = time.perf_counter()
+    try:
+        torch.compile(flex_attention)(q, k, v, block_mask=block_mask)
+        out["torch.compile, first call"] = time.perf_counter() - start
+    except Exception as error:  # noqa: BLE001 - recorded, not raised: the benchmark says what failed
+        out["torch.compile, first call"] = f"failed: {type(error).__name__}: {str(error)[:200]}"
+    try:
+        flex_attention(q.clone().requires_grad_(), k, v, block_mask=block_mask).sum().backward()
+        out["backward"] = "ran"
+    except Exception as error:  # noqa: BLE001
+        out["backward"] = f"{type(error).__name__}: {str(error)[:200]}"
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--min-run-time", type=float, default=0.05)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    info = provenance("cpu", "float32", 1, HEADS, args.threads, args.repeats, 1, args.min_run_time)
+    info.update(model=f"DecoderLM, d_model {D_MODEL}, {HEADS} query heads of {D_MODEL // HEADS}, {LAYERS} layers, "
+                      f"vocabulary {VOCAB}, untrained; batch 1; window {WINDOW}; MLA latent {LATENT}")  # fmt: skip
+    calls, sizes = model_steps(LENGTHS)
+    layer_calls, layer_sizes = mla_steps(LENGTHS)
+    calls.update(layer_calls)
+    sizes.update(layer_sizes)
+    seconds, failed = time_methods(calls, "cpu", args.repeats, 1, threads=args.threads,
+                                   min_run_time=args.min_run_time)  # fmt: skip
+    rows = []
+    for (name, t), times in seconds.items():
+        ms = [s * 1000 for s in times]
+        rows.append({"method": name, "context": t, "ms_per_token": statistics.median(ms), "min_ms": min(ms),
+                     "max_ms": max(ms), "tokens_per_s": 1000 / statistics.median(ms),
+                     "cache_bytes": sizes.get((name, t))})  # fmt: skip
+    head_dim = D_MODEL // HEADS
+    formulas = {
+        name: kv_cache_bytes(LAYERS, kv, head_dim, 4, tokens=max(LENGTHS), window=WINDOW if "window" in name else None)
+        for name, kv in VARIANTS.items()
+    }
+    formulas["layer: MLA (absorbed)"] = mla_cache_bytes(1, LATENT, 0, 4, tokens=max(LENGTHS))
+    flex = flex_costs()
+    result = {"provenance": info, "rows": rows, "failed": {str(k): v for k, v in failed.items()},
+              "cache_bytes_by_formula_at_max_context": formulas, "flex_attention_cpu_seconds": flex}  # fmt: skip
+    (HERE / "inference_cpu.json").write_text(json.dumps(result, indent=1) + "\n")
+    lines = [
+        "# Attention at inference on the CPU (lesson 10)",
+        "",
+        f"Made by `python benchmarks/inference_cpu.py --threads {args.threads} --repeats {args.repeats}` on "
+        f"{info['date']}: {info['device']}, {info['cpu_count']} cores, torch {info['torch']}, Python {info['python']}, "
+        f"{args.threads} thread(s), load average before {info['load_average_before']}. {info['model']}.",
+        "",
+        f"Timing: {info['timing']}. The machine is shared and noisy (see ../shared/reference/performance.md): read "
+        "ratios, not absolute times, and expect a factor of 2 either way.",
+        "",
+        "| method | context t | ms per token (median) | min-max | tokens/s | cache bytes after t tokens |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cache = "-" if r["cache_bytes"] is None else f"{r['cache_bytes']:,}"
+        lines.append(f"| {r['method']} | {r['context']} | {r['ms_per_token']:.3f} | {r['min_ms']:.3f}-"
+                     f"{r['max_ms']:.3f} | {r['tokens_per_s']:,.0f} | {cache} |")  # fmt: skip
+    lines += ["", f"Cache bytes by formula at t = {max(LENGTHS)} (float32): " + "; ".join(
+        f"{k} {v:,}" for k, v in formulas.items()) + ". The layer rows hold one layer's cache.", ""]  # fmt: skip
+    lines.append("FlexAttention on the CPU (B 1, H 4, N 256, head_dim 32, causal mask_mod): " + "; ".join(
+        f"{k}: {v:.2f} s" if isinstance(v, float) else f"{k}: {v}" for k, v in flex.items()) + ".")  # fmt: skip
+    (HERE / "inference_cpu.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

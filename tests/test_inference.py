@@ -1,0 +1,373 @@
+"""Lesson 10's library, attnedu/inference.py, against PyTorch and the package's own references (weights in, numbers
+out): a cached forward equals the full one, generation with a cache gives the same tokens, GQA equals SDPA's
+enable_gqa, the absorbed MLA equals the explicit one, a rolling buffer equals the sliding-window mask, FlexAttention's
+mask_mods equal lesson 06's masks, linear attention equals its quadratic form."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnedu.attention import scaled_dot_product_attention
+from attnedu.inference import (
+    DEEPSEEK_V2,
+    LLAMA2_7B_PARAMETERS,
+    MODEL_CONFIGS,
+    KVCache,
+    RollingKVCache,
+    SinkCache,
+    alibi_score_mod,
+    causal_mod,
+    document_mod,
+    elu_feature_map,
+    flex_attention_cpu,
+    generate_greedy,
+    grouped_attention,
+    kv_cache_bytes,
+    linear_attention,
+    lm_forward,
+    mask_from_mod,
+    mean_pool_kv_heads,
+    mla_attention,
+    mla_cache_bytes,
+    prefix_lm_mod,
+    rolling_cache_step,
+    sliding_window_mod,
+    streaming_losses,
+    to_grouped_query,
+    window_recompute_losses,
+)
+from attnedu.masks import causal_mask, document_mask, prefix_lm_mask, sliding_window_mask
+from attnedu.positional import alibi_bias, alibi_slopes, apply_rope
+from attnedu.transformer import DecoderLM
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    lm = DecoderLM(40, d_model=32, num_heads=4, num_layers=2, seed=3).eval()
+    with torch.no_grad():  # larger weights than at initialisation, so that attention is far from uniform
+        for p in lm.parameters():
+            p.mul_(2.0)
+    return lm
+
+
+@pytest.fixture(scope="module")
+def tokens():
+    return torch.randint(0, 40, (2, 23), generator=torch.Generator().manual_seed(1))
+
+
+@torch.no_grad()
+def test_forward_without_cache_is_the_models(model, tokens):
+    assert torch.allclose(lm_forward(model, tokens), model(tokens), atol=1e-5)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("chunks", [(23,), (1,) * 23, (5, 1, 1, 16), (10, 13)])
+def test_cached_forward_in_chunks_equals_the_full_forward(model, tokens, chunks):
+    cache, outs, start = KVCache(2), [], 0
+    for n in chunks:
+        outs.append(lm_forward(model, tokens[:, start : start + n], cache))
+        start += n
+    assert cache.seen == 23
+    assert torch.allclose(torch.cat(outs, 1), model(tokens), atol=1e-5)
+    assert cache.nbytes() == kv_cache_bytes(2, 4, 8, bytes_per_number=4, tokens=23, batch=2)
+
+
+@torch.no_grad()
+def test_cached_generation_gives_the_tokens_of_recomputation(model):
+    prompt = torch.tensor([3, 1, 4, 1, 5])
+    slow = generate_greedy(model, prompt, 40)
+    fast = generate_greedy(model, prompt, 40, KVCache(2))
+    assert torch.equal(slow, fast) and len(fast) == 45
+
+
+@torch.no_grad()
+def test_cached_generation_with_grouped_query_heads(model):
+    gqa = to_grouped_query(model, 2)
+    prompt = torch.tensor([7, 2])
+    cache = KVCache(2)
+    assert torch.equal(generate_greedy(gqa, prompt, 20), generate_greedy(gqa, prompt, 20, cache))
+    assert cache.nbytes() == kv_cache_bytes(2, 2, 8, 4, tokens=21)  # the last token's K/V: never needed, never made
+
+
+def test_the_cache_must_start_empty(model):
+    cache = KVCache(2)
+    generate_greedy(model, torch.tensor([1, 2]), 1, cache)
+    with pytest.raises(ValueError, match="cache should be empty"):
+        generate_greedy(model, torch.tensor([1, 2]), 1, cache)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("window", [1, 4, 7, 30])
+def test_rolling_buffer_equals_the_sliding_window_mask(model, tokens, window):
+    cache = RollingKVCache(2, window)
+    outs = [lm_forward(model, tokens[:, :9], cache)] + [lm_forward(model, tokens[:, t : t + 1], cache)
+                                                        for t in range(9, 23)]  # fmt: skip
+    expected = lm_forward(model, tokens, mask=sliding_window_mask(23, window - 1, causal=True))
+    assert torch.allclose(torch.cat(outs, 1), expected, atol=1e-5)
+    assert cache.nbytes() == kv_cache_bytes(2, 4, 8, 4, tokens=window, batch=2)  # fixed, however long the text
+
+
+@torch.no_grad()
+def test_sink_cache_keeps_the_first_tokens_and_the_window(model, tokens):
+    ids = tokens[0]
+    cache = SinkCache(2, window=6, sinks=2)
+    losses = streaming_losses(model, ids, cache)
+    assert losses.shape == (22,) and cache.k[0].shape[2] == 8
+    # while everything fits, it is the plain causal model
+    full = F.cross_entropy(model(ids[None, :8])[0], ids[1:9], reduction="none")
+    assert torch.allclose(losses[:8], full, atol=1e-5)
+    # one layer (where a cached key depends on its own token only): each prediction reads tokens 0..1 and the last
+    # six, at cache positions 0..7, exactly what the model computes on those eight tokens alone
+    one = DecoderLM(40, d_model=32, num_heads=4, num_layers=1, seed=5).eval()
+    losses = streaming_losses(one, ids, SinkCache(1, window=6, sinks=2))
+    for t in (8, 15, 21):
+        kept = torch.cat([ids[:2], ids[t - 5 : t + 1]])
+        assert torch.allclose(losses[t], F.cross_entropy(one(kept[None])[0, -1], ids[t + 1]), atol=1e-5)
+
+
+@torch.no_grad()
+def test_window_recompute_reads_the_last_tokens_only(model, tokens):
+    ids = tokens[0]
+    losses = window_recompute_losses(model, ids, 5)
+    assert torch.allclose(losses[3], F.cross_entropy(model(ids[None, 3:8])[0, -1], ids[8]), atol=1e-6)
+    sink_free = streaming_losses(model, ids, SinkCache(2, window=5))
+    assert torch.allclose(sink_free[:5], F.cross_entropy(model(ids[None, :5])[0], ids[1:6], reduction="none"),
+                          atol=1e-5)  # fmt: skip
+
+
+@pytest.mark.parametrize("heads, kv_heads", [(8, 2), (8, 1), (4, 4), (6, 3)])
+def test_grouped_attention_equals_sdpa_enable_gqa(heads, kv_heads):
+    g = torch.Generator().manual_seed(heads + kv_heads)
+    q = torch.randn(2, heads, 5, 16, generator=g)
+    k, v = torch.randn(2, kv_heads, 9, 16, generator=g), torch.randn(2, kv_heads, 9, 16, generator=g)
+    mask = causal_mask(5, 9, align="bottom-right")
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    assert (grouped_attention(q, k, v, mask) - expected).abs().max() <= 1e-6
+
+
+def test_grouped_attention_is_not_repeat():
+    """The pairing matters: head h reads K/V head h // group (repeat_interleave), not h % H_kv (repeat)."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (
+        torch.randn(1, 4, 3, 8, generator=g),
+        torch.randn(1, 2, 3, 8, generator=g),
+        torch.randn(1, 2, 3, 8, generator=g),
+    )
+    wrong = F.scaled_dot_product_attention(q, k.repeat(1, 2, 1, 1), v.repeat(1, 2, 1, 1))
+    assert not torch.allclose(grouped_attention(q, k, v), wrong, atol=1e-3)
+
+
+def test_grouped_attention_validates():
+    with pytest.raises(ValueError, match="divides q's 4"):
+        grouped_attention(torch.randn(1, 4, 2, 8), torch.randn(1, 3, 2, 8), torch.randn(1, 3, 2, 8))
+    with pytest.raises(TypeError):
+        grouped_attention(torch.ones(1, 4, 2, 8, dtype=torch.long), torch.randn(1, 2, 2, 8), torch.randn(1, 2, 2, 8))
+
+
+def test_cache_bytes_of_real_configs():
+    per_token = {
+        name: kv_cache_bytes(c["num_layers"], c["num_kv_heads"], c["head_dim"]) for name, c in MODEL_CONFIGS.items()
+    }
+    assert per_token["Llama-2-7B (MHA)"] == 512 * 1024
+    assert per_token["Llama-3-8B (GQA-8)"] == 128 * 1024
+    mla = mla_cache_bytes(DEEPSEEK_V2["num_layers"], DEEPSEEK_V2["latent_dim"], DEEPSEEK_V2["rope_dim"])
+    assert mla == 60 * 576 * 2
+    with pytest.raises(TypeError):
+        kv_cache_bytes(32.0, 8, 128)
+    # Llama-2-7B's parameters from its published shapes: vocabulary 32000, width 4096, SwiGLU 11008, 32 layers of
+    # four attention matrices, three feed-forward ones and two RMSNorm gains; embeddings and output head not tied
+    d, layers = 4096, 32
+    assert LLAMA2_7B_PARAMETERS == 2 * 32000 * d + layers * (4 * d * d + 3 * d * 11008 + 2 * d) + d
+    assert MODEL_CONFIGS["Mistral-7B (GQA-8)"]["window"] == 4096
+
+
+def test_mean_pooling_averages_each_group():
+    W = torch.arange(2 * 8, dtype=torch.float32).view(2, 8)  # d_model 2, 4 heads of 2
+    pooled = mean_pool_kv_heads(W, 4, 2)
+    assert torch.equal(pooled, torch.tensor([[1.0, 2.0, 5.0, 6.0], [9.0, 10.0, 13.0, 14.0]]))
+    assert torch.equal(mean_pool_kv_heads(W, 4, 4), W)
+
+
+@torch.no_grad()
+def test_to_grouped_query_with_identical_heads_changes_nothing(model, tokens):
+    same = DecoderLM(40, d_model=32, num_heads=4, num_layers=2, seed=3).eval()
+    same.load_state_dict(model.state_dict())
+    for block in same.blocks:  # make every K/V head of a pair equal: pooling then loses nothing
+        for W in (block.attention.W_k, block.attention.W_v):
+            rows = W.weight.view(2, 2, 8, 32)
+            rows[:, 1] = rows[:, 0]
+    assert torch.allclose(to_grouped_query(same, 2)(tokens), same(tokens), atol=1e-5)
+    assert not torch.allclose(to_grouped_query(model, 2)(tokens), model(tokens), atol=1e-3)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_mla_absorbed_equals_explicit(masked):
+    g = torch.Generator().manual_seed(2)
+    d_model, heads, head_dim, latent = 24, 4, 6, 5
+    x = torch.randn(2, 7, d_model, generator=g)
+    weights = [torch.randn(*s, generator=g) / s[0] ** 0.5 for s in
+               ((d_model, heads * head_dim), (d_model, latent), (latent, heads * head_dim),
+                (latent, heads * head_dim), (heads * head_dim, d_model))]  # fmt: skip
+    mask = causal_mask(7) if masked else None
+    explicit, c, no_rope = mla_attention(x, *weights, heads, mask)
+    absorbed, c2, _ = mla_attention(x, *weights, heads, mask, absorbed=True)
+    assert (explicit - absorbed).abs().max() <= 1e-5 and torch.equal(c, c2) and c.shape == (2, 7, latent)
+    assert no_rope is None
+    # the explicit form is ordinary multi-head attention on k = c W_uk, v = c W_uv
+    W_q, W_dkv, W_uk, W_uv, W_o = weights
+    split = lambda t: t.view(2, 7, heads, head_dim).transpose(1, 2)  # noqa: E731
+    ref = F.scaled_dot_product_attention(split(x @ W_q), split(c @ W_uk), split(c @ W_uv), is_causal=masked)
+    assert torch.allclose(explicit, ref.transpose(1, 2).reshape(2, 7, -1) @ W_o, atol=1e-5)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_mla_decoupled_rope(masked):
+    """DeepSeek-V2's decoupled RoPE: the absorbed form (content scores in the latent space plus a position part from
+    one shared rotated key) equals multi-head attention on the concatenated [content; rope] queries and keys."""
+    g = torch.Generator().manual_seed(3)
+    d_model, heads, head_dim, latent, rope_dim, n = 24, 4, 6, 5, 4, 9
+    x = torch.randn(2, n, d_model, generator=g)
+    weights = [torch.randn(*s, generator=g) / s[0] ** 0.5 for s in
+               ((d_model, heads * head_dim), (d_model, latent), (latent, heads * head_dim),
+                (latent, heads * head_dim), (heads * head_dim, d_model))]  # fmt: skip
+    W_qr = torch.randn(d_model, heads * rope_dim, generator=g) / d_model**0.5
+    W_kr = torch.randn(d_model, rope_dim, generator=g) / d_model**0.5
+    mask = causal_mask(n) if masked else None
+    explicit, c, k_rope = mla_attention(x, *weights, heads, mask, W_qr=W_qr, W_kr=W_kr)
+    absorbed, c2, k_rope2 = mla_attention(x, *weights, heads, mask, absorbed=True, W_qr=W_qr, W_kr=W_kr)
+    assert (explicit - absorbed).abs().max() <= 1e-5 and torch.equal(c, c2) and torch.equal(k_rope, k_rope2)
+    # the cache: d_c + d_r numbers per token, the count mla_cache_bytes uses
+    assert c.shape[-1] + k_rope.shape[-1] == latent + rope_dim
+    assert mla_cache_bytes(1, latent, rope_dim, 4, tokens=n, batch=2) == (c.numel() + k_rope.numel()) * 4
+    # against torch on the concatenated queries and keys, the rotation written out (halves layout, base 10000)
+    W_q, W_dkv, W_uk, W_uv, W_o = weights
+    angles = torch.arange(n, dtype=torch.float64)[:, None] * 10000.0 ** (-torch.arange(0, rope_dim, 2) / rope_dim)
+    cos, sin = angles.cos().float(), angles.sin().float()
+
+    def rotate(t):
+        a, b = t[..., : rope_dim // 2], t[..., rope_dim // 2 :]
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+    split = lambda t, d: t.view(len(t), n, heads, d).transpose(1, 2)  # noqa: E731
+    q = torch.cat([split(x @ W_q, head_dim), rotate(split(x @ W_qr, rope_dim))], dim=-1)
+    k_r = rotate(x @ W_kr)[:, None].expand(-1, heads, -1, -1)
+    k = torch.cat([split(c @ W_uk, head_dim), k_r], dim=-1)
+    ref = F.scaled_dot_product_attention(q, k, split(c @ W_uv, head_dim), is_causal=masked)
+    assert torch.allclose(explicit, ref.transpose(1, 2).reshape(2, n, -1) @ W_o, atol=1e-5)
+    assert torch.allclose(k_rope, rotate(x @ W_kr), atol=1e-6)
+    # the position part is relative: with the same input at every position, its scores depend on i - j only
+    same = x[:1, :1].expand(1, n, d_model)
+    _, _, k_same = mla_attention(same, *weights, heads, W_qr=W_qr, W_kr=W_kr)
+    q_same = rotate(split(same @ W_qr, rope_dim))
+    part = q_same @ k_same[:, None].transpose(-2, -1)  # (1, heads, n, n)
+    assert torch.allclose(part[0, :, 5, 2], part[0, :, 4, 1], atol=1e-5)
+    assert not torch.allclose(part[0, :, 5, 2], part[0, :, 5, 1], atol=1e-3)
+    # and it matters: dropping it changes the output
+    assert not torch.allclose(explicit, mla_attention(x, *weights, heads, mask)[0], atol=1e-3)
+
+
+def _flex_inputs():
+    g = torch.Generator().manual_seed(4)
+    return tuple(torch.randn(2, 4, 16, 8, generator=g) for _ in range(3))
+
+
+@pytest.mark.parametrize("name", ["causal", "window", "document", "prefix"])
+def test_flex_mask_mods_equal_the_masks_of_lesson_06(name):
+    q, k, v = _flex_inputs()
+    ids = torch.tensor([[0] * 5 + [1] * 6 + [2] * 5, [0] * 10 + [1] * 6])
+    prefix = torch.tensor([3, 7])
+    mod, explicit = {
+        "causal": (causal_mod, causal_mask(16)[None, None]),
+        "window": (sliding_window_mod(3), sliding_window_mask(16, 3, causal=True)[None, None]),
+        "document": (document_mod(ids), document_mask(ids)[:, None]),
+        "prefix": (prefix_lm_mod(prefix), prefix_lm_mask(prefix, torch.tensor([16, 16]), 16)[:, None]),
+    }[name]
+    assert torch.equal(mask_from_mod(mod, 2, 4, 16), explicit.expand(2, 4, 16, 16))
+    expected, _ = scaled_dot_product_attention(q, k, v, explicit)
+    assert (flex_attention_cpu(q, k, v, mod) - expected).abs().max() <= 1e-5
+
+
+def test_flex_alibi_score_mod_equals_the_bias():
+    q, k, v = _flex_inputs()
+    out = flex_attention_cpu(q, k, v, causal_mod, alibi_score_mod(alibi_slopes(4)))
+    expected, _ = scaled_dot_product_attention(q, k, v, causal_mask(16)[None, None], bias=alibi_bias(4, 16)[None])
+    assert (out - expected).abs().max() <= 1e-5
+
+
+def test_flex_backward_on_the_cpu_is_refused_with_a_message():
+    q, k, v = _flex_inputs()
+    with pytest.raises(NotImplementedError, match="no backward on the CPU"):
+        flex_attention_cpu(q.requires_grad_(), k, v, causal_mod)
+    from torch.nn.attention.flex_attention import flex_attention
+
+    with pytest.raises(NotImplementedError):  # what torch itself does: the reason for the message above
+        flex_attention(q, k, v)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_linear_attention_equals_its_quadratic_form(causal):
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 3, 10, 4, generator=g) for _ in range(3))
+    weights = elu_feature_map(q) @ elu_feature_map(k).mT
+    if causal:
+        weights = weights.tril()
+    expected = weights / weights.sum(-1, keepdim=True) @ v
+    assert torch.allclose(linear_attention(q, k, v, causal=causal), expected, atol=1e-5)
+
+
+def test_bad_inputs_name_argument_and_shape(model):
+    with pytest.raises(ValueError, match="tokens should be"):
+        lm_forward(model, torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="cache should have one layer per block"):
+        lm_forward(model, torch.tensor([[1]]), KVCache(3))
+    with pytest.raises(ValueError, match="SinkCache"):
+        lm_forward(model, torch.tensor([[1, 2]]), SinkCache(2, 4))
+    with pytest.raises(ValueError, match="W_uk should be"):
+        mla_attention(torch.randn(1, 3, 8), torch.randn(8, 8), torch.randn(8, 2), torch.randn(3, 8),
+                      torch.randn(2, 8), torch.randn(8, 8), 2)  # fmt: skip
+    mla_args = (torch.randn(1, 3, 8), torch.randn(8, 8), torch.randn(8, 2), torch.randn(2, 8), torch.randn(2, 8),
+                torch.randn(8, 8), 2)  # fmt: skip
+    with pytest.raises(ValueError, match="W_qr and W_kr should be given together"):
+        mla_attention(*mla_args, W_kr=torch.randn(8, 4))
+    with pytest.raises(ValueError, match="even number of columns"):
+        mla_attention(*mla_args, W_qr=torch.randn(8, 6), W_kr=torch.randn(8, 3))
+    with pytest.raises(ValueError, match=r"W_qr should be \(8, 8\)"):
+        mla_attention(*mla_args, W_qr=torch.randn(8, 4), W_kr=torch.randn(8, 4))
+    with pytest.raises(ValueError, match="causal linear attention"):
+        linear_attention(torch.randn(1, 3, 4), torch.randn(1, 5, 4), torch.randn(1, 5, 4), causal=True)
+    with pytest.raises(ValueError, match="empty"):
+        grouped_attention(torch.randn(1, 2, 0, 4), torch.randn(1, 2, 0, 4), torch.randn(1, 2, 0, 4))
+
+
+@pytest.mark.parametrize("window", [1, 3, 8])
+def test_rolling_cache_step_is_sliding_window_attention(window):
+    """A stream fed one token at a time through a rolling buffer of W slots reads what a sliding-window causal mask
+    of W keys allows (keys rotated by RoPE at their positions), and what RollingKVCache gives; the slots it has not
+    reached yet are never read, whatever they hold."""
+    g = torch.Generator().manual_seed(4)
+    batch, heads, n, d = 2, 3, 11, 8
+    q, k, v = (torch.randn(batch, heads, n, d, generator=g) for _ in range(3))
+    pos = torch.arange(n)
+    reference = F.scaled_dot_product_attention(
+        apply_rope(q, pos), apply_rope(k, pos), v, attn_mask=sliding_window_mask(n, window - 1, causal=True)
+    )
+    k_buffer = torch.full((batch, heads, window, d), 1e4)  # garbage in the slots not yet written
+    v_buffer = torch.full((batch, heads, window, d), float("nan"))
+    cache, rows = RollingKVCache(1, window), []
+    for t in range(n):
+        given = k_buffer.clone()
+        out, k_buffer, v_buffer = rolling_cache_step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1],
+                                                     k_buffer, v_buffer, t)  # fmt: skip
+        assert not torch.equal(given, k_buffer)  # the new key went in ...
+        assert torch.equal(k_buffer[:, :, t % window], apply_rope(k[:, :, t : t + 1], pos[t : t + 1])[:, :, 0])
+        rows.append(out)
+        same = cache.attend(0, q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], pos[t : t + 1])
+        assert torch.allclose(out, same, atol=1e-6)
+    assert torch.allclose(torch.cat(rows, dim=2), reference, atol=1e-5)
+    with pytest.raises(ValueError, match="position"):
+        rolling_cache_step(q[:, :, :1], k[:, :, :1], v[:, :, :1], k_buffer, v_buffer, -1)
+    with pytest.raises(ValueError, match="k_buffer and v_buffer"):
+        rolling_cache_step(q[:, :, :1], k[:, :, :1], v[:, :, :1], k_buffer, v_buffer[:, :1], 0)
