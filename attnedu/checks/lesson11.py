@@ -539,6 +539,52 @@ REPEAT_LOSS_WITHOUT = Exercise(
     forbidden=OWN_CODE,
 )
 
+def _attempt(fn):
+    """fn(), or None while the learner has not written it yet (it raises NotImplementedError); any other error is
+    said in a line (the exercise's check names the mistake) and also gives None."""
+    try:
+        return fn()
+    except NotImplementedError:
+        return None
+    except Exception as error:  # noqa: BLE001 - the learner's code may raise anything
+        print(f"(your code raised {type(error).__name__}: {error}; the check above says more)")
+        return None
+
+
+def check_removal_prediction(predicted_repeat_losses, repeat_loss_without) -> dict:
+    """Exercise 5: trains the lesson's two-layer induction model (``heads.train_induction``, seed 0, as the lesson
+    does), removes both layer-1 heads, then each alone, and prints the loss on the repeat that the course measures
+    (``heads.repeat_losses``), what the learner's ``repeat_loss_without`` measures, and whether the learner's
+    prediction, (both removed, one removed), lies within ``heads.PREDICTION_MARGIN`` nats of the course's measurement.
+    Returns the course's measurements, {"intact": ..., "both layer-1 heads": ..., "layer-1 head 0": ...,
+    "layer-1 head 1": ...}, so that the notebook can assert the effect whatever the learner wrote."""
+    from ..heads import INDUCTION, PREDICTION_MARGIN, held_out_repeats, repeat_losses, train_induction
+
+    held_out = held_out_repeats()  # the lesson's: 256 sequences of a 16-token block, repeated once
+    model = train_induction(2, held_out, seed=0, every=INDUCTION["steps"], desc="the lesson's two-layer model").model
+    removals = {"both layer-1 heads": [(1, 0), (1, 1)], "layer-1 head 0": [(1, 0)], "layer-1 head 1": [(1, 1)]}
+    measured = {"intact": repeat_losses(model, held_out).mean().item()}
+    measured.update({name: repeat_losses(model, held_out, removed).mean().item() for name, removed in removals.items()})
+    guess = _attempt(lambda: tuple(float(v) for v in predicted_repeat_losses()))
+    yours = _attempt(lambda: {name: float(repeat_loss_without(model, held_out, removed).mean())
+                              for name, removed in removals.items()})  # fmt: skip
+    print(f"intact: loss on the repeat {measured['intact']:.2f} nats")
+    for k, name in enumerate(removals):
+        line = f"{name} removed: {measured[name]:.2f} nats"
+        if yours is not None:
+            line += f"; your repeat_loss_without: {yours[name]:.2f}"
+        if guess is not None:
+            g = guess[0 if k == 0 else 1]
+            close = abs(g - measured[name]) <= PREDICTION_MARGIN
+            line += f"; you predicted {g:.2f}: {'✅ within' if close else '❌ more than'} {PREDICTION_MARGIN} nats"
+        print(line)
+    if guess is None:
+        print("Write your prediction in predicted_repeat_losses above (before measuring), then run this cell again.")
+    if yours is None:
+        print("Write repeat_loss_without above to see what your function measures.")
+    return measured
+
+
 EXERCISES = (
     PREVIOUS_TOKEN_SCORE,
     ATTENTION_ENTROPY,

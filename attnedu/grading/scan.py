@@ -28,9 +28,6 @@ SAFE_FROM_ATTNEDU = {"setup_notebook", "checks", "__version__"}
 SAFE_HELPERS = {
     "attnedu.triton_basics": {"compare_on_gpu", "triton_state", "triton_stand_ins"},
     "attnedu.runtime": {"rounded"},
-    # lesson 11's exercise 5 trains the lesson's model to measure on: the recipe, the data and the training loop, none
-    # of which computes an exercise's answer (the checks' own hook still fails a function that calls into the module)
-    "attnedu.heads": {"INDUCTION", "PREDICTION_MARGIN", "held_out_repeats", "train_induction"},
 }
 SAFE_FROM_CHECKS = {
     "check", "hint", "CheckResult", "Hint", "PASSED", "FAILED", "NOT_ATTEMPTED", "ICONS", "TIME_LIMIT", "MAX_PRINTED",
