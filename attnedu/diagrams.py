@@ -243,7 +243,7 @@ def multihead_diagram(num_heads: int = 4, ax: Axes | None = None, title: str | N
         box(ax, x, 1.9, f"head {i}", "context", width=1.1)
         arrow(ax, (x, bus - 0.2), (x, 1.9))
         arrow(ax, (x, 1.9), (centre, 3.1), COLOURS["context"], 1.0)
-    ax.text(xs[-1] + 0.7, 1.9, f"head $i$: its own\n$W^Q_i, W^K_i, W^V_i$,\n$d_k = d_{{model}}/{num_heads}$",
+    ax.text(xs[-1] + 0.7, 1.9, f"each head $i$: its own\n$W^Q_i, W^K_i, W^V_i$,\n$d_k = d_{{model}}/{num_heads}$",
             ha="left", va="center", fontsize=8)  # fmt: skip
     box(ax, centre, 3.1, "concat", "attentional", width=1.4)
     box(ax, centre, 4.2, "$W^O$", "decoder", width=1.0)
