@@ -99,7 +99,9 @@ class RecallHead(nn.Module):
         super().__init__()
         for name, value in (("vocab", vocab), ("d_model", d_model), ("head_dim", head_dim)):
             check_positive_int(name, value, "a size")
-        qk_init_scale = check_number("qk_init_scale", qk_init_scale, "a factor on the initial W_Q and W_K", 0, strict=True)
+        qk_init_scale = check_number(
+            "qk_init_scale", qk_init_scale, "a factor on the initial W_Q and W_K", 0, strict=True
+        )
         self.scale = (
             1 / math.sqrt(head_dim) if check_bool("scaled", scaled, "whether to divide by sqrt(head_dim)") else 1.0
         )

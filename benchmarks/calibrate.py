@@ -100,7 +100,8 @@ def run_one(model: str, seed: int, steps: int | None = None) -> dict:
 
 def _scaling() -> dict:
     """Lesson 04's experiment as the lesson runs it: for d_k 16 and 256, with and without the division by sqrt(d_k),
-    and raw with W_Q, W_K initialised smaller by d_k^(-1/4) (the control arm), three models (training seeds 0, 1, 2, moved by the offset), 150 Adam steps; per arm, the spread of the scores at
+    and raw with W_Q, W_K initialised smaller by d_k^(-1/4) (the control arm), three models (training seeds 0, 1,
+    2, moved by the offset), 150 Adam steps; per arm, the spread of the scores at
     initialisation and the held-out accuracy every 25 steps, averaged over the three models."""
     import torch
 
@@ -580,13 +581,14 @@ def report(results: list[dict], args) -> None:
             print(f"| {r['seed']} | {a['1']:.3f} | {a['2']:.3f} | {a['4']:.3f} | {r['least_on_neighbours']:.2f} "
                   f"| {r['least_best_share']:.2f} |")  # fmt: skip
         if all("one_head" in r for r in heads):
-            print("\nOne head: accuracy on the answers inside the sequence, per offset (-2, -1, +1, +2), sorted; and on")
-            print("the edge answers ('beyond the sequence')\n")
+            print("\nOne head: accuracy on the answers inside the sequence, per offset (-2, -1, +1, +2), sorted; and")
+            print("on the edge answers ('beyond the sequence')\n")
             print("| seed | best offset | second | third | fourth | edge |")
             print("|---|---|---|---|---|---|")
             for r in heads:
                 inside = sorted(r["one_head"]["inside"], reverse=True)
-                print(f"| {r['seed']} | " + " | ".join(f"{v:.3f}" for v in inside) + f" | {r['one_head']['edge']:.3f} |")
+                cells = " | ".join(f"{v:.3f}" for v in inside)
+                print(f"| {r['seed']} | {cells} | {r['one_head']['edge']:.3f} |")
     if later["leak"]:
         print("\n## Lesson 06: the leak (training loss over the last 50 steps; held-out loss with the causal mask)\n")
         print("final: the final masked model on 1024 windows of 32 of each split\n")

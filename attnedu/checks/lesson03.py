@@ -605,7 +605,10 @@ def _window_sum(center, half_width, lengths, *, at=None, sigma=None, two=2.0, wi
     gaussian = torch.exp(-((j - mu) ** 2) / (two * s**2)) * window
     if count is None:
         return gaussian.sum(dim=-1)
-    n = S.to(center.dtype) if whole_source else (torch.full_like(center, 2 * D + 1) if count == "full" else window.sum(-1))
+    if whole_source:
+        n = S.to(center.dtype)
+    else:
+        n = torch.full_like(center, 2 * D + 1) if count == "full" else window.sum(-1)
     return gaussian.sum(dim=-1) / n
 
 

@@ -25,7 +25,21 @@ import torch
 
 from ..attention import initial_score_std, query_scale_for_weight, scaled_dot_product_attention
 from ..masks import padding_mask
-from .exercise import EMPTY_ROW, LARGE, NAN_INPUT, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
+from .exercise import (
+    EMPTY_ROW,
+    LARGE,
+    NAN_INPUT,
+    ONE,
+    PADDED,
+    UNPADDED,
+    Case,
+    Exercise,
+    Layout,
+    Variant,
+    generator,
+    kinds,
+    randn,
+)
 from .mistakes import MASKED_AFTER_SOFTMAX, MASKED_WITH_ZERO
 
 LESSON = "04_query_key_value"

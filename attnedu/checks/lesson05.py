@@ -548,7 +548,7 @@ def _offset_cases() -> list[Case]:
         case([7], 4, (-1, 1), 1, kinds(ONE, UNPADDED)),
         case([5, 1], 6, (-2, -1, 1, 2), -1, kinds(PADDED), "a sequence of one token: every answer is beyond the edge"),
         case([8], 2, (3,), 3, kinds(ONE, UNPADDED), "a single offset, the one read"),
-        case([100_000, 2_000], 50_000, (-40, -1, 1, 40), 40, kinds(LARGE, PADDED), "long sequences, a large vocabulary"),
+        case([100_000, 2_000], 50_000, (-40, -1, 1, 40), 40, kinds(LARGE, PADDED), "long sequences, a big vocabulary"),
     ]
 
 

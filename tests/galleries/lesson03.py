@@ -1,5 +1,6 @@
 """Lesson 03, 03_luong_attention: the galleries of ``general_score``, ``attentional_hidden``, ``attend_all_steps``,
-``general_decoder_step`` and ``local_p_weight_sum`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
+``general_decoder_step`` and ``local_p_weight_sum`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS,
+KINDS_NOT_APPLICABLE, BUGS, as
 tests/galleries/__init__.py describes them).
 """
 

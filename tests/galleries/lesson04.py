@@ -164,7 +164,8 @@ def sd_numpy_round_trip(query, key, value, mask):
 def sd_in_place(query, key, value, mask):
     query /= math.sqrt(query.shape[-1])
     weights = torch.softmax((query @ key.transpose(-2, -1)).masked_fill(~mask, NEG_INF), dim=-1)
-    return weights.masked_fill(~mask.any(-1, keepdim=True), 0) @ value, weights.masked_fill(~mask.any(-1, keepdim=True), 0)
+    weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0)
+    return weights @ value, weights
 
 
 def sd_every_nan_replaced(query, key, value, mask):

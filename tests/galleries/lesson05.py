@@ -1,5 +1,6 @@
 """Lesson 05, 05_multi_head_attention: the galleries of ``split_heads``, ``merge_heads``, ``multi_head_attention``,
-``grouped_query_attention``, ``per_head_weights`` and ``one_offset_accuracy`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
+``grouped_query_attention``, ``per_head_weights`` and ``one_offset_accuracy`` (CORRECT, MUTANTS, OFF_BY_ONE,
+KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
 tests/galleries/__init__.py describes them).
 """
 
