@@ -619,6 +619,9 @@ LOCAL_P_WEIGHT_SUM = Exercise(
     returns=(("batch",),),
     reference=local_p_uniform_sum,
     make_cases=_local_p_cases,
+    # the prediction is the learner's own: local_p_weights (which the notebook measures with afterwards) and
+    # local_p_uniform_sum earn nothing inside it
+    forbidden=("attnedu.attention",),
     variants=(
         Variant(
             "your Gaussian is centred on round(p_t), the window's middle position; in local-p the window is centred "

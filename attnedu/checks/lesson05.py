@@ -575,6 +575,7 @@ ONE_OFFSET_ACCURACY = Exercise(
     returns=(("batch",),),
     reference=one_offset_accuracy,
     make_cases=_offset_cases,
+    forbidden=("attnedu.tasks",),  # the learner's own prediction: the package's formula (or its task) earns nothing
     units=(("sequence", "sequences", "batch index"),),
     variants=(
         Variant(

@@ -566,6 +566,20 @@ KIND_MUTANTS = [
 ]
 
 
+def _measures_with_local_p_weights(center, half_width, src_lengths):
+    from attnedu.attention import local_p_weights
+
+    return torch.stack(
+        [local_p_weights(torch.zeros(1, int(n)), c[None], half_width).sum() for c, n in zip(center, src_lengths)]
+    )  # right numbers, but the lesson's function did the work
+
+
+REFERENCE_USE = [
+    ("local_p_weight_sum", _measures_with_local_p_weights),
+    ("local_p_weight_sum", lambda c, d, n: __import__("attnedu.attention").attention.local_p_uniform_sum(c, d, n)),
+]
+
+
 KINDS_NOT_APPLICABLE: dict[tuple[str, str], str] = {
     ("local_p_weight_sum", LARGE): "a mean of at most 2D + 1 Gaussian factors in (0, 1]: a wide window over a long "
     "source overflows nothing and rounds nothing a mistake could hide behind",

@@ -576,6 +576,15 @@ KIND_MUTANTS = [
 ]
 
 
+def _package_formula(lengths, vocab, offsets, read):
+    from attnedu.tasks import one_offset_accuracy
+
+    return one_offset_accuracy(lengths, vocab, offsets, read)
+
+
+REFERENCE_USE = [("one_offset_accuracy", _package_formula)]
+
+
 KINDS_NOT_APPLICABLE: dict[tuple[str, str], str] = {
     ("per_head_weights", PADDED): "weights, not sequences: there is nothing to pad",
     ("per_head_weights", UNPADDED): "weights, not sequences: there is nothing to pad",
