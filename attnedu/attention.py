@@ -228,6 +228,39 @@ def local_p_weights(scores: torch.Tensor, center: torch.Tensor, half_width: int)
     return masked_softmax(scores, window) * torch.exp(-((positions - p) ** 2) / (2 * sigma**2))
 
 
+def local_p_uniform_sum(center: torch.Tensor, half_width: int, src_lengths: torch.Tensor) -> torch.Tensor:
+    """The sum of a local-p row's weights (``local_p_weights``) when every score in its window is equal (lesson 03's
+    prediction exercise): the softmax then gives each of the window's n positions 1 / n, so the sum is the mean of
+    the Gaussian over them,
+
+        sum_j a_t(j) = (1 / n) sum_{j in window} exp(-(j - p_t)^2 / (2 sigma^2)),   sigma = D / 2,
+
+    with the window the positions j of the source, 0 <= j <= S - 1, with |j - round(p_t)| <= D (halves round up):
+    2D + 1 of them, fewer where the window meets an end of the source.
+    center: (batch,) floats p_t, each in [0, S - 1]; half_width: D >= 1; src_lengths: (batch,) source lengths S >= 1.
+    Returns (batch,) floats in (0, 1].
+    """
+    check_tensor("center", center, 1, "(batch,)")
+    check_float("center", center)
+    check_finite("center", center, "p_t is a position: a real number")
+    half_width = check_int("half_width", half_width, "D, the window's half width", minimum=1)
+    check_tensor("src_lengths", src_lengths, 1, "(batch,)")
+    if src_lengths.is_floating_point() or src_lengths.dtype == torch.bool or bool((src_lengths < 1).any()):
+        raise ValueError(f"src_lengths should be whole numbers >= 1 (words per source), got {src_lengths.tolist()}")
+    check_size("src_lengths", src_lengths, 0, center.shape[0], "one source length per predicted position")
+    if bool(((center < 0) | (center > src_lengths - 1)).any()):
+        raise ValueError(
+            f"center should lie inside each source, 0 <= p_t <= S - 1, got {center.tolist()} for lengths "
+            f"{src_lengths.tolist()}; p_t = (S - 1) sigmoid(...) always does"
+        )
+    longest = int(src_lengths.max())
+    positions = torch.arange(longest, dtype=center.dtype)[None, :]
+    p = center[:, None]
+    window = ((positions - torch.floor(p + 0.5)).abs() <= half_width) & (positions < src_lengths[:, None])
+    gaussian = torch.exp(-((positions - p) ** 2) / (2 * (half_width / 2) ** 2))
+    return (gaussian * window).sum(dim=-1) / window.sum(dim=-1)
+
+
 # --------------------------------------------------------------------------------------------
 # Softmax, context, scaled dot-product attention
 # --------------------------------------------------------------------------------------------

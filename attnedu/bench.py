@@ -252,6 +252,8 @@ def make_methods(device: str, dtype: torch.dtype, names: Sequence[str] = METHODS
                 backend_name, label = SDPA_BACKENDS["sdpa_efficient"]  # the flash kernel takes only 16-bit on CUDA
             backend = getattr(SDPBackend, backend_name)
             methods[name] = Method(name, label, _sdpa, functools.partial(sdpa_kernel, backend))
+        elif name == "linear":  # lesson 10's linear attention (not softmax: compared for time and memory only)
+            methods[name] = Method(name, "linear attention (attnedu.inference)", _linear)
         elif name == "triton" and device == "cuda":
             from .triton_attention import triton_attention, unavailable_reason
 
@@ -259,6 +261,12 @@ def make_methods(device: str, dtype: torch.dtype, names: Sequence[str] = METHODS
                 label = "Triton (attnedu.triton_attention)"
                 methods[name] = Method(name, label, functools.partial(_causal_kw, triton_attention))
     return methods
+
+
+def _linear(q, k, v, causal):
+    from .inference import linear_attention
+
+    return linear_attention(q, k, v, causal=causal)
 
 
 def _causal_kw(fn, q, k, v, causal):

@@ -223,20 +223,28 @@ def lookup_diagram(
 
 
 def multihead_diagram(num_heads: int = 4, ax: Axes | None = None, title: str | None = None) -> Axes:
-    """Multi-head attention (lesson 05): the input X feeds h heads side by side (head 0 to head h - 1), each
-    with its own W_i^Q, W_i^K, W_i^V of size d_k; their outputs are concatenated and mixed by W^O."""
+    """Multi-head attention (lesson 05): the queries' input Q, the keys' K and the values' V (all three the same X in
+    self-attention) go to h heads side by side (head 0 to head h - 1), each with its own W_i^Q, W_i^K, W_i^V of
+    size d_k = d_model / h (said once, beside the heads, clear of the arrows); their outputs are concatenated and
+    mixed by W^O."""
     if isinstance(num_heads, bool) or not isinstance(num_heads, int) or not 1 <= num_heads <= 8:
         raise ValueError(f"num_heads must be an int in 1..8 to draw, got {num_heads!r}")
     width = max(num_heads * 1.3, 4.0)
-    ax = _frame(ax, width + 0.6, 5.0)
+    ax = _frame(ax, width + 2.4, 5.0)
     centre = (width - 1.0) / 2
-    box(ax, centre, 0.3, "$X$", "encoder", width=1.2)
     xs = [centre + (i - (num_heads - 1) / 2) * 1.3 for i in range(num_heads)]
+    bus = 1.05  # every head gets all three inputs
+    for dx, name in ((-1.0, "$Q$"), (0.0, "$K$"), (1.0, "$V$")):
+        box(ax, centre + dx, 0.3, name, "encoder", width=0.7)
+        ax.plot([centre + dx, centre + dx], [0.3 + 0.3, bus], color=COLOURS["edge"], linewidth=1.2)
+    ax.text(centre, -0.45, "self-attention: $Q = K = V = X$", ha="center", va="center", fontsize=8)
+    ax.plot([min(xs[0], centre - 1.0), max(xs[-1], centre + 1.0)], [bus, bus], color=COLOURS["edge"], linewidth=1.2)
     for i, x in enumerate(xs):
         box(ax, x, 1.9, f"head {i}", "context", width=1.1)
-        ax.text(x, 1.9 - 0.45, f"$d_k$ = $d_{{model}}$/{num_heads}", ha="center", va="top", fontsize=7)
-        arrow(ax, (centre, 0.3), (x, 1.9))
+        arrow(ax, (x, bus - 0.2), (x, 1.9))
         arrow(ax, (x, 1.9), (centre, 3.1), COLOURS["context"], 1.0)
+    ax.text(xs[-1] + 0.7, 1.9, f"each head $i$: its own\n$W^Q_i, W^K_i, W^V_i$,\n$d_k = d_{{model}}/{num_heads}$",
+            ha="left", va="center", fontsize=8)  # fmt: skip
     box(ax, centre, 3.1, "concat", "attentional", width=1.4)
     box(ax, centre, 4.2, "$W^O$", "decoder", width=1.0)
     arrow(ax, (centre, 3.1), (centre, 4.2))

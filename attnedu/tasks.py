@@ -2,6 +2,7 @@
 
 recall_task      lesson 04: key-value pairs and a question: which value goes with this key?
 neighbour_task   lesson 05: read the tokens at several fixed offsets from every position
+one_offset_accuracy  lesson 05: the accuracy on it of a reader that gets one offset right and guesses the rest
 CharCorpus       lessons 06, 07, 09: characters of the help texts that ship with CPython, with a bigram baseline
 repeated_tokens  lesson 11: a block of random tokens, repeated (where induction heads pay off)
 """
@@ -66,6 +67,42 @@ def neighbour_task(
     padded = torch.cat([edge, tokens, edge], dim=1)
     targets = torch.stack([padded[:, reach + o : reach + o + length] for o in offsets], dim=-1)
     return tokens, targets
+
+
+def one_offset_accuracy(lengths: torch.Tensor, vocab: int, offsets: Sequence[int], read: int) -> torch.Tensor:
+    """The accuracy on ``neighbour_task`` of a reader that gets one offset right everywhere and knows nothing else
+    about the neighbours (lesson 05's prediction exercise: one head that reads its most-weighted neighbour).
+
+    For a sequence of L tokens, each of the L len(offsets) answers is one of three kinds:
+      beyond the edge (i + o outside 0..L-1): min(|o|, L) positions per offset o, always right (the position alone
+        says so);
+      the offset read, inside the sequence: L - min(|read|, L) answers, always right;
+      any other offset, inside: right with probability 1 / vocab (tokens are independent and uniform, so a guess
+        is right one time in vocab).
+    accuracy = (edge + read inside + other inside / vocab) / (L len(offsets))
+
+    lengths: (batch,) sequence lengths L >= 1; vocab >= 1; offsets: non-zero ints; read: one of them.
+    Returns (batch,) floats, the expected accuracy for each length.
+    """
+    if not isinstance(lengths, torch.Tensor) or lengths.dim() != 1:
+        raise TypeError(f"lengths should be a (batch,) tensor of sequence lengths, got {describe(lengths)}")
+    if lengths.is_floating_point() or lengths.dtype == torch.bool or bool((lengths < 1).any()):
+        raise ValueError(f"lengths should be whole numbers >= 1 (tokens per sequence), got {lengths.tolist()}")
+    vocab = check_positive_int("vocab", vocab, "distinct tokens")
+    if isinstance(offsets, (str, bytes)) or not isinstance(offsets, Sequence):
+        raise TypeError(f"offsets should be a list of non-zero ints such as [-1, 1], got {describe(offsets)}")
+    offsets = [check_int(f"offsets[{n}]", o, "a position relative to each token") for n, o in enumerate(offsets)]
+    if not offsets or 0 in offsets:
+        raise ValueError(f"offsets should be non-zero positions relative to each token, such as [-1, 1], got {offsets}")
+    read = check_int("read", read, "the offset the reader gets right")
+    if read not in offsets:
+        raise ValueError(f"read should be one of offsets {offsets}, got {read}")
+    lengths = lengths.to(torch.get_default_dtype())
+    beyond = {o: torch.clamp(lengths, max=abs(o)) for o in offsets}  # positions whose offset o falls outside
+    edge = sum(beyond.values())
+    read_inside = lengths - beyond[read]
+    others_inside = sum(lengths - beyond[o] for o in offsets) - read_inside
+    return (edge + read_inside + others_inside / vocab) / (lengths * len(offsets))
 
 
 def repeated_tokens(

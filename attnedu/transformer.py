@@ -87,14 +87,21 @@ class RecallHead(nn.Module):
     a = softmax(scores), logits = (sum_j a_j x_j W_V) W_out.
     Embeddings have standard normal entries and W_Q, W_K, W_V standard deviation 1 / sqrt(d_model), so that the
     query and key components have variance about 1 and 2 at initialisation; W_out has 1 / sqrt(head_dim).
+    ``qk_init_scale`` multiplies the initial W_Q and W_K (the same draws otherwise): head_dim ** -0.25 with
+    ``scaled=False`` starts the raw scores with the spread of the divided ones (lesson 04's control arm).
     forward(keys (batch, pairs), values (batch, pairs), question (batch,)) -> logits (batch, vocab),
     scores (batch, pairs) before the softmax.
     """
 
-    def __init__(self, vocab: int, d_model: int, head_dim: int, scaled: bool, seed: int = 0):
+    def __init__(
+        self, vocab: int, d_model: int, head_dim: int, scaled: bool, seed: int = 0, qk_init_scale: float = 1.0
+    ):
         super().__init__()
         for name, value in (("vocab", vocab), ("d_model", d_model), ("head_dim", head_dim)):
             check_positive_int(name, value, "a size")
+        qk_init_scale = check_number(
+            "qk_init_scale", qk_init_scale, "a factor on the initial W_Q and W_K", 0, strict=True
+        )
         self.scale = (
             1 / math.sqrt(head_dim) if check_bool("scaled", scaled, "whether to divide by sqrt(head_dim)") else 1.0
         )
@@ -103,6 +110,9 @@ class RecallHead(nn.Module):
             self.value_embedding = nn.Parameter(torch.randn(vocab, d_model))
             self.W_Q, self.W_K, self.W_V = (nn.Parameter(torch.randn(d_model, head_dim) / math.sqrt(d_model))
                                             for _ in range(3))  # fmt: skip
+            with torch.no_grad():
+                self.W_Q.mul_(qk_init_scale)
+                self.W_K.mul_(qk_init_scale)
             self.W_out = nn.Parameter(torch.randn(head_dim, vocab) / math.sqrt(head_dim))
 
     def forward(self, keys: torch.Tensor, values: torch.Tensor, question: torch.Tensor):

@@ -103,7 +103,8 @@ def run_one(model: str, seed: int, steps: int | None = None) -> dict:
 
 def _scaling() -> dict:
     """Lesson 04's experiment as the lesson runs it: for d_k 16 and 256, with and without the division by sqrt(d_k),
-    three models (training seeds 0, 1, 2, moved by the offset), 150 Adam steps; per arm, the spread of the scores at
+    and raw with W_Q, W_K initialised smaller by d_k^(-1/4) (the control arm), three models (training seeds 0, 1,
+    2, moved by the offset), 150 Adam steps; per arm, the spread of the scores at
     initialisation and the held-out accuracy every 25 steps, averaged over the three models."""
     import torch
 
@@ -116,10 +117,11 @@ def _scaling() -> dict:
     test = recall_task(500, pairs, vocab, torch.Generator().manual_seed(12345))
     arms = {}
     for head_dim in (16, 256):
-        for scaled in (True, False):
+        for scaled, small in ((True, False), (False, False), (False, True)):
             spreads, curves = [], []
             for seed in (0, 1, 2):
-                model = RecallHead(vocab, d_model, head_dim, scaled, seed=seed)
+                model = RecallHead(vocab, d_model, head_dim, scaled, seed=seed,
+                                   qk_init_scale=head_dim**-0.25 if small else 1.0)  # fmt: skip
                 generator = torch.Generator().manual_seed(training_seed(seed))
                 optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
                 with torch.no_grad():
@@ -135,7 +137,7 @@ def _scaling() -> dict:
                         with torch.no_grad():
                             curve.append((model(*test[:3])[0].argmax(-1) == test[3]).float().mean().item())
                 curves.append(curve)
-            arms[f"{head_dim} {'scaled' if scaled else 'raw'}"] = {
+            arms[f"{head_dim} {'scaled' if scaled else 'raw'}{' small init' if small else ''}"] = {
                 "spread": sum(spreads) / 3,
                 "curve": [sum(c[i] for c in curves) / 3 for i in range(len(curves[0]))],
                 "per_seed_at_50": [c[1] for c in curves],
@@ -169,6 +171,13 @@ def _heads(seed: int) -> dict:
         with torch.no_grad():
             logits, weights = model(test_tokens)
         final[str(h)] = (logits.argmax(-1) == test_targets).float().mean().item()
+        if h == 1:
+            right = logits.argmax(-1) == test_targets  # (500, length, offsets)
+            edge = test_targets == vocab
+            one_head = {
+                "inside": [right[..., k][~edge[..., k]].float().mean().item() for k in range(len(offsets))],
+                "edge": right[edge].float().mean().item(),
+            }
         if h == 4:
             inner = torch.arange(2, length - 2)
             shares = torch.tensor(
@@ -176,6 +185,7 @@ def _heads(seed: int) -> dict:
             )
     return {
         "accuracy": final,
+        "one_head": one_head,  # one head: accuracy per offset on answers inside the sequence, and on the edge answers
         "least_on_neighbours": shares.sum(dim=1).min().item(),  # every head: its share on the four neighbours
         "least_best_share": shares.max(dim=0).values.min().item(),  # every neighbour: its best head's share
     }
@@ -686,6 +696,15 @@ def report(results: list[dict], args) -> None:
             a = r["accuracy"]
             print(f"| {r['seed']} | {a['1']:.3f} | {a['2']:.3f} | {a['4']:.3f} | {r['least_on_neighbours']:.2f} "
                   f"| {r['least_best_share']:.2f} |")  # fmt: skip
+        if all("one_head" in r for r in heads):
+            print("\nOne head: accuracy on the answers inside the sequence, per offset (-2, -1, +1, +2), sorted; and")
+            print("on the edge answers ('beyond the sequence')\n")
+            print("| seed | best offset | second | third | fourth | edge |")
+            print("|---|---|---|---|---|---|")
+            for r in heads:
+                inside = sorted(r["one_head"]["inside"], reverse=True)
+                cells = " | ".join(f"{v:.3f}" for v in inside)
+                print(f"| {r['seed']} | {cells} | {r['one_head']['edge']:.3f} |")
     if later["leak"]:
         print("\n## Lesson 06: the leak (training loss over the last 50 steps; held-out loss with the causal mask)\n")
         print("final: the final masked model on 1024 windows of 32 of each split\n")
@@ -877,6 +896,17 @@ def _report_scaling(rows: list[dict]) -> None:
             for n in names
         ]
         print(f"| {r['seed']} | " + " | ".join(cells) + " |")
+    controls = ("16 raw small init", "256 raw small init")
+    if all(n in r["arms"] for r in rows for n in controls):
+        print("\nThe control arm: raw scores, W_Q and W_K initialised smaller by d_k^(-1/4) (spread, at 50, at 150)\n")
+        print("| seed | d_k 16 raw, small init | d_k 256 raw, small init |")
+        print("|---|---|---|")
+        for r in rows:
+            cells = [
+                f"{r['arms'][n]['spread']:.1f}, {r['arms'][n]['curve'][1]:.3f}, {r['arms'][n]['curve'][-1]:.3f}"
+                for n in controls
+            ]
+            print(f"| {r['seed']} | " + " | ".join(cells) + " |")
 
     def arm(r, name, at):
         return r["arms"][name]["curve"][at]
@@ -890,6 +920,14 @@ def _report_scaling(rows: list[dict]) -> None:
         ],
         "d_k 16 raw after 150 steps": [arm(r, "16 raw", -1) for r in rows],
     }
+    if all("256 raw small init" in r["arms"] for r in rows):
+        for d in (16, 256):
+            ranges[f"d_k {d}, small-init raw minus raw after 50 steps"] = [
+                arm(r, f"{d} raw small init", 1) - arm(r, f"{d} raw", 1) for r in rows
+            ]
+            ranges[f"d_k {d}, divided minus small-init raw after 50 steps"] = [
+                arm(r, f"{d} scaled", 1) - arm(r, f"{d} raw small init", 1) for r in rows
+            ]
     print("\nRanges over the seeds, for the margins lesson 04 asserts:\n")
     for label, values in ranges.items():
         print(f"- {label}: {_span(values)}")

@@ -1,5 +1,6 @@
 """Lesson 10's benchmark: decoding speed and cache bytes of MHA, GQA, MQA, a sliding window and MLA on this CPU,
-with provenance; and what FlexAttention costs on the CPU (eager, and the first call under torch.compile).
+with provenance; what FlexAttention costs on the CPU (eager, and the first call under torch.compile); and the extra
+memory of softmax attention (written out, and torch's fused kernel) against linear attention as N grows.
 
     python benchmarks/inference_cpu.py [--threads 2] [--repeats 5]   # writes benchmarks/inference_cpu.{json,md}
 
@@ -26,7 +27,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from attnedu.bench import provenance, time_methods  # noqa: E402
+from attnedu.bench import measure_memory, provenance, time_methods  # noqa: E402
 from attnedu.inference import (  # noqa: E402
     KVCache,
     RollingKVCache,
@@ -134,6 +135,18 @@ def flex_costs() -> dict:
     return out
 
 
+MEMORY_LENGTHS = (1024, 4096, 8192)
+MEMORY_METHODS = {"naive": "softmax, written out (N x N scores)", "sdpa": "softmax, torch SDPA (fused)",
+                  "linear": "linear attention"}  # fmt: skip
+
+
+def attention_memory() -> dict:
+    """Extra resident memory (MiB) of one non-causal forward call, one head of 32, batch 1, in a fresh process each
+    (``attnedu.bench.measure_memory``): softmax attention written out, torch's fused SDPA, linear attention."""
+    return {method: {str(n): measure_memory(method, 1, 1, n, 32, "float32", False, "cpu") for n in MEMORY_LENGTHS}
+            for method in MEMORY_METHODS}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
@@ -163,8 +176,10 @@ def main() -> None:
     }
     formulas["layer: MLA (absorbed)"] = mla_cache_bytes(1, LATENT, 0, 4, tokens=max(LENGTHS))
     flex = flex_costs()
+    memory = attention_memory()
     result = {"provenance": info, "rows": rows, "failed": {str(k): v for k, v in failed.items()},
-              "cache_bytes_by_formula_at_max_context": formulas, "flex_attention_cpu_seconds": flex}  # fmt: skip
+              "cache_bytes_by_formula_at_max_context": formulas, "flex_attention_cpu_seconds": flex,
+              "attention_memory_mib": memory}  # fmt: skip
     (HERE / "inference_cpu.json").write_text(json.dumps(result, indent=1) + "\n")
     lines = [
         "# Attention at inference on the CPU (lesson 10)",
@@ -187,6 +202,13 @@ def main() -> None:
         f"{k} {v:,}" for k, v in formulas.items()) + ". The layer rows hold one layer's cache.", ""]  # fmt: skip
     lines.append("FlexAttention on the CPU (B 1, H 4, N 256, head_dim 32, causal mask_mod): " + "; ".join(
         f"{k}: {v:.2f} s" if isinstance(v, float) else f"{k}: {v}" for k, v in flex.items()) + ".")  # fmt: skip
+    lines += ["", "Extra memory of one forward call (MiB, beyond inputs and output; one head of 32, batch 1, not "
+              "causal; "
+              "a fresh process per entry, 1 thread, as attnedu.bench.measure_memory):", "",
+              "| method | " + " | ".join(f"N = {n}" for n in MEMORY_LENGTHS) + " |",
+              "|---|" + "---|" * len(MEMORY_LENGTHS)]  # fmt: skip
+    for method, label in MEMORY_METHODS.items():
+        lines.append(f"| {label} | " + " | ".join(f"{memory[method][str(n)]:.1f}" for n in MEMORY_LENGTHS) + " |")
     (HERE / "inference_cpu.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -8,6 +8,7 @@ from attnedu.attention import (
     context_vector,
     dot_score,
     general_score,
+    local_p_uniform_sum,
     local_p_weights,
     location_score,
     masked_softmax,
@@ -175,6 +176,22 @@ def test_local_p_window_holds_2D_plus_1_positions_around_round_p(p, D):
     if D <= nearest <= 9 - D:
         assert len(inside) == 2 * D + 1  # not 2D + 2, as floor(p - D)..ceil(p + D) would give
     assert int((weights[1] > 0).sum()) == 2 * D + 1
+
+
+def test_local_p_uniform_sum_is_what_local_p_weights_leaves_for_equal_scores():
+    """Weights in, numbers out: local_p_weights on a row of equal scores, summed, sentence by sentence (each source
+    its own length, windows cut at either end, p_t on a half), against the closed form."""
+    centers = torch.tensor([6.3, 0.4, 7.6, 3.0, 0.5, 1.2, 2.0])
+    lengths = torch.tensor([10, 10, 9, 4, 6, 3, 10])
+    for D in (1, 2, 3):
+        expected = torch.stack(
+            [local_p_weights(torch.zeros(1, int(n)), c[None], D).sum() for c, n in zip(centers, lengths)]
+        )
+        assert torch.allclose(local_p_uniform_sum(centers, D, lengths), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="center should lie inside each source"):
+        local_p_uniform_sum(torch.tensor([9.5]), 2, torch.tensor([10]))
+    with pytest.raises(ValueError, match="src_lengths should be whole numbers"):
+        local_p_uniform_sum(torch.tensor([1.0]), 2, torch.tensor([0]))
 
 
 def test_scores_name_what_does_not_fit():
@@ -351,5 +368,26 @@ def test_recall_task_answers_with_the_value_of_the_asked_key_and_the_head_scales
         logits, scaled_scores = scaled(keys, values, question)
         _, raw_scores = raw(keys, values, question)
     assert logits.shape == (50, 16) and torch.allclose(raw_scores, 8 * scaled_scores, atol=1e-4)  # sqrt(64) = 8
+    small = RecallHead(16, 32, 64, scaled=False, seed=1, qk_init_scale=64**-0.25)  # lesson 04's control arm
+    with torch.no_grad():
+        _, small_scores = small(keys, values, question)
+    assert torch.allclose(small_scores, scaled_scores, atol=1e-5)  # the same draws: the divided arm's spread
+    assert torch.equal(small.W_V, raw.W_V) and torch.equal(small.W_Q, raw.W_Q * 64**-0.25)
     with pytest.raises(ValueError, match="num_pairs should be at most"):
         recall_task(2, 20, 16, torch.Generator())
+
+
+def test_one_offset_accuracy_is_what_a_one_offset_reader_scores_on_the_neighbour_task():
+    """The formula against a reader run on the task itself: it answers the offset read and every edge answer right,
+    and guesses token 0 elsewhere (right one time in vocab, on average over many sequences)."""
+    from attnedu.tasks import neighbour_task, one_offset_accuracy
+
+    for length, vocab, offsets, read in ((12, 8, (-2, -1, 1, 2), -1), (3, 5, (-3, -1, 2), 2), (9, 4, (1,), 1)):
+        _, targets = neighbour_task(20000, length, vocab, offsets, torch.Generator().manual_seed(length))
+        guess = torch.zeros_like(targets)
+        k = offsets.index(read)
+        guess[..., k] = targets[..., k]
+        guess[targets == vocab] = vocab  # "beyond the edge": the position alone says so
+        measured = (guess == targets).float().mean().item()
+        predicted = one_offset_accuracy(torch.tensor([length]), vocab, offsets, read)[0].item()
+        assert abs(measured - predicted) < 0.005, (length, measured, predicted)

@@ -62,8 +62,9 @@ def test_the_other_diagrams_draw_and_check_their_arguments():
     with pytest.raises(ValueError, match=r"0\.\.2"):
         luong_diagram(SOURCE, TARGET, [0.2, 0.3, 0.5], step=3)
     assert sum("k_" in t for t in _texts(lookup_diagram(["cat", "dog"], [0.9, 0.1]))) == 2
-    heads = [t for t in _texts(multihead_diagram(3)) if t.startswith("head")]
-    assert heads == ["head 0", "head 1", "head 2"]
+    texts = _texts(multihead_diagram(3))
+    assert [t for t in texts if t.startswith("head")] == ["head 0", "head 1", "head 2"]
+    assert {"$Q$", "$K$", "$V$"} <= set(texts) and sum("d_k = d_{model}/3" in t for t in texts) == 1  # said once
     plt.close("all")
     ax = tiling_diagram(300, 100, 100, (2, 2), causal=True)
     assert "$S_{22}$" in _texts(ax)

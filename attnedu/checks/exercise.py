@@ -14,16 +14,17 @@ from ..masks import padding_mask
 
 # What kind of input a test case is, in its ``tags``: every exercise has a case of each of the first four
 # (tests/test_checks.py), and a message may say "it fails exactly on the test cases with <tag>".
-ONE, PADDED, UNPADDED, LARGE, EMPTY_ROW = (
+ONE, PADDED, UNPADDED, LARGE, EMPTY_ROW, NAN_INPUT = (
     "a batch of one",
     "padding",
     "no padding",
     "large inputs",
     "a fully masked row",
+    "a NaN in the inputs",
 )
 REQUIRED_TAGS = (ONE, PADDED, UNPADDED, LARGE)
 SENTENCES = ("sentence", "sentences", "batch index")  # what an index of the first axis is, by default
-TAG_ORDER = (EMPTY_ROW, LARGE, ONE, PADDED, UNPADDED)
+TAG_ORDER = (EMPTY_ROW, NAN_INPUT, LARGE, ONE, PADDED, UNPADDED)
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Layout:
 @dataclass(frozen=True)
 class Case:
     """One input to an exercise: ``args`` are passed positionally; ``description`` names it in messages;
-    ``tags`` say what kind of input it is (ONE, PADDED, UNPADDED, LARGE, EMPTY_ROW)."""
+    ``tags`` say what kind of input it is (ONE, PADDED, UNPADDED, LARGE, EMPTY_ROW, NAN_INPUT)."""
 
     description: str
     args: tuple

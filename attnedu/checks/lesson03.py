@@ -6,6 +6,10 @@ is square (every size equal) so that the known-wrong variants that need two size
 others have sizes that differ so that a transpose shows. References come from the package:
 ``attnedu.attention`` (the scores, masked softmax, context) and, for the decoder step, the formulas of
 ``attnedu.models.LuongDecoder`` written out (tests/test_checks.py checks that the two agree).
+
+local_p_weight_sum is a prediction (how much weight local-p's Gaussian leaves when every score in the window is
+equal, windows cut by the source's ends among the cases): its reference is ``attnedu.attention.local_p_uniform_sum``,
+which tests/test_attention.py checks against ``local_p_weights`` itself. Its inputs are a few numbers per sentence.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import math
 import torch
 from torch import nn
 
-from ..attention import context_vector, general_score, masked_softmax
+from ..attention import context_vector, general_score, local_p_uniform_sum, masked_softmax
 from ..masks import padding_mask
 from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
 from .mistakes import TRANSPOSED_SCORES
@@ -378,9 +382,10 @@ ATTEND_ALL_STEPS = Exercise(
     hint=(
         "The general score for every step at once is one matrix of scores per sentence, (tgt_len, src_len); mask "
         "the padded source positions (the same at every step), softmax over the source, then a weighted sum.",
-        "Scores: `states @ W_a @ annotations.transpose(1, 2)`. Mask: `torch.arange(src_len)[None, :] < "
-        "src_lengths[:, None]`, given a step axis `[:, None, :]`; fill the padded scores with -inf, then "
-        "`torch.softmax(..., dim=-1)`.",
+        "The rule, in shapes: the scores are S W_a H^T, (batch, tgt_len, hidden_dim) times (hidden_dim, enc_dim) "
+        "times (batch, enc_dim, src_len). A source position j of sentence b is real when j < src_lengths[b]: a "
+        "(batch, src_len) mask, which needs a step axis of size 1 to meet (batch, tgt_len, src_len). Padded "
+        "scores become -inf before the softmax over the source axis, and the contexts are the weights times H.",
         "`real = torch.arange(annotations.shape[1])[None, :] < src_lengths[:, None]`; "
         "`scores = (states @ W_a @ annotations.transpose(1, 2)).masked_fill(~real[:, None, :], float('-inf'))`; "
         "`weights = torch.softmax(scores, dim=-1)`; `return weights @ annotations, weights`.",
@@ -552,4 +557,146 @@ GENERAL_DECODER_STEP = Exercise(
     ),
 )
 
-EXERCISES = (GENERAL_SCORE, ATTENTIONAL_HIDDEN, ATTEND_ALL_STEPS, GENERAL_DECODER_STEP)
+# --------------------------------------------------------------------------------------------
+# local_p_weight_sum: predict how much weight local-p leaves when the window's scores are equal (not in the lesson)
+# --------------------------------------------------------------------------------------------
+
+
+def _local_p_cases() -> list[Case]:
+    def case(center: list[float], half_width: int, lengths: list[int], tags, note: str = "") -> Case:
+        padding = "every source as long as the batch" if len(set(lengths)) == 1 else "sources of different lengths"
+        description = f"p_t {center}, D {half_width}, src_lengths {lengths} ({padding})"
+        args = (torch.tensor(center), half_width, torch.tensor(lengths))
+        return Case(description + (f"; {note}" if note else ""), args, tags)
+
+    return [
+        case([6.3, 2.0, 4.7], 2, [10, 10, 10], kinds(UNPADDED), "every window inside its source"),
+        case([0.4, 7.6, 3.0], 2, [10, 9, 4], kinds(PADDED), "windows cut by an end of the source"),
+        case([0.5], 1, [6], kinds(ONE, UNPADDED), "p_t halfway between positions 0 and 1: halves round up"),
+        case([1.2], 3, [3], kinds(ONE, UNPADDED), "a source shorter than the window: cut at both ends"),
+        case([3.4, 0.0], 1, [8, 2], kinds(PADDED)),
+        case([500.3, 1234.8], 100, [1000, 2000], kinds(LARGE, PADDED), "wide windows over long sources"),
+    ]
+
+
+def _window_sum(center, half_width, lengths, *, at=None, sigma=None, two=2.0, width=None, rounding="up",
+                count="window", clip=True, whole_source=False, longest=False):  # fmt: skip
+    """A known-wrong local_p_weight_sum: the Gaussian centred ``at`` (default p_t; "round": round(p_t)), of
+    standard deviation ``sigma(D)`` (default D / 2) with exp(-d^2 / (two sigma^2)); the window |j - r| <= ``width(D)``
+    (default D) around r = round(p_t) (``rounding`` "up" for halves up, "even" as torch.round, or "floor-ceil" for
+    floor(p_t - D)..ceil(p_t + D)); cut at the source's ends if ``clip``; each position's softmax weight 1 / n with n
+    the window's positions (``count="window"``), 2D + 1 (``"full"``) or, with ``whole_source``, S; with ``count=None``
+    the Gaussian summed without the softmax."""
+    S = torch.full_like(lengths, int(lengths.max())) if longest else lengths
+    D = half_width
+    span = D if width is None else width(D)
+    reach = int(S.max()) + 2 * span + 4
+    j = torch.arange(-reach, reach + int(S.max()), dtype=center.dtype)[None, :]
+    p = center[:, None]
+    if rounding == "floor-ceil":
+        window = (j >= torch.floor(p - D)) & (j <= torch.ceil(p + D))
+    else:
+        r = torch.floor(p + 0.5) if rounding == "up" else torch.round(p)
+        window = (j - r).abs() <= span
+    if clip:
+        window = window & (j >= 0) & (j < S[:, None])
+    mu = torch.floor(p + 0.5) if at == "round" else p
+    s = D / 2 if sigma is None else sigma(D)
+    gaussian = torch.exp(-((j - mu) ** 2) / (two * s**2)) * window
+    if count is None:
+        return gaussian.sum(dim=-1)
+    if whole_source:
+        n = S.to(center.dtype)
+    else:
+        n = torch.full_like(center, 2 * D + 1) if count == "full" else window.sum(-1)
+    return gaussian.sum(dim=-1) / n
+
+
+LOCAL_P_WEIGHT_SUM = Exercise(
+    name="local_p_weight_sum",
+    lesson=LESSON,
+    params=("center", "half_width", "src_lengths"),
+    returns=(("batch",),),
+    reference=local_p_uniform_sum,
+    make_cases=_local_p_cases,
+    # the prediction is the learner's own: local_p_weights (which the notebook measures with afterwards) and
+    # local_p_uniform_sum earn nothing inside it
+    forbidden=("attnedu.attention",),
+    variants=(
+        Variant(
+            "your Gaussian is centred on round(p_t), the window's middle position; in local-p the window is centred "
+            "on the nearest position but the Gaussian on p_t itself, which need not be a whole number.",
+            lambda c, d, n: _window_sum(c, d, n, at="round"),
+        ),
+        Variant(
+            "your Gaussian is too wide: its standard deviation is D. Luong et al. set sigma = D / 2, so the weights "
+            "fall off within the window.",
+            lambda c, d, n: _window_sum(c, d, n, sigma=lambda D: D),
+        ),
+        Variant(
+            "the 2 in the Gaussian's denominator is missing: exp(-(j - p_t)^2 / sigma^2) falls off faster than the "
+            "Gaussian of standard deviation sigma, whose exponent is -(j - p_t)^2 / (2 sigma^2).",
+            lambda c, d, n: _window_sum(c, d, n, two=1.0),
+        ),
+        Variant(
+            "your window runs from floor(p_t - D) to ceil(p_t + D): 2D + 2 positions when p_t is not a whole number. "
+            "The window holds the 2D + 1 positions j with |j - round(p_t)| <= D.",
+            lambda c, d, n: _window_sum(c, d, n, rounding="floor-ceil"),
+        ),
+        Variant(
+            "p_t halfway between two positions was rounded to the even one, as torch.round does; the window is "
+            "centred on the nearest position with halves rounded up, floor(p_t + 0.5), as the lesson's "
+            "local_p_weights does.",
+            lambda c, d, n: _window_sum(c, d, n, rounding="even"),
+        ),
+        Variant(
+            "each window position got 1 / (2D + 1) even where the window is cut by an end of the source: the "
+            "softmax shares the weight among the positions the window actually holds inside the source.",
+            lambda c, d, n: _window_sum(c, d, n, count="full"),
+        ),
+        Variant(
+            "your window runs past the ends of the source: positions below 0 or at S and beyond are counted, in the "
+            "Gaussian's sum and among the positions sharing the softmax. The window holds only real positions, "
+            "0 to S - 1.",
+            lambda c, d, n: _window_sum(c, d, n, clip=False),
+        ),
+        Variant(
+            "your sum is the Gaussian's, without the softmax: each window position has softmax weight 1 / n (n "
+            "positions in the window, all scores equal), which multiplies its Gaussian factor.",
+            lambda c, d, n: _window_sum(c, d, n, count=None),
+        ),
+        Variant(
+            "the softmax was spread over the whole source (1 / S each); in local-p it runs over the window alone, "
+            "so each window position gets 1 / n, n the positions in the window.",
+            lambda c, d, n: _window_sum(c, d, n, whole_source=True),
+        ),
+        Variant(
+            "off by one: your window holds the positions with |j - round(p_t)| <= D + 1, one more at each side. Its "
+            "half width is D: 2D + 1 positions.",
+            lambda c, d, n: _window_sum(c, d, n, width=lambda D: D + 1),
+        ),
+        Variant(
+            "off by one: your window holds the positions with |j - round(p_t)| <= D - 1, one fewer at each side. Its "
+            "half width is D: 2D + 1 positions.",
+            lambda c, d, n: _window_sum(c, d, n, width=lambda D: D - 1),
+        ),
+        Variant(
+            "every source got the batch's longest length: a shorter source ends earlier, which cuts its window "
+            "earlier. Use each sentence's own src_lengths[b].",
+            lambda c, d, n: _window_sum(c, d, n, longest=True),
+        ),
+    ),
+    hint=(
+        "With every score in the window equal, the softmax gives each window position the same weight. Which "
+        "positions are in the window, and what is each one's Gaussian factor? The sum is what is left after the "
+        "Gaussian shrinks them.",
+        "The window: positions j with |j - floor(p_t + 0.5)| <= D and 0 <= j <= S - 1; with n of them, each gets "
+        "1 / n from the softmax. The Gaussian factor is exp(-(j - p_t)^2 / (2 sigma^2)) with sigma = D / 2, "
+        "centred on p_t itself. The sum is the mean of the Gaussian factors over the window.",
+        "`j = torch.arange(int(src_lengths.max()))[None, :].float()`; `p = center[:, None]`; `window = ((j - "
+        "torch.floor(p + 0.5)).abs() <= half_width) & (j < src_lengths[:, None])`; `g = torch.exp(-(j - p) ** 2 / "
+        "(2 * (half_width / 2) ** 2))`; `return (g * window).sum(-1) / window.sum(-1)`.",
+    ),
+)
+
+EXERCISES = (GENERAL_SCORE, ATTENTIONAL_HIDDEN, ATTEND_ALL_STEPS, GENERAL_DECODER_STEP, LOCAL_P_WEIGHT_SUM)

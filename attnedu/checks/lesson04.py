@@ -4,7 +4,10 @@ scaled_dot_product_attention and cross_attention have test cases with a batch of
 and with large inputs (scores in the hundreds, where a hand-written exp overflows in float32); query_len differs
 from key_len in every case but the first, which is square (every size equal) so that the known-wrong variants that
 need two sizes to match run on it; the others have sizes that differ so that a transpose shows.
-scaled_dot_product_attention also has a fully masked row. Their reference is
+scaled_dot_product_attention also has a fully masked row, and a case whose inputs hold a NaN in one query that may
+attend keys: that query's outputs must stay NaN, so that a function which replaces every NaN (not only the fully
+masked rows') fails. Each known-wrong variant is written both ways (every NaN replaced, or the fully masked rows
+zeroed), which differ only there. Their reference is
 ``attnedu.attention.scaled_dot_product_attention``.
 
 The two prediction exercises compute a number the lesson did not: initial_score_std (the spread of the scores at
@@ -22,7 +25,21 @@ import torch
 
 from ..attention import initial_score_std, query_scale_for_weight, scaled_dot_product_attention
 from ..masks import padding_mask
-from .exercise import EMPTY_ROW, LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
+from .exercise import (
+    EMPTY_ROW,
+    LARGE,
+    NAN_INPUT,
+    ONE,
+    PADDED,
+    UNPADDED,
+    Case,
+    Exercise,
+    Layout,
+    Variant,
+    generator,
+    kinds,
+    randn,
+)
 from .mistakes import MASKED_AFTER_SOFTMAX, MASKED_WITH_ZERO
 
 LESSON = "04_query_key_value"
@@ -63,7 +80,7 @@ def _sdpa_cases() -> list[Case]:
     square_mask = keys_up_to([4, 2, 3, 4], 4, 4) & torch.stack([causal, causal, torch.ones(4, 4).bool(), causal])
     empty_row = keys_up_to([4, 2], 3, 4)
     empty_row[1, 1] = False  # a query that may attend nothing
-    return [
+    cases = [
         case((4, 4, 4, 4, 4), square_mask, kinds(PADDED), note="key padding, lengths [4, 2, 3, 4], and causal masks"),
         case((2, 4, 5, 3, 6), keys_up_to([5, 2], 4, 5), kinds(PADDED), note="key padding, lengths [5, 2]"),
         case((1, 2, 3, 4, 2), all_true(1, 2, 3), kinds(ONE, UNPADDED), note="nothing masked"),
@@ -83,6 +100,15 @@ def _sdpa_cases() -> list[Case]:
             note="key padding, lengths [5, 3]; queries and keys around ±15, so the scores are in the hundreds",
         ),
     ]
+    nan_case = case(
+        (2, 3, 4, 3, 2),
+        keys_up_to([4, 3], 3, 4),
+        kinds(PADDED, NAN_INPUT),
+        note="key lengths [4, 3], and query 1 of sentence 0 has a NaN component, as a bug upstream would leave: its "
+        "scores, weights and output must come out NaN (a bug must show), every other query's right",
+    )  # drawn after the other cases, so that adding it changed none of theirs
+    nan_case.args[0][0, 1, 0] = float("nan")
+    return [*cases, nan_case]
 
 
 def _sdpa_layout(args: tuple) -> tuple[Layout | None, ...]:
@@ -96,8 +122,10 @@ def _sdpa_layout(args: tuple) -> tuple[Layout | None, ...]:
 
 def _attend(query, key, value, mask, *, scale=None, fill=float("-inf"), dim=-1, nan=False, after=False):
     """A known-wrong attention: divide by ``scale`` (a function of the inputs; default sqrt(head_dim)), fill the
-    scores where ``mask`` (already the positions to hide) is True with ``fill``, softmax over ``dim``; keep the NaN
-    of a fully masked row if ``nan``; with ``after``, zero the hidden weights after the softmax instead."""
+    scores where ``mask`` (already the positions to hide) is True with ``fill``, softmax over ``dim``; with ``after``,
+    zero the hidden weights after the softmax instead. Then the NaN: ``nan=False`` replaces every NaN by 0 (the NaN of
+    a fully masked row and any other), ``nan="rows"`` zeroes only the rows whose scores are all hidden, as the
+    reference does, and ``nan=True`` keeps every NaN."""
     divisor = math.sqrt(query.shape[-1]) if scale is None else scale(query, key, value)
     scores = query @ key.transpose(-2, -1) / divisor
     if mask is not None and not after:
@@ -105,8 +133,24 @@ def _attend(query, key, value, mask, *, scale=None, fill=float("-inf"), dim=-1, 
     weights = torch.softmax(scores, dim=dim)
     if mask is not None and after:
         weights = weights.masked_fill(mask, 0.0)
-    weights = weights if nan else weights.nan_to_num(0.0)
+    if nan == "rows":
+        weights = weights if mask is None else weights.masked_fill(mask.all(dim=-1, keepdim=True), 0.0)
+    elif not nan:
+        weights = weights.nan_to_num(0.0)
     return weights @ value, weights
+
+
+def _ways(hide, **options):
+    """One mistake written both ways a learner may treat the rows with nothing to attend: every NaN replaced by 0, or
+    only those rows zeroed. ``hide(mask)`` gives the positions the mistake hides. The two differ only on the test case
+    whose inputs hold a NaN."""
+    return tuple(
+        (lambda q, k, v, m, way=way: _attend(q, k, v, hide(m), nan=way, **options)) for way in (False, "rows")
+    )
+
+
+def _hidden(m):
+    return ~m
 
 
 def _wrong_row_sum(query, key, value, mask):
@@ -133,8 +177,15 @@ _INVERTED = (
 _NAN_ROW = (
     "a fully masked row gives NaN (0/0: nothing is left to share the weight), and everything else is right. A query "
     "that may attend nothing must get zero weights and a zero output. Which rows those are is known from the mask (a "
-    "row that is all False), not from the NaN: replacing every NaN would give the same numbers here, but it would "
-    "also hide a NaN that came from a bug elsewhere."
+    "row that is all False), not from the NaN: replacing every NaN would give the right numbers in those rows, but it "
+    "would also hide a NaN that came from a bug elsewhere (one test case has one)."
+)
+_EVERY_NAN_REPLACED = (
+    "every NaN became 0, not only those of the queries that may attend nothing: in the test case whose query 1 of "
+    "sentence 0 has a NaN component, that query's weights and output came out 0 where the reference's are NaN, and "
+    "everything else is right. A NaN there is the sign of a bug upstream; turned into zeros it would pass for an "
+    "answer and training would go on with it. Only the rows whose mask is all False may be set to 0, found from the "
+    "mask, whatever the NaN elsewhere."
 )
 
 SCALED_DOT_PRODUCT_ATTENTION = Exercise(
@@ -150,27 +201,27 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
     variants=(
         Variant(
             _SCALE_MISSING,
-            lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: 1.0),
+            *_ways(_hidden, scale=lambda q, k, v: 1.0),
             lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: 1.0, nan=True),
         ),
         Variant(
             "your scores are divided by head_dim; the scale is its square root, sqrt(head_dim): the variance of "
             "q . k grows like head_dim, so its spread like sqrt(head_dim).",
-            lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: q.shape[-1]),
+            *_ways(_hidden, scale=lambda q, k, v: q.shape[-1]),
         ),
         Variant(
             "your scores are divided by sqrt(value_dim), the size of the values; the scale is sqrt(head_dim), the "
             "size of the queries and keys whose dot products make the scores.",
-            lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: math.sqrt(v.shape[-1])),
+            *_ways(_hidden, scale=lambda q, k, v: math.sqrt(v.shape[-1])),
         ),
         Variant(
             "your scores are divided by sqrt(key_len), the number of keys; the scale is sqrt(head_dim), the size of "
             "each query and key (the last axis of query).",
-            lambda q, k, v, m: _attend(q, k, v, ~m, scale=lambda q, k, v: math.sqrt(k.shape[-2])),
+            *_ways(_hidden, scale=lambda q, k, v: math.sqrt(k.shape[-2])),
         ),
         Variant(
             _WRONG_AXIS,
-            lambda q, k, v, m: _attend(q, k, v, ~m, dim=1),
+            *_ways(_hidden, dim=1),
             lambda q, k, v, m: _attend(q, k, v, ~m, dim=1, nan=True),
         ),
         Variant(
@@ -183,39 +234,44 @@ SCALED_DOT_PRODUCT_ATTENTION = Exercise(
         ),
         Variant(
             _INVERTED,
-            lambda q, k, v, m: _attend(q, k, v, m),
+            *_ways(lambda m: m),
             lambda q, k, v, m: _attend(q, k, v, m, nan=True),
         ),
         Variant(
             "your weights are the softmax without the mask: masked positions get weight. A masked score must be -inf "
             "before the softmax, so that its weight is exactly 0.",
             lambda q, k, v, m: _attend(q, k, v, None),
+            lambda q, k, v, m: _attend(q, k, v, None, nan=True),
         ),
         Variant(
             MASKED_WITH_ZERO,
-            lambda q, k, v, m: _attend(q, k, v, ~m, fill=0.0),
+            *_ways(_hidden, fill=0.0),
         ),
         Variant(
             MASKED_AFTER_SOFTMAX,
-            lambda q, k, v, m: _attend(q, k, v, ~m, after=True),
+            *_ways(_hidden, after=True),
         ),
         Variant(_NAN_ROW, lambda q, k, v, m: _attend(q, k, v, ~m, nan=True)),
+        Variant(_EVERY_NAN_REPLACED, lambda q, k, v, m: _attend(q, k, v, ~m)),
         Variant(
             "a fully masked row gets uniform weights, as when the masked scores are a large negative number such as "
             "-1e9, which is still finite: with every score in the row equal, each key gets the same share. A query "
             "that may attend nothing must get zero weights and output (masked scores -inf, then the rows where the "
             "mask is all False set to 0).",
             lambda q, k, v, m: _attend(q, k, v, ~m, fill=-1e9),
+            lambda q, k, v, m: _attend(q, k, v, ~m, fill=-1e9, nan=True),  # no NaN to replace: a -1e9 row is not 0/0
         ),
         Variant(
             "your output averages the keys, not the values (which runs only when value_dim equals head_dim). The keys "
             "decide the weights; the values are what gets averaged, so the output has value_dim features.",
             lambda q, k, v, m: (lambda o, w: (w @ k, w))(*_sdpa(q, k, v, m)),
+            lambda q, k, v, m: (lambda o, w: (w @ k, w))(*_attend(q, k, v, ~m)),
         ),
         Variant(
             "your weights are transposed: the scores are K Q^T, (batch, key_len, query_len), one row per key. Each "
             "query asks every key: the scores are Q K^T, one row per query.",
             lambda q, k, v, m: _attend(k, q, v, ~m.transpose(-2, -1)),
+            lambda q, k, v, m: _attend(k, q, v, ~m.transpose(-2, -1), nan="rows"),
         ),
     ),
     hint=(

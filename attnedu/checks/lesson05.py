@@ -5,6 +5,9 @@ sentence's length, or a padding mask over the keys), and with large inputs; in t
 known-wrong variant needs equal are equal (batch, heads, lengths, head_dim), so that it runs there; the others
 have sizes that differ so that a transpose or a wrong reshape shows. References come from the
 package (``attnedu.multihead.split_heads``, ``merge_heads``, ``attnedu.attention.scaled_dot_product_attention``);
+one_offset_accuracy (a prediction: what one head scores on lesson 05's task if it reads one neighbour and guesses the
+rest) takes a few numbers per test case, its lengths batched so that a batch of one and sequences of different
+lengths (padding) are test cases too; its reference is ``attnedu.tasks.one_offset_accuracy``.
 tests/test_checks.py checks that the multi-head reference equals ``attnedu.multihead.MultiHeadAttention`` and
 the grouped-query one ``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)``.
 """
@@ -17,6 +20,7 @@ import torch
 
 from ..masks import padding_mask
 from ..multihead import grouped_query_attention, merge_heads, multi_head_attention, per_head_weights, split_heads
+from ..tasks import one_offset_accuracy
 from .exercise import (
     LARGE,
     ONE,
@@ -503,6 +507,13 @@ PER_HEAD_WEIGHTS = Exercise(
             lambda w, h: (lambda q, k, v: (v, k, q))(*per_head_weights(w, h)),
         ),
         Variant(
+            "each block was transposed, then cut by a reshape to (num_heads, d_model, head_dim): after the "
+            "transpose the rows are the input features, so the reshape cut the input features into heads and gave "
+            "each head's matrix rows of several input features. Head i owns whole output features, rows i * head_dim "
+            "to (i + 1) * head_dim - 1 of the block in nn.Linear's layout; cut those, then transpose each head's part.",
+            lambda w, h: _heads_from(w, h, lambda b, n: b.T.reshape(n, b.shape[1], b.shape[1] // n)),
+        ),
+        Variant(
             "every head got the whole (d_model, d_model) projection: head i owns only head_dim of its output "
             "features, rows i * head_dim to (i + 1) * head_dim - 1 of the block (transposed).",
             lambda w, h: tuple(b.T.expand(h, -1, -1) for b in w.chunk(3)),
@@ -520,4 +531,114 @@ PER_HEAD_WEIGHTS = Exercise(
     ),
 )
 
-EXERCISES = (SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_ATTENTION, GROUPED_QUERY_ATTENTION, PER_HEAD_WEIGHTS)
+# --------------------------------------------------------------------------------------------
+# one_offset_accuracy: predict what one head scores if it reads one neighbour and guesses the rest (not in the lesson)
+# --------------------------------------------------------------------------------------------
+
+
+def _offset_cases() -> list[Case]:
+    def case(lengths: list[int], vocab: int, offsets: tuple[int, ...], read: int, tags, note: str = "") -> Case:
+        padding = "every sequence as long as the batch" if len(set(lengths)) == 1 else "sequences of different lengths"
+        description = f"lengths {lengths} ({padding}), vocab {vocab}, offsets {list(offsets)}, read {read:+d}"
+        return Case(description + (f"; {note}" if note else ""), (torch.tensor(lengths), vocab, offsets, read), tags)
+
+    return [
+        case([9, 9], 3, (-2, 2, 4), -2, kinds(UNPADDED)),
+        case([10, 6, 3], 5, (-3, -1, 2), 2, kinds(PADDED), "offset -3 reaches past the whole of the last sequence"),
+        case([7], 4, (-1, 1), 1, kinds(ONE, UNPADDED)),
+        case([5, 1], 6, (-2, -1, 1, 2), -1, kinds(PADDED), "a sequence of one token: every answer is beyond the edge"),
+        case([8], 2, (3,), 3, kinds(ONE, UNPADDED), "a single offset, the one read"),
+        case([100_000, 2_000], 50_000, (-40, -1, 1, 40), 40, kinds(LARGE, PADDED), "long sequences, a big vocabulary"),
+    ]
+
+
+def _reader(lengths, vocab, offsets, read, *, beyond=None, guess=None, sure_edges="all", inside=True):
+    """A known-wrong one_offset_accuracy: ``beyond(L, o)`` positions beyond the edge for offset o (default
+    min(|o|, L)); a guess right with probability ``guess(vocab)`` (default 1 / vocab); edge answers sure for every
+    offset (``"all"``), only the offset read (``"read"``), or none (``"none"``, guessed like the rest); with
+    ``inside=False``, the edge is ignored altogether: every answer counts as inside."""
+    L = lengths.to(torch.get_default_dtype())
+    beyond = beyond or (lambda L, o: torch.clamp(L, max=abs(o)))
+    p = (guess or (lambda v: 1 / v))(vocab)
+    right = torch.zeros_like(L)
+    for o in offsets:
+        out = beyond(L, o) if inside else torch.zeros_like(L)
+        sure = sure_edges == "all" or (sure_edges == "read" and o == read)
+        right = right + (out if sure else out * p) + ((L - out) if o == read else (L - out) * p)
+    return right / (L * len(offsets))
+
+
+ONE_OFFSET_ACCURACY = Exercise(
+    name="one_offset_accuracy",
+    lesson=LESSON,
+    params=("lengths", "vocab", "offsets", "read"),
+    returns=(("batch",),),
+    reference=one_offset_accuracy,
+    make_cases=_offset_cases,
+    forbidden=("attnedu.tasks",),  # the learner's own prediction: the package's formula (or its task) earns nothing
+    units=(("sequence", "sequences", "batch index"),),
+    variants=(
+        Variant(
+            "the edge answers count as guesses in your formula (or as inside the sequence), at least for the offsets "
+            "you do not read. Offset o falls outside the sequence at min(|o|, L) positions, and there the answer "
+            "'beyond the edge' is right every time, for every offset, read or not: the position alone gives it away.",
+            lambda n, v, o, r: _reader(n, v, o, r, inside=False),
+            lambda n, v, o, r: _reader(n, v, o, r, sure_edges="read"),
+        ),
+        Variant(
+            "the guesses are missing: your reader gets nothing right at the offsets it does not read. A guess is "
+            "still right one time in vocab, since the tokens are uniform and independent.",
+            lambda n, v, o, r: _reader(n, v, o, r, guess=lambda v: 0.0),
+        ),
+        Variant(
+            "your guess is right one time in vocab + 1, as if 'beyond the edge' were one of the possible answers "
+            "inside the sequence; there the answer is one of the vocab tokens, each as likely.",
+            lambda n, v, o, r: _reader(n, v, o, r, guess=lambda v: 1 / (v + 1)),
+        ),
+        Variant(
+            "the edge answers were guessed like the others: beyond the edge the answer is certain (the position "
+            "alone gives it away), for every offset.",
+            lambda n, v, o, r: _reader(n, v, o, r, sure_edges="none"),
+        ),
+        Variant(
+            "an offset that reaches past the whole sequence (|o| > L) gets |o| positions beyond the edge in your "
+            "count, more than the sequence has: only min(|o|, L) of its L positions can be beyond the edge.",
+            lambda n, v, o, r: _reader(n, v, o, r, beyond=lambda L, o: torch.full_like(L, float(abs(o)))),
+        ),
+        Variant(
+            "each offset puts one position beyond the edge in your count; offset o puts |o| of them there (the first "
+            "|o| positions for o < 0, the last |o| for o > 0), at most L.",
+            lambda n, v, o, r: _reader(n, v, o, r, beyond=lambda L, o: torch.clamp(L, max=1)),
+        ),
+        Variant(
+            "off by one: you counted |o| + 1 positions beyond the edge for offset o. Position i's answer at offset o "
+            "is beyond the edge when i + o < 0 or i + o > L - 1: |o| positions (at most L).",
+            lambda n, v, o, r: _reader(n, v, o, r, beyond=lambda L, o: torch.clamp(L, max=abs(o) + 1)),
+        ),
+        Variant(
+            "off by one: you counted |o| - 1 positions beyond the edge for offset o. Position i's answer at offset o "
+            "is beyond the edge when i + o < 0 or i + o > L - 1: |o| positions (at most L).",
+            lambda n, v, o, r: _reader(n, v, o, r, beyond=lambda L, o: torch.clamp(L, max=abs(o) - 1)),
+        ),
+        Variant(
+            "every sequence got the batch's longest length: each sequence has its own L, and its edge positions and "
+            "its share of them depend on it.",
+            lambda n, v, o, r: one_offset_accuracy(torch.full_like(n, int(n.max())), v, o, r),
+        ),
+    ),
+    hint=(
+        "Sort a sequence's L len(offsets) answers into three kinds: beyond the edge, the offset read (inside the "
+        "sequence), any other offset (inside). How often is each kind right? The accuracy is the expected share "
+        "of right answers.",
+        "Offset o falls outside the sequence at min(|o|, L) positions: right every time. The offset read is right "
+        "at its other L - min(|read|, L) positions. Every other offset, inside, is right one time in vocab. Sum, "
+        "and divide by L len(offsets), for each sequence's own L.",
+        "`L = lengths.float()`; `beyond = {o: L.clamp(max=abs(o)) for o in offsets}`; `edge = sum(beyond.values())`; "
+        "`read_inside = L - beyond[read]`; `others = sum(L - beyond[o] for o in offsets) - read_inside`; `return "
+        "(edge + read_inside + others / vocab) / (L * len(offsets))`.",
+    ),
+)
+
+EXERCISES = (
+    SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_ATTENTION, GROUPED_QUERY_ATTENTION, PER_HEAD_WEIGHTS, ONE_OFFSET_ACCURACY,
+)  # fmt: skip

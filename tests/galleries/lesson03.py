@@ -1,5 +1,6 @@
-"""Lesson 03, 03_luong_attention: the galleries of ``general_score``, ``attentional_hidden``, ``attend_all_steps``
-and ``general_decoder_step`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
+"""Lesson 03, 03_luong_attention: the galleries of ``general_score``, ``attentional_hidden``, ``attend_all_steps``,
+``general_decoder_step`` and ``local_p_weight_sum`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS,
+KINDS_NOT_APPLICABLE, BUGS, as
 tests/galleries/__init__.py describes them).
 """
 
@@ -60,7 +61,26 @@ def learner_general_decoder_step(embedded, state, attentional, annotations, mask
     return out(new_attentional), new_state, new_attentional, weights
 
 
+def learner_local_p_weight_sum(center, half_width, src_lengths):
+    j = torch.arange(int(src_lengths.max()), dtype=center.dtype)[None, :]
+    p = center[:, None]
+    window = ((j - torch.floor(p + 0.5)).abs() <= half_width) & (j < src_lengths[:, None])  # inside the source too
+    g = torch.exp(-((j - p) ** 2) / (2 * (half_width / 2) ** 2))  # centred on p_t itself
+    return (g * window).sum(dim=-1) / window.sum(dim=-1)  # the softmax gives each of the n positions 1 / n
+
+
+def learner_local_p_weight_sum_loop(center, half_width, src_lengths):
+    sums = []
+    for p, S in zip(center.tolist(), src_lengths.tolist()):
+        middle = math.floor(p + 0.5)
+        window = [j for j in range(middle - half_width, middle + half_width + 1) if 0 <= j < S]
+        sigma = half_width / 2
+        sums.append(sum(math.exp(-((j - p) ** 2) / (2 * sigma**2)) for j in window) / len(window))
+    return torch.tensor(sums)
+
+
 CORRECT = {
+    "local_p_weight_sum": [learner_local_p_weight_sum, learner_local_p_weight_sum_loop],
     "general_score": [learner_general_score, learner_general_score_bmm, general_score],
     "attentional_hidden": [learner_attentional_hidden, learner_attentional_hidden_split],
     "attend_all_steps": [learner_attend_all_steps, learner_attend_all_steps_einsum],
@@ -331,7 +351,85 @@ def gds_returns_detached_state(embedded, state, attentional, annotations, mask, 
     return logits, new_state.detach(), new_attentional, weights
 
 
+def _lp(center, half_width, src_lengths, *, mu=None, sigma=None, two=2, lo=None, hi=None, middle=None, clip=True,
+        divide="n", lengths=None):  # fmt: skip
+    """A learner's local_p_weight_sum with one thing changed, position by position."""
+    sums = []
+    lengths = src_lengths.tolist() if lengths is None else lengths
+    for p, S in zip(center.tolist(), lengths):
+        m = math.floor(p + 0.5) if middle is None else middle(p)
+        first = m - half_width if lo is None else lo(p, half_width)
+        last = m + half_width if hi is None else hi(p, half_width)
+        window = [j for j in range(first, last + 1) if not clip or 0 <= j < S]
+        s = half_width / 2 if sigma is None else sigma(half_width)
+        at = p if mu is None else mu(p)
+        total = sum(math.exp(-((j - at) ** 2) / (two * s**2)) for j in window)
+        n = {"n": len(window), "full": 2 * half_width + 1, "S": S, "none": 1}[divide]
+        sums.append(total / n)
+    return torch.tensor(sums)
+
+
+def lp_centred_on_round(center, half_width, src_lengths):
+    return _lp(center, half_width, src_lengths, mu=lambda p: math.floor(p + 0.5))
+
+
+def lp_sigma_D(center, half_width, src_lengths):
+    return _lp(center, half_width, src_lengths, sigma=lambda D: D)
+
+
+def lp_no_two(center, half_width, src_lengths):
+    return _lp(center, half_width, src_lengths, two=1)
+
+
+def lp_floor_ceil(center, half_width, src_lengths):
+    return _lp(center, half_width, src_lengths, lo=lambda p, D: math.floor(p - D), hi=lambda p, D: math.ceil(p + D))
+
+
+def lp_round_even(center, half_width, src_lengths):
+    return _lp(center, half_width, src_lengths, middle=round)  # Python's round: halves to even, as torch.round
+
+
+def lp_full_count(center, half_width, src_lengths):
+    return _lp(center, half_width, src_lengths, divide="full")
+
+
+def lp_unclipped(center, half_width, src_lengths):
+    return _lp(center, half_width, src_lengths, clip=False)
+
+
+def lp_no_softmax(center, half_width, src_lengths):
+    return _lp(center, half_width, src_lengths, divide="none")
+
+
+def lp_whole_source(center, half_width, src_lengths):
+    return _lp(center, half_width, src_lengths, divide="S")
+
+
+def lp_one_too_wide(center, half_width, src_lengths):
+    return _lp(center, half_width + 1, src_lengths, sigma=lambda D: (D - 1) / 2)
+
+
+def lp_one_too_narrow(center, half_width, src_lengths):
+    return _lp(center, half_width - 1, src_lengths, sigma=lambda D: (D + 1) / 2)
+
+
+def lp_longest(center, half_width, src_lengths):
+    return _lp(center, half_width, src_lengths, lengths=[int(src_lengths.max())] * len(src_lengths))
+
+
 MUTANTS = [
+    ("local_p_weight_sum", lp_centred_on_round, "centred on round(p_t)"),
+    ("local_p_weight_sum", lp_sigma_D, "standard deviation is D"),
+    ("local_p_weight_sum", lp_no_two, "the 2 in the Gaussian's denominator is missing"),
+    ("local_p_weight_sum", lp_floor_ceil, "from floor(p_t - D) to ceil(p_t + D)"),
+    ("local_p_weight_sum", lp_round_even, "rounded to the even one"),
+    ("local_p_weight_sum", lp_full_count, "1 / (2D + 1)"),
+    ("local_p_weight_sum", lp_unclipped, "runs past the ends of the source"),
+    ("local_p_weight_sum", lp_no_softmax, "without the softmax"),
+    ("local_p_weight_sum", lp_whole_source, "over the whole source"),
+    ("local_p_weight_sum", lp_one_too_wide, "<= D + 1"),
+    ("local_p_weight_sum", lp_one_too_narrow, "<= D - 1"),
+    ("local_p_weight_sum", lp_longest, "the batch's longest length"),
     ("general_score", gs_dot, "W_a is missing"),
     ("general_score", gs_W_transposed, "W_a^T in place of W_a"),
     ("general_score", gs_softmax, "softmax of the scores"),
@@ -381,6 +479,7 @@ MUTANTS = [
 
 
 OFF_BY_ONE = {
+    "local_p_weight_sum": (lp_one_too_wide, lp_one_too_narrow),
     "general_score": (gs_batch_axis_one_late, gs_features_one_early),
     "attentional_hidden": (ah_cat_axis_one_high, ah_cat_axis_one_low),
     "attend_all_steps": (aas_one_too_many, aas_one_too_few),
@@ -442,8 +541,16 @@ def gds_attention_by_hand(embedded, state, attentional, annotations, mask, W_a, 
     return out(new_attentional), new_state, new_attentional, weights
 
 
+def lp_shortcut_without_padding(center, half_width, src_lengths):
+    if bool((src_lengths == src_lengths[0]).all()):
+        return lp_sigma_D(center, half_width, src_lengths)  # "all the same length": another formula, wrong
+    return learner_local_p_weight_sum(center, half_width, src_lengths)
+
+
 KIND_MUTANTS = [
     *batch_of_one(CORRECT),
+    ("local_p_weight_sum", lp_shortcut_without_padding, UNPADDED, "no padding"),
+    ("local_p_weight_sum", lp_longest, PADDED, "the batch's longest length"),
     ("general_score", gs_dot_without_padding, UNPADDED, "no padding"),
     ("general_score", gs_masks_zero_keys, PADDED, "contains -inf"),
     ("general_score", gs_clamped_keys, LARGE, "large inputs"),
@@ -459,7 +566,24 @@ KIND_MUTANTS = [
 ]
 
 
-KINDS_NOT_APPLICABLE: dict[tuple[str, str], str] = {}
+def _measures_with_local_p_weights(center, half_width, src_lengths):
+    from attnedu.attention import local_p_weights
+
+    return torch.stack(
+        [local_p_weights(torch.zeros(1, int(n)), c[None], half_width).sum() for c, n in zip(center, src_lengths)]
+    )  # right numbers, but the lesson's function did the work
+
+
+REFERENCE_USE = [
+    ("local_p_weight_sum", _measures_with_local_p_weights),
+    ("local_p_weight_sum", lambda c, d, n: __import__("attnedu.attention").attention.local_p_uniform_sum(c, d, n)),
+]
+
+
+KINDS_NOT_APPLICABLE: dict[tuple[str, str], str] = {
+    ("local_p_weight_sum", LARGE): "a mean of at most 2D + 1 Gaussian factors in (0, 1]: a wide window over a long "
+    "source overflows nothing and rounds nothing a mistake could hide behind",
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -649,7 +773,62 @@ def gds_in_place_state(embedded, state, attentional, annotations, mask, W_a, cel
     return out(h_tilde), state.clone(), h_tilde, weights
 
 
+def localp_window_from_p(center, half_width, src_lengths):
+    out = []
+    for p, S in zip(center.tolist(), src_lengths.tolist()):
+        js = [j for j in range(S) if abs(j - p) <= half_width]  # |j - p_t| <= D: the window slides with p_t
+        out.append(sum(math.exp(-2 * (j - p) ** 2 / half_width**2) for j in js) / len(js))
+    return torch.tensor(out)
+
+
+def localp_trunc(center, half_width, src_lengths):
+    j = torch.arange(int(src_lengths.max()))[None, :].float()
+    p = center[:, None]
+    window = ((j - p.int()).abs() <= half_width) & (j < src_lengths[:, None])  # int() truncates 7.6 to 7
+    g = torch.exp(-((j - p) ** 2) / (2 * (half_width / 2) ** 2))
+    return (g * window).sum(-1) / window.sum(-1)
+
+
+def localp_variance_D(center, half_width, src_lengths):
+    j = torch.arange(int(src_lengths.max()))[None, :].float()
+    p = center[:, None]
+    window = ((j - torch.floor(p + 0.5)).abs() <= half_width) & (j < src_lengths[:, None])
+    g = torch.exp(-((j - p) ** 2) / (2 * half_width / 2))  # sigma^2 written as D / 2
+    return (g * window).sum(-1) / window.sum(-1)
+
+
+def localp_max_not_mean(center, half_width, src_lengths):
+    j = torch.arange(int(src_lengths.max()))[None, :].float()
+    p = center[:, None]
+    window = ((j - torch.floor(p + 0.5)).abs() <= half_width) & (j < src_lengths[:, None])
+    g = torch.exp(-((j - p) ** 2) / (2 * (half_width / 2) ** 2))
+    return (g * window).amax(-1)  # the largest factor, not the mean
+
+
+def localp_softmax_of_gaussian(center, half_width, src_lengths):
+    j = torch.arange(int(src_lengths.max()))[None, :].float()
+    p = center[:, None]
+    window = ((j - torch.floor(p + 0.5)).abs() <= half_width) & (j < src_lengths[:, None])
+    log_g = -((j - p) ** 2) / (2 * (half_width / 2) ** 2)
+    return torch.softmax(log_g.masked_fill(~window, NEG_INF), -1).sum(-1)  # the Gaussian inside the softmax: sums to 1
+
+
+def localp_python_round(center, half_width, src_lengths):
+    out = []
+    for p, S in zip(center.tolist(), src_lengths.tolist()):
+        m = round(p)
+        js = [j for j in range(max(0, m - half_width), min(S, m + half_width + 1))]
+        out.append(sum(math.exp(-((j - p) ** 2) / (half_width**2 / 2)) for j in js) / len(js))
+    return torch.tensor(out)
+
+
 BUGS = [
+    ("local_p_weight_sum", localp_window_from_p, GENERIC),
+    ("local_p_weight_sum", localp_trunc, GENERIC),
+    ("local_p_weight_sum", localp_variance_D, GENERIC),
+    ("local_p_weight_sum", localp_max_not_mean, GENERIC),
+    ("local_p_weight_sum", localp_softmax_of_gaussian, GENERIC),
+    ("local_p_weight_sum", localp_python_round, "rounded to the even one"),
     ("general_score", gs_loop_without_W, "W_a is missing"),
     ("general_score", gs_einsum_W_transposed, "W_a^T in place of W_a"),
     ("general_score", gs_matmul_broadcast, "broadcasts over the batch"),

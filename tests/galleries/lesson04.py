@@ -21,7 +21,8 @@ from .common import GENERIC, NEG_INF, batch_of_one
 
 def learner_sdpa(query, key, value, mask):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
-    weights = torch.softmax(scores.masked_fill(~mask, NEG_INF), dim=-1).nan_to_num(0.0)
+    weights = torch.softmax(scores.masked_fill(~mask, NEG_INF), dim=-1)
+    weights = torch.where(mask.any(dim=-1, keepdim=True), weights, 0.0)  # rows with nothing to attend: 0, not NaN
     return weights @ value, weights
 
 
@@ -31,7 +32,8 @@ def learner_sdpa_by_hand(query, key, value, mask):
     top = scores.max(dim=-1, keepdim=True).values
     e = torch.exp(scores - torch.where(torch.isinf(top), torch.zeros_like(top), top))
     total = e.sum(dim=-1, keepdim=True)
-    weights = torch.where(total > 0, e / total, torch.zeros_like(e))
+    some = mask.any(dim=-1, keepdim=True)
+    weights = torch.where(some, e / torch.where(some, total, 1.0), torch.zeros_like(e))
     return torch.einsum("bqk,bkv->bqv", weights, value), weights
 
 
@@ -155,13 +157,20 @@ def sd_detached_keys(query, key, value, mask):
 
 def sd_numpy_round_trip(query, key, value, mask):
     scores = torch.from_numpy((query @ key.transpose(-2, -1)).detach().numpy()) / math.sqrt(query.shape[-1])
-    weights = torch.softmax(scores.masked_fill(~mask, NEG_INF), dim=-1).nan_to_num(0.0)
+    weights = torch.softmax(scores.masked_fill(~mask, NEG_INF), dim=-1).masked_fill(~mask.any(-1, keepdim=True), 0)
     return weights @ value, weights
 
 
 def sd_in_place(query, key, value, mask):
     query /= math.sqrt(query.shape[-1])
-    weights = torch.softmax((query @ key.transpose(-2, -1)).masked_fill(~mask, NEG_INF), dim=-1).nan_to_num(0.0)
+    weights = torch.softmax((query @ key.transpose(-2, -1)).masked_fill(~mask, NEG_INF), dim=-1)
+    weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0)
+    return weights @ value, weights
+
+
+def sd_every_nan_replaced(query, key, value, mask):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    weights = torch.softmax(scores.masked_fill(~mask, NEG_INF), dim=-1).nan_to_num(0.0)  # hides any NaN, not just 0/0
     return weights @ value, weights
 
 
@@ -326,6 +335,7 @@ MUTANTS = [
     ("scaled_dot_product_attention", sd_zeroed_after, "without renormalising"),
     ("scaled_dot_product_attention", sd_nan_row, "fully masked row gives NaN"),
     ("scaled_dot_product_attention", sd_large_negative, "uniform weights"),
+    ("scaled_dot_product_attention", sd_every_nan_replaced, "every NaN became 0"),
     ("scaled_dot_product_attention", sd_averages_keys, "averages the keys"),
     ("scaled_dot_product_attention", sd_naive_exp, "contains NaN or inf where the reference's is finite"),
     ("scaled_dot_product_attention", sd_detached_keys, "no gradient flows back from your outputs to `key`"),
@@ -489,6 +499,16 @@ def sdpa_no_nan_guard(query, key, value, mask):
     return torch.bmm(weights, value), weights
 
 
+def sdpa_by_hand_positive_total(query, key, value, mask):
+    scores = torch.einsum("bqd,bkd->bqk", query, key) / query.shape[-1] ** 0.5
+    scores = scores.masked_fill(~mask, NEG_INF)
+    top = scores.max(dim=-1, keepdim=True).values
+    e = torch.exp(scores - torch.where(torch.isinf(top), torch.zeros_like(top), top))
+    total = e.sum(dim=-1, keepdim=True)
+    weights = torch.where(total > 0, e / total, torch.zeros_like(e))  # a NaN total is not > 0 either: hidden
+    return torch.einsum("bqk,bkv->bqv", weights, value), weights
+
+
 def sdpa_returns_swapped(query, key, value, mask):
     scores = torch.bmm(query, key.mT) / math.sqrt(query.size(-1))
     weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).nan_to_num(0.0)
@@ -617,6 +637,7 @@ def prev_scale_natural_units(lengths, head_dim, min_weight):
 
 
 BUGS = [
+    ("scaled_dot_product_attention", sdpa_by_hand_positive_total, "every NaN became 0"),
     ("initial_score_std", score_std_sqrt_of_everything, GENERIC),
     ("initial_score_std", score_std_per_component, "one query component"),
     ("initial_score_std", score_std_forgets_inputs, "input_std is missing"),

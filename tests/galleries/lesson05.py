@@ -1,5 +1,6 @@
-"""Lesson 05, 05_multi_head_attention: the galleries of ``split_heads``, ``merge_heads``, ``multi_head_attention``
-and ``grouped_query_attention`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
+"""Lesson 05, 05_multi_head_attention: the galleries of ``split_heads``, ``merge_heads``, ``multi_head_attention``,
+``grouped_query_attention``, ``per_head_weights`` and ``one_offset_accuracy`` (CORRECT, MUTANTS, OFF_BY_ONE,
+KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
 tests/galleries/__init__.py describes them).
 """
 
@@ -83,12 +84,31 @@ def learner_per_head_weights_view(in_proj_weight, num_heads):
     return w[0], w[1], w[2]
 
 
+def learner_one_offset_accuracy(lengths, vocab, offsets, read):
+    L = lengths.float()
+    beyond = {o: L.clamp(max=abs(o)) for o in offsets}  # positions whose neighbour at o is off the sequence
+    edge = sum(beyond.values())  # right every time
+    read_inside = L - beyond[read]  # right every time
+    others_inside = sum(L - beyond[o] for o in offsets) - read_inside  # right one time in vocab
+    return (edge + read_inside + others_inside / vocab) / (L * len(offsets))
+
+
+def learner_one_offset_accuracy_per_offset(lengths, vocab, offsets, read):
+    """Offset by offset: the share of its L answers that is right, then the mean over the offsets."""
+    shares = []
+    for o in offsets:
+        outside = torch.minimum(lengths, torch.tensor(abs(o))).double() / lengths
+        shares.append(outside + (1 - outside) * (1.0 if o == read else 1.0 / vocab))
+    return torch.stack(shares).mean(dim=0).float()
+
+
 CORRECT = {
     "split_heads": [learner_split_heads, learner_split_heads_chunks],
     "merge_heads": [learner_merge_heads, learner_merge_heads_cat],
     "multi_head_attention": [learner_multi_head_attention],
     "grouped_query_attention": [learner_grouped_query_attention, learner_grouped_query_attention_grouped],
     "per_head_weights": [learner_per_head_weights, learner_per_head_weights_view],
+    "one_offset_accuracy": [learner_one_offset_accuracy, learner_one_offset_accuracy_per_offset],
 }
 
 
@@ -361,6 +381,59 @@ def phw_whole_block(in_proj_weight, num_heads):
     return tuple(b.T.expand(num_heads, -1, -1) for b in in_proj_weight.chunk(3))
 
 
+def phw_transpose_then_reshape(in_proj_weight, num_heads):
+    d_model = in_proj_weight.shape[1]
+    return tuple(b.T.reshape(num_heads, d_model, d_model // num_heads) for b in in_proj_weight.chunk(3))
+
+
+def _ooa(lengths, vocab, offsets, read, *, beyond=None, p=None, edge_sure=True, longest=False):
+    L = torch.full_like(lengths, int(lengths.max())).float() if longest else lengths.float()
+    beyond = beyond or (lambda L, o: L.clamp(max=abs(o)))
+    p = 1 / vocab if p is None else p
+    total = torch.zeros_like(L)
+    for o in offsets:
+        out = beyond(L, o)
+        total = total + (out if edge_sure else out * p) + (L - out) * (1.0 if o == read else p)
+    return total / (L * len(offsets))
+
+
+def ooa_no_edge(lengths, vocab, offsets, read):
+    L = lengths.float()
+    return (L + (len(offsets) - 1) * L / vocab) / (L * len(offsets))  # "every answer is inside"
+
+
+def ooa_no_guesses(lengths, vocab, offsets, read):
+    return _ooa(lengths, vocab, offsets, read, p=0.0)
+
+
+def ooa_guess_counts_edge_class(lengths, vocab, offsets, read):
+    return _ooa(lengths, vocab, offsets, read, p=1 / (vocab + 1))
+
+
+def ooa_edges_guessed(lengths, vocab, offsets, read):
+    return _ooa(lengths, vocab, offsets, read, edge_sure=False)
+
+
+def ooa_uncapped(lengths, vocab, offsets, read):
+    return _ooa(lengths, vocab, offsets, read, beyond=lambda L, o: torch.full_like(L, float(abs(o))))
+
+
+def ooa_one_per_offset(lengths, vocab, offsets, read):
+    return _ooa(lengths, vocab, offsets, read, beyond=lambda L, o: L.clamp(max=1))
+
+
+def ooa_one_too_many(lengths, vocab, offsets, read):
+    return _ooa(lengths, vocab, offsets, read, beyond=lambda L, o: L.clamp(max=abs(o) + 1))
+
+
+def ooa_one_too_few(lengths, vocab, offsets, read):
+    return _ooa(lengths, vocab, offsets, read, beyond=lambda L, o: L.clamp(max=abs(o) - 1))
+
+
+def ooa_longest(lengths, vocab, offsets, read):
+    return _ooa(lengths, vocab, offsets, read, longest=True)
+
+
 MUTANTS = [
     ("split_heads", sh_interleaved, "split in the wrong order"),
     ("split_heads", sh_no_transpose_reshape, "without a transpose"),
@@ -407,6 +480,16 @@ MUTANTS = [
     ("per_head_weights", phw_columns, "cut from the input features"),
     ("per_head_weights", phw_straight_reshape, "reshaped straight to (num_heads, d_model, head_dim)"),
     ("per_head_weights", phw_whole_block, "every head got the whole (d_model, d_model) projection"),
+    ("per_head_weights", phw_transpose_then_reshape, "transposed, then cut by a reshape"),
+    ("one_offset_accuracy", ooa_no_edge, "edge answers count as guesses"),
+    ("one_offset_accuracy", ooa_no_guesses, "the guesses are missing"),
+    ("one_offset_accuracy", ooa_guess_counts_edge_class, "one time in vocab + 1"),
+    ("one_offset_accuracy", ooa_edges_guessed, "edge answers were guessed like the others"),
+    ("one_offset_accuracy", ooa_uncapped, "reaches past the whole sequence"),
+    ("one_offset_accuracy", ooa_one_per_offset, "each offset puts one position beyond the edge"),
+    ("one_offset_accuracy", ooa_one_too_many, "|o| + 1 positions"),
+    ("one_offset_accuracy", ooa_one_too_few, "|o| - 1 positions"),
+    ("one_offset_accuracy", ooa_longest, "the batch's longest length"),
 ]
 
 
@@ -416,6 +499,7 @@ OFF_BY_ONE = {
     "multi_head_attention": (mha_merge_one_low, mha_merge_one_high),
     "grouped_query_attention": (gqa_merge_one_low, gqa_merge_one_high),
     "per_head_weights": (phw_one_row_too_many, phw_one_row_too_few),
+    "one_offset_accuracy": (ooa_one_too_many, ooa_one_too_few),
 }
 
 
@@ -463,6 +547,16 @@ def gqa_unscaled_without_padding(query, key, value, mask, W_q, W_k, W_v, W_o, nu
     return learner_grouped_query_attention(*args)
 
 
+def ooa_shortcut_without_padding(lengths, vocab, offsets, read):
+    if bool((lengths == lengths[0]).all()):
+        return ooa_edges_guessed(lengths, vocab, offsets, read)  # a second formula, wrong, for this case
+    return learner_one_offset_accuracy(lengths, vocab, offsets, read)
+
+
+def ooa_shared_length(lengths, vocab, offsets, read):
+    return learner_one_offset_accuracy(lengths.max().expand_as(lengths), vocab, offsets, read)
+
+
 KIND_MUTANTS = [
     *batch_of_one(CORRECT),
     ("split_heads", sh_shortcut_without_padding, UNPADDED, "no padding"),
@@ -477,13 +571,26 @@ KIND_MUTANTS = [
     ("grouped_query_attention", gqa_unscaled_without_padding, UNPADDED, "no padding"),
     ("grouped_query_attention", gqa_no_mask, PADDED, "weight to masked keys"),
     ("grouped_query_attention", gqa_naive_exp, LARGE, "large inputs"),
+    ("one_offset_accuracy", ooa_shortcut_without_padding, UNPADDED, "no padding"),
+    ("one_offset_accuracy", ooa_shared_length, PADDED, "the batch's longest length"),
 ]
+
+
+def _package_formula(lengths, vocab, offsets, read):
+    from attnedu.tasks import one_offset_accuracy
+
+    return one_offset_accuracy(lengths, vocab, offsets, read)
+
+
+REFERENCE_USE = [("one_offset_accuracy", _package_formula)]
 
 
 KINDS_NOT_APPLICABLE: dict[tuple[str, str], str] = {
     ("per_head_weights", PADDED): "weights, not sequences: there is nothing to pad",
     ("per_head_weights", UNPADDED): "weights, not sequences: there is nothing to pad",
     ("per_head_weights", LARGE): "slicing and transposing move numbers without arithmetic: nothing overflows",
+    ("one_offset_accuracy", LARGE): "a few counts and one division each: long sequences and a large vocabulary "
+    "overflow nothing and round nothing a mistake could hide behind",
 }
 
 
@@ -731,8 +838,60 @@ def heads_only_queries(in_proj_weight, num_heads):
     return w, w, w
 
 
+def offsets_loop_positions(lengths, vocab, offsets, read):
+    """Position by position, as a learner might count: but the guess is right one time in vocab - 1."""
+    out = []
+    for L in lengths.tolist():
+        right = 0.0
+        for i in range(L):
+            for o in offsets:
+                if not 0 <= i + o < L or o == read:
+                    right += 1
+                else:
+                    right += 1 / (vocab - 1) if vocab > 1 else 1.0
+        out.append(right / (L * len(offsets)))
+    return torch.tensor(out)
+
+
+def offsets_edge_counted_once(lengths, vocab, offsets, read):
+    L = lengths.float()
+    edge = sum(L.clamp(max=abs(o)) for o in offsets)
+    return (edge + L + (len(offsets) - 1) * L / vocab) / (L * len(offsets))  # the read offset's edges counted twice
+
+
+def offsets_count_not_share(lengths, vocab, offsets, read):
+    L = lengths.float()
+    beyond = {o: L.clamp(max=abs(o)) for o in offsets}
+    return sum(beyond.values()) + L - beyond[read] + sum(L - beyond[o] for o in offsets if o != read) / vocab
+
+
+def offsets_integer_division(lengths, vocab, offsets, read):
+    beyond = {o: lengths.clamp(max=abs(o)) for o in offsets}
+    others = sum(lengths - beyond[o] for o in offsets if o != read) // vocab  # whole answers only
+    return (sum(beyond.values()) + lengths - beyond[read] + others) / (lengths * len(offsets))
+
+
+def offsets_read_guessed(lengths, vocab, offsets, read):
+    L = lengths.float()
+    edge = sum(L.clamp(max=abs(o)) for o in offsets)
+    return (edge + (L * len(offsets) - edge) / vocab) / (L * len(offsets))  # forgot that the read offset is known
+
+
+def offsets_forgot_abs(lengths, vocab, offsets, read):
+    L = lengths.float()
+    beyond = {o: L.clamp(min=0, max=o) for o in offsets}  # o, not |o|: the offsets before the token lose their edge
+    others = sum(L - beyond[o] for o in offsets if o != read)
+    return (sum(beyond.values()) + L - beyond[read] + others / vocab) / (L * len(offsets))
+
+
 BUGS = [
-    ("per_head_weights", heads_from_linear_convention, GENERIC),
+    ("one_offset_accuracy", offsets_forgot_abs, GENERIC),
+    ("one_offset_accuracy", offsets_loop_positions, GENERIC),
+    ("one_offset_accuracy", offsets_edge_counted_once, GENERIC),
+    ("one_offset_accuracy", offsets_count_not_share, GENERIC),
+    ("one_offset_accuracy", offsets_integer_division, GENERIC),
+    ("one_offset_accuracy", offsets_read_guessed, GENERIC),
+    ("per_head_weights", heads_from_linear_convention, "transposed, then cut by a reshape"),
     ("per_head_weights", heads_loop_over_features, "your matrices are not transposed"),
     ("per_head_weights", heads_numpy, "dtype torch.float64"),
     ("per_head_weights", heads_value_first, "blocks are in the wrong order"),
