@@ -609,8 +609,10 @@ ONE_OFFSET_ACCURACY = Exercise(
         Variant(
             "the offset read reaches past the whole sequence (|read| > L) in one test case, and your count of its "
             "answers inside the sequence, L - |read|, goes below zero there: a count of positions cannot be negative.",
-            lambda n, v, o, r: one_offset_accuracy(n, v, o, r)
-            + (n.to(torch.get_default_dtype()).clamp(max=abs(r)) - abs(r)) / (n * len(o)),
+            lambda n, v, o, r: (
+                one_offset_accuracy(n, v, o, r)
+                + (n.to(torch.get_default_dtype()).clamp(max=abs(r)) - abs(r)) / (n * len(o))
+            ),
         ),
         Variant(
             "each offset puts one position beyond the edge in your count; offset o puts |o| of them there (the first "
