@@ -14,12 +14,15 @@ weighting each query alike. Positions, heads and layers count from 0.
     prefix_matching_score(weights, period)   for a block of ``period`` tokens repeated: A[i, i - period + 1], the
                                              token after the previous occurrence of token i (induction)
     in_context_losses(logits, tokens, period)   the loss on the first and the second repeat
+    induction_rule_loss(tokens, period)      the induction rule's own loss on the repeat (its floor, data only)
     head_gates(num_layers, num_heads, removed)  (layers, heads) of ones with 0 at each removed (layer, head)
     random_heads(...)                        heads drawn at random, for the control of an ablation
     strongest(scores, k)                     the k (layer, head) pairs with the highest score
     train_induction(num_layers, held_out)    an attention-only model trained on repeated random tokens, with its
                                              in-context losses over training (the phase change)
     induction_scores(model, held_out)        prefix-matching and previous-token scores of every head
+    repeat_losses(model, tokens, removed)    each sequence's loss on the repeat, with heads removed
+    induction_ablation(model, ..., removed)  the repeat's loss and the prefix-matching scores with heads removed
 """
 
 from __future__ import annotations
@@ -177,6 +180,35 @@ def in_context_losses(logits: torch.Tensor, tokens: torch.Tensor, period: int) -
     return losses[:, : period - 1].mean().item(), losses[:, period:].mean().item()
 
 
+def induction_rule_loss(tokens: torch.Tensor, period: int) -> float:
+    """The loss of the induction rule itself, applied exactly, on the positions where ``in_context_losses`` measures
+    the repeat: at each position t of the second block (t = period .. 2 period - 2), find every earlier position s < t
+    holding the same token, and predict the tokens that followed them, x[s + 1], each occurrence with equal weight:
+
+        loss_t = -ln( #{s < t : x[s] = x[t], x[s + 1] = x[t + 1]} / #{s < t : x[s] = x[t]} )
+
+    With tokens drawn with replacement a block can hold a token twice, followed by different tokens: then even the
+    rule is unsure. tokens (n, 2 period) -> the mean over sequences and positions, in nats (0 when every block's
+    tokens are distinct)."""
+    check_tensor("tokens", tokens, 2, "(n, 2 * period) of token ids")
+    if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+        raise TypeError(f"tokens should hold integer token ids, got {describe(tokens)}")
+    period = check_positive_int("period", period, "the length of the repeated block")
+    if tokens.shape[1] != 2 * period or tokens.shape[0] == 0:
+        raise ValueError(f"tokens should be (n, 2 * period) = (n, {2 * period}) with n >= 1, a block repeated once, "
+                         f"got {describe(tokens)}")  # fmt: skip
+    losses = []
+    for row in tokens.tolist():
+        for t in range(period, 2 * period - 1):
+            earlier = [s for s in range(t) if row[s] == row[t]]
+            right = sum(row[s + 1] == row[t + 1] for s in earlier)
+            if not earlier or not right:
+                raise ValueError(f"tokens should be a block of {period} tokens repeated once: in row {row}, position "
+                                 f"{t} has no earlier occurrence followed by its next token")  # fmt: skip
+            losses.append(-math.log(right / len(earlier)))
+    return sum(losses) / len(losses)
+
+
 def head_gates(num_layers: int, num_heads: int, removed=()) -> torch.Tensor:
     """(num_layers, num_heads) of ones, with 0 at each (layer, head) in ``removed``: for
     ``BertEncoder(..., head_gates=...)``."""
@@ -217,6 +249,10 @@ def max_entropy(n: int) -> float:
 # tokens made of a block of 4..16 tokens repeated, 2 heads of width 16, AdamW lr 0.01, batch 32, 800 steps.
 INDUCTION = dict(vocab=32, d_model=32, num_heads=2, length=32, periods=(4, 16), steps=800, batch=32, lr=0.01)
 EVAL_PERIOD = 16  # held-out sequences: one block of 16 tokens, repeated once (32 tokens)
+# Exercise 5 of lesson 11 counts a prediction of the repeat's loss (nats) with heads removed as right when it lies
+# within this much of the measurement: more than twice the spread of those losses over 8 training seeds
+# (benchmarks/calibration11.md; tests/test_heads.py checks it against the file)
+PREDICTION_MARGIN = 0.75
 
 
 @dataclass
@@ -314,13 +350,15 @@ def train_induction(
 
 @torch.no_grad()
 def induction_scores(
-    model: nn.Module, held_out: torch.Tensor, periods: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+    model: nn.Module, held_out: torch.Tensor, periods: torch.Tensor | None = None,
+    head_gates: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """The prefix-matching and previous-token scores of every head of an ``AttentionOnlyTransformer`` on ``held_out``
     (n, 2 period), or, given ``periods`` (n,), on sequences each with its own period (``held_out_varied``):
-    -> two (num_layers, num_heads) tensors, each the mean over the sequences."""
+    -> two (num_layers, num_heads) tensors, each the mean over the sequences. ``head_gates`` (num_layers,
+    num_heads): the model run with the heads gated 0 removed (``head_gates``)."""
     check_tensor("held_out", held_out, 2, "(n, 2 * period) of token ids")
-    _, weights = model(held_out)
+    _, weights = model(held_out) if head_gates is None else model(held_out, head_gates)
     if periods is None:
         period = held_out.shape[1] // 2
         prefix = torch.stack([prefix_matching_score(w, period).mean(0) for w in weights])
@@ -341,7 +379,47 @@ def calibration_ranges(path=None) -> dict:
     if not path.exists():
         raise FileNotFoundError(f"calibration_ranges: no file {path}; run benchmarks/calibrate11.py to make it")
     found = {}
-    for match in re.finditer(r"^- (\d+) layer\(s\), (\w+): ([-\d.]+) \.\. ([-\d.]+)$", path.read_text(), re.M):
+    line = re.compile(r"^- (\d+) layer\(s\), (\w+): ([-\d.]+) \.\. ([-\d.]+)(?: \(\d+ runs\))?$", re.M)
+    for match in line.finditer(path.read_text()):
         layers, key, low, high = match.groups()
         found[(int(layers), key)] = (float(low), float(high))
     return found
+
+
+@torch.no_grad()
+def repeat_losses(model: nn.Module, tokens: torch.Tensor, removed=()) -> torch.Tensor:
+    """The next-token loss on the repeat of each sequence, with the heads in ``removed`` ((layer, head) pairs) set to
+    0 before W_O (``head_gates``). ``model``: an ``AttentionOnlyTransformer``; tokens (n, 2 period), a block repeated
+    once. For sequence b, the mean over the repeat's positions t = period .. 2 period - 2 (the predictions of its
+    tokens 1 .. period - 1, as in ``in_context_losses``) of
+
+        -ln softmax(logits[b, t])[tokens[b, t + 1]]
+
+    -> (n,), in nats."""
+    check_tensor("tokens", tokens, 2, "(n, 2 * period) of token ids")
+    if tokens.shape[1] % 2 or tokens.shape[1] < 4:
+        raise ValueError(f"tokens should be (n, 2 * period) with period >= 2, a block repeated once, got "
+                         f"{describe(tokens)}")  # fmt: skip
+    period = tokens.shape[1] // 2
+    layers = getattr(model, "layers", None)
+    if not isinstance(layers, nn.ModuleList) or not len(layers) or not hasattr(layers[0], "num_heads"):
+        raise TypeError(f"model should be an AttentionOnlyTransformer (attention layers in .layers), got "
+                        f"{type(model).__name__}")  # fmt: skip
+    gates = head_gates(len(layers), layers[0].num_heads, removed)
+    logits, _ = model(tokens, gates)
+    losses = nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
+    return losses[:, period:].mean(-1)  # losses[:, t]: the loss on token t + 1, predicted at t
+
+
+@torch.no_grad()
+def induction_ablation(
+    model: nn.Module, held_out: torch.Tensor, scored: tuple[torch.Tensor, torch.Tensor], removed=()
+) -> tuple[float, torch.Tensor]:
+    """What an ``AttentionOnlyTransformer`` does with the heads in ``removed`` ((layer, head) pairs) set to 0 before
+    W_O (``head_gates``): the loss on the repeat of ``held_out`` (n, 2 period), the mean of ``repeat_losses``, and
+    the prefix-matching score of every head on ``scored`` = (tokens, periods) (``held_out_varied``), (num_layers,
+    num_heads). With ``removed`` empty, the trained model as it is. -> (repeat loss, prefix scores)."""
+    second = repeat_losses(model, held_out, removed).mean().item()
+    gates = head_gates(len(model.layers), model.layers[0].num_heads, removed)
+    prefix, _ = induction_scores(model, *scored, head_gates=gates)
+    return second, prefix

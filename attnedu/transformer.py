@@ -855,8 +855,12 @@ class AttentionOnlyTransformer(nn.Module):
         x_l = x_{l-1} + MultiHead_l(x_{l-1}, causal mask),   l = 0 .. num_layers - 1
         logits = x_L W_U
 
-    forward(tokens (batch, seq_len)) -> logits (batch, seq_len, vocab_size), and each layer's attention weights
-    (batch, heads, seq_len, seq_len).
+    forward(tokens (batch, seq_len), head_gates=None (num_layers, num_heads)) -> logits (batch, seq_len,
+    vocab_size), and each layer's attention weights (batch, heads, seq_len, seq_len). ``head_gates`` multiplies each
+    head's output before the heads are concatenated and projected by W_O, as in ``BertEncoder``: 0 removes a head
+    (ablation, ``attnedu.heads.head_gates``), 1 keeps it:
+
+        MultiHead_l(x) = concat_h(g_{l,h} * softmax(q_h k_h^T / sqrt(d_h) + causal) v_h) W_O
     """
 
     def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, max_positions: int,
@@ -871,14 +875,27 @@ class AttentionOnlyTransformer(nn.Module):
             self.layers = nn.ModuleList(MultiHeadAttention(d_model, num_heads) for _ in range(num_layers))
             self.unembedding = nn.Linear(d_model, vocab_size)
 
-    def forward(self, tokens: torch.Tensor):
+    def forward(self, tokens: torch.Tensor, head_gates: torch.Tensor | None = None):
         check_ids("tokens", tokens, self.embedding.num_embeddings, 2, "(batch, seq_len) of token ids")
+        num_heads = self.layers[0].num_heads
+        if head_gates is not None:
+            check_tensor("head_gates", head_gates, 2, "(num_layers, num_heads): 1 keeps a head, 0 removes it")
+            check_float("head_gates", head_gates)
+            if tuple(head_gates.shape) != (len(self.layers), num_heads):
+                raise ValueError(f"head_gates should be (num_layers, num_heads) = {(len(self.layers), num_heads)}, "
+                                 f"got {describe(head_gates)}")  # fmt: skip
         seq_len = tokens.shape[1]
         x = self.embedding(tokens) + self.positions(seq_len)
         mask = causal_mask(seq_len, device=tokens.device)[None, None]
         all_weights = []
-        for attention in self.layers:
-            attended, weights = attention(x, x, x, mask)
+        for index, attention in enumerate(self.layers):
+            if head_gates is None:
+                attended, weights = attention(x, x, x, mask)
+            else:  # the heads of MultiHeadAttention.forward, each scaled by its gate before W_O
+                q, k, v = (split_heads(proj(x), num_heads) for proj in (attention.W_q, attention.W_k, attention.W_v))
+                heads, weights = scaled_dot_product_attention(q, k, v, mask)
+                gate = head_gates[index].to(device=heads.device, dtype=heads.dtype)
+                attended = attention.W_o(merge_heads(heads * gate[None, :, None, None]))
             x = x + attended
             all_weights.append(weights)
         return self.unembedding(x), all_weights

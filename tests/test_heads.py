@@ -164,3 +164,78 @@ def test_calibration_ranges_reads_the_file():
     ranges = heads.calibration_ranges()
     low, high = ranges[2, "varied"]
     assert 0 < low <= high <= 1 and (1, "varied") in ranges and (2, "drop") in ranges
+    for key in ("cut_layer1", "cut_one_layer1"):  # exercise 5's margin: more than twice the spread over the seeds
+        low, high = ranges[2, key]
+        assert heads.PREDICTION_MARGIN > 2 * (high - low), (key, low, high)
+
+
+def _induction_model(layers=2, heads_per_layer=2, seed=0):
+    from attnedu.transformer import AttentionOnlyTransformer
+
+    return AttentionOnlyTransformer(12, 8, heads_per_layer, layers, 16, seed=seed).eval()
+
+
+def test_attention_only_head_gates_remove_exactly_one_heads_output():
+    """Gates of ones change nothing; a gate of 0 equals zeroing that head's columns of W_O (an independent route:
+    the weights edited, no gates); a half gate halves the head's contribution; bad gates are refused by name."""
+    model = _induction_model(layers=2, heads_per_layer=2, seed=1)
+    tokens = heads.held_out_repeats(3, 6, 12)
+    with torch.no_grad():
+        plain, plain_weights = model(tokens)
+        ones, ones_weights = model(tokens, heads.head_gates(2, 2))
+        assert torch.equal(ones, plain) and all(torch.equal(a, b) for a, b in zip(ones_weights, plain_weights))
+        gated, _ = model(tokens, heads.head_gates(2, 2, [(0, 1)]))
+        edited = _induction_model(layers=2, heads_per_layer=2, seed=1)
+        edited.layers[0].W_o.weight[:, 4:8] = 0.0  # head 1 of layer 0: columns 4 .. 7 of W_O (head_dim 4)
+        by_weights, _ = edited(tokens)
+    assert torch.allclose(gated, by_weights, atol=1e-6)
+    assert (gated - plain).abs().max() > 1e-3
+    with pytest.raises(ValueError, match="head_gates should be \\(num_layers, num_heads\\) = \\(2, 2\\)"):
+        model(tokens, torch.ones(2, 3))
+    with pytest.raises((TypeError, ValueError), match="head_gates"):
+        model(tokens, torch.ones(2, 2, dtype=torch.long))
+    with pytest.raises((TypeError, ValueError), match="head_gates"):
+        model(tokens, torch.ones(2))
+
+
+def test_repeat_losses_and_induction_ablation():
+    model = _induction_model(layers=2, heads_per_layer=2, seed=2)
+    tokens = heads.held_out_repeats(5, 6, 12)
+    with torch.no_grad():
+        _, second = heads.in_context_losses(model(tokens)[0], tokens, 6)
+    per_sequence = heads.repeat_losses(model, tokens)
+    assert per_sequence.shape == (5,) and math.isclose(per_sequence.mean().item(), second, rel_tol=1e-6)
+    # by hand, for one sequence and one removed head: -ln p(token t + 1) at t = 6 .. 10
+    with torch.no_grad():
+        logits, _ = model(tokens, heads.head_gates(2, 2, [(1, 0)]))
+    log_p = logits[0].log_softmax(-1)
+    by_hand = -sum(log_p[t, tokens[0, t + 1]].item() for t in range(6, 11)) / 5
+    assert math.isclose(heads.repeat_losses(model, tokens, [(1, 0)])[0].item(), by_hand, rel_tol=1e-5)
+    varied, periods = heads.held_out_varied(8, length=12, periods=(2, 5), vocab=12)
+    loss, prefix = heads.induction_ablation(model, tokens, (varied, periods), [(1, 0)])
+    assert math.isclose(loss, heads.repeat_losses(model, tokens, [(1, 0)]).mean().item(), rel_tol=1e-6)
+    gates = heads.head_gates(2, 2, [(1, 0)])
+    assert torch.equal(prefix, heads.induction_scores(model, varied, periods, head_gates=gates)[0])
+    with pytest.raises(ValueError, match="tokens should be \\(n, 2 \\* period\\)"):
+        heads.repeat_losses(model, tokens[:, :11])
+    with pytest.raises(ValueError, match="head"):
+        heads.repeat_losses(model, tokens, [(1, 2)])
+    with pytest.raises(TypeError, match="AttentionOnlyTransformer"):
+        heads.repeat_losses(torch.nn.Linear(2, 2), tokens)
+
+
+def test_induction_rule_loss():
+    """0 when every block's tokens are distinct; ln 2 at a token that occurred twice with two different followers."""
+    distinct = torch.stack([torch.randperm(12, generator=torch.Generator().manual_seed(s))[:6] for s in range(3)])
+    assert heads.induction_rule_loss(torch.cat([distinct, distinct], 1), 6) == 0.0
+    block = torch.tensor([[1, 2, 1, 3]])  # token 1 twice, followed by 2 and by 3
+    tokens = torch.cat([block, block], 1)  # positions 4 .. 6 predict 2, 1, 3: at 4 and 6 the current token is 1
+    # t = 4 (token 1, followers so far 2 and 3: the right one is 2) -> ln 2; t = 5 (token 2, follower 1) -> 0;
+    # t = 6 (token 1, earlier at 0, 2, 4: followers 2, 3, 2; the right one is 3) -> ln 3
+    assert math.isclose(heads.induction_rule_loss(tokens, 4), (math.log(2) + math.log(3)) / 3)
+    with pytest.raises(ValueError, match="tokens should be \\(n, 2 \\* period\\)"):
+        heads.induction_rule_loss(tokens, 3)
+    with pytest.raises(TypeError, match="integer token ids"):
+        heads.induction_rule_loss(tokens.float(), 4)
+    with pytest.raises(ValueError, match="repeated once"):
+        heads.induction_rule_loss(torch.tensor([[1, 2, 3, 4]]), 2)

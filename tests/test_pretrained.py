@@ -7,6 +7,7 @@ GPT-2's fused Conv1D) agree; a missing package gives a message that says how to 
 from __future__ import annotations
 
 import importlib
+import math
 
 import pytest
 import torch
@@ -159,3 +160,25 @@ def test_the_encoder_refuses_bad_inputs_with_clear_messages():
         pretrained.load_bert_weights(torch.nn.Linear(2, 2), {})
     with pytest.raises(KeyError, match="embeddings.word_embeddings.weight"):
         pretrained.load_bert_weights(encoder, {})
+
+
+def test_paraphrase_gap():
+    """Built by hand: two pairs of identical directions, the other sentences orthogonal -> gap 1; bad pairs refused."""
+    e = torch.zeros(5, 4)
+    e[0, 0] = e[1, 0] = 1.0  # pair (0, 1): cosine 1
+    e[2, 1] = 3.0  # pair (2, 3): cosine 1, whatever the lengths
+    e[3, 1] = 0.5
+    e[4, 2] = 1.0  # unrelated to all
+    assert math.isclose(pretrained.paraphrase_gap(e, [(0, 1), (2, 3)]), 1.0, abs_tol=1e-6)
+    e[4] = torch.tensor([1.0, 1.0, 0.0, 0.0])  # now cos 1/sqrt2 with 0, 1, 2, 3: the other 8 pairs average sqrt2 / 4
+    assert math.isclose(pretrained.paraphrase_gap(e, [(1, 0), (2, 3)]), 1 - 4 / math.sqrt(2) / 8, abs_tol=1e-6)
+    e[4] = torch.tensor([-1.0, 0.0, 0.0, 0.0])  # opposite to 0 and 1: cosines -1, -1, and 0 with 2 and 3
+    assert math.isclose(pretrained.paraphrase_gap(e, [(0, 1), (2, 3)]), 1 + 2 / 8, abs_tol=1e-6)
+    with pytest.raises(ValueError, match="pairs"):
+        pretrained.paraphrase_gap(e, [(0, 5)])
+    with pytest.raises(ValueError, match="different sentences"):
+        pretrained.paraphrase_gap(e, [(1, 1)])
+    with pytest.raises((TypeError, ValueError), match="embeddings"):
+        pretrained.paraphrase_gap(e[0], [(0, 1)])
+    with pytest.raises(ValueError, match="all paired"):
+        pretrained.paraphrase_gap(e[:2], [(0, 1)])

@@ -7,7 +7,10 @@ The references are the package's (``attnedu.heads.previous_token_score``, ``atte
 ``attnedu.pretrained.gpt2_attention_weights``). Batch, heads and lengths differ from each other so that a reduction
 over the wrong axis shows. The known-wrong variants include off-by-ones in both directions: the key two back and the
 query itself; the real queries counted one too many and one too few; GPT-2's fused columns shifted by one either way.
-The learner's functions may not run ``attnedu.heads`` or ``attnedu.pretrained`` (``forbidden``).
+The learner's functions may not run ``attnedu.heads`` or ``attnedu.pretrained`` (``forbidden``). Exercise 5,
+``repeat_loss_without``, runs small untrained ``AttentionOnlyTransformer`` models with heads removed; its prediction
+(the loss of the lesson's trained model with layer-1 heads removed) is compared in the notebook with the ranges of
+``benchmarks/calibration11.md``.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ import math
 
 import torch
 
-from ..heads import attention_entropy, prefix_matching_score, previous_token_score
+from ..heads import attention_entropy, prefix_matching_score, previous_token_score, repeat_losses
 from ..masks import padding_mask
 from ..pretrained import gpt2_attention_weights
+from ..tasks import repeated_tokens
+from ..transformer import AttentionOnlyTransformer
 from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
 
 LESSON = "11_real_attention_heads"
@@ -80,6 +85,13 @@ def _offset_score(weights, real, *, offset=-1, count_shift=0, ignore_padding=Fal
     return summed / (counted.sum(-1) + count_shift).clamp(min=1)[:, None].to(weights.dtype)
 
 
+def _previous_by_keys(weights, real):
+    """A variant: A[i, i - 1] counted where key i - 1 is real (the mask shifted the wrong way)."""
+    below = torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1)
+    counted = real[:, :-1].to(weights.dtype)
+    return (below * counted[:, None, :]).sum(-1) / counted.sum(-1).clamp(min=1)[:, None]
+
+
 PREVIOUS_TOKEN_SCORE = Exercise(
     name="previous_token_score",
     lesson=LESSON,
@@ -107,6 +119,13 @@ PREVIOUS_TOKEN_SCORE = Exercise(
             "padding queries were counted: their rows are garbage (a padding token still attends somewhere). Average "
             "only over queries i >= 1 where `real` is True (and i - 1 is real too).",
             lambda w, r: _offset_score(w, r, ignore_padding=True),
+        ),
+        Variant(
+            "you counted the queries whose previous *key* is real, not the queries that are real: the mask was taken "
+            "from positions 0 .. seq_len - 2 instead of 1 .. seq_len - 1. The first padding query (at the sentence's "
+            "length) has a real previous token, so its garbage row got counted; this shows in padded sentences only. "
+            "A query i counts when query i itself is real.",
+            lambda w, r: _previous_by_keys(w, r),
         ),
         Variant(
             "off by one in the count: you divided by the number of real tokens, but query 0 has no previous token. "
@@ -141,9 +160,10 @@ PREVIOUS_TOKEN_SCORE = Exercise(
 # --------------------------------------------------------------------------------------------
 
 
-def _entropy(weights, real, *, log=torch.log, sign=-1.0, ignore_padding=False, total=False, axis=-1, count_shift=0):
+def _entropy(weights, real, *, log=torch.log, sign=-1.0, ignore_padding=False, total=False, axis=-1, count_shift=0,
+             mean_keys=False):  # fmt: skip
     terms = torch.where(weights > 0, weights * log(weights.clamp(min=1e-30)), torch.zeros(()))
-    per_query = sign * terms.sum(axis)  # (batch, heads, n)
+    per_query = sign * (terms.mean(axis) if mean_keys else terms.sum(axis))  # (batch, heads, n)
     if ignore_padding:
         real = torch.ones_like(real)
     counted = real[:, None, :].to(weights.dtype)
@@ -179,6 +199,12 @@ ATTENTION_ENTROPY = Exercise(
         Variant(
             "you summed the entropies of the queries instead of averaging them: divide by the number of real queries.",
             lambda w, r: _entropy(w, r, total=True),
+        ),
+        Variant(
+            "you averaged the terms A ln A over the keys instead of summing them: your values are the reference "
+            "divided by seq_len, the number of keys in a row (padding keys included), so the factor changes with the "
+            "length. The entropy of a row is the sum over its keys; only the queries are averaged.",
+            lambda w, r: _entropy(w, r, mean_keys=True),
         ),
         Variant(
             "the sum ran over the queries (dim -2), a column of the weights, not over the keys: each *row* of A is a "
@@ -237,6 +263,14 @@ def _gpt2(c_attn, c_proj, *, transpose_in=True, transpose_out=True, order=(0, 1,
     return fix(W_q), fix(W_k), fix(W_v), c_proj.mT if transpose_out else c_proj
 
 
+def _gpt2_reshaped(c_attn, c_proj, *, transpose_in=True):
+    """A variant: the fused matrix reshaped to (layers, 3, d_model, d_model) instead of split along its columns."""
+    layers, d_model = c_proj.shape[0], c_proj.shape[-1]
+    W_q, W_k, W_v = c_attn.reshape(layers, 3, d_model, d_model).unbind(1)
+    fix = (lambda m: m.mT) if transpose_in else (lambda m: m)
+    return fix(W_q), fix(W_k), fix(W_v), c_proj.mT
+
+
 GPT2_ATTENTION_WEIGHTS = Exercise(
     name="gpt2_attention_weights",
     lesson=LESSON,
@@ -271,6 +305,14 @@ GPT2_ATTENTION_WEIGHTS = Exercise(
             lambda a, p: _gpt2(a, p, order=(0, 2, 1)),
             lambda a, p: _gpt2(a, p, order=(1, 2, 0)),
             lambda a, p: _gpt2(a, p, order=(2, 0, 1)),
+        ),
+        Variant(
+            "you cut c_attn into three by reshaping it to (layers, 3, d_model, d_model): a reshape reads the entries "
+            "row by row, and each row of c_attn holds one input feature's weights for all three matrices side by "
+            "side, so your blocks mix rows of W_q, W_k and W_v. The three blocks lie side by side along the last "
+            "axis: cut that axis into three slices of d_model columns.",
+            lambda a, p: _gpt2_reshaped(a, p),
+            lambda a, p: _gpt2_reshaped(a, p, transpose_in=False),
         ),
         Variant(
             "off by one: your slices of c_attn start one column too late (W_q = columns 1 .. d_model). The blocks are "
@@ -384,4 +426,169 @@ PREFIX_MATCHING_SCORE = Exercise(
     forbidden=OWN_CODE,
 )
 
-EXERCISES = (PREVIOUS_TOKEN_SCORE, ATTENTION_ENTROPY, PREFIX_MATCHING_SCORE, GPT2_ATTENTION_WEIGHTS)
+# --------------------------------------------------------------------------------------------
+# repeat_loss_without (exercise 5: predict, then measure, the loss on the repeat with heads removed)
+# --------------------------------------------------------------------------------------------
+
+
+def _repeat_cases() -> list[Case]:
+    g = generator(114)
+
+    def case(batch, period, vocab, d_model, heads, layers, removed, tags, seed, note=""):
+        model = AttentionOnlyTransformer(vocab, d_model, heads, layers, 2 * period, seed=seed)
+        model.eval()
+        tokens, _ = repeated_tokens(batch, period, 2 * period, vocab, g)
+        description = (f"{batch} sequence(s) of a block of {period} repeated once, {layers} layer(s) x {heads} heads, "
+                       f"removed {removed}")  # fmt: skip
+        return Case(description + (f"; {note}" if note else ""), (model, tokens, removed), tags)
+
+    return [
+        case(5, 5, 12, 8, 2, 2, [(0, 1)], kinds(), seed=1),
+        case(1, 4, 10, 8, 2, 3, [(1, 0)], kinds(ONE), seed=2),
+        case(4, 6, 12, 12, 3, 2, [(1, 2), (0, 0)], kinds(), seed=3, note="two heads removed, in two layers"),
+        case(3, 5, 12, 8, 2, 2, [], kinds(), seed=4, note="nothing removed"),
+        case(4, 5, 12, 8, 2, 3, [(2, 0), (2, 1)], kinds(), seed=5, note="a whole layer removed"),
+        case(3, 40, 50, 16, 4, 2, [(0, 3)], kinds(LARGE), seed=6, note="blocks of 40"),
+    ]
+
+
+def _repeat(model, tokens, removed, *, start=0, swap=False, ignore=False, shift=True, bits=False, part="repeat"):
+    """A variant of the repeat's loss: the window of positions moved by ``start``, the gate indices swapped or
+    ignored, the prediction compared with its own position's token, in bits, or another part of the sequence."""
+    layers, per_layer = len(model.layers), model.layers[0].num_heads
+    gates = torch.ones(layers, per_layer)
+    for layer, head in [] if ignore else removed:
+        if swap:
+            layer, head = head, layer
+        gates[layer, head] = 0.0
+    with torch.no_grad():
+        logits, _ = model(tokens, gates)
+    period = tokens.shape[1] // 2
+    if shift:  # losses[:, t]: token t + 1 predicted at t
+        losses = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
+        picked = {"repeat": losses[:, period + start :], "all": losses, "first": losses[:, : period - 1]}[part]
+    else:  # losses[:, t]: token t "predicted" at t itself
+        losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tokens, reduction="none")
+        picked = losses[:, period + 1 :]
+    loss = picked.mean(-1)
+    return loss / math.log(2) if bits else loss
+
+
+REPEAT_LOSS_WITHOUT = Exercise(
+    name="repeat_loss_without",
+    lesson=LESSON,
+    params=("model", "tokens", "removed"),
+    returns=(("sequences",),),
+    units=(("sequence", "sequences", "sequence index"),),
+    reference=repeat_losses,
+    make_cases=_repeat_cases,
+    variants=(
+        Variant(
+            "the heads were not removed: your losses are the intact model's. The model removes head h of layer l "
+            "when its head_gates, a (layers, heads) tensor of ones, holds 0 at [l, h].",
+            lambda m, t, r: _repeat(m, t, r, ignore=True),
+        ),
+        Variant(
+            "the wrong heads were removed: each (layer, head) pair was read as (head, layer). The gates are indexed "
+            "[layer, head], rows are layers.",
+            lambda m, t, r: _repeat(m, t, r, swap=True),
+        ),
+        Variant(
+            "off by one: your window starts one position early and includes the prediction of the repeat's first "
+            "token. That token follows the block's last token, which occurred only once, so nothing can be copied "
+            "there: the repeat's predictions are made at positions period .. 2 period - 2.",
+            lambda m, t, r: _repeat(m, t, r, start=-1),
+        ),
+        Variant(
+            "off by one: your window starts one position late and leaves out the prediction made at position "
+            "period (of token period + 1), the first one the repeat makes copyable.",
+            lambda m, t, r: _repeat(m, t, r, start=1),
+        ),
+        Variant(
+            "you averaged over every position of the sequence, the first block included: the question is the loss "
+            "on the repeat only.",
+            lambda m, t, r: _repeat(m, t, r, part="all"),
+        ),
+        Variant(
+            "you measured the first block, not the repeat: the repeat's predictions are made at positions period .. "
+            "2 period - 2.",
+            lambda m, t, r: _repeat(m, t, r, part="first"),
+        ),
+        Variant(
+            "each position's logits were compared with the token at that same position. Position t predicts the "
+            "*next* token, t + 1: shift the targets by one against the logits.",
+            lambda m, t, r: _repeat(m, t, r, shift=False),
+        ),
+        Variant(
+            "your losses are in bits (times 1 / ln 2 = 1.44): the lesson measures nats, the natural logarithm that "
+            "cross_entropy uses.",
+            lambda m, t, r: _repeat(m, t, r, bits=True),
+        ),
+    ),
+    hint=(
+        "Two steps: run the model with some heads switched off (what does its forward take besides the tokens?), "
+        "then pick the positions whose predictions are the repeat's tokens.",
+        "gates = ones(layers, heads) with 0 at each removed [layer, head]; logits = model(tokens, gates)[0], "
+        "(n, 2 period, vocab). Position t predicts token t + 1; the repeat's predictions are at t = period .. "
+        "2 period - 2. loss[b] = mean over those t of -ln softmax(logits[b, t])[tokens[b, t + 1]].",
+        "`gates = torch.ones(len(model.layers), model.layers[0].num_heads)`; `for layer, head in removed: "
+        "gates[layer, head] = 0.0`; `logits, _ = model(tokens, gates)`; `losses = torch.nn.functional.cross_entropy("
+        "logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction='none')`; `return losses[:, period:].mean(-1)` "
+        "with `period = tokens.shape[1] // 2`.",
+    ),
+    forbidden=OWN_CODE,
+)
+
+def _attempt(fn):
+    """fn(), or None while the learner has not written it yet (it raises NotImplementedError); any other error is
+    said in a line (the exercise's check names the mistake) and also gives None."""
+    try:
+        return fn()
+    except NotImplementedError:
+        return None
+    except Exception as error:  # noqa: BLE001 - the learner's code may raise anything
+        print(f"(your code raised {type(error).__name__}: {error}; the check above says more)")
+        return None
+
+
+def check_removal_prediction(predicted_repeat_losses, repeat_loss_without) -> dict:
+    """Exercise 5: trains the lesson's two-layer induction model (``heads.train_induction``, seed 0, as the lesson
+    does), removes both layer-1 heads, then each alone, and prints the loss on the repeat that the course measures
+    (``heads.repeat_losses``), what the learner's ``repeat_loss_without`` measures, and whether the learner's
+    prediction, (both removed, one removed), lies within ``heads.PREDICTION_MARGIN`` nats of the course's measurement.
+    Returns the course's measurements, {"intact": ..., "both layer-1 heads": ..., "layer-1 head 0": ...,
+    "layer-1 head 1": ...}, so that the notebook can assert the effect whatever the learner wrote."""
+    from ..heads import INDUCTION, PREDICTION_MARGIN, held_out_repeats, repeat_losses, train_induction
+
+    held_out = held_out_repeats()  # the lesson's: 256 sequences of a 16-token block, repeated once
+    model = train_induction(2, held_out, seed=0, every=INDUCTION["steps"], desc="the lesson's two-layer model").model
+    removals = {"both layer-1 heads": [(1, 0), (1, 1)], "layer-1 head 0": [(1, 0)], "layer-1 head 1": [(1, 1)]}
+    measured = {"intact": repeat_losses(model, held_out).mean().item()}
+    measured.update({name: repeat_losses(model, held_out, removed).mean().item() for name, removed in removals.items()})
+    guess = _attempt(lambda: tuple(float(v) for v in predicted_repeat_losses()))
+    yours = _attempt(lambda: {name: float(repeat_loss_without(model, held_out, removed).mean())
+                              for name, removed in removals.items()})  # fmt: skip
+    print(f"intact: loss on the repeat {measured['intact']:.2f} nats")
+    for k, name in enumerate(removals):
+        line = f"{name} removed: {measured[name]:.2f} nats"
+        if yours is not None:
+            line += f"; your repeat_loss_without: {yours[name]:.2f}"
+        if guess is not None:
+            g = guess[0 if k == 0 else 1]
+            close = abs(g - measured[name]) <= PREDICTION_MARGIN
+            line += f"; you predicted {g:.2f}: {'✅ within' if close else '❌ more than'} {PREDICTION_MARGIN} nats"
+        print(line)
+    if guess is None:
+        print("Write your prediction in predicted_repeat_losses above (before measuring), then run this cell again.")
+    if yours is None:
+        print("Write repeat_loss_without above to see what your function measures.")
+    return measured
+
+
+EXERCISES = (
+    PREVIOUS_TOKEN_SCORE,
+    ATTENTION_ENTROPY,
+    PREFIX_MATCHING_SCORE,
+    GPT2_ATTENTION_WEIGHTS,
+    REPEAT_LOSS_WITHOUT,
+)

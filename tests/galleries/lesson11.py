@@ -1,12 +1,14 @@
 """Lesson 11, 11_real_attention_heads: the galleries of ``previous_token_score``, ``attention_entropy``,
-``prefix_matching_score`` and ``gpt2_attention_weights`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS,
-KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes them), and REFERENCE_USE: functions that are, or
-call, the package's own ``attnedu.heads`` or ``attnedu.pretrained``, which the exercises forbid.
+``prefix_matching_score``, ``gpt2_attention_weights`` and ``repeat_loss_without`` (CORRECT, MUTANTS, OFF_BY_ONE,
+KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes them), and REFERENCE_USE: functions
+that are, or call, the package's own ``attnedu.heads`` or ``attnedu.pretrained``, which the exercises forbid.
 
 The correct versions are written as a learner would: with diagonals, gathers, loops or einsum. The prefix-matching
-score and GPT-2's layout have neither padded nor unpadded test cases (KINDS_NOT_APPLICABLE): a causal pattern of
-repeated blocks and a weight matrix have no padding. No exercise has a mistake that only large inputs show: attention
-weights lie in [0, 1] and nothing is exponentiated, so a long sentence shows nothing a short one does not.
+score, GPT-2's layout and the repeat's loss have neither padded nor unpadded test cases (KINDS_NOT_APPLICABLE): a
+causal pattern of repeated blocks, a weight matrix and a sequence of repeated tokens have no padding. Only the repeat's
+loss has a mistake that only large inputs show (a window of the lesson's 15 predictions typed in, which only blocks
+longer than 16 show): attention weights lie in [0, 1] and nothing is exponentiated, so for the other exercises a long
+sentence shows nothing a short one does not.
 """
 
 from __future__ import annotations
@@ -93,6 +95,26 @@ def learner_gpt2_attention_weights_slices(c_attn_weight, c_proj_weight):
     )
 
 
+def learner_repeat_loss_without(model, tokens, removed):
+    gates = torch.ones(len(model.layers), model.layers[0].num_heads)
+    for layer, head in removed:
+        gates[layer, head] = 0.0
+    logits, _ = model(tokens, gates)
+    period = tokens.shape[1] // 2
+    losses = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
+    return losses[:, period:].mean(-1)
+
+
+def learner_repeat_loss_without_gather(model, tokens, removed):
+    layers, per_layer = len(model.layers), model.layers[0].num_heads
+    gates = torch.tensor([[0.0 if (l, h) in removed else 1.0 for h in range(per_layer)] for l in range(layers)])
+    with torch.no_grad():
+        log_p = model(tokens, gates)[0].log_softmax(-1)  # (n, 2 period, vocab)
+    n = tokens.shape[1] // 2
+    picked = log_p[:, n : 2 * n - 1].gather(-1, tokens[:, n + 1 :, None])[..., 0]  # token t + 1 at t
+    return -picked.mean(-1)
+
+
 CORRECT = {
     "previous_token_score": [
         learner_previous_token_score,
@@ -106,6 +128,7 @@ CORRECT = {
     ],
     "prefix_matching_score": [learner_prefix_matching_score, learner_prefix_matching_score_loop],
     "gpt2_attention_weights": [learner_gpt2_attention_weights, learner_gpt2_attention_weights_slices],
+    "repeat_loss_without": [learner_repeat_loss_without, learner_repeat_loss_without_gather],
 }
 
 REFERENCE_USE = [
@@ -114,7 +137,17 @@ REFERENCE_USE = [
     ("attention_entropy", lambda w, r: heads.attention_entropy(w, r)),
     ("prefix_matching_score", heads.prefix_matching_score),
     ("gpt2_attention_weights", pretrained.gpt2_attention_weights),
+    ("repeat_loss_without", heads.repeat_losses),
+    ("repeat_loss_without", lambda m, t, r: learner_repeat_loss_without(m, t, [])  # the gates from the package
+     if not r else _with_package_gates(m, t, r)),
 ]
+
+
+def _with_package_gates(model, tokens, removed):
+    gates = heads.head_gates(len(model.layers), model.layers[0].num_heads, removed)
+    period = tokens.shape[1] // 2
+    logits, _ = model(tokens, gates)
+    return heads.in_context_losses(logits, tokens, period)[1] * torch.ones(tokens.shape[0])
 
 # --------------------------------------------------------------------------------------------
 # The mutant gallery: (exercise, mutant, a substring of the expected diagnosis)
@@ -235,6 +268,70 @@ def g2_one_early(c_attn, c_proj):
     return learner_gpt2_attention_weights(torch.roll(c_attn, 1, -1), c_proj)
 
 
+def pt_mask_from_keys(weights, real):
+    below = torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1)
+    counted = real[:, :-1].float()  # the mask of the keys i - 1, not of the queries i
+    return (below * counted[:, None]).sum(-1) / counted.sum(-1)[:, None]
+
+
+def en_mean_over_keys(weights, real):
+    per_query = -torch.special.xlogy(weights, weights).mean(-1)
+    return (per_query * real[:, None]).sum(-1) / real.sum(-1, keepdim=True)
+
+
+def g2_reshape_three(c_attn, c_proj):
+    layers, d = c_proj.shape[0], c_proj.shape[-1]
+    W = c_attn.reshape(layers, 3, d, d)
+    return W[:, 0].mT, W[:, 1].mT, W[:, 2].mT, c_proj.mT
+
+
+def _losses(model, tokens, gates):
+    logits, _ = model(tokens, gates)
+    return torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
+
+
+def _gates(model, removed, swap=False):
+    gates = torch.ones(len(model.layers), model.layers[0].num_heads)
+    for layer, head in removed:
+        gates[(head, layer) if swap else (layer, head)] = 0.0
+    return gates
+
+
+def rl_not_removed(model, tokens, removed):
+    return _losses(model, tokens, None)[:, tokens.shape[1] // 2 :].mean(-1)
+
+
+def rl_swapped(model, tokens, removed):
+    return _losses(model, tokens, _gates(model, removed, swap=True))[:, tokens.shape[1] // 2 :].mean(-1)
+
+
+def rl_one_early(model, tokens, removed):
+    return _losses(model, tokens, _gates(model, removed))[:, tokens.shape[1] // 2 - 1 :].mean(-1)
+
+
+def rl_one_late(model, tokens, removed):
+    return _losses(model, tokens, _gates(model, removed))[:, tokens.shape[1] // 2 + 1 :].mean(-1)
+
+
+def rl_everywhere(model, tokens, removed):
+    return _losses(model, tokens, _gates(model, removed)).mean(-1)
+
+
+def rl_first_block(model, tokens, removed):
+    return _losses(model, tokens, _gates(model, removed))[:, : tokens.shape[1] // 2 - 1].mean(-1)
+
+
+def rl_same_position(model, tokens, removed):
+    logits, _ = model(tokens, _gates(model, removed))
+    p = tokens.shape[1] // 2
+    losses = torch.nn.functional.cross_entropy(logits[:, p + 1 :].transpose(1, 2), tokens[:, p + 1 :], reduction="none")
+    return losses.mean(-1)
+
+
+def rl_bits(model, tokens, removed):
+    return learner_repeat_loss_without(model, tokens, removed) / math.log(2)
+
+
 MUTANTS = [
     ("previous_token_score", pt_next_token, "the *next* token"),
     ("previous_token_score", pt_itself, "on itself"),
@@ -261,6 +358,17 @@ MUTANTS = [
     ("gpt2_attention_weights", g2_kqv, "wrong order"),
     ("gpt2_attention_weights", g2_one_late, "one column too late"),
     ("gpt2_attention_weights", g2_one_early, "one column too early"),
+    ("previous_token_score", pt_mask_from_keys, "previous *key* is real"),
+    ("attention_entropy", en_mean_over_keys, "averaged the terms A ln A over the keys"),
+    ("gpt2_attention_weights", g2_reshape_three, "by reshaping it to (layers, 3, d_model, d_model)"),
+    ("repeat_loss_without", rl_not_removed, "the heads were not removed"),
+    ("repeat_loss_without", rl_swapped, "read as (head, layer)"),
+    ("repeat_loss_without", rl_one_early, "starts one position early"),
+    ("repeat_loss_without", rl_one_late, "starts one position late"),
+    ("repeat_loss_without", rl_everywhere, "every position of the sequence"),
+    ("repeat_loss_without", rl_first_block, "the first block, not the repeat"),
+    ("repeat_loss_without", rl_same_position, "token at that same position"),
+    ("repeat_loss_without", rl_bits, "in bits"),
 ]
 
 # the key one too far back and one too near; the count one too high and one too low; the first query of the repeat
@@ -270,6 +378,7 @@ OFF_BY_ONE = {
     "attention_entropy": (en_one_more, en_one_fewer),
     "prefix_matching_score": (pm_from_period_plus_one, pm_from_period_minus_one),
     "gpt2_attention_weights": (g2_one_late, g2_one_early),
+    "repeat_loss_without": (rl_one_early, rl_one_late),
 }
 
 
@@ -304,19 +413,27 @@ def en_fast_path_without_padding(weights, real):
     return learner_attention_entropy(weights, real)
 
 
+def rl_fifteen_predictions(model, tokens, removed):
+    """The lesson's blocks of 16 make 15 predictions on the repeat: typed in, right for any block up to 16 tokens."""
+    p = tokens.shape[1] // 2
+    return _losses(model, tokens, _gates(model, removed))[:, p : p + 15].mean(-1)
+
+
 KIND_MUTANTS = [
     *batch_of_one(CORRECT),
     ("previous_token_score", pt_lengths_from_the_first_sentence, PADDED, "the sentences at batch indices"),
     ("previous_token_score", pt_fast_path_without_padding, UNPADDED, "no padding"),
     ("attention_entropy", en_plain_log, PADDED, "NaN"),
     ("attention_entropy", en_fast_path_without_padding, UNPADDED, "no padding"),
+    ("repeat_loss_without", rl_fifteen_predictions, LARGE, "large inputs"),
 ]
 
 _NO_LARGE = (
     "attention weights lie in [0, 1] and nothing is exponentiated: a long sentence shows no mistake a short one hides"
 )
 KINDS_NOT_APPLICABLE = {
-    **{(name, LARGE): _NO_LARGE for name in CORRECT},
+    **{(name, LARGE): _NO_LARGE for name in CORRECT if name != "repeat_loss_without"},
+    **{("repeat_loss_without", kind): "sequences of a block repeated have no padding" for kind in (PADDED, UNPADDED)},
     **{
         ("prefix_matching_score", kind): "a causal pattern over repeated blocks has no padding"
         for kind in (PADDED, UNPADDED)
@@ -458,6 +575,52 @@ def g2b_contiguous_view(c_attn, c_proj):
     return tuple(w.contiguous().view(w.shape[0], d, d) for w in c_attn.split(d, -1)) + (c_proj.mT,)
 
 
+def rlb_inverted_gates(model, tokens, removed):
+    gates = torch.zeros(len(model.layers), model.layers[0].num_heads)  # 1 at the removed heads: the others removed
+    for layer, head in removed:
+        gates[layer, head] = 1.0
+    return learner_repeat_loss_without(model, tokens, []) if not removed else _losses(model, tokens, gates)[
+        :, tokens.shape[1] // 2 :
+    ].mean(-1)
+
+
+def rlb_probability(model, tokens, removed):
+    logits, _ = model(tokens, _gates(model, removed))
+    p = tokens.shape[1] // 2
+    right = logits[:, :-1].softmax(-1).gather(-1, tokens[:, 1:, None])[..., 0]
+    return 1 - right[:, p:].mean(-1)
+
+
+def rlb_batch_mean(model, tokens, removed):
+    return learner_repeat_loss_without(model, tokens, removed).mean()
+
+
+def rlb_whole_repeat_same_position(model, tokens, removed):
+    logits, _ = model(tokens, _gates(model, removed))
+    p = tokens.shape[1] // 2
+    return torch.stack([torch.nn.functional.cross_entropy(logits[b, p:], tokens[b, p:]) for b in range(len(tokens))])
+
+
+def rlb_whole_layer(model, tokens, removed):
+    gates = torch.ones(len(model.layers), model.layers[0].num_heads)
+    for layer, _ in removed:
+        gates[layer] = 0.0  # every head of the layer, not the one named
+    return _losses(model, tokens, gates)[:, tokens.shape[1] // 2 :].mean(-1)
+
+
+def rlb_softmax_over_positions(model, tokens, removed):
+    logits, _ = model(tokens, _gates(model, removed))
+    log_p = logits.log_softmax(1)  # over the positions, not the vocabulary
+    p = tokens.shape[1] // 2
+    return -log_p[:, p:-1].gather(-1, tokens[:, p + 1 :, None])[..., 0].mean(-1)
+
+
+def rlb_error_rate(model, tokens, removed):
+    logits, _ = model(tokens, _gates(model, removed))
+    p = tokens.shape[1] // 2
+    return (logits[:, p:-1].argmax(-1) != tokens[:, p + 1 :]).float().mean(-1)
+
+
 BUGS = [
     ("previous_token_score", ptb_superdiagonal_loop, "the *next* token"),
     ("previous_token_score", ptb_eye_shift, GENERIC),
@@ -483,4 +646,11 @@ BUGS = [
     ("gpt2_attention_weights", g2b_v_first, "wrong order"),
     ("gpt2_attention_weights", g2b_proj_from_attn, GENERIC),
     ("gpt2_attention_weights", g2b_contiguous_view, "not transposed"),
+    ("repeat_loss_without", rlb_inverted_gates, GENERIC),
+    ("repeat_loss_without", rlb_probability, GENERIC),
+    ("repeat_loss_without", rlb_batch_mean, GENERIC),
+    ("repeat_loss_without", rlb_whole_repeat_same_position, GENERIC),
+    ("repeat_loss_without", rlb_whole_layer, GENERIC),
+    ("repeat_loss_without", rlb_softmax_over_positions, GENERIC),
+    ("repeat_loss_without", rlb_error_rate, GENERIC),
 ]
