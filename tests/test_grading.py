@@ -45,7 +45,8 @@ from attnedu.grading import sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS, EXERCISE_DIR = ROOT / "solutions", ROOT / "exercises"
-TIMEOUT = 10  # seconds for a submission's own cells: far more than a solution needs, and a hang's cost
+TIMEOUT = 30  # seconds for a submission's own cells: a hang's cost; solution 11 trains its model again for exercise 5's
+# comparison (about 8 s alone here, more with two submissions graded at once and a suite beside them)
 TIME_LIMIT = 1  # seconds per call of a learner's function
 # in the command line of the attacker's detached process (`sleep MARKER`): a number of this test run's own, so that
 # another test run on the same machine (another worktree, CI) cannot be mistaken for a survivor of this one

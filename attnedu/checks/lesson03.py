@@ -575,6 +575,7 @@ def _local_p_cases() -> list[Case]:
         case([0.5], 1, [6], kinds(ONE, UNPADDED), "p_t halfway between positions 0 and 1: halves round up"),
         case([1.2], 3, [3], kinds(ONE, UNPADDED), "a source shorter than the window: cut at both ends"),
         case([3.4, 0.0], 1, [8, 2], kinds(PADDED)),
+        case([5.5, 2.5], 3, [12, 12], kinds(UNPADDED), "p_t halfway between two positions, far from either end"),
         case([500.3, 1234.8], 100, [1000, 2000], kinds(LARGE, PADDED), "wide windows over long sources"),
     ]
 
@@ -586,7 +587,8 @@ def _window_sum(center, half_width, lengths, *, at=None, sigma=None, two=2.0, wi
     (default D) around r = round(p_t) (``rounding`` "up" for halves up, "even" as torch.round, or "floor-ceil" for
     floor(p_t - D)..ceil(p_t + D)); cut at the source's ends if ``clip``; each position's softmax weight 1 / n with n
     the window's positions (``count="window"``), 2D + 1 (``"full"``) or, with ``whole_source``, S; with ``count=None``
-    the Gaussian summed without the softmax."""
+    the Gaussian summed without the softmax; with ``rounding="none"`` the window is |j - p_t| <= ``width(D)``, around
+    p_t itself."""
     S = torch.full_like(lengths, int(lengths.max())) if longest else lengths
     D = half_width
     span = D if width is None else width(D)
@@ -595,6 +597,8 @@ def _window_sum(center, half_width, lengths, *, at=None, sigma=None, two=2.0, wi
     p = center[:, None]
     if rounding == "floor-ceil":
         window = (j >= torch.floor(p - D)) & (j <= torch.ceil(p + D))
+    elif rounding == "none":
+        window = (j - p).abs() <= span
     else:
         r = torch.floor(p + 0.5) if rounding == "up" else torch.round(p)
         window = (j - r).abs() <= span
@@ -642,6 +646,12 @@ LOCAL_P_WEIGHT_SUM = Exercise(
             "your window runs from floor(p_t - D) to ceil(p_t + D): 2D + 2 positions when p_t is not a whole number. "
             "The window holds the 2D + 1 positions j with |j - round(p_t)| <= D.",
             lambda c, d, n: _window_sum(c, d, n, rounding="floor-ceil"),
+        ),
+        Variant(
+            "at a p_t halfway between two positions (x.5) your window holds 2D + 2 positions: it reaches D + 1/2 "
+            "from p_t on both sides, so it takes both neighbours of the middle. The window holds 2D + 1 positions "
+            "wherever p_t lies, fewer only where an end of the source cuts it.",
+            lambda c, d, n: _window_sum(c, d, n, rounding="none", width=lambda D: D + 0.5),
         ),
         Variant(
             "p_t halfway between two positions was rounded to the even one, as torch.round does; the window is "

@@ -548,6 +548,7 @@ def _offset_cases() -> list[Case]:
         case([7], 4, (-1, 1), 1, kinds(ONE, UNPADDED)),
         case([5, 1], 6, (-2, -1, 1, 2), -1, kinds(PADDED), "a sequence of one token: every answer is beyond the edge"),
         case([8], 2, (3,), 3, kinds(ONE, UNPADDED), "a single offset, the one read"),
+        case([10, 2], 4, (-3, 1), -3, kinds(PADDED), "the offset read reaches past the whole of the last sequence"),
         case([100_000, 2_000], 50_000, (-40, -1, 1, 40), 40, kinds(LARGE, PADDED), "long sequences, a big vocabulary"),
     ]
 
@@ -604,6 +605,14 @@ ONE_OFFSET_ACCURACY = Exercise(
             "an offset that reaches past the whole sequence (|o| > L) gets |o| positions beyond the edge in your "
             "count, more than the sequence has: only min(|o|, L) of its L positions can be beyond the edge.",
             lambda n, v, o, r: _reader(n, v, o, r, beyond=lambda L, o: torch.full_like(L, float(abs(o)))),
+        ),
+        Variant(
+            "the offset read reaches past the whole sequence (|read| > L) in one test case, and your count of its "
+            "answers inside the sequence, L - |read|, goes below zero there: a count of positions cannot be negative.",
+            lambda n, v, o, r: (
+                one_offset_accuracy(n, v, o, r)
+                + (n.to(torch.get_default_dtype()).clamp(max=abs(r)) - abs(r)) / (n * len(o))
+            ),
         ),
         Variant(
             "each offset puts one position beyond the edge in your count; offset o puts |o| of them there (the first "

@@ -385,6 +385,16 @@ def lp_floor_ceil(center, half_width, src_lengths):
     return _lp(center, half_width, src_lengths, lo=lambda p, D: math.floor(p - D), hi=lambda p, D: math.ceil(p + D))
 
 
+def lp_half_past_D(center, half_width, src_lengths):
+    # "the 2D + 1 nearest positions" read as |j - p_t| <= D + 1/2: right unless p_t is x.5 away from the ends
+    sums = []
+    for p, S in zip(center.tolist(), src_lengths.tolist()):
+        window = [j for j in range(S) if abs(j - p) <= half_width + 0.5]
+        sigma = half_width / 2
+        sums.append(sum(math.exp(-((j - p) ** 2) / (2 * sigma**2)) for j in window) / len(window))
+    return torch.tensor(sums)
+
+
 def lp_round_even(center, half_width, src_lengths):
     return _lp(center, half_width, src_lengths, middle=round)  # Python's round: halves to even, as torch.round
 
@@ -423,6 +433,7 @@ MUTANTS = [
     ("local_p_weight_sum", lp_no_two, "the 2 in the Gaussian's denominator is missing"),
     ("local_p_weight_sum", lp_floor_ceil, "from floor(p_t - D) to ceil(p_t + D)"),
     ("local_p_weight_sum", lp_round_even, "rounded to the even one"),
+    ("local_p_weight_sum", lp_half_past_D, "holds 2D + 2 positions"),
     ("local_p_weight_sum", lp_full_count, "1 / (2D + 1)"),
     ("local_p_weight_sum", lp_unclipped, "runs past the ends of the source"),
     ("local_p_weight_sum", lp_no_softmax, "without the softmax"),

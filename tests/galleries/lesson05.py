@@ -430,6 +430,14 @@ def ooa_one_too_few(lengths, vocab, offsets, read):
     return _ooa(lengths, vocab, offsets, read, beyond=lambda L, o: L.clamp(max=abs(o) - 1))
 
 
+def ooa_read_unclamped(lengths, vocab, offsets, read):
+    L = lengths.float()
+    beyond = {o: L.clamp(max=abs(o)) for o in offsets}
+    read_inside = L - abs(read)  # the clamp forgotten for the offset read alone
+    others_inside = sum(L - beyond[o] for o in offsets) - (L - beyond[read])
+    return (sum(beyond.values()) + read_inside + others_inside / vocab) / (L * len(offsets))
+
+
 def ooa_longest(lengths, vocab, offsets, read):
     return _ooa(lengths, vocab, offsets, read, longest=True)
 
@@ -490,6 +498,7 @@ MUTANTS = [
     ("one_offset_accuracy", ooa_one_too_many, "|o| + 1 positions"),
     ("one_offset_accuracy", ooa_one_too_few, "|o| - 1 positions"),
     ("one_offset_accuracy", ooa_longest, "the batch's longest length"),
+    ("one_offset_accuracy", ooa_read_unclamped, "goes below zero there"),
 ]
 
 
