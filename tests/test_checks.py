@@ -838,3 +838,60 @@ def test_triton_exercises_are_not_attempted_where_triton_is_not_installed(monkey
         name, *a))  # fmt: skip
     result = checks.check_softmax_kernel(softmax_kernel)
     assert result.status == NOT_ATTEMPTED and "triton is not installed" in result.message, result
+
+
+def _small_removal_check(monkeypatch):
+    """Exercise 5's check on a small untrained two-layer model (the check trains the lesson's; the messages are
+    what is tested here)."""
+    from attnedu import heads
+    from attnedu.transformer import AttentionOnlyTransformer
+
+    model = AttentionOnlyTransformer(32, 16, 2, 2, 32, seed=0).eval()
+    small = heads.held_out_repeats(count=8)
+    monkeypatch.setattr(heads, "held_out_repeats", lambda: small)
+    monkeypatch.setattr(heads, "train_induction", lambda *a, **k: heads.InductionRun(model=model))
+    return lambda guess, fn=None: checks.check_removal_prediction(guess, fn or _not_written)
+
+
+def _not_written(*args):
+    raise NotImplementedError
+
+
+def test_removal_prediction_hides_the_measurements_until_predicted(monkeypatch, capsys):
+    """Exercise 5: no measured loss is printed before the learner has predicted; once two numbers are given, each
+    part is compared with one measurement ((b) the mean of the two single-head removals)."""
+    run = _small_removal_check(monkeypatch)
+    measured = run(_not_written)
+    out = capsys.readouterr().out
+    assert "Write your prediction" in out and "nats" not in out and f"{measured['both layer-1 heads']:.2f}" not in out
+    right = (measured["both layer-1 heads"], measured["one layer-1 head (mean)"])
+    assert measured["one layer-1 head (mean)"] == (measured["layer-1 head 0"] + measured["layer-1 head 1"]) / 2
+    run(lambda: right)
+    out = capsys.readouterr().out
+    assert out.count("✅ within") == 2 and "❌" not in out, out
+    run(lambda: (right[0] + 1.0, right[1]))
+    out = capsys.readouterr().out
+    assert out.count("✅ within") == 1 and out.count("❌") == 1 and "(a) both layer-1 heads" in out, out
+
+
+@pytest.mark.parametrize("value", [(3.5,), 3.5, (3.5, float("nan")), ("a", "b"), None, (1.0, 2.0, 3.0)])
+def test_removal_prediction_of_the_wrong_shape_is_said_not_raised(monkeypatch, capsys, value):
+    """A prediction that is not two finite numbers (a 1-tuple, a scalar, NaN, text, None, three numbers) gets a line
+    saying what it should be; the check never raises, and shows no measurement."""
+    run = _small_removal_check(monkeypatch)
+    run(lambda: value)
+    out = capsys.readouterr().out
+    assert "should return two finite numbers" in out and "nats" not in out, out
+
+
+def test_removal_prediction_diagnoses_typical_wrong_predictions():
+    """The lesson's numbers (seed 0): (a) at the one-layer model's 2.5: "nothing reads the earlier occurrence";
+    (b) at the intact loss: "the other head makes up for it"; (b) at "both removed": "all lost"; (b) at 2.55 (the
+    one-layer model's): "layer 0 does not do what the one-layer model's head learned"."""
+    from attnedu.checks.lesson11 import _diagnosis
+
+    measured = {"intact": 0.45, "both layer-1 heads": 3.58, "one layer-1 head (mean)": 1.77}
+    assert "nothing reads the earlier occurrence" in _diagnosis("a", 2.5, measured)
+    assert "make up for the removed one" in _diagnosis("b", 0.45, measured)
+    assert "lose (nearly) all" in _diagnosis("b", 3.5, measured)
+    assert "one-layer model" in _diagnosis("b", 2.55, measured)

@@ -164,9 +164,13 @@ def test_calibration_ranges_reads_the_file():
     ranges = heads.calibration_ranges()
     low, high = ranges[2, "varied"]
     assert 0 < low <= high <= 1 and (1, "varied") in ranges and (2, "drop") in ranges
-    for key in ("cut_layer1", "cut_one_layer1"):  # exercise 5's margin: more than twice the spread over the seeds
-        low, high = ranges[2, key]
-        assert heads.PREDICTION_MARGIN > 2 * (high - low), (key, low, high)
+    # exercise 5's margin, by what it separates on every seed: (a) both layer-1 heads removed: ln 32 accepted, the
+    # one-layer model's repeat loss rejected; (b) one removed: the intact model's loss and "both removed" rejected
+    margin, (both_low, both_high) = heads.PREDICTION_MARGIN, ranges[2, "cut_layer1"]
+    assert both_high - margin <= math.log(32) <= both_low + margin, (both_low, both_high)
+    assert both_low - margin > ranges[1, "second"][1], (both_low, ranges[1, "second"])
+    one_low, one_high = ranges[2, "cut_one_layer1"]  # each head alone, so the mean of the two lies within too
+    assert one_low - margin > ranges[2, "second"][1] and one_high + margin < both_low, (one_low, one_high)
 
 
 def _induction_model(layers=2, heads_per_layer=2, seed=0):

@@ -182,3 +182,21 @@ def test_paraphrase_gap():
         pretrained.paraphrase_gap(e[0], [(0, 1)])
     with pytest.raises(ValueError, match="all paired"):
         pretrained.paraphrase_gap(e[:2], [(0, 1)])
+
+
+def test_paraphrase_similarity_separates_a_shared_shift_from_ranking():
+    """Pairs (0, 1), (2, 3) at an angle; moving every embedding toward a shared direction raises both means and lowers
+    the gap, yet each sentence's paraphrase stays its nearest neighbour (nearest = 4 of 4); swapping a paraphrase's
+    direction with an unrelated sentence's drops nearest."""
+    e = torch.tensor([[1.0, 0.1, 0, 0, 0], [1.0, -0.1, 0, 0, 0], [0, 0, 1.0, 0.1, 0], [0, 0, 1.0, -0.1, 0],
+                      [0, 0, 0, 0, 1.0]])  # fmt: skip
+    before = pretrained.paraphrase_similarity(e, [(0, 1), (2, 3)])
+    assert before["nearest"] == before["paired"] == 4
+    assert math.isclose(before["pairs"] - before["others"], pretrained.paraphrase_gap(e, [(0, 1), (2, 3)]))
+    shifted = e + 0.8 * torch.tensor([0.0, 0, 0, 0, 1.0]) * e.norm(dim=-1, keepdim=True)
+    after = pretrained.paraphrase_similarity(shifted, [(0, 1), (2, 3)])
+    assert after["others"] > before["others"] and after["pairs"] - after["others"] < before["pairs"] - before["others"]
+    assert after["nearest"] == 4
+    swapped = e.clone()
+    swapped[1] = torch.tensor([0, 0, 0.9, 0.2, 0])  # sentence 1 now nearest to 2 and 3, not to 0
+    assert pretrained.paraphrase_similarity(swapped, [(0, 1), (2, 3)])["nearest"] < 4

@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from ..heads import attention_entropy, prefix_matching_score, previous_token_score, repeat_losses
+from ..heads import PREDICTION_MARGIN, attention_entropy, prefix_matching_score, previous_token_score, repeat_losses
 from ..masks import padding_mask
 from ..pretrained import gpt2_attention_weights
 from ..tasks import repeated_tokens
@@ -551,37 +551,79 @@ def _attempt(fn):
         return None
 
 
+def _two_numbers(predicted_repeat_losses):
+    """The learner's prediction as two finite floats, or None, with a line saying what is wrong with it (never
+    raises: the learner may return anything)."""
+    try:
+        value = predicted_repeat_losses()
+    except NotImplementedError:
+        print("Write your prediction in predicted_repeat_losses above (before measuring), then run this cell again.")
+        return None
+    except Exception as error:  # noqa: BLE001 - the learner's code may raise anything
+        print(f"predicted_repeat_losses raised {type(error).__name__}: {error}. It should just return two numbers.")
+        return None
+    try:
+        numbers = tuple(float(v) for v in value)
+    except Exception:  # noqa: BLE001 - not iterable, or items that are not numbers
+        numbers = None
+    if numbers is None or len(numbers) != 2 or not all(math.isfinite(v) for v in numbers):
+        print(f"predicted_repeat_losses returned {value!r}; it should return two finite numbers, (a, b): the loss "
+              "on the repeat with both layer-1 heads removed, and with one removed (the mean over the two choices).")
+        return None
+    return numbers
+
+
+def _diagnosis(part: str, guess: float, measured: dict) -> str:
+    """A line on what a prediction outside the margin typically assumed (exercise 5)."""
+    ln_vocab, intact, both = math.log(32), measured["intact"], measured["both layer-1 heads"]
+    if part == "a":
+        if guess < ln_vocab - PREDICTION_MARGIN:
+            return ("without layer 1 nothing reads the earlier occurrence: each key of layer 0 carries only its own "
+                    "token and position, so nothing helps predict the repeat beyond guessing")
+        return "above what was measured: without layer 1 the model guesses, roughly as a uniform guess would"
+    if guess < intact + PREDICTION_MARGIN:
+        return "you expected the other layer-1 head to make up for the removed one completely; it does not"
+    if guess > both - PREDICTION_MARGIN:
+        return "you expected one head's removal to lose (nearly) all the copying; the other head still copies"
+    return ("the one-layer model's loss is not the answer here: this model's layer 0 does not do what the one-layer "
+            "model's head learned")
+
+
 def check_removal_prediction(predicted_repeat_losses, repeat_loss_without) -> dict:
     """Exercise 5: trains the lesson's two-layer induction model (``heads.train_induction``, seed 0, as the lesson
-    does), removes both layer-1 heads, then each alone, and prints the loss on the repeat that the course measures
-    (``heads.repeat_losses``), what the learner's ``repeat_loss_without`` measures, and whether the learner's
-    prediction, (both removed, one removed), lies within ``heads.PREDICTION_MARGIN`` nats of the course's measurement.
-    Returns the course's measurements, {"intact": ..., "both layer-1 heads": ..., "layer-1 head 0": ...,
-    "layer-1 head 1": ...}, so that the notebook can assert the effect whatever the learner wrote."""
-    from ..heads import INDUCTION, PREDICTION_MARGIN, held_out_repeats, repeat_losses, train_induction
+    does), removes both layer-1 heads, then each alone, and compares the learner's prediction, (a) both removed,
+    (b) one removed (the mean of the two single-head removals), with the loss on the repeat that the course measures
+    (``heads.repeat_losses``): right when within ``heads.PREDICTION_MARGIN`` nats. The measured losses are printed
+    only once the learner has predicted (two finite numbers); what their ``repeat_loss_without`` measures is
+    printed beside them. Returns the course's measurements, {"intact": ..., "both layer-1 heads": ...,
+    "layer-1 head 0": ..., "layer-1 head 1": ..., "one layer-1 head (mean)": ...}, so that the notebook can assert
+    the effect whatever the learner wrote. Never raises on the learner's code."""
+    from ..heads import INDUCTION, held_out_repeats, repeat_losses, train_induction
 
     held_out = held_out_repeats()  # the lesson's: 256 sequences of a 16-token block, repeated once
     model = train_induction(2, held_out, seed=0, every=INDUCTION["steps"], desc="the lesson's two-layer model").model
     removals = {"both layer-1 heads": [(1, 0), (1, 1)], "layer-1 head 0": [(1, 0)], "layer-1 head 1": [(1, 1)]}
     measured = {"intact": repeat_losses(model, held_out).mean().item()}
     measured.update({name: repeat_losses(model, held_out, removed).mean().item() for name, removed in removals.items()})
-    guess = _attempt(lambda: tuple(float(v) for v in predicted_repeat_losses()))
+    measured["one layer-1 head (mean)"] = (measured["layer-1 head 0"] + measured["layer-1 head 1"]) / 2
+    guess = _two_numbers(predicted_repeat_losses)
     yours = _attempt(lambda: {name: float(repeat_loss_without(model, held_out, removed).mean())
                               for name, removed in removals.items()})  # fmt: skip
+    if yours is None:
+        print("Write repeat_loss_without above to see what your function measures.")
+    if guess is None:  # the measurements stay hidden until the learner has predicted
+        return measured
     print(f"intact: loss on the repeat {measured['intact']:.2f} nats")
-    for k, name in enumerate(removals):
+    for name in removals:
         line = f"{name} removed: {measured[name]:.2f} nats"
         if yours is not None:
             line += f"; your repeat_loss_without: {yours[name]:.2f}"
-        if guess is not None:
-            g = guess[0 if k == 0 else 1]
-            close = abs(g - measured[name]) <= PREDICTION_MARGIN
-            line += f"; you predicted {g:.2f}: {'✅ within' if close else '❌ more than'} {PREDICTION_MARGIN} nats"
         print(line)
-    if guess is None:
-        print("Write your prediction in predicted_repeat_losses above (before measuring), then run this cell again.")
-    if yours is None:
-        print("Write repeat_loss_without above to see what your function measures.")
+    for part, g, name in (("a", guess[0], "both layer-1 heads"), ("b", guess[1], "one layer-1 head (mean)")):
+        close = abs(g - measured[name]) <= PREDICTION_MARGIN
+        line = (f"({part}) {name}: measured {measured[name]:.2f}, you predicted {g:.2f}: "
+                f"{'✅ within' if close else '❌ more than'} {PREDICTION_MARGIN} nats")
+        print(line if close else f"{line}. {_diagnosis(part, g, measured)}")
     return measured
 
 
