@@ -30,6 +30,7 @@ def main() -> None:
 
     from attnedu import setup_notebook
     from attnedu.heads import (
+        EVAL_PERIOD,
         INDUCTION,
         held_out_repeats,
         held_out_varied,
@@ -81,6 +82,15 @@ def main() -> None:
                                                             [(1, h) for h in heads1])[0]  # fmt: skip
                 ablation["cut_one_layer1"] = [induction_ablation(run.model, held_out, (varied, periods), [(1, h)])[0]
                                               for h in heads1]  # fmt: skip
+            if layers == 2:  # the lesson's split of the repeat's loss: where the one-token rule is certain or not
+                P = EVAL_PERIOD
+                certain = torch.tensor([[len({row[s + 1] for s in range(t) if row[s] == row[t]}) == 1
+                                         for t in range(P, 2 * P - 1)] for row in held_out.tolist()])  # fmt: skip
+                with torch.no_grad():
+                    logits = run.model(held_out)[0]
+                per_position = torch.nn.functional.cross_entropy(logits[:, P:-1].transpose(1, 2), held_out[:, P + 1 :],
+                                                                 reduction="none")  # fmt: skip
+                ablation["unsure_minus_certain"] = (per_position[~certain].mean() - per_position[certain].mean()).item()
             rows.append(dict(seed=seed, layers=layers, **ablation, first=run.first[-1], second=run.second[-1],
                              prefix=prefix[-1].max().item(), previous=previous[0].max().item(),
                              prefix_below=prefix[:-1].max().item() if layers > 1 else float("nan"),
@@ -140,6 +150,9 @@ def main() -> None:
                 "cut_layer1", "cut_one_layer1"):  # fmt: skip
         values = [v for r in two for v in (r[key] if isinstance(r[key], list) else [r[key]]) if not math.isnan(v)]
         print(f"- 2 layer(s), {key}: {min(values):.3f} .. {max(values):.3f} ({len(values)} runs)")
+    values = [r["unsure_minus_certain"] for r in two]
+    print(f"- 2 layer(s), the repeat's loss where the one-token rule is unsure minus where it is certain: "
+          f"{min(values):.3f} .. {max(values):.3f} ({len(values)} runs)")
     for key, base in (("cut_previous", "second"), ("cut_control", "second")):  # the change from the intact model
         values = [r[key] - r[base] for r in two if not math.isnan(r[key])]
         print(f"- 2 layer(s), rise_{key[4:]}: {min(values):.3f} .. {max(values):.3f} ({len(values)} runs)")
