@@ -895,3 +895,14 @@ def test_removal_prediction_diagnoses_typical_wrong_predictions():
     assert "make up for the removed one" in _diagnosis("b", 0.45, measured)
     assert "lose (nearly) all" in _diagnosis("b", 3.5, measured)
     assert "one-layer model" in _diagnosis("b", 2.55, measured)
+
+
+def test_removal_effect_is_judged_on_the_course_measurements():
+    """Exercise 5's effect: both layer-1 heads removed >= 2.75 nats; each alone between intact + 0.6 and 2.75."""
+    from attnedu.checks import check_removal_effect
+
+    seed0 = {"intact": 0.453, "both layer-1 heads": 3.576, "layer-1 head 0": 1.729, "layer-1 head 1": 1.810}
+    assert check_removal_effect(seed0)
+    assert not check_removal_effect({**seed0, "both layer-1 heads": 2.7})  # nothing lost without layer 1
+    assert not check_removal_effect({**seed0, "layer-1 head 0": 0.9})  # one head removed changed nothing
+    assert not check_removal_effect({**seed0, "layer-1 head 1": 3.0})  # one head removed lost everything
