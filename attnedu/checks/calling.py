@@ -305,3 +305,16 @@ def _learner_line(err: BaseException, fn: Callable) -> str:
     filename = getattr(code, "co_filename", None)
     frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == filename and f.line]
     return f" (in the line `{frames[-1].line.strip()}`)" if frames else ""
+
+
+def attempt(fn):
+    """fn(), or None while the learner has not written it yet (it raises NotImplementedError); any other error is
+    said in a line (the exercise's check names the mistake) and also gives None. For the prediction cells, which run
+    the learner's code outside a check."""
+    try:
+        return fn()
+    except NotImplementedError:
+        return None
+    except Exception as error:  # noqa: BLE001 - the learner's code may raise anything
+        print(f"(your code raised {type(error).__name__}: {error}; the check above says more)")
+        return None

@@ -25,6 +25,7 @@ import torch
 from ..inference import cache_step, grouped_attention, kv_cache_bytes, rolling_cache_step
 from ..masks import padding_mask
 from ..positional import apply_rope
+from .calling import attempt as _attempt
 from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Variant, generator, kinds, randn
 
 LESSON = "10_attention_at_inference"
@@ -581,18 +582,6 @@ EXERCISES = (KV_CACHE_STEP, GROUPED_DECODE, CACHE_BYTES, ROLLING_STEP)
 
 SERVER = (40, 40, 8, 128, 2, 32768, 4, 4096)  # exercise 3's question: layers, heads, K/V heads, head_dim, bytes,
 # tokens, sequences, window
-
-
-def _attempt(fn):
-    """fn(), or None while the learner has not written it yet (it raises NotImplementedError); any other error is
-    said in a line (the exercise's check names the mistake) and also gives None."""
-    try:
-        return fn()
-    except NotImplementedError:
-        return None
-    except Exception as error:  # noqa: BLE001 - the learner's code may raise anything
-        print(f"(your code raised {type(error).__name__}: {error}; the check above says more)")
-        return None
 
 
 def check_cache_prediction(my_guess_gib, cache_bytes) -> None:

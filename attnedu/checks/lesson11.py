@@ -24,6 +24,7 @@ from ..masks import padding_mask
 from ..pretrained import gpt2_attention_weights
 from ..tasks import repeated_tokens
 from ..transformer import AttentionOnlyTransformer
+from .calling import attempt as _attempt
 from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
 
 LESSON = "11_real_attention_heads"
@@ -538,18 +539,6 @@ REPEAT_LOSS_WITHOUT = Exercise(
     ),
     forbidden=OWN_CODE,
 )
-
-def _attempt(fn):
-    """fn(), or None while the learner has not written it yet (it raises NotImplementedError); any other error is
-    said in a line (the exercise's check names the mistake) and also gives None."""
-    try:
-        return fn()
-    except NotImplementedError:
-        return None
-    except Exception as error:  # noqa: BLE001 - the learner's code may raise anything
-        print(f"(your code raised {type(error).__name__}: {error}; the check above says more)")
-        return None
-
 
 def _two_numbers(predicted_repeat_losses):
     """The learner's prediction as two finite floats, or None, with a line saying what is wrong with it (never
