@@ -4,7 +4,9 @@ Every exercise has test cases with a batch of one, with and without padding, and
 (scores, or the tanh's argument, in the hundreds, where exp overflows in float32); the known-wrong
 variants include an off-by-one in both directions (an index, or the axis of a reduction one too low
 and one too high, with a case whose sizes let the wrong axis run). Sizes differ from each other so
-that a transpose shows.
+that a transpose shows. masked_softmax also has a case with a NaN score at a position the mask allows: the row
+must come out NaN, so that replacing every NaN by 0 (which also hides a bug) does not pass for zeroing the fully
+masked rows.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ..models import BahdanauDecoder, EncoderOutput
 from .exercise import (
     EMPTY_ROW,
     LARGE,
+    NAN_INPUT,
     ONE,
     PADDED,
     UNPADDED,
@@ -195,7 +198,22 @@ def _masked_softmax_cases() -> list[Case]:
             (large_scores, bool_mask([[1, 1, 1, 1, 0], [1, 1, 0, 1, 1]])),
             kinds(LARGE, PADDED),
         ),
+        _nan_case(g),  # drawn after the other cases, so that adding it changed none of theirs
     ]
+
+
+def _nan_case(g: torch.Generator) -> Case:
+    """A NaN score at a position the mask allows, as a bug upstream would leave: the row must come out NaN (a bug must
+    show). At a masked position, or in a fully masked row, the mask would hide it and nothing would tell a function
+    that replaces every NaN by 0 from one that zeroes only the fully masked rows."""
+    scores = 2 * randn(g, 2, 4)
+    scores[0, 1] = float("nan")
+    return Case(
+        "2 rows of 4 scores, the last of row 1 masked; row 0 has a NaN score at a position the mask allows, as a bug "
+        "upstream would leave: its weights must come out NaN (a bug must show), row 1's right",
+        (scores, bool_mask([[1, 1, 1, 1], [1, 1, 1, 0]])),
+        kinds(PADDED, NAN_INPUT),
+    )
 
 
 def _softmax_filled(scores, mask, fill, dim=-1):
@@ -295,6 +313,14 @@ MASKED_SOFTMAX = Exercise(
             "Such a row must give all zeros. Which rows they are is known from the mask (a row that is all False), "
             "not from the NaN: replacing every NaN would also hide one that came from a bug.",
             lambda s, m: _softmax_filled(s, ~m, float("-inf")),
+        ),
+        Variant(
+            "every NaN became 0, not only those of the fully masked rows: in the test case whose row 0 has a NaN "
+            "score at a position the mask allows, that row's weights came out 0 where the reference's are NaN, and "
+            "everything else is right. A NaN there is the sign of a bug upstream; turned into zeros it would pass "
+            "for an answer and training would go on with it. Only the rows whose mask is all False may be set to 0, "
+            "found from the mask, not from the values.",
+            lambda s, m: _softmax_filled(s, ~m, float("-inf")).nan_to_num(0.0),
         ),
         Variant(
             "a fully masked row gets uniform weights, as when the masked scores are a large negative number such as "

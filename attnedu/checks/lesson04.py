@@ -321,7 +321,7 @@ def _cross_attention_cases() -> list[Case]:
         )
         return Case(description + (f"; {note}" if note else ""), args, tags)
 
-    return [
+    cases = [
         case((3, 3, 3, 3, 3, 3), [3, 1, 2], kinds(PADDED)),
         case((2, 4, 6, 5, 3, 2), [6, 3], kinds(PADDED)),
         case((1, 2, 5, 4, 2, 3), [5], kinds(ONE, UNPADDED)),
@@ -335,23 +335,41 @@ def _cross_attention_cases() -> list[Case]:
             note="the source around ±40, so the scores are in the hundreds",
         ),
     ]
+    # A NaN in a target position (a query), as a bug upstream would leave: that query's weights and output must come
+    # out NaN. In the source it would reach every query, or, at padding, be hidden by the mask; drawn after the other
+    # cases, so that adding it changed none of theirs.
+    nan_case = case(
+        (2, 3, 4, 3, 2, 2),
+        [4, 3],
+        kinds(PADDED, NAN_INPUT),
+        note="target position 1 of sentence 0 has a NaN feature, as a bug upstream would leave: that query's weights "
+        "and output must come out NaN (a bug must show), every other query's right",
+    )
+    nan_case.args[0][0, 1, 0] = float("nan")
+    return [*cases, nan_case]
 
 
 def _cross_with(lengths_offset=0, mask="keys", queries="target", keys="source", values="source", scale=True):
-    """A known-wrong cross-attention: which sequence gives the queries, keys and values, and which mask."""
+    """A known-wrong cross-attention: which sequence gives the queries, keys and values, and which mask; written each
+    way a learner may treat the NaN of a row with nothing to attend (a tuple of functions, see :func:`_ways`)."""
 
-    def cross(target, source, source_lengths, W_Q, W_K, W_V):
+    def cross(target, source, source_lengths, W_Q, W_K, W_V, nan=False):
         seqs = {"target": target, "source": source}
         q, k, v = seqs[queries] @ W_Q, seqs[keys] @ W_K, seqs[values] @ W_V
         scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1.0)
+        hide = None
         if mask is not None:
             real = torch.arange(k.shape[1])[None, :] < (source_lengths + lengths_offset)[:, None]
-            hide = ~real[:, None, :] if mask == "keys" else real[:, None, :]
+            hide = (~real[:, None, :] if mask == "keys" else real[:, None, :]).expand_as(scores)
             scores = scores.masked_fill(hide, float("-inf"))
-        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        weights = torch.softmax(scores, dim=-1)
+        if nan == "rows":
+            weights = weights if hide is None else weights.masked_fill(hide.all(dim=-1, keepdim=True), 0.0)
+        elif not nan:
+            weights = weights.nan_to_num(0.0)
         return weights @ v, weights
 
-    return cross
+    return tuple((lambda t, s, n, Q, K, V, way=way: cross(t, s, n, Q, K, V, nan=way)) for way in (False, "rows", True))
 
 
 def _cross_layout(args: tuple) -> tuple[Layout | None, ...]:
@@ -381,36 +399,36 @@ CROSS_ATTENTION = Exercise(
             "the attention gives weight to padding, as it does without a mask: your weights at source positions j >= "
             "source_lengths[b] are not 0. The source padding mask, built from source_lengths, hides the same keys "
             "from every query, so it needs an axis of size 1 for the queries.",
-            _cross_with(mask=None),
+            *_cross_with(mask=None),
         ),
         Variant(
             "the mask is inverted: the real source positions got zero weight and the padding got all of it (a "
             "sentence without padding has every position hidden). Source position j of sentence b is real when j < "
             "source_lengths[b].",
-            _cross_with(mask="inverted"),
+            *_cross_with(mask="inverted"),
         ),
         Variant(
             "off by one: the first padded source position (j = length) gets weight too, in every padded sentence. "
             "Position j of sentence b is real when j < source_lengths[b], counting from 0.",
-            _cross_with(lengths_offset=1),
+            *_cross_with(lengths_offset=1),
         ),
         Variant(
             "off by one: the last real source word (j = length - 1) gets no weight, in every sentence. Position j of "
             "sentence b is real when j < source_lengths[b], counting from 0.",
-            _cross_with(lengths_offset=-1),
+            *_cross_with(lengths_offset=-1),
         ),
         Variant(
             "this is self-attention over the target: your keys and values come from the target too. In "
             "cross-attention they come from the source, projected by W_K and W_V.",
-            _cross_with(keys="target", values="target", mask=None),
+            *_cross_with(keys="target", values="target", mask=None),
         ),
         Variant(
             "your values come from the target (which runs only when tgt_len equals src_len). The keys and the values "
             "both come from the source: each weight belongs to a source position, and so does the value it "
             "multiplies.",
-            _cross_with(values="target"),
+            *_cross_with(values="target"),
         ),
-        Variant(_ROLES, _cross_with(queries="source", keys="target", values="target", mask=None)),
+        Variant(_ROLES, *_cross_with(queries="source", keys="target", values="target", mask=None)),
         Variant(
             "W_Q and W_K are swapped: the queries were projected by W_K and the keys by W_Q. W_Q projects the "
             "sequence that asks (the target), W_K the one that answers (the source).",
@@ -418,13 +436,21 @@ CROSS_ATTENTION = Exercise(
         ),
         Variant(
             _SCALE_MISSING,
-            _cross_with(scale=False),
+            *_cross_with(scale=False),
         ),
         Variant(
             "your projections use the transposed matrices, as nn.Linear uses its weights (which runs only when "
             "d_model equals head_dim and value_dim). Here vectors are rows and W_Q is (d_model, head_dim): a row of "
             "d_model features times W_Q has head_dim features.",
             lambda t, s, n, Q, K, V: _cross_attention(t, s, n, Q.T, K.T, V.T),
+        ),
+        Variant(
+            "every NaN became 0: in the test case whose target position 1 of sentence 0 has a NaN feature, that "
+            "query's weights and output came out 0 where the reference's are NaN, and everything else is right. A "
+            "NaN there is the sign of a bug upstream; turned into zeros it would pass for an answer and training "
+            "would go on with it. Here every query has real source words to attend, so no row of the softmax needs "
+            "zeroing: only a row whose mask is all False may be set to 0, found from the mask.",
+            _cross_with()[0],
         ),
     ),
     hint=(

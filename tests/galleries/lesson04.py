@@ -232,6 +232,15 @@ def ca_transposed_weights(target, source, source_lengths, W_Q, W_K, W_V):
     return _ca(target, source, source_lengths, W_Q.T, W_K.T, W_V.T)
 
 
+def ca_every_nan_replaced(target, source, source_lengths, W_Q, W_K, W_V):
+    """Exercise 1's attention with every NaN replaced by 0, reused: a NaN query comes out as zeros."""
+    q, k, v = target @ W_Q, source @ W_K, source @ W_V
+    real = torch.arange(source.shape[1])[None, None, :] < source_lengths[:, None, None]
+    weights = torch.softmax((q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])).masked_fill(~real, NEG_INF), dim=-1)
+    weights = torch.nan_to_num(weights)
+    return weights @ v, weights
+
+
 def ca_value_data(target, source, source_lengths, W_Q, W_K, W_V):
     return learner_cross_attention(target, source, source_lengths, W_Q, W_K, W_V.data)
 
@@ -354,6 +363,7 @@ MUTANTS = [
     ("cross_attention", ca_transposed_weights, "transposed matrices"),
     ("cross_attention", ca_mask_without_query_axis, "raised RuntimeError"),
     ("cross_attention", ca_value_data, "no gradient flows back from your outputs to `W_V`"),
+    ("cross_attention", ca_every_nan_replaced, "every NaN became 0: in the test case whose target position 1"),
     ("initial_score_std", ss_no_head_dim, "does not grow with head_dim"),
     ("initial_score_std", ss_variance, "the variance of q . k, not its standard deviation"),
     ("initial_score_std", ss_std_not_variance, "standard deviations where variances belong"),
