@@ -24,6 +24,7 @@ are PyTorch functions, checked without a kernel.
 from __future__ import annotations
 
 import copy
+import functools
 import re
 import sys
 import threading
@@ -31,7 +32,17 @@ import time
 
 import pytest
 import torch
-from galleries import BUGS, CORRECT, GENERIC, KIND_MUTANTS, KINDS_NOT_APPLICABLE, MUTANTS, OFF_BY_ONE, REFERENCE_USE
+from galleries import (
+    BUGS,
+    CORRECT,
+    GENERIC,
+    KIND_MUTANTS,
+    KINDS_NOT_APPLICABLE,
+    MUTANTS,
+    OFF_BY_ONE,
+    PREDICTIONS,
+    REFERENCE_USE,
+)
 from galleries.lesson01 import (
     last_off_by_one,
     last_one_early,
@@ -53,8 +64,12 @@ from attnedu.checks.exercise import PADDED, REQUIRED_TAGS, UNPADDED
 from attnedu.checks.results import make_hint
 from attnedu.masks import padding_mask
 
-# Exercises with a gallery: all, but the kernel exercises only where triton is installed
-GALLERY_EXERCISES = {name for name, e in checks.EXERCISES.items() if e.launch is None or name in CORRECT}
+# Exercises with a gallery of functions: all but the graded predictions (which have a gallery of predictions,
+# PREDICTIONS), and the kernel exercises only where triton is installed
+GALLERY_EXERCISES = {
+    name for name, e in checks.EXERCISES.items() if e.prediction is None and (e.launch is None or name in CORRECT)
+}
+PREDICTION_EXERCISES = {name for name, e in checks.EXERCISES.items() if e.prediction is not None}
 
 
 def _runnable(name: str) -> bool:
@@ -187,6 +202,8 @@ def test_distinct_mistakes_give_distinct_outputs():
     """No variant would be named for another variant with a different diagnosis: the inputs tell them apart (a
     variant is named when it equals the output on every case where it runs), and each differs from the reference."""
     for name, exercise in checks.EXERCISES.items():
+        if exercise.prediction is not None:
+            continue  # no variants: a prediction is scored against the measurement
         cases = exercise.make_cases()
         reference = _outputs(exercise.reference, cases)
         versions = [(v, fn) for v in exercise.variants for fn in v.fns]
@@ -209,6 +226,8 @@ def test_every_exercise_has_every_kind_of_test_case():
     """Every kind of test case, and a mistake that shows there only; where padding does not apply (RoPE rotates
     whatever it is given), the exercise has neither padded nor unpadded cases, and KINDS_NOT_APPLICABLE says so."""
     for name, exercise in checks.EXERCISES.items():
+        if exercise.prediction is not None:
+            continue  # one call with no argument: no kinds of input
         tags = set().union(*(case.tags for case in exercise.make_cases()))
         without_padding = {(name, PADDED), (name, UNPADDED)} <= set(KINDS_NOT_APPLICABLE)
         required = set(REQUIRED_TAGS) - ({PADDED, UNPADDED} if without_padding else set())
@@ -656,6 +675,125 @@ def test_the_grader_compares_gradients_as_the_check_does(fn):
         remote = run_check(exercise, "attentional_hidden", caller=remote_call(records, "done"), cases=cases)
         local = checks.check("attentional_hidden", function)
         assert (remote.status, remote.message) == (local.status, local.message)
+
+
+# --------------------------------------------------------------------------------------------
+# Graded predictions (attnedu.checks.prediction)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_predictions():
+    """No prediction recorded before or after the test (the record lives for the process, as in a kernel)."""
+    from attnedu.checks.prediction import forget_predictions
+
+    forget_predictions()
+    yield
+    forget_predictions()
+
+
+def test_every_prediction_exercise_has_its_gallery():
+    """Each graded prediction: a right one, a wrong one, a partly right one (where it has a margin or several parts),
+    a malformed one, one that uses the course's code where that is forbidden, and one not written yet."""
+    for name in PREDICTION_EXERCISES:
+        statuses = [status for n, _, status, _, _ in PREDICTIONS if n == name]
+        assert {PASSED, FAILED, NOT_ATTEMPTED} <= set(statuses), name
+        partial = checks.EXERCISES[name].prediction.parts
+        if len(partial) > 1 or any(p.margin is not None for p in partial):
+            assert checks.PARTIAL in statuses, name
+    assert {n for n, *_ in PREDICTIONS} == PREDICTION_EXERCISES
+
+
+@pytest.mark.parametrize(
+    "name, fn, status, score, said", PREDICTIONS, ids=[f"{e[0]}-{e[1].__name__}" for e in PREDICTIONS]
+)
+def test_a_prediction_gets_its_score_and_its_message(fresh_predictions, name, fn, status, score, said):
+    """The status, the score (1, 1/2 or 0) and the message; the measurement is shown only beside a prediction (never
+    for one not written, malformed, or computed with the course's code); no message prints a fix."""
+    result = checks.check(name, fn)
+    assert result.status == status and result.score == pytest.approx(score), repr(result)
+    assert said in result.message, repr(result)
+    shown = "measured" in result.message or bool(result.details)
+    assert shown == ("prediction" in result.findings), repr(result)
+    assert not _printed_fixes(result.message), (result.message, _printed_fixes(result.message))
+    assert result.to_dict()["score"] == pytest.approx(score)
+
+
+def test_the_first_prediction_is_the_one_scored(fresh_predictions):
+    """The first valid prediction of a session is recorded when the measurement is shown; a later change is said,
+    not scored. Before it, nothing is recorded and nothing measured is shown."""
+    from galleries.lesson04 import lsw_rounded, lsw_unchanged, lsw_unwritten
+
+    recorded = functools.partial(checks.recorded_prediction, "longer_sentence_weight")
+    first = checks.check_longer_sentence_weight(lsw_unwritten)
+    assert first.status == NOT_ATTEMPTED and not first.details and recorded() is None
+    wrong = checks.check_longer_sentence_weight(lsw_unchanged)
+    assert wrong.status == FAILED and wrong.details and recorded() == (0.95,)
+    again = checks.check_longer_sentence_weight(lsw_rounded)
+    assert again.status == FAILED and again.score == 0, repr(again)
+    assert "changed after the measurement was shown" in again.message and "0.9," in again.message
+    malformed = checks.check_longer_sentence_weight(lambda: "0.9")
+    assert malformed.status == FAILED and "not a prediction" in malformed.message
+    assert recorded() == (0.95,)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        e
+        for e in PREDICTIONS
+        if e[1].__name__
+        in ("lsw_nearly", "wl_nothing_changes", "lsw_with_the_course_code", "wl_as_tensors", "lsw_unwritten")
+    ],  # fmt: skip
+    ids=lambda e: e[1].__name__,
+)
+def test_the_grader_scores_a_prediction_as_the_check_does(fresh_predictions, entry):
+    """The kernel calls the prediction function (no argument) and sends back its value; the grader's decision, made in
+    its own process with the same run_check, is the check's: status, score and message."""
+    from attnedu.grading.kernel import encode
+    from attnedu.grading.results import decode, remote_call
+
+    name, fn, status, score, _ = entry
+    exercise = checks.EXERCISES[name]
+    cases = exercise.make_cases()
+    call = checks.calling.call_learner(fn, (), 5.0, forbidden=exercise.forbidden)
+    record = {"value": decode(encode(call.value)), "args": (), "error_name": call.error_name,
+              "error_text": call.error_text, "not_implemented": call.not_implemented,
+              "used_reference": call.used_reference}  # fmt: skip
+    remote = run_check(exercise, name, caller=remote_call({0: record}, "done"), cases=cases)
+    local = checks.check(name, fn)
+    assert (remote.status, remote.score, remote.message) == (local.status, local.score, local.message)
+    assert remote.status == status and remote.score == pytest.approx(score)
+
+
+def test_the_partial_credit_rule():
+    from attnedu.checks.exercise import Part
+    from attnedu.checks.prediction import part_points
+
+    number = Part("x", margin=0.1)
+    assert [part_points(number, g, 1.0) for g in (1.1, 0.9, 1.15, 0.8, 0.79, 1.3)] == [1, 1, 0.5, 0.5, 0, 0]
+    share = Part("x", margin=0.05, relative=True)  # 5% of the measurement
+    assert [part_points(share, g, 200.0) for g in (210.0, 189.0, 221.0)] == [1, 0.5, 0]
+    assert part_points(Part("b", bool), True, True) == 1 and part_points(Part("b", bool), False, True) == 0
+    assert part_points(Part("s", frozenset), frozenset({6, 7}), frozenset({7, 6})) == 1
+
+
+@pytest.mark.parametrize(
+    "parts, error",
+    [
+        ((), "one or more Part"),
+        (("weight",), "one or more Part"),
+        ((checks.prediction.Part("x"),), "a float part needs a margin"),
+        ((checks.prediction.Part("x", bool, margin=0.1),), "only a float part has one"),
+        ((checks.prediction.Part("x", str),), "kind should be float, bool, int or frozenset"),
+        ((checks.prediction.Part("x", margin=-1.0),), "the margin should be positive"),
+    ],
+)
+def test_a_prediction_exercise_refuses_parts_it_cannot_score(parts, error):
+    from attnedu.checks.prediction import prediction_exercise
+
+    with pytest.raises((TypeError, ValueError), match=error):
+        prediction_exercise("p", "04_query_key_value", "a guess", parts, lambda: (1.0,), ("a", "b", "c"))
 
 
 def test_the_fraction_of_generic_messages_is_reported(gallery, capsys):

@@ -7,6 +7,7 @@ for the check cells and for the batch grader alike.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -337,6 +338,8 @@ def run_check(
         caller = in_process(fn, exercise.gradients, exercise.launch, exercise.forbidden)
     try:
         cases = exercise.make_cases() if cases is None else cases
+        if exercise.prediction is not None:
+            return _prediction_result(exercise, caller, cases[0], time_limit)
         outcomes: list[_Outcome] = []
         for number, case in enumerate(cases, start=1):
             call, learner_args = caller(number, case, time_limit)
@@ -383,6 +386,28 @@ def run_check(
         return result(FAILED, message, _case_name(at, len(cases)), findings=findings)
     except Exception as err:  # a bug in the check itself must not stop the notebook either
         return result(FAILED, f"the check itself failed ({type(err).__name__}: {err}); please report this.")
+
+
+def _prediction_result(exercise: Exercise, caller: Caller, case: Case, time_limit: float) -> CheckResult:
+    """A graded prediction (``Exercise.prediction``): its one call, then :func:`prediction.judge` (the measurement
+    is made only for a valid prediction)."""
+    from .prediction import judge, not_attempted
+
+    call, args = caller(1, case, time_limit)
+    hard, kinds = _hard_problem(exercise, case, args, call, time_limit)
+    if hard is _UNFINISHED:
+        return not_attempted(exercise)
+    if hard is not None:
+        reason = CRASHED if call.crashed else TIMEOUT if call.timed_out else ""
+        return CheckResult(exercise.name, FAILED, hard, "", call.printed, exercise.hint, reason, kinds, points=0.0)
+    if call.used_reference:
+        message = (
+            f"your function runs the course's own `{call.used_reference}`: that measures, it does not predict. A "
+            f"prediction is worked out before measuring; one that runs anything from "
+            f"{' or '.join(f'`{m}`' for m in exercise.forbidden)} earns no marks, whatever it returns."
+        )
+        return CheckResult(exercise.name, FAILED, message, "", call.printed, exercise.hint, "", ("reference",), 0.0)
+    return dataclasses.replace(judge(exercise, call.value, exercise.hint), printed=call.printed)
 
 
 # What cuts a computation off from autograd, named (not written out as code: a message names the mistake, the

@@ -186,6 +186,8 @@ def _encode(value, depth: int):
         return int(value)
     if isinstance(value, float):
         return float(value)
+    if type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():  # a NumPy scalar: as Python's
+        return _encode(value.item(), depth)
     if isinstance(value, str):
         return str(value)[:MAX_TEXT]
     if isinstance(value, (tuple, list)) and depth < MAX_DEPTH:
