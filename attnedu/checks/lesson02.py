@@ -220,6 +220,14 @@ def _softmax_filled(scores, mask, fill, dim=-1):
     return torch.softmax(scores.masked_fill(mask, fill), dim=dim)
 
 
+def _emptied(weights, mask, dim=-1):
+    """``weights`` with the rows (along ``dim``) where ``mask`` allows nothing set to 0: the way the reference
+    treats the NaN of a fully masked row, kept by a learner whose mistake is elsewhere (where ``dim`` is the axis
+    of their softmax, it is the wrong axis too). A NaN from elsewhere stays, where every NaN replaced would hide
+    it: the two differ on the test case with a NaN score."""
+    return weights.masked_fill(~mask.any(dim=dim, keepdim=True), 0.0)
+
+
 def _softmax_properties(args: tuple, got) -> str | None:
     """Masked weights are exactly zero; rows sum to one (or to zero when fully masked)."""
     _, mask = args
@@ -246,13 +254,14 @@ def _softmax_layout(args: tuple) -> tuple[Layout]:
     return (Layout(positions=1, real=mask, words=("positions the mask allows", "masked positions")),)
 
 
-def _sum_without_keepdim(shift_by_row: bool):
-    """e / e.sum(dim=-1) without keepdim, e = exp(masked scores - their max: per row, or over everything)."""
+def _sum_without_keepdim(shift_by_row: bool, empty_rows: bool = False):
+    """e / e.sum(dim=-1) without keepdim, e = exp(masked scores - their max: per row, or over everything); then
+    every NaN replaced by 0, or (``empty_rows``) the rows with nothing to attend set to 0."""
 
     def softmax(scores, mask):
         shift = scores.max(dim=-1, keepdim=True).values if shift_by_row else scores.max()
         e = torch.exp(scores.masked_fill(~mask, float("-inf")) - shift)
-        return (e / e.sum(dim=-1)).nan_to_num(0.0)
+        return _emptied(e / e.sum(dim=-1), mask) if empty_rows else (e / e.sum(dim=-1)).nan_to_num(0.0)
 
     return softmax
 
@@ -281,18 +290,23 @@ MASKED_SOFTMAX = Exercise(
             "last axis.",
             lambda s, m: _softmax_filled(s, ~m, float("-inf"), dim=0).nan_to_num(0.0),
             lambda s, m: _softmax_filled(s, ~m, float("-inf"), dim=0),
+            lambda s, m: _emptied(_softmax_filled(s, ~m, float("-inf"), dim=0), m),
+            lambda s, m: _emptied(_softmax_filled(s, ~m, float("-inf"), dim=0), m, dim=0),
             lambda s, m: torch.softmax(s, dim=0),
         ),
         Variant(
             _WRONG_ROW_SUM,
             _sum_without_keepdim(shift_by_row=True),
             _sum_without_keepdim(shift_by_row=False),
+            _sum_without_keepdim(shift_by_row=True, empty_rows=True),
+            _sum_without_keepdim(shift_by_row=False, empty_rows=True),
         ),
         Variant(
             "the mask is inverted: the real positions got zero weight and the masked ones got all of it. True means "
             "'may attend': the scores to hide are those where the mask is False.",
             lambda s, m: _softmax_filled(s, m, float("-inf")).nan_to_num(0.0),
             lambda s, m: _softmax_filled(s, m, float("-inf")),
+            lambda s, m: _emptied(_softmax_filled(s, m, float("-inf")), m),
         ),
         Variant(
             "your weights are the softmax without the mask: masked positions get weight, and each row with masked "

@@ -130,6 +130,17 @@ def softmax_wrong_axis(scores, mask):
     return torch.softmax(scores.masked_fill(~mask, NEG_INF), dim=0).nan_to_num(0.0)
 
 
+def softmax_wrong_axis_everywhere(scores, mask):
+    """The right answer with its softmax's axis changed, and so its test for empty rows too."""
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=0)
+    return weights.masked_fill(~mask.any(dim=0, keepdim=True), 0.0)
+
+
+def softmax_wrong_axis_rows_zeroed(scores, mask):
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=0)
+    return weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+
+
 def softmax_sum_without_keepdim(scores, mask):
     e = torch.exp(scores).masked_fill(~mask, 0.0)
     return (e / e.sum(dim=-1)).nan_to_num(0.0)
@@ -354,6 +365,8 @@ MUTANTS = [
     ("additive_score", score_features_one_early, "one axis too early"),
     ("additive_score", score_hand_written_tanh, "a tanh written with exp, overflows"),
     ("masked_softmax", softmax_wrong_axis, "wrong axis"),
+    ("masked_softmax", softmax_wrong_axis_everywhere, "wrong axis"),
+    ("masked_softmax", softmax_wrong_axis_rows_zeroed, "wrong axis"),
     ("masked_softmax", softmax_sum_without_keepdim, "divided by the wrong row's sum"),
     ("masked_softmax", softmax_mask_inverted, "mask is inverted"),
     ("masked_softmax", softmax_mask_ignored, "softmax without the mask"),
