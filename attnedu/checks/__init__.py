@@ -25,6 +25,9 @@ How a check works (the rule itself is in :func:`diagnosis.run_check`):
   of the features), a constant factor, on which kinds of test case it fails.
 * It **returns** a :class:`CheckResult` and never raises, so "Run all" never stops at an
   unfinished exercise. ``NotImplementedError`` means "not attempted".
+* A graded prediction (:mod:`.prediction`) is a function of no argument that returns the learner's prediction; its
+  check shows the measurement only beside a valid prediction, scores the session's first one with partial credit
+  (full within the exercise's margin, half within twice it), and says so when it changed afterwards.
 * The learner's code runs on copies of the inputs (a change to them is reported), with its
   printing captured and truncated, and under a time limit (``SIGALRM`` in the main thread on
   Unix; elsewhere a helper thread, which cannot be stopped and is left running); no case is called
