@@ -60,7 +60,7 @@ from attnedu.checks import FAILED, NOT_ATTEMPTED, PASSED, CheckResult, mistakes
 from attnedu.checks import diagnosis as engine
 from attnedu.checks.calling import in_process
 from attnedu.checks.diagnosis import run_check, same
-from attnedu.checks.exercise import PADDED, REQUIRED_TAGS, UNPADDED
+from attnedu.checks.exercise import NAN_INPUT, PADDED, REQUIRED_TAGS, UNPADDED
 from attnedu.checks.results import make_hint
 from attnedu.masks import padding_mask
 
@@ -597,13 +597,15 @@ GRADIENT_FINDINGS = [
 def test_gradient_rounding_of_the_correct_versions_is_well_within_the_spread():
     """The float32 tolerance of a gradient (GRADIENT_SPREAD of its largest entry), against what rounding does to the
     galleries' correct versions: the worst (a tanh written with a sigmoid, about 8e-5 of the largest entry) is below
-    a fifth of it."""
+    a fifth of it (7.1e-5 with the default kernels, 8.1e-5 with AVX2 or AVX-512)."""
     worst = []
     for name, exercise in checks.EXERCISES.items():
         if not exercise.gradients:
             continue
         for fn in CORRECT[name]:
             for case in exercise.make_cases():
+                if NAN_INPUT in case.tags:
+                    continue  # its gradients are NaN by design, and not compared
                 expected = checks.calling.input_gradients(exercise.reference, copy.deepcopy(case.args))
                 got = checks.calling.input_gradients(fn, copy.deepcopy(case.args))
                 largest = max(float(e.abs().max()) for e in expected)
@@ -612,10 +614,25 @@ def test_gradient_rounding_of_the_correct_versions_is_well_within_the_spread():
     assert max(worst)[0] <= engine.GRADIENT_SPREAD / 5, max(worst)
 
 
+def test_every_reference_that_takes_part_in_training_runs_in_float64():
+    """The gradients are compared in float64 where both functions run in float64 (else only within the spread in
+    float32): every reference must, on every case, with float64 outputs."""
+    for name, exercise in checks.EXERCISES.items():
+        if not exercise.gradients:
+            continue
+        for case in exercise.make_cases():
+            value, gradients = checks.calling.double_gradients(exercise.reference, copy.deepcopy(case.args))
+            outputs = value if isinstance(value, tuple) else (value,)
+            floats = [o for o in outputs if isinstance(o, torch.Tensor) and o.is_floating_point()]
+            assert floats and all(o.dtype == torch.float64 for o in floats), (name, case.description)
+            assert all(g.dtype == torch.float64 for g in gradients), (name, case.description)
+
+
 def test_equal_implementations_pass_whatever_float32_rounding_does_to_their_gradients():
-    """Issue 30's two cases: tanh as 2 sigmoid(2x) - 1, PyTorch's attention for the heads beside the weights. Their
-    float32 gradients differ from the reference's by more than the values' tolerance on the large inputs; in float64
-    they agree. A version that refuses float64 is judged in float32, within the spread."""
+    """Issue 30's two cases: tanh as 2 sigmoid(2x) - 1, PyTorch's attention for the heads beside the weights. With
+    AVX kernels their float32 gradients differ from the reference's by more than the values' tolerance on the large
+    inputs (not with every kernel set: rounding depends on it); in float64 they agree on every machine. A version
+    that refuses float64 is judged in float32, within the spread."""
     from galleries.lesson03 import learner_attentional_hidden_float32, learner_attentional_hidden_sigmoid
     from galleries.lesson05 import learner_multi_head_attention_sdpa
 
@@ -625,14 +642,14 @@ def test_equal_implementations_pass_whatever_float32_rounding_does_to_their_grad
         ("attentional_hidden", learner_attentional_hidden_float32),
     ]
     for name, fn in cases:
-        exercise = checks.EXERCISES[name]
-        large = exercise.make_cases()[-1]
-        expected = checks.calling.input_gradients(exercise.reference, copy.deepcopy(large.args))
-        got = checks.calling.input_gradients(fn, copy.deepcopy(large.args))
-        assert not all(same(e, g) for e, g in zip(expected, got, strict=True)), name  # the per-entry test refused it
         assert checks.check(name, fn).status == PASSED, checks.check(name, fn)
+    large = checks.EXERCISES["attentional_hidden"].make_cases()[-1]
     call = checks.calling.call_learner(learner_attentional_hidden_float32, large.args, 5.0, copy.deepcopy(large.args))
     assert call.gradients is not None and call.gradients64 is None  # it does not run in float64
+    exercise = checks.EXERCISES["attentional_hidden"]
+    expected = checks.calling.input_gradients(exercise.reference, copy.deepcopy(large.args))
+    got = checks.calling.input_gradients(learner_attentional_hidden_sigmoid, copy.deepcopy(large.args))
+    print("per entry, as before issue 30:", "equal" if all(same(e, g) for e, g in zip(expected, got)) else "refused")
 
 
 @pytest.mark.parametrize("fn, finding", GRADIENT_FINDINGS, ids=[f[0].__name__ for f in GRADIENT_FINDINGS])
