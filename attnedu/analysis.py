@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._validate import check_instance, check_int, check_items, describe
+from ._validate import check_finite, check_float, check_instance, check_int, check_items, describe
 from .data import ADJECTIVES, CONJUNCTIONS, DETERMINERS, NOUNS, Pair, make_batch
 from .models import Seq2Seq
 from .train import check_buckets
@@ -176,6 +176,13 @@ def _check_maps(maps: Sequence[torch.Tensor], pairs: Sequence[Pair]) -> None:
                 f"map {n} should have shape {expected}, expected (target_len, source_len) for pair {n}, got shape "
                 f"{tuple(weights.shape)}; compute the maps with attention_maps(model, pairs) for the same pairs"
             )
+        check_float(f"maps[{n}]", weights)
+        check_finite(
+            f"maps[{n}]",
+            weights,
+            "a NaN map (a model whose training diverged) has no most-attended position: scored, it would count as "
+            "attending to an arbitrary one",
+        )
 
 
 def source_gradient_norms(model: Seq2Seq, pair: Pair, target_step: int) -> torch.Tensor:

@@ -210,8 +210,8 @@ def local_p_weights(scores: torch.Tensor, center: torch.Tensor, half_width: int)
     S * sigmoid with positions from 1; from 0, S - 1 keeps p_t inside the source). The window is centred on
     the nearest position, round(p_t) (halves round up), so it holds exactly 2D + 1 positions, fewer only where
     it meets an end of the source; the Gaussian is centred on p_t itself. Positions count from 0.
-    scores: (batch, src_len); center: (batch,) floats p_t; half_width: D. Returns (batch, src_len),
-    zero outside the window; a row does not sum to one (the Gaussian shrinks it), as in the paper.
+    scores: (batch, src_len); center: (batch,) floats p_t, each in [0, src_len - 1]; half_width: D. Returns (batch,
+    src_len), zero outside the window; a row does not sum to one (the Gaussian shrinks it), as in the paper.
     """
     check_tensor("scores", scores, 2, "(batch, src_len)")
     check_float("scores", scores)
@@ -221,6 +221,13 @@ def local_p_weights(scores: torch.Tensor, center: torch.Tensor, half_width: int)
     check_size("center", center, 0, scores.shape[0], "one predicted position p_t per sentence")
     check_finite("center", center, "a NaN position would select no window and hide it as zero weights")
     half_width = check_int("half_width", half_width, "D, the window's half width", minimum=0)
+    last = scores.shape[1] - 1
+    if bool(((center < 0) | (center > last)).any()):
+        raise ValueError(
+            f"center should lie inside the source, 0 <= p_t <= src_len - 1 = {last}, got {center.tolist()}; a centre "
+            "past the source selects a window with no position in it, and would give weights of zero without a "
+            "word of warning. p_t = (S - 1) sigmoid(...) always lies inside"
+        )
     positions = torch.arange(scores.shape[1], dtype=scores.dtype, device=scores.device)[None, :]
     p = center.to(scores.dtype)[:, None]
     window = (positions - torch.floor(p + 0.5)).abs() <= half_width  # the 2D + 1 positions nearest round(p_t)

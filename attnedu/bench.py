@@ -235,9 +235,18 @@ def _sdpa(q, k, v, causal):
 
 def make_methods(device: str, dtype: torch.dtype, names: Sequence[str] = METHODS) -> dict[str, Method]:
     """name -> Method, for those of ``names`` that can run here. Triton only on CUDA (its CPU interpreter is far
-    too slow to time), and only if triton is installed: checked here, once, not at every call."""
+    too slow to time), and only if triton is installed: checked here, once, not at every call. ``device``: "cpu" or
+    "cuda"; ``dtype``: one of DTYPES' values; ``names``: from METHODS, or "linear" (lesson 10's linear attention)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    check_choice("device", device, DEVICES)
+    if not isinstance(dtype, torch.dtype) or dtype not in DTYPES.values():
+        raise TypeError(
+            f"dtype should be one of {', '.join(f'torch.{k}' for k in DTYPES)} (a torch.dtype), got {describe(dtype)}"
+        )
+    names = check_items("names", names, str, "method names")
+    for name in names:
+        check_choice("names", name, (*METHODS, "linear"))
     methods = {}
     for name in names:
         if name == "naive":
@@ -333,6 +342,14 @@ def time_methods(
     measured once, in turn, by ``torch.utils.benchmark.Timer.blocked_autorange(min_run_time)`` with ``threads``
     threads: its median seconds per call. On CUDA, one ``gpu_time`` measurement each, its median. Returns seconds
     per call (one per round), per key, and for a call that ran out of memory, the error instead."""
+    check_choice("device", device, DEVICES)
+    repeats = check_int("repeats", repeats, "rounds of timing", minimum=1)
+    warmup = check_int("warmup", warmup, "untimed calls before the rounds", minimum=0)
+    min_run_time = check_number("min_run_time", min_run_time, "seconds per measurement", minimum=0, strict=True)
+    if threads is not None:
+        threads = check_int("threads", threads, "torch threads while timing", minimum=1)
+    if not isinstance(calls, dict):
+        raise TypeError(f"calls should be a dict of key -> callable (or Call), got {describe(calls)}")
     calls = {key: _as_call(call) for key, call in calls.items()}
     previous_threads = torch.get_num_threads()
     if device == "cpu" and threads:

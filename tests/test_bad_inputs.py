@@ -21,6 +21,7 @@ from torch import nn
 
 from attnedu import (
     analysis,
+    bench,
     data,
     masks,
     models,
@@ -178,6 +179,11 @@ BAD_CALLS = [
      r"half_width \(D, the window's half width\) should be an int"),
     ("local_p/center-batch", lambda: local_p_weights(SCORES, torch.tensor([1.0]), 1), ValueError,
      r"center should be of size 2 in dimension 0 \(one predicted position p_t per sentence\)"),
+    # a centre past the source selected no position and gave a row of zeros, silently
+    ("local_p/center-past-the-source", lambda: local_p_weights(SCORES, torch.tensor([7.0, 2.0]), 1), ValueError,
+     r"center should lie inside the source, 0 <= p_t <= src_len - 1 = 4, got \[7\.0, 2\.0\]"),
+    ("local_p/center-negative", lambda: local_p_weights(SCORES, torch.tensor([1.0, -3.0]), 1), ValueError,
+     r"center should lie inside the source, 0 <= p_t <= src_len - 1"),
     # ---- attention: softmax, context, scaled dot-product ---------------------------------------------------
     ("masked_softmax/mask-numpy", lambda: masked_softmax(SCORES, MASK.numpy()), TypeError,
      r"mask should be a bool torch\.Tensor \(True = may attend\), got a NumPy array.*torch\.from_numpy"),
@@ -634,6 +640,15 @@ BAD_CALLS = [
      r"pair should be one Pair, got a list"),
     ("alignment_by_word_class/shape", lambda: analysis.alignment_by_word_class(MAPS[1:] + MAPS[:1], PAIRS),
      ValueError, r"map \d should have shape .*expected \(target_len, source_len\)"),
+    # a diverged model's NaN maps have no most-attended position: scored, they counted as attending somewhere
+    ("alignment_accuracy/nan-map", lambda: analysis.alignment_accuracy([m * NAN for m in MAPS], PAIRS), ValueError,
+     r"maps\[0\] should be finite numbers, got \d+ NaN or infinite entries"),
+    ("crossing_rate/nan-map", lambda: analysis.crossing_rate(MAPS[:-1] + [MAPS[-1] * NAN], PAIRS), ValueError,
+     r"maps\[3\] should be finite numbers, got \d+ NaN or infinite entries .*no most-attended position"),
+    ("alignment_by_word_class/nan-map", lambda: analysis.alignment_by_word_class([m * NAN for m in MAPS], PAIRS),
+     ValueError, r"maps\[0\] should be finite numbers"),
+    ("alignment_accuracy/int-map", lambda: analysis.alignment_accuracy([m.long() for m in MAPS], PAIRS), TypeError,
+     r"maps\[0\] should be a floating-point tensor, got dtype torch\.int64"),
     # ---- tasks ---------------------------------------------------------------------------------------------
     ("neighbour_task/offset-0", lambda: tasks.neighbour_task(2, 8, 5, [0, 1], gen()), ValueError,
      r"offsets should be non-zero positions relative to each token, such as \[-1, 1\], got \[0, 1\]"),
@@ -861,6 +876,28 @@ BAD_CALLS = [
      r"gold\[1\] \(a source position counted from 0\) should be an int with 0 <= gold\[1\] <= 2"),
     ("FigureSlider/draw", lambda: widgets.FigureSlider(widgets.widgets.IntSlider(), "draw", (2, 2)), TypeError,
      r"draw should be a function draw\(fig, \*values\)"),
+    # ---- bench ---------------------------------------------------------------------------------------------
+    # "gpu" gave the CPU's methods as if it were a device; repeats=-1 timed nothing and returned empty lists
+    ("make_methods/gpu", lambda: bench.make_methods("gpu", torch.float32), ValueError,
+     r"device should be one of \('cpu', 'cuda'\), got 'gpu'"),
+    ("make_methods/dtype-str", lambda: bench.make_methods("cpu", "float32"), TypeError,
+     r"dtype should be one of torch\.float32, torch\.bfloat16, torch\.float16 \(a torch\.dtype\), got 'float32'"),
+    ("make_methods/name", lambda: bench.make_methods("cpu", torch.float32, ["spda"]), ValueError,
+     r"names should be one of \(.*'sdpa'.*\), got 'spda'.*did you mean 'sdpa'\?"),
+    ("make_methods/one-name", lambda: bench.make_methods("cpu", torch.float32, "sdpa"), TypeError,
+     r"names should be a list of method names, got 'sdpa'"),
+    ("time_methods/repeats-negative", lambda: bench.time_methods({"f": lambda: None}, "cpu", -1, 0), ValueError,
+     r"repeats \(rounds of timing\) should be an int with 1 <= repeats, got -1"),
+    ("time_methods/repeats-float", lambda: bench.time_methods({"f": lambda: None}, "cpu", 2.0, 0), TypeError,
+     r"repeats \(rounds of timing\) should be an int, got 2\.0"),
+    ("time_methods/warmup-negative", lambda: bench.time_methods({"f": lambda: None}, "cpu", 1, -1), ValueError,
+     r"warmup \(untimed calls before the rounds\) should be an int with 0 <= warmup, got -1"),
+    ("time_methods/gpu", lambda: bench.time_methods({"f": lambda: None}, "gpu", 1, 0), ValueError,
+     r"device should be one of \('cpu', 'cuda'\), got 'gpu'"),
+    ("time_methods/min-run-time", lambda: bench.time_methods({"f": lambda: None}, "cpu", 1, 0, min_run_time=0),
+     ValueError, r"min_run_time \(seconds per measurement\) should be a number > 0, got 0"),
+    ("time_methods/calls-list", lambda: bench.time_methods([lambda: None], "cpu", 1, 0), TypeError,
+     r"calls should be a dict of key -> callable \(or Call\), got a list"),
 ]  # fmt: skip
 
 

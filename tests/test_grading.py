@@ -52,7 +52,7 @@ TIME_LIMIT = 1  # seconds per call of a learner's function
 # another test run on the same machine (another worktree, CI) cannot be mistaken for a survivor of this one
 MARKER = f"987.{os.getpid():07d}"
 BWRAP = sandbox.find_bwrap() is not None
-L01, L02, L08 = "01_rnn_bottleneck", "02_bahdanau_attention", "08_flash_attention"
+L01, L02, L07, L08 = "01_rnn_bottleneck", "02_bahdanau_attention", "07_positional_encoding", "08_flash_attention"
 
 
 def read(path: Path):
@@ -211,6 +211,11 @@ def write_submissions(folder: Path, out: Path, report: Path, target: tuple[str, 
     nbformat.write(hangs, folder / "01_hangs.ipynb")
 
     (folder / "broken.ipynb").write_text("{not a notebook", encoding="utf-8")
+
+    # a graded prediction half right: partial credit in the table (and the other exercises full marks)
+    halfway = solution(L07)
+    replace_solution(halfway, "wrong_layout_prediction", "def wrong_layout_prediction():\n    return True, True\n")
+    nbformat.write(halfway, folder / "07_half_prediction.ipynb")
 
     # forgeries
     nbformat.write(insert_after(stub(L01), "from attnedu.checks import", FORGER), folder / "01_forger.ipynb")
@@ -399,6 +404,28 @@ def test_table_layout_and_careless_submissions(graded):
 
     broken = table["broken.ipynb"]
     assert broken["notebook"] == "unreadable" and broken["total"] == "0"
+
+
+def test_a_prediction_half_right_scores_half_in_its_column(graded):
+    """A graded prediction (checks.prediction) is scored by the grader like any exercise: its column holds the score,
+    1/2 for one of its two answers right, with the status partial and the measurement in the message; the total
+    adds it; the summary's mean score and the feedback count it."""
+    row = graded["table"]["07_half_prediction.ipynb"]
+    assert row["notebook"] == "ok", row
+    assert row["wrong_layout_prediction"] == "0.5" and row["wrong_layout_prediction_status"] == "partial", row
+    message = row["wrong_layout_prediction_message"]
+    assert "you predicted yes, measured no" in message and "Score: 0.5 of 1" in message, message
+    assert row["total"] == f"{len(LESSONS[L07]) - 1}.5" and row["max_total"] == str(len(LESSONS[L07])), row
+    assert statuses(row, L07).count("passed") == len(LESSONS[L07]) - 1, row
+    assert graded["table"][f"solution_{L07}.ipynb"]["wrong_layout_prediction"] == "1"
+    feedback = (graded["report"] / "feedback" / "07_half_prediction.md").read_text(encoding="utf-8")
+    assert f"**Score: {row['total']} / {row['max_total']}**" in feedback and "🟡" in feedback
+    with open(graded["report"] / "summary.csv", newline="", encoding="utf-8") as f:
+        summary = {entry["exercise"]: entry for entry in csv.DictReader(f)}
+    prediction = summary["wrong_layout_prediction"]
+    assert int(prediction["partial"]) == 1, prediction
+    scores = [float(r["wrong_layout_prediction"]) for r in graded["table"].values() if r["lesson"] == L07]
+    assert float(prediction["mean_score"]) == pytest.approx(sum(scores) / len(scores), abs=1e-3)
 
 
 # --------------------------------------------------------------------------------------------

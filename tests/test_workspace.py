@@ -288,3 +288,30 @@ def test_make_check_on_untouched_finished_and_broken_notebooks(tmp_path):
             assert (work / f"{lesson}.ipynb").read_bytes() == source.read_bytes()
 
     assert check(root, "09").returncode == 2
+
+
+def test_make_check_counts_a_prediction_partly_right(tmp_path, monkeypatch):
+    """A graded prediction half right: the check records its status and score, and make check's summary shows it
+    partly right, with its score and its lines, counts it in the total score, and exits 1 as for a failure."""
+    from attnedu import checks
+    from attnedu.checks.prediction import forget_predictions
+
+    spec = importlib.util.spec_from_file_location("check_tool", ROOT / "tools" / "check.py")
+    tool = importlib.util.module_from_spec(spec)
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))
+    monkeypatch.setitem(sys.modules, "check_tool", tool)  # its dataclasses look their module up there
+    spec.loader.exec_module(tool)
+    record = tmp_path / "record.jsonl"
+    monkeypatch.setenv(tool.RECORD_ENV, str(record))
+    forget_predictions()
+    try:
+        checks.check("wrong_layout_prediction", lambda: (True, True))
+    finally:
+        forget_predictions()
+    run = tool.Run(tmp_path / "07_positional_encoding.ipynb", cells=20)
+    run.records = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
+    assert run.records[0]["status"] == "partial" and run.records[0]["score"] == 0.5
+    text, ok = tool.report([run], checks.LESSONS)
+    assert not ok
+    assert "🟡 wrong_layout_prediction: partly right (score 0.5)" in text
+    assert "you predicted yes, measured no" in text and "1 partly right" in text and "(score 0.5 of 5)" in text

@@ -7,14 +7,14 @@
 Each notebook runs top to bottom in a fresh kernel under nbval, lax (``pytest --nbval-lax``): a cell that
 raises an error fails, outputs are not compared. Every exercise check the notebook calls records its
 result (``$ATTNEDU_CHECK_RECORD``, see ``attnedu.checks``), and the end is a summary per exercise:
-passed, failed with the diagnosis, not attempted, or not checked (its check cell never ran). Nothing is
-written into the notebooks.
+passed, failed with the diagnosis, not attempted, or not checked (its check cell never ran); a graded prediction
+(``attnedu.checks.prediction``) may also be partly right, with half credit. Nothing is written into the notebooks.
 
 A missing work/ is made first (as `make lab` does: a copy of each exercise, never overwriting one), so
 this also runs on a fresh clone, where everything is "not attempted".
 
-Exit status: 0 when every notebook ran without a cell error and no exercise failed (not attempted is
-fine: a CI can run this from the first day); 1 otherwise; 2 for a bad argument.
+Exit status: 0 when every notebook ran without a cell error and no exercise failed or was only partly right (not
+attempted is fine: a CI can run this from the first day); 1 otherwise; 2 for a bad argument.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ from lab import EXERCISES, ROOT, WORK, edited_exercises, prepare_work  # noqa: E
 
 RECORD_ENV = "ATTNEDU_CHECK_RECORD"  # attnedu.checks.RECORD_ENV (not imported here: that would import torch)
 CELL_TIMEOUT = 300  # seconds per cell: a loop that never ends fails its cell instead of hanging the run
-ICONS = {"passed": "✅", "failed": "❌", "not_attempted": "⏳", "not_checked": "➖"}
+ICONS = {"passed": "✅", "partial": "🟡", "failed": "❌", "not_attempted": "⏳", "not_checked": "➖"}
 LABELS = {
     "passed": "passed",
+    "partial": "partly right",
     "failed": "failed",
     "not_attempted": "not attempted",
     "not_checked": "not checked: its check cell did not run",
@@ -119,8 +120,8 @@ def lesson_of(notebook: Path, lessons: dict[str, list[str]]) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def standing(run: Run, lessons: dict[str, list[str]]) -> list[tuple[str, str, str]]:
-    """(exercise, status, message) for each exercise of the notebook's lesson, then any other it checked."""
+def standing(run: Run, lessons: dict[str, list[str]]) -> list[tuple[str, str, str, float]]:
+    """(exercise, status, message, score) for each exercise of the notebook's lesson, then any other it checked."""
     latest = {}
     for record in run.records:  # a check called twice: its last result counts
         if isinstance(record, dict) and isinstance(record.get("exercise"), str):
@@ -131,17 +132,20 @@ def standing(run: Run, lessons: dict[str, list[str]]) -> list[tuple[str, str, st
     for name in names:
         record = latest.get(name)
         if record is None:
-            rows.append((name, "not_checked", ""))
+            rows.append((name, "not_checked", "", 0.0))
             continue
         status = record.get("status") if record.get("status") in ICONS else "failed"
-        message = str(record.get("message", "")) if status == "failed" else ""
-        rows.append((name, status, message))
+        message = str(record.get("message", "")) if status in ("failed", "partial") else ""
+        score = record.get("score")
+        score = float(score) if isinstance(score, (int, float)) and 0 <= score <= 1 else float(status == "passed")
+        rows.append((name, status, message, score))
     return rows
 
 
 def report(runs: list[Run], lessons: dict[str, list[str]], width: int = 100) -> tuple[str, bool]:
     """The summary text, and whether everything is fine (no cell error, no failed exercise)."""
     lines, counts, ok = ["", "=" * 30 + " where you stand " + "=" * 30], dict.fromkeys(ICONS, 0), True
+    scores: list[float] = []
     for run in runs:
         errors = len(run.failed_cells)
         if errors or run.cells == 0:
@@ -150,18 +154,21 @@ def report(runs: list[Run], lessons: dict[str, list[str]], width: int = 100) -> 
         lines.append(f"{WORK}/{run.notebook.name} ({cells}; {run.seconds:.0f} s)")
         if errors:
             lines.append(f"    cells with an error: {', '.join(run.failed_cells)} (details above)")
-        for name, status, message in standing(run, lessons):
+        for name, status, message, score in standing(run, lessons):
             counts[status] += 1
-            ok = ok and status != "failed"
-            lines.append(f"  {ICONS[status]} {name}: {LABELS[status]}")
-            if message:
-                lines += textwrap.wrap(message, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
+            scores.append(score)
+            ok = ok and status not in ("failed", "partial")
+            credit = f" (score {score:g})" if status == "partial" else ""
+            lines.append(f"  {ICONS[status]} {name}: {LABELS[status]}{credit}")
+            for line in message.splitlines():
+                lines += textwrap.wrap(line, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
     total = sum(counts.values())
+    partly = f"{counts['partial']} partly right, " if counts["partial"] else ""
     lines.append(
-        f"{counts['passed']} passed, {counts['failed']} failed, {counts['not_attempted']} not attempted, "
-        f"{counts['not_checked']} not checked, of {total} exercises"
+        f"{counts['passed']} passed, {partly}{counts['failed']} failed, {counts['not_attempted']} not attempted, "
+        f"{counts['not_checked']} not checked, of {total} exercises (score {sum(scores):g} of {total})"
     )
-    if counts["failed"]:
+    if counts["failed"] or counts["partial"]:
         lines.append('Stuck on a failed one? In its notebook, `hint("name")` gives a hint.')
     return "\n".join(lines), ok
 

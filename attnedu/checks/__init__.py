@@ -25,6 +25,9 @@ How a check works (the rule itself is in :func:`diagnosis.run_check`):
   of the features), a constant factor, on which kinds of test case it fails.
 * It **returns** a :class:`CheckResult` and never raises, so "Run all" never stops at an
   unfinished exercise. ``NotImplementedError`` means "not attempted".
+* A graded prediction (:mod:`.prediction`) is a function of no argument that returns the learner's prediction; its
+  check shows the measurement only beside a valid prediction, scores the session's first one with partial credit
+  (full within the exercise's margin, half within twice it), and says so when it changed afterwards.
 * The learner's code runs on copies of the inputs (a change to them is reported), with its
   printing captured and truncated, and under a time limit (``SIGALRM`` in the main thread on
   Unix; elsewhere a helper thread, which cannot be stopped and is left running); no case is called
@@ -61,7 +64,8 @@ from .diagnosis import run_check
 from .exercise import Exercise
 from .lesson10 import check_cache_prediction, check_rolling_prediction
 from .lesson11 import check_removal_effect, check_removal_prediction
-from .results import FAILED, ICONS, NOT_ATTEMPTED, PASSED, CheckResult, Hint, make_hint
+from .prediction import check_prediction, expected_form, recorded_prediction
+from .results import FAILED, ICONS, NOT_ATTEMPTED, PARTIAL, PASSED, CheckResult, Hint, make_hint
 
 # The registry: every lesson's checks module lists its exercises in EXERCISES, in the order of its notebook.
 LESSON_MODULES = (
@@ -88,7 +92,10 @@ def check(name: str, fn, time_limit: float = TIME_LIMIT) -> CheckResult:
     exercise = _exercise(name)
     if grading_mode():
         return CheckResult(name, NOT_ATTEMPTED, "not run here: the batch grader checks this function itself.")
-    result = run_check(exercise, fn, time_limit)
+    if exercise.prediction is not None:  # the first valid prediction of the session is the one scored
+        result = check_prediction(exercise, fn, time_limit)
+    else:
+        result = run_check(exercise, fn, time_limit)
     _record(result, exercise.lesson)
     return result
 
@@ -107,6 +114,8 @@ def _record(result: CheckResult, lesson: str) -> None:
 
 
 def _signature(exercise: Exercise) -> str:
+    if exercise.prediction is not None:
+        return f"prediction {exercise.name}() -> {expected_form(exercise.prediction)}"
     returns = ", ".join(f"({', '.join(dims)}{',' if len(dims) == 1 else ''})" for dims in exercise.returns)
     outputs = returns if len(exercise.returns) == 1 else f"({returns})"
     named = "" if exercise.output_names == ("the output",) else f", i.e. {', '.join(exercise.output_names)}"
@@ -157,7 +166,8 @@ def grade_namespace(namespace: Mapping, lesson: str | None = None, time_limit: f
 
 __all__ = [
     "CheckResult", "Exercise", "Hint", "run_check", "check", "hint", "grade_namespace", "EXERCISES", "LESSONS",
-    "LESSON_MODULES", "PASSED", "FAILED", "NOT_ATTEMPTED", "ICONS", "MAX_PRINTED", "TIME_LIMIT",
+    "LESSON_MODULES", "PASSED", "FAILED", "NOT_ATTEMPTED", "PARTIAL", "ICONS", "MAX_PRINTED", "TIME_LIMIT",
+    "recorded_prediction",
     *(f"check_{name}" for name in EXERCISES), "check_cache_prediction", "check_rolling_prediction",
     "check_removal_effect", "check_removal_prediction",
 ]  # fmt: skip

@@ -6,6 +6,9 @@ For an exercise whose function takes part in training (``Exercise.gradients``), 
 gradients on, measures what flows back from its outputs to its inputs (:func:`input_gradients`): a function that
 computes the right numbers but cuts the computation (``.detach()``, ``.data``, ``torch.no_grad()``, a round trip
 through Python numbers or NumPy) would stop training, and the check compares these gradients with the reference's.
+A third call does the same in float64 (:func:`double_gradients`), where the function accepts float64: two
+mathematically equal functions can differ in float32 by rounding (a softmax saturated on large scores, a tanh written
+with a sigmoid), and float64 tells rounding from a different derivative (``diagnosis._gradient_problem``).
 """
 
 from __future__ import annotations
@@ -87,6 +90,10 @@ class Call:
     printed: str = ""
     gradients: tuple | None = None  # with gradients requested: input_gradients of the second call
     gradient_error: str = ""  # ... or what went wrong in that call ("RuntimeError: ...")
+    # ... and of a third call on the inputs in float64 (double_gradients): its output and its gradients, or both None
+    # where the function does not run in float64
+    value64: object = None
+    gradients64: tuple | None = None
     used_reference: str = ""  # the first forbidden function of the course's own that ran during the call, if any
 
 
@@ -155,7 +162,8 @@ def call_learner(
     the call (``fn`` is one, or calls one, however it got hold of it), ``Call.used_reference`` names the first.
 
     With ``gradient_args`` (another copy of the inputs), call ``fn`` again on those with gradients on, within the
-    same time limit, and record :func:`input_gradients` (or what went wrong) in ``gradients`` (``gradient_error``)."""
+    same time limit, and record :func:`input_gradients` (or what went wrong) in ``gradients`` (``gradient_error``);
+    then once more on them in float64, recording :func:`double_gradients` in ``value64`` and ``gradients64``."""
     call = Call()
     sink = _BoundedText(MAX_PRINTED)
     raised: list[BaseException] = []
@@ -178,12 +186,20 @@ def call_learner(
                 call.used_reference = watch.found
         if raised or gradient_args is None:
             return
+        double_args = copy.deepcopy(gradient_args)  # before the float32 call can change them
         try:
             call.gradients = input_gradients(fn, gradient_args)
         except (_Timeout, KeyboardInterrupt):
             raise
         except BaseException as err:
             call.gradient_error = f"{type(err).__name__}: {_message(err)}"[:500]
+            return
+        try:
+            call.value64, call.gradients64 = double_gradients(fn, double_args)
+        except (_Timeout, KeyboardInterrupt):
+            raise
+        except BaseException:  # it does not run in float64: the check then decides in float32 alone
+            call.value64, call.gradients64 = None, None
 
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
@@ -210,8 +226,10 @@ def _message(err: BaseException) -> str:
 
 
 def _probe(output: torch.Tensor, number: int) -> torch.Tensor:
-    """Fixed random weights for output number ``number``: the loss sum(output * probe) reaches every entry."""
-    return torch.randn(output.shape, generator=torch.Generator().manual_seed(7919 + number), dtype=output.dtype)
+    """Fixed random weights for output number ``number``: the loss sum(output * probe) reaches every entry. Drawn in
+    float32 whatever the output's dtype, so that the float64 call's loss is the float32 call's."""
+    weights = torch.randn(output.shape, generator=torch.Generator().manual_seed(7919 + number), dtype=torch.float32)
+    return weights.to(output.dtype)
 
 
 def gradient_leaves(args: tuple) -> list[tuple[int, str]]:
@@ -230,6 +248,37 @@ def input_gradients(fn: Callable, args: tuple) -> tuple[torch.Tensor, ...]:
     """The gradient of sum_k sum(output_k * probe_k) (fixed random probes, one per float tensor ``fn`` returns)
     with respect to every float tensor in ``args`` and every parameter of a module in ``args``, in the order of
     :func:`gradient_leaves`; zeros where nothing flows back. ``args`` are used (a copy, made leaves), not restored."""
+    return _gradients(fn, args)[1]
+
+
+def in_double(args: tuple) -> tuple:
+    """``args`` with every float tensor, and every module's floating-point parameters and buffers, in float64 (the
+    modules in place: ``args`` is a copy)."""
+    doubled = []
+    for arg in args:
+        if isinstance(arg, nn.Module) or (isinstance(arg, torch.Tensor) and arg.is_floating_point()):
+            arg = arg.double()
+        doubled.append(arg)
+    return tuple(doubled)
+
+
+def double_gradients(fn: Callable, args: tuple) -> tuple[object, tuple[torch.Tensor, ...]]:
+    """(``fn``'s output, :func:`input_gradients`) with every float input in float64 (:func:`in_double`), the output
+    detached. ``args`` are used (a copy), not restored."""
+    value, gradients = _gradients(fn, in_double(args))
+    return _detached(value), gradients
+
+
+def _detached(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_detached(v) for v in value)
+    return value
+
+
+def _gradients(fn: Callable, args: tuple) -> tuple[object, tuple[torch.Tensor, ...]]:
+    """(``fn(*args)``, its input gradients): see :func:`input_gradients`."""
     leaves, prepared = [], list(args)
     for index, arg in enumerate(args):
         if isinstance(arg, torch.Tensor) and arg.is_floating_point():
@@ -249,9 +298,10 @@ def input_gradients(fn: Callable, args: tuple) -> tuple[torch.Tensor, ...]:
             if isinstance(o, torch.Tensor) and o.is_floating_point() and o.requires_grad
         ]
         if not terms or not leaves:
-            return tuple(torch.zeros_like(leaf) for leaf in leaves)
+            return value, tuple(torch.zeros_like(leaf) for leaf in leaves)
         found = torch.autograd.grad(sum(terms), leaves, allow_unused=True)
-    return tuple(torch.zeros_like(leaf) if g is None else g.detach() for leaf, g in zip(leaves, found, strict=True))
+    pairs = zip(leaves, found, strict=True)
+    return value, tuple(torch.zeros_like(leaf) if g is None else g.detach() for leaf, g in pairs)
 
 
 def _run_with_alarm(run: Callable[[], None], seconds: float) -> bool:

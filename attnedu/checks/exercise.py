@@ -105,6 +105,37 @@ class Exercise:
         return SENTENCES if self.units is None else self.units[output]
 
     forbidden: tuple[str, ...] = ()
+    # A graded prediction (made with checks.prediction.prediction_exercise): the learner's function takes no argument
+    # and returns the prediction, scored against the course's measurement with partial credit.
+    prediction: Prediction | None = None
+
+
+@dataclass(frozen=True)
+class Part:
+    """One value of a graded prediction. ``kind``: float (a number), bool (yes or no), int (a count, a position) or
+    frozenset (a set of positions, given as any list of whole numbers). A float part has a ``margin``: full credit
+    within it of the measurement, half within twice it (``relative``: the margin is a fraction of the measurement);
+    any other part must equal the measurement. ``unit`` is said after its numbers ("GiB", "nats")."""
+
+    name: str
+    kind: type = float
+    margin: float | None = None
+    relative: bool = False
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What makes an exercise a graded prediction (``Exercise.prediction``): its parts; ``measure()``, the course's
+    measurement, one value per part (shown only once the learner has predicted); ``question``, what is predicted, in
+    a few words; ``diagnose(index, guess, measured)``, a line on what a wrong guess at part ``index`` typically
+    assumed ("" if nothing to say); ``details(measured)``, more of the measurement, shown under the verdict."""
+
+    parts: tuple[Part, ...]
+    measure: Callable[[], tuple]
+    question: str
+    diagnose: Callable[[int, object, tuple], str] | None = None
+    details: Callable[[tuple], str] | None = None
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ Every exercise has test cases with a batch of one, with and without padding, and
 (scores, or the tanh's argument, in the hundreds, where exp overflows in float32); the known-wrong
 variants include an off-by-one in both directions (an index, or the axis of a reduction one too low
 and one too high, with a case whose sizes let the wrong axis run). Sizes differ from each other so
-that a transpose shows.
+that a transpose shows. masked_softmax also has a case with a NaN score at a position the mask allows: the row
+must come out NaN, so that replacing every NaN by 0 (which also hides a bug) does not pass for zeroing the fully
+masked rows.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ..models import BahdanauDecoder, EncoderOutput
 from .exercise import (
     EMPTY_ROW,
     LARGE,
+    NAN_INPUT,
     ONE,
     PADDED,
     UNPADDED,
@@ -195,11 +198,34 @@ def _masked_softmax_cases() -> list[Case]:
             (large_scores, bool_mask([[1, 1, 1, 1, 0], [1, 1, 0, 1, 1]])),
             kinds(LARGE, PADDED),
         ),
+        _nan_case(g),  # drawn after the other cases, so that adding it changed none of theirs
     ]
+
+
+def _nan_case(g: torch.Generator) -> Case:
+    """A NaN score at a position the mask allows, as a bug upstream would leave: the row must come out NaN (a bug must
+    show). At a masked position, or in a fully masked row, the mask would hide it and nothing would tell a function
+    that replaces every NaN by 0 from one that zeroes only the fully masked rows."""
+    scores = 2 * randn(g, 2, 4)
+    scores[0, 1] = float("nan")
+    return Case(
+        "2 rows of 4 scores, the last of row 1 masked; row 0 has a NaN score at a position the mask allows, as a bug "
+        "upstream would leave: its weights must come out NaN (a bug must show), row 1's right",
+        (scores, bool_mask([[1, 1, 1, 1], [1, 1, 1, 0]])),
+        kinds(PADDED, NAN_INPUT),
+    )
 
 
 def _softmax_filled(scores, mask, fill, dim=-1):
     return torch.softmax(scores.masked_fill(mask, fill), dim=dim)
+
+
+def _emptied(weights, mask, dim=-1):
+    """``weights`` with the rows (along ``dim``) where ``mask`` allows nothing set to 0: the way the reference
+    treats the NaN of a fully masked row, kept by a learner whose mistake is elsewhere (where ``dim`` is the axis
+    of their softmax, it is the wrong axis too). A NaN from elsewhere stays, where every NaN replaced would hide
+    it: the two differ on the test case with a NaN score."""
+    return weights.masked_fill(~mask.any(dim=dim, keepdim=True), 0.0)
 
 
 def _softmax_properties(args: tuple, got) -> str | None:
@@ -228,13 +254,14 @@ def _softmax_layout(args: tuple) -> tuple[Layout]:
     return (Layout(positions=1, real=mask, words=("positions the mask allows", "masked positions")),)
 
 
-def _sum_without_keepdim(shift_by_row: bool):
-    """e / e.sum(dim=-1) without keepdim, e = exp(masked scores - their max: per row, or over everything)."""
+def _sum_without_keepdim(shift_by_row: bool, empty_rows: bool = False):
+    """e / e.sum(dim=-1) without keepdim, e = exp(masked scores - their max: per row, or over everything); then
+    every NaN replaced by 0, or (``empty_rows``) the rows with nothing to attend set to 0."""
 
     def softmax(scores, mask):
         shift = scores.max(dim=-1, keepdim=True).values if shift_by_row else scores.max()
         e = torch.exp(scores.masked_fill(~mask, float("-inf")) - shift)
-        return (e / e.sum(dim=-1)).nan_to_num(0.0)
+        return _emptied(e / e.sum(dim=-1), mask) if empty_rows else (e / e.sum(dim=-1)).nan_to_num(0.0)
 
     return softmax
 
@@ -263,18 +290,23 @@ MASKED_SOFTMAX = Exercise(
             "last axis.",
             lambda s, m: _softmax_filled(s, ~m, float("-inf"), dim=0).nan_to_num(0.0),
             lambda s, m: _softmax_filled(s, ~m, float("-inf"), dim=0),
+            lambda s, m: _emptied(_softmax_filled(s, ~m, float("-inf"), dim=0), m),
+            lambda s, m: _emptied(_softmax_filled(s, ~m, float("-inf"), dim=0), m, dim=0),
             lambda s, m: torch.softmax(s, dim=0),
         ),
         Variant(
             _WRONG_ROW_SUM,
             _sum_without_keepdim(shift_by_row=True),
             _sum_without_keepdim(shift_by_row=False),
+            _sum_without_keepdim(shift_by_row=True, empty_rows=True),
+            _sum_without_keepdim(shift_by_row=False, empty_rows=True),
         ),
         Variant(
             "the mask is inverted: the real positions got zero weight and the masked ones got all of it. True means "
             "'may attend': the scores to hide are those where the mask is False.",
             lambda s, m: _softmax_filled(s, m, float("-inf")).nan_to_num(0.0),
             lambda s, m: _softmax_filled(s, m, float("-inf")),
+            lambda s, m: _emptied(_softmax_filled(s, m, float("-inf")), m),
         ),
         Variant(
             "your weights are the softmax without the mask: masked positions get weight, and each row with masked "
@@ -295,6 +327,14 @@ MASKED_SOFTMAX = Exercise(
             "Such a row must give all zeros. Which rows they are is known from the mask (a row that is all False), "
             "not from the NaN: replacing every NaN would also hide one that came from a bug.",
             lambda s, m: _softmax_filled(s, ~m, float("-inf")),
+        ),
+        Variant(
+            "every NaN became 0, not only those of the fully masked rows: in the test case whose row 0 has a NaN "
+            "score at a position the mask allows, that row's weights came out 0 where the reference's are NaN, and "
+            "everything else is right. A NaN there is the sign of a bug upstream; turned into zeros it would pass "
+            "for an answer and training would go on with it. Only the rows whose mask is all False may be set to 0, "
+            "found from the mask, not from the values.",
+            lambda s, m: _softmax_filled(s, ~m, float("-inf")).nan_to_num(0.0),
         ),
         Variant(
             "a fully masked row gets uniform weights, as when the masked scores are a large negative number such as "

@@ -14,7 +14,8 @@ The two prediction exercises compute a number the lesson did not: initial_score_
 initialisation, reference ``attnedu.attention.initial_score_std``) and previous_token_scale (how long a query must
 be for a head to give the previous position a given weight, reference ``attnedu.attention.query_scale_for_weight``).
 Their inputs are a few numbers per test case, batched so that a batch of one and sentences of different lengths
-(padding) are test cases too.
+(padding) are test cases too. longer_sentence_weight is a graded prediction (``checks.prediction``): the weight of
+exercise 4's head when the sentence doubles and c does not change, predicted before the check measures it.
 """
 
 from __future__ import annotations
@@ -35,12 +36,14 @@ from .exercise import (
     Case,
     Exercise,
     Layout,
+    Part,
     Variant,
     generator,
     kinds,
     randn,
 )
 from .mistakes import MASKED_AFTER_SOFTMAX, MASKED_WITH_ZERO
+from .prediction import prediction_exercise
 
 LESSON = "04_query_key_value"
 
@@ -321,7 +324,7 @@ def _cross_attention_cases() -> list[Case]:
         )
         return Case(description + (f"; {note}" if note else ""), args, tags)
 
-    return [
+    cases = [
         case((3, 3, 3, 3, 3, 3), [3, 1, 2], kinds(PADDED)),
         case((2, 4, 6, 5, 3, 2), [6, 3], kinds(PADDED)),
         case((1, 2, 5, 4, 2, 3), [5], kinds(ONE, UNPADDED)),
@@ -335,23 +338,46 @@ def _cross_attention_cases() -> list[Case]:
             note="the source around ±40, so the scores are in the hundreds",
         ),
     ]
+    # A NaN in a target position (a query), as a bug upstream would leave: that query's weights and output must come
+    # out NaN. In the source it would reach every query, or, at padding, be hidden by the mask; drawn after the other
+    # cases, so that adding it changed none of theirs.
+    nan_case = case(
+        (2, 3, 4, 3, 2, 2),
+        [4, 3],
+        kinds(PADDED, NAN_INPUT),
+        note="target position 1 of sentence 0 has a NaN feature, as a bug upstream would leave: that query's weights "
+        "and output must come out NaN (a bug must show), every other query's right",
+    )
+    nan_case.args[0][0, 1, 0] = float("nan")
+    return [*cases, nan_case]
 
 
 def _cross_with(lengths_offset=0, mask="keys", queries="target", keys="source", values="source", scale=True):
-    """A known-wrong cross-attention: which sequence gives the queries, keys and values, and which mask."""
+    """A known-wrong cross-attention: which sequence gives the queries, keys and values, and which mask; written each
+    way a learner may treat the NaN of a row with nothing to attend (a tuple of functions, see :func:`_ways`)."""
 
-    def cross(target, source, source_lengths, W_Q, W_K, W_V):
+    def cross(target, source, source_lengths, W_Q, W_K, W_V, nan=False):
         seqs = {"target": target, "source": source}
         q, k, v = seqs[queries] @ W_Q, seqs[keys] @ W_K, seqs[values] @ W_V
         scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1.0)
+        hide = None
         if mask is not None:
             real = torch.arange(k.shape[1])[None, :] < (source_lengths + lengths_offset)[:, None]
-            hide = ~real[:, None, :] if mask == "keys" else real[:, None, :]
+            hide = (~real[:, None, :] if mask == "keys" else real[:, None, :]).expand_as(scores)
             scores = scores.masked_fill(hide, float("-inf"))
-        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        weights = torch.softmax(scores, dim=-1)
+        if nan == "rows":
+            weights = weights if hide is None else weights.masked_fill(hide.all(dim=-1, keepdim=True), 0.0)
+        elif not nan:
+            weights = weights.nan_to_num(0.0)
         return weights @ v, weights
 
-    return cross
+    return tuple((lambda t, s, n, Q, K, V, way=way: cross(t, s, n, Q, K, V, nan=way)) for way in (False, "rows", True))
+
+
+def _nan_zeroed(outputs: tuple) -> tuple:
+    """A cross-attention's (output, weights) with every NaN replaced by 0, as a learner's nan_to_num leaves them."""
+    return tuple(x.nan_to_num(0.0) for x in outputs)
 
 
 def _cross_layout(args: tuple) -> tuple[Layout | None, ...]:
@@ -381,50 +407,60 @@ CROSS_ATTENTION = Exercise(
             "the attention gives weight to padding, as it does without a mask: your weights at source positions j >= "
             "source_lengths[b] are not 0. The source padding mask, built from source_lengths, hides the same keys "
             "from every query, so it needs an axis of size 1 for the queries.",
-            _cross_with(mask=None),
+            *_cross_with(mask=None),
         ),
         Variant(
             "the mask is inverted: the real source positions got zero weight and the padding got all of it (a "
             "sentence without padding has every position hidden). Source position j of sentence b is real when j < "
             "source_lengths[b].",
-            _cross_with(mask="inverted"),
+            *_cross_with(mask="inverted"),
         ),
         Variant(
             "off by one: the first padded source position (j = length) gets weight too, in every padded sentence. "
             "Position j of sentence b is real when j < source_lengths[b], counting from 0.",
-            _cross_with(lengths_offset=1),
+            *_cross_with(lengths_offset=1),
         ),
         Variant(
             "off by one: the last real source word (j = length - 1) gets no weight, in every sentence. Position j of "
             "sentence b is real when j < source_lengths[b], counting from 0.",
-            _cross_with(lengths_offset=-1),
+            *_cross_with(lengths_offset=-1),
         ),
         Variant(
             "this is self-attention over the target: your keys and values come from the target too. In "
             "cross-attention they come from the source, projected by W_K and W_V.",
-            _cross_with(keys="target", values="target", mask=None),
+            *_cross_with(keys="target", values="target", mask=None),
         ),
         Variant(
             "your values come from the target (which runs only when tgt_len equals src_len). The keys and the values "
             "both come from the source: each weight belongs to a source position, and so does the value it "
             "multiplies.",
-            _cross_with(values="target"),
+            *_cross_with(values="target"),
         ),
-        Variant(_ROLES, _cross_with(queries="source", keys="target", values="target", mask=None)),
+        Variant(_ROLES, *_cross_with(queries="source", keys="target", values="target", mask=None)),
         Variant(
             "W_Q and W_K are swapped: the queries were projected by W_K and the keys by W_Q. W_Q projects the "
             "sequence that asks (the target), W_K the one that answers (the source).",
             lambda t, s, n, Q, K, V: _cross_attention(t, s, n, K, Q, V),
+            lambda t, s, n, Q, K, V: _nan_zeroed(_cross_attention(t, s, n, K, Q, V)),
         ),
         Variant(
             _SCALE_MISSING,
-            _cross_with(scale=False),
+            *_cross_with(scale=False),
         ),
         Variant(
             "your projections use the transposed matrices, as nn.Linear uses its weights (which runs only when "
             "d_model equals head_dim and value_dim). Here vectors are rows and W_Q is (d_model, head_dim): a row of "
             "d_model features times W_Q has head_dim features.",
             lambda t, s, n, Q, K, V: _cross_attention(t, s, n, Q.T, K.T, V.T),
+            lambda t, s, n, Q, K, V: _nan_zeroed(_cross_attention(t, s, n, Q.T, K.T, V.T)),
+        ),
+        Variant(
+            "every NaN became 0: in the test case whose target position 1 of sentence 0 has a NaN feature, that "
+            "query's weights and output came out 0 where the reference's are NaN, and everything else is right. A "
+            "NaN there is the sign of a bug upstream; turned into zeros it would pass for an answer and training "
+            "would go on with it. Here every query has real source words to attend, so no row of the softmax needs "
+            "zeroing: only a row whose mask is all False may be set to 0, found from the mask.",
+            _cross_with()[0],
         ),
     ),
     hint=(
@@ -637,4 +673,78 @@ PREVIOUS_TOKEN_SCALE = Exercise(
     ),
 )
 
-EXERCISES = (SCALED_DOT_PRODUCT_ATTENTION, CROSS_ATTENTION, INITIAL_SCORE_STD, PREVIOUS_TOKEN_SCALE)
+# --------------------------------------------------------------------------------------------
+# longer_sentence_weight: a graded prediction (checks.prediction): exercise 4's head, at twice the length
+# --------------------------------------------------------------------------------------------
+
+# Exercise 4's head, built in the notebook for 12 positions, d_k = 16 and a weight of 0.95; then the sentence doubles
+LONGER = {"length": 12, "longer": 24, "head_dim": 16, "min_weight": 0.95}
+LONGER_MARGIN = 0.01  # full credit within 0.01 of the measurement, half within 0.02
+
+
+def previous_position_weight(c: float, length: int, head_dim: int) -> float:
+    """The weight each position after the first puts on its predecessor, in exercise 4's head: one-hot positions,
+    keys k_j = e_j, position i's query c e_{i-1}, scores q . k / sqrt(head_dim) over every position of a sentence of
+    ``length`` (the same for every position after the first; the smallest is returned)."""
+    previous = torch.diag(torch.ones(length - 1), diagonal=-1)  # row i has a 1 in column i - 1
+    queries, keys = c * previous, torch.eye(length)
+    weights = torch.softmax(queries @ keys.T / math.sqrt(head_dim), dim=-1)  # (queries, keys)
+    return float(weights[torch.arange(1, length), torch.arange(length - 1)].min())
+
+
+def _longer_sentence_weight() -> tuple[float]:
+    """The course's measurement: c chosen for LONGER["length"] positions (query_scale_for_weight), the head run on
+    LONGER["longer"] positions."""
+    c = float(query_scale_for_weight(LONGER["min_weight"], LONGER["length"] - 1, LONGER["head_dim"]))
+    return (previous_position_weight(c, LONGER["longer"], LONGER["head_dim"]),)
+
+
+def _longer_details(measured: tuple) -> str:
+    length, longer, head_dim, weight = LONGER["length"], LONGER["longer"], LONGER["head_dim"], LONGER["min_weight"]
+    c = float(query_scale_for_weight(weight, length - 1, head_dim))
+    at_length = previous_position_weight(c, length, head_dim)
+    return (
+        f"c = {c:.2f}, chosen for {length} positions: the weight on the previous position is {at_length:.3f} at "
+        f"{length} positions, {measured[0]:.3f} at {longer}."
+    )
+
+
+def _longer_diagnosis(index: int, guess: float, measured: tuple) -> str:
+    """What a wrong guess at the weight typically assumed."""
+    kept = LONGER["min_weight"]
+    if abs(guess - kept) <= LONGER_MARGIN:
+        return (
+            "you expected the weight to stay where it was: c fixes the score margin a = c / sqrt(d_k), but twice "
+            "as many keys now compete, each adding exp(0) = 1 to the softmax's denominator"
+        )
+    if guess > kept:
+        return "above the weight at the shorter length: more competing keys can only take weight away"
+    if abs(guess - kept / 2) <= 2 * LONGER_MARGIN:
+        return (
+            "you halved the weight: the competing keys add to the softmax's denominator, exp(a) / (exp(a) + m), "
+            "which roughly doubles its small part m, not the whole"
+        )
+    return "the weight is exp(a) / (exp(a) + m): a is fixed by c, and m counts the keys that compete"
+
+
+LONGER_SENTENCE_WEIGHT = prediction_exercise(
+    name="longer_sentence_weight",
+    lesson=LESSON,
+    question=f"the weight on the previous position at {LONGER['longer']} positions, c unchanged",
+    parts=(Part("the weight on the previous position", margin=LONGER_MARGIN),),
+    measure=_longer_sentence_weight,
+    details=_longer_details,
+    diagnose=_longer_diagnosis,
+    forbidden=("attnedu.attention",),  # a prediction, not a measurement made with the course's attention
+    hint=(
+        "Keep c, so keep the score margin a = c / sqrt(d_k) of the previous key over every other key. What changes "
+        "at twice the length?",
+        "The weight is exp(a) / (exp(a) + m), m the number of keys that compete with the previous one. exercise 4 "
+        "chose exp(a) = 0.95 m / 0.05 for m = 11; at 24 positions m = 23.",
+        "`e_a = 0.95 * 11 / 0.05`; `return e_a / (e_a + 23)`, worked out by hand or in the function.",
+    ),
+)
+
+EXERCISES = (
+    SCALED_DOT_PRODUCT_ATTENTION, CROSS_ATTENTION, INITIAL_SCORE_STD, PREVIOUS_TOKEN_SCALE, LONGER_SENTENCE_WEIGHT,
+)  # fmt: skip

@@ -1,7 +1,9 @@
 """Checks for the exercises of lesson 07 (positional encoding): sinusoidal positions added before the query and
 key projections; RoPE in the *interleaved* layout (the lesson showed halves); RoPE scores of queries and keys at
 different positions, as with a cache; ALiBi's biases for any number of heads with queries after a cache (the lesson
-showed the slopes for 6 and 12 heads, square biases only).
+showed the slopes for 6 and 12 heads, square biases only); and a graded prediction (``checks.prediction``),
+wrong_layout_prediction: what loading weights trained with the halves layout into interleaved code does to the
+scores, predicted before the check measures it.
 
 Every exercise has test cases with a batch of one (for ALiBi: one head) and a large one (more positions than the
 tables people precompute: 512 for a sinusoidal encoding, 2048 for RoPE's angles), and, where padding applies (the
@@ -24,7 +26,8 @@ import torch
 
 from ..masks import padding_mask
 from ..positional import alibi_bias, alibi_slopes, apply_rope, sinusoidal_encoding
-from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
+from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Part, Variant, generator, kinds, randn
+from .prediction import prediction_exercise
 
 LESSON = "07_positional_encoding"
 OWN_CODE = ("attnedu.positional",)  # the exercises ask for the learner's own code: the package's earns nothing
@@ -661,4 +664,74 @@ ALIBI_BIAS = Exercise(
     ),
 )
 
-EXERCISES = (SINUSOIDAL_QUERIES_KEYS, APPLY_ROPE_INTERLEAVED, ROPE_SCORES, ALIBI_BIAS)
+# --------------------------------------------------------------------------------------------
+# wrong_layout_prediction: a graded prediction (checks.prediction): halves weights loaded into interleaved code
+# --------------------------------------------------------------------------------------------
+
+LAYOUT_OFFSETS = range(6)  # the scores shown: query at position m = 0..5, key at 0
+
+
+def _layout_vectors() -> tuple[torch.Tensor, torch.Tensor]:
+    """The query and key of the measurement: (16,) each, from seed 1."""
+    g = generator(1)
+    return randn(g, 16), randn(g, 16)
+
+
+def _layout_score(layout: str, m: int, n: int) -> float:
+    q, k = _layout_vectors()
+    rotated_q = apply_rope(q[None], torch.tensor([m]), layout=layout)
+    return float(rotated_q @ apply_rope(k[None], torch.tensor([n]), layout=layout).T)
+
+
+def _wrong_layout() -> tuple[bool, bool]:
+    """The course's measurement: (do the interleaved scores depend on the offset alone (their spread over 12 start
+    positions at offset 3 below 1e-4), are they the halves layout's scores (every offset 0..5 within 1e-4))."""
+    spread = [_layout_score("interleaved", n + 3, n) for n in range(0, 200, 17)]
+    offset_only = max(spread) - min(spread) < 1e-4
+    same = all(abs(_layout_score("interleaved", m, 0) - _layout_score("halves", m, 0)) < 1e-4 for m in LAYOUT_OFFSETS)
+    return offset_only, same
+
+
+def _layout_details(measured: tuple) -> str:
+    rows = []
+    for name, layout in (("trained (halves)", "halves"), ("loaded (interleaved)", "interleaved")):
+        scores = " ".join(f"{_layout_score(layout, m, 0):6.2f}" for m in LAYOUT_OFFSETS)
+        rows.append(f"{name:>21}, score by offset 0..5: {scores}")
+    return "\n".join(rows)
+
+
+def _layout_diagnosis(index: int, guess: bool, measured: tuple) -> str:
+    if index == 0:
+        return (
+            "each layout turns a query and a key pair by pair, by angles proportional to their positions, the same "
+            "way for both: whichever features it pairs, their dot product depends on m - n alone"
+        )
+    return (
+        "the weights hold the model's pairs in features i and i + head_dim/2, but the interleaved code turns "
+        "features 2i and 2i + 1 together, at pair i's frequency: the scores still depend on the offset alone, but "
+        "not in the way the model learned"
+    )
+
+
+WRONG_LAYOUT_PREDICTION = prediction_exercise(
+    name="wrong_layout_prediction",
+    lesson=LESSON,
+    question="whether the scores depend on the offset alone, and whether they are the trained ones",
+    parts=(Part("the scores depend on the offset alone", bool), Part("they are the scores it was trained with", bool)),
+    measure=_wrong_layout,
+    details=_layout_details,
+    diagnose=_layout_diagnosis,
+    forbidden=OWN_CODE,  # a prediction, not a measurement made with the course's RoPE
+    hint=(
+        "Two separate questions. What makes RoPE's score depend on m - n alone, and does that need a particular "
+        "pairing of the features? And which features did the model learn to turn together?",
+        "The score depends on the offset alone because the query and the key are turned by the same rule, pair by "
+        "pair, with angles proportional to their positions: any fixed pairing applied to both keeps that. The "
+        "trained weights put each of the model's pairs in features i and i + head_dim/2; the interleaved code turns "
+        "features 2i and 2i + 1 together instead, at pair i's frequency.",
+        "Answer each question with True or False: `return offset_only, same_scores`, the two booleans you decided on "
+        "(the check then measures both).",
+    ),
+)
+
+EXERCISES = (SINUSOIDAL_QUERIES_KEYS, APPLY_ROPE_INTERLEAVED, WRONG_LAYOUT_PREDICTION, ROPE_SCORES, ALIBI_BIAS)

@@ -1,5 +1,6 @@
-"""What a check found, as the learner sees it: a :class:`CheckResult` (passed, failed with a diagnosis, or not
-attempted) that renders as ✅ / ❌ / ⏳ in JupyterLab, and a :class:`Hint`.
+"""What a check found, as the learner sees it: a :class:`CheckResult` (passed, failed with a diagnosis, not
+attempted, or, for a graded prediction, partly right) that renders as ✅ / ❌ / ⏳ / 🟡 in JupyterLab, and a
+:class:`Hint`.
 """
 
 from __future__ import annotations
@@ -7,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not_attempted"
-ICONS = {PASSED: "✅", FAILED: "❌", NOT_ATTEMPTED: "⏳"}
+PARTIAL = "partial"  # a graded prediction with some credit, less than full (checks.prediction)
+ICONS = {PASSED: "✅", FAILED: "❌", NOT_ATTEMPTED: "⏳", PARTIAL: "🟡"}
 TIMEOUT, CRASHED = "timeout", "crashed"  # CheckResult.reason for a function that hung or killed its process
 
 
@@ -62,9 +64,11 @@ def make_hint(exercise: str, hint: str | tuple[str, ...], step: int | None = Non
 
 @dataclass(frozen=True)
 class CheckResult:
-    """What a check found. ``status`` is "passed", "failed" or "not_attempted".
+    """What a check found. ``status`` is "passed", "failed", "not_attempted" or, for a graded prediction,
+    "partial"; ``score`` is 1 or 0, or a prediction's ``points`` (from 0 to 1).
 
-    Renders as ✅ / ❌ / ⏳ in JupyterLab (``_repr_markdown_``) and as plain text elsewhere.
+    Renders as ✅ / ❌ / ⏳ / 🟡 in JupyterLab (``_repr_markdown_``) and as plain text elsewhere; ``message`` may hold
+    several lines (a prediction's parts), and ``details`` more lines shown under it (a prediction's measurement).
     """
 
     exercise: str
@@ -78,14 +82,17 @@ class CheckResult:
     # differ), "cases" (on which kinds of test case), "nonfinite", "type", "dtype", "shape", "property", "error",
     # "inplace", "timeout", "crashed", "also" (a problem on a later case); "count" alone: only how many differ
     findings: tuple[str, ...] = field(default=(), repr=False)
+    points: float | None = field(default=None, repr=False)  # a graded prediction's score, from 0 to 1
+    details: str = field(default="", repr=False)  # lines shown under the message (a prediction's measurement)
 
     @property
     def passed(self) -> bool:
         return self.status == PASSED
 
     @property
-    def score(self) -> int:
-        return int(self.passed)
+    def score(self) -> float:
+        """1 for passed, 0 otherwise; a graded prediction's points (1, 1/2, ...) where it has them."""
+        return self.points if self.points is not None else int(self.passed)
 
     def hint(self, step: int | None = None) -> Hint:
         """The hint for this exercise: its first step, or step ``step`` (from 1) when it comes in steps."""
@@ -99,7 +106,7 @@ class CheckResult:
         return _LABELS[self.status] + (f" on {self.where}" if self.where else "")
 
     def _footer(self) -> str:
-        if self.status != FAILED:
+        if self.status not in (FAILED, PARTIAL):
             return ""
         steps = len(hint_steps(self.hint_text)) if self.hint_text else 1
         if steps > 1:
@@ -110,7 +117,10 @@ class CheckResult:
         return f'Stuck? `hint("{self.exercise}")` or `.hint()` on this result.'
 
     def _repr_markdown_(self) -> str:
-        text = f"{ICONS[self.status]} **`{self.exercise}`** {self._headline()}: {self.message}"
+        message = self.message.replace("\n", "  \n")  # a line of its own per line (a prediction's parts)
+        text = f"{ICONS[self.status]} **`{self.exercise}`** {self._headline()}: {message}"
+        if self.details:
+            text += f"\n\n```text\n{self.details}\n```"
         if self.printed:
             text += f"\n\nYour function printed:\n\n```\n{self.printed}\n```"
         if self._footer():
@@ -119,6 +129,8 @@ class CheckResult:
 
     def __repr__(self) -> str:
         text = f"{ICONS[self.status]} {self.exercise} {self._headline()}: {self.message}"
+        if self.details:
+            text += "\n" + self.details
         if self.printed:
             text += "\nYour function printed:\n" + "\n".join("    " + line for line in self.printed.splitlines())
         if self._footer():
@@ -126,4 +138,4 @@ class CheckResult:
         return text
 
 
-_LABELS = {PASSED: "passed", FAILED: "failed", NOT_ATTEMPTED: "not attempted yet"}
+_LABELS = {PASSED: "passed", FAILED: "failed", NOT_ATTEMPTED: "not attempted yet", PARTIAL: "partly right"}

@@ -35,7 +35,7 @@ import torch
 
 from ..checks import EXERCISES, LESSONS
 from ..checks.exercise import Case
-from ..checks.results import CRASHED, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT
+from ..checks.results import CRASHED, FAILED, NOT_ATTEMPTED, PARTIAL, PASSED, TIMEOUT
 from ..runtime import progress
 from . import worker as worker_module
 from .results import OUTCOMES, check_remote, load_json
@@ -44,7 +44,7 @@ from .scan import scan
 from .users import BLOCK, POOL
 
 NOT_GRADED, FLAGGED = "not_graded", "flagged"
-STATUSES = (PASSED, FAILED, NOT_ATTEMPTED, TIMEOUT, CRASHED, FLAGGED, NOT_GRADED)
+STATUSES = (PASSED, PARTIAL, FAILED, NOT_ATTEMPTED, TIMEOUT, CRASHED, FLAGGED, NOT_GRADED)
 NOTEBOOK_STATUSES = ("ok", "cell errors", "timeout", "kernel died", "grader failed", "unreadable")
 START_SECONDS = 20  # the sandbox, the worker and the first kernel
 RESTART_SECONDS = 10  # each further kernel start
@@ -67,9 +67,13 @@ class ExerciseResult:
     message: str = ""  # the diagnosis ("on test case 2 of 3 (...): the tanh is missing ...")
     hint: str | tuple[str, ...] = ""  # the exercise's hint: one text, or its steps
     printed: str = ""
+    points: float | None = None  # a graded prediction's score (0, 1/2, 1, ...), unless flagged
 
     @property
-    def score(self) -> int:
+    def score(self) -> float:
+        """1 for passed, else 0; a graded prediction's points (partial credit)."""
+        if self.points is not None and self.status in (PASSED, PARTIAL, FAILED):
+            return self.points
         return int(self.status == PASSED)
 
 
@@ -285,7 +289,7 @@ class Grader:
                 graded.notes.append(f"{name}: {HOW.get((status, outcome), HOW[status, 'done'])}")
             graded.results.append(
                 ExerciseResult(
-                    name, status, message if status != PASSED else "", exercise.hint, result.printed
+                    name, status, message if status != PASSED else "", exercise.hint, result.printed, result.points
                 )
             )
 

@@ -45,7 +45,8 @@ CHILD_SETUP = 3.0  # for the child to load the inputs, before the first call
 
 def call_exercise(namespace: Mapping, name: str, cases_path: str, out_dir: str, time_limit: float) -> None:
     """For an exercise whose function takes part in training (``Exercise.gradients``), each case is also called a
-    second time with gradients on, and the gradients that flow back to its inputs are saved too."""
+    second time with gradients on, and a third in float64, and the gradients that flow back to its inputs are saved
+    too (with the float64 call's output)."""
     out = Path(out_dir)
     fn = namespace.get(name)
     _write_json(out / "meta.json", describe(fn))
@@ -86,6 +87,8 @@ def _call_cases(
             "printed": call.printed,
             "gradients": encode(call.gradients),
             "gradient_error": call.gradient_error[:MAX_TEXT],
+            "value64": encode(call.value64),  # the same in float64, where the function runs in float64
+            "gradients64": encode(call.gradients64),
             "used_reference": call.used_reference[:MAX_TEXT],  # the course's own code it ran, where forbidden
         }
         _save(out / f"{index}.pt", record)
@@ -183,6 +186,8 @@ def _encode(value, depth: int):
         return int(value)
     if isinstance(value, float):
         return float(value)
+    if type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():  # a NumPy scalar: as Python's
+        return _encode(value.item(), depth)
     if isinstance(value, str):
         return str(value)[:MAX_TEXT]
     if isinstance(value, (tuple, list)) and depth < MAX_DEPTH:

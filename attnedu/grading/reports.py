@@ -1,8 +1,9 @@
 """What the grader writes: the score table, a per-exercise summary, a feedback file per student,
 and a plot of the scores. Plain files, for a spreadsheet, a text editor or an email.
 
-* ``scores.csv`` (``--out``): one row per submission; per exercise its score (0/1), status and, unless
-  it passed, the diagnosis; the total, the notebook's status, the seconds it took and the notes.
+* ``scores.csv`` (``--out``): one row per submission; per exercise its score (0 or 1; a graded prediction's
+  may be 1/2: ``attnedu.checks.prediction``), status and, unless it passed, the diagnosis; the total, the notebook's
+  status, the seconds it took and the notes.
   Written once, at the end, to a temporary file that then replaces the old one.
 * in the report folder (``--report-dir``, default ``scores_report/`` beside ``--out``):
   ``summary.md`` and ``summary.csv`` (per exercise: pass rate, how many of each status, the most
@@ -23,12 +24,13 @@ from collections import Counter
 from pathlib import Path
 
 from ..checks import LESSONS
-from ..checks.results import CRASHED, FAILED, ICONS, NOT_ATTEMPTED, PASSED, TIMEOUT, hint_steps
+from ..checks.results import CRASHED, FAILED, ICONS, NOT_ATTEMPTED, PARTIAL, PASSED, TIMEOUT, hint_steps
 from .grader import FLAGGED, NOT_GRADED, STATUSES, Graded
 
 STATUS_ICONS = {**ICONS, TIMEOUT: "⌛", CRASHED: "💥", FLAGGED: "🚩", NOT_GRADED: "➖"}
 STATUS_TEXT = {
     PASSED: "passed",
+    PARTIAL: "partly right",
     FAILED: "failed",
     NOT_ATTEMPTED: "not attempted",
     TIMEOUT: "did not finish in time",
@@ -69,15 +71,22 @@ def rows(graded: list[Graded], lessons: dict[str, list[str]] = LESSONS) -> tuple
             "sandbox": "bwrap" if g.isolated else "none",
             "notes": "; ".join(g.notes),
         }
+        scores = []
         for name in expected:
             result = by_name.get(name)
             status = result.status if result else NOT_GRADED
-            row[name], row[f"{name}_status"] = int(status == PASSED), status
+            scores.append(result.score if result else 0)
+            row[name], row[f"{name}_status"] = score_text(scores[-1]), status
             row[f"{name}_message"] = result.message if result else ""
-        row["total"] = sum(int(row[name]) for name in expected)
+        row["total"] = score_text(sum(scores))
         row["max_total"] = len(expected)
         table.append(row)
     return header, table
+
+
+def score_text(score: float) -> str:
+    """A score as the table writes it: "1", "0", "0.5", "3.5" (no trailing zeros)."""
+    return f"{score:.4g}" if score != int(score) else str(int(score))
 
 
 def _cell(value) -> str:
@@ -136,12 +145,15 @@ def exercise_summary(graded: list[Graded], top: int = 3) -> list[dict]:
         if not results:
             continue
         counts = Counter(r.status for r in results)
-        wrong = Counter(diagnosis(r.message) for r in results if r.status in (FAILED, TIMEOUT, CRASHED, FLAGGED))
+        wrong = Counter(
+            diagnosis(r.message) for r in results if r.status in (FAILED, PARTIAL, TIMEOUT, CRASHED, FLAGGED)
+        )
         summary.append(
             {
                 "exercise": name,
                 "submissions": len(results),
                 "pass_rate": counts[PASSED] / len(results),
+                "mean_score": sum(r.score for r in results) / len(results),
                 **{status: counts[status] for status in STATUSES},
                 "common_diagnoses": wrong.most_common(top),
             }
@@ -151,10 +163,10 @@ def exercise_summary(graded: list[Graded], top: int = 3) -> list[dict]:
 
 def summary_text(summary: list[dict]) -> str:
     """The per-exercise summary for the terminal."""
-    lines = [f"{'exercise':<18}{'pass rate':>10}  " + " ".join(f"{s:>13}" for s in STATUSES)]
+    lines = [f"{'exercise':<18}{'pass rate':>10}{'mean score':>11}  " + " ".join(f"{s:>13}" for s in STATUSES)]
     for entry in summary:
         counts = " ".join(f"{entry[s]:>13}" for s in STATUSES)
-        lines.append(f"{entry['exercise']:<18}{entry['pass_rate']:>10.0%}  {counts}")
+        lines.append(f"{entry['exercise']:<18}{entry['pass_rate']:>10.0%}{entry['mean_score']:>11.2f}  {counts}")
         for text, count in entry["common_diagnoses"]:
             lines.append(f"    {count} x {_shorten(text, 110)}")
     return "\n".join(lines)
@@ -169,20 +181,21 @@ def write_summary(
 ) -> None:
     with open(folder / "summary.csv", "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["exercise", "submissions", "pass_rate", *STATUSES, "common_diagnoses"])
+        writer.writerow(["exercise", "submissions", "pass_rate", "mean_score", *STATUSES, "common_diagnoses"])
         for e in summary:
             common = " | ".join(f"{count} x {text}" for text, count in e["common_diagnoses"])
-            row = [e["exercise"], e["submissions"], f"{e['pass_rate']:.3f}", *[e[s] for s in STATUSES], common]
+            rates = [f"{e['pass_rate']:.3f}", f"{e['mean_score']:.3f}"]
+            row = [e["exercise"], e["submissions"], *rates, *[e[s] for s in STATUSES], common]
             writer.writerow([_cell(v) for v in row])
     lines = ["# Grading summary", ""]
     for warning in warnings:
         lines += [f"> **Warning:** {_md(warning)}", ""]
     lines += [f"{len(graded)} submissions. Per exercise:", ""]
-    lines.append("| exercise | pass rate | " + " | ".join(STATUS_TEXT[s] for s in STATUSES) + " |")
-    lines.append("|---|---:|" + "---:|" * len(STATUSES))
+    lines.append("| exercise | pass rate | mean score | " + " | ".join(STATUS_TEXT[s] for s in STATUSES) + " |")
+    lines.append("|---|---:|---:|" + "---:|" * len(STATUSES))
     for e in summary:
         counts = " | ".join(str(e[s]) for s in STATUSES)
-        lines.append(f"| `{e['exercise']}` | {e['pass_rate']:.0%} | {counts} |")
+        lines.append(f"| `{e['exercise']}` | {e['pass_rate']:.0%} | {e['mean_score']:.2f} | {counts} |")
     lines += ["", "## Most common diagnoses", ""]
     for e in summary:
         if e["common_diagnoses"]:
@@ -242,7 +255,7 @@ def feedback(g: Graded, row: dict, level: str = "diagnosis") -> str:
             continue
         if r.message:
             lines += [_md(r.message), ""]
-        wanted = r.hint and level == "full" and r.status in (FAILED, TIMEOUT, CRASHED)
+        wanted = r.hint and level == "full" and r.status in (FAILED, PARTIAL, TIMEOUT, CRASHED)
         steps = [step for step in hint_steps(r.hint) if step] if wanted else []
         if len(steps) == 1:
             lines += [f"💡 Hint: {_md(steps[0])}", ""]
@@ -282,6 +295,7 @@ def write_feedback(folder: Path, graded: list[Graded], table: list[dict], level:
 
 COLOURS = {
     PASSED: "#4c9a2a",
+    PARTIAL: "#a7c957",
     FAILED: "#d1495b",
     NOT_ATTEMPTED: "#bbbbbb",
     TIMEOUT: "#edae49",
@@ -312,9 +326,9 @@ def plot(path: Path, summary: list[dict], graded: list[Graded], table: list[dict
     left.set_title("Status per exercise")
     left.legend(fontsize=8, loc="lower right")
     for lesson in lessons:
-        totals = [int(row["total"]) for g, row in zip(graded, table, strict=True) if g.lesson == lesson]
+        totals = [float(row["total"]) for g, row in zip(graded, table, strict=True) if g.lesson == lesson]
         top = len(LESSONS[lesson])
-        right.hist(totals, bins=[x - 0.5 for x in range(top + 2)], alpha=0.6, label=lesson)
+        right.hist(totals, bins=[x / 2 - 0.25 for x in range(2 * top + 2)], alpha=0.6, label=lesson)  # halves too
     right.set_xlabel("total score")
     right.set_ylabel("submissions")
     right.set_title("Totals per lesson")

@@ -158,6 +158,8 @@ def remote_call(records: dict[int, dict], outcome: str):
             printed=_text(record.get("printed"), MAX_PRINTED + 100),
             gradients=decode(record.get("gradients")),
             gradient_error=_text(record.get("gradient_error")),
+            value64=decode(record.get("value64")),
+            gradients64=decode(record.get("gradients64")),
             used_reference=_text(record.get("used_reference")),
         )
         return result, rebuild_args(case.args, record.get("args"))

@@ -19,6 +19,11 @@ Each lesson module exports the same tables, for the exercises of its lesson (``a
 * ``REFERENCE_USE`` (optional): (exercise, function) pairs, functions that are or call the package's own code where
   the exercise forbids it (``Exercise.forbidden``); each must fail, naming the package function, whatever it
   returns.
+* ``PREDICTIONS`` (for a lesson with a graded prediction, ``attnedu.checks.prediction``): (exercise, the learner's
+  prediction function, the status it must get, its score, a substring of its message): right predictions (in the
+  forms a learner writes them), wrong ones with what each typically assumed, ones with partial credit, malformed
+  ones, one computed with the course's code, and one not written yet. A prediction exercise has no CORRECT,
+  MUTANTS, OFF_BY_ONE, KIND_MUTANTS or BUGS entries: it has no test cases to vary.
 
 The independent gallery (``BUGS``): buggy solutions, written as a learner would: loops, einsum, gather,
 hand-written softmax and tanh, different names and orders; none copied from the checks' known-wrong variants.
@@ -67,8 +72,9 @@ KIND_MUTANTS = [mutant for lesson in LESSONS for mutant in lesson.KIND_MUTANTS]
 KINDS_NOT_APPLICABLE = {key: why for lesson in LESSONS for key, why in lesson.KINDS_NOT_APPLICABLE.items()}
 BUGS = [bug for lesson in LESSONS for bug in lesson.BUGS]
 REFERENCE_USE = [entry for lesson in LESSONS for entry in getattr(lesson, "REFERENCE_USE", [])]
+PREDICTIONS = [entry for lesson in LESSONS for entry in getattr(lesson, "PREDICTIONS", [])]
 
 __all__ = [
     "BUGS", "CORRECT", "GENERIC", "KIND_MUTANTS", "KINDS_NOT_APPLICABLE", "LESSONS", "MUTANTS", "OFF_BY_ONE",
-    "REFERENCE_USE",
+    "REFERENCE_USE", "PREDICTIONS",
 ]  # fmt: skip

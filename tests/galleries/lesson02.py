@@ -24,14 +24,15 @@ def learner_additive_score(query, keys, W_a, U_a, v_a):
 
 
 def learner_masked_softmax(scores, mask):
-    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).nan_to_num(0.0)
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
 
 
 def learner_masked_softmax_by_hand(scores, mask):
-    shifted = scores - scores.masked_fill(~mask, float("-inf")).max(dim=-1, keepdim=True).values
-    e = torch.exp(shifted.masked_fill(~mask, float("-inf")))
-    total = e.sum(dim=-1, keepdim=True)
-    return torch.where(total > 0, e / total, torch.zeros_like(e))
+    filled = scores.masked_fill(~mask, float("-inf"))
+    e = torch.exp(filled - filled.max(dim=-1, keepdim=True).values)  # a fully masked row: -inf - (-inf) = NaN
+    weights = e / e.sum(dim=-1, keepdim=True)
+    return torch.where(mask.any(dim=-1, keepdim=True), weights, torch.zeros_like(weights))
 
 
 def learner_context_vector(weights, values):
@@ -129,6 +130,17 @@ def softmax_wrong_axis(scores, mask):
     return torch.softmax(scores.masked_fill(~mask, NEG_INF), dim=0).nan_to_num(0.0)
 
 
+def softmax_wrong_axis_everywhere(scores, mask):
+    """The right answer with its softmax's axis changed, and so its test for empty rows too."""
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=0)
+    return weights.masked_fill(~mask.any(dim=0, keepdim=True), 0.0)
+
+
+def softmax_wrong_axis_rows_zeroed(scores, mask):
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=0)
+    return weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+
+
 def softmax_sum_without_keepdim(scores, mask):
     e = torch.exp(scores).masked_fill(~mask, 0.0)
     return (e / e.sum(dim=-1)).nan_to_num(0.0)
@@ -164,14 +176,25 @@ def softmax_in_place(scores, mask):
     return torch.softmax(scores, dim=-1).nan_to_num(0.0)
 
 
+def softmax_every_nan_replaced(scores, mask):
+    return torch.softmax(scores.masked_fill(~mask, NEG_INF), dim=-1).nan_to_num(0.0)
+
+
+def softmax_zero_where_sum_not_positive(scores, mask):
+    """By hand, the fully masked rows found from the values: a row whose sum is not positive, NaN included."""
+    shifted = scores - scores.masked_fill(~mask, float("-inf")).max(dim=-1, keepdim=True).values
+    e = torch.exp(shifted.masked_fill(~mask, float("-inf")))
+    total = e.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, e / total, torch.zeros_like(e))
+
+
 def softmax_large_negative(scores, mask):
     return torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1)
 
 
 def softmax_naive_exp(scores, mask):
     e = torch.exp(scores).masked_fill(~mask, 0.0)
-    total = e.sum(dim=-1, keepdim=True)
-    return torch.where(total > 0, e / total, torch.zeros_like(e))
+    return (e / e.sum(dim=-1, keepdim=True)).masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
 
 
 # context_vector
@@ -342,12 +365,16 @@ MUTANTS = [
     ("additive_score", score_features_one_early, "one axis too early"),
     ("additive_score", score_hand_written_tanh, "a tanh written with exp, overflows"),
     ("masked_softmax", softmax_wrong_axis, "wrong axis"),
+    ("masked_softmax", softmax_wrong_axis_everywhere, "wrong axis"),
+    ("masked_softmax", softmax_wrong_axis_rows_zeroed, "wrong axis"),
     ("masked_softmax", softmax_sum_without_keepdim, "divided by the wrong row's sum"),
     ("masked_softmax", softmax_mask_inverted, "mask is inverted"),
     ("masked_softmax", softmax_mask_ignored, "softmax without the mask"),
     ("masked_softmax", softmax_zero_fill, "became 0 instead of -inf"),
     ("masked_softmax", softmax_zeroed_after, "without renormalising"),
     ("masked_softmax", softmax_nan_row, "fully masked row gives NaN"),
+    ("masked_softmax", softmax_every_nan_replaced, "every NaN became 0, not only those of the fully masked rows"),
+    ("masked_softmax", softmax_zero_where_sum_not_positive, "every NaN became 0"),
     ("masked_softmax", softmax_renormalised_by_hand, "fully masked row gives NaN"),
     ("masked_softmax", softmax_in_place, "modified its input `scores` in place"),
     ("masked_softmax", softmax_large_negative, "uniform weights"),

@@ -38,6 +38,20 @@ def learner_attentional_hidden_split(context, state, W_c):
     return torch.tanh(context @ W_c[:, :enc_dim].T + state @ W_c[:, enc_dim:].T)
 
 
+def learner_attentional_hidden_sigmoid(context, state, W_c):
+    """tanh(x) written as 2 sigmoid(2x) - 1 (issue 30): equal in value; in float32 its gradient differs from
+    torch.tanh's by rounding (about 1e-4 on the large-input case), in float64 it agrees."""
+    x = torch.cat([context, state], dim=-1) @ W_c.T
+    return 2 * torch.sigmoid(2 * x) - 1
+
+
+def learner_attentional_hidden_float32(context, state, W_c):
+    """The same, with the weights made float32 explicitly: it refuses float64 inputs (a float64 matrix times a
+    float32 one raises), so the check compares its gradients in float32 alone."""
+    x = torch.cat([context, state], dim=-1) @ W_c.to(torch.float32).T
+    return 2 * torch.sigmoid(2 * x) - 1
+
+
 def learner_attend_all_steps(states, annotations, src_lengths, W_a):
     scores = states @ W_a @ annotations.transpose(1, 2)
     mask = torch.arange(annotations.shape[1])[None, :] < src_lengths[:, None]
@@ -82,7 +96,12 @@ def learner_local_p_weight_sum_loop(center, half_width, src_lengths):
 CORRECT = {
     "local_p_weight_sum": [learner_local_p_weight_sum, learner_local_p_weight_sum_loop],
     "general_score": [learner_general_score, learner_general_score_bmm, general_score],
-    "attentional_hidden": [learner_attentional_hidden, learner_attentional_hidden_split],
+    "attentional_hidden": [
+        learner_attentional_hidden,
+        learner_attentional_hidden_split,
+        learner_attentional_hidden_sigmoid,
+        learner_attentional_hidden_float32,
+    ],
     "attend_all_steps": [learner_attend_all_steps, learner_attend_all_steps_einsum],
     "general_decoder_step": [learner_general_decoder_step],
 }
@@ -334,6 +353,12 @@ def ah_detached_weight(context, state, W_c):
     return learner_attentional_hidden(context, state, W_c.detach())
 
 
+def ah_state_weights_detached(context, state, W_c):
+    """The split version with the state's half of W_c detached: its columns get no gradient, the context's do."""
+    enc_dim = context.shape[-1]
+    return torch.tanh(context @ W_c[:, :enc_dim].T + state @ W_c[:, enc_dim:].detach().T)
+
+
 def aas_item_lengths(states, annotations, src_lengths, W_a):
     context, weights = learner_attend_all_steps(states, annotations, src_lengths, W_a)
     return context, torch.tensor(weights.tolist())  # the weights as numbers: no gradient through them
@@ -483,6 +508,7 @@ MUTANTS = [
     ("general_decoder_step", gds_overwrites_attentional, "modified its input `attentional` in place"),
     ("general_score", gs_detached_query, "no gradient flows back from your outputs to `query`"),
     ("attentional_hidden", ah_detached_weight, "no gradient flows back from your outputs to `W_c`"),
+    ("attentional_hidden", ah_state_weights_detached, "entries of `W_c` (zero where the reference's is not"),
     ("attend_all_steps", aas_item_lengths, "the gradient that flows back to `states`, `annotations` and `W_a` differs"),
     ("general_decoder_step", gds_detached_state, "no gradient flows back from your outputs to `state`"),
     ("general_decoder_step", gds_returns_detached_state, "differs from the reference's, although every output"),

@@ -232,6 +232,15 @@ def ca_transposed_weights(target, source, source_lengths, W_Q, W_K, W_V):
     return _ca(target, source, source_lengths, W_Q.T, W_K.T, W_V.T)
 
 
+def ca_every_nan_replaced(target, source, source_lengths, W_Q, W_K, W_V):
+    """Exercise 1's attention with every NaN replaced by 0, reused: a NaN query comes out as zeros."""
+    q, k, v = target @ W_Q, source @ W_K, source @ W_V
+    real = torch.arange(source.shape[1])[None, None, :] < source_lengths[:, None, None]
+    weights = torch.softmax((q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])).masked_fill(~real, NEG_INF), dim=-1)
+    weights = torch.nan_to_num(weights)
+    return weights @ v, weights
+
+
 def ca_value_data(target, source, source_lengths, W_Q, W_K, W_V):
     return learner_cross_attention(target, source, source_lengths, W_Q, W_K, W_V.data)
 
@@ -354,6 +363,7 @@ MUTANTS = [
     ("cross_attention", ca_transposed_weights, "transposed matrices"),
     ("cross_attention", ca_mask_without_query_axis, "raised RuntimeError"),
     ("cross_attention", ca_value_data, "no gradient flows back from your outputs to `W_V`"),
+    ("cross_attention", ca_every_nan_replaced, "every NaN became 0: in the test case whose target position 1"),
     ("initial_score_std", ss_no_head_dim, "does not grow with head_dim"),
     ("initial_score_std", ss_variance, "the variance of q . k, not its standard deviation"),
     ("initial_score_std", ss_std_not_variance, "standard deviations where variances belong"),
@@ -666,4 +676,78 @@ BUGS = [
     ("cross_attention", ca_queries_from_source, "roles are swapped"),
     ("cross_attention", ca_scaled_by_model_width, GENERIC),
     ("cross_attention", ca_truncates_to_shortest, "wrong shape"),
+]
+
+
+# --------------------------------------------------------------------------------------------
+# The graded prediction longer_sentence_weight: (exercise, the learner's prediction function, status, score, a
+# substring of its message)
+# --------------------------------------------------------------------------------------------
+
+
+def lsw_by_hand():
+    e_a = 0.95 * 11 / 0.05  # exp(a), fixed by c
+    return e_a / (e_a + 23)
+
+
+def lsw_rounded():
+    return 0.9
+
+
+def lsw_as_tensor():
+    return torch.tensor(0.9)
+
+
+def lsw_in_a_tuple():
+    return (0.9,)
+
+
+def lsw_unchanged():
+    return 0.95  # c is unchanged, so the weight is too
+
+
+def lsw_halved():
+    return 0.95 / 2  # twice the keys, half the weight
+
+
+def lsw_nearly():
+    return 0.885  # within twice the margin
+
+
+def lsw_above():
+    return 0.97
+
+
+def lsw_as_text():
+    return "0.9"
+
+
+def lsw_nan():
+    return float("nan")
+
+
+def lsw_with_the_course_code():
+    from attnedu.attention import query_scale_for_weight
+
+    c = float(query_scale_for_weight(0.95, 11, 16))
+    return math.exp(c / 4) / (math.exp(c / 4) + 23)
+
+
+def lsw_unwritten():
+    raise NotImplementedError
+
+
+PREDICTIONS = [
+    ("longer_sentence_weight", lsw_by_hand, "passed", 1.0, "within 0.01 (full credit)"),
+    ("longer_sentence_weight", lsw_rounded, "passed", 1.0, "you predicted 0.9, measured 0.90"),
+    ("longer_sentence_weight", lsw_as_tensor, "passed", 1.0, "full credit"),
+    ("longer_sentence_weight", lsw_in_a_tuple, "passed", 1.0, "full credit"),
+    ("longer_sentence_weight", lsw_unchanged, "failed", 0.0, "twice as many keys now compete"),
+    ("longer_sentence_weight", lsw_halved, "failed", 0.0, "You halved the weight"),
+    ("longer_sentence_weight", lsw_nearly, "partial", 0.5, "within twice 0.01 (half credit)"),
+    ("longer_sentence_weight", lsw_above, "failed", 0.0, "can only take weight away"),
+    ("longer_sentence_weight", lsw_as_text, "failed", 0.0, "should return a number"),
+    ("longer_sentence_weight", lsw_nan, "failed", 0.0, "should return a number"),
+    ("longer_sentence_weight", lsw_with_the_course_code, "failed", 0.0, "that measures, it does not predict"),
+    ("longer_sentence_weight", lsw_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
 ]

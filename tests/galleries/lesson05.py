@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
 
@@ -71,6 +72,25 @@ def learner_grouped_query_attention_grouped(query, key, value, mask, W_q, W_k, W
     return learner_merge_heads(heads) @ W_o, weights.reshape(batch, num_heads, query_len, -1)
 
 
+def learner_multi_head_attention_sdpa(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    """PyTorch's attention for the heads, the weights computed beside it for the second output (issue 30): on scores
+    in the hundreds the two softmaxes' float32 rounding differs in the gradient (8.6e-5 against 2e-14 for W_q)."""
+    q, k, v = (learner_split_heads(x @ W, num_heads) for x, W in ((query, W_q), (key, W_k), (value, W_v)))
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask[:, None], NEG_INF)
+    return learner_merge_heads(heads) @ W_o, torch.softmax(scores, dim=-1)
+
+
+def learner_grouped_query_attention_sdpa(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    """The same for grouped-query attention, PyTorch's attention pairing the heads itself."""
+    q = learner_split_heads(query @ W_q, num_heads)
+    k, v = learner_split_heads(key @ W_k, num_kv_heads), learner_split_heads(value @ W_v, num_kv_heads)
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], enable_gqa=True)
+    group = num_heads // num_kv_heads
+    scores = q @ k.repeat_interleave(group, dim=1).transpose(-2, -1) / math.sqrt(q.shape[-1])
+    return learner_merge_heads(heads) @ W_o, torch.softmax(scores.masked_fill(~mask[:, None], NEG_INF), dim=-1)
+
+
 def learner_per_head_weights(in_proj_weight, num_heads):
     d_model = in_proj_weight.shape[1]
     head_dim = d_model // num_heads
@@ -105,8 +125,12 @@ def learner_one_offset_accuracy_per_offset(lengths, vocab, offsets, read):
 CORRECT = {
     "split_heads": [learner_split_heads, learner_split_heads_chunks],
     "merge_heads": [learner_merge_heads, learner_merge_heads_cat],
-    "multi_head_attention": [learner_multi_head_attention],
-    "grouped_query_attention": [learner_grouped_query_attention, learner_grouped_query_attention_grouped],
+    "multi_head_attention": [learner_multi_head_attention, learner_multi_head_attention_sdpa],
+    "grouped_query_attention": [
+        learner_grouped_query_attention,
+        learner_grouped_query_attention_grouped,
+        learner_grouped_query_attention_sdpa,
+    ],
     "per_head_weights": [learner_per_head_weights, learner_per_head_weights_view],
     "one_offset_accuracy": [learner_one_offset_accuracy, learner_one_offset_accuracy_per_offset],
 }

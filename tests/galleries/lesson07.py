@@ -907,3 +907,65 @@ BUGS = [
     ("alibi_bias", abb_tril, "is 0 for keys after the query"),
     ("alibi_bias", abb_slopes_per_key, GENERIC),
 ]
+
+
+# --------------------------------------------------------------------------------------------
+# The graded prediction wrong_layout_prediction: (exercise, the learner's prediction function, status, score, a
+# substring of its message)
+# --------------------------------------------------------------------------------------------
+
+
+def wl_right():
+    return True, False
+
+
+def wl_as_list():
+    return [True, False]
+
+
+def wl_as_tensors():
+    return torch.tensor(True), torch.tensor(False)
+
+
+def wl_nothing_changes():
+    return True, True
+
+
+def wl_everything_breaks():
+    return False, False
+
+
+def wl_backwards():
+    return False, True
+
+
+def wl_as_numbers():
+    return 1, 0
+
+
+def wl_one_answer():
+    return False
+
+
+def wl_measured_with_the_course_code():
+    q, k = torch.randn(1, 8), torch.randn(1, 8)
+    halves = positional.apply_rope(q, torch.tensor([3])) @ positional.apply_rope(k, torch.tensor([0])).T
+    return True, bool(torch.allclose(halves, halves))
+
+
+def wl_unwritten():
+    raise NotImplementedError
+
+
+PREDICTIONS = [
+    ("wrong_layout_prediction", wl_right, "passed", 1.0, "you predicted yes, measured yes: ✅ right"),
+    ("wrong_layout_prediction", wl_as_list, "passed", 1.0, "Score: 1 of 1"),
+    ("wrong_layout_prediction", wl_as_tensors, "passed", 1.0, "Score: 1 of 1"),
+    ("wrong_layout_prediction", wl_nothing_changes, "partial", 0.5, "not in the way the model learned"),
+    ("wrong_layout_prediction", wl_everything_breaks, "partial", 0.5, "depends on m - n alone"),
+    ("wrong_layout_prediction", wl_backwards, "failed", 0.0, "Score: 0 of 1"),
+    ("wrong_layout_prediction", wl_as_numbers, "failed", 0.0, "should return a tuple of 2 values: True or False"),
+    ("wrong_layout_prediction", wl_one_answer, "failed", 0.0, "should return a tuple of 2 values"),
+    ("wrong_layout_prediction", wl_measured_with_the_course_code, "failed", 0.0, "`attnedu.positional.apply_rope`"),
+    ("wrong_layout_prediction", wl_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
+]
