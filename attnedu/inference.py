@@ -877,6 +877,10 @@ def mean_pool_kv_heads(W: torch.Tensor, num_heads: int, num_kv_heads: int, pool:
         raise ValueError(f"num_heads should divide W's {W.shape[1]} columns and num_kv_heads should divide "
                          f"num_heads, got num_heads={num_heads}, num_kv_heads={num_kv_heads}")  # fmt: skip
     check_choice("pool", pool, ("mean", "first"))
+    return _mean_pool_kv_heads(W, num_heads, num_kv_heads, pool)
+
+
+def _mean_pool_kv_heads(W, num_heads, num_kv_heads, pool="mean"):
     d_model, head_dim = W.shape[0], W.shape[1] // num_heads
     groups = W.view(d_model, num_kv_heads, num_heads // num_kv_heads, head_dim)
     return (groups.mean(dim=2) if pool == "mean" else groups[:, :, 0]).reshape(d_model, -1)
@@ -895,6 +899,7 @@ def to_grouped_query(model, num_kv_heads: int, pool: str = "mean"):
         raise ValueError(f"model should be multi-head (num_kv_heads == num_heads), got {first.num_kv_heads} K/V heads "
                          f"for {first.num_heads} query heads")  # fmt: skip
     num_kv_heads = check_positive_int("num_kv_heads", num_kv_heads, "K/V heads to keep")
+    check_choice("pool", pool, ("mean", "first"))
     if first.num_heads % num_kv_heads:
         raise ValueError(f"num_kv_heads should divide num_heads={first.num_heads}, got {num_kv_heads}")
     new = DecoderLM(model.embedding.num_embeddings, first.d_model, first.num_heads, len(model.blocks),
@@ -904,7 +909,7 @@ def to_grouped_query(model, num_kv_heads: int, pool: str = "mean"):
     for i in range(len(model.blocks)):
         for name in ("W_k", "W_v"):
             key = f"blocks.{i}.attention.{name}.weight"  # nn.Linear's weight is (out, in): pool its transpose
-            state[key] = mean_pool_kv_heads(state[key].T, first.num_heads, num_kv_heads, pool).T.contiguous()
+            state[key] = _mean_pool_kv_heads(state[key].T, first.num_heads, num_kv_heads, pool).T.contiguous()
     new.load_state_dict(state)
     return new.eval()
 
@@ -1100,7 +1105,8 @@ def _check_mod(name: str, fn, arity: int, batch: int, heads: int, length: int) -
     for key, value in (("batch", batch), ("heads", heads), ("length", length)):
         if key in sizes and sizes[key] != value:
             raise ValueError(f"{name} should serve inputs of {key} {value}, got one built from {sizes['name']} "
-                             f"for {key} {sizes[key]}; build it from {sizes['name']} that match the inputs")  # fmt: skip
+                             f"for {key} {sizes[key]}; build it from {sizes['name']} that match the "
+                             "inputs")  # fmt: skip
 
 
 def flex_attention_cpu(q, k, v, mask_mod: Callable | None = None, score_mod: Callable | None = None):

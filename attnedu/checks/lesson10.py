@@ -498,8 +498,8 @@ CACHE_BYTES = Exercise(
         ),
         _bytes_variant(
             "the answer came back in 32-bit floats: a byte count is a whole number, and float32 holds whole numbers "
-            "exactly only up to 2^24 (16,777,216), so the large answers are rounded; keep the integer (torch.long) "
-            "tensors you were given.",
+            "exactly only up to 2^24 (16,777,216), so the large answers are rounded; keep the 64-bit integers you were "
+            "given.",
             {"dtype": torch.float32, "back": False},
         ),
         _bytes_variant(
@@ -509,7 +509,7 @@ CACHE_BYTES = Exercise(
         ),
         _bytes_variant(
             "the answer came back in 32-bit integers, which wrap past 2^31 - 1 bytes (2 GiB): the large answers "
-            "overflowed. Keep the inputs' torch.long (64-bit) from the first product to the last.",
+            "overflowed. Keep the inputs' 64-bit integers from the first product to the last.",
             {"dtype": torch.int32, "back": False},
         ),
     ),
