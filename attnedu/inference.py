@@ -180,10 +180,14 @@ class KVCache:
     @property
     def seen(self) -> int:
         """Tokens processed so far (by layer 0; ``lm_forward`` keeps every layer at the same count)."""
-        return self.next_position(0)
+        return self._next_position(0)
 
     def next_position(self, layer: int) -> int:
         """The position the next token of ``layer`` must have: the number of tokens the layer has processed."""
+        check_int("layer", layer, "a layer counted from 0", minimum=0, maximum=self.num_layers - 1)
+        return self._next_position(layer)
+
+    def _next_position(self, layer: int) -> int:
         return 0 if self.k[layer] is None else self.k[layer].shape[2]
 
     def _stored(self, layer: int) -> torch.Tensor | None:
@@ -216,7 +220,7 @@ class KVCache:
             raise TypeError(f"positions should be whole numbers (an integer dtype such as torch.long), got dtype "
                             f"{positions.dtype}; pass torch.arange(start, start + n)")  # fmt: skip
         check_size("positions", positions, 0, n, "n, one position per new token")
-        start = self.next_position(layer)
+        start = self._next_position(layer)
         expected = torch.arange(start, start + n, device=positions.device)
         if not torch.equal(positions, expected.to(positions.dtype)):
             held = "is empty" if start == 0 else f"holds positions 0..{start - 1}"
@@ -258,7 +262,7 @@ class PreallocatedKVCache(KVCache):
         self.max_length = check_positive_int("max_length", max_length, "tokens each buffer can hold")
         self.lengths = [0] * self.num_layers
 
-    def next_position(self, layer: int) -> int:
+    def _next_position(self, layer: int) -> int:
         return self.lengths[layer]
 
     def _check(self, layer, q, k, v, positions) -> None:
@@ -335,7 +339,7 @@ class PagedSequence(KVCache):
         self.block_table: list[int] = []
         self.lengths = [0] * pool.num_layers
 
-    def next_position(self, layer: int) -> int:
+    def _next_position(self, layer: int) -> int:
         return self.lengths[layer]
 
     def _stored(self, layer):
@@ -461,7 +465,7 @@ class RollingKVCache(KVCache):
         self.slot_positions: list[torch.Tensor | None] = [None] * num_layers
         self.lengths = [0] * self.num_layers
 
-    def next_position(self, layer: int) -> int:
+    def _next_position(self, layer: int) -> int:
         return self.lengths[layer]
 
     def _attend(self, layer, q, k, v, positions):
@@ -501,7 +505,7 @@ class SinkCache(KVCache):
         self.sinks = check_int("sinks", sinks, "first tokens always kept", minimum=0)
         self.lengths = [0] * self.num_layers
 
-    def next_position(self, layer: int) -> int:
+    def _next_position(self, layer: int) -> int:
         return self.lengths[layer]
 
     def _check(self, layer, q, k, v, positions) -> None:
@@ -631,7 +635,7 @@ def _check_cache(model, cache, batch: int, n: int) -> None:
                    "SinkCache)", "make one with KVCache(len(model.blocks))")  # fmt: skip
     if cache.num_layers != len(model.blocks):
         raise ValueError(f"cache should have one layer per block, {len(model.blocks)}, got {cache.num_layers}")
-    starts = [cache.next_position(layer) for layer in range(cache.num_layers)]
+    starts = [cache._next_position(layer) for layer in range(cache.num_layers)]
     if len(set(starts)) > 1:
         raise ValueError(f"cache should hold the same tokens in every layer, got layers at positions {starts}; it "
                          "was fed outside lm_forward: start a new cache")  # fmt: skip

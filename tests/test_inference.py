@@ -655,6 +655,7 @@ BAD_CALLS = [
         r"one sequence \(batch 1\)",
     ),  # fmt: skip
     ("PagedKVCache: block_size 0", lambda: PagedKVCache(2, 8, 0), ValueError, "block_size"),
+    ("KVCache.next_position: a layer past the last", lambda: KVCache(2).next_position(2), ValueError, "layer"),
     (
         "lm_forward: a used cache given another batch",
         lambda: lm_forward(_lm(), torch.tensor([[1], [2]]), _used(CACHES["KVCache"])),
