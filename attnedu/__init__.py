@@ -12,8 +12,9 @@ One concept per module; a lesson's library code lives in the module its concept 
     transformer        small attention models for lessons 05-07; the Transformer blocks of lesson 09 (post-norm,
                        cross-attention, pre-norm with RMSNorm and SwiGLU), a decoder-only LM; parameter counts;
                        BERT's encoder and an attention-only LM (11)
-    inference          KV caches (full, rolling window, sinks), cached generation, cache sizes, GQA on heads and
-                       MHA -> GQA pooling, latent attention (MLA), FlexAttention mask_mods, linear attention (10)
+    inference          KV caches (full, preallocated, paged, rolling window, sinks), cached generation, cache sizes,
+                       GQA on heads and MHA -> GQA pooling, latent attention (MLA) and its costs, FlexAttention
+                       mask_mods and block maps, linear attention (10)
     train              training loop, greedy translation, accuracy by length; training and scoring a language model
     analysis           attention maps, alignment accuracy, crossing rate, gradient paths
     heads              what heads do, measured: Clark et al.'s statistics, prefix matching, ablation; induction

@@ -542,7 +542,7 @@ def kv_sharing_diagram(num_heads: int = 4, ax: Axes | None = None, title: str | 
     heads (query head h reads K/V head h // group); multi-query attention one for all; multi-head latent attention
     (DeepSeek-V2) one latent vector c from which every head's key and value are computed (dashed: computed, not
     cached). A legend names every colour; the line under each panel counts the cached numbers per token and layer,
-    with d = head_dim."""
+    with d_k = head_dim, the lesson's notation."""
     from matplotlib.patches import Patch
 
     if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads not in (2, 4, 8):
@@ -564,7 +564,7 @@ def kv_sharing_diagram(num_heads: int = 4, ax: Axes | None = None, title: str | 
                 box(ax, x, 0.8, f"kv{g}", "encoder", width=0.6)
             for h, x in enumerate(xs):
                 arrow(ax, (kx[h // group], 0.8), (x, 2.6), COLOURS["edge"], 1.0)
-            cached = f"2 x {kv_heads} x d" if kv_heads > 1 else "2 x d"
+            cached = f"2 x {kv_heads} x d_k" if kv_heads > 1 else "2 x d_k"
         else:
             box(ax, centre, 0.35, "c", "context", width=0.8)
             for h, x in enumerate(xs):

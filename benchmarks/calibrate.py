@@ -520,6 +520,8 @@ def report_lesson10(results: list[dict], args) -> None:
     print(f"- MQA pooled minus GQA-2 pooled: {_span(r['losses']['mqa'] - r['losses']['gqa2'] for r in results)}")
     print(f"- first head minus mean (GQA-2): "
           f"{_span(r['losses']['gqa2_first'] - r['losses']['gqa2'] for r in results)}")  # fmt: skip
+    print(f"- first head minus mean (MQA): "
+          f"{_span(r['losses']['mqa_first'] - r['losses']['mqa'] for r in results)}")  # fmt: skip
     print(f"- GQA-2 pooled minus uptrained: {_span(r['losses']['gqa2'] - r['losses']['gqa2_up'] for r in results)}")
     print(f"- MHA minus MHA trained the same steps (the control): "
           f"{_span(r['losses']['mha'] - r['losses']['mha_up'] for r in results)}")  # fmt: skip

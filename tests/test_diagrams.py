@@ -141,7 +141,7 @@ def test_kv_sharing_diagram_draws_what_each_variant_caches():
     assert sum(t.startswith("q") and t[1:].isdigit() for t in texts) == 16  # four query heads in each panel
     # cached K/V heads: 4 (MHA) + 2 (GQA) + 1 (MQA); MLA draws 4 computed ones (dashed) and one latent
     assert sum(t.startswith("kv") for t in texts) == 4 + 2 + 1 + 4 and texts.count("c") == 1
-    assert "cached: 2 x 4 x d" in texts and "cached: 2 x d" in texts
+    assert "cached: 2 x 4 x d_k" in texts and "cached: 2 x d_k" in texts
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "latent c (cached)" in labels
     with pytest.raises(ValueError, match="2, 4 or 8"):

@@ -1,7 +1,9 @@
 """Lesson 10's library, attnedu/inference.py, against PyTorch and the package's own references (weights in, numbers
-out): a cached forward equals the full one, generation with a cache gives the same tokens, GQA equals SDPA's
-enable_gqa, the absorbed MLA equals the explicit one, a rolling buffer equals the sliding-window mask, FlexAttention's
-mask_mods equal lesson 06's masks, linear attention equals its quadratic form."""
+out): a cached forward equals the full one (plain, preallocated and paged caches), generation with a cache gives the
+same tokens, GQA equals SDPA's enable_gqa, the absorbed MLA equals the explicit one and its costs equal torch's own
+count, a rolling buffer equals the sliding-window mask, FlexAttention's mask_mods equal lesson 06's masks and its
+block map the masks' blocks, linear attention equals its quadratic form; and every public function refuses bad input
+with an error that names the argument (BAD_CALLS)."""
 
 from __future__ import annotations
 
@@ -12,13 +14,21 @@ import torch.nn.functional as F
 from attnedu.attention import scaled_dot_product_attention
 from attnedu.inference import (
     DEEPSEEK_V2,
+    EMPTY_BLOCK,
+    FULL_BLOCK,
     LLAMA2_7B_PARAMETERS,
     MODEL_CONFIGS,
+    PARTIAL_BLOCK,
     KVCache,
+    PagedKVCache,
+    PreallocatedKVCache,
     RollingKVCache,
     SinkCache,
     alibi_score_mod,
+    block_map,
+    cache_chunk,
     causal_mod,
+    decode_step_costs,
     document_mod,
     elu_feature_map,
     flex_attention_cpu,
@@ -31,6 +41,7 @@ from attnedu.inference import (
     mean_pool_kv_heads,
     mla_attention,
     mla_cache_bytes,
+    paged_attention,
     prefix_lm_mod,
     rolling_cache_step,
     sliding_window_mod,
@@ -369,5 +380,461 @@ def test_rolling_cache_step_is_sliding_window_attention(window):
     assert torch.allclose(torch.cat(rows, dim=2), reference, atol=1e-5)
     with pytest.raises(ValueError, match="position"):
         rolling_cache_step(q[:, :, :1], k[:, :, :1], v[:, :, :1], k_buffer, v_buffer, -1)
-    with pytest.raises(ValueError, match="k_buffer and v_buffer"):
+    with pytest.raises(ValueError, match="v_buffer should be"):
         rolling_cache_step(q[:, :, :1], k[:, :, :1], v[:, :, :1], k_buffer, v_buffer[:, :1], 0)
+
+
+# --------------------------------------------------------------------------------------------
+# The cache itself: preallocated, paged, and a chunk of new tokens
+# --------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("chunks", [(23,), (1,) * 23, (5, 1, 1, 16)])
+def test_preallocated_cache_equals_the_full_forward_and_never_moves(model, tokens, chunks):
+    cache, outs, start = PreallocatedKVCache(2, 30), [], 0
+    for n in chunks:
+        outs.append(lm_forward(model, tokens[:, start : start + n], cache))
+        if start == 0:
+            buffers = [t.data_ptr() for t in (*cache.k, *cache.v)]
+        start += n
+    assert torch.allclose(torch.cat(outs, 1), model(tokens), atol=1e-5)
+    assert [t.data_ptr() for t in (*cache.k, *cache.v)] == buffers  # written in place: no new tensor, no copy
+    assert cache.seen == 23 and cache.nbytes() == kv_cache_bytes(2, 4, 8, 4, tokens=30, batch=2)  # all 30 reserved
+
+
+@torch.no_grad()
+def test_preallocated_generation_and_its_limit(model):
+    prompt = torch.tensor([3, 1, 4, 1, 5])
+    assert torch.equal(
+        generate_greedy(model, prompt, 20), generate_greedy(model, prompt, 20, PreallocatedKVCache(2, 24))
+    )
+    with pytest.raises(ValueError, match="max_length"):
+        generate_greedy(model, prompt, 21, PreallocatedKVCache(2, 24))
+
+
+@torch.no_grad()
+def test_paged_sequences_share_one_pool_and_equal_their_own_caches(model):
+    """Three sequences decoded in turn through one pool of blocks of 4: each gives the logits of its own KVCache; the
+    blocks come from the free list as tokens start new blocks, never two sequences in one block; a freed sequence's
+    blocks serve the next one, out of order."""
+    g = torch.Generator().manual_seed(7)
+    texts = [torch.randint(0, 40, (1, n), generator=g) for n in (9, 14, 6)]
+    pool = PagedKVCache(2, num_blocks=10, block_size=4)
+    sequences = [pool.sequence() for _ in texts]
+    outs = [[] for _ in texts]
+    for t in range(14):  # one token of each sequence in turn, while it has tokens
+        for i, text in enumerate(texts):
+            if t < text.shape[1]:
+                outs[i].append(lm_forward(model, text[:, t : t + 1], sequences[i]))
+    for i, text in enumerate(texts):
+        assert torch.allclose(torch.cat(outs[i], 1), model(text), atol=1e-5)
+        assert len(sequences[i].block_table) == -(-text.shape[1] // 4)
+    tables = [set(s.block_table) for s in sequences]
+    assert not (tables[0] & tables[1]) and not (tables[0] & tables[2]) and not (tables[1] & tables[2])
+    assert pool.blocks_in_use() == 3 + 4 + 2 and sequences[1].nbytes() == 4 * kv_cache_bytes(2, 4, 8, 4, tokens=4)
+    assert sequences[0].block_table == [0, 3, 6]  # interleaved: blocks as the sequences reached them
+    sequences[0].free()
+    fresh = pool.sequence()
+    long_text = torch.randint(0, 40, (1, 12), generator=g)
+    assert torch.allclose(lm_forward(model, long_text, fresh), model(long_text), atol=1e-5)
+    assert fresh.block_table[:1] == [9] and set(fresh.block_table[1:]) == {0, 3}  # the free list, then freed blocks
+    with pytest.raises(RuntimeError, match="pool is full"):
+        lm_forward(model, torch.randint(0, 40, (1, 5), generator=g), pool.sequence())
+
+
+@torch.no_grad()
+def test_paged_generation_gives_the_tokens_of_recomputation(model):
+    prompt = torch.tensor([3, 1, 4, 1, 5])
+    pool = PagedKVCache(2, num_blocks=8, block_size=4)
+    assert torch.equal(generate_greedy(model, prompt, 20), generate_greedy(model, prompt, 20, pool.sequence()))
+
+
+def test_paged_attention_reads_through_the_table():
+    """Each sequence's keys gathered by hand from its blocks (in the table's order, not the pool's), the padding of
+    its last block and the unused blocks holding large numbers, against grouped attention on the gathered keys."""
+    g = torch.Generator().manual_seed(8)
+    k_pool, v_pool = 1e4 * torch.randn(7, 2, 3, 8, generator=g), 1e4 * torch.randn(7, 2, 3, 8, generator=g)
+    table = torch.tensor([[5, 1, 3], [2, 6, 0]])
+    lengths = torch.tensor([8, 4])
+    for blocks, n in zip(table.tolist(), lengths.tolist(), strict=True):
+        for i, block in enumerate(blocks):
+            for offset in range(3):
+                if i * 3 + offset < n:
+                    k_pool[block, :, offset] = torch.randn(2, 8, generator=g)
+                    v_pool[block, :, offset] = torch.randn(2, 8, generator=g)
+    q = torch.randn(2, 4, 2, 8, generator=g)  # two queries per sequence: its last two positions
+    out = paged_attention(q, k_pool, v_pool, table, lengths)
+    for b in range(2):
+        n = int(lengths[b])
+        keys = torch.cat([k_pool[block] for block in table[b].tolist()], dim=1)[:, :n]  # (H_kv, n, d), by hand
+        values = torch.cat([v_pool[block] for block in table[b].tolist()], dim=1)[:, :n]
+        mask = torch.arange(n)[None, :] <= torch.arange(n - 2, n)[:, None]
+        expected = F.scaled_dot_product_attention(q[b : b + 1], keys[None], values[None], attn_mask=mask,
+                                                  enable_gqa=True)  # fmt: skip
+        assert torch.allclose(out[b : b + 1], expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("cached, new, heads, kv_heads", [(0, 5, 4, 2), (6, 1, 4, 4), (6, 4, 8, 2), (3, 7, 2, 1)])
+def test_cache_chunk_is_causal_attention_at_the_new_positions(cached, new, heads, kv_heads):
+    g = torch.Generator().manual_seed(cached + new)
+    n = cached + new
+    q = torch.randn(2, heads, n, 8, generator=g)
+    k, v = torch.randn(2, kv_heads, n, 8, generator=g), torch.randn(2, kv_heads, n, 8, generator=g)
+    pos = torch.arange(n)
+    full = F.scaled_dot_product_attention(apply_rope(q, pos), apply_rope(k, pos), v, is_causal=True, enable_gqa=True)
+    k_cache = apply_rope(k[:, :, :cached], pos[:cached]) if cached else k[:, :, :0]
+    out, keys, values = cache_chunk(q[:, :, cached:], k[:, :, cached:], v[:, :, cached:], k_cache, v[:, :, :cached])
+    assert torch.allclose(out, full[:, :, cached:], atol=1e-5)
+    assert torch.allclose(keys, apply_rope(k, pos), atol=1e-6) and torch.equal(values, v)
+
+
+# --------------------------------------------------------------------------------------------
+# MLA's compute, counted by torch; FlexAttention's blocks
+# --------------------------------------------------------------------------------------------
+
+
+def _mla_decode_flops(t: int, form: str, heads=4, head_dim=8, latent=12, rope=4, d_model=16) -> int:
+    """Floating-point operations of one decoding step over t cached tokens, counted by torch's FlopCounterMode."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, d_model, generator=g)
+    W_q, W_qr = torch.randn(d_model, heads * head_dim, generator=g), torch.randn(d_model, heads * rope, generator=g)
+    W_uk, W_uv = torch.randn(latent, heads * head_dim, generator=g), torch.randn(latent, heads * head_dim, generator=g)
+    c, k_r = torch.randn(t, latent, generator=g), torch.randn(t, rope, generator=g)
+    k, v = torch.randn(heads, t, head_dim, generator=g), torch.randn(heads, t, head_dim, generator=g)
+    with FlopCounterMode(display=False) as counter:
+        q = (x @ W_q).view(heads, 1, head_dim)
+        if form == "MHA":
+            w = torch.softmax(q @ k.transpose(1, 2), -1)
+            w @ v
+        elif form == "MLA, absorbed":
+            q_r = (x @ W_qr).view(heads, 1, rope)
+            q_latent = torch.bmm(q, W_uk.view(latent, heads, head_dim).permute(1, 2, 0))  # (H, 1, d_c)
+            w = torch.softmax(q_latent @ c.T + q_r @ k_r.T, -1)  # (H, 1, t)
+            w @ c
+        else:
+            q_r = (x @ W_qr).view(heads, 1, rope)
+            keys = (c @ W_uk).view(t, heads, head_dim).transpose(0, 1)
+            values = (c @ W_uv).view(t, heads, head_dim).transpose(0, 1)
+            w = torch.softmax(q @ keys.transpose(1, 2) + q_r @ k_r.T, -1)
+            w @ values
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("form", ["MHA", "MLA, absorbed", "MLA, keys recomputed"])
+def test_decode_step_costs_equal_torchs_count(form):
+    per_token = (_mla_decode_flops(40, form) - _mla_decode_flops(24, form)) / 16 / 2  # multiply-adds per cached token
+    assert per_token == decode_step_costs(4, 8, 12, 4 if form != "MHA" else 0)[form]["multiply-adds"]
+    costs = decode_step_costs(128, 128, 512, 64)  # DeepSeek-V2
+    assert costs["MHA"]["numbers read"] == 2 * 128 * 128 and costs["MLA, absorbed"]["numbers read"] == 576
+
+
+@pytest.mark.parametrize("name", ["causal", "window", "document", "prefix"])
+def test_block_map_matches_the_blocks_of_the_dense_mask(name):
+    ids = torch.tensor([[0] * 20 + [1] * 30 + [2] * 14])
+    mod = {"causal": causal_mod, "window": sliding_window_mod(10), "document": document_mod(ids),
+           "prefix": prefix_lm_mod(torch.tensor([24]))}[name]  # fmt: skip
+    dense = mask_from_mod(mod, 1, 1, 64)[0, 0]
+    blocks = dense.view(4, 16, 4, 16).transpose(1, 2).reshape(4, 4, 256)
+    expected = torch.where(blocks.all(-1), FULL_BLOCK, torch.where(blocks.any(-1), PARTIAL_BLOCK, EMPTY_BLOCK))
+    assert torch.equal(block_map(mod, 64, 16), expected)
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    sparsity = create_block_mask(mod, 1, 1, 64, 64, device="cpu", BLOCK_SIZE=16).sparsity()
+    assert abs(sparsity / 100 - float((expected == EMPTY_BLOCK).float().mean())) < 1e-6
+
+
+# --------------------------------------------------------------------------------------------
+# Bad input: every public function refuses with an error that names the argument
+# --------------------------------------------------------------------------------------------
+
+
+def _lm():
+    return DecoderLM(40, d_model=32, num_heads=4, num_layers=2, seed=3).eval()
+
+
+def _used(cache_factory, n=3):
+    """A cache that has seen n tokens of one sequence (through lm_forward, as a model fills it)."""
+    cache, model = cache_factory(), _lm()
+    with torch.no_grad():
+        for t in range(1, n + 1):  # one token at a time: a SinkCache takes no more
+            lm_forward(model, torch.tensor([[t]]), cache)
+    return cache
+
+
+def _attend(cache, positions, batch=1, kv_heads=4, head_dim=8, n=None):
+    n = len(positions) if n is None else n
+    q, k = torch.randn(batch, 4, n, head_dim), torch.randn(batch, kv_heads, n, head_dim)
+    return cache.attend(0, q, k, k.clone(), torch.tensor(positions))
+
+
+CACHES = {
+    "KVCache": lambda: KVCache(2),
+    "PreallocatedKVCache": lambda: PreallocatedKVCache(2, 16),
+    "PagedSequence": lambda: PagedKVCache(2, 8, 4).sequence(),
+    "RollingKVCache": lambda: RollingKVCache(2, 4),
+    "SinkCache": lambda: SinkCache(2, 4, 1),
+}
+Q1, K1 = torch.randn(1, 4, 1, 8), torch.randn(1, 2, 1, 8)
+POOL = torch.randn(4, 2, 2, 8)
+
+BAD_CALLS = [
+    # positions that do not continue what the cache holds (issue 30: a second sequence restarted at 0 read the first
+    # one's keys, a negative position returned zeros, a query at 5 on an empty cache read keys 6-9)
+    *[
+        (
+            f"{name}: a second sequence restarted at 0",
+            lambda f=f: _attend(_used(f), [0]),
+            ValueError,
+            r"positions should continue what layer 0 .* holds: it holds positions 0\.\.2, so the new tokens are "
+            r"at \[3\], got \[0\]",
+        )
+        for name, f in CACHES.items()
+    ],  # fmt: skip
+    *[
+        (
+            f"{name}: a negative position",
+            lambda f=f: _attend(f(), [-1]),
+            ValueError,
+            r"it is empty, so the new tokens "
+            r"are at \[0\], got \[-1\]",
+        )
+        for name, f in CACHES.items()
+    ],  # fmt: skip
+    ("KVCache: a query at 5 on an empty cache", lambda: _attend(KVCache(2), [5]), ValueError, r"got \[5\]"),
+    (
+        "KVCache: positions with a gap",
+        lambda: _attend(_used(CACHES["KVCache"]), [4]),
+        ValueError,
+        r"at \[3\], got \[4\]",
+    ),
+    ("KVCache: the same position twice", lambda: _attend(KVCache(2), [0, 0]), ValueError, r"at \[0, 1\], got \[0, 0\]"),
+    (
+        "KVCache: float positions",
+        lambda: KVCache(2).attend(0, Q1, K1, K1, torch.tensor([0.0])),
+        TypeError,
+        "positions should be whole numbers",
+    ),  # fmt: skip
+    (
+        "KVCache: another batch",
+        lambda: _attend(_used(CACHES["KVCache"]), [3], batch=2),
+        ValueError,
+        r"k should be \(batch 1, 4 K/V heads",
+    ),  # fmt: skip
+    (
+        "KVCache: other heads (was a raw torch.cat error)",
+        lambda: _attend(_used(CACHES["KVCache"]), [3], kv_heads=2),
+        ValueError,
+        "like the keys layer 0 of the cache already holds",
+    ),  # fmt: skip
+    (
+        "RollingKVCache: two sequences mixed",
+        lambda: _attend(_used(CACHES["RollingKVCache"], 6), [0]),
+        ValueError,
+        r"holds positions 0\.\.5",
+    ),  # fmt: skip
+    (
+        "RollingKVCache: another batch (was a raw torch.cat error)",
+        lambda: _attend(_used(CACHES["RollingKVCache"]), [3], batch=2),
+        ValueError,
+        "k should be",
+    ),  # fmt: skip
+    ("SinkCache: two tokens at once", lambda: _attend(SinkCache(2, 4), [0, 1]), ValueError, "one new token"),
+    (
+        "PreallocatedKVCache: past max_length",
+        lambda: _attend(PreallocatedKVCache(2, 2), [0, 1, 2]),
+        ValueError,
+        "max_length=2",
+    ),  # fmt: skip
+    (
+        "PagedSequence: a batch of two",
+        lambda: _attend(PagedKVCache(2, 8, 4).sequence(), [0], batch=2),
+        ValueError,
+        r"one sequence \(batch 1\)",
+    ),  # fmt: skip
+    ("PagedKVCache: block_size 0", lambda: PagedKVCache(2, 8, 0), ValueError, "block_size"),
+    ("KVCache.next_position: a layer past the last", lambda: KVCache(2).next_position(2), ValueError, "layer"),
+    (
+        "lm_forward: a used cache given another batch",
+        lambda: lm_forward(_lm(), torch.tensor([[1], [2]]), _used(CACHES["KVCache"])),
+        ValueError,
+        "tokens should continue the 1 sequence",
+    ),  # fmt: skip
+    (
+        "lm_forward: a cache of another model",
+        lambda: lm_forward(to_grouped_query(_lm(), 2), torch.tensor([[1]]), _used(CACHES["KVCache"])),
+        ValueError,
+        "cache should hold 2 K/V heads",
+    ),  # fmt: skip
+    (
+        "lm_forward: a cache fed outside lm_forward",
+        lambda: lm_forward(_lm(), torch.tensor([[1]]), (lambda c: (_attend(c, [0]), c)[1])(KVCache(2))),
+        ValueError,
+        "same tokens in every layer",
+    ),  # fmt: skip
+    (
+        "lm_forward: not a cache",
+        lambda: lm_forward(_lm(), torch.tensor([[1]]), "cache"),
+        TypeError,
+        "cache should be a KVCache",
+    ),  # fmt: skip
+    (
+        "streaming_losses: a used cache",
+        lambda: streaming_losses(_lm(), torch.tensor([1, 2, 3]), _used(CACHES["KVCache"])),
+        ValueError,
+        "cache should be empty",
+    ),  # fmt: skip
+    (
+        "streaming_losses: an id past the vocabulary (was an IndexError)",
+        lambda: streaming_losses(_lm(), torch.tensor([1, 2, 40]), KVCache(2)),
+        ValueError,
+        r"ids should be token ids in 0\.\.39",
+    ),  # fmt: skip
+    (
+        "window_recompute_losses: an id past the vocabulary (was an IndexError)",
+        lambda: window_recompute_losses(_lm(), torch.tensor([1, 2, 40]), 1),
+        ValueError,
+        r"ids should be token ids in 0\.\.39",
+    ),  # fmt: skip
+    (
+        "generate_greedy: not a cache (was an AttributeError)",
+        lambda: generate_greedy(_lm(), torch.tensor([1]), 2, "cache"),
+        TypeError,
+        "cache should be a KVCache",
+    ),  # fmt: skip
+    (
+        "generate_greedy: a used cache",
+        lambda: generate_greedy(_lm(), torch.tensor([1]), 2, _used(CACHES["KVCache"])),
+        ValueError,
+        "cache should be empty",
+    ),  # fmt: skip
+    (
+        "cache_chunk: v_new of other length (was a raw torch.cat error)",
+        lambda: cache_chunk(
+            torch.randn(1, 4, 2, 8),
+            torch.randn(1, 2, 2, 8),
+            torch.randn(1, 2, 1, 8),
+            torch.randn(1, 2, 3, 8),
+            torch.randn(1, 2, 3, 8),
+        ),
+        ValueError,
+        "k_new and v_new should have the same shape",
+    ),  # fmt: skip
+    (
+        "cache_chunk: a cache of other heads",
+        lambda: cache_chunk(torch.randn(1, 4, 1, 8), K1, K1, torch.randn(1, 4, 3, 8), torch.randn(1, 4, 3, 8)),
+        ValueError,
+        "k_cache and v_cache should be",
+    ),  # fmt: skip
+    (
+        "cache_chunk: a float64 cache",
+        lambda: cache_chunk(
+            torch.randn(1, 4, 1, 8), K1, K1, torch.randn(1, 2, 3, 8).double(), torch.randn(1, 2, 3, 8).double()
+        ),
+        TypeError,
+        "k_cache",
+    ),  # fmt: skip
+    (
+        "rolling_cache_step: v_new of other head_dim (was a raw expand error)",
+        lambda: rolling_cache_step(
+            Q1, K1, torch.randn(1, 2, 1, 6), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8), 0
+        ),
+        ValueError,
+        "v_new",
+    ),  # fmt: skip
+    (
+        "rolling_cache_step: k_buffer in float64, named",
+        lambda: rolling_cache_step(Q1, K1, K1, torch.randn(1, 2, 4, 8).double(), torch.randn(1, 2, 4, 8).double(), 0),
+        TypeError,
+        "k_buffer torch.float64",
+    ),  # fmt: skip
+    (
+        "paged_attention: a table naming a block the pool lacks",
+        lambda: paged_attention(Q1, POOL, POOL, torch.tensor([[0, 9]]), torch.tensor([3])),
+        ValueError,
+        "block_table should name blocks 0..3",
+    ),  # fmt: skip
+    (
+        "paged_attention: lengths past the table",
+        lambda: paged_attention(Q1, POOL, POOL, torch.tensor([[0, 1]]), torch.tensor([5])),
+        ValueError,
+        "lengths should be between",
+    ),  # fmt: skip
+    (
+        "paged_attention: a float table",
+        lambda: paged_attention(Q1, POOL, POOL, torch.tensor([[0.0, 1.0]]), torch.tensor([3])),
+        TypeError,
+        "block_table should hold integers",
+    ),  # fmt: skip
+    (
+        "kv_cache_bytes: bits, not bytes",
+        lambda: kv_cache_bytes(32, 8, 128, 16),
+        ValueError,
+        "that counts bits",
+    ),  # fmt: skip
+    ("mla_cache_bytes: an odd RoPE key", lambda: mla_cache_bytes(60, 512, 63), ValueError, "rope_dim should be even"),
+    (
+        "document_mod: float ids",
+        lambda: document_mod(torch.zeros(1, 4)),
+        TypeError,
+        "document_ids should hold integers",
+    ),  # fmt: skip
+    (
+        "prefix_lm_mod: a negative prefix",
+        lambda: prefix_lm_mod(torch.tensor([-1])),
+        ValueError,
+        "prefix_lengths should be at least 0",
+    ),  # fmt: skip
+    (
+        "flex_attention_cpu: documents of another batch (was an IndexError)",
+        lambda: flex_attention_cpu(*_flex_inputs(), document_mod(torch.zeros(1, 16, dtype=torch.long))),
+        ValueError,
+        "mask_mod should serve inputs of batch 2",
+    ),  # fmt: skip
+    (
+        "flex_attention_cpu: ALiBi slopes for other heads (was an IndexError)",
+        lambda: flex_attention_cpu(*_flex_inputs(), causal_mod, alibi_score_mod(torch.ones(2))),
+        ValueError,
+        "score_mod should serve inputs of heads 4",
+    ),  # fmt: skip
+    (
+        "flex_attention_cpu: a mask_mod of two arguments (was an AssertionError)",
+        lambda: flex_attention_cpu(*_flex_inputs(), lambda b, h: True),
+        TypeError,
+        "mask_mod should take 4 arguments",
+    ),  # fmt: skip
+    (
+        "flex_attention_cpu: a learner's mod that reads past its tensor (was an IndexError)",
+        lambda: flex_attention_cpu(*_flex_inputs(), lambda b, h, i, j: torch.zeros(3, dtype=torch.bool)[i]),
+        ValueError,
+        "should index only within the tensors",
+    ),  # fmt: skip
+    (
+        "mask_from_mod: documents shorter than the length (was an IndexError)",
+        lambda: mask_from_mod(document_mod(torch.zeros(2, 10, dtype=torch.long)), 2, 1, 16),
+        ValueError,
+        "should serve inputs of length 16",
+    ),  # fmt: skip
+    ("block_map: block_size 0", lambda: block_map(causal_mod, 16, 0), ValueError, "block_size"),
+    (
+        "elu_feature_map: a list (was torch's TypeError)",
+        lambda: elu_feature_map([1.0]),
+        TypeError,
+        r"x should be a torch\.Tensor",
+    ),  # fmt: skip
+    (
+        "elu_feature_map: integers (was a NotImplementedError)",
+        lambda: elu_feature_map(torch.tensor([1])),
+        TypeError,
+        "x should be a floating-point tensor",
+    ),  # fmt: skip
+    ("decode_step_costs: no heads", lambda: decode_step_costs(0, 8, 16), ValueError, "num_heads"),
+]
+
+
+@pytest.mark.parametrize("call, error, pattern", [row[1:] for row in BAD_CALLS], ids=[row[0] for row in BAD_CALLS])
+def test_bad_call_raises_an_error_naming_the_argument(call, error, pattern):
+    with pytest.raises(error, match=pattern):
+        call()

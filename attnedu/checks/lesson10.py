@@ -1,19 +1,28 @@
 """Checks for the exercises of lesson 10 (attention at inference).
 
-The references are the package's own (``attnedu.inference.cache_step``, ``grouped_attention``, ``kv_cache_bytes``,
-``rolling_cache_step``).
-Heads, lengths and widths differ from each other so that a transpose or a wrong axis shows. The KV-cache step
-has a case with an empty cache (the first token) and RoPE at positions large enough that a rotation one step off
-shows; its known-wrong variants include the position off by one in both directions. Grouped-query decoding reads a
-batch of caches of different lengths (right-padded): its padded and unpadded cases; the padding off by one in both
-directions. The cache-size calculator (the transfer task: configurations the lesson did not show, windows and
-batches combined) works on integer tensors, one configuration per entry; its large case overflows 32-bit integers and
-is rounded by 32-bit floats; a text shorter than its window tells tokens held from slots allocated. The rolling step
-(a transfer task: the lesson's RollingKVCache, one token) gets buffers filled as earlier steps would have, the slots
-no position has reached holding large finite numbers (a mask works as well as a slice), positions before the buffer
-is full, just full and wrapped many times, and a window of 1; its variants include the slot one too far and one too
+The references are the package's own (``attnedu.inference.cache_chunk``, ``paged_attention``, ``kv_cache_bytes``,
+``rolling_cache_step``). Heads, lengths and widths differ from each other so that a transpose or a wrong axis shows.
+
+The chunk through a KV cache (a transfer: the lesson feeds one token at a time by hand and chunks only through the
+package's cache) has cases with an empty cache, one new token, several, and RoPE at positions large enough that a
+rotation one step off shows; its variants include the positions off by one in both directions, every new token at
+position m, the chunk counted from 0, no causal mask inside the chunk and SDPA's top-left is_causal. The paged decode
+(a transfer: the lesson's paged cache serves one sequence; here a batch of them, grouped heads) gets pools whose
+unused slots hold large numbers, block tables out of order, sequences whose last block is partly filled (padding) or
+full (no padding); its variants include the lengths off by one both ways, the table ignored or read in the pool's
+order, and the head pairings of lesson 10. The cache-size calculator (the transfer task:
+configurations the lesson did not show, windows and batches combined) works on integer tensors, one configuration per
+entry; its large case overflows 32-bit integers and is rounded by 32-bit floats, and a result left in float or int32
+is named as such; a text shorter than its window tells tokens held from slots allocated. The rolling step (a
+transfer task: the lesson's RollingKVCache, one token) gets buffers filled as earlier steps would have, the slots no
+position has reached holding large finite numbers (a mask works as well as a slice), positions before the buffer is
+full, just full and wrapped many times, and a window of 1; its variants include the slot one too far and one too
 early, the window one key short and the key rotated by its slot.
-The learner's functions may not run anything from ``attnedu.inference``: the exercises ask for their own code.
+
+The predictions of exercises 3 and 4 are compared with the right answer by ``check_cache_prediction`` and
+``check_rolling_prediction``, which also run the learner's function through its check first: a function that fails
+its check is never shown as right. The learner's functions may not run anything from ``attnedu.inference``: the
+exercises ask for their own code.
 """
 
 from __future__ import annotations
@@ -22,254 +31,351 @@ import math
 
 import torch
 
-from ..inference import cache_step, grouped_attention, kv_cache_bytes, rolling_cache_step
-from ..masks import padding_mask
+from ..inference import _cache_chunk, kv_cache_bytes, paged_attention, rolling_cache_step
 from ..positional import apply_rope
 from .calling import attempt as _attempt
+from .diagnosis import run_check
 from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Variant, generator, kinds, randn
+from .results import PASSED
 
 LESSON = "10_attention_at_inference"
 OWN_CODE = ("attnedu.inference",)
 
 # --------------------------------------------------------------------------------------------
-# kv_cache_step
+# kv_cache_chunk: n new tokens through a KV cache (a transfer task)
 # --------------------------------------------------------------------------------------------
 
 
-def _step_cases() -> list[Case]:
+def _chunk_reference(q, k_new, v_new, k_cache, v_cache):
+    return _cache_chunk(q, k_new, v_new, k_cache, v_cache)
+
+
+def _chunk_cases() -> list[Case]:
     g = generator(100)
 
-    def case(batch, heads, cached, head_dim, tags, scale=1.0, note=""):
-        q, k_new, v_new = (scale * randn(g, batch, heads, 1, head_dim) for _ in range(3))
+    def case(batch, heads, cached, new, head_dim, tags, scale=1.0, note=""):
+        q, k_new, v_new = (scale * randn(g, batch, heads, new, head_dim) for _ in range(3))
         k_cache = scale * randn(g, batch, heads, cached, head_dim)
         if cached:  # stored already rotated, each by its own position
             k_cache = apply_rope(k_cache, torch.arange(cached))
         v_cache = scale * randn(g, batch, heads, cached, head_dim)
-        description = f"batch {batch}, heads {heads}, {cached} cached tokens, head_dim {head_dim}"
+        description = f"batch {batch}, heads {heads}, {cached} cached tokens, {new} new, head_dim {head_dim}"
         return Case(description + (f"; {note}" if note else ""), (q, k_new, v_new, k_cache, v_cache), tags)
 
     return [
-        case(2, 3, 5, 8, kinds()),
-        case(1, 2, 7, 6, kinds(ONE)),
-        case(3, 2, 0, 8, kinds(), note="an empty cache: the first token"),
-        case(2, 4, 40, 16, kinds(), note="the new token at position 40"),
-        case(1, 1, 3, 4, kinds(ONE), note="one head"),
-        case(2, 2, 6, 8, kinds(LARGE), scale=40.0, note="queries and keys around ±40: scores in the hundreds"),
+        case(2, 3, 5, 3, 8, kinds()),
+        case(1, 2, 7, 4, 6, kinds(ONE)),
+        case(3, 2, 0, 4, 8, kinds(), note="an empty cache: the start of a prompt"),
+        case(2, 2, 6, 1, 8, kinds(), note="one new token: a decoding step"),
+        case(2, 4, 40, 5, 16, kinds(), note="the new tokens at positions 40..44"),
+        case(1, 1, 3, 2, 4, kinds(ONE), note="one head"),
+        case(2, 2, 6, 3, 8, kinds(LARGE), scale=40.0, note="queries and keys around ±40: scores in the hundreds"),
     ]
 
 
-def _step_with(q, k_new, v_new, k_cache, v_cache, *, offset=0, rotate="both", order="after", attend="all",
-               layout="halves", scale="head_dim", rerotate=False):  # fmt: skip
-    """A known-wrong step: RoPE at position m + offset, on ``rotate``; the new key put ``order`` the cache; the
-    query reading ``attend`` (all keys, the cache only, the new key only)."""
-    m = k_cache.shape[2]
-    position = torch.tensor([m + offset])
-    q_r = apply_rope(q, position, layout) if rotate in ("both", "q") else q
-    k_r = apply_rope(k_new, position, layout) if rotate in ("both", "k") else k_new
+def _chunk_with(q, k_new, v_new, k_cache, v_cache, *, offset=0, positions="chunk", rotate="both", order="after",
+                attend="all", mask="causal", layout="halves", scale="head_dim", rerotate=False):  # fmt: skip
+    """A known-wrong chunk: new token i rotated at ``positions`` (m + i, every one at m, or i) + ``offset``, on
+    ``rotate``; the new keys put ``order`` the cache; the queries reading ``attend`` (all keys, the cache only, the
+    new keys only) under ``mask``."""
+    m, n = k_cache.shape[2], q.shape[2]
+    at = {"chunk": torch.arange(m, m + n), "same": torch.full((n,), m), "from_zero": torch.arange(n)}[positions]
+    at = at + offset
+    q_r = apply_rope(q, at, layout) if rotate in ("both", "q") else q
+    k_r = apply_rope(k_new, at, layout) if rotate in ("both", "k") else k_new
     cached = apply_rope(k_cache, torch.arange(m), layout) if rerotate and m else k_cache
     keys = torch.cat([cached, k_r], 2) if order == "after" else torch.cat([k_r, cached], 2)
     values = torch.cat([v_cache, v_new], 2) if order == "after" else torch.cat([v_new, v_cache], 2)
     read_k, read_v = {"all": (keys, values), "cache": (cached, v_cache), "new": (k_r, v_new)}[attend]
+    length = read_k.shape[2]
+    query = torch.arange(n)[:, None] + (length - n if attend != "cache" else length)  # each query's last key
+    key = torch.arange(length)[None, :]
+    allowed = {"causal": key <= query, "none": torch.ones(n, length, dtype=torch.bool),
+               "top_left": key <= torch.arange(n)[:, None], "strict": key < query}[mask]  # fmt: skip
+    if attend == "cache":
+        allowed = torch.ones(n, length, dtype=torch.bool)
     divisor = {"head_dim": math.sqrt(q.shape[-1]), "none": 1.0, "length": math.sqrt(keys.shape[2])}[scale]
-    weights = torch.softmax(q_r @ read_k.transpose(-2, -1) / divisor, dim=-1)
+    scores = (q_r @ read_k.transpose(-2, -1) / divisor).masked_fill(~allowed, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))  # a row with nothing allowed reads nothing
     return weights @ read_v, keys, values
 
 
-def _step_variant(diagnosis: str, **changes) -> Variant:
-    def fn(*args):
-        return _step_with(*args, **changes)
+def _chunk_variant(diagnosis: str, *changes: dict) -> Variant:
+    def version(change):
+        def fn(*args):
+            return _chunk_with(*args, **change)
 
-    return Variant(diagnosis, fn)
+        return fn
+
+    return Variant(diagnosis, *(version(c) for c in changes))
 
 
-KV_CACHE_STEP = Exercise(
-    name="kv_cache_step",
+KV_CACHE_CHUNK = Exercise(
+    name="kv_cache_chunk",
     lesson=LESSON,
     params=("q", "k_new", "v_new", "k_cache", "v_cache"),
     returns=(
-        ("batch", "heads", "1", "head_dim"),
-        ("batch", "heads", "cached_len + 1", "head_dim"),
-        ("batch", "heads", "cached_len + 1", "head_dim"),
+        ("batch", "heads", "n", "head_dim"),
+        ("batch", "heads", "cached_len + n", "head_dim"),
+        ("batch", "heads", "cached_len + n", "head_dim"),
     ),  # fmt: skip
     output_names=("output", "k_cache", "v_cache"),
-    reference=cache_step,
-    make_cases=_step_cases,
+    reference=_chunk_reference,
+    make_cases=_chunk_cases,
     variants=(
-        _step_variant(
-            "the query attended before its key and value were appended: it read the cache only, not itself (and "
-            "the first token had nothing to read); a token reads its own key too.",
-            attend="cache",
+        _chunk_variant(
+            "the queries attended before the new keys and values were appended: they read the cache only, not "
+            "themselves nor the new tokens before them (and with an empty cache, nothing); a token reads its own key.",
+            {"attend": "cache"},
         ),
-        _step_variant(
-            "the query read only the new token's key and value, not the cache: the output ignores every earlier token.",
-            attend="new",
+        _chunk_variant(
+            "the queries read only the new tokens' keys and values, not the cache: the output ignores every earlier "
+            "token.",
+            {"attend": "new"},
         ),
-        _step_variant(
-            "off by one: the new token was rotated as position m - 1. With m tokens cached at positions 0..m-1, the "
-            "new one is at position m.",
-            offset=-1,
+        _chunk_variant(
+            "off by one: new token i was rotated as position m + i - 1. With m tokens cached at positions 0..m-1, "
+            "the new ones are at m, m + 1, ...",
+            {"offset": -1},
         ),
-        _step_variant(
-            "off by one: the new token was rotated as position m + 1. With m tokens cached at positions 0..m-1, the "
-            "new one is at position m.",
-            offset=1,
+        _chunk_variant(
+            "off by one: new token i was rotated as position m + i + 1. With m tokens cached at positions 0..m-1, "
+            "the new ones are at m, m + 1, ...",
+            {"offset": 1},
         ),
-        _step_variant(
-            "the query was not rotated (only the new key was): RoPE turns both the query and the key by the "
+        _chunk_variant(
+            "every new token was rotated as position m: each has its own position, m for the first, m + 1 for the "
+            "next, and so on (it shows once the chunk has two tokens or more).",
+            {"positions": "same"},
+        ),
+        _chunk_variant(
+            "the new tokens were rotated as positions 0, 1, ...: they continue the text after the m cached tokens, "
+            "so their positions start at m (the two agree only when the cache is empty).",
+            {"positions": "from_zero"},
+        ),
+        _chunk_variant(
+            "the new tokens attended to the new tokens after them: inside the chunk a token may read only the "
+            "tokens up to itself, as in a causal model that sees the text one token at a time.",
+            {"mask": "none"},
+        ),
+        _chunk_variant(
+            "the causal mask was aligned to the top-left corner: new token i read keys 0..i of all m + n, so it "
+            "missed most of the cache. It sits at position m + i and reads keys 0..m + i (the mask aligned to the "
+            "bottom-right corner); is_causal=True in torch's scaled_dot_product_attention aligns to the top-left.",
+            {"mask": "top_left"},
+        ),
+        _chunk_variant(
+            "off by one: each new token was kept from reading its own key (the mask is strict). A token reads the "
+            "keys up to and including its own position.",
+            {"mask": "strict"},
+        ),
+        _chunk_variant(
+            "the queries were not rotated (only the new keys were): RoPE turns both the query and the key by the "
             "token's position.",
-            rotate="k",
+            {"rotate": "k"},
         ),
-        _step_variant(
-            "the new key was not rotated (only the query was): RoPE turns both, and the cache stores keys already "
-            "rotated.",
-            rotate="q",
+        _chunk_variant(
+            "the new keys were not rotated (only the queries were): RoPE turns both, and the cache stores keys "
+            "already rotated.",
+            {"rotate": "q"},
         ),
-        _step_variant(
-            "neither the query nor the new key was rotated: RoPE turns both by the new token's position.",
-            rotate="none",
+        _chunk_variant(
+            "neither the queries nor the new keys were rotated: RoPE turns both by each new token's position.",
+            {"rotate": "none"},
         ),
-        _step_variant(
+        _chunk_variant(
             "the cached keys were rotated again: they were stored already rotated by their own positions. Rotate "
-            "only the new query and key.",
-            rerotate=True,
+            "only the new queries and keys.",
+            {"rerotate": True},
         ),
-        _step_variant(
-            "the new key and value went in front of the cache: this step's output is the same (attention ignores "
-            "the order of its keys), but the cache you return no longer lists its tokens in the order of their "
-            "positions, which a causal mask over several new tokens, a window that drops the oldest entry, or "
-            "padding at the end of a batch's caches relies on.",
-            order="before",
+        _chunk_variant(
+            "the new keys and values went in front of the cache: the cache you return no longer lists its tokens "
+            "in the order of their positions, and the causal mask, which reads a key's position from its place, "
+            "lets the wrong keys through.",
+            {"order": "before"},
         ),
-        _step_variant(
+        _chunk_variant(
             "RoPE used the interleaved layout (pairs 2i, 2i+1); the cache and the lesson's model pair feature i with "
             "feature i + head_dim/2.",
-            layout="interleaved",
+            {"layout": "interleaved"},
         ),
-        _step_variant(
+        _chunk_variant(
             "the scores are not scaled: each is a dot product of head_dim numbers, which attention divides by "
             "sqrt(head_dim).",
-            scale="none",
+            {"scale": "none"},
         ),
-        _step_variant(
+        _chunk_variant(
             "the scores were divided by the square root of the number of keys, not of head_dim.",
-            scale="length",
+            {"scale": "length"},
         ),
     ),
     hint=(
-        "Which position does the new token have, if the cache holds m tokens at positions 0..m-1? And does it "
-        "read its own key?",
-        "m = k_cache.shape[2]; rotate q and k_new at position m; K = [k_cache; k_new], V = [v_cache; v_new] along "
-        "the length axis; o = softmax(q K^T / sqrt(head_dim)) V; return o, K, V.",
-        "`m = k_cache.shape[2]`; `q, k_new = rope(q, m), rope(k_new, m)` (the notebook's helper); "
-        "`K = torch.cat([k_cache, k_new], dim=2)` (V alike); "
-        "`o = torch.softmax(q @ K.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ V`.",
+        "Where does new token i sit in the text, with m tokens cached before the chunk? Which keys of the grown "
+        "cache may it read, and which may it not?",
+        "Positions m..m+n-1 (m = k_cache.shape[2]); rotate each new query and key by its own position; K = "
+        "[k_cache; k_new], V alike; scores q K^T / sqrt(head_dim) over m + n keys, with key j allowed for new token i "
+        "when j <= m + i; softmax; times V; return the output and K, V.",
+        "`m, n = k_cache.shape[2], q.shape[2]`; `pos = torch.arange(m, m + n)`; `q, k_new = rope(q, pos), "
+        "rope(k_new, pos)`; `K = torch.cat([k_cache, k_new], dim=2)` (V alike); `allowed = torch.arange(m + n)[None, "
+        ":] <= pos[:, None]`; `scores = (q @ K.transpose(-2, -1) / q.shape[-1] ** 0.5).masked_fill(~allowed, "
+        "float('-inf'))`; `out = torch.softmax(scores, dim=-1) @ V`.",
     ),
     forbidden=OWN_CODE,
 )
 
 # --------------------------------------------------------------------------------------------
-# grouped_decode
+# paged_decode: a batch of sequences decoding one token each over a paged cache (a transfer task)
 # --------------------------------------------------------------------------------------------
 
-
-def _grouped_reference(q, k_cache, v_cache, lengths):
-    keep = padding_mask(lengths, k_cache.shape[2])[:, None, None, :]  # (batch, 1, 1, cached_len)
-    return grouped_attention(q, k_cache, v_cache, keep)
+GARBAGE = 100.0  # what slots no token has reached hold: large and finite (a mask instead of a slice is fine)
 
 
-def _grouped_cases() -> list[Case]:
+def _paged_reference(q, k_pool, v_pool, block_table, lengths):
+    return paged_attention(q, k_pool, v_pool, block_table, lengths)
+
+
+def _paged_cases() -> list[Case]:
     g = generator(101)
 
-    def case(batch, heads, kv_heads, cached, head_dim, lengths, tags, scale=1.0, note=""):
+    def case(heads, kv_heads, block_size, head_dim, tables, lengths, num_blocks, tags, scale=1.0, note=""):
+        batch = len(tables)
         q = scale * randn(g, batch, heads, 1, head_dim)
-        k, v = scale * randn(g, batch, kv_heads, cached, head_dim), randn(g, batch, kv_heads, cached, head_dim)
-        description = (f"batch {batch}, {heads} query heads, {kv_heads} K/V heads, cache of {cached}, head_dim "
-                       f"{head_dim}, lengths {lengths}")  # fmt: skip
-        return Case(description + (f"; {note}" if note else ""), (q, k, v, torch.tensor(lengths)), tags)
+        k_pool = GARBAGE * randn(g, num_blocks, kv_heads, block_size, head_dim)
+        v_pool = GARBAGE * randn(g, num_blocks, kv_heads, block_size, head_dim)
+        for blocks, length in zip(tables, lengths, strict=True):
+            for p in range(length):  # what the sequence's earlier steps wrote, keys already rotated
+                block, offset = blocks[p // block_size], p % block_size
+                k_pool[block, :, offset] = scale * randn(g, kv_heads, head_dim)
+                v_pool[block, :, offset] = randn(g, kv_heads, head_dim)
+        width = max(len(t) for t in tables)
+        table = torch.tensor([t + [-1] * (width - len(t)) for t in tables])
+        description = (f"batch {batch}, {heads} query heads, {kv_heads} K/V heads, blocks of {block_size}, head_dim "
+                       f"{head_dim}, block tables {tables}, lengths {lengths}")  # fmt: skip
+        return Case(description + (f"; {note}" if note else ""),
+                    (q, k_pool, v_pool, table, torch.tensor(lengths)), tags)  # fmt: skip
 
+    # fmt: off
     return [
-        case(2, 4, 2, 6, 8, [6, 4], kinds(PADDED)),
-        case(3, 6, 3, 5, 4, [5, 5, 5], kinds(UNPADDED)),
-        case(1, 8, 2, 7, 8, [7], kinds(ONE, UNPADDED)),
-        case(2, 8, 1, 5, 6, [3, 5], kinds(PADDED), note="multi-query: one K/V head"),
-        case(3, 4, 4, 4, 8, [4, 1, 2], kinds(PADDED), note="as many K/V heads as query heads"),
-        case(1, 4, 2, 5, 8, [2], kinds(ONE, PADDED)),
-        case(2, 4, 2, 6, 8, [6, 6], kinds(LARGE, UNPADDED), scale=40.0, note="queries and keys around ±40"),
+        case(4, 2, 4, 8, [[5, 1, 3], [2, 0]], [10, 6], 7, kinds(PADDED), note="each last block partly filled"),
+        case(6, 3, 2, 4, [[3, 0], [1, 4], [2, 5]], [4, 4, 4], 6, kinds(UNPADDED), note="every block full"),
+        case(8, 2, 3, 8, [[4, 2, 0]], [9], 5, kinds(ONE, UNPADDED)),
+        case(8, 1, 4, 6, [[1], [0, 2]], [3, 5], 3, kinds(PADDED), note="multi-query: one K/V head"),
+        case(4, 4, 2, 8, [[6, 1, 2], [0], [3, 4]], [5, 1, 3], 7, kinds(PADDED),
+             note="as many K/V heads as query heads; a sequence of one token"),
+        case(4, 2, 1, 8, [[2, 0, 1]], [3], 3, kinds(ONE, UNPADDED), note="blocks of one token"),
+        case(4, 2, 4, 8, [[3, 0], [1, 2]], [8, 8], 4, kinds(LARGE, UNPADDED), scale=40.0,
+             note="queries and keys around ±40"),
     ]
+    # fmt: on
 
 
-def _grouped_with(q, k, v, lengths, *, pairing="interleave", pad=0, scale="head_dim", masked=True):
-    heads, kv_heads = q.shape[1], k.shape[1]
+def _paged_with(q, k_pool, v_pool, block_table, lengths, *, pairing="interleave", pad=0, masked=True, table="given",
+                scale="head_dim"):  # fmt: skip
+    """A known-wrong paged decode: each sequence's keys gathered through ``table`` (the given one, the pool's blocks
+    0, 1, 2, ... in turn, or its blocks sorted), the heads paired by ``pairing``, the
+    keys at positions >= lengths + ``pad`` masked (or none)."""
+    batch, heads, _, d = q.shape
+    num_blocks, kv_heads, size, _ = k_pool.shape
     group = heads // kv_heads
-    if pairing == "interleave":
-        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    elif pairing == "repeat":
-        k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
-    elif pairing == "first":
-        k, v = k[:, :1].expand(-1, heads, -1, -1), v[:, :1].expand(-1, heads, -1, -1)
-    divisor = {"head_dim": math.sqrt(q.shape[-1]), "none": 1.0, "heads": math.sqrt(q.shape[-1] * kv_heads)}[scale]
-    scores = q @ k.transpose(-2, -1) / divisor
-    if masked:
-        keep = torch.arange(k.shape[2])[None, :] < (lengths + pad)[:, None]
-        scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
+    out = []
+    for b in range(batch):
+        n = int(lengths[b])
+        blocks = block_table[b][: -(-n // size)].tolist()
+        if table == "contiguous":
+            blocks = list(range(len(blocks)))
+        elif table == "sorted":
+            blocks = sorted(blocks)
+        k = torch.cat([k_pool[i] for i in blocks], dim=1)  # (H_kv, blocks * size, d), in position order
+        v = torch.cat([v_pool[i] for i in blocks], dim=1)
+        if pairing == "interleave":
+            k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+        elif pairing == "repeat":
+            k, v = k.repeat(group, 1, 1), v.repeat(group, 1, 1)
+        else:
+            k, v = k[:1].expand(heads, -1, -1), v[:1].expand(heads, -1, -1)
+        divisor = {"head_dim": math.sqrt(d), "none": 1.0, "heads": math.sqrt(d * kv_heads)}[scale]
+        scores = q[b] @ k.transpose(-2, -1) / divisor  # (heads, 1, keys)
+        if masked:
+            keep = torch.arange(k.shape[1]) < n + pad
+            scores = scores.masked_fill(~keep, float("-inf"))
+        out.append(torch.softmax(scores, dim=-1) @ v)
+    return torch.stack(out)
 
 
-def _grouped_variant(diagnosis: str, **changes) -> Variant:
-    def fn(*args):
-        return _grouped_with(*args, **changes)
+def _paged_variant(diagnosis: str, *changes: dict) -> Variant:
+    def version(change):
+        def fn(*args):
+            return _paged_with(*args, **change)
 
-    return Variant(diagnosis, fn)
+        return fn
+
+    return Variant(diagnosis, *(version(c) for c in changes))
 
 
-GROUPED_DECODE = Exercise(
-    name="grouped_decode",
+PAGED_DECODE = Exercise(
+    name="paged_decode",
     lesson=LESSON,
-    params=("q", "k_cache", "v_cache", "lengths"),
+    params=("q", "k_pool", "v_pool", "block_table", "lengths"),
     returns=(("batch", "heads", "1", "head_dim"),),
-    reference=_grouped_reference,
-    make_cases=_grouped_cases,
+    reference=_paged_reference,
+    make_cases=_paged_cases,
     variants=(
-        _grouped_variant(
+        _paged_variant(
             "the K/V heads were tiled (0, 1, 0, 1, ..., as repeat lays them out): query head h read K/V head h % "
             "kv_heads. Consecutive query heads share a K/V head: head h reads h // group.",
-            pairing="repeat",
+            {"pairing": "repeat"},
         ),
-        _grouped_variant(
+        _paged_variant(
             "every query head read K/V head 0: query head h reads K/V head h // (heads // kv_heads).",
-            pairing="first",
+            {"pairing": "first"},
         ),
-        _grouped_variant(
-            "the padding was read: keys at positions >= lengths[b] are not tokens of sequence b, yet they got weight.",
-            masked=False,
+        _paged_variant(
+            "the slots past each sequence's length were read: the rest of its last block (and the blocks after "
+            "it) hold no token of the sequence, yet got weight.",
+            {"masked": False},
         ),
-        _grouped_variant(
-            "off by one: the last real key was masked too. Sequence b's keys are positions 0..lengths[b]-1.",
-            pad=-1,
+        _paged_variant(
+            "off by one: each sequence's last token was masked too. Sequence b's keys are positions 0..lengths[b]-1.",
+            {"pad": -1},
         ),
-        _grouped_variant(
-            "off by one: the first padding position was read too. Sequence b's keys are positions "
-            "0..lengths[b]-1, and position lengths[b] is padding.",
-            pad=1,
+        _paged_variant(
+            "off by one: the slot after each sequence's last token was read too. Sequence b's keys are positions "
+            "0..lengths[b]-1, and position lengths[b] holds no token yet.",
+            {"pad": 1},
         ),
-        _grouped_variant(
+        _paged_variant(
+            "the block table was ignored: the pool's blocks 0, 1, 2, ... were read as if each sequence's blocks sat "
+            "one after another from the start. Sequence b's i-th block is the block block_table[b, i] names, "
+            "wherever it is in the pool.",
+            {"table": "contiguous"},
+        ),
+        _paged_variant(
+            "the sequence's blocks were read in the pool's order, not the table's: position p is in block "
+            "block_table[b, p // block_size], so the table's order is the order of the positions (it decides which "
+            "block is the last, partly filled one).",
+            {"table": "sorted"},
+        ),
+        _paged_variant(
             "the scores are not scaled: each is a dot product of head_dim numbers, which attention divides by "
             "sqrt(head_dim).",
-            scale="none",
+            {"scale": "none"},
         ),
-        _grouped_variant(
+        _paged_variant(
             "the scores were divided by sqrt(head_dim * kv_heads); each score is a dot product of head_dim numbers "
             "only.",
-            scale="heads",
+            {"scale": "heads"},
         ),
     ),
     hint=(
-        "Which K/V head does query head h read, when `group = heads // kv_heads` consecutive query heads share one? "
-        "And which keys of a padded cache belong to sequence b?",
-        "Repeat each K/V head `group` times in place (head 0, 0, ..., 1, 1, ...), so the shapes match q's heads; "
-        "scores q K^T / sqrt(head_dim); -inf where position >= lengths[b]; softmax over the keys; times V.",
-        "`k = k_cache.repeat_interleave(group, dim=1)` (v alike); `keep = torch.arange(m) < lengths[:, None]`; "
-        "`scores.masked_fill(~keep[:, None, None, :], float('-inf'))`.",
+        "For sequence b, which blocks of the pool hold its positions 0, 1, 2, ..., and in which order? Which slots "
+        "of its last block hold tokens? And which K/V head does query head h read?",
+        "Sequence b's keys: the blocks block_table[b, 0], block_table[b, 1], ... of the pool, one after another "
+        "along the position axis, its first lengths[b] positions; each K/V head repeated group = heads // kv_heads "
+        "times in place (0, 0, ..., 1, 1, ...); scores q K^T / sqrt(head_dim); softmax; times V.",
+        "For each b: `blocks = block_table[b, : (lengths[b] + size - 1) // size]`; `k = k_pool[blocks]` (blocks, "
+        "kv_heads, size, d) `.transpose(0, 1).reshape(kv_heads, -1, d)[:, : lengths[b]]` (v alike); `k = "
+        "k.repeat_interleave(group, dim=0)`; `torch.softmax(q[b] @ k.transpose(-2, -1) / d ** 0.5, dim=-1) @ v`; "
+        "then `torch.stack` the sequences.",
     ),
     forbidden=OWN_CODE,
 )
@@ -318,24 +424,29 @@ def _bytes_cases() -> list[Case]:
     ]
 
 
-def _bytes_with(L, H, Hkv, d, b, s, n, w, *, heads="kv", kv=2, window="min", int32=False, float32=False):  # noqa: E741
+def _bytes_with(L, H, Hkv, d, b, s, n, w, *, heads="kv", kv=2, window="min", dtype=None, back=True):  # noqa: E741
+    """A known-wrong count; ``dtype`` (torch.int32, float32 or float64): the product computed in it, and converted
+    back to torch.long if ``back``, else returned as it is."""
     tokens = {"min": torch.where(w > 0, torch.minimum(s, w), s), "ignored": s, "plus": torch.where(w > 0,
               torch.minimum(s, w + 1), s), "minus": torch.where(w > 0, torch.minimum(s, w - 1), s),
               "allocated": torch.where(w > 0, w, s), "zero": torch.minimum(s, w)}[window]  # fmt: skip
     count = {"kv": Hkv, "query": H}[heads]
-    if int32:
-        return (kv * L.int() * count.int() * d.int() * b.int() * tokens.int() * n.int()).long()
-    if float32:  # every factor but 61 and 1,000,001 of the large case is a power of two or 3 times one: one rounding,
-        # whatever the order of the products
-        return (kv * L.float() * count.float() * d.float() * b.float() * tokens.float() * n.float()).long()
-    return kv * L * count * d * b * tokens * n
+    if dtype is None:
+        return kv * L * count * d * b * tokens * n
+    # in float32, every factor but 61 and 1,000,001 of the large case is a power of two or 3 times one: one rounding,
+    # whatever the order of the products
+    product = kv * L.to(dtype) * count.to(dtype) * d.to(dtype) * b.to(dtype) * tokens.to(dtype) * n.to(dtype)
+    return product.long() if back else product
 
 
-def _bytes_variant(diagnosis: str, **changes) -> Variant:
-    def fn(*args):
-        return _bytes_with(*args, **changes)
+def _bytes_variant(diagnosis: str, *changes: dict, **change) -> Variant:
+    def version(c):
+        def fn(*args):
+            return _bytes_with(*args, **c)
 
-    return Variant(diagnosis, fn)
+        return fn
+
+    return Variant(diagnosis, *(version(c) for c in (changes or (change,))))
 
 
 CACHE_BYTES = Exercise(
@@ -378,12 +489,28 @@ CACHE_BYTES = Exercise(
         _bytes_variant(
             "the product was computed in 32-bit floats: they hold whole numbers exactly only up to 2^24 (16,777,216), "
             "so the terabyte answer was rounded before it came back as an integer.",
-            float32=True,
+            {"dtype": torch.float32},
         ),
         _bytes_variant(
             "the product overflowed: computed in 32-bit integers it wraps past 2^31 bytes (2 GiB), where the "
             "inputs' int64 would not.",
-            int32=True,
+            {"dtype": torch.int32},
+        ),
+        _bytes_variant(
+            "the answer came back in 32-bit floats: a byte count is a whole number, and float32 holds whole numbers "
+            "exactly only up to 2^24 (16,777,216), so the large answers are rounded; keep the 64-bit integers you were "
+            "given.",
+            {"dtype": torch.float32, "back": False},
+        ),
+        _bytes_variant(
+            "the answer came back as floating-point numbers (float64): a byte count is a whole number, and the "
+            "check expects the torch.long the inputs are (float64 holds whole numbers exactly only up to 2^53).",
+            {"dtype": torch.float64, "back": False},
+        ),
+        _bytes_variant(
+            "the answer came back in 32-bit integers, which wrap past 2^31 - 1 bytes (2 GiB): the large answers "
+            "overflowed. Keep the inputs' 64-bit integers from the first product to the last.",
+            {"dtype": torch.int32, "back": False},
         ),
     ),
     hint=(
@@ -401,8 +528,6 @@ CACHE_BYTES = Exercise(
 # --------------------------------------------------------------------------------------------
 # rolling_step: one decoding step through a rolling buffer (a transfer task: the lesson's RollingKVCache, one token)
 # --------------------------------------------------------------------------------------------
-
-GARBAGE = 100.0  # what the slots no position has reached hold: large and finite (a mask instead of a slice is fine)
 
 
 def _rolling_cases() -> list[Case]:
@@ -574,36 +699,81 @@ ROLLING_STEP = Exercise(
     forbidden=OWN_CODE,
 )
 
-EXERCISES = (KV_CACHE_STEP, GROUPED_DECODE, CACHE_BYTES, ROLLING_STEP)
+EXERCISES = (KV_CACHE_CHUNK, PAGED_DECODE, CACHE_BYTES, ROLLING_STEP)
 
 # --------------------------------------------------------------------------------------------
-# The predictions of exercises 3 and 4: each compared with the lesson's own answer (and the learner's function too)
+# The predictions of exercises 3 and 4: each compared with the lesson's own answer, and the learner's function too,
+# once it has passed its check
 # --------------------------------------------------------------------------------------------
 
-SERVER = (40, 40, 8, 128, 2, 32768, 4, 4096)  # exercise 3's question: layers, heads, K/V heads, head_dim, bytes,
-# tokens, sequences, window
+SERVER = (48, 40, 8, 128, 2, 100_000, 4, 8192)  # exercise 3's question: layers, heads, K/V heads, head_dim, bytes,
+# tokens per sequence, sequences, window
+
+# What a wrong guess is, as a multiple of the right answer, when it comes from one known slip (within 3%)
+_SLIPS = (
+    (40 / 8, "the ratio of the 40 query heads to the 8 K/V heads: which heads' keys and values does the cache hold?"),
+    (8.0, "bits instead of bytes? bf16 is 16 bits, 2 bytes."),
+    (100_000 / 8192, "as if all 100,000 tokens of each sequence stayed: how many does a window of 8,192 keep?"),
+    (40 / 8 * 100_000 / 8192, "the query heads counted and the window ignored: both of the slips above."),
+    (0.5, "the cache holds a key and a value per K/V head: two numbers, not one."),
+    (0.25, "one sequence's cache; the batch holds 4."),
+    (2.0, "4 bytes a number (fp32)? The model stores bf16."),
+    (1 / 48, "one layer's cache; the model has 48."),
+    (2**30 / 10**9, "GB (10^9 bytes) instead of GiB (2^30 bytes)."),
+    (1024.0, "the answer in MiB? The question asks GiB."),
+)
+
+
+def _slip(ratio: float) -> str:
+    for factor, cause in _SLIPS:
+        if abs(ratio / factor - 1) <= 0.03:
+            return f" It is {_times(factor)} the right answer: {cause}"
+    return ""
+
+
+def _times(factor: float) -> str:
+    if factor >= 1:
+        return f"{factor:.3g} times"
+    return f"1/{1 / factor:.3g} of"
+
+
+def _check_line(result) -> str:
+    """Why a function that failed its check is not shown as right here."""
+    return (f"❌ it failed its check (run check_{result.exercise} above for the diagnosis), so its answer here does "
+            "not count")  # fmt: skip
 
 
 def check_cache_prediction(my_guess_gib, cache_bytes) -> None:
     """Exercise 3: the learner's guess (GiB) and their ``cache_bytes`` on the server's question, each against the
-    right answer, within 5%."""
+    right answer, within 5%; a wrong guess that one known slip explains is told which (after the guess was made).
+    ``cache_bytes`` is first run through its check: a function that fails it is not shown as right, whatever it
+    gives here."""
     layers, _, kv_heads, head_dim, size, tokens, batch, window = SERVER
     right = kv_cache_bytes(layers, kv_heads, head_dim, size, tokens=tokens, batch=batch, window=window) / 2**30
     guess = _attempt(lambda: float(my_guess_gib()))
+    if guess is None:
+        print("Write your prediction in my_guess_gib (by hand) above, then run this cell again.")
+    else:
+        close = abs(guess - right) <= 0.05 * right
+        verdict = "✅ within 5% of the right answer" if close else "❌ more than 5% from the right answer"
+        print(f"your prediction: {guess:g} GiB, {verdict}." + ("" if close or guess <= 0 else _slip(guess / right)))
     answer = _attempt(lambda: int(cache_bytes(*(torch.tensor([n]) for n in SERVER))[0]) / 2**30)
-    for who, value, missing in (("your prediction", guess, "Write your prediction in my_guess_gib (by hand)"),
-                                ("your cache_bytes", answer, "Write cache_bytes")):  # fmt: skip
-        if value is None:
-            print(f"{missing} above, then run this cell again.")
-        else:
-            close = abs(value - right) <= 0.05 * right
-            print(f"{who}: {value:g} GiB, {'✅ within' if close else '❌ more than'} 5% of the right answer")
+    if answer is None:
+        print("Write cache_bytes above, then run this cell again.")
+        return
+    result = run_check(CACHE_BYTES, cache_bytes)
+    if result.status != PASSED:
+        print(f"your cache_bytes: {answer:g} GiB, {_check_line(result)}.")
+        return
+    close = abs(answer - right) <= 0.05 * right
+    print(f"your cache_bytes: {answer:g} GiB, {'✅ within' if close else '❌ more than'} 5% of the right answer.")
 
 
 def check_rolling_prediction(predicted_slots, rolling_step) -> None:
     """Exercise 4: the learner's (position in slot 2, positions query 9 reads) for W = 4 after position 9, and what
-    their ``rolling_step`` does, each against the lesson's rolling_cache_step. Token p's value is the unit vector e_p
-    and the query is zero (equal weights), so the output's nonzero features are the positions read."""
+    their ``rolling_step`` does (once it has passed its check), each against the lesson's rolling_cache_step. Token
+    p's value is the unit vector e_p and the query is zero (equal weights), so the output's nonzero features are the
+    positions read."""
     window, head_dim = 4, 16
     query, keys = torch.zeros(1, 1, 1, head_dim), randn(generator(7), 10, 1, 1, 1, head_dim)
     values = torch.eye(head_dim)[:10].view(10, 1, 1, 1, head_dim)
@@ -615,13 +785,22 @@ def check_rolling_prediction(predicted_slots, rolling_step) -> None:
         return int(v_buf[0, 0, 2].argmax()), [int(i) for i in (out[0, 0, 0] > 1e-6).nonzero().flatten()]
 
     right = run(rolling_cache_step)
-    predicted = _attempt(lambda: predicted_slots())
-    measured = _attempt(lambda: run(rolling_step))
-    for who, value, missing in (("your prediction", predicted, "Write your prediction in predicted_slots"),
-                                ("your rolling_step", measured, "Write rolling_step")):  # fmt: skip
+    for who, fn, missing in (("your prediction", predicted_slots, "Write your prediction in predicted_slots"),
+                             ("your rolling_step", lambda: run(rolling_step), "Write rolling_step")):  # fmt: skip
+        value = _attempt(fn)
         if value is None:
             print(f"{missing} above, then run this cell again.")
             continue
-        agree = value[0] == right[0] and sorted(value[1]) == right[1]
-        print(f"{who}: slot 2 holds position {value[0]}; query 9 reads positions {sorted(value[1])}: "
-              f"{'✅ right' if agree else '❌ not what the rule gives'}")  # fmt: skip
+        try:
+            slot, read = int(value[0]), sorted(int(p) for p in value[1])
+        except (TypeError, ValueError, IndexError):
+            print(f"{who}: should be (a position, a list of positions), got {value!r}")
+            continue
+        shown = f"{who}: slot 2 holds position {slot}; query 9 reads positions {read}"
+        if fn is not predicted_slots:
+            result = run_check(ROLLING_STEP, rolling_step)
+            if result.status != PASSED:
+                print(f"{shown}: {_check_line(result)}")
+                continue
+        agree = slot == right[0] and read == right[1]
+        print(f"{shown}: {'✅ right' if agree else '❌ not what the rule gives'}")

@@ -1,12 +1,13 @@
-"""Lesson 10, 10_attention_at_inference: the galleries of ``kv_cache_step``, ``grouped_decode``, ``cache_bytes`` and
+"""Lesson 10, 10_attention_at_inference: the galleries of ``kv_cache_chunk``, ``paged_decode``, ``cache_bytes`` and
 ``rolling_step``
 (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes
 them), and REFERENCE_USE: functions that are, or call, the package's own ``attnedu.inference``, which the exercises
 forbid.
 
 The correct versions are written as a learner would: with torch's SDPA (enable_gqa), by hand, with einsum or loops.
-The KV-cache step and the rolling step read one sequence's cache (or buffer) and a cache-size calculator reads
-configurations: none has padding (KINDS_NOT_APPLICABLE).
+The KV-cache chunk and the rolling step read one sequence's cache (or buffer) and a cache-size calculator reads
+configurations: none has padding (KINDS_NOT_APPLICABLE). The paged decode's padding is the unused rest of each
+sequence's last block.
 """
 
 from __future__ import annotations
@@ -27,19 +28,22 @@ from .common import GENERIC, batch_of_one
 # --------------------------------------------------------------------------------------------
 
 
-def learner_kv_cache_step(q, k_new, v_new, k_cache, v_cache):
-    pos = torch.tensor([k_cache.shape[2]])
+def learner_kv_cache_chunk(q, k_new, v_new, k_cache, v_cache):
+    m, n = k_cache.shape[2], q.shape[2]
+    pos = torch.arange(m, m + n)
     q, k_new = apply_rope(q, pos), apply_rope(k_new, pos)
     K = torch.cat([k_cache, k_new], dim=2)
     V = torch.cat([v_cache, v_new], dim=2)
-    out = torch.softmax(q @ K.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ V
-    return out, K, V
+    scores = q @ K.transpose(-2, -1) / q.shape[-1] ** 0.5
+    scores = scores.masked_fill(torch.arange(m + n)[None, :] > pos[:, None], float("-inf"))
+    return torch.softmax(scores, dim=-1) @ V, K, V
 
 
-def learner_kv_cache_step_sdpa(q, k_new, v_new, k_cache, v_cache):
-    """RoPE written out by hand (halves layout), torch's SDPA for the attention."""
-    m, d = k_cache.shape[2], q.shape[-1]
-    angle = m * 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+def learner_kv_cache_chunk_sdpa(q, k_new, v_new, k_cache, v_cache):
+    """RoPE written out by hand (halves layout), torch's SDPA with the causal mask aligned to the bottom-right."""
+    m, n, d = k_cache.shape[2], q.shape[2], q.shape[-1]
+    pos = torch.arange(m, m + n, dtype=torch.float64)[:, None]
+    angle = pos * 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     cos, sin = torch.cos(angle).float(), torch.sin(angle).float()
 
     def rope(x):
@@ -47,34 +51,61 @@ def learner_kv_cache_step_sdpa(q, k_new, v_new, k_cache, v_cache):
         return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
 
     K, V = torch.cat((k_cache, rope(k_new)), 2), torch.cat((v_cache, v_new), 2)
-    return F.scaled_dot_product_attention(rope(q), K, V), K, V
+    mask = torch.ones(n, m + n, dtype=torch.bool).tril(diagonal=m)
+    return F.scaled_dot_product_attention(rope(q), K, V, attn_mask=mask), K, V
 
 
-def learner_grouped_decode(q, k_cache, v_cache, lengths):
-    group = q.shape[1] // k_cache.shape[1]
-    k = k_cache.repeat_interleave(group, dim=1)
-    v = v_cache.repeat_interleave(group, dim=1)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    keep = torch.arange(k.shape[2])[None, :] < lengths[:, None]
-    scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
+def learner_kv_cache_chunk_loop(q, k_new, v_new, k_cache, v_cache):
+    """One token at a time, the cache grown after each: what a decoding loop does."""
+    K, V, outs = k_cache, v_cache, []
+    for i in range(q.shape[2]):
+        pos = torch.tensor([K.shape[2]])
+        K = torch.cat([K, apply_rope(k_new[:, :, i : i + 1], pos)], dim=2)
+        V = torch.cat([V, v_new[:, :, i : i + 1]], dim=2)
+        w = torch.softmax(apply_rope(q[:, :, i : i + 1], pos) @ K.mT / math.sqrt(q.shape[-1]), dim=-1)
+        outs.append(w @ V)
+    return torch.cat(outs, dim=2), K, V
 
 
-def learner_grouped_decode_sdpa(q, k_cache, v_cache, lengths):
-    keep = torch.arange(k_cache.shape[2])[None, :] < lengths[:, None]
-    return F.scaled_dot_product_attention(q, k_cache, v_cache, attn_mask=keep[:, None, None, :], enable_gqa=True)
+def _gather(pool, blocks, n):
+    """(H_kv, n, d): a sequence's first n positions, its blocks one after another."""
+    return pool[blocks].transpose(0, 1).reshape(pool.shape[1], -1, pool.shape[-1])[:, :n]
 
 
-def learner_grouped_decode_loop(q, k_cache, v_cache, lengths):
-    batch, heads, _, d = q.shape
-    group = heads // k_cache.shape[1]
-    out = torch.zeros_like(q)
-    for b in range(batch):
+def learner_paged_decode(q, k_pool, v_pool, block_table, lengths):
+    size, group = k_pool.shape[2], q.shape[1] // k_pool.shape[1]
+    out = []
+    for b in range(q.shape[0]):
         n = int(lengths[b])
-        for h in range(heads):
-            k, v = k_cache[b, h // group, :n], v_cache[b, h // group, :n]
-            w = torch.softmax(q[b, h] @ k.T / math.sqrt(d), dim=-1)
-            out[b, h] = w @ v
+        blocks = block_table[b, : (n + size - 1) // size]
+        k = _gather(k_pool, blocks, n).repeat_interleave(group, dim=0)
+        v = _gather(v_pool, blocks, n).repeat_interleave(group, dim=0)
+        out.append(torch.softmax(q[b] @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v)
+    return torch.stack(out)
+
+
+def learner_paged_decode_sdpa(q, k_pool, v_pool, block_table, lengths):
+    """Every sequence's whole table gathered at once (padding entries clamped to a real block), masked by length,
+    then SDPA with enable_gqa for the head pairing."""
+    size = k_pool.shape[2]
+    table = block_table.clamp(min=0)
+    k = k_pool[table].transpose(1, 2).flatten(2, 3)  # (B, H_kv, blocks * size, d)
+    v = v_pool[table].transpose(1, 2).flatten(2, 3)
+    keep = torch.arange(table.shape[1] * size)[None, :] < lengths[:, None]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :], enable_gqa=True)
+
+
+def learner_paged_decode_positions(q, k_pool, v_pool, block_table, lengths):
+    """Position by position: block p // size, offset p % size; einsum for the scores."""
+    size, group = k_pool.shape[2], q.shape[1] // k_pool.shape[1]
+    out = torch.zeros_like(q)
+    for b in range(q.shape[0]):
+        where = [(int(block_table[b, p // size]), p % size) for p in range(int(lengths[b]))]
+        k = torch.stack([k_pool[i, :, o] for i, o in where], dim=1)  # (H_kv, n, d)
+        v = torch.stack([v_pool[i, :, o] for i, o in where], dim=1)
+        k, v = k[torch.arange(q.shape[1]) // group], v[torch.arange(q.shape[1]) // group]
+        s = torch.einsum("hqd,hkd->hqk", q[b], k) / math.sqrt(q.shape[-1])
+        out[b] = torch.einsum("hqk,hkd->hqd", s.softmax(-1), v)
     return out
 
 
@@ -129,29 +160,25 @@ def learner_rolling_step_in_order(q, k_new, v_new, k_buffer, v_buffer, position)
 
 
 CORRECT = {
-    "kv_cache_step": [learner_kv_cache_step, learner_kv_cache_step_sdpa],
-    "grouped_decode": [learner_grouped_decode, learner_grouped_decode_sdpa, learner_grouped_decode_loop],
+    "kv_cache_chunk": [learner_kv_cache_chunk, learner_kv_cache_chunk_sdpa, learner_kv_cache_chunk_loop],
+    "paged_decode": [learner_paged_decode, learner_paged_decode_sdpa, learner_paged_decode_positions],
     "cache_bytes": [learner_cache_bytes, learner_cache_bytes_loop],
     "rolling_step": [learner_rolling_step, learner_rolling_step_masked, learner_rolling_step_in_order],
 }
 
 
-def _step_with_the_packages_cache(q, k_new, v_new, k_cache, v_cache):
+def _chunk_with_the_packages_cache(q, k_new, v_new, k_cache, v_cache):
     cache = inference.KVCache(1)
-    cache.k[0], cache.v[0], cache.seen = k_cache, v_cache, k_cache.shape[2]
-    out = cache.attend(0, q, k_new, v_new, torch.tensor([k_cache.shape[2]]))
+    cache.k[0], cache.v[0] = k_cache, v_cache
+    m = k_cache.shape[2]
+    out = cache.attend(0, q, k_new, v_new, torch.arange(m, m + q.shape[2]))
     return out, cache.k[0], cache.v[0]
 
 
 REFERENCE_USE = [
-    ("kv_cache_step", inference.cache_step),
-    ("kv_cache_step", _step_with_the_packages_cache),
-    (
-        "grouped_decode",
-        lambda q, k, v, lengths: inference.grouped_attention(
-            q, k, v, (torch.arange(k.shape[2])[None, :] < lengths[:, None])[:, None, None, :]
-        ),
-    ),  # fmt: skip
+    ("kv_cache_chunk", inference.cache_chunk),
+    ("kv_cache_chunk", _chunk_with_the_packages_cache),
+    ("paged_decode", inference.paged_attention),
     (
         "cache_bytes",
         lambda L, H, Hkv, d, b, s, n, w: torch.tensor(
@@ -166,10 +193,10 @@ REFERENCE_USE = [
 # --------------------------------------------------------------------------------------------
 
 
-def _step(q, k_new, v_new, k_cache, v_cache, *, shift=0, rot_q=True, rot_k=True, before=False, read="all",
-          divide=None, layout="halves", again=False):  # fmt: skip
-    m = k_cache.shape[2]
-    pos = torch.tensor([m + shift])
+def _chunk(q, k_new, v_new, k_cache, v_cache, *, shift=0, same=False, from_zero=False, rot_q=True, rot_k=True,
+           before=False, read="all", causal="bottom", divide=None, layout="halves", again=False):  # fmt: skip
+    m, n = k_cache.shape[2], q.shape[2]
+    pos = (torch.full((n,), m) if same else torch.arange(n) if from_zero else torch.arange(m, m + n)) + shift
     if rot_q:
         q = apply_rope(q, pos, layout)
     if rot_k:
@@ -178,101 +205,146 @@ def _step(q, k_new, v_new, k_cache, v_cache, *, shift=0, rot_q=True, rot_k=True,
         k_cache = apply_rope(k_cache, torch.arange(m))
     K = torch.cat([k_new, k_cache], 2) if before else torch.cat([k_cache, k_new], 2)
     V = torch.cat([v_new, v_cache], 2) if before else torch.cat([v_cache, v_new], 2)
-    keys, values = {"all": (K, V), "cache": (k_cache, v_cache), "new": (k_new, v_new)}[read]
+    if read == "cache":
+        if m == 0:
+            return torch.zeros_like(v_new), K, V
+        return F.scaled_dot_product_attention(q, k_cache, v_cache, scale=None if divide is None else 1.0), K, V
+    keys, values = (K, V) if read == "all" else (k_new, v_new)
+    rows, cols = torch.arange(n)[:, None], torch.arange(keys.shape[2])[None, :]
+    offset = keys.shape[2] - n
+    allowed = {"bottom": cols <= rows + offset, "top": cols <= rows, "none": cols >= 0,
+               "strict": cols < rows + offset}[causal]  # fmt: skip
     scale = math.sqrt(q.shape[-1]) if divide is None else divide(K)
-    return torch.softmax(q @ keys.mT / scale, -1) @ values, K, V
+    s = (q @ keys.mT / scale).masked_fill(~allowed, -math.inf)
+    return torch.nan_to_num(s.softmax(-1)) @ values, K, V
 
 
-def st_attend_first(*a):
-    return _step(*a, read="cache")
+def ch_attend_first(*a):
+    return _chunk(*a, read="cache")
 
 
-def st_new_only(*a):
-    return _step(*a, read="new")
+def ch_new_only(*a):
+    return _chunk(*a, read="new")
 
 
-def st_position_minus_one(*a):
-    return _step(*a, shift=-1)
+def ch_position_minus_one(*a):
+    return _chunk(*a, shift=-1)
 
 
-def st_position_plus_one(*a):
-    return _step(*a, shift=1)
+def ch_position_plus_one(*a):
+    return _chunk(*a, shift=1)
 
 
-def st_q_not_rotated(*a):
-    return _step(*a, rot_q=False)
+def ch_all_at_m(*a):
+    return _chunk(*a, same=True)
 
 
-def st_k_not_rotated(*a):
-    return _step(*a, rot_k=False)
+def ch_from_zero(*a):
+    return _chunk(*a, from_zero=True)
 
 
-def st_no_rope(*a):
-    return _step(*a, rot_q=False, rot_k=False)
+def ch_no_mask(*a):
+    return _chunk(*a, causal="none")
 
 
-def st_rotated_again(*a):
-    return _step(*a, again=True)
+def ch_top_left(*a):
+    return _chunk(*a, causal="top")
 
 
-def st_prepended(*a):
-    return _step(*a, before=True)
+def ch_strict(*a):
+    return _chunk(*a, causal="strict")
 
 
-def st_interleaved(*a):
-    return _step(*a, layout="interleaved")
+def ch_q_not_rotated(*a):
+    return _chunk(*a, rot_q=False)
 
 
-def st_unscaled(*a):
-    return _step(*a, divide=lambda K: 1.0)
+def ch_k_not_rotated(*a):
+    return _chunk(*a, rot_k=False)
 
 
-def st_by_length(*a):
-    return _step(*a, divide=lambda K: math.sqrt(K.shape[2]))
+def ch_no_rope(*a):
+    return _chunk(*a, rot_q=False, rot_k=False)
 
 
-def _grouped(q, k, v, lengths, *, how="interleave", extra=0, divide=None, mask=True):
-    heads, kv_heads = q.shape[1], k.shape[1]
+def ch_rotated_again(*a):
+    return _chunk(*a, again=True)
+
+
+def ch_prepended(*a):
+    return _chunk(*a, before=True)
+
+
+def ch_interleaved(*a):
+    return _chunk(*a, layout="interleaved")
+
+
+def ch_unscaled(*a):
+    return _chunk(*a, divide=lambda K: 1.0)
+
+
+def ch_by_length(*a):
+    return _chunk(*a, divide=lambda K: math.sqrt(K.shape[2]))
+
+
+def _paged(q, k_pool, v_pool, block_table, lengths, *, how="interleave", extra=0, mask=True, blocks="table",
+           divide=None):  # fmt: skip
+    size, heads, kv_heads = k_pool.shape[2], q.shape[1], k_pool.shape[1]
     group = heads // kv_heads
-    if how == "interleave":
-        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    elif how == "repeat":
-        k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
-    else:
-        k, v = k[:, [0] * heads], v[:, [0] * heads]
-    s = q @ k.mT / (math.sqrt(q.shape[-1]) if divide is None else divide(q, k))
-    if mask:
-        keep = torch.arange(k.shape[2])[None] < (lengths[:, None] + extra)
-        s = s.masked_fill(~keep[:, None, None], -math.inf)
-    return s.softmax(-1) @ v
+    out = []
+    for b in range(q.shape[0]):
+        n = int(lengths[b])
+        used = block_table[b, : -(-n // size)]
+        used = {"table": used, "pool": torch.arange(len(used)), "sorted": used.sort().values}[blocks]
+        k = k_pool[used].transpose(0, 1).reshape(kv_heads, -1, q.shape[-1])
+        v = v_pool[used].transpose(0, 1).reshape(kv_heads, -1, q.shape[-1])
+        if how == "interleave":
+            k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+        elif how == "repeat":
+            k, v = k.repeat(group, 1, 1), v.repeat(group, 1, 1)
+        else:
+            k, v = k[[0] * heads], v[[0] * heads]
+        s = q[b] @ k.mT / (math.sqrt(q.shape[-1]) if divide is None else divide(q, k_pool))
+        if mask:
+            s = s.masked_fill(torch.arange(k.shape[1]) >= n + extra, -math.inf)
+        out.append(s.softmax(-1) @ v)
+    return torch.stack(out)
 
 
-def gd_repeat(*a):
-    return _grouped(*a, how="repeat")
+def pd_repeat(*a):
+    return _paged(*a, how="repeat")
 
 
-def gd_head_zero(*a):
-    return _grouped(*a, how="first")
+def pd_head_zero(*a):
+    return _paged(*a, how="first")
 
 
-def gd_no_mask(*a):
-    return _grouped(*a, mask=False)
+def pd_no_mask(*a):
+    return _paged(*a, mask=False)
 
 
-def gd_last_key_masked(*a):
-    return _grouped(*a, extra=-1)
+def pd_last_masked(*a):
+    return _paged(*a, extra=-1)
 
 
-def gd_first_pad_read(*a):
-    return _grouped(*a, extra=1)
+def pd_one_more(*a):
+    return _paged(*a, extra=1)
 
 
-def gd_unscaled(*a):
-    return _grouped(*a, divide=lambda q, k: 1.0)
+def pd_pool_order(*a):
+    return _paged(*a, blocks="pool")
 
 
-def gd_by_heads(q, k, v, lengths):
-    return _grouped(q, k, v, lengths, divide=lambda q_, k_: math.sqrt(q.shape[-1] * k.shape[1]))
+def pd_sorted_blocks(*a):
+    return _paged(*a, blocks="sorted")
+
+
+def pd_unscaled(*a):
+    return _paged(*a, divide=lambda q, k: 1.0)
+
+
+def pd_by_heads(*a):
+    return _paged(*a, divide=lambda q, k: math.sqrt(q.shape[-1] * k.shape[1]))
 
 
 def cb_query_heads(L, H, Hkv, d, b, s, n, w):
@@ -297,6 +369,18 @@ def cb_window_minus(L, H, Hkv, d, b, s, n, w):
 
 def cb_int32(L, H, Hkv, d, b, s, n, w):
     return learner_cache_bytes(*(t.to(torch.int32) for t in (L, H, Hkv, d, b, s, n, w))).long()
+
+
+def cb_int32_result(L, H, Hkv, d, b, s, n, w):
+    return learner_cache_bytes(*(t.to(torch.int32) for t in (L, H, Hkv, d, b, s, n, w)))
+
+
+def cb_float_result(L, H, Hkv, d, b, s, n, w):
+    return learner_cache_bytes(*(t.float() for t in (L, H, Hkv, d, b, s, n, w)))
+
+
+def cb_double_result(L, H, Hkv, d, b, s, n, w):
+    return learner_cache_bytes(*(t.double() for t in (L, H, Hkv, d, b, s, n, w)))
 
 
 def cb_allocated(L, H, Hkv, d, b, s, n, w):
@@ -386,31 +470,41 @@ def rs_unscaled(*a):
 
 
 MUTANTS = [
-    ("kv_cache_step", st_attend_first, "attended before its key and value were appended"),
-    ("kv_cache_step", st_new_only, "read only the new token's key and value"),
-    ("kv_cache_step", st_position_minus_one, "position m - 1"),
-    ("kv_cache_step", st_position_plus_one, "position m + 1"),
-    ("kv_cache_step", st_q_not_rotated, "the query was not rotated"),
-    ("kv_cache_step", st_k_not_rotated, "the new key was not rotated"),
-    ("kv_cache_step", st_no_rope, "neither the query nor the new key was rotated"),
-    ("kv_cache_step", st_rotated_again, "the cached keys were rotated again"),
-    ("kv_cache_step", st_prepended, "went in front of the cache"),
-    ("kv_cache_step", st_interleaved, "interleaved layout"),
-    ("kv_cache_step", st_unscaled, "the scores are not scaled"),
-    ("kv_cache_step", st_by_length, "square root of the number of keys"),
-    ("grouped_decode", gd_repeat, "the K/V heads were tiled"),
-    ("grouped_decode", gd_head_zero, "every query head read K/V head 0"),
-    ("grouped_decode", gd_no_mask, "the padding was read"),
-    ("grouped_decode", gd_last_key_masked, "the last real key was masked too"),
-    ("grouped_decode", gd_first_pad_read, "the first padding position was read too"),
-    ("grouped_decode", gd_unscaled, "the scores are not scaled"),
-    ("grouped_decode", gd_by_heads, "sqrt(head_dim * kv_heads)"),
+    ("kv_cache_chunk", ch_attend_first, "attended before the new keys and values were appended"),
+    ("kv_cache_chunk", ch_new_only, "read only the new tokens' keys and values"),
+    ("kv_cache_chunk", ch_position_minus_one, "position m + i - 1"),
+    ("kv_cache_chunk", ch_position_plus_one, "position m + i + 1"),
+    ("kv_cache_chunk", ch_all_at_m, "every new token was rotated as position m"),
+    ("kv_cache_chunk", ch_from_zero, "rotated as positions 0, 1"),
+    ("kv_cache_chunk", ch_no_mask, "attended to the new tokens after them"),
+    ("kv_cache_chunk", ch_top_left, "aligned to the top-left corner"),
+    ("kv_cache_chunk", ch_strict, "kept from reading its own key"),
+    ("kv_cache_chunk", ch_q_not_rotated, "the queries were not rotated"),
+    ("kv_cache_chunk", ch_k_not_rotated, "the new keys were not rotated"),
+    ("kv_cache_chunk", ch_no_rope, "neither the queries nor the new keys were rotated"),
+    ("kv_cache_chunk", ch_rotated_again, "the cached keys were rotated again"),
+    ("kv_cache_chunk", ch_prepended, "went in front of the cache"),
+    ("kv_cache_chunk", ch_interleaved, "interleaved layout"),
+    ("kv_cache_chunk", ch_unscaled, "the scores are not scaled"),
+    ("kv_cache_chunk", ch_by_length, "square root of the number of keys"),
+    ("paged_decode", pd_repeat, "the K/V heads were tiled"),
+    ("paged_decode", pd_head_zero, "every query head read K/V head 0"),
+    ("paged_decode", pd_no_mask, "the slots past each sequence's length were read"),
+    ("paged_decode", pd_last_masked, "each sequence's last token was masked too"),
+    ("paged_decode", pd_one_more, "the slot after each sequence's last token was read too"),
+    ("paged_decode", pd_pool_order, "the block table was ignored"),
+    ("paged_decode", pd_sorted_blocks, "read in the pool's order, not the table's"),
+    ("paged_decode", pd_unscaled, "the scores are not scaled"),
+    ("paged_decode", pd_by_heads, "sqrt(head_dim * kv_heads)"),
     ("cache_bytes", cb_query_heads, "you counted the query heads"),
     ("cache_bytes", cb_no_two, "the factor 2 is missing"),
     ("cache_bytes", cb_no_window, "the window was ignored"),
     ("cache_bytes", cb_window_plus, "window + 1 tokens"),
     ("cache_bytes", cb_window_minus, "window - 1 tokens"),
     ("cache_bytes", cb_int32, "32-bit integers"),
+    ("cache_bytes", cb_int32_result, "came back in 32-bit integers"),
+    ("cache_bytes", cb_float_result, "came back in 32-bit floats"),
+    ("cache_bytes", cb_double_result, "came back as floating-point numbers (float64)"),
     ("cache_bytes", cb_allocated, "you counted the slots the buffer allocates"),
     ("rolling_step", rs_slot_plus_one, "slot (position + 1) % W"),
     ("rolling_step", rs_slot_minus_one, "slot (position - 1) % W"),
@@ -425,11 +519,11 @@ MUTANTS = [
     ("rolling_step", rs_unscaled, "the scores are not scaled"),
 ]
 
-# the position one step late and one early; the padding boundary one key too far and one too near; the window one
-# token too long and one too short; the slot one too far on and one too early
+# the positions one step late and one early; the length one slot too far and one too near; the window one token too
+# long and one too short; the slot one too far on and one too early
 OFF_BY_ONE = {
-    "kv_cache_step": (st_position_plus_one, st_position_minus_one),
-    "grouped_decode": (gd_first_pad_read, gd_last_key_masked),
+    "kv_cache_chunk": (ch_position_plus_one, ch_position_minus_one),
+    "paged_decode": (pd_one_more, pd_last_masked),
     "cache_bytes": (cb_window_plus, cb_window_minus),
     "rolling_step": (rs_slot_plus_one, rs_slot_minus_one),
 }
@@ -439,40 +533,46 @@ OFF_BY_ONE = {
 # --------------------------------------------------------------------------------------------
 
 
-def st_softmax_by_exp(q, k_new, v_new, k_cache, v_cache):
-    pos = torch.tensor([k_cache.shape[2]])
+def ch_softmax_by_exp(q, k_new, v_new, k_cache, v_cache):
+    m, n = k_cache.shape[2], q.shape[2]
+    pos = torch.arange(m, m + n)
     q, k_new = apply_rope(q, pos), apply_rope(k_new, pos)
     K, V = torch.cat([k_cache, k_new], 2), torch.cat([v_cache, v_new], 2)
-    e = torch.exp(q @ K.mT / math.sqrt(q.shape[-1]))
+    e = torch.exp(q @ K.mT / math.sqrt(q.shape[-1])) * (torch.arange(m + n)[None, :] <= pos[:, None])
     return e / e.sum(-1, keepdim=True) @ V, K, V
 
 
-def gd_softmax_by_exp(q, k, v, lengths):
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    e = torch.exp(q @ k.mT / math.sqrt(q.shape[-1]))
-    e = e * (torch.arange(k.shape[2])[None] < lengths[:, None])[:, None, None]
-    return e / e.sum(-1, keepdim=True) @ v
+def pd_softmax_by_exp(q, k_pool, v_pool, block_table, lengths):
+    size, group = k_pool.shape[2], q.shape[1] // k_pool.shape[1]
+    out = []
+    for b in range(q.shape[0]):
+        n = int(lengths[b])
+        blocks = block_table[b, : -(-n // size)]
+        k = _gather(k_pool, blocks, n).repeat_interleave(group, 0)
+        v = _gather(v_pool, blocks, n).repeat_interleave(group, 0)
+        e = torch.exp(q[b] @ k.mT / math.sqrt(q.shape[-1]))
+        out.append(e / e.sum(-1, keepdim=True) @ v)
+    return torch.stack(out)
 
 
-def gd_fast_path_unpadded(q, k, v, lengths):
-    """When nothing is padded, 'no mask needed' — and the K/V heads taken with repeat there."""
-    if bool((lengths == k.shape[2]).all()):
-        return gd_repeat(q, k, v, lengths)
-    return learner_grouped_decode(q, k, v, lengths)
+def pd_fast_path_unpadded(q, k_pool, v_pool, block_table, lengths):
+    """When every last block is full, 'nothing to mask' — and the K/V heads taken with repeat there."""
+    if bool((lengths % k_pool.shape[2] == 0).all()):
+        return pd_repeat(q, k_pool, v_pool, block_table, lengths)
+    return learner_paged_decode(q, k_pool, v_pool, block_table, lengths)
 
 
 def cb_float32(L, H, Hkv, d, b, s, n, w):
     return learner_cache_bytes(*(t.float() for t in (L, H, Hkv, d, b, s, n, w))).long()
 
 
-def st_squeezed(*args):
+def ch_squeezed(*args):
     """`.squeeze(0)` "to drop the batch axis": harmless until the batch has one sequence."""
-    return tuple(t.squeeze(0) for t in learner_kv_cache_step(*args))
+    return tuple(t.squeeze(0) for t in learner_kv_cache_chunk(*args))
 
 
-def gd_squeezed(*args):
-    return learner_grouped_decode(*args).squeeze(0)
+def pd_squeezed(*args):
+    return learner_paged_decode(*args).squeeze(0)
 
 
 def rs_squeezed(*args):
@@ -491,12 +591,12 @@ def rs_softmax_by_exp(q, k_new, v_new, k_buffer, v_buffer, position):
 
 KIND_MUTANTS = [
     *batch_of_one({"cache_bytes": CORRECT["cache_bytes"]}),
-    ("kv_cache_step", st_squeezed, "a batch of one", "batch of one"),
-    ("grouped_decode", gd_squeezed, "a batch of one", "batch of one"),
-    ("kv_cache_step", st_softmax_by_exp, LARGE, "This test case has large inputs"),
-    ("grouped_decode", gd_softmax_by_exp, LARGE, "This test case has large inputs"),
-    ("grouped_decode", gd_no_mask, PADDED, "the padding was read"),
-    ("grouped_decode", gd_fast_path_unpadded, UNPADDED, "no padding"),
+    ("kv_cache_chunk", ch_squeezed, "a batch of one", "batch of one"),
+    ("paged_decode", pd_squeezed, "a batch of one", "batch of one"),
+    ("kv_cache_chunk", ch_softmax_by_exp, LARGE, "This test case has large inputs"),
+    ("paged_decode", pd_softmax_by_exp, LARGE, "This test case has large inputs"),
+    ("paged_decode", pd_no_mask, PADDED, "the slots past each sequence's length were read"),
+    ("paged_decode", pd_fast_path_unpadded, UNPADDED, "no padding"),
     ("cache_bytes", cb_float32, LARGE, "computed in 32-bit floats"),
     ("rolling_step", rs_squeezed, "a batch of one", "batch of one"),
     ("rolling_step", rs_softmax_by_exp, LARGE, "This test case has large inputs"),
@@ -504,7 +604,7 @@ KIND_MUTANTS = [
 
 KINDS_NOT_APPLICABLE = {
     **{
-        ("kv_cache_step", kind): "one step reads one sequence's whole cache: nothing is padded"
+        ("kv_cache_chunk", kind): "a chunk reads one sequence's whole cache: nothing is padded"
         for kind in (PADDED, UNPADDED)
     },  # fmt: skip
     **{
@@ -521,95 +621,128 @@ KINDS_NOT_APPLICABLE = {
 # --------------------------------------------------------------------------------------------
 
 
-def stb_cache_only(q, k_new, v_new, k_cache, v_cache):
+def chb_is_causal(q, k_new, v_new, k_cache, v_cache):
+    """torch's is_causal, as in training: fine for a whole sequence, top-left aligned for a chunk after a cache."""
     m = k_cache.size(2)
-    p = torch.full((1,), m)
-    qr, kr = apply_rope(q, p), apply_rope(k_new, p)
-    att = F.scaled_dot_product_attention(qr, k_cache, v_cache) if m else torch.zeros_like(v_new)
-    return att, torch.cat((k_cache, kr), -2), torch.cat((v_cache, v_new), -2)
+    pos = torch.arange(m, m + q.size(2))
+    K, V = torch.cat((k_cache, apply_rope(k_new, pos)), -2), torch.cat((v_cache, v_new), -2)
+    return F.scaled_dot_product_attention(apply_rope(q, pos), K, V, is_causal=True), K, V
 
 
-def stb_position_from_one(q, k_new, v_new, k_cache, v_cache):
-    p = torch.tensor([k_cache.size(2) + 1])  # "positions start at 1"
-    K = torch.cat((k_cache, apply_rope(k_new, p)), -2)
-    V = torch.cat((v_cache, v_new), -2)
-    return F.scaled_dot_product_attention(apply_rope(q, p), K, V), K, V
-
-
-def stb_forgot_rope(q, k_new, v_new, k_cache, v_cache):
-    K, V = torch.cat((k_cache, k_new), -2), torch.cat((v_cache, v_new), -2)
-    return F.scaled_dot_product_attention(q, K, V), K, V
-
-
-def stb_cache_keys_raw_positions(q, k_new, v_new, k_cache, v_cache):
-    """Rotates everything at the end, the whole new cache by positions 0..m."""
-    K, V = torch.cat((k_cache, k_new), -2), torch.cat((v_cache, v_new), -2)
+def chb_positions_in_chunk(q, k_new, v_new, k_cache, v_cache):
+    """RoPE by the position inside the chunk."""
+    p = torch.arange(q.size(2))
     m = k_cache.size(2)
-    K = apply_rope(K, torch.arange(m + 1))
-    return F.scaled_dot_product_attention(apply_rope(q, torch.tensor([m])), K, V), K, V
+    K, V = torch.cat((k_cache, apply_rope(k_new, p)), -2), torch.cat((v_cache, v_new), -2)
+    keep = torch.ones(q.size(2), K.size(2), dtype=torch.bool).tril(diagonal=m)
+    return F.scaled_dot_product_attention(apply_rope(q, p), K, V, attn_mask=keep), K, V
 
 
-def stb_softmax_over_heads(q, k_new, v_new, k_cache, v_cache):
-    pos = torch.tensor([k_cache.size(2)])
-    K = torch.cat((k_cache, apply_rope(k_new, pos)), -2)
-    V = torch.cat((v_cache, v_new), -2)
-    s = torch.einsum("bhqd,bhkd->bhqk", apply_rope(q, pos), K) / math.sqrt(q.size(-1))
-    return torch.einsum("bhqk,bhkd->bhqd", s.softmax(dim=1), V), K, V
+def chb_one_position(q, k_new, v_new, k_cache, v_cache):
+    """Uses the one-token step's position, m, for the whole chunk."""
+    m, n = k_cache.size(2), q.size(2)
+    p = torch.tensor([m] * n)
+    K, V = torch.cat((k_cache, apply_rope(k_new, p)), -2), torch.cat((v_cache, v_new), -2)
+    keep = torch.ones(n, m + n, dtype=torch.bool).tril(diagonal=m)
+    return F.scaled_dot_product_attention(apply_rope(q, p), K, V, attn_mask=keep), K, V
 
 
-def stb_values_rotated(q, k_new, v_new, k_cache, v_cache):
-    pos = torch.tensor([k_cache.size(2)])
-    K = torch.cat((k_cache, apply_rope(k_new, pos)), -2)
-    V = torch.cat((v_cache, apply_rope(v_new, pos)), -2)
+def chb_no_mask(q, k_new, v_new, k_cache, v_cache):
+    m = k_cache.size(2)
+    pos = torch.arange(m, m + q.size(2))
+    K, V = torch.cat((k_cache, apply_rope(k_new, pos)), -2), torch.cat((v_cache, v_new), -2)
     return F.scaled_dot_product_attention(apply_rope(q, pos), K, V), K, V
 
 
-def stb_returns_old_cache(q, k_new, v_new, k_cache, v_cache):
-    out, _, _ = learner_kv_cache_step(q, k_new, v_new, k_cache, v_cache)
+def chb_each_reads_cache_and_itself(q, k_new, v_new, k_cache, v_cache):
+    """A loop that forgets to grow the cache between the new tokens: each reads the old cache and itself only."""
+    m, outs = k_cache.size(2), []
+    for i in range(q.size(2)):
+        p = torch.tensor([m + i])
+        K = torch.cat((k_cache, apply_rope(k_new[:, :, i : i + 1], p)), -2)
+        V = torch.cat((v_cache, v_new[:, :, i : i + 1]), -2)
+        outs.append(F.scaled_dot_product_attention(apply_rope(q[:, :, i : i + 1], p), K, V))
+    pos = torch.arange(m, m + q.size(2))
+    return torch.cat(outs, 2), torch.cat((k_cache, apply_rope(k_new, pos)), -2), torch.cat((v_cache, v_new), -2)
+
+
+def chb_softmax_over_heads(q, k_new, v_new, k_cache, v_cache):
+    m = k_cache.size(2)
+    pos = torch.arange(m, m + q.size(2))
+    K = torch.cat((k_cache, apply_rope(k_new, pos)), -2)
+    V = torch.cat((v_cache, v_new), -2)
+    s = torch.einsum("bhqd,bhkd->bhqk", apply_rope(q, pos), K) / math.sqrt(q.size(-1))
+    s = s.masked_fill(torch.arange(K.size(2))[None] > pos[:, None], -math.inf)
+    return torch.einsum("bhqk,bhkd->bhqd", s.softmax(dim=1).nan_to_num(), V), K, V
+
+
+def chb_values_rotated(q, k_new, v_new, k_cache, v_cache):
+    m = k_cache.size(2)
+    pos = torch.arange(m, m + q.size(2))
+    K = torch.cat((k_cache, apply_rope(k_new, pos)), -2)
+    V = torch.cat((v_cache, apply_rope(v_new, pos)), -2)
+    keep = torch.ones(q.size(2), K.size(2), dtype=torch.bool).tril(diagonal=m)
+    return F.scaled_dot_product_attention(apply_rope(q, pos), K, V, attn_mask=keep), K, V
+
+
+def chb_returns_old_cache(q, k_new, v_new, k_cache, v_cache):
+    out, _, _ = learner_kv_cache_chunk(q, k_new, v_new, k_cache, v_cache)
     return out, k_cache, v_cache
 
 
-def gdb_tile(q, k, v, lengths):
-    g = q.size(1) // k.size(1)
-    keep = (torch.arange(k.size(2)).unsqueeze(0) < lengths.unsqueeze(1)).view(len(lengths), 1, 1, -1)
-    return F.scaled_dot_product_attention(q, k.tile(1, g, 1, 1), v.tile(1, g, 1, 1), attn_mask=keep)
+def pdb_whole_pool(q, k_pool, v_pool, block_table, lengths):
+    """Flattens the whole pool into one long cache and takes each sequence's first lengths[b] positions."""
+    kv, d = k_pool.size(1), k_pool.size(-1)
+    k_all = k_pool.transpose(0, 1).reshape(kv, -1, d)
+    v_all = v_pool.transpose(0, 1).reshape(kv, -1, d)
+    outs = []
+    for b in range(q.size(0)):
+        n = int(lengths[b])
+        outs.append(F.scaled_dot_product_attention(q[b : b + 1], k_all[None, :, :n], v_all[None, :, :n],
+                                                   enable_gqa=True))  # fmt: skip
+    return torch.cat(outs)
 
 
-def gdb_mean_queries(q, k, v, lengths):
-    """Averages each group's queries into one, then expands the result."""
-    g = q.size(1) // k.size(1)
-    qm = q.view(q.size(0), k.size(1), g, 1, q.size(-1)).mean(2)
-    keep = (torch.arange(k.size(2))[None] < lengths[:, None])[:, None, None]
-    out = F.scaled_dot_product_attention(qm, k, v, attn_mask=keep)
-    return out.repeat_interleave(g, 1)
+def pdb_first_table_for_all(q, k_pool, v_pool, block_table, lengths):
+    """Reads sequence 0's block table for every sequence."""
+    return learner_paged_decode(q, k_pool, v_pool, block_table[:1].expand_as(block_table), lengths)
 
 
-def gdb_mask_with_zero(q, k, v, lengths):
-    g = q.size(1) // k.size(1)
-    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-    s = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.size(-1))
-    keep = (torch.arange(k.size(2))[None] < lengths[:, None])[:, None, None]
-    return (s * keep).softmax(-1) @ v  # zeros, not -inf, at the padding
+def pdb_mask_with_zero(q, k_pool, v_pool, block_table, lengths):
+    size = k_pool.size(2)
+    table = block_table.clamp(min=0)
+    k = k_pool[table].transpose(1, 2).flatten(2, 3).repeat_interleave(q.size(1) // k_pool.size(1), 1)
+    v = v_pool[table].transpose(1, 2).flatten(2, 3).repeat_interleave(q.size(1) // k_pool.size(1), 1)
+    s = q @ k.transpose(2, 3) / math.sqrt(q.size(-1))
+    keep = (torch.arange(table.size(1) * size)[None] < lengths[:, None])[:, None, None]
+    return (s * keep).softmax(-1) @ v  # zeros, not -inf, past the length
 
 
-def gdb_mask_after_softmax(q, k, v, lengths):
-    g = q.size(1) // k.size(1)
-    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+def pdb_mask_after_softmax(q, k_pool, v_pool, block_table, lengths):
+    size = k_pool.size(2)
+    table = block_table.clamp(min=0)
+    k = k_pool[table].transpose(1, 2).flatten(2, 3).repeat_interleave(q.size(1) // k_pool.size(1), 1)
+    v = v_pool[table].transpose(1, 2).flatten(2, 3).repeat_interleave(q.size(1) // k_pool.size(1), 1)
     w = (q @ k.transpose(2, 3) / math.sqrt(q.size(-1))).softmax(-1)
-    keep = (torch.arange(k.size(2))[None] < lengths[:, None])[:, None, None]
+    keep = (torch.arange(table.size(1) * size)[None] < lengths[:, None])[:, None, None]
     return (w * keep) @ v  # not renormalised
 
 
-def gdb_lengths_as_last_index(q, k, v, lengths):
-    keep = (torch.arange(k.size(2))[None] <= lengths[:, None])[:, None, None]
+def pdb_lengths_as_last_index(q, k_pool, v_pool, block_table, lengths):
+    size = k_pool.size(2)
+    table = block_table.clamp(min=0)
+    k, v = (p[table].transpose(1, 2).flatten(2, 3) for p in (k_pool, v_pool))
+    keep = (torch.arange(table.size(1) * size)[None] <= lengths[:, None])[:, None, None]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)
 
 
-def gdb_last_index_exclusive(q, k, v, lengths):
-    """Treats lengths as the index of the last real key, then leaves it out."""
-    last = lengths - 1
-    keep = (torch.arange(k.size(2))[None] < last[:, None])[:, None, None]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, enable_gqa=True)
+def pdb_tile(q, k_pool, v_pool, block_table, lengths):
+    size = k_pool.size(2)
+    table = block_table.clamp(min=0)
+    g = q.size(1) // k_pool.size(1)
+    k, v = (p[table].transpose(1, 2).flatten(2, 3).tile(1, g, 1, 1) for p in (k_pool, v_pool))
+    keep = (torch.arange(table.size(1) * size)[None] < lengths[:, None])[:, None, None]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
 
 
 def cbb_bits(L, H, Hkv, d, b, s, n, w):
@@ -719,19 +852,20 @@ def rsb_attend_then_write(q, k_new, v_new, k_buffer, v_buffer, position):
 
 
 BUGS = [
-    ("kv_cache_step", stb_cache_only, "attended before its key and value were appended"),
-    ("kv_cache_step", stb_position_from_one, "position m + 1"),
-    ("kv_cache_step", stb_forgot_rope, "neither the query nor the new key was rotated"),
-    ("kv_cache_step", stb_cache_keys_raw_positions, "the cached keys were rotated again"),
-    ("kv_cache_step", stb_softmax_over_heads, GENERIC),
-    ("kv_cache_step", stb_values_rotated, GENERIC),
-    ("kv_cache_step", stb_returns_old_cache, GENERIC),
-    ("grouped_decode", gdb_tile, "the K/V heads were tiled"),
-    ("grouped_decode", gdb_mean_queries, GENERIC),
-    ("grouped_decode", gdb_mask_with_zero, GENERIC),
-    ("grouped_decode", gdb_mask_after_softmax, GENERIC),
-    ("grouped_decode", gdb_lengths_as_last_index, "the first padding position was read too"),
-    ("grouped_decode", gdb_last_index_exclusive, GENERIC),  # length 1: SDPA reads nothing, yet gives no NaN
+    ("kv_cache_chunk", chb_is_causal, "aligned to the top-left corner"),
+    ("kv_cache_chunk", chb_positions_in_chunk, "rotated as positions 0, 1"),
+    ("kv_cache_chunk", chb_one_position, "every new token was rotated as position m"),
+    ("kv_cache_chunk", chb_no_mask, "attended to the new tokens after them"),
+    ("kv_cache_chunk", chb_each_reads_cache_and_itself, GENERIC),
+    ("kv_cache_chunk", chb_softmax_over_heads, GENERIC),
+    ("kv_cache_chunk", chb_values_rotated, GENERIC),
+    ("kv_cache_chunk", chb_returns_old_cache, GENERIC),
+    ("paged_decode", pdb_whole_pool, "the block table was ignored"),
+    ("paged_decode", pdb_first_table_for_all, GENERIC),
+    ("paged_decode", pdb_mask_with_zero, GENERIC),
+    ("paged_decode", pdb_mask_after_softmax, GENERIC),
+    ("paged_decode", pdb_lengths_as_last_index, "the slot after each sequence's last token was read too"),
+    ("paged_decode", pdb_tile, "the K/V heads were tiled"),
     ("cache_bytes", cbb_bits, GENERIC),
     ("cache_bytes", cbb_window_max, GENERIC),
     ("cache_bytes", cbb_per_token, GENERIC),
