@@ -703,7 +703,7 @@ BAD_CALLS = [
     ("RMSNorm/zero", lambda: transformer.RMSNorm(0), ValueError,
      r"d_model \(the model width\) should be an int with 1"),
     ("swiglu/linear-weights", lambda: transformer.swiglu(X8, torch.ones(12, 8), torch.ones(12, 8), torch.ones(8, 12)),
-     ValueError, r"W_gate should be \(d_model, d_ff\) = \(8, 8\), got .* shape \(12, 8\).*pass \.weight\.T"),
+     ValueError, r"W_gate should be \(d_model, d_ff\) with d_model = 8 rows, .* shape \(12, 8\); it looks transposed.*pass \.weight\.T"),
     ("swiglu/down", lambda: transformer.swiglu(X8, torch.ones(8, 12), torch.ones(8, 12), torch.ones(8, 12)),
      ValueError, r"W_down should be \(d_ff, d_model\) = \(12, 8\), got .* shape \(8, 12\)"),
     ("swiglu_hidden/float", lambda: transformer.swiglu_hidden(128.0), TypeError,
