@@ -701,10 +701,10 @@ class BlockStack(nn.Module):
         self.embedding_scale = check_number("embedding_scale", embedding_scale, "a factor on the embeddings", 0.0,
                                             strict=True)  # fmt: skip
         kind = Block if norm_first else PostNormEncoderBlock
-        with seeded(seed):
+        with seeded(seed):  # the readout before the blocks: stacks of every depth share it (and the embedding)
             self.embedding = nn.Embedding(vocab_size, d_model)
-            self.blocks = nn.ModuleList(kind(d_model, num_heads, d_ff) for _ in range(num_layers))
             self.head = nn.Linear(d_model, vocab_size)
+            self.blocks = nn.ModuleList(kind(d_model, num_heads, d_ff) for _ in range(num_layers))
             if init == "xavier":
                 for layer in (m for m in self.blocks.modules() if isinstance(m, nn.Linear)):
                     nn.init.xavier_normal_(layer.weight)

@@ -426,7 +426,8 @@ def _ceil(x: float) -> float:
 MARGIN_RULES_09 = (
     "from every run of the record (each kernel set, each seed): a gap the lesson asserts gets half the smallest gap "
     "seen, rounded down to 0.01; a deviation it bounds gets twice the largest deviation seen, rounded up to 0.01; a "
-    "ratio it asserts above 1 gets 1 plus half the smallest excess, rounded down to 0.01"
+    "ratio it asserts above 1 gets 1 plus half the smallest excess, rounded down to 0.01 (and the pre-norm stack's "
+    "first/last ratio along the identity path only must stay below that threshold in every run)"
 )
 
 
@@ -445,6 +446,10 @@ def lesson09_margins(runs: list[dict]) -> dict:
     arms = ("pytorch", "xavier", "small embeddings")
     fall = min(smallest("pre fall 6"), smallest("pre fall 12"))
     rise = min(smallest("identity post rise 6"), smallest("identity post rise 12"))
+    no_fall = largest("identity pre 6", "identity pre 12")
+    if no_fall >= _floor(1 + (fall - 1) / 2):
+        raise ValueError(f"the identity path's first/last ratio ({no_fall:.3f}) reaches the fall's threshold: the "
+                         "lesson could not tell the two apart")  # fmt: skip
     return {
         "post_over_pre": _floor(1 + (min(smallest(f"post/pre {d}") for d in (2, 6, 12)) - 1) / 2),
         "ratio_growth": _floor(smallest("ratio growth") / 2),
@@ -452,8 +457,7 @@ def lesson09_margins(runs: list[dict]) -> dict:
         "pythagoras": _ceil(2 * largest(*(f"{arm} pythagoras" for arm in arms))),
         "xavier_shrink_gap": _floor(smallest("xavier shrink gap") / 2),
         "embedding_shrink_gap": _floor(smallest("embedding shrink gap") / 2),
-        "pre_fall": _floor(1 + (fall - 1) / 2),
-        "identity_flat": _ceil(2 * max(abs(s[k] - 1) for s in stats for k in ("identity pre 6", "identity pre 12"))),
+        "pre_fall": _floor(1 + (fall - 1) / 2),  # with every path the ratio is above it, along the identity below
         "identity_rise": _floor(1 + (rise - 1) / 2),
         "bigram_gap": _floor(min(r["bigram"] - r["valid"] for r in lms) / 2),
         "one_char_vs_whole": _floor(min(r["context"]["1"] - r["context"]["64"] for r in lms) / 2),
