@@ -394,6 +394,7 @@ def lesson09_statistics(r: dict) -> dict:
     for depth in (2, 6, 12):
         stats[f"post/pre {depth}"] = _09_last(r, "pytorch", "post", depth) / _09_last(r, "pytorch", "pre", depth)
     stats["ratio growth"] = stats["post/pre 12"] - stats["post/pre 2"]
+    stats["post factor"] = _09_last(r, "pytorch", "post", 12) / _09_last(r, "pytorch", "post", 2)
     for arm in ("pytorch", "xavier", "small embeddings"):
         shrink = _09_last(r, arm, "pre", 12) / _09_last(r, arm, "pre", 2)
         growth = _09_rms(r, arm, 12) / _09_rms(r, arm, 2)
@@ -453,6 +454,7 @@ def lesson09_margins(runs: list[dict]) -> dict:
     return {
         "post_over_pre": _floor(1 + (min(smallest(f"post/pre {d}") for d in (2, 6, 12)) - 1) / 2),
         "ratio_growth": _floor(smallest("ratio growth") / 2),
+        "post_rise": _floor(1 + (smallest("post factor") - 1) / 2),
         "tracks": _ceil(2 * largest(*(f"{arm} tracks" for arm in arms))),
         "pythagoras": _ceil(2 * largest(*(f"{arm} pythagoras" for arm in arms))),
         "xavier_shrink_gap": _floor(smallest("xavier shrink gap") / 2),
@@ -462,8 +464,9 @@ def lesson09_margins(runs: list[dict]) -> dict:
         "bigram_gap": _floor(min(r["bigram"] - r["valid"] for r in lms) / 2),
         "one_char_vs_whole": _floor(min(r["context"]["1"] - r["context"]["64"] for r in lms) / 2),
         "one_char_vs_bigram": _floor(min(r["context"]["1"] - r["bigram_cut"] for r in lms) / 2),
-        "far_context_share": _ceil(2 * max((r["context"]["4"] - r["context"]["64"]) /
-                                           (r["context"]["1"] - r["context"]["64"]) for r in lms)),  # fmt: skip
+        "far_context_share": _ceil(
+            2 * max((r["context"]["4"] - r["context"]["64"]) / (r["context"]["1"] - r["context"]["64"]) for r in lms)
+        ),  # fmt: skip
         "distinct_gap": _floor(min(r["distinct"]["1.5"] - r["distinct"]["0.1"] for r in lms) / 2),
     }
 
@@ -546,8 +549,12 @@ def _write_lesson09_record(results: list[dict], args, kernels: str) -> None:
     runs.append({"kernels": kernels, "date": str(datetime.date.today()),
                  "command": f"benchmarks/calibrate.py --models {' '.join(args.models)} --seeds "
                             f"{' '.join(map(str, args.seeds))} --json {path}", "results": results})  # fmt: skip
-    record = {"recipe": {"steps": STEPS_09, "batch": BATCH_09, "context": CONTEXT_09, "lr": LR_09}, "runs": runs,
-              "margins": lesson09_margins(runs), "margin_rules": MARGIN_RULES_09}
+    record = {
+        "recipe": {"steps": STEPS_09, "batch": BATCH_09, "context": CONTEXT_09, "lr": LR_09},
+        "runs": runs,
+        "margins": lesson09_margins(runs),
+        "margin_rules": MARGIN_RULES_09,
+    }
     with open(path, "w") as f:
         json.dump(record, f, indent=1)
         f.write("\n")

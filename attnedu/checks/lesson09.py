@@ -1,17 +1,22 @@
 """Checks for the exercises of lesson 09 (the Transformer block).
 
 Vectors are rows and weights multiply on the right (``x @ W``), as in the lesson. The references are the package's
-own (``attnedu.transformer.rms_norm``, ``swiglu``, ``pre_norm_block``, ``qk_norm_scores``). Batch, length and widths
-differ from each other so that a reduction over the wrong axis shows. ``rms_norm`` has padded test cases, whose
-padding positions hold zero vectors (nn.Embedding's padding_idx): there RMSNorm is 0 / sqrt(eps), so forgetting eps
-gives NaN exactly there; the cases where eps matters elsewhere (eps 0.1, inputs of size 0.001) are padded ones too,
-so that each kind of test case shows a mistake of its own. The feed-forward layer, the causal block and the QK-norm
-scores act position by position or under a causal mask, so padding at the end of a sentence changes nothing in
-them: they have neither padded nor unpadded cases. The known-wrong variants include an off-by-one in both
-directions: the mean of squares over d - 1 and d + 1 features; SiLU one step early (on the input) and one step late
-(on the product); the causal diagonal shifted down (no query sees itself) and up (each sees the next one). The
-learner's functions may not run anything from ``attnedu.transformer`` (``forbidden``): the exercises ask for their
-own code.
+own (``attnedu.transformer.group_rms_norm``, ``clamped_swiglu``, ``pre_norm_block``, ``qk_norm_scores``,
+``qk_score_bound``). Exercises 1 and 2 are transfers, not the lesson's formulas retyped: RMSNorm within groups of
+consecutive features (Mamba-2's grouped norm; one library call does not do it) and gpt-oss's gated layer (interleaved
+columns, clamps, Swish with a slope, the linear part shifted by 1); exercise 3's block takes grouped-query attention.
+Batch, length and widths differ from each other so that a reduction over the wrong axis shows. ``group_rms_norm`` has
+padded test cases, whose padding positions hold zero vectors (nn.Embedding's padding_idx): there a group is 0 /
+sqrt(eps), so forgetting eps gives NaN exactly there; the cases where eps matters elsewhere (eps 0.01 and 0.1, inputs of
+size 0.001) are padded ones too, so that each kind of test case shows a mistake of its own, and the eps-sensitive case
+comes first, so that a wrong value is seen before a NaN gradient the same mistake makes at padding. The feed-forward
+layer, the causal block and the QK-norm scores act position by position or under a causal mask, so padding at the
+end of a sentence changes nothing in them: they have neither padded nor unpadded cases. The known-wrong variants
+include an off-by-one in both directions: a group's mean over one feature too many and too few; the Swish one step
+early (on the input) and one step late (on the product); the causal diagonal shifted down (no query sees itself) and
+up (each sees the next one). Every function a model is trained through is checked with ``gradients``: the gradients
+that flow back to its inputs must equal the reference's. The learner's functions may not run anything from
+``attnedu.transformer`` (``forbidden``): the exercises ask for their own code.
 """
 
 from __future__ import annotations
@@ -780,8 +785,9 @@ QK_NORM_SCORES = Exercise(
         "with the queries?",
         "q_normed = RMSNorm(q; q_weight) and k_normed = RMSNorm(k; k_weight), each over head_dim (the last axis), "
         "eps 1e-6; scores = q_normed k_normed^T / sqrt(head_dim), (batch, heads, query_len, key_len).",
-        "Your group_rms_norm from exercise 1, with one group, works on any leading axes: `qn = group_rms_norm(q, "
-        "q_weight, 1, 1e-6)`, `kn = group_rms_norm(k, k_weight, 1, 1e-6)`; `return qn @ kn.transpose(-2, -1) / "
+        "If your group_rms_norm from exercise 1 takes any leading axes, one group does it: `qn = group_rms_norm(q, "
+        "q_weight, 1, 1e-6)`, `kn = group_rms_norm(k, k_weight, 1, 1e-6)`; otherwise `qn = q * torch.rsqrt(q.pow(2)"
+        ".mean(-1, keepdim=True) + 1e-6) * q_weight`, and the same for k; `return qn @ kn.transpose(-2, -1) / "
         "math.sqrt(q.shape[-1])`.",
     ),
     gradients=True,  # the scores are trained through: gradients must flow back to q, k and both gains
