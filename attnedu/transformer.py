@@ -759,7 +759,7 @@ def ffn_gradient_norms(
 # heads, d_ff 256, each measured on one batch of 8 windows of 64 characters and averaged over three inits.
 GRADIENT_ARMS = {  # name: (BlockStack's options, arrangements measured, depths, branch_gradients)
     "pytorch": ({}, (False, True), (2, 6, 12), True),
-    "xavier": ({"init": "xavier"}, (False, True), (2, 6, 12), True),
+    "xavier": ({"init": "xavier"}, (True,), (2, 6, 12), True),
     "small embeddings": ({"embedding_scale": 0.1}, (True,), (2, 6, 12), True),
     "identity path": ({}, (False, True), (6, 12), False),
 }
