@@ -275,6 +275,10 @@ def _oss(x, W_in, W_down, alpha, limit, *, layout="interleaved", swap=False, slo
         linear = linear.clamp(max=limit)
     if act_at != "gate":
         activated = gate
+    elif gate_act == "gelu":
+        activated = torch.nn.functional.gelu(gate)
+    elif gate_act == "gelu_tanh":
+        activated = torch.nn.functional.gelu(gate, approximate="tanh")
     elif gate_act == "sigmoid":
         activated = torch.sigmoid(alpha * gate)
     elif slope == "inside":
@@ -335,6 +339,12 @@ CLAMPED_SWIGLU = Exercise(
             "the gate went through a sigmoid alone, without the factor z: that is the original GLU's gate. gpt-oss's "
             "gate is Swish, z * sigmoid(alpha z).",
             gate_act="sigmoid",
+        ),
+        Variant(
+            "the gate went through GELU. Swish with slope 1.702, z * sigmoid(1.702 z), is an approximation of GELU, "
+            "close but not equal, and gpt-oss uses the approximation itself, with the slope it is given (alpha).",
+            lambda x, W_in, W_down, alpha, limit: _oss(x, W_in, W_down, alpha, limit, gate_act="gelu"),
+            lambda x, W_in, W_down, alpha, limit: _oss(x, W_in, W_down, alpha, limit, gate_act="gelu_tanh"),
         ),
         _oss_variant(
             "the 1 is missing: the linear part multiplies the gate as it is. gpt-oss adds 1 to the (clamped) linear "

@@ -314,6 +314,12 @@ def oss_glu_gate(x, W_in, W_down, alpha, limit):
     return (torch.sigmoid(alpha * gate) * (linear + 1)) @ W_down
 
 
+def oss_gelu_tanh(x, W_in, W_down, alpha, limit):
+    both = x @ W_in
+    gate, linear = both[..., ::2].clamp(max=limit), both[..., 1::2].clamp(-limit, limit)
+    return (F.gelu(gate, approximate="tanh") * (linear + 1)) @ W_down
+
+
 def oss_no_one(x, W_in, W_down, alpha, limit):
     both = x @ W_in
     gate, linear = both[..., ::2].clamp(max=limit), both[..., 1::2].clamp(-limit, limit)
@@ -660,6 +666,7 @@ MUTANTS = [
     ("clamped_swiglu", oss_silu, "the slope alpha is missing"),
     ("clamped_swiglu", oss_alpha_outside, "alpha multiplies the whole activation"),
     ("clamped_swiglu", oss_glu_gate, "a sigmoid alone"),
+    ("clamped_swiglu", oss_gelu_tanh, "the gate went through GELU"),
     ("clamped_swiglu", oss_no_one, "the 1 is missing"),
     ("clamped_swiglu", oss_one_on_gate, "added to the activated gate"),
     ("clamped_swiglu", oss_linear_unclamped, "the linear part is not clamped"),
@@ -1119,7 +1126,7 @@ BUGS = [
     ("clamped_swiglu", ossb_chunked, "split into two halves"),
     ("clamped_swiglu", ossb_odd_gate, "the gate and the linear part are swapped"),
     ("clamped_swiglu", ossb_plain_silu, "the slope alpha is missing"),
-    ("clamped_swiglu", ossb_gelu, GENERIC),
+    ("clamped_swiglu", ossb_gelu, "the gate went through GELU"),
     ("clamped_swiglu", ossb_forgot_one, "the 1 is missing"),
     ("clamped_swiglu", ossb_relu_linear, GENERIC),
     ("clamped_swiglu", ossb_no_linear_clamp, "the linear part is not clamped"),
