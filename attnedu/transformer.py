@@ -11,7 +11,9 @@ Block, TinyTransformer   lessons 06-07: pre-norm LayerNorm blocks and a small la
 Lesson 09, the Transformer block (vectors are rows: x W; positions and heads count from 0):
 
 rms_norm, RMSNorm         Zhang & Sennrich 2019: x / sqrt(mean(x^2) + eps) * g, no centring, no shift
+group_rms_norm            the same within groups of consecutive features (Mamba-2; a head's output alone)
 swiglu, SwiGLU            Shazeer 2020: (SiLU(x W_gate) * (x W_up)) W_down, three matrices, no biases
+clamped_swiglu            gpt-oss's gated layer: Swish with a slope, clamped, the linear part shifted by 1
 PostNormEncoderBlock      Vaswani et al. 2017: x = LN(x + MultiHead(x)); x = LN(x + FFN(x))
 CrossAttentionDecoderBlock   the 2017 decoder block: masked self-attention, cross-attention (queries from the
                           decoder, keys and values from the encoder), FFN, each followed by Add & Norm
@@ -21,6 +23,7 @@ pre_norm_block            the same forward from weight matrices, without RoPE (t
 qk_norm_scores            RMSNorm on each head's queries and keys before the scores (QK-norm)
 qk_score_bound            the largest score QK-norm allows: sqrt(head_dim) * max_i |g_q,i g_k,i|
 BlockStack                a causal LM of LayerNorm blocks, post-norm or pre-norm, with identical weights
+ffn_gradient_norms, init_gradient_experiment   the gradients at initialisation, per block (Xiong et al. 2020)
 DecoderLM                 a decoder-only language model of PreNormDecoderBlocks, with sampling
 *_parameters              parameter counts by formula, for every block above
 
@@ -41,6 +44,7 @@ from ._validate import (
     check_bool,
     check_bool_mask,
     check_choice,
+    check_finite,
     check_float,
     check_ids,
     check_instance,
@@ -55,9 +59,9 @@ from ._validate import (
 )
 from .attention import scaled_dot_product_attention
 from .masks import causal_mask, sliding_window_mask
-from .multihead import MultiHeadAttention, merge_heads, multi_head_attention, split_heads
+from .multihead import MultiHeadAttention, grouped_query_attention, merge_heads, split_heads
 from .positional import LearnedPositions, alibi_bias, sinusoidal_encoding
-from .runtime import seeded
+from .runtime import in_parallel, seeded
 
 POSITIONS = ("none", "sinusoidal", "learned", "rope", "alibi")
 
@@ -268,7 +272,16 @@ class TinyTransformer(nn.Module):
 
 # --------------------------------------------------------------------------------------------
 # Lesson 09: the Transformer block
+#
+# Each public function shows its math in two places: the docstring (the equation, in the lesson's notation) and a
+# private function just above it (the same equation as code, unchecked). The public function checks what it was
+# given (the checks are at the end of this section) and calls the private one; the modules and the other functions
+# here call the private ones directly, with inputs they built themselves.
 # --------------------------------------------------------------------------------------------
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -279,14 +292,34 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     x (..., d_model), weight g (d_model,) -> (..., d_model). Unlike LayerNorm it neither subtracts the mean nor adds a
     shift: it only rescales each vector to a root mean square of 1, then multiplies feature i by g_i.
     """
-    check_min_dims("x", x, 1, "(..., d_model)")
-    check_float("x", x)
-    check_tensor("weight", weight, 1, "(d_model,)")
-    check_float("weight", weight)
-    check_size("weight", weight, 0, x.shape[-1], "d_model, the last dimension of x: one gain per feature")
-    check_same_dtype(x=x, weight=weight)
-    eps = check_number("eps", eps, "added to the mean of squares", 0.0)
-    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
+    eps = _check_norm_args("x", x, "weight", weight, eps, "d_model")
+    return _rms_norm(x, weight, eps)
+
+
+def _group_rms_norm(x: torch.Tensor, weight: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
+    grouped = x.unflatten(-1, (groups, x.shape[-1] // groups))  # (..., groups, group_size)
+    normed = grouped * torch.rsqrt(grouped.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return normed.flatten(-2) * weight
+
+
+def group_rms_norm(x: torch.Tensor, weight: torch.Tensor, groups: int, eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm within groups of features: the d_model features of each position are cut into ``groups`` groups of
+    s = d_model // groups consecutive features, and each group is divided by its own root mean square:
+
+        y[j s : (j+1) s] = x[j s : (j+1) s] / sqrt(mean_{i in group j}(x_i^2) + eps) * g[j s : (j+1) s]
+
+    x (..., d_model), weight g (d_model,), one gain per feature -> (..., d_model). ``groups=1`` is ``rms_norm``.
+    Mamba-2's output norm works this way (``group_size`` in its RMSNormGated), and with one group per head it
+    normalises each head's output alone, as the Differential Transformer does before merging its heads.
+    """
+    eps = _check_norm_args("x", x, "weight", weight, eps, "d_model")
+    groups = check_positive_int("groups", groups, "how many groups the features are cut into")
+    if x.shape[-1] % groups:
+        raise ValueError(
+            f"groups should divide d_model = {x.shape[-1]} (the last dimension of x), got groups={groups}: every "
+            "group holds the same number of consecutive features"
+        )
+    return _group_rms_norm(x, weight, groups, eps)
 
 
 class RMSNorm(nn.Module):
@@ -299,16 +332,12 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps)
+        _check_features("x", x, self.weight, "d_model of this norm")
+        return _rms_norm(x, self.weight, self.eps)
 
 
-def _check_matrix(name: str, W, shape: tuple[int, int], shape_doc: str, like: torch.Tensor, fix: str = "") -> None:
-    check_tensor(name, W, 2, shape_doc)
-    check_float(name, W)
-    if tuple(W.shape) != shape:
-        message = f"{name} should be {shape_doc} = {shape}, got {describe(W)}"
-        raise ValueError(message + (f"; {fix}" if fix else ""))
-    check_same_dtype(x=like, **{name: W})
+def _swiglu(x: torch.Tensor, W_gate: torch.Tensor, W_up: torch.Tensor, W_down: torch.Tensor) -> torch.Tensor:
+    return (nn.functional.silu(x @ W_gate) * (x @ W_up)) @ W_down
 
 
 def swiglu(x: torch.Tensor, W_gate: torch.Tensor, W_up: torch.Tensor, W_down: torch.Tensor) -> torch.Tensor:
@@ -320,16 +349,33 @@ def swiglu(x: torch.Tensor, W_gate: torch.Tensor, W_up: torch.Tensor, W_down: to
     by feature, how much of the "up" projection passes. Three matrices instead of the 2017 layer's two, so models
     take d_ff about 2/3 of 4 d_model to keep the parameter count (``swiglu_hidden``).
     """
-    check_min_dims("x", x, 1, "(..., d_model)")
-    check_float("x", x)
-    d_model = x.shape[-1]
-    check_tensor("W_gate", W_gate, 2, "(d_model, d_ff)")
-    d_ff = W_gate.shape[1]
-    fix = "weights are applied as x @ W (vectors are rows); an nn.Linear's weight is the transpose: pass .weight.T"
-    _check_matrix("W_gate", W_gate, (d_model, d_ff), "(d_model, d_ff)", x, fix)
-    _check_matrix("W_up", W_up, (d_model, d_ff), "(d_model, d_ff)", x, fix)
-    _check_matrix("W_down", W_down, (d_ff, d_model), "(d_ff, d_model)", x, fix)
-    return (nn.functional.silu(x @ W_gate) * (x @ W_up)) @ W_down
+    _check_swiglu_args(x, W_gate, W_up, W_down)
+    return _swiglu(x, W_gate, W_up, W_down)
+
+
+def _clamped_swiglu(x: torch.Tensor, W_in: torch.Tensor, W_down: torch.Tensor, alpha: float, limit: float):
+    both = x @ W_in  # (..., 2 d_ff): the gate in the even columns, the linear part in the odd ones
+    gate, linear = both[..., 0::2].clamp(max=limit), both[..., 1::2].clamp(-limit, limit)
+    return (gate * torch.sigmoid(alpha * gate) * (linear + 1)) @ W_down
+
+
+def clamped_swiglu(
+    x: torch.Tensor, W_in: torch.Tensor, W_down: torch.Tensor, alpha: float = 1.702, limit: float = 7.0
+) -> torch.Tensor:
+    """gpt-oss's gated feed-forward layer (OpenAI 2025, ``gpt_oss/torch/model.py``: ``swiglu``), biases left out:
+
+        [g, u] = x W_in            g the even columns of the product, u the odd ones (interleaved, as stored)
+        g = min(g, limit);  u = clamp(u, -limit, limit)
+        FFN(x) = (g * sigmoid(alpha g) * (u + 1)) W_down
+
+    x (..., d_model); W_in (d_model, 2 d_ff); W_down (d_ff, d_model) -> (..., d_model). Against the lesson's SwiGLU:
+    the gate's activation is Swish with slope ``alpha`` (alpha = 1 is SiLU; 1.702 makes it the sigmoid approximation
+    of GELU), the gate is clamped from above only (g sigmoid(alpha g) is bounded below by itself, its least value
+    about -0.28 / alpha), the linear part from both sides and shifted by 1, and the two projections share one matrix
+    whose columns alternate gate, linear.
+    """
+    alpha, limit = _check_clamped_swiglu_args(x, W_in, W_down, alpha, limit)
+    return _clamped_swiglu(x, W_in, W_down, alpha, limit)
 
 
 def swiglu_hidden(d_model: int, multiple_of: int = 8) -> int:
@@ -356,7 +402,8 @@ class SwiGLU(nn.Module):
         self.down = nn.Linear(d_ff, d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return swiglu(x, self.gate.weight.T, self.up.weight.T, self.down.weight.T)
+        _check_features("x", x, self.down.weight, "d_model of this layer")
+        return _swiglu(x, self.gate.weight.T, self.up.weight.T, self.down.weight.T)
 
 
 def _check_sequence(name: str, x, d_model: int, like: torch.Tensor) -> None:
@@ -518,11 +565,23 @@ class PreNormDecoderBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, rope_positions: torch.Tensor | None = None):
         _check_sequence("x", x, self.attention.d_model, self.ffn_norm.weight)
-        normed = self.attention_norm(x)
+        normed = _rms_norm(x, self.attention_norm.weight, self.attention_norm.eps)
         causal = causal_mask(x.shape[1], device=x.device)[None, None]
         attended, weights = self.attention(normed, normed, normed, causal, rope_positions=rope_positions)
         x = x + attended
-        return x + self.feed_forward(self.ffn_norm(x)), weights
+        ffn = self.feed_forward
+        normed = _rms_norm(x, self.ffn_norm.weight, self.ffn_norm.eps)
+        return x + _swiglu(normed, ffn.gate.weight.T, ffn.up.weight.T, ffn.down.weight.T), weights
+
+
+def _pre_norm_block(x, attention_norm, W_q, W_k, W_v, W_o, ffn_norm, W_gate, W_up, W_down, num_heads, eps):
+    batch, seq_len, d_model = x.shape
+    num_kv_heads = W_k.shape[1] // (d_model // num_heads)
+    causal = causal_mask(seq_len, device=x.device)[None].expand(batch, seq_len, seq_len)
+    h = _rms_norm(x, attention_norm, eps)
+    attended, _ = grouped_query_attention(h, h, h, causal, W_q, W_k, W_v, W_o, num_heads, num_kv_heads)
+    x = x + attended
+    return x + _swiglu(_rms_norm(x, ffn_norm, eps), W_gate, W_up, W_down)
 
 
 def pre_norm_block(
@@ -536,36 +595,36 @@ def pre_norm_block(
         h = rms_norm(x, attention_norm);  x = x + MultiHead(h, h, h, causal mask)
         h = rms_norm(x, ffn_norm);        x = x + swiglu(h, W_gate, W_up, W_down)
 
-    x (batch, seq_len, d_model); attention_norm, ffn_norm (d_model,); W_q, W_k, W_v, W_o (d_model, d_model);
-    W_gate, W_up (d_model, d_ff); W_down (d_ff, d_model) -> (batch, seq_len, d_model).
+    x (batch, seq_len, d_model); attention_norm, ffn_norm (d_model,); W_q, W_o (d_model, d_model); W_k, W_v
+    (d_model, num_kv_heads * head_dim), head_dim = d_model // num_heads: with fewer columns than d_model the
+    attention is grouped-query, each key/value head shared by num_heads // num_kv_heads consecutive query heads
+    (``attnedu.multihead.grouped_query_attention``); W_gate, W_up (d_model, d_ff); W_down (d_ff, d_model)
+    -> (batch, seq_len, d_model).
     """
-    check_tensor("x", x, 3, "(batch, seq_len, d_model)")
-    check_float("x", x)
-    batch, seq_len, _ = x.shape
-    causal = causal_mask(seq_len, device=x.device)[None].expand(batch, seq_len, seq_len)
-    h = rms_norm(x, attention_norm, eps)
-    attended, _ = multi_head_attention(h, h, h, causal, W_q, W_k, W_v, W_o, num_heads)
-    x = x + attended
-    return x + swiglu(rms_norm(x, ffn_norm, eps), W_gate, W_up, W_down)
+    eps = _check_pre_norm_block_args(x, attention_norm, W_q, W_k, W_v, W_o, ffn_norm, W_gate, W_up, W_down,
+                                     num_heads, eps)  # fmt: skip
+    return _pre_norm_block(x, attention_norm, W_q, W_k, W_v, W_o, ffn_norm, W_gate, W_up, W_down, num_heads, eps)
+
+
+def _qk_norm_scores(q, k, q_weight, k_weight, eps):
+    return _rms_norm(q, q_weight, eps) @ _rms_norm(k, k_weight, eps).transpose(-2, -1) / math.sqrt(q.shape[-1])
 
 
 def qk_norm_scores(
     q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float = 1e-6
 ) -> torch.Tensor:
-    """QK-norm: RMSNorm on each head's queries and keys before the scores (Dehghani et al. 2023 used LayerNorm; Qwen3
-    uses RMSNorm per head), so that no score can grow without bound however large the projections become:
+    """QK-norm: each head's queries and keys normalised before the scores, so that no score can grow without bound
+    however large the projections become. Henry et al. (2020) proposed it with the l2 norm and one learned scale in
+    place of 1/sqrt(head_dim); Dehghani et al. (2023) used LayerNorm; OLMo 2, Gemma 3 and Qwen3 use RMSNorm, as here:
 
         scores = rms_norm(q, g_q) rms_norm(k, g_k)^T / sqrt(head_dim)
 
     q (batch, heads, query_len, head_dim), k (batch, heads, key_len, head_dim); q_weight, k_weight (head_dim,), one
-    gain shared by every head -> (batch, heads, query_len, key_len).
+    gain shared by every head -> (batch, heads, query_len, key_len). (Real models then rotate the normalised queries
+    and keys by RoPE before the product; ``qk_score_bound`` says what that changes.)
     """
-    check_tensor("q", q, 4, "(batch, heads, query_len, head_dim)")
-    check_tensor("k", k, 4, "(batch, heads, key_len, head_dim)")
-    if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k should share batch, heads and head_dim, got q {describe(q)} and k {describe(k)}")
-    scores = rms_norm(q, q_weight, eps) @ rms_norm(k, k_weight, eps).transpose(-2, -1)
-    return scores / math.sqrt(q.shape[-1])
+    eps = _check_qk_args(q, k, q_weight, k_weight, eps)
+    return _qk_norm_scores(q, k, q_weight, k_weight, eps)
 
 
 def qk_score_bound(q_weight: torch.Tensor, k_weight: torch.Tensor) -> torch.Tensor:
@@ -579,6 +638,11 @@ def qk_score_bound(q_weight: torch.Tensor, k_weight: torch.Tensor) -> torch.Tens
     feature i of the largest |g_q,i g_k,i| come as close as eps allows: the bound is the least one. The gains are
     trained, so the bound is not fixed: it grows as they do.
 
+    Not covered: RoPE applied after the norm (OLMo 2, Gemma 3, Qwen3 rotate the normalised, gained queries and keys).
+    A rotation keeps a vector's length but turns feature i into a mix of i and its partner, so the gains of a pair
+    no longer meet feature by feature: the bound becomes sqrt(head_dim) times the largest product of a q gain and a k
+    gain within one rotated pair, which can exceed the one here.
+
     q_weight, k_weight (..., head_dim): the gains, with any leading axes (one pair per layer, say) -> (...).
     """
     check_min_dims("q_weight", q_weight, 1, "(..., head_dim)")
@@ -589,7 +653,16 @@ def qk_score_bound(q_weight: torch.Tensor, k_weight: torch.Tensor) -> torch.Tens
         raise ValueError(
             f"k_weight should have the shape of q_weight, {tuple(q_weight.shape)}, got {describe(k_weight)}"
         )
+    check_finite("q_weight", q_weight, "a NaN or infinite gain has no bound")
+    check_finite("k_weight", k_weight, "a NaN or infinite gain has no bound")
     return math.sqrt(q_weight.shape[-1]) * (q_weight * k_weight).abs().amax(dim=-1)
+
+
+# --------------------------------------------------------------------------------------------
+# Why the norm moved: the gradients at initialisation (Xiong et al. 2020), measured
+# --------------------------------------------------------------------------------------------
+
+INITS = ("pytorch", "xavier")
 
 
 class BlockStack(nn.Module):
@@ -599,40 +672,125 @@ class BlockStack(nn.Module):
     * ``norm_first=True``: ``Block`` (pre-norm), with a final LayerNorm before the readout (GPT-2; Xiong et al. 2020's
       Pre-LN Transformer).
 
-    Sinusoidal positions are added to the embeddings. With the same seed both arrangements start from the same
-    weights (the final LayerNorm starts at ones and zeros, the identity up to the normalisation).
+        x_0 = embedding_scale * (E[tokens] + P)          P: sinusoidal positions
+        x_l = Block_l(x_{l-1}),   logits = W_out LN_final(x_L) + b   (LN_final: pre-norm only)
 
-    forward(tokens (batch, seq_len), return_stream=False) -> logits (batch, seq_len, vocab_size); with
-    ``return_stream`` also the residual stream after the last block, (batch, seq_len, d_model): what the final
-    LayerNorm reads in the pre-norm arrangement (in the post-norm one the last block's own LayerNorm has already
-    normalised it).
+    With the same seed both arrangements start from the same weights (the final LayerNorm starts at ones and zeros,
+    the identity up to the normalisation). ``init``: "pytorch" keeps ``nn.Linear``'s default (weights uniform with
+    variance 1 / (3 fan_in)); "xavier" redraws every weight matrix of the blocks from N(0, 2 / (fan_in + fan_out))
+    with zero biases, the initialisation Xiong et al. analyse. ``embedding_scale`` multiplies what the first block
+    reads (the embeddings and positions), to change their share of the residual stream.
+
+    forward(tokens (batch, seq_len), return_stream=False, branch_gradients=True) -> logits (batch, seq_len,
+    vocab_size); with ``return_stream`` also the residual stream after the last block, (batch, seq_len, d_model): what
+    the final LayerNorm reads in the pre-norm arrangement (in the post-norm one the last block's own LayerNorm has
+    already normalised it). ``branch_gradients=False`` computes the same values, but every sublayer reads a detached
+    copy of its input, so the backward pass keeps only the path along the residual stream (and, post-norm, through the
+    LayerNorms on it): the part of the gradient that does not pass through any attention or feed-forward layer.
     """
 
     def __init__(
         self, vocab_size: int, d_model: int, num_heads: int, d_ff: int, num_layers: int, norm_first: bool,
-        seed: int = 0,
+        seed: int = 0, init: str = "pytorch", embedding_scale: float = 1.0,
     ):  # fmt: skip
         super().__init__()
         check_positive_int("vocab_size", vocab_size, "a size")
         check_positive_int("num_layers", num_layers, "Transformer blocks")
         self.norm_first = check_bool("norm_first", norm_first, "pre-norm (True) or post-norm (False)")
+        check_choice("init", init, INITS)
+        self.embedding_scale = check_number("embedding_scale", embedding_scale, "a factor on the embeddings", 0.0,
+                                            strict=True)  # fmt: skip
         kind = Block if norm_first else PostNormEncoderBlock
-        with seeded(seed):
+        with seeded(seed):  # the readout before the blocks: stacks of every depth share it (and the embedding)
             self.embedding = nn.Embedding(vocab_size, d_model)
-            self.blocks = nn.ModuleList(kind(d_model, num_heads, d_ff) for _ in range(num_layers))
             self.head = nn.Linear(d_model, vocab_size)
+            self.blocks = nn.ModuleList(kind(d_model, num_heads, d_ff) for _ in range(num_layers))
+            if init == "xavier":
+                for layer in (m for m in self.blocks.modules() if isinstance(m, nn.Linear)):
+                    nn.init.xavier_normal_(layer.weight)
+                    nn.init.zeros_(layer.bias)
         self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
 
-    def forward(self, tokens: torch.Tensor, return_stream: bool = False):
+    def forward(self, tokens: torch.Tensor, return_stream: bool = False, branch_gradients: bool = True):
         check_ids("tokens", tokens, self.embedding.num_embeddings, 2, "(batch, seq_len) of token ids")
         check_bool("return_stream", return_stream, "whether to return the stream after the last block")
+        check_bool("branch_gradients", branch_gradients, "whether gradients flow back through the sublayers")
         seq_len = tokens.shape[1]
-        x = self.embedding(tokens) + sinusoidal_encoding(seq_len, self.embedding.embedding_dim)
+        x = self.embedding_scale * (self.embedding(tokens) + sinusoidal_encoding(seq_len, self.embedding.embedding_dim))
         mask = causal_mask(seq_len, device=tokens.device)[None, None]
         for block in self.blocks:
-            x, _ = block(x, mask)
+            x = block(x, mask)[0] if branch_gradients else self._identity_path(block, x, mask)
         logits = self.head(self.norm(x))
         return (logits, x) if return_stream else logits
+
+    def _identity_path(self, block: Block, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``block(x, mask)``'s output, each sublayer reading ``x`` detached (the same numbers; no gradient flows back
+        through the sublayers, only along the stream)."""
+        if self.norm_first:
+            normed = block.norm1(x.detach())
+            x = x + block.attention(normed, normed, normed, mask)[0]
+            return x + block.feed_forward(block.norm2(x.detach()))
+        read = x.detach()
+        x = block.norm1(x + block.attention(read, read, read, mask)[0])
+        return block.norm2(x + block.feed_forward(x.detach()))
+
+
+def ffn_gradient_norms(
+    stack: BlockStack, inputs: torch.Tensor, targets: torch.Tensor, branch_gradients: bool = True
+) -> tuple[torch.Tensor, float]:
+    """One batch, one backward pass of the next-character loss at initialisation. -> (num_layers,) the Frobenius norm
+    of the gradient of each block's W_2 (the feed-forward layer's output matrix; Xiong et al.'s W^{2,l}), blocks
+    counted from the input; and the root mean square of the residual stream after the last block (what a pre-norm
+    stack's final LayerNorm divides the gradient by).
+
+    inputs, targets (batch, seq_len) token ids, the targets the inputs shifted by one."""
+    check_instance("stack", stack, BlockStack, "a BlockStack")
+    check_ids("targets", targets, stack.embedding.num_embeddings, 2, "(batch, seq_len) of token ids")
+    if targets.shape != inputs.shape:
+        raise ValueError(f"targets should have the shape of inputs, {tuple(inputs.shape)}, got {describe(targets)}")
+    stack.zero_grad()
+    logits, stream = stack(inputs, return_stream=True, branch_gradients=branch_gradients)
+    nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten()).backward()
+    norms = torch.stack([block.feed_forward[2].weight.grad.norm() for block in stack.blocks])
+    return norms, stream.detach().pow(2).mean().sqrt().item()
+
+
+# The lesson's experiment, as lesson 09 runs it and benchmarks/calibrate.py calibrates it: stacks of width 64, 4
+# heads, d_ff 256, each measured on one batch of 8 windows of 64 characters and averaged over three inits.
+GRADIENT_ARMS = {  # name: (BlockStack's options, arrangements measured, depths, branch_gradients)
+    "pytorch": ({}, (False, True), (2, 6, 12), True),
+    "xavier": ({"init": "xavier"}, (True,), (2, 6, 12), True),
+    "small embeddings": ({"embedding_scale": 0.1}, (True,), (2, 6, 12), True),
+    "identity path": ({}, (False, True), (6, 12), False),
+}
+GRADIENT_SIZES = {"d_model": 64, "num_heads": 4, "d_ff": 256}
+GRADIENT_INIT_SEEDS = (0, 1, 2)
+
+
+def init_gradient_experiment(vocab_size: int, inputs: torch.Tensor, targets: torch.Tensor) -> dict:
+    """Every arm of ``GRADIENT_ARMS``: for each arrangement (norm_first) and depth, ``ffn_gradient_norms`` of three
+    stacks (seeds ``GRADIENT_INIT_SEEDS``, plus ATTNEDU_SEED_OFFSET), averaged, the stacks measured in parallel
+    (``attnedu.runtime.in_parallel``). -> {arm: {(norm_first, depth): (profile (depth,), stream RMS)}}."""
+    vocab_size = check_positive_int("vocab_size", vocab_size, "a size")
+    check_ids("inputs", inputs, vocab_size, 2, "(batch, seq_len) of token ids")
+    jobs = [(arm, first, depth, seed) for arm, (_, firsts, depths, _) in GRADIENT_ARMS.items()
+            for first in firsts for depth in depths for seed in GRADIENT_INIT_SEEDS]  # fmt: skip
+
+    def measure(job):
+        arm, first, depth, seed = job
+        options, _, _, through_branches = GRADIENT_ARMS[arm]
+        stack = BlockStack(vocab_size, **GRADIENT_SIZES, num_layers=depth, norm_first=first, seed=seed, **options)
+        return ffn_gradient_norms(stack, inputs, targets, through_branches)
+
+    measured = dict(zip(jobs, in_parallel(measure, jobs)))
+    results: dict = {arm: {} for arm in GRADIENT_ARMS}
+    for arm, (_, firsts, depths, _) in GRADIENT_ARMS.items():
+        for first in firsts:
+            for depth in depths:
+                runs = [measured[arm, first, depth, seed] for seed in GRADIENT_INIT_SEEDS]
+                profile = torch.stack([norms for norms, _ in runs]).mean(0)
+                results[arm][first, depth] = (profile, sum(rms for _, rms in runs) / len(runs))
+    return results
 
 
 class DecoderLM(nn.Module):
@@ -666,24 +824,30 @@ class DecoderLM(nn.Module):
             self.head = None if tie_embeddings else nn.Linear(d_model, vocab_size, bias=False)
 
     def forward(self, tokens: torch.Tensor, return_weights: bool = False):
-        check_tensor("tokens", tokens, 2, "(batch, seq_len) of token ids")
-        if tokens.device != self.embedding.weight.device:
-            device = self.embedding.weight.device
-            raise ValueError(
-                f"tokens should be on the model's device, {device}, got {tokens.device}; move them with "
-                f"tokens.to({str(device)!r})"
-            )
-        check_ids("tokens", tokens, self.embedding.num_embeddings, 2, "(batch, seq_len) of token ids")
+        self._check_tokens("tokens", tokens, 2, "(batch, seq_len) of token ids")
         check_bool("return_weights", return_weights, "whether to return each block's weights")
+        return self._forward(tokens, return_weights)
+
+    def _forward(self, tokens: torch.Tensor, return_weights: bool = False):
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         x = self.embedding(tokens)
         all_weights = []
         for block in self.blocks:
             x, weights = block(x, positions)
             all_weights.append(weights)
-        x = self.norm(x)
+        x = _rms_norm(x, self.norm.weight, self.norm.eps)
         logits = x @ self.embedding.weight.T if self.head is None else self.head(x)
         return (logits, all_weights) if return_weights else logits
+
+    def _check_tokens(self, name: str, tokens, dims: int, shape_doc: str) -> None:
+        check_tensor(name, tokens, dims, shape_doc)
+        if tokens.device != self.embedding.weight.device:
+            device = self.embedding.weight.device
+            raise ValueError(
+                f"{name} should be on the model's device, {device}, got {tokens.device}; move them with "
+                f"{name}.to({str(device)!r})"
+            )
+        check_ids(name, tokens, self.embedding.num_embeddings, dims, shape_doc)
 
     @torch.no_grad()
     def generate(
@@ -692,7 +856,7 @@ class DecoderLM(nn.Module):
         """Continue ``prompt`` (1-D token ids) by ``steps`` tokens, each drawn from softmax(logits / temperature) of
         the last position, reading at most the last ``context`` tokens. Low temperatures sharpen the distribution
         towards the likeliest token, high ones flatten it. -> 1-D ids, the prompt included."""
-        check_tensor("prompt", prompt, 1, "(prompt_len,) of token ids")
+        self._check_tokens("prompt", prompt, 1, "(prompt_len,) of token ids")
         steps = check_int("steps", steps, "tokens to add", minimum=0)
         temperature = check_number("temperature", temperature, "the softmax temperature", 0.0, strict=True)
         check_instance("generator", generator, torch.Generator, "a torch.Generator",
@@ -700,7 +864,7 @@ class DecoderLM(nn.Module):
         context = check_positive_int("context", context, "how many tokens the model reads")
         ids = prompt
         for _ in range(steps):
-            logits = self(ids[None, -context:])[0, -1]
+            logits = self._forward(ids[None, -context:])[0, -1]
             probabilities = torch.softmax(logits / temperature, dim=-1)
             ids = torch.cat([ids, torch.multinomial(probabilities, 1, generator=generator)])
         return ids
@@ -719,12 +883,14 @@ def cross_attention_block_parameters(d_model: int, d_ff: int) -> int:
 
 def pre_norm_block_parameters(d_model: int, d_ff: int, num_heads: int, num_kv_heads: int | None = None) -> int:
     """``PreNormDecoderBlock``: W_q and W_o (d_model x d_model), W_k and W_v (d_model x num_kv_heads * head_dim), no
-    biases; SwiGLU's three matrices (3 d_model d_ff); two RMSNorm gains (d_model each)."""
-    check_positive_int("d_model", d_model, "the model width")
+    biases; SwiGLU's three matrices (3 d_model d_ff); two RMSNorm gains (d_model each). Refuses the configurations
+    the block itself refuses (heads that do not divide d_model, key/value heads that do not divide the heads)."""
+    d_model = check_positive_int("d_model", d_model, "the model width")
     check_positive_int("d_ff", d_ff, "the feed-forward width")
     num_heads = check_positive_int("num_heads", num_heads, "the number of heads")
     num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-    check_positive_int("num_kv_heads", num_kv_heads, "the number of key/value heads")
+    num_kv_heads = check_positive_int("num_kv_heads", num_kv_heads, "the number of key/value heads")
+    _check_heads(d_model, num_heads, num_kv_heads)
     kv_dim = num_kv_heads * (d_model // num_heads)
     return 2 * d_model * d_model + 2 * d_model * kv_dim + 3 * d_model * d_ff + 2 * d_model
 
@@ -736,10 +902,141 @@ def decoder_lm_parameters(
     """``DecoderLM``: the embedding (vocab_size x d_model), the blocks, the final RMSNorm, and the readout (another
     vocab_size x d_model, unless tied to the embedding)."""
     check_positive_int("vocab_size", vocab_size, "a size")
-    check_int("num_layers", num_layers, "Transformer blocks", minimum=0)
+    num_layers = check_int("num_layers", num_layers, "Transformer blocks", minimum=0)
     check_bool("tie_embeddings", tie_embeddings, "whether the readout is the embedding")
+    block = pre_norm_block_parameters(d_model, d_ff, num_heads, num_kv_heads)  # checked even for 0 blocks
     embeddings = vocab_size * d_model * (1 if tie_embeddings else 2)
-    return embeddings + num_layers * pre_norm_block_parameters(d_model, d_ff, num_heads, num_kv_heads) + d_model
+    return embeddings + num_layers * block + d_model
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks of lesson 09's public functions (one form of message: attnedu._validate)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_heads(d_model: int, num_heads: int, num_kv_heads: int) -> None:
+    if d_model % num_heads:
+        raise ValueError(
+            f"num_heads should divide d_model={d_model}, got num_heads={num_heads}: head_dim would not be an integer; "
+            "choose a number of heads that divides d_model"
+        )
+    if num_heads % num_kv_heads:
+        raise ValueError(
+            f"num_kv_heads should divide num_heads={num_heads}, got num_kv_heads={num_kv_heads}: every key/value head "
+            "serves the same number of query heads"
+        )
+
+
+def _check_features(name: str, x, weight: torch.Tensor, meaning: str) -> None:
+    """``x`` (..., d_model): a float tensor whose last dimension is ``weight``'s first (its rows as nn.Linear stores
+    them, or a norm's gains), of ``weight``'s dtype."""
+    check_min_dims(name, x, 1, "(..., d_model)")
+    check_float(name, x)
+    check_size(name, x, x.dim() - 1, weight.shape[0], meaning)
+    check_same_dtype(**{name: x}, weights=weight)
+
+
+def _check_norm_args(name: str, x, weight_name: str, weight, eps, features: str) -> float:
+    check_min_dims(name, x, 1, f"(..., {features})")
+    check_float(name, x)
+    check_tensor(weight_name, weight, 1, f"({features},)")
+    check_float(weight_name, weight)
+    check_size(weight_name, weight, 0, x.shape[-1], f"{features}, the last dimension of {name}: one gain per feature")
+    check_same_dtype(**{name: x, weight_name: weight})
+    return check_number("eps", eps, "added to the mean of squares", 0.0)
+
+
+def _check_matrix(name: str, W, shape: tuple[int, int], shape_doc: str, like: torch.Tensor, fix: str = "") -> None:
+    check_tensor(name, W, 2, shape_doc)
+    check_float(name, W)
+    if tuple(W.shape) != shape:
+        message = f"{name} should be {shape_doc} = {shape}, got {describe(W)}"
+        raise ValueError(message + (f"; {fix}" if fix else ""))
+    check_same_dtype(x=like, **{name: W})
+
+
+_ROWS_FIX = "weights are applied as x @ W (vectors are rows); an nn.Linear's weight is the transpose: pass .weight.T"
+
+
+def _check_input_rows(x, name: str, W, shape_doc: str) -> None:
+    """The first matrix's rows meet x's features: a mismatch names both, and the likely cause."""
+    check_tensor(name, W, 2, shape_doc)
+    d_model = x.shape[-1]
+    if W.shape[0] != d_model:
+        fix = (f"it looks transposed: {_ROWS_FIX}" if W.shape[1] == d_model else
+               f"x has {d_model} features in its last dimension: check x, or the matrix")  # fmt: skip
+        raise ValueError(f"{name} should be {shape_doc} with d_model = {d_model} rows, one per feature of x, got "
+                         f"{describe(W)}; {fix}")  # fmt: skip
+
+
+def _check_swiglu_args(x, W_gate, W_up, W_down) -> None:
+    check_min_dims("x", x, 1, "(..., d_model)")
+    check_float("x", x)
+    d_model = x.shape[-1]
+    _check_input_rows(x, "W_gate", W_gate, "(d_model, d_ff)")
+    d_ff = W_gate.shape[1]
+    _check_matrix("W_gate", W_gate, (d_model, d_ff), "(d_model, d_ff)", x, _ROWS_FIX)
+    _check_matrix("W_up", W_up, (d_model, d_ff), "(d_model, d_ff)", x, _ROWS_FIX)
+    _check_matrix("W_down", W_down, (d_ff, d_model), "(d_ff, d_model)", x, _ROWS_FIX)
+
+
+def _check_clamped_swiglu_args(x, W_in, W_down, alpha, limit) -> tuple[float, float]:
+    check_min_dims("x", x, 1, "(..., d_model)")
+    check_float("x", x)
+    _check_input_rows(x, "W_in", W_in, "(d_model, 2 d_ff)")
+    d_model, columns = W_in.shape
+    if columns % 2:
+        raise ValueError(
+            f"W_in should have an even number of columns, 2 d_ff (gate and linear part alternating), got "
+            f"{describe(W_in)}"
+        )
+    _check_matrix("W_in", W_in, (d_model, columns), "(d_model, 2 d_ff)", x)
+    _check_matrix("W_down", W_down, (columns // 2, d_model), "(d_ff, d_model)", x, _ROWS_FIX)
+    alpha = check_number("alpha", alpha, "the slope of the gate's Swish", 0.0, strict=True)
+    limit = check_number("limit", limit, "where the gate and the linear part are clamped", 0.0, strict=True)
+    return alpha, limit
+
+
+def _check_pre_norm_block_args(x, attention_norm, W_q, W_k, W_v, W_o, ffn_norm, W_gate, W_up, W_down, num_heads,
+                               eps) -> float:  # fmt: skip
+    check_tensor("x", x, 3, "(batch, seq_len, d_model)")
+    check_float("x", x)
+    d_model = x.shape[-1]
+    num_heads = check_positive_int("num_heads", num_heads, "the number of query heads")
+    if d_model % num_heads:
+        raise ValueError(
+            f"num_heads should divide d_model={d_model} (the last dimension of x), got num_heads={num_heads}: "
+            "head_dim would not be an integer"
+        )
+    head_dim = d_model // num_heads
+    for name, gain in (("attention_norm", attention_norm), ("ffn_norm", ffn_norm)):
+        _check_norm_args("x", x, name, gain, eps, "d_model")
+    for name, W in (("W_q", W_q), ("W_o", W_o)):
+        _check_matrix(name, W, (d_model, d_model), "(d_model, d_model)", x, _ROWS_FIX)
+    _check_input_rows(x, "W_k", W_k, "(d_model, num_kv_heads * head_dim)")
+    kv_dim = W_k.shape[1]
+    num_kv_heads = kv_dim // head_dim
+    if kv_dim % head_dim or num_kv_heads == 0 or num_heads % num_kv_heads:
+        raise ValueError(
+            f"W_k should have num_kv_heads * head_dim columns, num_kv_heads dividing num_heads={num_heads} and "
+            f"head_dim = d_model // num_heads = {head_dim}, got {describe(W_k)}; {_ROWS_FIX}"
+        )
+    _check_matrix("W_k", W_k, (d_model, kv_dim), "(d_model, num_kv_heads * head_dim)", x, _ROWS_FIX)
+    _check_matrix("W_v", W_v, (d_model, kv_dim), "(d_model, num_kv_heads * head_dim), as W_k", x, _ROWS_FIX)
+    _check_swiglu_args(x, W_gate, W_up, W_down)
+    return check_number("eps", eps, "added to the mean of squares", 0.0)
+
+
+def _check_qk_args(q, k, q_weight, k_weight, eps) -> float:
+    check_tensor("q", q, 4, "(batch, heads, query_len, head_dim)")
+    check_float("q", q)
+    check_tensor("k", k, 4, "(batch, heads, key_len, head_dim)")
+    check_float("k", k)
+    if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k should share batch, heads and head_dim, got q {describe(q)} and k {describe(k)}")
+    _check_norm_args("q", q, "q_weight", q_weight, eps, "head_dim")
+    _check_norm_args("k", k, "k_weight", k_weight, eps, "head_dim")
+    return check_number("eps", eps, "added to the mean of squares", 0.0)
 
 
 # --------------------------------------------------------------------------------------------

@@ -387,7 +387,7 @@ def test_lesson_messages_print_no_fix():
     "name, fn, finding",
     [
         ("to_additive", lambda mask, dtype: torch.zeros(mask.shape, dtype=dtype)[None], "shape"),
-        ("rms_norm", lambda x, w, eps: x.mul_(2.0), "inplace"),
+        ("group_rms_norm", lambda x, w, groups, eps: x.mul_(2.0), "inplace"),
         ("document_mask", lambda ids: (ids[:, :, None] == ids[:, None, :]).long(), "dtype"),
         ("last_real_state", lambda s, n: s.detach()[torch.arange(s.shape[0]), n - 1], "gradient"),
         ("additive_score", lambda q, k, W, U, v: torch.tensor(additive_score(q, k, W, U, v).tolist()), "gradient"),

@@ -16,6 +16,7 @@ from torch import nn
 from attnedu.masks import padding_mask, to_mha_key_padding_mask
 from attnedu.models import count_parameters
 from attnedu.multihead import MultiHeadAttention, grouped_query_attention
+from attnedu.positional import sinusoidal_encoding
 from attnedu.tasks import CharCorpus
 from attnedu.train import lm_loss, train_lm
 from attnedu.transformer import (
@@ -28,8 +29,11 @@ from attnedu.transformer import (
     RMSNorm,
     SwiGLU,
     block_parameters,
+    clamped_swiglu,
     cross_attention_block_parameters,
     decoder_lm_parameters,
+    ffn_gradient_norms,
+    group_rms_norm,
     pre_norm_block,
     pre_norm_block_parameters,
     qk_norm_scores,
@@ -383,3 +387,122 @@ def test_training_a_language_model_lowers_its_held_out_loss():
     assert lm_loss(lm, inputs, targets) < 0.5 * before
     again = DecoderLM(len(chars), 16, 2, 2, seed=0)
     assert train_lm(again, corpus, 60, 8, 16, 1e-2, warmup=5, seed=0).losses == log.losses
+
+
+# --------------------------------------------------------------------------------------------
+# The exercises' references that the lesson does not show: grouped RMSNorm, gpt-oss's gated layer, GQA in the block
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4, 8])
+def test_group_rms_norm_is_rms_norm_on_each_group(groups):
+    """Against torch's F.rms_norm run on each group's slice alone; one group is the lesson's RMSNorm."""
+    g = gen(30)
+    x, weight = torch.randn(2, 5, 8, generator=g), torch.rand(8, generator=g) + 0.5
+    size = 8 // groups
+    expected = torch.cat([F.rms_norm(x[..., j * size : (j + 1) * size], (size,), eps=1e-6) for j in range(groups)], -1)
+    assert torch.allclose(group_rms_norm(x, weight, groups), expected * weight, atol=1e-6)
+    if groups == 1:
+        assert torch.allclose(group_rms_norm(x, weight, 1), rms_norm(x, weight), atol=1e-7)
+
+
+def test_group_rms_norm_with_one_feature_per_group_keeps_only_signs():
+    x = torch.tensor([[3.0, -0.5, 2.0, -4.0]])
+    assert torch.allclose(group_rms_norm(x, torch.ones(4), 4, eps=0.0), torch.sign(x))
+
+
+def test_clamped_swiglu_equals_gpt_oss_written_as_its_code_writes_it():
+    """gpt-oss (gpt_oss/torch/model.py): x_glu, x_linear = x[..., ::2], x[..., 1::2]; clamp; x_glu * sigmoid(alpha
+    x_glu) * (x_linear + 1), here with the weights as rows; with large inputs both clamps act."""
+    g = gen(31)
+    x = 5 * torch.randn(2, 3, 8, generator=g)
+    W_in, W_down = torch.randn(8, 24, generator=g), torch.randn(12, 8, generator=g)
+    h = x @ W_in
+    x_glu, x_linear = h[..., ::2].clamp(min=None, max=7.0), h[..., 1::2].clamp(min=-7.0, max=7.0)
+    expected = (x_glu * torch.sigmoid(1.702 * x_glu) * (x_linear + 1)) @ W_down
+    assert (h.abs() > 7).any()
+    assert torch.allclose(clamped_swiglu(x, W_in, W_down), expected, atol=1e-5)
+    # alpha 1 and a limit beyond every pre-activation: SwiGLU of the two interleaved halves, plus the gate alone
+    wide = clamped_swiglu(x, W_in, W_down, alpha=1.0, limit=1e6)
+    assert torch.allclose(
+        wide, swiglu(x, W_in[:, ::2], W_in[:, 1::2], W_down) + F.silu(h[..., ::2]) @ W_down, atol=1e-4
+    )
+
+
+def test_pre_norm_block_with_grouped_query_attention_equals_the_module():
+    block = randomise(PreNormDecoderBlock(24, 6, 40, num_kv_heads=2), 32)
+    x = torch.randn(3, 7, 24, generator=gen(32))
+    att, ffn = block.attention, block.feed_forward
+    weights = (block.attention_norm.weight, att.W_q.weight.T, att.W_k.weight.T, att.W_v.weight.T, att.W_o.weight.T,
+               block.ffn_norm.weight, ffn.gate.weight.T, ffn.up.weight.T, ffn.down.weight.T)  # fmt: skip
+    assert weights[2].shape == (24, 8)
+    assert torch.allclose(pre_norm_block(x, *weights, 6), block(x)[0], atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# The gradients at initialisation (lesson 09's experiment)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_the_identity_path_computes_the_same_values_and_only_cuts_the_sublayers_gradients(norm_first):
+    corpus = CharCorpus.load()
+    inputs, targets = corpus.batch(2, 16, gen(33))
+    stack = BlockStack(len(corpus.chars), 16, 2, 32, 3, norm_first, seed=3)
+    assert torch.equal(stack(inputs), stack(inputs, branch_gradients=False))
+    every, _ = ffn_gradient_norms(stack, inputs, targets)
+    stream_only, _ = ffn_gradient_norms(stack, inputs, targets, branch_gradients=False)
+    assert torch.allclose(every[-1], stream_only[-1])  # nothing lies above the last block's W_2 but the readout
+    assert not torch.allclose(every[0], stream_only[0])  # the blocks above the first add paths back to it
+    if norm_first:  # along the identity path the gradient reaching every block's output is the same
+        stack.zero_grad()
+        F.cross_entropy(stack(inputs, branch_gradients=False).flatten(0, 1), targets.flatten()).backward()
+        biases = [block.feed_forward[2].bias.grad for block in stack.blocks]
+        assert all(torch.allclose(bias, biases[-1], atol=1e-6) for bias in biases)
+
+
+def test_ffn_gradient_norms_are_the_frobenius_norms_autograd_gives():
+    corpus = CharCorpus.load()
+    inputs, targets = corpus.batch(2, 16, gen(34))
+    stack = BlockStack(len(corpus.chars), 16, 2, 32, 2, True, seed=4)
+    norms, rms = ffn_gradient_norms(stack, inputs, targets)
+    again = BlockStack(len(corpus.chars), 16, 2, 32, 2, True, seed=4)
+    logits, stream = again(inputs, return_stream=True)
+    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    expected = torch.autograd.grad(loss, [b.feed_forward[2].weight for b in again.blocks])
+    assert torch.allclose(norms, torch.stack([e.norm() for e in expected]))
+    assert rms == pytest.approx(stream.pow(2).mean().sqrt().item())
+
+
+def test_xavier_init_and_the_embedding_scale():
+    stack = BlockStack(20, 64, 4, 256, 2, True, seed=5, init="xavier", embedding_scale=0.1)
+    W = stack.blocks[0].feed_forward[2].weight  # (64, 256): Xavier's variance 2 / (256 + 64)
+    assert W.var().item() == pytest.approx(2 / 320, rel=0.1) and (stack.blocks[0].feed_forward[2].bias == 0).all()
+    plain = BlockStack(20, 64, 4, 256, 2, True, seed=5)
+    assert torch.equal(plain.embedding.weight, stack.embedding.weight)
+    assert torch.equal(plain.head.weight, stack.head.weight)
+    # stacks of every depth share the readout: it is drawn before the blocks
+    assert torch.equal(BlockStack(20, 64, 4, 256, 5, True, seed=5).head.weight, plain.head.weight)
+    seen = []
+    stack.blocks[0].register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    tokens = torch.arange(10)[None]
+    stack(tokens)
+    assert torch.allclose(seen[0], 0.1 * (plain.embedding(tokens) + sinusoidal_encoding(10, 64)))
+
+
+def test_the_recorded_margins_follow_from_the_recorded_runs():
+    """benchmarks/calibration09.json: its margins are its runs put through calibrate.py's rules (so that no margin can
+    be typed in to make a lesson pass), and its recipe is the lesson's."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("calibrate", root / "benchmarks" / "calibrate.py")
+    calibrate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(calibrate)
+    record = json.loads((root / "benchmarks" / "calibration09.json").read_text())
+    assert record["margins"] == calibrate.lesson09_margins(record["runs"])
+    assert record["recipe"] == {"steps": calibrate.STEPS_09, "batch": calibrate.BATCH_09,
+                                "context": calibrate.CONTEXT_09, "lr": calibrate.LR_09}  # fmt: skip
+    assert len(record["runs"]) >= 2 and all({0, 1000} <= {r["seed"] for r in run["results"]} for run in record["runs"])

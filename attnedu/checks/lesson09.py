@@ -1,17 +1,22 @@
 """Checks for the exercises of lesson 09 (the Transformer block).
 
 Vectors are rows and weights multiply on the right (``x @ W``), as in the lesson. The references are the package's
-own (``attnedu.transformer.rms_norm``, ``swiglu``, ``pre_norm_block``, ``qk_norm_scores``). Batch, length and widths
-differ from each other so that a reduction over the wrong axis shows. ``rms_norm`` has padded test cases, whose
-padding positions hold zero vectors (nn.Embedding's padding_idx): there RMSNorm is 0 / sqrt(eps), so forgetting eps
-gives NaN exactly there; the cases where eps matters elsewhere (eps 0.1, inputs of size 0.001) are padded ones too,
-so that each kind of test case shows a mistake of its own. The feed-forward layer, the causal block and the QK-norm
-scores act position by position or under a causal mask, so padding at the end of a sentence changes nothing in
-them: they have neither padded nor unpadded cases. The known-wrong variants include an off-by-one in both
-directions: the mean of squares over d - 1 and d + 1 features; SiLU one step early (on the input) and one step late
-(on the product); the causal diagonal shifted down (no query sees itself) and up (each sees the next one). The
-learner's functions may not run anything from ``attnedu.transformer`` (``forbidden``): the exercises ask for their
-own code.
+own (``attnedu.transformer.group_rms_norm``, ``clamped_swiglu``, ``pre_norm_block``, ``qk_norm_scores``,
+``qk_score_bound``). Exercises 1 and 2 are transfers, not the lesson's formulas retyped: RMSNorm within groups of
+consecutive features (Mamba-2's grouped norm; one library call does not do it) and gpt-oss's gated layer (interleaved
+columns, clamps, Swish with a slope, the linear part shifted by 1); exercise 3's block takes grouped-query attention.
+Batch, length and widths differ from each other so that a reduction over the wrong axis shows. ``group_rms_norm`` has
+padded test cases, whose padding positions hold zero vectors (nn.Embedding's padding_idx): there a group is 0 /
+sqrt(eps), so forgetting eps gives NaN exactly there; the cases where eps matters elsewhere (eps 0.01 and 0.1, inputs of
+size 0.001) are padded ones too, so that each kind of test case shows a mistake of its own, and the eps-sensitive case
+comes first, so that a wrong value is seen before a NaN gradient the same mistake makes at padding. The feed-forward
+layer, the causal block and the QK-norm scores act position by position or under a causal mask, so padding at the
+end of a sentence changes nothing in them: they have neither padded nor unpadded cases. The known-wrong variants
+include an off-by-one in both directions: a group's mean over one feature too many and too few; the Swish one step
+early (on the input) and one step late (on the product); the causal diagonal shifted down (no query sees itself) and
+up (each sees the next one). Every function a model is trained through is checked with ``gradients``: the gradients
+that flow back to its inputs must equal the reference's. The learner's functions may not run anything from
+``attnedu.transformer`` (``forbidden``): the exercises ask for their own code.
 """
 
 from __future__ import annotations
@@ -21,7 +26,15 @@ import math
 import torch
 
 from ..masks import padding_mask
-from ..transformer import pre_norm_block, qk_norm_scores, qk_score_bound, rms_norm, swiglu
+from ..transformer import (
+    clamped_swiglu,
+    group_rms_norm,
+    pre_norm_block,
+    qk_norm_scores,
+    qk_score_bound,
+    rms_norm,
+    swiglu,
+)
 from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
 
 LESSON = "09_transformer_block"
@@ -29,14 +42,14 @@ OWN_CODE = ("attnedu.transformer",)  # the exercises ask for the learner's own c
 EPS = 1e-6  # the eps of the block and the QK-norm exercises
 
 # --------------------------------------------------------------------------------------------
-# rms_norm
+# group_rms_norm: RMSNorm within groups of features (a transfer: the lesson normalised whole vectors)
 # --------------------------------------------------------------------------------------------
 
 
-def _rms_norm_cases() -> list[Case]:
+def _group_cases() -> list[Case]:
     g = generator(90)
 
-    def case(shape, eps, tags, lengths=None, scale=1.0, note=""):
+    def case(shape, groups, eps, tags, lengths=None, scale=1.0, note=""):
         batch, seq_len, d_model = shape
         x = scale * randn(g, *shape)
         padded = ""
@@ -44,255 +57,349 @@ def _rms_norm_cases() -> list[Case]:
             x = x * padding_mask(torch.tensor(lengths), seq_len)[:, :, None]
             padded = f", lengths {lengths}, zero vectors at padding"
         weight = 0.5 + torch.rand(d_model, generator=g)
-        description = f"batch {batch}, seq_len {seq_len}, d_model {d_model}, eps {eps:g}{padded}"
-        return Case(description + (f"; {note}" if note else ""), (x, weight, eps), tags)
+        description = f"batch {batch}, seq_len {seq_len}, d_model {d_model}, groups {groups}, eps {eps:g}{padded}"
+        return Case(description + (f"; {note}" if note else ""), (x, weight, groups, eps), tags)
 
     return [
-        case((3, 5, 8), 1e-6, kinds(PADDED), lengths=[5, 2, 3]),
-        case((2, 4, 6), 1e-5, kinds(UNPADDED)),
-        case((1, 3, 16), 1e-6, kinds(ONE, UNPADDED)),
-        case((1, 6, 4), 0.1, kinds(ONE, PADDED), lengths=[4], note="a large eps"),
-        case((4, 3, 10), 1e-6, kinds(PADDED), lengths=[3, 1, 2, 3], scale=1e-3, note="inputs of size 0.001"),
-        case((5, 2, 12), 1e-6, kinds(UNPADDED), note="more sentences than positions"),
+        case((3, 5, 8), 2, 1e-2, kinds(PADDED), lengths=[5, 2, 3], note="eps 0.01"),
+        case((2, 4, 12), 3, 1e-6, kinds(UNPADDED)),
+        case((1, 3, 16), 4, 1e-6, kinds(ONE, UNPADDED)),
+        case((1, 6, 8), 1, 0.1, kinds(ONE, PADDED), lengths=[4], note="one group (the lesson's RMSNorm), a large eps"),
+        case(
+            (4, 3, 12),
+            12,
+            1e-6,
+            kinds(PADDED),
+            lengths=[3, 1, 2, 3],
+            scale=1e-3,
+            note="one feature per group, inputs of size 0.001",
+        ),  # fmt: skip
+        case((5, 2, 12), 6, 1e-6, kinds(UNPADDED), note="more sentences than positions"),
         case(
             (2, 6, 64),
+            8,
             1e-5,
             kinds(LARGE, PADDED),
             lengths=[6, 4],
             scale=1000.0,
             note="values around ±1000, as the outlier features of large models",
-        ),
+        ),  # fmt: skip
     ]
 
 
-def _rms(x, weight, eps, *, over=-1, denominator=None, eps_outside=False, root=True, square=True, gain="times"):
-    """A variant of RMSNorm: the mean over ``over``, dividing by ``denominator`` instead of the count."""
-    powered = x.pow(2) if square else x
-    if denominator is None:
+def _grms(x, weight, groups, eps, *, order="consecutive", over=-1, size=None, eps_outside=False, root=True,
+          square=True, centre=False, gain="after"):  # fmt: skip
+    """A variant of the grouped RMSNorm. ``order``: "consecutive" groups, "strided" (feature i in group i % groups)
+    or "sized" (groups of ``groups`` features); ``size``: the divisor of the mean (default the group's size)."""
+    d_model = x.shape[-1]
+    if gain == "before":
+        x = x * weight
+    if order == "strided":
+        grouped = x.unflatten(-1, (d_model // groups, groups)).transpose(-1, -2)
+    elif order == "sized":
+        grouped = x.unflatten(-1, (d_model // groups, groups))
+    else:
+        grouped = x.unflatten(-1, (groups, d_model // groups))
+    if centre:
+        grouped = grouped - grouped.mean(dim=-1, keepdim=True)
+    powered = grouped.pow(2) if square else grouped
+    if size is None:
         ms = powered.mean(dim=over, keepdim=True)
     else:
-        ms = powered.sum(dim=over, keepdim=True) / denominator(x)
-    if eps_outside:
-        scale = ms.sqrt() + eps
-    else:
-        scale = (ms + eps).sqrt() if root else ms + eps
-    normed = x / scale
-    return {"times": normed * weight, "none": normed, "plus": normed + weight}[gain]
+        ms = powered.sum(dim=-1, keepdim=True) / size(grouped.shape[-1])
+    scale = ms.sqrt() + eps if eps_outside else ((ms + eps).sqrt() if root else ms + eps)
+    normed = grouped / scale
+    if order == "strided":
+        normed = normed.transpose(-1, -2)
+    normed = normed.flatten(-2)
+    return {"after": normed * weight, "before": normed, "none": normed, "plus": normed + weight}[gain]
 
 
-def _rms_layout(args: tuple) -> tuple[Layout]:
+def _group_variant(diagnosis: str, **changes) -> Variant:
+    def fn(x, weight, groups, eps):
+        return _grms(x, weight, groups, eps, **changes)
+
+    return Variant(diagnosis, fn)
+
+
+def _group_layout(args: tuple) -> tuple[Layout]:
     x = args[0]
     real = x.abs().sum(dim=-1) > 0
     return (Layout(positions=1, real=real, words=("real tokens", "padding positions")),)
 
 
-RMS_NORM = Exercise(
-    name="rms_norm",
+GROUP_RMS_NORM = Exercise(
+    name="group_rms_norm",
     lesson=LESSON,
-    params=("x", "weight", "eps"),
+    params=("x", "weight", "groups", "eps"),
     returns=(("batch", "seq_len", "d_model"),),
-    reference=rms_norm,
-    make_cases=_rms_norm_cases,
-    layout=_rms_layout,
+    reference=group_rms_norm,
+    make_cases=_group_cases,
+    layout=_group_layout,
     variants=(
-        Variant(
+        _group_variant(
+            "each position's whole vector was normalised at once, as the lesson's RMSNorm does: one group. Here each "
+            "of the `groups` groups of consecutive features is divided by its own root mean square. It shows "
+            "wherever groups is more than 1.",
+            order="consecutive",
+            over=(-2, -1),  # fmt: skip
+        ),
+        _group_variant(
+            "the groups are interleaved: feature i went into group i % groups (the features read as (group_size, "
+            "groups)). A group is a run of d_model // groups *consecutive* features: features 0 .. s-1 form the "
+            "first, s .. 2s-1 the second.",
+            order="strided",
+        ),
+        _group_variant(
+            "the features were cut into groups of `groups` features each (d_model // groups of them), not into "
+            "`groups` groups: the two sizes are swapped. There are `groups` groups, each of d_model // groups "
+            "consecutive features.",
+            order="sized",
+        ),
+        _group_variant(
+            "each group's mean was subtracted first: that is GroupNorm, LayerNorm per group. RMSNorm does not "
+            "centre: it divides each group by its root mean square as it is.",
+            centre=True,
+        ),
+        _group_variant(
             "you divided by the square root of the mean, not of the mean of the *squares*: negative means give NaN, "
-            "and the rest is not the root mean square. RMS = sqrt(mean(x ** 2) + eps).",
-            lambda x, w, e: _rms(x, w, e, square=False),
+            "and the rest is not the root mean square.",
+            square=False,
+        ),
+        _group_variant(
+            "eps is added outside the square root, after it. RMSNorm adds it inside, to the mean of squares, which "
+            "differs wherever that mean is not much larger than eps (small inputs, a large eps, a group of zeros).",
+            eps_outside=True,
         ),
         Variant(
-            "eps is added outside the square root, x / (sqrt(mean(x ** 2)) + eps). RMSNorm adds it inside: "
-            "x / sqrt(mean(x ** 2) + eps), which differs wherever mean(x ** 2) is not much larger than eps (small "
-            "inputs, a large eps, a vector of zeros).",
-            lambda x, w, e: _rms(x, w, e, eps_outside=True),
+            "eps is missing: a group of zeros (at padding) gives 0 / 0 = NaN, and a large eps changes nothing in "
+            "yours. It belongs inside the square root, added to the mean "
+            "of squares.",
+            lambda x, w, groups, eps: _grms(x, w, groups, 0.0),
         ),
-        Variant(
-            "eps is missing: a vector of zeros (a padding position) gives 0 / 0 = NaN, and a large eps changes "
-            "nothing in yours. Add it inside the square root: sqrt(mean(x ** 2) + eps).",
-            lambda x, w, e: _rms(x, w, 0.0),
+        _group_variant(
+            "the square root is missing: you divided by the mean square (plus eps), not by its root.",
+            root=False,
         ),
-        Variant(
-            "the mean of squares was taken over the batch (dim 0): each feature of each position was divided by a "
-            "number pooled from every sentence. RMSNorm normalises each position's vector alone, over its d_model "
-            "features (the last axis).",
-            lambda x, w, e: _rms(x, w, e, over=0),
+        _group_variant(
+            "the mean of squares was taken over the groups (one axis too low) instead of within each group: each "
+            "feature was divided by a number pooled from the same feature place of every group.",
+            over=-2,
         ),
-        Variant(
-            "the mean of squares was taken over the positions (dim 1, one axis too low), so each feature was divided "
-            "by a number pooled over the sentence. RMSNorm normalises each position's vector alone, over its "
-            "features (the last axis).",
-            lambda x, w, e: _rms(x, w, e, over=1),
+        _group_variant(
+            "off by one: the mean of squares divides each group's sum by its size minus 1. The mean divides by the "
+            "number of features in the group, d_model // groups.",
+            size=lambda s: s - 1,
         ),
-        Variant(
-            "the mean of squares was taken over positions and features together (the whole sentence), one number "
-            "per sentence. RMSNorm normalises each position's vector alone, over its features (the last axis).",
-            lambda x, w, e: _rms(x, w, e, over=(1, 2)),
+        _group_variant(
+            "off by one: the mean of squares divides each group's sum by its size plus 1. The mean divides by the "
+            "number of features in the group, d_model // groups.",
+            size=lambda s: s + 1,
         ),
-        Variant(
-            "off by one: the mean of squares divides the sum by d_model - 1 (as an unbiased variance would). The mean "
-            "divides by the number of features, d_model.",
-            lambda x, w, e: _rms(x, w, e, denominator=lambda x: x.shape[-1] - 1),
+        _group_variant(
+            "the gain was applied before the normalisation (x times weight, then normalised), so it mostly cancels "
+            "out. The gain multiplies the normalised groups, feature by feature, last.",
+            gain="before",
         ),
-        Variant(
-            "off by one: the mean of squares divides the sum by d_model + 1. The mean divides by the number of "
-            "features, d_model.",
-            lambda x, w, e: _rms(x, w, e, denominator=lambda x: x.shape[-1] + 1),
-        ),
-        Variant(
-            "you divided by the length of the vector, sqrt(sum(x ** 2)), not by its root *mean* square: your "
-            "output is smaller by about sqrt(d_model). Take the mean over the features, not the sum.",
-            lambda x, w, e: _rms(x, w, e, denominator=lambda x: 1),
-        ),
-        Variant(
-            "your output is LayerNorm's: you subtracted each vector's mean first. RMSNorm does not centre: it divides "
-            "x itself by sqrt(mean(x ** 2) + eps).",
-            lambda x, w, e: torch.nn.functional.layer_norm(x, x.shape[-1:], eps=e) * w,
-        ),
-        Variant(
-            "the square root is missing: you divided by mean(x ** 2) + eps, the mean square, not its root.",
-            lambda x, w, e: _rms(x, w, e, root=False),
-        ),
-        Variant(
-            "you multiplied by the root mean square instead of dividing by it. RMSNorm rescales each vector to a "
-            "root mean square of 1: x / sqrt(mean(x ** 2) + eps).",
-            lambda x, w, e: x * (x.pow(2).mean(-1, keepdim=True) + e).sqrt() * w,
-        ),
-        Variant(
-            "the gain `weight` is missing: multiply the normalised vector by it, feature by feature.",
-            lambda x, w, e: _rms(x, w, e, gain="none"),
-        ),
-        Variant(
-            "the gain `weight` was added, not multiplied: RMSNorm scales each feature, x / rms * weight, and has "
-            "no shift.",
-            lambda x, w, e: _rms(x, w, e, gain="plus"),
-        ),
+        _group_variant(
+            "the gain `weight` is missing: multiply the normalised vector by it, feature by feature.", gain="none"
+        ),  # fmt: skip
+        _group_variant(
+            "the gain `weight` was added, not multiplied: it scales each feature, and there is no shift.", gain="plus"
+        ),  # fmt: skip
     ),
     hint=(
-        "Each position's vector is normalised on its own: over which axis of x do you take the mean? And where "
-        "does eps go?",
-        "rms = sqrt(mean over the d_model features of x ** 2, plus eps), one number per position, kept as a size-1 "
-        "axis so that it divides every feature; then multiply feature i by weight[i]. Nothing is subtracted, "
-        "nothing added.",
-        "`rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)`, shape (batch, seq_len, 1); "
-        "`return x / rms * weight`.",
+        "Give the groups an axis of their own first: which shape of x lets you take a mean over one group's "
+        "features, and only those? And which features belong to group 0?",
+        "(..., d_model) -> (..., groups, d_model // groups), consecutive features together (group j holds features "
+        "j s .. (j+1) s - 1, s = d_model // groups); the mean of squares over the last axis, kept as a size-1 axis, "
+        "plus eps inside the square root; divide; back to (..., d_model); then multiply feature i by weight[i].",
+        "`g = x.unflatten(-1, (groups, x.shape[-1] // groups))`; `g = g / torch.sqrt(g.pow(2).mean(-1, keepdim=True) "
+        "+ eps)`; `return g.flatten(-2) * weight`.",
     ),
+    gradients=True,  # a norm is trained through: gradients must flow through it
     forbidden=OWN_CODE,
 )
 
 # --------------------------------------------------------------------------------------------
-# swiglu
+# clamped_swiglu: gpt-oss's gated layer (a transfer: the lesson's SwiGLU with another gate and another layout)
 # --------------------------------------------------------------------------------------------
 
 
-def _swiglu_cases() -> list[Case]:
+def _clamped_cases() -> list[Case]:
     g = generator(91)
 
-    def case(batch, seq_len, d_model, d_ff, tags, scale=1.0, note=""):
+    def case(batch, seq_len, d_model, d_ff, alpha, limit, tags, scale=1.0, note=""):
         x = scale * randn(g, batch, seq_len, d_model)
-        W_gate, W_up = randn(g, d_model, d_ff) / math.sqrt(d_model), randn(g, d_model, d_ff) / math.sqrt(d_model)
+        W_in = randn(g, d_model, 2 * d_ff) / math.sqrt(d_model)
         W_down = randn(g, d_ff, d_model) / math.sqrt(d_ff)
-        description = f"batch {batch}, seq_len {seq_len}, d_model {d_model}, d_ff {d_ff}"
-        return Case(description + (f"; {note}" if note else ""), (x, W_gate, W_up, W_down), tags)
+        description = (
+            f"batch {batch}, seq_len {seq_len}, d_model {d_model}, d_ff {d_ff}, alpha {alpha:g}, limit {limit:g}"
+        )
+        return Case(description + (f"; {note}" if note else ""), (x, W_in, W_down, alpha, limit), tags)
 
     return [
-        case(2, 5, 8, 12, kinds()),
-        case(1, 4, 6, 16, kinds(ONE)),
-        case(3, 2, 10, 10, kinds(), note="d_ff = d_model"),
-        case(4, 3, 4, 20, kinds(), note="more sentences than positions"),
-        case(1, 7, 12, 8, kinds(ONE), note="d_ff smaller than d_model"),
-        case(2, 3, 8, 16, kinds(LARGE), scale=60.0, note="inputs around ±60, pre-activations in the hundreds"),
+        case(2, 5, 8, 12, 1.702, 7.0, kinds(), scale=4.0, note="inputs around ±4, some pre-activations past ±7"),
+        case(1, 4, 6, 16, 1.702, 7.0, kinds(ONE), scale=6.0, note="inputs around ±6"),
+        case(3, 2, 10, 10, 1.702, 1.5, kinds(), note="d_ff = d_model, a small limit: much is clamped"),
+        case(4, 3, 4, 20, 1.0, 2.0, kinds(), note="alpha 1 (the gate is SiLU), more sentences than positions"),
+        case(1, 7, 12, 8, 1.702, 7.0, kinds(ONE), scale=0.5, note="d_ff smaller than d_model, small inputs"),
+        case(
+            2, 3, 8, 16, 1.702, 7.0, kinds(LARGE), scale=60.0, note="inputs around ±60, pre-activations in the hundreds"
+        ),
     ]
 
 
-def _glu(x, W_gate, W_up, W_down, *, act=torch.nn.functional.silu, where="gate", combine="product"):
-    """A variant of the gated layer: ``act`` applied at ``where`` (the gate, both projections, the input, the
-    product or the output); the projections multiplied or added."""
-    if where == "input":
-        gate, up = act(x) @ W_gate, x @ W_up
+def _oss(x, W_in, W_down, alpha, limit, *, layout="interleaved", swap=False, slope="inside", gate_clamp="max",
+         linear_clamp="both", shift="linear", gate_act="swish", act_at="gate"):  # fmt: skip
+    """A known-wrong version of gpt-oss's gated layer, one choice changed. ``act_at``: where the Swish goes, on the
+    gate (right), one step early (on x, before W_in) or one step late (on the product)."""
+
+    def swish(z):
+        return z * torch.sigmoid(alpha * z)
+
+    if act_at == "input":
+        x = swish(x)
+    both = x @ W_in
+    if layout == "halves":
+        gate, linear = both.chunk(2, dim=-1)
     else:
-        gate, up = x @ W_gate, x @ W_up
-        if where == "gate":
-            gate = act(gate)
-        elif where == "both":
-            gate, up = act(gate), act(up)
-    hidden = gate * up if combine == "product" else gate + up
-    if where == "product":
-        hidden = act(hidden)
-    out = hidden @ W_down
-    return act(out) if where == "output" else out
+        gate, linear = both[..., 0::2], both[..., 1::2]
+    if swap:
+        gate, linear = linear, gate
+    if gate_clamp == "max":
+        gate = gate.clamp(max=limit)
+    if linear_clamp == "both":
+        linear = linear.clamp(-limit, limit)
+    elif linear_clamp == "max":
+        linear = linear.clamp(max=limit)
+    if act_at != "gate":
+        activated = gate
+    elif gate_act == "gelu":
+        activated = torch.nn.functional.gelu(gate)
+    elif gate_act == "gelu_tanh":
+        activated = torch.nn.functional.gelu(gate, approximate="tanh")
+    elif gate_act == "sigmoid":
+        activated = torch.sigmoid(alpha * gate)
+    elif slope == "inside":
+        activated = gate * torch.sigmoid(alpha * gate)
+    elif slope == "outside":
+        activated = alpha * gate * torch.sigmoid(gate)
+    else:  # no slope: SiLU
+        activated = gate * torch.sigmoid(gate)
+    if shift == "linear":
+        hidden = activated * (linear + 1)
+    elif shift == "gate":
+        hidden = (activated + 1) * linear
+    else:
+        hidden = activated * linear
+    if act_at == "product":
+        hidden = swish(hidden)
+    return hidden @ W_down
 
 
-def _no_activation(z):
-    return z
+def _oss_variant(diagnosis: str, **changes) -> Variant:
+    def fn(x, W_in, W_down, alpha, limit):
+        return _oss(x, W_in, W_down, alpha, limit, **changes)
+
+    return Variant(diagnosis, fn)
 
 
-SWIGLU = Exercise(
-    name="swiglu",
+CLAMPED_SWIGLU = Exercise(
+    name="clamped_swiglu",
     lesson=LESSON,
-    params=("x", "W_gate", "W_up", "W_down"),
+    params=("x", "W_in", "W_down", "alpha", "limit"),
     returns=(("batch", "seq_len", "d_model"),),
-    reference=swiglu,
-    make_cases=_swiglu_cases,
+    reference=clamped_swiglu,
+    make_cases=_clamped_cases,
     variants=(
-        Variant(
-            "the gate and the up projection are swapped: SiLU went on the up projection (W_up). SwiGLU passes the "
-            "*gate* projection (W_gate) through SiLU and keeps the up projection linear. Weights trained one way give "
-            "wrong outputs the other way.",
-            lambda x, Wg, Wu, Wd: _glu(x, Wu, Wg, Wd),
+        _oss_variant(
+            "the columns of x @ W_in were split into two halves (the first d_ff the gate, the last d_ff the linear "
+            "part), as in a layer that stores W_gate and W_up side by side. gpt-oss stores them interleaved: the "
+            "even columns (0, 2, 4, ...) are the gate, the odd ones the linear part.",
+            layout="halves",
+        ),
+        _oss_variant(
+            "the gate and the linear part are swapped: the odd columns went through the activation. The even "
+            "columns are the gate, the odd ones the linear part, which is clamped and shifted but not activated.",
+            swap=True,
+        ),
+        _oss_variant(
+            "the slope alpha is missing: your gate is SiLU, z * sigmoid(z). gpt-oss's is Swish with slope alpha, "
+            "z * sigmoid(alpha z) (alpha = 1.702 makes it the sigmoid approximation of GELU). It shows wherever "
+            "alpha is not 1.",
+            slope="none",
+        ),
+        _oss_variant(
+            "alpha multiplies the whole activation, alpha * z * sigmoid(z). The slope goes inside the sigmoid: "
+            "z * sigmoid(alpha z).",
+            slope="outside",
+        ),
+        _oss_variant(
+            "the gate went through a sigmoid alone, without the factor z: that is the original GLU's gate. gpt-oss's "
+            "gate is Swish, z * sigmoid(alpha z).",
+            gate_act="sigmoid",
         ),
         Variant(
-            "SiLU is missing: the product of the two projections alone is a bilinear layer. The gate passes through "
-            "SiLU(z) = z * sigmoid(z) before the product.",
-            lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, act=_no_activation),
+            "the gate went through GELU. Swish with slope 1.702, z * sigmoid(1.702 z), is an approximation of GELU, "
+            "close but not equal, and gpt-oss uses the approximation itself, with the slope it is given (alpha).",
+            lambda x, W_in, W_down, alpha, limit: _oss(x, W_in, W_down, alpha, limit, gate_act="gelu"),
+            lambda x, W_in, W_down, alpha, limit: _oss(x, W_in, W_down, alpha, limit, gate_act="gelu_tanh"),
         ),
-        Variant(
-            "the gate went through a sigmoid, not SiLU: that is the original GLU. SwiGLU uses SiLU(z) = z * "
-            "sigmoid(z), the sigmoid times its input.",
-            lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, act=torch.sigmoid),
+        _oss_variant(
+            "the 1 is missing: the linear part multiplies the gate as it is. gpt-oss adds 1 to the (clamped) linear "
+            "part, so the layer starts near the gate's own output rather than near 0.",
+            shift="none",
         ),
-        Variant(
-            "the gate went through ReLU (that is ReGLU). SwiGLU uses SiLU(z) = z * sigmoid(z), which is smooth and "
-            "lets small negative values through.",
-            lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, act=torch.relu),
+        _oss_variant(
+            "the 1 was added to the activated gate instead of to the linear part. The gate stays z * sigmoid(alpha z); "
+            "the linear part, once clamped, gets the + 1.",
+            shift="gate",
         ),
-        Variant(
-            "the gate went through GELU (that is GEGLU). SwiGLU uses SiLU(z) = z * sigmoid(z), close to GELU but not "
-            "equal.",
-            lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, act=torch.nn.functional.gelu),
+        _oss_variant(
+            "the linear part is not clamped: it is clamped to [-limit, limit] before the + 1, so very large "
+            "pre-activations cannot blow the product up.",
+            linear_clamp="none",
         ),
-        Variant(
-            "SiLU went on both projections. Only the gate passes through it; the up projection stays linear.",
-            lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, where="both"),
+        _oss_variant(
+            "the linear part is clamped from above only. It is clamped from both sides, to [-limit, limit]: unlike "
+            "the gate's activation, (u + 1) has no lower bound of its own.",
+            linear_clamp="max",
         ),
-        Variant(
-            "SiLU came one step late: on the product of the two projections. It belongs on the gate projection "
-            "alone, before the product.",
-            lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, where="product"),
+        _oss_variant(
+            "the gate is not clamped: clamp it from above at limit before the activation.",
+            gate_clamp="none",
         ),
-        Variant(
-            "SiLU came one step early: on the input x, before the gate's projection. It belongs on the gate after "
-            "its projection by W_gate.",
-            lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, where="input"),
+        _oss_variant(
+            "the Swish came one step late: on the product of the gate and the linear part. It belongs on the "
+            "(clamped) gate alone, before the product.",
+            act_at="product",
         ),
-        Variant(
-            "SiLU went on the output, after W_down. The layer ends with the down projection: only the gate passes "
-            "through SiLU.",
-            lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, where="output"),
+        _oss_variant(
+            "the Swish came one step early: on x, before the projection by W_in. It belongs on the gate, the even "
+            "columns of x @ W_in, once clamped.",
+            act_at="input",
         ),
-        Variant(
-            "the gate and the up projection were added, not multiplied. The gate scales the up projection feature by "
-            "feature: a product, not a sum.",
-            lambda x, Wg, Wu, Wd: _glu(x, Wg, Wu, Wd, combine="sum"),
+        _oss_variant(
+            "nothing is clamped: the gate is clamped from above at limit, and the linear part to [-limit, limit], "
+            "before anything else.",
+            gate_clamp="none",
+            linear_clamp="none",  # fmt: skip
         ),
     ),
     hint=(
-        "Three matrix products and one activation. Which of the two projections passes through SiLU?",
-        "gate = SiLU(x @ W_gate) and up = x @ W_up, both (batch, seq_len, d_ff); multiply them feature by feature, "
-        "then project back with W_down to (batch, seq_len, d_model). No biases.",
-        "`gate = torch.nn.functional.silu(x @ W_gate)`; `up = x @ W_up`; `return (gate * up) @ W_down`.",
+        "Three things differ from the lesson's SwiGLU: where the gate and the linear part sit in x @ W_in, what "
+        "each is clamped to, and what the gate's activation and the linear part become. Take them in that order.",
+        "both = x @ W_in, (..., 2 d_ff); gate = its even columns (0, 2, 4, ...), clamped from above at limit; "
+        "linear = its odd columns, clamped to [-limit, limit]; hidden = gate * sigmoid(alpha * gate) * (linear + 1), "
+        "(..., d_ff); then multiply by W_down.",
+        "`both = x @ W_in`; `gate = both[..., 0::2].clamp(max=limit)`; `linear = both[..., 1::2].clamp(-limit, "
+        "limit)`; `return (gate * torch.sigmoid(alpha * gate) * (linear + 1)) @ W_down`.",
     ),
+    gradients=True,  # a feed-forward layer is trained through: gradients must flow through it
     forbidden=OWN_CODE,
 )
+
 
 # --------------------------------------------------------------------------------------------
 # pre_norm_block
@@ -302,14 +409,18 @@ SWIGLU = Exercise(
 def _block_cases() -> list[Case]:
     g = generator(92)
 
-    def case(batch, seq_len, d_model, num_heads, d_ff, tags, scale=1.0, gain=1.0, note=""):
+    def case(batch, seq_len, d_model, num_heads, d_ff, tags, scale=1.0, gain=1.0, kv_heads=None, note=""):
         x = scale * randn(g, batch, seq_len, d_model)
         norm_a, norm_f = gain * (0.5 + torch.rand(d_model, generator=g)), 0.5 + torch.rand(d_model, generator=g)
-        square = [randn(g, d_model, d_model) / math.sqrt(d_model) for _ in range(4)]
+        kv_dim = d_model if kv_heads is None else kv_heads * (d_model // num_heads)
+        W_q, W_o = (randn(g, d_model, d_model) / math.sqrt(d_model) for _ in range(2))
+        W_k, W_v = (randn(g, d_model, kv_dim) / math.sqrt(d_model) for _ in range(2))
         W_gate, W_up = randn(g, d_model, d_ff) / math.sqrt(d_model), randn(g, d_model, d_ff) / math.sqrt(d_model)
         W_down = randn(g, d_ff, d_model) / math.sqrt(d_ff)
-        args = (x, norm_a, *square, norm_f, W_gate, W_up, W_down, num_heads)
+        args = (x, norm_a, W_q, W_k, W_v, W_o, norm_f, W_gate, W_up, W_down, num_heads)
         description = f"batch {batch}, seq_len {seq_len}, d_model {d_model}, num_heads {num_heads}, d_ff {d_ff}"
+        if kv_heads is not None:
+            description += f", {kv_heads} key/value head{'s' if kv_heads > 1 else ''} (W_k, W_v {tuple(W_k.shape)})"
         return Case(description + (f"; {note}" if note else ""), args, tags)
 
     return [
@@ -318,6 +429,8 @@ def _block_cases() -> list[Case]:
         case(3, 6, 8, 4, 8, kinds(), note="d_ff = d_model"),
         case(4, 3, 6, 1, 10, kinds(), note="one head, more sentences than positions"),
         case(1, 1, 8, 2, 12, kinds(ONE), note="a single position"),
+        case(2, 5, 8, 4, 12, kinds(), kv_heads=2, note="grouped-query: each key/value head serves 2 query heads"),
+        case(1, 6, 12, 6, 16, kinds(ONE), kv_heads=1, note="multi-query: one key/value head for all 6 query heads"),
         case(
             2,
             4,
@@ -326,18 +439,19 @@ def _block_cases() -> list[Case]:
             16,
             kinds(LARGE),
             scale=1000.0,
-            gain=12.0,
-            note="a stream around ±1000, attention norm gains around 12: scores in the hundreds",
-        ),
+            gain=3.0,
+            note="a stream around ±1000, attention norm gains around 3",
+        ),  # fmt: skip
     ]
 
 
 def _block_with(
     x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads, *, arrangement="pre", causal=0, scale="head_dim",
     attention_input="normed", ffn_input="normed", gains="right", final_norm=False, transpose=False, swap_ffn=False,
-    split="right", merge="right",
+    split="right", merge="right", kv_order="grouped",
 ):  # fmt: skip
-    """A known-wrong pre-norm block, one choice changed. ``causal``: the diagonal's offset (0: keys up to the query)."""
+    """A known-wrong pre-norm block, one choice changed. ``causal``: the diagonal's offset (0: keys up to the query);
+    ``kv_order``: which key/value head query head h reads, "grouped" (h // group) or "interleaved" (h % kv heads)."""
     batch, seq_len, d_model = x.shape
     head_dim = d_model // num_heads
     if gains == "swapped":
@@ -345,21 +459,29 @@ def _block_with(
     if transpose:
         W_q, W_k, W_v, W_o = W_q.T, W_k.T, W_v.T, W_o.T
 
+    def heads(t, count):  # (batch, seq_len, count * head_dim) -> (batch, count, seq_len, head_dim)
+        if split == "heads_first":  # the matrix read straight as (batch, count, seq_len, head_dim)
+            return t.reshape(batch, count, seq_len, head_dim)
+        return t.view(batch, seq_len, count, head_dim).transpose(1, 2)
+
     def attention(h):
-        if split == "heads_first":  # (batch, seq_len, d_model) read straight as (batch, num_heads, seq_len, head_dim)
-            q, k, v = ((h @ W).reshape(batch, num_heads, seq_len, head_dim) for W in (W_q, W_k, W_v))
+        kv_heads = W_k.shape[1] // head_dim
+        q, k, v = heads(h @ W_q, num_heads), heads(h @ W_k, kv_heads), heads(h @ W_v, kv_heads)
+        group = num_heads // kv_heads
+        if kv_order == "grouped":
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         else:
-            q, k, v = ((h @ W).view(batch, seq_len, num_heads, head_dim).transpose(1, 2) for W in (W_q, W_k, W_v))
+            k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
         divisor = {"head_dim": math.sqrt(head_dim), "d_model": math.sqrt(d_model), "none": 1.0}[scale]
         scores = q @ k.transpose(-2, -1) / divisor
         if causal is not None:
             allowed = torch.ones(seq_len, seq_len, dtype=torch.bool).tril(causal)
             scores = scores.masked_fill(~allowed, float("-inf"))
         weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-        heads = weights @ v  # (batch, num_heads, seq_len, head_dim)
+        out = weights @ v  # (batch, num_heads, seq_len, head_dim)
         if merge == "no_transpose":  # read straight as (batch, seq_len, d_model)
-            return heads.reshape(batch, seq_len, d_model) @ W_o
-        return heads.transpose(1, 2).reshape(batch, seq_len, d_model) @ W_o
+            return out.reshape(batch, seq_len, d_model) @ W_o
+        return out.transpose(1, 2).reshape(batch, seq_len, d_model) @ W_o
 
     def ffn(h):
         gate, up = (W_up, W_gate) if swap_ffn else (W_gate, W_up)
@@ -397,6 +519,8 @@ def _block_variant(diagnosis: str, **changes) -> Variant:
 def _block_layout(args: tuple) -> tuple[Layout]:
     return (Layout(positions=1),)
 
+
+_SHOWS_WITH_HEADS = "It shows with more than one head and more than one position."
 
 PRE_NORM_BLOCK = Exercise(
     name="pre_norm_block",
@@ -479,34 +603,57 @@ PRE_NORM_BLOCK = Exercise(
         ),
         _block_variant(
             "the heads were split by reading each (seq_len, d_model) matrix straight as (num_heads, seq_len, "
+            "head_dim), and merged back by reading (num_heads, seq_len, head_dim) straight as (seq_len, d_model). "
+            "The merge undoes the split's memory order, so the output has the right shape, but in between each "
+            "'head' held pieces of several positions and attended over those pieces. Splitting cuts each position's "
+            "d_model features into num_heads groups of head_dim consecutive features, (batch, seq_len, num_heads, "
+            "head_dim), and only then moves the heads in front of the positions; merging moves them back behind "
+            f"the positions before joining each position's heads side by side. {_SHOWS_WITH_HEADS}",
+            split="heads_first",
+            merge="no_transpose",  # fmt: skip
+        ),
+        _block_variant(
+            "the heads were split by reading each (seq_len, d_model) matrix straight as (num_heads, seq_len, "
             "head_dim): that cuts the memory in the wrong order, so a 'head' holds pieces of several positions. "
             "Splitting cuts each position's d_model features into num_heads groups of head_dim consecutive "
             "features, giving (batch, seq_len, num_heads, head_dim); only then do the heads move in front of the "
-            "positions. It shows with more than one head and more than one position.",
+            f"positions. (Your merge is right.) {_SHOWS_WITH_HEADS}",
             split="heads_first",
         ),
         _block_variant(
             "the heads were merged by reading (batch, num_heads, seq_len, head_dim) straight as (batch, seq_len, "
             "d_model), without moving the heads back behind the positions first: each output row then holds "
             "pieces of several positions' results. Merging undoes the split: heads back behind the positions, "
-            "then each position's num_heads results of head_dim side by side. It shows with more than one head "
-            "and more than one position.",
+            f"then each position's num_heads results of head_dim side by side. (Your split is right.) "
+            f"{_SHOWS_WITH_HEADS}",
             merge="no_transpose",
+        ),
+        _block_variant(
+            "with fewer key/value heads than query heads, query head h read key/value head h % num_kv_heads: the "
+            "groups are interleaved. Each key/value head serves a group of num_heads // num_kv_heads *consecutive* "
+            "query heads: query head h reads key/value head h // (num_heads // num_kv_heads). It shows where there "
+            "are at least two key/value heads, each shared.",
+            kv_order="interleaved",
         ),
     ),
     hint=(
-        "Two residual steps. In each, the sublayer reads a normalised copy of x; what does its output get added to: "
-        "x, or the copy?",
+        "Check two places in turn. The residual steps: what does each sublayer read (x or its normalised copy), and "
+        "what is its output added to? And the heads: how does d_model become num_heads heads of head_dim, which axis "
+        "holds them, and how do they come back?",
         "h = RMSNorm(x; attention_norm); x = x + W_o(merged heads of causal attention over h @ W_q, h @ W_k, "
         "h @ W_v, scores / sqrt(head_dim)); then h = RMSNorm(x; ffn_norm) and x = x + SwiGLU(h). eps = 1e-6 in both "
         "norms; nothing is normalised after the additions. Split: (batch, seq_len, d_model) -> (batch, seq_len, "
-        "num_heads, head_dim) -> heads in front of positions, (batch, num_heads, seq_len, head_dim). Merge: the "
-        "same steps backwards, heads behind positions again before the reshape to d_model.",
-        "`h = rms_norm(x, attention_norm, 1e-6)`; `split = lambda t: t.view(batch, seq_len, num_heads, "
-        "head_dim).transpose(1, 2)`; `heads = F.scaled_dot_product_attention(split(h @ W_q), split(h @ W_k), "
-        "split(h @ W_v), is_causal=True)`; `x = x + heads.transpose(1, 2).reshape(batch, seq_len, d_model) @ W_o`; "
-        "`return x + swiglu(rms_norm(x, ffn_norm, 1e-6), W_gate, W_up, W_down)`.",
+        "num_heads, head_dim) -> heads in front of positions, (batch, num_heads, seq_len, head_dim); keys and values "
+        "the same with num_kv_heads = W_k's columns // head_dim, each of their heads repeated for its group of "
+        "consecutive query heads. Merge: the same steps backwards, heads behind positions again before the reshape "
+        "to d_model.",
+        "`h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * attention_norm`; `split = lambda t: "
+        "t.view(batch, seq_len, -1, head_dim).transpose(1, 2)`; `heads = F.scaled_dot_product_attention(split(h @ "
+        "W_q), split(h @ W_k), split(h @ W_v), is_causal=True, enable_gqa=True)`; `x = x + heads.transpose(1, "
+        "2).reshape(batch, seq_len, d_model) @ W_o`; then the same norm with ffn_norm and `x + (F.silu(h @ W_gate) * "
+        "(h @ W_up)) @ W_down`.",
     ),
+    gradients=True,  # the block is trained through: gradients must flow back to x and every weight
     forbidden=OWN_CODE,
 )
 
@@ -542,6 +689,17 @@ def _qk_cases() -> list[Case]:
             note="queries and keys around ±1000, where unnormalised scores would saturate the softmax",
         ),
     ]
+
+
+def _rms(x, weight, eps, *, over=-1, denominator=None, eps_outside=False):
+    """A variant of RMSNorm over the last axis: the mean over ``over``, dividing by ``denominator`` instead of the
+    count, eps outside the square root."""
+    if denominator is None:
+        ms = x.pow(2).mean(dim=over, keepdim=True)
+    else:
+        ms = x.pow(2).sum(dim=over, keepdim=True) / denominator(x)
+    scale = ms.sqrt() + eps if eps_outside else (ms + eps).sqrt()
+    return x / scale * weight
 
 
 def _qk_with(q, k, g_q, g_k, *, norm_q=True, norm_k=True, over=-1, denominator=None, eps_outside=False,
@@ -637,9 +795,12 @@ QK_NORM_SCORES = Exercise(
         "with the queries?",
         "q_normed = RMSNorm(q; q_weight) and k_normed = RMSNorm(k; k_weight), each over head_dim (the last axis), "
         "eps 1e-6; scores = q_normed k_normed^T / sqrt(head_dim), (batch, heads, query_len, key_len).",
-        "Your rms_norm from exercise 1 works on any leading axes: `qn = rms_norm(q, q_weight, 1e-6)`, `kn = "
-        "rms_norm(k, k_weight, 1e-6)`; `return qn @ kn.transpose(-2, -1) / math.sqrt(q.shape[-1])`.",
+        "If your group_rms_norm from exercise 1 takes any leading axes, one group does it: `qn = group_rms_norm(q, "
+        "q_weight, 1, 1e-6)`, `kn = group_rms_norm(k, k_weight, 1, 1e-6)`; otherwise `qn = q * torch.rsqrt(q.pow(2)"
+        ".mean(-1, keepdim=True) + 1e-6) * q_weight`, and the same for k; `return qn @ kn.transpose(-2, -1) / "
+        "math.sqrt(q.shape[-1])`.",
     ),
+    gradients=True,  # the scores are trained through: gradients must flow back to q, k and both gains
     forbidden=OWN_CODE,
 )
 
@@ -770,4 +931,4 @@ LARGEST_QK_SCORE = Exercise(
     forbidden=OWN_CODE,
 )
 
-EXERCISES = (RMS_NORM, SWIGLU, PRE_NORM_BLOCK, QK_NORM_SCORES, LARGEST_QK_SCORE)
+EXERCISES = (GROUP_RMS_NORM, CLAMPED_SWIGLU, PRE_NORM_BLOCK, QK_NORM_SCORES, LARGEST_QK_SCORE)

@@ -1,18 +1,21 @@
-"""Lesson 09, 09_transformer_block: the galleries of ``rms_norm``, ``swiglu``, ``pre_norm_block`` and
-``qk_norm_scores``, ``largest_qk_score`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
+"""Lesson 09, 09_transformer_block: the galleries of ``group_rms_norm``, ``clamped_swiglu``, ``pre_norm_block``,
+``qk_norm_scores`` and ``largest_qk_score`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
 tests/galleries/__init__.py describes them), and REFERENCE_USE: functions that are, or call, the package's own
 ``attnedu.transformer``, which the exercises forbid.
 
-The correct versions are written as a learner would: with torch's functions (F.silu, F.rms_norm,
-F.scaled_dot_product_attention), by hand, with einsum or loops. The feed-forward layer, the causal block and the
-QK-norm scores have neither padded nor unpadded test cases (KINDS_NOT_APPLICABLE): padding at the end of a sentence
-changes nothing in a position-wise layer or under a causal mask.
+The correct versions are written as a learner would: with torch's functions (F.rms_norm, F.silu,
+F.scaled_dot_product_attention with enable_gqa), by hand, with einsum or loops. Every exercise but the bound takes part
+in training, so its check also compares the gradients that flow back; the mutants include versions with the right
+values that cut the gradient (a detached scale, a trip through NumPy, a block run under no_grad). The feed-forward
+layer, the causal block and the QK-norm scores have neither padded nor unpadded test cases (KINDS_NOT_APPLICABLE):
+padding at the end of a sentence changes nothing in a position-wise layer or under a causal mask.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -29,65 +32,87 @@ EPS = 1e-6
 
 
 def learner_rms_norm(x, weight, eps):
+    """A helper the versions below share: RMSNorm over the last axis."""
     rms = torch.sqrt((x**2).mean(dim=-1, keepdim=True) + eps)
     return x / rms * weight
 
 
-def learner_rms_norm_rsqrt(x, weight, eps):
-    """As Llama's code writes it."""
-    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+def learner_group_rms_norm(x, weight, groups, eps):
+    batch, seq_len, d_model = x.shape
+    g = x.reshape(batch, seq_len, groups, d_model // groups)
+    g = g / torch.sqrt(g.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return g.reshape(batch, seq_len, d_model) * weight
 
 
-def learner_rms_norm_torch(x, weight, eps):
-    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+def learner_group_rms_norm_torch(x, weight, groups, eps):
+    size = x.shape[-1] // groups
+    return F.rms_norm(x.unflatten(-1, (groups, size)), (size,), eps=eps).flatten(-2) * weight
 
 
-def learner_rms_norm_loop(x, weight, eps):
-    out = torch.empty_like(x)
-    for b in range(x.shape[0]):
-        for t in range(x.shape[1]):
-            v = x[b, t]
-            out[b, t] = v / math.sqrt(float((v * v).sum()) / v.numel() + eps) * weight
-    return out
+def learner_group_rms_norm_loop(x, weight, groups, eps):
+    size = x.shape[-1] // groups
+    pieces = []
+    for j in range(groups):  # one group at a time
+        part = x[..., j * size : (j + 1) * size]
+        pieces.append(part * torch.rsqrt(part.pow(2).mean(-1, keepdim=True) + eps))
+    return torch.cat(pieces, dim=-1) * weight
 
 
-def learner_swiglu(x, W_gate, W_up, W_down):
-    return (F.silu(x @ W_gate) * (x @ W_up)) @ W_down
+def learner_group_rms_norm_einsum(x, weight, groups, eps):
+    g = x.unflatten(-1, (groups, -1))
+    ms = torch.einsum("btgs,btgs->btg", g, g) / g.shape[-1]
+    return (g / (ms[..., None] + eps).sqrt()).flatten(2) * weight
 
 
-def learner_swiglu_by_hand(x, W_gate, W_up, W_down):
-    gate = x @ W_gate
-    return (gate * torch.sigmoid(gate) * (x @ W_up)) @ W_down
+def learner_clamped_swiglu(x, W_in, W_down, alpha, limit):
+    both = x @ W_in
+    gate = both[..., ::2].clamp(max=limit)
+    linear = both[..., 1::2].clamp(min=-limit, max=limit)
+    return (gate * torch.sigmoid(alpha * gate) * (linear + 1)) @ W_down
 
 
-def learner_swiglu_einsum(x, W_gate, W_up, W_down):
-    g = torch.einsum("bsd,df->bsf", x, W_gate)
-    u = torch.einsum("bsd,df->bsf", x, W_up)
-    return torch.einsum("bsf,fd->bsd", F.silu(g) * u, W_down)
+def learner_clamped_swiglu_split_weights(x, W_in, W_down, alpha, limit):
+    """The weights split first, the clamps written with minimum and maximum."""
+    W_gate, W_lin = W_in[:, 0::2], W_in[:, 1::2]
+    gate = torch.minimum(x @ W_gate, torch.tensor(limit))
+    linear = torch.maximum(torch.minimum(x @ W_lin, torch.tensor(limit)), torch.tensor(-limit))
+    swish = gate * torch.sigmoid(alpha * gate)
+    return (swish * (1 + linear)) @ W_down
 
 
-def _heads(t, num_heads):
-    batch, seq_len, d_model = t.shape
-    return t.view(batch, seq_len, num_heads, d_model // num_heads).transpose(1, 2)
+def learner_clamped_swiglu_view(x, W_in, W_down, alpha, limit):
+    """Columns read as (d_ff, 2) pairs: gate then linear."""
+    both = (x @ W_in).unflatten(-1, (-1, 2))
+    gate, linear = both[..., 0].clamp(max=limit), both[..., 1].clamp(-limit, limit)
+    return torch.einsum("bsf,fd->bsd", F.silu(alpha * gate) / alpha * (linear + 1), W_down)
+
+
+def _heads(t, head_dim):
+    """(batch, seq_len, count * head_dim) -> (batch, count, seq_len, head_dim)."""
+    batch, seq_len, _ = t.shape
+    return t.view(batch, seq_len, -1, head_dim).transpose(1, 2)
 
 
 def learner_pre_norm_block(x, attention_norm, W_q, W_k, W_v, W_o, ffn_norm, W_gate, W_up, W_down, num_heads):
     batch, seq_len, d_model = x.shape
+    head_dim = d_model // num_heads
     h = learner_rms_norm(x, attention_norm, EPS)
-    q, k, v = _heads(h @ W_q, num_heads), _heads(h @ W_k, num_heads), _heads(h @ W_v, num_heads)
-    heads = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    q, k, v = _heads(h @ W_q, head_dim), _heads(h @ W_k, head_dim), _heads(h @ W_v, head_dim)
+    heads = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     x = x + heads.transpose(1, 2).reshape(batch, seq_len, d_model) @ W_o
-    return x + learner_swiglu(learner_rms_norm(x, ffn_norm, EPS), W_gate, W_up, W_down)
+    h = learner_rms_norm(x, ffn_norm, EPS)
+    return x + (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
 
 
 def learner_pre_norm_block_by_hand(x, attention_norm, W_q, W_k, W_v, W_o, ffn_norm, W_gate, W_up, W_down, num_heads):
     batch, seq_len, d_model = x.shape
     head_dim = d_model // num_heads
+    group = num_heads // (W_k.shape[1] // head_dim)
     h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * attention_norm
     outputs = []
-    for i in range(num_heads):  # one head at a time
-        cols = slice(i * head_dim, (i + 1) * head_dim)
-        q, k, v = h @ W_q[:, cols], h @ W_k[:, cols], h @ W_v[:, cols]
+    for i in range(num_heads):  # one head at a time; query head i reads key/value head i // group
+        cols, kv = slice(i * head_dim, (i + 1) * head_dim), slice((i // group) * head_dim, (i // group + 1) * head_dim)
+        q, k, v = h @ W_q[:, cols], h @ W_k[:, kv], h @ W_v[:, kv]
         scores = q @ k.transpose(1, 2) / math.sqrt(head_dim)
         future = torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=1)
         scores = scores.masked_fill(future, float("-inf"))
@@ -96,6 +121,22 @@ def learner_pre_norm_block_by_hand(x, attention_norm, W_q, W_k, W_v, W_o, ffn_no
     h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * ffn_norm
     gate = h @ W_gate
     return x + (gate * torch.sigmoid(gate) * (h @ W_up)) @ W_down
+
+
+def learner_pre_norm_block_repeat(x, attention_norm, W_q, W_k, W_v, W_o, ffn_norm, W_gate, W_up, W_down, num_heads):
+    """The key/value heads repeated by hand (repeat_interleave), the heads split with einops-like reshapes."""
+    B, T, D = x.shape
+    hd = D // num_heads
+    h = learner_group_rms_norm(x, attention_norm, 1, EPS)
+    q = (h @ W_q).reshape(B, T, num_heads, hd).permute(0, 2, 1, 3)
+    k = (h @ W_k).reshape(B, T, -1, hd).permute(0, 2, 1, 3)
+    v = (h @ W_v).reshape(B, T, -1, hd).permute(0, 2, 1, 3)
+    k, v = k.repeat_interleave(num_heads // k.shape[1], dim=1), v.repeat_interleave(num_heads // v.shape[1], dim=1)
+    scores = q @ k.mT / hd**0.5 + torch.full((T, T), float("-inf")).triu(1)
+    o = (scores.softmax(-1) @ v).permute(0, 2, 1, 3).reshape(B, T, D)
+    x = x + o @ W_o
+    h = learner_group_rms_norm(x, ffn_norm, 1, EPS)
+    return x + (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
 
 
 def learner_qk_norm_scores(q, k, q_weight, k_weight):
@@ -126,30 +167,36 @@ def learner_largest_qk_score_loop(q_weight, k_weight):
 
 
 CORRECT = {
-    "rms_norm": [learner_rms_norm, learner_rms_norm_rsqrt, learner_rms_norm_torch, learner_rms_norm_loop],
-    "swiglu": [learner_swiglu, learner_swiglu_by_hand, learner_swiglu_einsum],
-    "pre_norm_block": [learner_pre_norm_block, learner_pre_norm_block_by_hand],
+    "group_rms_norm": [learner_group_rms_norm, learner_group_rms_norm_torch, learner_group_rms_norm_loop,
+                       learner_group_rms_norm_einsum],
+    "clamped_swiglu": [learner_clamped_swiglu, learner_clamped_swiglu_split_weights, learner_clamped_swiglu_view],
+    "pre_norm_block": [learner_pre_norm_block, learner_pre_norm_block_by_hand, learner_pre_norm_block_repeat],
     "qk_norm_scores": [learner_qk_norm_scores, learner_qk_norm_scores_gains_last],
     "largest_qk_score": [learner_largest_qk_score, learner_largest_qk_score_loop],
-}
+}  # fmt: skip
 
 
-def _block_with_the_packages_swiglu(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+def _block_with_the_packages_rms_norm(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
     batch, seq_len, d_model = x.shape
-    h = learner_rms_norm(x, g_a, EPS)
-    q, k, v = _heads(h @ W_q, num_heads), _heads(h @ W_k, num_heads), _heads(h @ W_v, num_heads)
-    x = x + F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(batch, seq_len, -1) @ W_o
-    return x + transformer.swiglu(learner_rms_norm(x, g_f, EPS), W_gate, W_up, W_down)
+    h = transformer.rms_norm(x, g_a)
+    head_dim = d_model // num_heads
+    q, k, v = _heads(h @ W_q, head_dim), _heads(h @ W_k, head_dim), _heads(h @ W_v, head_dim)
+    heads = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    x = x + heads.transpose(1, 2).reshape(batch, seq_len, -1) @ W_o
+    h = transformer.rms_norm(x, g_f)
+    return x + (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
 
 
 REFERENCE_USE = [
-    ("rms_norm", transformer.rms_norm),
-    ("swiglu", transformer.swiglu),
-    ("pre_norm_block", _block_with_the_packages_swiglu),
+    ("group_rms_norm", transformer.group_rms_norm),
+    ("group_rms_norm", lambda x, w, groups, eps: transformer.rms_norm(x.unflatten(-1, (groups, -1)), torch.ones(
+        x.shape[-1] // groups), eps).flatten(-2) * w),
+    ("clamped_swiglu", transformer.clamped_swiglu),
+    ("pre_norm_block", _block_with_the_packages_rms_norm),
     ("pre_norm_block", lambda *args: transformer.pre_norm_block(*args)),
     ("qk_norm_scores", lambda q, k, gq, gk: transformer.qk_norm_scores(q, k, gq, gk)),
     ("largest_qk_score", transformer.qk_score_bound),
-]
+]  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -157,114 +204,183 @@ REFERENCE_USE = [
 # --------------------------------------------------------------------------------------------
 
 
-def rms_mean_not_squares(x, weight, eps):
-    return x / torch.sqrt(x.mean(-1, keepdim=True) + eps) * weight
+def gr_one_group(x, weight, groups, eps):
+    return learner_rms_norm(x, weight, eps)  # the lesson's RMSNorm, whatever groups says
 
 
-def rms_eps_outside(x, weight, eps):
-    return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * weight
+def gr_strided(x, weight, groups, eps):
+    batch, seq_len, d_model = x.shape
+    g = x.reshape(batch, seq_len, d_model // groups, groups)  # (group_size, groups): feature i in group i % groups
+    g = g / torch.sqrt(g.pow(2).mean(dim=-2, keepdim=True) + eps)
+    return g.reshape(batch, seq_len, d_model) * weight
 
 
-def rms_no_eps(x, weight, eps):
-    return x / x.pow(2).mean(-1, keepdim=True).sqrt() * weight
+def gr_sizes_swapped(x, weight, groups, eps):
+    batch, seq_len, d_model = x.shape
+    g = x.reshape(batch, seq_len, d_model // groups, groups)  # groups of `groups` features
+    g = g / torch.sqrt(g.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return g.reshape(batch, seq_len, d_model) * weight
 
 
-def rms_batch_axis(x, weight, eps):
-    return x / torch.sqrt(x.pow(2).mean(0, keepdim=True) + eps) * weight
+def gr_group_norm(x, weight, groups, eps):
+    batch, seq_len, d_model = x.shape
+    return F.group_norm(x.reshape(-1, d_model), groups, eps=eps).reshape(batch, seq_len, d_model) * weight
 
 
-def rms_positions_axis(x, weight, eps):
-    return x / torch.sqrt(x.pow(2).mean(1, keepdim=True) + eps) * weight
+def gr_mean_not_squares(x, weight, groups, eps):
+    g = x.unflatten(-1, (groups, -1))
+    return (g / torch.sqrt(g.mean(-1, keepdim=True) + eps)).flatten(-2) * weight
 
 
-def rms_whole_sentence(x, weight, eps):
-    return x / torch.sqrt(x.pow(2).mean((1, 2), keepdim=True) + eps) * weight
+def gr_eps_outside(x, weight, groups, eps):
+    g = x.unflatten(-1, (groups, -1))
+    return (g / (g.pow(2).mean(-1, keepdim=True).sqrt() + eps)).flatten(-2) * weight
 
 
-def rms_d_minus_one(x, weight, eps):
-    return x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) / (x.shape[-1] - 1) + eps) * weight
+def gr_no_eps(x, weight, groups, eps):
+    return learner_group_rms_norm(x, weight, groups, 0.0)
 
 
-def rms_d_plus_one(x, weight, eps):
-    return x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) / (x.shape[-1] + 1) + eps) * weight
+def gr_no_sqrt(x, weight, groups, eps):
+    g = x.unflatten(-1, (groups, -1))
+    return (g / (g.pow(2).mean(-1, keepdim=True) + eps)).flatten(-2) * weight
 
 
-def rms_sum(x, weight, eps):
-    return x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps) * weight
+def gr_over_groups(x, weight, groups, eps):
+    g = x.unflatten(-1, (groups, -1))
+    return (g / torch.sqrt(g.pow(2).mean(-2, keepdim=True) + eps)).flatten(-2) * weight
 
 
-def rms_layer_norm(x, weight, eps):
-    centred = x - x.mean(-1, keepdim=True)
-    return centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * weight
+def gr_size_minus_one(x, weight, groups, eps):
+    g = x.unflatten(-1, (groups, -1))
+    return (g / torch.sqrt(g.pow(2).sum(-1, keepdim=True) / (g.shape[-1] - 1) + eps)).flatten(-2) * weight
 
 
-def rms_no_sqrt(x, weight, eps):
-    return x / (x.pow(2).mean(-1, keepdim=True) + eps) * weight
+def gr_size_plus_one(x, weight, groups, eps):
+    g = x.unflatten(-1, (groups, -1))
+    return (g / torch.sqrt(g.pow(2).sum(-1, keepdim=True) / (g.shape[-1] + 1) + eps)).flatten(-2) * weight
 
 
-def rms_multiplied(x, weight, eps):
-    return x * torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+def gr_gain_first(x, weight, groups, eps):
+    return learner_group_rms_norm(x * weight, torch.ones_like(weight), groups, eps)
 
 
-def rms_no_gain(x, weight, eps):
-    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+def gr_no_gain(x, weight, groups, eps):
+    return learner_group_rms_norm(x, torch.ones_like(weight), groups, eps)
 
 
-def rms_gain_added(x, weight, eps):
-    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) + weight
+def gr_gain_added(x, weight, groups, eps):
+    return learner_group_rms_norm(x, torch.ones_like(weight), groups, eps) + weight
 
 
-def rms_in_place(x, weight, eps):
-    x /= torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+def gr_in_place(x, weight, groups, eps):
+    g = x.view(*x.shape[:-1], groups, -1)
+    g /= torch.sqrt(g.pow(2).mean(-1, keepdim=True) + eps)
     return x * weight
 
 
-def rms_float64(x, weight, eps):
-    return learner_rms_norm(x.double(), weight.double(), eps)
+def gr_detached_scale(x, weight, groups, eps):
+    """The right values; the root mean square treated as a constant on the way back."""
+    g = x.unflatten(-1, (groups, -1))
+    rms = torch.sqrt(g.pow(2).mean(-1, keepdim=True) + eps).detach()
+    return (g / rms).flatten(-2) * weight
 
 
-def sw_swapped(x, W_gate, W_up, W_down):
-    return (F.silu(x @ W_up) * (x @ W_gate)) @ W_down
+def oss_halves(x, W_in, W_down, alpha, limit):
+    gate, linear = (x @ W_in).chunk(2, dim=-1)
+    gate, linear = gate.clamp(max=limit), linear.clamp(-limit, limit)
+    return (gate * torch.sigmoid(alpha * gate) * (linear + 1)) @ W_down
 
 
-def sw_no_silu(x, W_gate, W_up, W_down):
-    return ((x @ W_gate) * (x @ W_up)) @ W_down
+def oss_swapped(x, W_in, W_down, alpha, limit):
+    both = x @ W_in
+    gate, linear = both[..., 1::2].clamp(max=limit), both[..., 0::2].clamp(-limit, limit)
+    return (gate * torch.sigmoid(alpha * gate) * (linear + 1)) @ W_down
 
 
-def sw_sigmoid(x, W_gate, W_up, W_down):
-    return (torch.sigmoid(x @ W_gate) * (x @ W_up)) @ W_down
+def oss_silu(x, W_in, W_down, alpha, limit):
+    return learner_clamped_swiglu(x, W_in, W_down, 1.0, limit)
 
 
-def sw_relu(x, W_gate, W_up, W_down):
-    return (F.relu(x @ W_gate) * (x @ W_up)) @ W_down
+def oss_alpha_outside(x, W_in, W_down, alpha, limit):
+    both = x @ W_in
+    gate, linear = both[..., ::2].clamp(max=limit), both[..., 1::2].clamp(-limit, limit)
+    return (alpha * F.silu(gate) * (linear + 1)) @ W_down
 
 
-def sw_gelu(x, W_gate, W_up, W_down):
-    return (F.gelu(x @ W_gate) * (x @ W_up)) @ W_down
+def oss_glu_gate(x, W_in, W_down, alpha, limit):
+    both = x @ W_in
+    gate, linear = both[..., ::2].clamp(max=limit), both[..., 1::2].clamp(-limit, limit)
+    return (torch.sigmoid(alpha * gate) * (linear + 1)) @ W_down
 
 
-def sw_both(x, W_gate, W_up, W_down):
-    return (F.silu(x @ W_gate) * F.silu(x @ W_up)) @ W_down
+def oss_gelu_tanh(x, W_in, W_down, alpha, limit):
+    both = x @ W_in
+    gate, linear = both[..., ::2].clamp(max=limit), both[..., 1::2].clamp(-limit, limit)
+    return (F.gelu(gate, approximate="tanh") * (linear + 1)) @ W_down
 
 
-def sw_late(x, W_gate, W_up, W_down):
-    return F.silu((x @ W_gate) * (x @ W_up)) @ W_down
+def oss_no_one(x, W_in, W_down, alpha, limit):
+    both = x @ W_in
+    gate, linear = both[..., ::2].clamp(max=limit), both[..., 1::2].clamp(-limit, limit)
+    return (gate * torch.sigmoid(alpha * gate) * linear) @ W_down
 
 
-def sw_early(x, W_gate, W_up, W_down):
-    return ((F.silu(x) @ W_gate) * (x @ W_up)) @ W_down
+def oss_one_on_gate(x, W_in, W_down, alpha, limit):
+    both = x @ W_in
+    gate, linear = both[..., ::2].clamp(max=limit), both[..., 1::2].clamp(-limit, limit)
+    return ((gate * torch.sigmoid(alpha * gate) + 1) * linear) @ W_down
 
 
-def sw_on_output(x, W_gate, W_up, W_down):
-    return F.silu(((x @ W_gate) * (x @ W_up)) @ W_down)
+def oss_linear_unclamped(x, W_in, W_down, alpha, limit):
+    both = x @ W_in
+    gate = both[..., ::2].clamp(max=limit)
+    return (gate * torch.sigmoid(alpha * gate) * (both[..., 1::2] + 1)) @ W_down
 
 
-def sw_added(x, W_gate, W_up, W_down):
-    return (F.silu(x @ W_gate) + x @ W_up) @ W_down
+def oss_linear_max_only(x, W_in, W_down, alpha, limit):
+    both = x @ W_in
+    gate, linear = both[..., ::2].clamp(max=limit), both[..., 1::2].clamp(max=limit)
+    return (gate * torch.sigmoid(alpha * gate) * (linear + 1)) @ W_down
 
 
-def sw_no_down(x, W_gate, W_up, W_down):
-    return F.silu(x @ W_gate) * (x @ W_up)
+def oss_gate_unclamped(x, W_in, W_down, alpha, limit):
+    both = x @ W_in
+    gate, linear = both[..., ::2], both[..., 1::2].clamp(-limit, limit)
+    return (gate * torch.sigmoid(alpha * gate) * (linear + 1)) @ W_down
+
+
+def oss_no_clamps(x, W_in, W_down, alpha, limit):
+    both = x @ W_in
+    gate, linear = both[..., ::2], both[..., 1::2]
+    return (gate * torch.sigmoid(alpha * gate) * (linear + 1)) @ W_down
+
+
+def oss_swish_late(x, W_in, W_down, alpha, limit):
+    both = x @ W_in
+    hidden = both[..., ::2].clamp(max=limit) * (both[..., 1::2].clamp(-limit, limit) + 1)
+    return (hidden * torch.sigmoid(alpha * hidden)) @ W_down
+
+
+def oss_swish_early(x, W_in, W_down, alpha, limit):
+    both = (x * torch.sigmoid(alpha * x)) @ W_in
+    return (both[..., ::2].clamp(max=limit) * (both[..., 1::2].clamp(-limit, limit) + 1)) @ W_down
+
+
+def oss_sigmoid_by_exp(x, W_in, W_down, alpha, limit):
+    """The sigmoid written out: right values, but exp(-alpha g) overflows for a very negative gate, and the
+    gradient through it is inf / inf = NaN."""
+    both = x @ W_in
+    gate, linear = both[..., ::2].clamp(max=limit), both[..., 1::2].clamp(-limit, limit)
+    return (gate / (1 + torch.exp(-alpha * gate)) * (linear + 1)) @ W_down
+
+
+def oss_through_numpy(x, W_in, W_down, alpha, limit):
+    """The right values, computed in NumPy: nothing flows back."""
+    both = x.detach().numpy() @ W_in.detach().numpy()
+    gate, linear = np.minimum(both[..., ::2], limit), np.clip(both[..., 1::2], -limit, limit)
+    hidden = gate / (1 + np.exp(-alpha * gate)) * (linear + 1)
+    return torch.from_numpy(hidden @ W_down.detach().numpy())
 
 
 def _block(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads, *, attend=None, step="pre", scale=None,
@@ -274,7 +390,8 @@ def _block(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads, *, 
     head_dim = d_model // num_heads
 
     def attention(h):
-        q, k, v = _heads(h @ W_q, num_heads), _heads(h @ W_k, num_heads), _heads(h @ W_v, num_heads)
+        q, k, v = _heads(h @ W_q, head_dim), _heads(h @ W_k, head_dim), _heads(h @ W_v, head_dim)
+        k, v = k.repeat_interleave(num_heads // k.shape[1], 1), v.repeat_interleave(num_heads // v.shape[1], 1)
         scores = q @ k.transpose(-2, -1) / (math.sqrt(head_dim) if scale is None else scale)
         if mask is not None:
             keep = torch.ones(seq_len, seq_len).tril(mask).bool()
@@ -285,13 +402,16 @@ def _block(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads, *, 
     def norm(t, g):
         return learner_rms_norm(t, g, EPS)
 
+    def ffn(t):
+        return (F.silu(t @ W_gate) * (t @ W_up)) @ W_down
+
     if step == "post":
         x = norm(x + attention(x), g_a)
-        return norm(x + learner_swiglu(x, W_gate, W_up, W_down), g_f)
+        return norm(x + ffn(x), g_f)
     h = norm(x, g_a)
     x = (h if step == "from_normed" else x) + attention(h if attend is None else attend(x, h))
     h = norm(x, g_f)
-    out = (h if step == "from_normed" else x) + learner_swiglu(h, W_gate, W_up, W_down)
+    out = (h if step == "from_normed" else x) + ffn(h)
     return norm(out, g_f) if final else out
 
 
@@ -341,11 +461,73 @@ def pb_linear_convention(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, 
 
 def pb_no_residual(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
     batch, seq_len, d_model = x.shape
+    head_dim = d_model // num_heads
     h = learner_rms_norm(x, g_a, EPS)
-    q, k, v = _heads(h @ W_q, num_heads), _heads(h @ W_k, num_heads), _heads(h @ W_v, num_heads)
-    a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(batch, seq_len, d_model)
-    x = a @ W_o
-    return learner_swiglu(learner_rms_norm(x, g_f, EPS), W_gate, W_up, W_down)
+    q, k, v = _heads(h @ W_q, head_dim), _heads(h @ W_k, head_dim), _heads(h @ W_v, head_dim)
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    x = a.transpose(1, 2).reshape(batch, seq_len, d_model) @ W_o
+    h = learner_rms_norm(x, g_f, EPS)
+    return (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
+
+
+def pb_gate_and_up_swapped(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+    return learner_pre_norm_block(x, g_a, W_q, W_k, W_v, W_o, g_f, W_up, W_gate, W_down, num_heads)
+
+
+def pb_heads_by_view(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+    """The issue's most natural mistake: the heads split with .view(B, H, T, hd), merged back with .reshape."""
+    B, T, D = x.shape
+    hd = D // num_heads
+    h = learner_rms_norm(x, g_a, EPS)
+    q = (h @ W_q).view(B, num_heads, T, hd)
+    k = (h @ W_k).view(B, -1, T, hd)
+    v = (h @ W_v).view(B, -1, T, hd)
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    x = x + o.reshape(B, T, D) @ W_o
+    h = learner_rms_norm(x, g_f, EPS)
+    return x + (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
+
+
+def pb_split_heads_first(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+    batch, seq_len, d_model = x.shape
+    head_dim = d_model // num_heads
+    h = learner_rms_norm(x, g_a, EPS)
+    q, k, v = ((h @ W).reshape(batch, -1, seq_len, head_dim) for W in (W_q, W_k, W_v))
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    x = x + a.transpose(1, 2).reshape(batch, seq_len, -1) @ W_o
+    h = learner_rms_norm(x, g_f, EPS)
+    return x + (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
+
+
+def pb_merge_without_transpose(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+    batch, seq_len, d_model = x.shape
+    head_dim = d_model // num_heads
+    h = learner_rms_norm(x, g_a, EPS)
+    q, k, v = _heads(h @ W_q, head_dim), _heads(h @ W_k, head_dim), _heads(h @ W_v, head_dim)
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    x = x + a.reshape(batch, seq_len, d_model) @ W_o
+    h = learner_rms_norm(x, g_f, EPS)
+    return x + (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
+
+
+def pb_kv_tiled(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+    """The key/value heads repeated with repeat (tiled), not repeat_interleave."""
+    batch, seq_len, d_model = x.shape
+    head_dim = d_model // num_heads
+    h = learner_rms_norm(x, g_a, EPS)
+    q, k, v = _heads(h @ W_q, head_dim), _heads(h @ W_k, head_dim), _heads(h @ W_v, head_dim)
+    group = num_heads // k.shape[1]
+    k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    x = x + a.transpose(1, 2).reshape(batch, seq_len, d_model) @ W_o
+    h = learner_rms_norm(x, g_f, EPS)
+    return x + (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
+
+
+def pb_under_no_grad(*args):
+    """The right values, computed under torch.no_grad(): nothing flows back."""
+    with torch.no_grad():
+        return learner_pre_norm_block(*args)
 
 
 def qk_only_q(q, k, q_weight, k_weight):
@@ -382,6 +564,11 @@ def qk_eps_outside(q, k, q_weight, k_weight):
     return _qk(q, k, q_weight, k_weight, lambda t, g: t / (t.pow(2).mean(-1, keepdim=True).sqrt() + EPS) * g)
 
 
+def rms_layer_norm(x, weight, eps):
+    centred = x - x.mean(-1, keepdim=True)
+    return centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
 def qk_layer_norm(q, k, q_weight, k_weight):
     return _qk(q, k, q_weight, k_weight, lambda t, g: rms_layer_norm(t, g, EPS))
 
@@ -404,22 +591,6 @@ def qk_softmax(q, k, q_weight, k_weight):
 
 def qk_not_normalised(q, k, q_weight, k_weight):
     return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-
-
-def pb_split_heads_first(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
-    batch, seq_len, d_model = x.shape
-    h = learner_rms_norm(x, g_a, EPS)
-    q, k, v = ((h @ W).reshape(batch, num_heads, seq_len, d_model // num_heads) for W in (W_q, W_k, W_v))
-    x = x + F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(batch, seq_len, -1) @ W_o
-    return x + learner_swiglu(learner_rms_norm(x, g_f, EPS), W_gate, W_up, W_down)
-
-
-def pb_merge_without_transpose(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
-    batch, seq_len, d_model = x.shape
-    h = learner_rms_norm(x, g_a, EPS)
-    q, k, v = _heads(h @ W_q, num_heads), _heads(h @ W_k, num_heads), _heads(h @ W_v, num_heads)
-    x = x + F.scaled_dot_product_attention(q, k, v, is_causal=True).reshape(batch, seq_len, d_model) @ W_o
-    return x + learner_swiglu(learner_rms_norm(x, g_f, EPS), W_gate, W_up, W_down)
 
 
 def qk_default_eps(q, k, q_weight, k_weight):
@@ -468,34 +639,44 @@ def lq_one_number(q_weight, k_weight):
     return math.sqrt(q_weight.shape[-1]) * (q_weight * k_weight).abs().max()
 
 
+def qk_gains_detached(q, k, q_weight, k_weight):
+    """The right values; the gains treated as constants (no gradient reaches them)."""
+    return learner_qk_norm_scores(q, k, q_weight.detach(), k_weight.detach())
+
+
 MUTANTS = [
-    ("rms_norm", rms_mean_not_squares, "not of the mean of the *squares*"),
-    ("rms_norm", rms_eps_outside, "eps is added outside the square root"),
-    ("rms_norm", rms_no_eps, "eps is missing"),
-    ("rms_norm", rms_batch_axis, "over the batch (dim 0)"),
-    ("rms_norm", rms_positions_axis, "over the positions (dim 1, one axis too low)"),
-    ("rms_norm", rms_whole_sentence, "positions and features together"),
-    ("rms_norm", rms_d_minus_one, "d_model - 1"),
-    ("rms_norm", rms_d_plus_one, "d_model + 1"),
-    ("rms_norm", rms_sum, "the length of the vector"),
-    ("rms_norm", rms_layer_norm, "LayerNorm's"),
-    ("rms_norm", rms_no_sqrt, "the square root is missing"),
-    ("rms_norm", rms_multiplied, "multiplied by the root mean square"),
-    ("rms_norm", rms_no_gain, "the gain `weight` is missing"),
-    ("rms_norm", rms_gain_added, "was added, not multiplied"),
-    ("rms_norm", rms_in_place, "modified its input `x` in place"),
-    ("rms_norm", rms_float64, "dtype torch.float64"),
-    ("swiglu", sw_swapped, "the gate and the up projection are swapped"),
-    ("swiglu", sw_no_silu, "SiLU is missing"),
-    ("swiglu", sw_sigmoid, "the original GLU"),
-    ("swiglu", sw_relu, "ReGLU"),
-    ("swiglu", sw_gelu, "GEGLU"),
-    ("swiglu", sw_both, "SiLU went on both projections"),
-    ("swiglu", sw_late, "SiLU came one step late"),
-    ("swiglu", sw_early, "SiLU came one step early"),
-    ("swiglu", sw_on_output, "SiLU went on the output"),
-    ("swiglu", sw_added, "added, not multiplied"),
-    ("swiglu", sw_no_down, "wrong shape"),
+    ("group_rms_norm", gr_one_group, "whole vector was normalised at once"),
+    ("group_rms_norm", gr_strided, "the groups are interleaved"),
+    ("group_rms_norm", gr_sizes_swapped, "the two sizes are swapped"),
+    ("group_rms_norm", gr_group_norm, "that is GroupNorm"),
+    ("group_rms_norm", gr_mean_not_squares, "not of the mean of the *squares*"),
+    ("group_rms_norm", gr_eps_outside, "eps is added outside the square root"),
+    ("group_rms_norm", gr_no_eps, "eps is missing"),
+    ("group_rms_norm", gr_no_sqrt, "the square root is missing"),
+    ("group_rms_norm", gr_over_groups, "taken over the groups"),
+    ("group_rms_norm", gr_size_minus_one, "its size minus 1"),
+    ("group_rms_norm", gr_size_plus_one, "its size plus 1"),
+    ("group_rms_norm", gr_gain_first, "the gain was applied before the normalisation"),
+    ("group_rms_norm", gr_no_gain, "the gain `weight` is missing"),
+    ("group_rms_norm", gr_gain_added, "was added, not multiplied"),
+    ("group_rms_norm", gr_in_place, "modified its input `x` in place"),
+    ("group_rms_norm", gr_detached_scale, "the gradient that flows back to `x` differs"),
+    ("clamped_swiglu", oss_halves, "split into two halves"),
+    ("clamped_swiglu", oss_swapped, "the gate and the linear part are swapped"),
+    ("clamped_swiglu", oss_silu, "the slope alpha is missing"),
+    ("clamped_swiglu", oss_alpha_outside, "alpha multiplies the whole activation"),
+    ("clamped_swiglu", oss_glu_gate, "a sigmoid alone"),
+    ("clamped_swiglu", oss_gelu_tanh, "the gate went through GELU"),
+    ("clamped_swiglu", oss_no_one, "the 1 is missing"),
+    ("clamped_swiglu", oss_one_on_gate, "added to the activated gate"),
+    ("clamped_swiglu", oss_linear_unclamped, "the linear part is not clamped"),
+    ("clamped_swiglu", oss_linear_max_only, "clamped from above only"),
+    ("clamped_swiglu", oss_gate_unclamped, "the gate is not clamped"),
+    ("clamped_swiglu", oss_no_clamps, "nothing is clamped"),
+    ("clamped_swiglu", oss_swish_late, "one step late"),
+    ("clamped_swiglu", oss_swish_early, "one step early"),
+    ("clamped_swiglu", oss_through_numpy, "no gradient flows back"),
+    ("clamped_swiglu", oss_sigmoid_by_exp, "contains NaN or inf where the reference's is finite"),
     ("pre_norm_block", pb_post_norm, "post-norm arrangement"),
     ("pre_norm_block", pb_residual_from_normed, "the residual was added to the normalised input"),
     ("pre_norm_block", pb_no_residual, "the residual connections are missing"),
@@ -508,8 +689,12 @@ MUTANTS = [
     ("pre_norm_block", pb_scaled_by_d_model, "sqrt(d_model)"),
     ("pre_norm_block", pb_unscaled, "the scores are not scaled"),
     ("pre_norm_block", pb_linear_convention, "nn.Linear's convention"),
-    ("pre_norm_block", pb_split_heads_first, "the heads were split by reading"),
-    ("pre_norm_block", pb_merge_without_transpose, "the heads were merged by reading"),
+    ("pre_norm_block", pb_gate_and_up_swapped, "the gate and the up projection are swapped"),
+    ("pre_norm_block", pb_heads_by_view, "and merged back by reading"),
+    ("pre_norm_block", pb_split_heads_first, "(Your merge is right.)"),
+    ("pre_norm_block", pb_merge_without_transpose, "(Your split is right.)"),
+    ("pre_norm_block", pb_kv_tiled, "the groups are interleaved"),
+    ("pre_norm_block", pb_under_no_grad, "no gradient flows back"),
     ("qk_norm_scores", qk_only_q, "only the queries were normalised"),
     ("qk_norm_scores", qk_only_k, "only the keys were normalised"),
     ("qk_norm_scores", qk_all_heads, "over all heads together"),
@@ -524,6 +709,7 @@ MUTANTS = [
     ("qk_norm_scores", qk_softmax, "softmax of the scores"),
     ("qk_norm_scores", qk_not_normalised, "nothing was normalised"),
     ("qk_norm_scores", qk_default_eps, "machine epsilon"),
+    ("qk_norm_scores", qk_gains_detached, "no gradient flows back from your outputs to `q_weight` and `k_weight`"),
     ("largest_qk_score", lq_no_sqrt, "the factor sqrt(head_dim) is missing"),
     ("largest_qk_score", lq_head_dim, "grows with head_dim, not with its square root"),
     ("largest_qk_score", lq_inverse, "divided by sqrt(head_dim)"),
@@ -536,11 +722,11 @@ MUTANTS = [
     ("largest_qk_score", lq_one_number, "one number for all layers"),
 ]
 
-# the mean's divisor one feature too many and too few; SiLU one step late and one step early; the causal diagonal
-# one key too far and one too near
+# a group's mean divided by one feature too many and too few; the Swish one step late and one step early; the causal
+# diagonal one key too far and one too near
 OFF_BY_ONE = {
-    "rms_norm": (rms_d_plus_one, rms_d_minus_one),
-    "swiglu": (sw_late, sw_early),
+    "group_rms_norm": (gr_size_plus_one, gr_size_minus_one),
+    "clamped_swiglu": (oss_swish_late, oss_swish_early),
     "pre_norm_block": (pb_sees_next, pb_diagonal_masked),
     "qk_norm_scores": (qk_dim_plus_one, qk_dim_minus_one),
     "largest_qk_score": (lq_plus_one, lq_minus_one),
@@ -552,36 +738,34 @@ OFF_BY_ONE = {
 # --------------------------------------------------------------------------------------------
 
 
-def rms_fast_path_without_padding(x, weight, eps):
+def gr_fast_path_without_padding(x, weight, groups, eps):
     """A fast path for batches with no padding, which forgot the gain."""
     if bool((x != 0).any(dim=-1).all()):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return learner_rms_norm(x, weight, eps)
+        g = x.unflatten(-1, (groups, -1))
+        return (g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + eps)).flatten(-2)
+    return learner_group_rms_norm(x, weight, groups, eps)
 
 
-def rms_clamped(x, weight, eps):
+def gr_nan_to_zero(x, weight, groups, eps):
+    """eps left out, and the NaN of a group of zeros replaced by 0 afterwards: right at padding, but eps is missing
+    where it matters, and the gradient there is still NaN."""
+    g = x.unflatten(-1, (groups, -1))
+    return torch.nan_to_num(g / g.pow(2).mean(-1, keepdim=True).sqrt()).flatten(-2) * weight
+
+
+def gr_clamped(x, weight, groups, eps):
     """Inputs clipped to ±100 'to be safe'."""
-    return learner_rms_norm(x.clamp(-100, 100), weight, eps)
+    return learner_group_rms_norm(x.clamp(-100, 100), weight, groups, eps)
 
 
-def sw_sigmoid_by_exp(x, W_gate, W_up, W_down):
-    gate = x @ W_gate
-    return (gate * torch.exp(gate) / (1 + torch.exp(gate)) * (x @ W_up)) @ W_down
+def oss_inputs_clipped(x, W_in, W_down, alpha, limit):
+    """The inputs clipped to ±50 'to be safe' (the clamps are on the projections, not on x)."""
+    return learner_clamped_swiglu(x.clamp(-50, 50), W_in, W_down, alpha, limit)
 
 
-def pb_softmax_by_exp(*args):
-    def softmax(scores):
-        e = torch.exp(scores)
-        return e / e.sum(-1, keepdim=True)
-
-    x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads = args
-    batch, seq_len, d_model = x.shape
-    h = learner_rms_norm(x, g_a, EPS)
-    q, k, v = _heads(h @ W_q, num_heads), _heads(h @ W_k, num_heads), _heads(h @ W_v, num_heads)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d_model // num_heads)
-    scores = scores.masked_fill(torch.ones(seq_len, seq_len).triu(1).bool(), float("-inf"))
-    x = x + (softmax(scores) @ v).transpose(1, 2).reshape(batch, seq_len, d_model) @ W_o
-    return x + learner_swiglu(learner_rms_norm(x, g_f, EPS), W_gate, W_up, W_down)
+def pb_stream_clipped(x, *args):
+    """The stream clipped to ±100 'to be safe'."""
+    return learner_pre_norm_block(x.clamp(-100, 100), *args)
 
 
 def qk_clamped(q, k, q_weight, k_weight):
@@ -595,18 +779,18 @@ def lq_clamped(q_weight, k_weight):
 
 KIND_MUTANTS = [
     *batch_of_one(CORRECT),
-    ("rms_norm", rms_fast_path_without_padding, UNPADDED, "no padding"),
-    ("rms_norm", rms_no_eps, PADDED, "eps is missing"),
-    ("rms_norm", rms_clamped, LARGE, "large inputs"),
-    ("swiglu", sw_sigmoid_by_exp, LARGE, "This test case has large inputs"),
-    ("pre_norm_block", pb_softmax_by_exp, LARGE, "This test case has large inputs"),
+    ("group_rms_norm", gr_fast_path_without_padding, UNPADDED, "no padding"),
+    ("group_rms_norm", gr_nan_to_zero, PADDED, "padding"),
+    ("group_rms_norm", gr_clamped, LARGE, "large inputs"),
+    ("clamped_swiglu", oss_inputs_clipped, LARGE, "large inputs"),
+    ("pre_norm_block", pb_stream_clipped, LARGE, "large inputs"),
     ("qk_norm_scores", qk_clamped, LARGE, "large inputs"),
     ("largest_qk_score", lq_clamped, LARGE, "large inputs"),
 ]
 
 KINDS_NOT_APPLICABLE = {
     **{
-        ("swiglu", kind): "the feed-forward layer acts on each position alone: padding changes nothing"
+        ("clamped_swiglu", kind): "the feed-forward layer acts on each position alone: padding changes nothing"
         for kind in (PADDED, UNPADDED)
     },
     **{
@@ -627,89 +811,104 @@ KINDS_NOT_APPLICABLE = {
 # --------------------------------------------------------------------------------------------
 
 
-def rb_mean_no_square(x, weight, eps):
-    m = torch.mean(x, dim=2, keepdim=True)
-    return weight * x / (m + eps) ** 0.5
+def grb_layer_norm_groups(x, weight, groups, eps):
+    b, t, d = x.shape
+    g = x.view(b, t, groups, d // groups)
+    mu = g.mean(dim=3, keepdim=True)
+    var = ((g - mu) ** 2).mean(dim=3, keepdim=True)
+    return ((g - mu) / torch.sqrt(var + eps)).view(b, t, d) * weight
 
 
-def rb_eps_after_root(x, weight, eps):
-    return weight * x / ((x * x).mean(dim=2, keepdim=True) ** 0.5 + eps)
+def grb_whole_vector(x, weight, groups, eps):
+    return weight * x / (x * x).mean(dim=2, keepdim=True).add(eps).sqrt()
 
 
-def rb_batch_dim(x, weight, eps):
-    return weight * x * torch.rsqrt(torch.mean(x * x, dim=0) + eps)  # (seq_len, d) broadcasts silently
+def grb_transposed_groups(x, weight, groups, eps):
+    b, t, d = x.shape
+    g = x.view(b, t, d // groups, groups)
+    r = torch.sqrt(torch.mean(g * g, dim=2, keepdim=True) + eps)
+    return (g / r).view(b, t, d) * weight
 
 
-def rb_layer_norm_var(x, weight, eps):
-    mu = x.mean(-1, keepdim=True)
-    return weight * (x - mu) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps)
+def grb_eps_after_sqrt(x, weight, groups, eps):
+    g = x.unflatten(2, (groups, x.shape[2] // groups))
+    return weight * (g / (torch.sqrt((g**2).mean(3, keepdim=True)) + eps)).flatten(2)
 
 
-def rb_unbiased_sum(x, weight, eps):
-    n = x.size(-1)
-    return weight * x / torch.sqrt(torch.sum(x * x, -1, keepdim=True) / (n - 1) + eps)
+def grb_std(x, weight, groups, eps):
+    g = x.unflatten(-1, (groups, -1))
+    return weight * (g / (g.std(-1, keepdim=True, unbiased=False) + eps)).flatten(-2)
 
 
-def rb_forgot_gain(x, weight, eps):
-    return x / torch.sqrt(x.pow(2).mean(-1) + eps).unsqueeze(-1)
+def grb_over_positions(x, weight, groups, eps):
+    b, t, d = x.shape
+    g = x.view(b, t, groups, d // groups)
+    g = g / torch.sqrt(g.pow(2).mean(dim=1, keepdim=True) + eps)  # the mean over the positions
+    return g.view(b, t, d) * weight
 
 
-def rb_l2_normalize(x, weight, eps):
-    return F.normalize(x, dim=-1) * weight
+def grb_length(x, weight, groups, eps):
+    g = x.unflatten(-1, (groups, -1))
+    return weight * F.normalize(g, dim=-1, eps=eps).flatten(-2)
 
 
-def rb_std(x, weight, eps):
-    return weight * x / torch.sqrt(x.std(-1, keepdim=True) ** 2 + eps)
+def grb_divides_in_place(x, weight, groups, eps):
+    for j in range(groups):
+        size = x.shape[-1] // groups
+        part = x[..., j * size : (j + 1) * size]
+        part /= torch.sqrt(part.pow(2).mean(-1, keepdim=True) + eps)
+    return x * weight
 
 
-def rb_divides_in_place(x, weight, eps):
-    x.div_(torch.sqrt((x**2).mean(-1, keepdim=True) + eps))
-    return x.mul(weight)
+def ossb_chunked(x, W_in, W_down, alpha, limit):
+    h = x @ W_in
+    a, b = torch.chunk(h, 2, dim=-1)
+    a = torch.clamp(a, max=limit)
+    b = torch.clamp(b, -limit, limit)
+    return torch.einsum("bsf,fd->bsd", a * torch.sigmoid(alpha * a) * (b + 1), W_down)
 
 
-def swb_gate_on_up(x, W_gate, W_up, W_down):
-    u = x @ W_up
-    return (u * torch.sigmoid(u) * (x @ W_gate)) @ W_down
+def ossb_odd_gate(x, W_in, W_down, alpha, limit):
+    h = x @ W_in
+    up, gate = h[:, :, 0::2].clamp(-limit, limit), h[:, :, 1::2].clamp(max=limit)
+    return (gate * (alpha * gate).sigmoid() * (up + 1)) @ W_down
 
 
-def swb_glu_sigmoid(x, W_gate, W_up, W_down):
-    gate = 1 / (1 + torch.exp(-(x @ W_gate)))
-    return (gate * (x @ W_up)) @ W_down
+def ossb_plain_silu(x, W_in, W_down, alpha, limit):
+    h = x @ W_in
+    return (F.silu(h[..., ::2].clamp(max=limit)) * (1 + h[..., 1::2].clamp(-limit, limit))) @ W_down
 
 
-def swb_relu(x, W_gate, W_up, W_down):
-    return (torch.clamp(x @ W_gate, min=0) * (x @ W_up)) @ W_down
+def ossb_gelu(x, W_in, W_down, alpha, limit):
+    h = x @ W_in
+    return (F.gelu(h[..., ::2].clamp(max=limit)) * (1 + h[..., 1::2].clamp(-limit, limit))) @ W_down
 
 
-def swb_silu_of_product(x, W_gate, W_up, W_down):
-    hidden = torch.einsum("bsd,df->bsf", x, W_gate) * torch.einsum("bsd,df->bsf", x, W_up)
-    return F.silu(hidden) @ W_down
+def ossb_forgot_one(x, W_in, W_down, alpha, limit):
+    gate = (x @ W_in[:, ::2]).clamp(max=limit)
+    lin = (x @ W_in[:, 1::2]).clamp(-limit, limit)
+    return (gate * torch.sigmoid(alpha * gate) * lin) @ W_down
 
 
-def swb_bilinear(x, W_gate, W_up, W_down):
-    return torch.einsum("bsf,fd->bsd", (x @ W_gate) * (x @ W_up), W_down)
+def ossb_relu_linear(x, W_in, W_down, alpha, limit):
+    h = x @ W_in
+    gate = h[..., ::2].clamp(max=limit)
+    return (gate * torch.sigmoid(alpha * gate) * (h[..., 1::2].clamp(0, limit) + 1)) @ W_down
 
 
-def swb_plus(x, W_gate, W_up, W_down):
-    hidden = x @ W_up
-    hidden = hidden + F.silu(x @ W_gate)
-    return hidden @ W_down
-
-
-def swb_tanh_gelu(x, W_gate, W_up, W_down):
-    return (F.gelu(x @ W_gate, approximate="tanh") * (x @ W_up)) @ W_down
-
-
-def swb_down_transposed(x, W_gate, W_up, W_down):
-    return (F.silu(x @ W_gate) * (x @ W_up)) @ W_down.T
+def ossb_no_linear_clamp(x, W_in, W_down, alpha, limit):
+    gate = torch.clamp(x @ W_in[:, 0::2], max=limit)
+    return ((gate / (1 + torch.exp(-alpha * gate))) * (x @ W_in[:, 1::2] + 1)) @ W_down
 
 
 def _attention_block(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads, *, causal=True, dim=-1,
                      project=True, order="pre"):  # fmt: skip
     batch, seq_len, d_model = x.shape
+    head_dim = d_model // num_heads
 
     def attend(h):
-        q, k, v = (_heads(h @ W, num_heads) for W in (W_q, W_k, W_v))
+        q, k, v = (_heads(h @ W, head_dim) for W in (W_q, W_k, W_v))
+        k, v = k.repeat_interleave(num_heads // k.shape[1], 1), v.repeat_interleave(num_heads // v.shape[1], 1)
         scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.shape[-1])
         if causal:
             scores = scores + torch.full((seq_len, seq_len), float("-inf")).triu(1)
@@ -720,11 +919,14 @@ def _attention_block(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_
     def norm(t, g):
         return g * t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + EPS)
 
+    def ffn(t):
+        return (F.silu(t @ W_gate) * (t @ W_up)) @ W_down
+
     if order == "post":
         y = norm(x + attend(x), g_a)
-        return norm(y + learner_swiglu(y, W_gate, W_up, W_down), g_f)
+        return norm(y + ffn(y), g_f)
     y = x + attend(norm(x, g_a))
-    return y + learner_swiglu(norm(y, g_f), W_gate, W_up, W_down)
+    return y + ffn(norm(y, g_f))
 
 
 def pbb_post_norm(*args):
@@ -749,22 +951,90 @@ def pbb_same_norm_twice(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, n
 
 def pbb_residual_of_normed(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
     batch, seq_len, d_model = x.shape
+    head_dim = d_model // num_heads
     x = learner_rms_norm(x, g_a, EPS)  # normalised the stream itself, then added to it
-    q, k, v = (_heads(x @ W, num_heads) for W in (W_q, W_k, W_v))
-    x = x + F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(batch, seq_len, -1) @ W_o
+    q, k, v = (_heads(x @ W, head_dim) for W in (W_q, W_k, W_v))
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    x = x + a.transpose(1, 2).reshape(batch, seq_len, -1) @ W_o
     x = learner_rms_norm(x, g_f, EPS)
-    return x + learner_swiglu(x, W_gate, W_up, W_down)
+    return x + (F.silu(x @ W_gate) * (x @ W_up)) @ W_down
 
 
 def pbb_mask_inverted(*args):
     x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads = args
     batch, seq_len, d_model = x.shape
+    head_dim = d_model // num_heads
     h = learner_rms_norm(x, g_a, EPS)
-    q, k, v = (_heads(h @ W, num_heads) for W in (W_q, W_k, W_v))
+    q, k, v = (_heads(h @ W, head_dim) for W in (W_q, W_k, W_v))
     allowed = torch.ones(seq_len, seq_len, dtype=torch.bool).triu()  # upper instead of lower triangle
-    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=True)
     x = x + heads.transpose(1, 2).reshape(batch, seq_len, d_model) @ W_o
-    return x + learner_swiglu(learner_rms_norm(x, g_f, EPS), W_gate, W_up, W_down)
+    h = learner_rms_norm(x, g_f, EPS)
+    return x + (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
+
+
+def pbb_heads_by_view(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+    B, T, D = x.shape
+    hd = D // num_heads
+    h = x * torch.rsqrt(torch.mean(x**2, dim=-1, keepdim=True) + EPS) * g_a
+    q = (h @ W_q).view(B, num_heads, T, hd)
+    k = (h @ W_k).view(B, -1, T, hd).repeat_interleave(num_heads * hd // W_k.shape[1], 1)
+    v = (h @ W_v).view(B, -1, T, hd).repeat_interleave(num_heads * hd // W_v.shape[1], 1)
+    s = torch.einsum("bhqd,bhkd->bhqk", q, k) / hd**0.5
+    s = s.masked_fill(torch.triu(torch.ones(T, T), 1) == 1, -float("inf"))
+    o = torch.einsum("bhqk,bhkd->bhqd", s.softmax(-1), v)
+    x = x + o.permute(0, 2, 1, 3).reshape(B, T, D) @ W_o
+    h = learner_rms_norm(x, g_f, EPS)
+    return x + (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
+
+
+def pbb_merge_by_reshape(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+    B, T, D = x.shape
+    hd = D // num_heads
+    h = learner_rms_norm(x, g_a, EPS)
+    q, k, v = ((h @ W).reshape(B, T, -1, hd).permute(0, 2, 1, 3) for W in (W_q, W_k, W_v))
+    k, v = k.repeat_interleave(num_heads // k.shape[1], 1), v.repeat_interleave(num_heads // v.shape[1], 1)
+    o = torch.softmax((q @ k.mT / math.sqrt(hd)) + torch.full((T, T), -1e9).triu(1), dim=-1) @ v
+    x = x + o.reshape(B, T, D) @ W_o  # the heads never moved back behind the positions
+    h = learner_rms_norm(x, g_f, EPS)
+    return x + (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
+
+
+def pbb_view_and_reshape(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+    """The natural mistake again, written another way: reshape in, reshape out, GQA by expand."""
+    B, T, D = x.shape
+    hd = D // num_heads
+    n_kv = W_k.shape[1] // hd
+    h = g_a * x / (x.pow(2).mean(-1, keepdim=True) + EPS).sqrt()
+    q = torch.reshape(h @ W_q, (B, num_heads, T, hd))
+    k = (
+        torch.reshape(h @ W_k, (B, n_kv, 1, T, hd))
+        .expand(B, n_kv, num_heads // n_kv, T, hd)
+        .reshape(B, num_heads, T, hd)
+    )
+    v = (
+        torch.reshape(h @ W_v, (B, n_kv, 1, T, hd))
+        .expand(B, n_kv, num_heads // n_kv, T, hd)
+        .reshape(B, num_heads, T, hd)
+    )
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    x = x + torch.reshape(o, (B, T, D)) @ W_o
+    h = g_f * x / (x.pow(2).mean(-1, keepdim=True) + EPS).sqrt()
+    return x + (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
+
+
+def pbb_kv_cycled(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+    """Query head h paired with key/value head h % n_kv, by indexing."""
+    B, T, D = x.shape
+    hd = D // num_heads
+    h = learner_rms_norm(x, g_a, EPS)
+    q = _heads(h @ W_q, hd)
+    k, v = _heads(h @ W_k, hd), _heads(h @ W_v, hd)
+    pick = torch.arange(num_heads) % k.shape[1]
+    o = F.scaled_dot_product_attention(q, k[:, pick], v[:, pick], is_causal=True)
+    x = x + o.transpose(1, 2).reshape(B, T, D) @ W_o
+    h = learner_rms_norm(x, g_f, EPS)
+    return x + (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
 
 
 def qkb_queries_only(q, k, q_weight, k_weight):
@@ -811,30 +1081,6 @@ def qkb_eps_outside(q, k, q_weight, k_weight):
     return norm(q, q_weight) @ norm(k, k_weight).mT / q.size(-1) ** 0.5
 
 
-def pbb_heads_by_view(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
-    B, T, D = x.shape
-    hd = D // num_heads
-    h = x * torch.rsqrt(torch.mean(x**2, dim=-1, keepdim=True) + EPS) * g_a
-    q = (h @ W_q).view(B, num_heads, T, hd)
-    k = (h @ W_k).view(B, num_heads, T, hd)
-    v = (h @ W_v).view(B, num_heads, T, hd)
-    s = torch.einsum("bhqd,bhkd->bhqk", q, k) / hd**0.5
-    s = s.masked_fill(torch.triu(torch.ones(T, T), 1) == 1, -float("inf"))
-    o = torch.einsum("bhqk,bhkd->bhqd", s.softmax(-1), v)
-    x = x + o.permute(0, 2, 1, 3).reshape(B, T, D) @ W_o
-    return x + learner_swiglu(learner_rms_norm(x, g_f, EPS), W_gate, W_up, W_down)
-
-
-def pbb_merge_by_reshape(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
-    B, T, D = x.shape
-    hd = D // num_heads
-    h = learner_rms_norm(x, g_a, EPS)
-    q, k, v = ((h @ W).reshape(B, T, num_heads, hd).permute(0, 2, 1, 3) for W in (W_q, W_k, W_v))
-    o = torch.softmax((q @ k.mT / math.sqrt(hd)) + torch.full((T, T), -1e9).triu(1), dim=-1) @ v
-    x = x + o.reshape(B, T, D) @ W_o  # the heads never moved back behind the positions
-    return x + learner_swiglu(learner_rms_norm(x, g_f, EPS), W_gate, W_up, W_down)
-
-
 def qkb_torch_default_eps(q, k, q_weight, k_weight):
     qn = F.rms_norm(q, q.shape[-1:], weight=q_weight)
     kn = F.rms_norm(k, k.shape[-1:], weight=k_weight)
@@ -869,23 +1115,21 @@ def lqb_squared(q_weight, k_weight):
 
 
 BUGS = [
-    ("rms_norm", rb_mean_no_square, "not of the mean of the *squares*"),
-    ("rms_norm", rb_eps_after_root, "eps is added outside the square root"),
-    ("rms_norm", rb_batch_dim, "over the batch (dim 0)"),
-    ("rms_norm", rb_layer_norm_var, "LayerNorm's"),
-    ("rms_norm", rb_unbiased_sum, "d_model - 1"),
-    ("rms_norm", rb_forgot_gain, "the gain `weight` is missing"),
-    ("rms_norm", rb_l2_normalize, GENERIC),
-    ("rms_norm", rb_std, GENERIC),
-    ("rms_norm", rb_divides_in_place, "modified its input `x` in place"),
-    ("swiglu", swb_gate_on_up, "the gate and the up projection are swapped"),
-    ("swiglu", swb_glu_sigmoid, "the original GLU"),
-    ("swiglu", swb_relu, "ReGLU"),
-    ("swiglu", swb_silu_of_product, "SiLU came one step late"),
-    ("swiglu", swb_bilinear, "SiLU is missing"),
-    ("swiglu", swb_plus, "added, not multiplied"),
-    ("swiglu", swb_tanh_gelu, GENERIC),
-    ("swiglu", swb_down_transposed, GENERIC),
+    ("group_rms_norm", grb_layer_norm_groups, "that is GroupNorm"),
+    ("group_rms_norm", grb_whole_vector, "whole vector was normalised at once"),
+    ("group_rms_norm", grb_transposed_groups, "the groups are interleaved"),
+    ("group_rms_norm", grb_eps_after_sqrt, "eps is added outside the square root"),
+    ("group_rms_norm", grb_std, GENERIC),
+    ("group_rms_norm", grb_over_positions, GENERIC),
+    ("group_rms_norm", grb_length, GENERIC),
+    ("group_rms_norm", grb_divides_in_place, "modified its input `x` in place"),
+    ("clamped_swiglu", ossb_chunked, "split into two halves"),
+    ("clamped_swiglu", ossb_odd_gate, "the gate and the linear part are swapped"),
+    ("clamped_swiglu", ossb_plain_silu, "the slope alpha is missing"),
+    ("clamped_swiglu", ossb_gelu, "the gate went through GELU"),
+    ("clamped_swiglu", ossb_forgot_one, "the 1 is missing"),
+    ("clamped_swiglu", ossb_relu_linear, GENERIC),
+    ("clamped_swiglu", ossb_no_linear_clamp, "the linear part is not clamped"),
     ("pre_norm_block", pbb_post_norm, "post-norm arrangement"),
     ("pre_norm_block", pbb_no_mask, "the causal mask is missing"),
     ("pre_norm_block", pbb_softmax_over_queries, GENERIC),
@@ -893,6 +1137,10 @@ BUGS = [
     ("pre_norm_block", pbb_same_norm_twice, GENERIC),
     ("pre_norm_block", pbb_residual_of_normed, "the residual was added to the normalised input"),
     ("pre_norm_block", pbb_mask_inverted, GENERIC),
+    ("pre_norm_block", pbb_heads_by_view, "(Your merge is right.)"),
+    ("pre_norm_block", pbb_merge_by_reshape, "(Your split is right.)"),
+    ("pre_norm_block", pbb_view_and_reshape, "and merged back by reading"),
+    ("pre_norm_block", pbb_kv_cycled, "the groups are interleaved"),
     ("qk_norm_scores", qkb_queries_only, "only the queries were normalised"),
     ("qk_norm_scores", qkb_whole_vector, "over all heads together"),
     ("qk_norm_scores", qkb_no_scale, "the scores are not scaled"),
@@ -901,8 +1149,6 @@ BUGS = [
     ("qk_norm_scores", qkb_k_times_q, "transposed"),
     ("qk_norm_scores", qkb_l2, GENERIC),
     ("qk_norm_scores", qkb_eps_outside, "eps is added outside the square root"),
-    ("pre_norm_block", pbb_heads_by_view, "the heads were split by reading"),
-    ("pre_norm_block", pbb_merge_by_reshape, "the heads were merged by reading"),
     ("qk_norm_scores", qkb_torch_default_eps, "machine epsilon"),
     ("largest_qk_score", lqb_layers_for_dim, GENERIC),
     ("largest_qk_score", lqb_norms, GENERIC),
