@@ -182,8 +182,9 @@ def pytest_terminal_summary(terminalreporter):
     reference = _reference_ms()
     scale = reference[1] / reference[0] if reference else None
     seed_note = f", ATTNEDU_SEED_OFFSET={os.environ['ATTNEDU_SEED_OFFSET']}" if _perturbed() else ""
-    if os.environ.get("ATEN_CPU_CAPABILITY"):
-        seed_note += f", ATEN_CPU_CAPABILITY={os.environ['ATEN_CPU_CAPABILITY']}"
+    for kernels in ("MKL_CBWR", "ATEN_CPU_CAPABILITY"):  # the perturbed run's other CPU kernels (the Makefile)
+        if os.environ.get(kernels):
+            seed_note += f", {kernels}={os.environ[kernels]}"
     tr.section(f"notebook benchmark (budget {BUDGET_SECONDS} s on the slow machine, {BUDGET_MIB} MiB{seed_note})")
     if reference:
         tr.write_line(

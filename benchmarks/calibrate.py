@@ -6,10 +6,15 @@ run, so seed 1000 here is the perturbed run's model.
     python benchmarks/calibrate.py [--seeds 0 1 2 1000 1001] [--jobs 2] > benchmarks/calibration.md
     python benchmarks/calibrate.py --models norms09 lm09 lm09_nowarmup width09 --json benchmarks/calibration09.json
     ATEN_CPU_CAPABILITY=avx2 python benchmarks/calibrate.py > benchmarks/calibration_avx2.md
+    MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default python benchmarks/calibrate.py \
+        --seeds 0 1 2 1000 1001 1002 > benchmarks/calibration_default.md
 
-The second run computes the same seeds with torch's AVX2 kernels instead of AVX-512 ones (on a CPU that
-has AVX-512): other floating-point results in the last bits, as on another machine. The test command's
-perturbed run does the same where it can.
+Every effect is calibrated on three paths through torch's CPU kernels, each giving other floating-point
+results in the last bits, as other machines do: the machine's native kernels (AVX-512 for calibration.md),
+torch's AVX2 kernels (on a CPU that has AVX-512; they change ATen's own vectorised operations such as the
+softmax, not MKL's matrix products), and the third path, ATen's baseline kernels with MKL's compatible code
+path (which changes the matrix products too, on any x86-64 CPU with AVX2 or AVX-512). The test command's
+perturbed run uses the third path, with the seeds moved by 1000.
 
 Each (model, seed) trains in its own process with one torch thread, ``--jobs`` at a time.
 """
@@ -762,7 +767,9 @@ def report(results: list[dict], args) -> None:
     print(
         f"Measured {datetime.date.today()} by `benchmarks/calibrate.py` ({args.jobs} processes at once, 1 torch thread "
         f"each). Machine: {platform.machine()}, {os.cpu_count()} cores, torch's CPU kernels for "
-        f"{torch.backends.cpu.get_cpu_capability()}; torch {torch.__version__}; Python "
+        f"{torch.backends.cpu.get_cpu_capability()}"
+        + (f" with `MKL_CBWR={os.environ['MKL_CBWR']}`" if os.environ.get("MKL_CBWR") else "")
+        + f"; torch {torch.__version__}; Python "
         f"{platform.python_version()}. Recipe: {STEPS} steps, batch 64, Adam (fused) lr {LR} with cosine decay, "
         "batches drawn in proportion to target words (`attnedu.data.BatchSampler`). Seed = `ATTNEDU_SEED_OFFSET` "
         "(model initialisation and batch order; the data are the same); 1000 and 1001 are what the test command's "
