@@ -17,7 +17,7 @@ weighting each query alike. Positions, heads and layers count from 0.
                                              (Olsson et al.'s prefix matching: an induction head scores near 1)
     best_positional_score(tokens)            the most a head that looks by position alone could score on ``tokens``
     in_context_losses(logits, tokens, period)   the loss on the first and the second repeat
-    induction_rule_loss(tokens, period)      the induction rule's own loss on the repeat (the one-token rule, data only)
+    induction_rule_loss(tokens, period)      the induction rule's own loss on the repeat (one token matched, or more)
     head_gates(num_layers, num_heads, removed)  (layers, heads) of ones with 0 at each removed (layer, head)
     random_heads(...)                        heads drawn at random, for the control of an ablation
     strongest(scores, k)                     the k (layer, head) pairs with the highest score
@@ -224,27 +224,32 @@ def in_context_losses(logits: torch.Tensor, tokens: torch.Tensor, period: int) -
     return losses[:, : period - 1].mean().item(), losses[:, period:].mean().item()
 
 
-def induction_rule_loss(tokens: torch.Tensor, period: int) -> float:
+def induction_rule_loss(tokens: torch.Tensor, period: int, context: int = 1) -> float:
     """The loss of the induction rule itself, applied exactly, on the positions where ``in_context_losses`` measures
     the repeat: at each position t of the second block (t = period .. 2 period - 2), find every earlier position s < t
-    holding the same token, and predict the tokens that followed them, x[s + 1], each occurrence with equal weight:
+    whose last ``context`` tokens equal those before and at t, and predict the tokens that followed them, x[s + 1],
+    each occurrence with equal weight (with ``context`` 1, the one-token rule: s holds the current token):
 
-        loss_t = -ln( #{s < t : x[s] = x[t], x[s + 1] = x[t + 1]} / #{s < t : x[s] = x[t]} )
+        loss_t = -ln( #{s < t : match(s, t), x[s + 1] = x[t + 1]} / #{s < t : match(s, t)} ),
+        match(s, t): x[s - k] = x[t - k] for k = 0 .. min(context, s + 1) - 1
 
-    With tokens drawn with replacement a block can hold a token twice, followed by different tokens: then even the
-    rule is unsure. tokens (n, 2 period) -> the mean over sequences and positions, in nats (0 when every block's
-    tokens are distinct)."""
+    (a context reaching before the sequence's start matches there: the copy at s = t - period always matches). With
+    tokens drawn with replacement a block can hold a token twice, followed by different tokens: then the one-token
+    rule is unsure, and a longer context can often tell the two apart.
+    tokens (n, 2 period) -> the mean over sequences and positions, in nats (0 when every block's tokens are
+    distinct)."""
     check_tensor("tokens", tokens, 2, "(n, 2 * period) of token ids")
     if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
         raise TypeError(f"tokens should hold integer token ids, got {describe(tokens)}")
     period = check_positive_int("period", period, "the length of the repeated block")
+    context = check_int("context", context, "how many tokens the rule matches", 1, period)
     if tokens.shape[1] != 2 * period or tokens.shape[0] == 0:
         raise ValueError(f"tokens should be (n, 2 * period) = (n, {2 * period}) with n >= 1, a block repeated once, "
                          f"got {describe(tokens)}")  # fmt: skip
     losses = []
     for row in tokens.tolist():
         for t in range(period, 2 * period - 1):
-            earlier = [s for s in range(t) if row[s] == row[t]]
+            earlier = [s for s in range(t) if all(row[s - k] == row[t - k] for k in range(min(context, s + 1)))]
             right = sum(row[s + 1] == row[t + 1] for s in earlier)
             if not earlier or not right:
                 raise ValueError(f"tokens should be a block of {period} tokens repeated once: in row {row}, position "

@@ -318,6 +318,11 @@ def test_induction_rule_loss():
     # t = 4 (token 1, followers so far 2 and 3: the right one is 2) -> ln 2; t = 5 (token 2, follower 1) -> 0;
     # t = 6 (token 1, earlier at 0, 2, 4: followers 2, 3, 2; the right one is 3) -> ln 3
     assert math.isclose(heads.induction_rule_loss(tokens, 4), (math.log(2) + math.log(3)) / 3)
+    # two tokens matched (nothing before position 0, so s = 0 matches on its own token): t = 4 (tokens 3, 1) matches
+    # s = 0 only, not s = 2 (2, 1) -> 0; t = 5 (1, 2) at s = 1 -> 0; t = 6 (2, 1) at s = 0 and s = 2, followed by 2
+    # and 3 -> ln 2
+    assert math.isclose(heads.induction_rule_loss(tokens, 4, context=2), math.log(2) / 3)
+    assert heads.induction_rule_loss(tokens, 4, context=2) == heads.induction_rule_loss(tokens, 4, context=4)
     with pytest.raises(ValueError, match="tokens should be \\(n, 2 \\* period\\)"):
         heads.induction_rule_loss(tokens, 3)
     with pytest.raises(TypeError, match="integer token ids"):

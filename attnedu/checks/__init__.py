@@ -60,7 +60,7 @@ from .calling import MAX_PRINTED, TIME_LIMIT, grading_mode
 from .diagnosis import run_check
 from .exercise import Exercise
 from .lesson10 import check_cache_prediction, check_rolling_prediction
-from .lesson11 import check_removal_effect, check_removal_prediction
+from .lesson11 import check_entropy_prediction, check_removal_effect, check_removal_prediction
 from .results import FAILED, ICONS, NOT_ATTEMPTED, PASSED, CheckResult, Hint, make_hint
 
 # The registry: every lesson's checks module lists its exercises in EXERCISES, in the order of its notebook.
@@ -159,5 +159,5 @@ __all__ = [
     "CheckResult", "Exercise", "Hint", "run_check", "check", "hint", "grade_namespace", "EXERCISES", "LESSONS",
     "LESSON_MODULES", "PASSED", "FAILED", "NOT_ATTEMPTED", "ICONS", "MAX_PRINTED", "TIME_LIMIT",
     *(f"check_{name}" for name in EXERCISES), "check_cache_prediction", "check_rolling_prediction",
-    "check_removal_effect", "check_removal_prediction",
+    "check_removal_effect", "check_removal_prediction", "check_entropy_prediction",
 ]  # fmt: skip
