@@ -61,15 +61,31 @@ def _check_weights(weights, real=None) -> torch.Tensor:
                 f"real should be (batch, seq_len) = {(batch, key_len)} for self-attention weights (query_len = "
                 f"key_len = seq_len), True at real tokens, got {describe(real)} for weights {describe(weights)}"
             )
-        return real
-    return torch.ones(batch, key_len, dtype=torch.bool, device=weights.device)
+    else:
+        real = torch.ones(batch, key_len, dtype=torch.bool, device=weights.device)
+    _check_real_rows(weights, real if query_len == key_len else torch.ones(batch, query_len, dtype=torch.bool))
+    return real
+
+
+def _check_real_rows(weights: torch.Tensor, real: torch.Tensor) -> None:
+    """Refuse NaN or infinite weights in the row of a real query (a padding query's row may hold anything: it is
+    left out)."""
+    bad = ~torch.isfinite(weights).all(-1) & real[:, None, :]  # (batch, heads, query_len)
+    if bool(bad.any()):
+        b, h, i = (int(v) for v in bad.nonzero()[0])
+        raise ValueError(
+            f"weights should be finite in the rows of real queries, got NaN or infinity at sentence {b}, head {h}, "
+            f"query {i} ({int(bad.sum())} such rows): a row whose every key was masked gives NaN in a softmax; mark "
+            "that query as padding in real, or find where the NaN comes from"
+        )
 
 
 def _mean_over(values: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:
     """values (batch, heads, query_len), counted (batch, query_len) bool -> (batch, heads): the mean over counted
     queries (0 for a sentence with none)."""
-    counted = counted[:, None, :].to(values.dtype)
-    return (values * counted).sum(-1) / counted.sum(-1).clamp(min=1.0)
+    counted = counted[:, None, :]
+    kept = torch.where(counted, values, torch.zeros((), dtype=values.dtype))  # a left-out row may hold NaN
+    return kept.sum(-1) / counted.sum(-1).clamp(min=1).to(values.dtype)
 
 
 def attention_to(weights: torch.Tensor, targets: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
@@ -117,11 +133,19 @@ def per_head(scores: torch.Tensor, real: torch.Tensor | None = None, offset: int
     of all the sentences (a sentence counts by its number of queries: ``real``'s True entries, less |offset| for
     ``offset_attention``)."""
     check_tensor("scores", scores, 2, "(batch, heads)")
+    check_float("scores", scores)
     if real is None:
         return scores.mean(0)
     check_bool_mask("real", real)
+    if real.dim() != 2 or real.shape[0] != scores.shape[0]:
+        raise ValueError(f"real should be (batch, seq_len) with batch = {scores.shape[0]}, the sentences of scores, "
+                         f"got {describe(real)} for scores {describe(scores)}")  # fmt: skip
+    offset = check_int("offset", offset, "the offset the scores were measured at", -real.shape[1], real.shape[1])
     counts = (real.sum(1) - abs(offset)).clamp(min=0).to(scores.dtype)  # (batch,)
-    return (scores * counts[:, None]).sum(0) / counts.sum().clamp(min=1.0)
+    if counts.sum() == 0:
+        raise ValueError(f"no sentence has a query to count: every sentence of real has at most |offset| = "
+                         f"{abs(offset)} real tokens, so there is no mean")  # fmt: skip
+    return (scores * counts[:, None]).sum(0) / counts.sum()
 
 
 def _check_tokens(tokens, real=None) -> torch.Tensor:
@@ -179,6 +203,7 @@ def prefix_matching(weights: torch.Tensor, tokens: torch.Tensor, real: torch.Ten
             f"{seq_len}) for tokens {describe(tokens)}, got {describe(weights)}"
         )
     counted = targets.any(-1)  # (batch, seq_len): the queries whose token occurred before
+    _check_real_rows(weights, counted)
     empty = ~counted.any(-1)
     if bool(empty.any()):
         row = int(empty.nonzero()[0])
@@ -368,6 +393,8 @@ def train_induction(
     optimizer = torch.optim.AdamW(model.parameters(), lr=r["lr"], betas=(0.9, 0.95), weight_decay=0.0)
     run = InductionRun(model)
     period = held_out.shape[1] // 2
+    if scored is not None:
+        check_tensor("scored", scored, 2, "(m, seq_len) token ids: held_out_varied()[0], the tokens, not the pair")
 
     def measure(step: int) -> None:
         with torch.no_grad():
@@ -399,6 +426,13 @@ def train_induction(
     return run
 
 
+def _check_attention_only(model) -> None:
+    layers = getattr(model, "layers", None)
+    if not isinstance(layers, nn.ModuleList) or not len(layers) or not hasattr(layers[0], "num_heads"):
+        raise TypeError(f"model should be an AttentionOnlyTransformer (attention layers in .layers), got "
+                        f"{type(model).__name__}")  # fmt: skip
+
+
 @torch.no_grad()
 def induction_scores(
     model: nn.Module, tokens: torch.Tensor, head_gates: torch.Tensor | None = None
@@ -408,6 +442,7 @@ def induction_scores(
     num_heads) tensors. ``head_gates`` (num_layers, num_heads): the model run with the heads gated 0 removed
     (``head_gates``)."""
     check_tensor("tokens", tokens, 2, "(n, seq_len) of token ids")
+    _check_attention_only(model)
     _, weights = model(tokens) if head_gates is None else model(tokens, head_gates)
     targets = induction_targets(tokens)  # the same for every layer: computed once
     counted = targets.any(-1)
@@ -498,11 +533,8 @@ def repeat_losses(model: nn.Module, tokens: torch.Tensor, removed=()) -> torch.T
         raise ValueError(f"tokens should be (n, 2 * period) with period >= 2, a block repeated once, got "
                          f"{describe(tokens)}")  # fmt: skip
     period = tokens.shape[1] // 2
-    layers = getattr(model, "layers", None)
-    if not isinstance(layers, nn.ModuleList) or not len(layers) or not hasattr(layers[0], "num_heads"):
-        raise TypeError(f"model should be an AttentionOnlyTransformer (attention layers in .layers), got "
-                        f"{type(model).__name__}")  # fmt: skip
-    gates = head_gates(len(layers), layers[0].num_heads, removed)
+    _check_attention_only(model)
+    gates = head_gates(len(model.layers), model.layers[0].num_heads, removed)
     logits, _ = model(tokens, gates)
     losses = nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
     return losses[:, period:].mean(-1)  # losses[:, t]: the loss on token t + 1, predicted at t

@@ -390,8 +390,8 @@ def text_sentences(count: int = 300, min_words: int = 8, max_words: int = 25) ->
     """``count`` sentences of prose from the help texts that ship with Python (``pydoc_data.topics``, as lesson 09's
     corpus), nothing downloaded: every paragraph that holds no code (no indented line), cut into sentences at a full
     stop followed by a capital letter; kept: sentences of ``min_words`` .. ``max_words`` words that start with a
-    capital letter, end with a full stop and hold no code characters (quotes, brackets, ``*``, ``=``, ``_``, ...);
-    then ``count`` of them spread evenly over all the topics (sorted by name). The text, so the sentences, vary a
+    capital letter, end with a full stop and hold no code characters (quotes, brackets, ``*``, ``=``, ``_``, ...),
+    each once; then ``count`` of them spread evenly over all the topics (sorted by name). The text, so the sentences, vary a
     little with the Python version."""
     import re
     from pydoc_data.topics import topics
@@ -411,6 +411,7 @@ def text_sentences(count: int = 300, min_words: int = 8, max_words: int = 25) ->
                 if (min_words <= words <= max_words and sentence[0].isupper() and sentence.endswith(".")
                         and not re.search(r'[*=<>{}\[\]_"`|]|::', sentence)):  # fmt: skip
                     found.append(sentence)
+    found = list(dict.fromkeys(found))  # some help texts repeat a paragraph of another: each sentence once
     if len(found) < count:
         raise ValueError(f"count should be at most {len(found)}: the help texts of this Python hold {len(found)} "
                          f"sentences of {min_words} .. {max_words} words, got count={count}")  # fmt: skip

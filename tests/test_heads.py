@@ -329,3 +329,44 @@ def test_induction_rule_loss():
         heads.induction_rule_loss(tokens.float(), 4)
     with pytest.raises(ValueError, match="repeated once"):
         heads.induction_rule_loss(torch.tensor([[1, 2, 3, 4]]), 2)
+
+
+def test_statistics_refuse_nan_in_real_rows_and_ignore_it_in_padding_rows():
+    """A NaN in a real query's row is refused (it would be scored as 0 or spread NaN); a NaN row of a padding query,
+    which the statistics leave out, changes nothing."""
+    w = shifted(5, -1, batch=1, num_heads=1)
+    real = torch.tensor([[True, True, True, False, False]])
+    clean = heads.attention_entropy(w, real), heads.previous_token_score(w, real)
+    padded_nan = w.clone()
+    padded_nan[0, 0, 4] = float("nan")
+    assert torch.equal(heads.attention_entropy(padded_nan, real), clean[0])
+    assert torch.equal(heads.previous_token_score(padded_nan, real), clean[1])
+    real_nan = w.clone()
+    real_nan[0, 0, 1] = float("nan")
+    for statistic in (heads.attention_entropy, heads.previous_token_score):
+        with pytest.raises(ValueError, match="finite in the rows of real queries, got NaN or infinity at sentence 0"):
+            statistic(real_nan, real)
+    tokens = torch.tensor([[1, 2, 1, 2, 1]])
+    with pytest.raises(ValueError, match="finite in the rows of real queries"):
+        heads.prefix_matching(torch.full((1, 1, 5, 5), float("nan")), tokens)
+
+
+def test_per_head_refuses_what_it_cannot_average():
+    scores = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    with pytest.raises(ValueError, match="real should be \\(batch, seq_len\\) with batch = 2"):
+        heads.per_head(scores, torch.ones(1, 4, dtype=torch.bool))  # one sentence's mask for two: was a sum
+    with pytest.raises(ValueError, match="no sentence has a query to count"):
+        heads.per_head(scores, torch.ones(2, 1, dtype=torch.bool), -1)
+    with pytest.raises(TypeError, match="offset"):
+        heads.per_head(scores, torch.ones(2, 4, dtype=torch.bool), 0.5)
+
+
+def test_induction_functions_refuse_the_old_pair_and_other_models():
+    held_out = heads.held_out_repeats(4)
+    varied = heads.held_out_varied(4)
+    with pytest.raises(TypeError, match="scored"):
+        heads.train_induction(1, held_out, scored=varied, steps=1)  # the (tokens, periods) pair of the first edition
+    with pytest.raises(TypeError, match="AttentionOnlyTransformer"):
+        heads.induction_scores(torch.nn.Linear(2, 2), varied[0])
+    with pytest.raises(ValueError, match="context"):
+        heads.induction_rule_loss(torch.cat([held_out[:, :16]] * 2, 1), 16, context=0)
