@@ -391,8 +391,8 @@ def text_sentences(count: int = 300, min_words: int = 8, max_words: int = 25) ->
     corpus), nothing downloaded: every paragraph that holds no code (no indented line), cut into sentences at a full
     stop followed by a capital letter; kept: sentences of ``min_words`` .. ``max_words`` words that start with a
     capital letter, end with a full stop and hold no code characters (quotes, brackets, ``*``, ``=``, ``_``, ...),
-    each once; then ``count`` of them spread evenly over all the topics (sorted by name). The text, so the sentences, vary a
-    little with the Python version."""
+    each once; then ``count`` of them spread evenly over all the topics (sorted by name). The text, so the sentences,
+    vary a little with the Python version (3.10's hold 324 such sentences, 3.11's 381, 3.13's 411)."""
     import re
     from pydoc_data.topics import topics
 
