@@ -489,8 +489,9 @@ PREFIX_MATCHING_SCORE = Exercise(
         "T[b, i] = { j : 1 <= j <= i, tokens[b, j - 1] == tokens[b, i], and query i, position j - 1 and key j all "
         "real }. score[b, h] = mean over the queries i with T[b, i] not empty of sum_{j in T[b, i]} "
         "weights[b, h, i, j].",
-        "`same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]`; `same &= "
-        "torch.ones(n, n, dtype=torch.bool).tril(-1)` (earlier only); `targets = torch.zeros_like(same)`; "
+        "`n = tokens.shape[1]`; `same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & "
+        "real[:, None, :]`; `same &= torch.ones(n, n, dtype=torch.bool).tril(-1)` (earlier only); "
+        "`targets = torch.zeros_like(same)`; "
         "`targets[:, :, 1:] = same[:, :, :-1] & real[:, None, 1:]`; `on = (weights * targets[:, None]).sum(-1)`; "
         "`counted = targets.any(-1).float()[:, None]`; `return (on * counted).sum(-1) / counted.sum(-1)`.",
     ),
