@@ -444,11 +444,7 @@ def induction_scores(
     check_tensor("tokens", tokens, 2, "(n, seq_len) of token ids")
     _check_attention_only(model)
     _, weights = model(tokens) if head_gates is None else model(tokens, head_gates)
-    targets = induction_targets(tokens)  # the same for every layer: computed once
-    counted = targets.any(-1)
-    if not bool(counted.any(-1).all()):
-        raise ValueError("every sequence of tokens should hold a repeated token, to have a prefix-matching score")
-    prefix = torch.stack([_mean_over((w * targets[:, None]).sum(-1), counted).mean(0) for w in weights])
+    prefix = torch.stack([prefix_matching(w, tokens).mean(0) for w in weights])
     previous = torch.stack([previous_token_score(w).mean(0) for w in weights])
     return prefix, previous
 
