@@ -70,7 +70,7 @@ def _check_weights(weights, real=None) -> torch.Tensor:
 def _check_real_rows(weights: torch.Tensor, real: torch.Tensor) -> None:
     """Refuse NaN or infinite weights in the row of a real query (a padding query's row may hold anything: it is
     left out)."""
-    bad = ~torch.isfinite(weights).all(-1) & real[:, None, :]  # (batch, heads, query_len)
+    bad = ~torch.isfinite(weights.sum(-1)) & real[:, None, :]  # (batch, heads, query_len): a NaN or inf row sum
     if bool(bad.any()):
         b, h, i = (int(v) for v in bad.nonzero()[0])
         raise ValueError(
