@@ -611,26 +611,26 @@ REPEAT_LOSS_WITHOUT = Exercise(
     forbidden=OWN_CODE,
 )
 
-def _two_numbers(predicted_repeat_losses):
-    """The learner's prediction as two finite floats, or None, with a line saying what is wrong with it (never
-    raises: the learner may return anything)."""
+def _prediction(function, name: str, count: int, what: str):
+    """The learner's prediction, ``function()``, as ``count`` finite floats (one float when ``count`` is 1), or
+    None with a line saying what is wrong with it: not written yet, raised, or not ``what`` (never raises: the
+    learner may return anything)."""
     try:
-        value = predicted_repeat_losses()
+        value = function()
     except NotImplementedError:
-        print("Write your prediction in predicted_repeat_losses above (before measuring), then run this cell again.")
+        print(f"Write your prediction in {name} above (before measuring), then run this cell again.")
         return None
     except Exception as error:  # noqa: BLE001 - the learner's code may raise anything
-        print(f"predicted_repeat_losses raised {type(error).__name__}: {error}. It should just return two numbers.")
+        print(f"{name} raised {type(error).__name__}: {error}. It should just return {what.split(':')[0]}.")
         return None
     try:
-        numbers = tuple(float(v) for v in value)
-    except Exception:  # noqa: BLE001 - not iterable, or items that are not numbers
+        numbers = (float(value),) if count == 1 else tuple(float(v) for v in value)
+    except Exception:  # noqa: BLE001 - not a number, not iterable, or items that are not numbers
         numbers = None
-    if numbers is None or len(numbers) != 2 or not all(math.isfinite(v) for v in numbers):
-        print(f"predicted_repeat_losses returned {value!r}; it should return two finite numbers, (a, b): the loss "
-              "on the repeat with both layer-1 heads removed, and with one removed (the mean over the two choices).")
+    if numbers is None or len(numbers) != count or not all(math.isfinite(v) for v in numbers):
+        print(f"{name} returned {value!r}; it should return {what}.")
         return None
-    return numbers
+    return numbers[0] if count == 1 else numbers
 
 
 def _diagnosis(part: str, guess: float, measured: dict) -> str:
@@ -675,7 +675,9 @@ def check_removal_prediction(predicted_repeat_losses, repeat_loss_without) -> di
     measured = {"intact": repeat_losses(model, held_out).mean().item()}
     measured.update({name: repeat_losses(model, held_out, removed).mean().item() for name, removed in removals.items()})
     measured["one layer-1 head (mean)"] = (measured["layer-1 head 0"] + measured["layer-1 head 1"]) / 2
-    guess = _two_numbers(predicted_repeat_losses)
+    guess = _prediction(predicted_repeat_losses, "predicted_repeat_losses", 2,
+                        "two finite numbers, (a, b): the loss on the repeat with both layer-1 heads removed, and with "
+                        "one removed (the mean over the two choices)")  # fmt: skip
     def measure_yours() -> dict:
         # detached: a learner's function run without torch.no_grad() returns a tensor that requires grad
         return {name: float(torch.as_tensor(repeat_loss_without(model, held_out, removed)).detach().mean())
@@ -714,26 +716,6 @@ def _even_causal_head(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return (causal / causal.sum(-1, keepdim=True))[None, None], torch.ones(1, n, dtype=torch.bool)
 
 
-def _one_number(predicted):
-    """The learner's prediction as a finite float, or None with a line saying what is wrong (never raises)."""
-    try:
-        value = predicted()
-    except NotImplementedError:
-        print("Write your prediction in predicted_causal_entropy above (before measuring), then run this cell again.")
-        return None
-    except Exception as error:  # noqa: BLE001 - the learner's code may raise anything
-        print(f"predicted_causal_entropy raised {type(error).__name__}: {error}. It should just return a number.")
-        return None
-    try:
-        number = float(value)
-    except Exception:  # noqa: BLE001 - not a number
-        number = None
-    if number is None or not math.isfinite(number):
-        print(f"predicted_causal_entropy returned {value!r}; it should return one finite number, in nats.")
-        return None
-    return number
-
-
 def _entropy_diagnosis(guess: float, n: int) -> str:
     """A line on what a prediction outside the margin typically assumed (exercise 2)."""
     if abs(guess - math.log(n)) <= ENTROPY_MARGIN:
@@ -755,7 +737,7 @@ def check_entropy_prediction(predicted_causal_entropy, your_attention_entropy) -
     finite number). Returns the measurement; never raises on the learner's code."""
     weights, real = _even_causal_head(ENTROPY_TOKENS)
     measured = attention_entropy(weights, real).item()
-    guess = _one_number(predicted_causal_entropy)
+    guess = _prediction(predicted_causal_entropy, "predicted_causal_entropy", 1, "one finite number, in nats")
     yours = _attempt(lambda: float(_entropy_of(your_attention_entropy, weights, real)))
     if yours is None:
         print("Write attention_entropy above to see what your function measures.")

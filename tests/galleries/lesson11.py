@@ -281,28 +281,25 @@ def _mean_over_found(on, found, every=None):
     return (on * counted).sum(-1) / counted.sum(-1).clamp(min=1)
 
 
-def pm_latest_only(weights, tokens, real):
+def _one_occurrence(weights, tokens, real, which):
+    """The weight after one earlier occurrence per query (``which`` -1: the most recent, 0: the first), looped."""
     out = torch.zeros(weights.shape[:2])
     for b in range(tokens.shape[0]):
         values = []
         for i in range(tokens.shape[1]):
             earlier = [s for s in range(i) if real[b, i] and real[b, s] and tokens[b, s] == tokens[b, i]]
             if earlier:
-                values.append(weights[b, :, i, earlier[-1] + 1])
+                values.append(weights[b, :, i, earlier[which] + 1])
         out[b] = torch.stack(values).mean(0)
     return out
+
+
+def pm_latest_only(weights, tokens, real):
+    return _one_occurrence(weights, tokens, real, -1)
 
 
 def pm_first_only(weights, tokens, real):
-    out = torch.zeros(weights.shape[:2])
-    for b in range(tokens.shape[0]):
-        values = []
-        for i in range(tokens.shape[1]):
-            earlier = [s for s in range(i) if real[b, i] and real[b, s] and tokens[b, s] == tokens[b, i]]
-            if earlier:
-                values.append(weights[b, :, i, earlier[0] + 1])
-        out[b] = torch.stack(values).mean(0)
-    return out
+    return _one_occurrence(weights, tokens, real, 0)
 
 
 def pm_the_duplicates(weights, tokens, real):
