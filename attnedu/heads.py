@@ -19,11 +19,11 @@ weighting each query alike. Positions, heads and layers count from 0.
     in_context_losses(logits, tokens, period)   the loss on the first and the second repeat
     induction_rule_loss(tokens, period)      the induction rule's own loss on the repeat (one token matched, or more)
     head_gates(num_layers, num_heads, removed)  (layers, heads) of ones with 0 at each removed (layer, head)
-    random_heads(...)                        heads drawn at random, for the control of an ablation
     strongest(scores, k)                     the k (layer, head) pairs with the highest score
     train_induction(num_layers, held_out)    an attention-only model trained on repeated random tokens, with its
                                              in-context losses over training (the phase change)
-    induction_scores(model, held_out)        prefix-matching and previous-token scores of every head
+    induction_scores(model, tokens)          prefix-matching and previous-token scores of every head
+    crossing_steps(steps, values)            the steps at which a training curve made 10 %, 50 %, 90 % of its change
     repeat_losses(model, tokens, removed)    each sequence's loss on the repeat, with heads removed
     induction_ablation(model, ..., removed)  the repeat's loss and the prefix-matching scores with heads removed
 """
@@ -294,13 +294,6 @@ def head_gates(num_layers: int, num_heads: int, removed=()) -> torch.Tensor:
         check_int("head", head, "a head, counted from 0", 0, num_heads - 1)
         gates[layer, head] = 0.0
     return gates
-
-
-def random_heads(num_layers: int, num_heads: int, count: int, generator: torch.Generator) -> list[tuple[int, int]]:
-    """``count`` distinct (layer, head) pairs drawn at random from all num_layers * num_heads heads."""
-    count = check_int("count", count, "heads to draw", 1, num_layers * num_heads)
-    picks = torch.randperm(num_layers * num_heads, generator=generator)[:count].tolist()
-    return [divmod(p, num_heads) for p in picks]
 
 
 def strongest(scores: torch.Tensor, k: int = 1) -> list[tuple[int, int]]:

@@ -201,11 +201,9 @@ def test_repeated_tokens():
         repeated_tokens(2, (5, 3), 8, 5, torch.Generator())
 
 
-def test_head_gates_and_random_heads():
+def test_head_gates_and_strongest():
     gates = heads.head_gates(2, 3, [(1, 2)])
     assert gates.sum() == 5 and gates[1, 2] == 0
-    picks = heads.random_heads(6, 12, 5, torch.Generator().manual_seed(0))
-    assert len(set(picks)) == 5 and all(0 <= layer < 6 and 0 <= head < 12 for layer, head in picks)
     assert heads.strongest(torch.tensor([[0.1, 0.9], [0.5, 0.2]]), 2) == [(0, 1), (1, 0)]
     with pytest.raises(ValueError, match="head"):
         heads.head_gates(2, 3, [(0, 3)])
