@@ -11,16 +11,19 @@ weighting each query alike. Positions, heads and layers count from 0.
     previous_token_score(weights, real)      offset -1, over the queries that have a previous token
     attention_entropy(weights, real)         -sum_j A[i, j] ln A[i, j], in nats (0 ln 0 = 0)
     per_head(scores, real)                   (batch, heads) -> (heads,), each real query counted once
-    prefix_matching_score(weights, period)   for a block of ``period`` tokens repeated: A[i, i - period + 1], the
-                                             token after the previous occurrence of token i (induction)
+    induction_targets(tokens)                the keys j that follow an earlier occurrence of query i's token:
+                                             x[j - 1] = x[i], j - 1 < i (every earlier occurrence)
+    prefix_matching(weights, tokens)         sum_j A[i, j] over those keys, the mean over the queries that have one
+                                             (Olsson et al.'s prefix matching: an induction head scores near 1)
+    best_positional_score(tokens)            the most a head that looks by position alone could score on ``tokens``
     in_context_losses(logits, tokens, period)   the loss on the first and the second repeat
-    induction_rule_loss(tokens, period)      the induction rule's own loss on the repeat (the one-token rule, data only)
+    induction_rule_loss(tokens, period)      the induction rule's own loss on the repeat (one token matched, or more)
     head_gates(num_layers, num_heads, removed)  (layers, heads) of ones with 0 at each removed (layer, head)
-    random_heads(...)                        heads drawn at random, for the control of an ablation
     strongest(scores, k)                     the k (layer, head) pairs with the highest score
     train_induction(num_layers, held_out)    an attention-only model trained on repeated random tokens, with its
                                              in-context losses over training (the phase change)
-    induction_scores(model, held_out)        prefix-matching and previous-token scores of every head
+    induction_scores(model, tokens)          prefix-matching and previous-token scores of every head
+    crossing_steps(steps, values)            the steps at which a training curve made 10 %, 50 %, 90 % of its change
     repeat_losses(model, tokens, removed)    each sequence's loss on the repeat, with heads removed
     induction_ablation(model, ..., removed)  the repeat's loss and the prefix-matching scores with heads removed
 """
@@ -34,7 +37,15 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ._validate import check_bool_mask, check_float, check_int, check_positive_int, check_tensor, describe
+from ._validate import (
+    check_bool_mask,
+    check_float,
+    check_int,
+    check_number,
+    check_positive_int,
+    check_tensor,
+    describe,
+)
 from .runtime import progress, training_seed
 from .tasks import repeated_tokens
 
@@ -50,15 +61,31 @@ def _check_weights(weights, real=None) -> torch.Tensor:
                 f"real should be (batch, seq_len) = {(batch, key_len)} for self-attention weights (query_len = "
                 f"key_len = seq_len), True at real tokens, got {describe(real)} for weights {describe(weights)}"
             )
-        return real
-    return torch.ones(batch, key_len, dtype=torch.bool, device=weights.device)
+    else:
+        real = torch.ones(batch, key_len, dtype=torch.bool, device=weights.device)
+    _check_real_rows(weights, real if query_len == key_len else torch.ones(batch, query_len, dtype=torch.bool))
+    return real
+
+
+def _check_real_rows(weights: torch.Tensor, real: torch.Tensor) -> None:
+    """Refuse NaN or infinite weights in the row of a real query (a padding query's row may hold anything: it is
+    left out)."""
+    bad = ~torch.isfinite(weights.sum(-1)) & real[:, None, :]  # (batch, heads, query_len): a NaN or inf row sum
+    if bool(bad.any()):
+        b, h, i = (int(v) for v in bad.nonzero()[0])
+        raise ValueError(
+            f"weights should be finite in the rows of real queries, got NaN or infinity at sentence {b}, head {h}, "
+            f"query {i} ({int(bad.sum())} such rows): a row whose every key was masked gives NaN in a softmax; mark "
+            "that query as padding in real, or find where the NaN comes from"
+        )
 
 
 def _mean_over(values: torch.Tensor, counted: torch.Tensor) -> torch.Tensor:
     """values (batch, heads, query_len), counted (batch, query_len) bool -> (batch, heads): the mean over counted
     queries (0 for a sentence with none)."""
-    counted = counted[:, None, :].to(values.dtype)
-    return (values * counted).sum(-1) / counted.sum(-1).clamp(min=1.0)
+    counted = counted[:, None, :]
+    kept = torch.where(counted, values, torch.zeros((), dtype=values.dtype))  # a left-out row may hold NaN
+    return kept.sum(-1) / counted.sum(-1).clamp(min=1).to(values.dtype)
 
 
 def attention_to(weights: torch.Tensor, targets: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
@@ -106,62 +133,104 @@ def per_head(scores: torch.Tensor, real: torch.Tensor | None = None, offset: int
     of all the sentences (a sentence counts by its number of queries: ``real``'s True entries, less |offset| for
     ``offset_attention``)."""
     check_tensor("scores", scores, 2, "(batch, heads)")
+    check_float("scores", scores)
     if real is None:
         return scores.mean(0)
     check_bool_mask("real", real)
+    if real.dim() != 2 or real.shape[0] != scores.shape[0]:
+        raise ValueError(f"real should be (batch, seq_len) with batch = {scores.shape[0]}, the sentences of scores, "
+                         f"got {describe(real)} for scores {describe(scores)}")  # fmt: skip
+    offset = check_int("offset", offset, "the offset the scores were measured at", -real.shape[1], real.shape[1])
     counts = (real.sum(1) - abs(offset)).clamp(min=0).to(scores.dtype)  # (batch,)
-    return (scores * counts[:, None]).sum(0) / counts.sum().clamp(min=1.0)
+    if counts.sum() == 0:
+        raise ValueError(f"no sentence has a query to count: every sentence of real has at most |offset| = "
+                         f"{abs(offset)} real tokens, so there is no mean")  # fmt: skip
+    return (scores * counts[:, None]).sum(0) / counts.sum()
 
 
-def prefix_matching_score(weights: torch.Tensor, period: int) -> torch.Tensor:
-    """Olsson et al.'s prefix-matching score on sequences made of a block of ``period`` random tokens repeated
-    (positions 0 .. period-1, then the same tokens at period .. 2 period - 1, and so on): for every query i in a
-    repeat (i >= period), the weight on the key just after the previous occurrence of its token,
+def _check_tokens(tokens, real=None) -> torch.Tensor:
+    check_tensor("tokens", tokens, 2, "(batch, seq_len) of token ids")
+    if tokens.dtype == torch.bool or tokens.is_floating_point() or tokens.is_complex():
+        raise TypeError(f"tokens should hold integer token ids (e.g. torch.long), got {describe(tokens)}")
+    if real is None:
+        return torch.ones(tokens.shape, dtype=torch.bool, device=tokens.device)
+    check_bool_mask("real", real)
+    if tuple(real.shape) != tuple(tokens.shape):
+        raise ValueError(f"real should be (batch, seq_len) = {tuple(tokens.shape)} like tokens, True at real tokens, "
+                         f"got {describe(real)}")  # fmt: skip
+    return real
 
-        score = mean over i >= period of A[i, i - period + 1]
 
-    -> (batch, heads). An induction head scores near 1: it looks for where the current token occurred before and
-    attends to what came next, which is the token to predict.
-    """
+def induction_targets(tokens: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+    """Where an induction head looks: the keys that follow an earlier occurrence of the query's token. For a query i
+    and a key j,
+
+        target[i, j]  <=>  1 <= j <= i  and  x[j - 1] = x[i]          (x[j - 1] is an earlier copy: j - 1 < i)
+
+    every earlier copy counts, not only the most recent one (TransformerLens's induction detection pattern: the
+    duplicate-token pattern shifted one key to the right). tokens (batch, seq_len) of ids -> (batch, seq_len,
+    seq_len) bool, [b, i, j]. With ``real`` (batch, seq_len) bool, True at real tokens, a target needs a real
+    query, a real copy and a real key (padding never counts as a copy)."""
+    real = _check_tokens(tokens, real)
+    seq_len = tokens.shape[1]
+    copies = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]  # [b, i, s]: x[s] = x[i]
+    copies &= torch.ones(seq_len, seq_len, dtype=torch.bool, device=tokens.device).tril(-1)  # s < i: earlier
+    targets = torch.zeros_like(copies)
+    targets[:, :, 1:] = copies[:, :, :-1] & real[:, None, 1:]  # key j = s + 1, the token after the copy
+    return targets
+
+
+def prefix_matching(weights: torch.Tensor, tokens: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+    """Olsson et al.'s prefix-matching score: how much of its attention a head puts, at a query whose token occurred
+    before, on the keys that follow the earlier occurrences of that token (``induction_targets``), summed over every
+    earlier occurrence, averaged over those queries:
+
+        score = mean over {i : some target[i, j]} of  sum_j A[i, j] target[i, j]
+
+    weights (batch, heads, seq_len, seq_len), tokens (batch, seq_len) -> (batch, heads). An induction head scores
+    near 1 however many earlier copies there are, and however far back they lie (it finds them by their content);
+    a head that attends a fixed distance back, or evenly over its past, scores low on sequences whose repeats lie
+    at different distances. Queries whose token is new are left out (TransformerLens's head detector divides by
+    every query instead). ``real`` (batch, seq_len) bool: only real queries, copies and keys count. A sequence
+    with no repeated token has no score: refused."""
     check_tensor("weights", weights, 4, "(batch, heads, seq_len, seq_len)")
     check_float("weights", weights)
-    period = check_positive_int("period", period, "the length of the repeated block")
-    seq_len = weights.shape[-1]
-    if weights.shape[-2] != seq_len or seq_len <= period:
+    targets = induction_targets(tokens, real)
+    batch, seq_len = tokens.shape
+    if weights.shape[0] != batch or tuple(weights.shape[2:]) != (seq_len, seq_len):
         raise ValueError(
-            f"weights should be self-attention weights (seq_len, seq_len) over more than period={period} positions, "
-            f"got {describe(weights)}; a sequence needs at least one repeat"
+            f"weights should be self-attention weights (batch, heads, seq_len, seq_len) = ({batch}, heads, {seq_len}, "
+            f"{seq_len}) for tokens {describe(tokens)}, got {describe(weights)}"
         )
-    # diagonal(offset=1 - period) holds A[period-1, 0], A[period, 1], ..., A[seq_len-1, seq_len-period]; the first
-    # query, period - 1, is still in the first block (its token has not occurred before): left out
-    return torch.diagonal(weights, offset=1 - period, dim1=-2, dim2=-1)[..., 1:].mean(-1)
+    counted = targets.any(-1)  # (batch, seq_len): the queries whose token occurred before
+    _check_real_rows(weights, counted)
+    empty = ~counted.any(-1)
+    if bool(empty.any()):
+        row = int(empty.nonzero()[0])
+        raise ValueError(f"tokens row {row} has no token that occurred before (no query with an earlier copy), so "
+                         f"it has no prefix-matching score; got {tokens[row].tolist()}")  # fmt: skip
+    on_targets = (weights * targets[:, None].to(weights.dtype)).sum(-1)  # (batch, heads, seq_len)
+    return _mean_over(on_targets, counted)
 
 
-def prefix_matching_per_sequence(weights: torch.Tensor, periods: torch.Tensor) -> torch.Tensor:
-    """``prefix_matching_score`` with each sequence's own period: sequence b is a block of ``periods[b]`` tokens
-    repeated, and its score is the mean over its queries i >= periods[b] of A[i, i - periods[b] + 1].
+def best_positional_score(tokens: torch.Tensor) -> float:
+    """The highest mean prefix-matching score (``prefix_matching`` averaged over the sequences) that a head whose
+    weights depend on positions alone could reach on ``tokens`` (batch, seq_len): one causal pattern A[i, j], the
+    same for every sequence, blind to the tokens (a fixed offset, an even spread over the past, any mixture). The mean
+    score is linear in A,
 
-    weights (batch, heads, seq_len, seq_len), periods (batch,) of ints in 1 .. seq_len - 1 -> (batch, heads).
-    With periods that differ between sequences, a head that attends a fixed distance back (by position alone)
-    scores high on few sequences only; an induction head, which finds the earlier copy by its content, scores
-    high on all.
-    """
-    check_tensor("weights", weights, 4, "(batch, heads, seq_len, seq_len)")
-    check_float("weights", weights)
-    check_tensor("periods", periods, 1, "(batch,) of block lengths")
-    batch, _, seq_len, keys = weights.shape
-    if keys != seq_len or periods.shape[0] != batch or periods.dtype.is_floating_point:
-        raise ValueError(f"periods should be (batch,) = ({batch},) integers for self-attention weights, got periods "
-                         f"{describe(periods)} and weights {describe(weights)}")  # fmt: skip
-    if periods.numel() and (periods.min() < 1 or periods.max() >= seq_len):
-        raise ValueError(f"every period should be in 1 .. seq_len - 1 = {seq_len - 1} (a sequence needs a repeat), "
-                         f"got {periods.min().item()} .. {periods.max().item()}")  # fmt: skip
-    query = torch.arange(seq_len)[None, :]  # (1, seq_len)
-    counted = query >= periods[:, None]  # (batch, seq_len): queries in a repeat
-    key = (query - periods[:, None] + 1).clamp(min=0)  # (batch, seq_len): one past the previous occurrence
-    index = key[:, None, :, None].expand(batch, weights.shape[1], seq_len, 1)
-    picked = weights.gather(-1, index).squeeze(-1)  # (batch, heads, seq_len): A[b, h, i, key[b, i]]
-    return (picked * counted[:, None]).sum(-1) / counted.sum(-1, keepdim=True)
+        mean_b score_b = sum_{i, j} A[i, j] S[i, j],    S[i, j] = mean_b target_b[i, j] / (queries of b with a copy)
+
+    so the best such head puts each query's whole weight on the key with the largest S[i, j]: the bound is
+    sum_i max_j S[i, j], exact. On sequences that all repeat at one distance it is near 1; where each sequence
+    repeats at its own distance it is far lower."""
+    targets = induction_targets(tokens).to(torch.float64)
+    counted = targets.amax(-1).sum(-1)  # (batch,)
+    if bool((counted == 0).any()):
+        row = int((counted == 0).nonzero()[0])
+        raise ValueError(f"tokens row {row} has no token that occurred before, so it has no prefix-matching score")
+    share = (targets / counted[:, None, None]).mean(0)  # S, (seq_len, seq_len)
+    return share.amax(-1).sum().item()
 
 
 def in_context_losses(logits: torch.Tensor, tokens: torch.Tensor, period: int) -> tuple[float, float]:
@@ -180,27 +249,32 @@ def in_context_losses(logits: torch.Tensor, tokens: torch.Tensor, period: int) -
     return losses[:, : period - 1].mean().item(), losses[:, period:].mean().item()
 
 
-def induction_rule_loss(tokens: torch.Tensor, period: int) -> float:
+def induction_rule_loss(tokens: torch.Tensor, period: int, context: int = 1) -> float:
     """The loss of the induction rule itself, applied exactly, on the positions where ``in_context_losses`` measures
     the repeat: at each position t of the second block (t = period .. 2 period - 2), find every earlier position s < t
-    holding the same token, and predict the tokens that followed them, x[s + 1], each occurrence with equal weight:
+    whose last ``context`` tokens equal those before and at t, and predict the tokens that followed them, x[s + 1],
+    each occurrence with equal weight (with ``context`` 1, the one-token rule: s holds the current token):
 
-        loss_t = -ln( #{s < t : x[s] = x[t], x[s + 1] = x[t + 1]} / #{s < t : x[s] = x[t]} )
+        loss_t = -ln( #{s < t : match(s, t), x[s + 1] = x[t + 1]} / #{s < t : match(s, t)} ),
+        match(s, t): x[s - k] = x[t - k] for k = 0 .. min(context, s + 1) - 1
 
-    With tokens drawn with replacement a block can hold a token twice, followed by different tokens: then even the
-    rule is unsure. tokens (n, 2 period) -> the mean over sequences and positions, in nats (0 when every block's
-    tokens are distinct)."""
+    (a context reaching before the sequence's start matches there: the copy at s = t - period always matches). With
+    tokens drawn with replacement a block can hold a token twice, followed by different tokens: then the one-token
+    rule is unsure, and a longer context can often tell the two apart.
+    tokens (n, 2 period) -> the mean over sequences and positions, in nats (0 when every block's tokens are
+    distinct)."""
     check_tensor("tokens", tokens, 2, "(n, 2 * period) of token ids")
     if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
         raise TypeError(f"tokens should hold integer token ids, got {describe(tokens)}")
     period = check_positive_int("period", period, "the length of the repeated block")
+    context = check_int("context", context, "how many tokens the rule matches", 1, period)
     if tokens.shape[1] != 2 * period or tokens.shape[0] == 0:
         raise ValueError(f"tokens should be (n, 2 * period) = (n, {2 * period}) with n >= 1, a block repeated once, "
                          f"got {describe(tokens)}")  # fmt: skip
     losses = []
     for row in tokens.tolist():
         for t in range(period, 2 * period - 1):
-            earlier = [s for s in range(t) if row[s] == row[t]]
+            earlier = [s for s in range(t) if all(row[s - k] == row[t - k] for k in range(min(context, s + 1)))]
             right = sum(row[s + 1] == row[t + 1] for s in earlier)
             if not earlier or not right:
                 raise ValueError(f"tokens should be a block of {period} tokens repeated once: in row {row}, position "
@@ -220,13 +294,6 @@ def head_gates(num_layers: int, num_heads: int, removed=()) -> torch.Tensor:
         check_int("head", head, "a head, counted from 0", 0, num_heads - 1)
         gates[layer, head] = 0.0
     return gates
-
-
-def random_heads(num_layers: int, num_heads: int, count: int, generator: torch.Generator) -> list[tuple[int, int]]:
-    """``count`` distinct (layer, head) pairs drawn at random from all num_layers * num_heads heads."""
-    count = check_int("count", count, "heads to draw", 1, num_layers * num_heads)
-    picks = torch.randperm(num_layers * num_heads, generator=generator)[:count].tolist()
-    return [divmod(p, num_heads) for p in picks]
 
 
 def strongest(scores: torch.Tensor, k: int = 1) -> list[tuple[int, int]]:
@@ -282,13 +349,13 @@ def held_out_varied(count: int = 256, periods=INDUCTION["periods"], length: int 
                     vocab: int = INDUCTION["vocab"], seed: int = 54321) -> tuple[torch.Tensor, torch.Tensor]:
     """``count`` held-out sequences like the training data: each its own block length drawn from ``periods``,
     repeated to ``length`` -> tokens (count, length), periods (count,). On these a head that attends a fixed
-    distance back cannot score as an induction head (``prefix_matching_per_sequence``)."""
+    distance back cannot score as an induction head (``best_positional_score`` says how much it could)."""
     return repeated_tokens(count, periods, length, vocab, torch.Generator().manual_seed(seed))
 
 
 def train_induction(
     num_layers: int, held_out: torch.Tensor, seed: int = 0, every: int = 25, desc: str = "training",
-    scored: tuple[torch.Tensor, torch.Tensor] | None = None, **recipe
+    scored: torch.Tensor | None = None, **recipe
 ) -> InductionRun:
     """Train ``AttentionOnlyTransformer(vocab, d_model, num_heads, num_layers)`` to predict the next token of
     sequences of a random block repeated (``tasks.repeated_tokens``, each sequence with its own period, so that no
@@ -297,8 +364,8 @@ def train_induction(
     loss = mean over positions t of -ln p(token[t + 1] | tokens[0 .. t])  (causal: position t sees 0 .. t)
 
     ``held_out`` (n, 2 period): sequences of one block repeated once; ``in_context_losses`` on them every ``every``
-    steps; given ``scored`` = (tokens, periods) (``held_out_varied``), also ``induction_scores`` on them, in
-    ``run.prefix`` and ``run.previous`` ((num_layers, num_heads) each). ``seed`` fixes the
+    steps; given ``scored`` (m, seq_len) token ids (``held_out_varied``'s tokens), also ``induction_scores`` on them,
+    in ``run.prefix`` and ``run.previous`` ((num_layers, num_heads) each). ``seed`` fixes the
     initialisation and the batches (through ``runtime.training_seed``); nothing is drawn
     from the global generators, so several runs can train at once (``runtime.in_parallel``).
     """
@@ -319,6 +386,8 @@ def train_induction(
     optimizer = torch.optim.AdamW(model.parameters(), lr=r["lr"], betas=(0.9, 0.95), weight_decay=0.0)
     run = InductionRun(model)
     period = held_out.shape[1] // 2
+    if scored is not None:
+        check_tensor("scored", scored, 2, "(m, seq_len) token ids: held_out_varied()[0], the tokens, not the pair")
 
     def measure(step: int) -> None:
         with torch.no_grad():
@@ -327,7 +396,7 @@ def train_induction(
         run.first.append(first)
         run.second.append(second)
         if scored is not None:
-            prefix, previous = induction_scores(model, *scored)
+            prefix, previous = induction_scores(model, scored)
             run.prefix.append(prefix)
             run.previous.append(previous)
 
@@ -350,42 +419,92 @@ def train_induction(
     return run
 
 
+def _check_attention_only(model) -> None:
+    layers = getattr(model, "layers", None)
+    if not isinstance(layers, nn.ModuleList) or not len(layers) or not hasattr(layers[0], "num_heads"):
+        raise TypeError(f"model should be an AttentionOnlyTransformer (attention layers in .layers), got "
+                        f"{type(model).__name__}")  # fmt: skip
+
+
 @torch.no_grad()
 def induction_scores(
-    model: nn.Module, held_out: torch.Tensor, periods: torch.Tensor | None = None,
-    head_gates: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """The prefix-matching and previous-token scores of every head of an ``AttentionOnlyTransformer`` on ``held_out``
-    (n, 2 period), or, given ``periods`` (n,), on sequences each with its own period (``held_out_varied``):
-    -> two (num_layers, num_heads) tensors, each the mean over the sequences. ``head_gates`` (num_layers,
-    num_heads): the model run with the heads gated 0 removed (``head_gates``)."""
-    check_tensor("held_out", held_out, 2, "(n, 2 * period) of token ids")
-    _, weights = model(held_out) if head_gates is None else model(held_out, head_gates)
-    if periods is None:
-        period = held_out.shape[1] // 2
-        prefix = torch.stack([prefix_matching_score(w, period).mean(0) for w in weights])
-    else:
-        prefix = torch.stack([prefix_matching_per_sequence(w, periods).mean(0) for w in weights])
+    model: nn.Module, tokens: torch.Tensor, head_gates: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prefix-matching score (``prefix_matching``) and the previous-token score of every head of an
+    ``AttentionOnlyTransformer`` on ``tokens`` (n, seq_len), each the mean over the sequences: -> two (num_layers,
+    num_heads) tensors. ``head_gates`` (num_layers, num_heads): the model run with the heads gated 0 removed
+    (``head_gates``)."""
+    check_tensor("tokens", tokens, 2, "(n, seq_len) of token ids")
+    _check_attention_only(model)
+    _, weights = model(tokens) if head_gates is None else model(tokens, head_gates)
+    prefix = torch.stack([prefix_matching(w, tokens).mean(0) for w in weights])
     previous = torch.stack([previous_token_score(w).mean(0) for w in weights])
     return prefix, previous
 
 
-def calibration_ranges(path=None) -> dict:
-    """The ranges over training seeds that ``benchmarks/calibrate11.py`` wrote (``benchmarks/calibration11.md`` by
-    default): lines ``- 2 layer(s), prefix: 0.675 .. 0.737`` -> {(2, "prefix"): (0.675, 0.737), ...}, so that a
-    lesson quotes the calibration it asserts against instead of typing it."""
+def crossing_steps(steps, values, fractions=(0.1, 0.5, 0.9)) -> list[int]:
+    """When a quantity measured during training has made each fraction of its change from the first measurement to
+    the last: for each f in ``fractions``, the first ``steps[k]`` with
+
+        (values[k] - values[0]) / (values[-1] - values[0]) >= f
+
+    (a falling loss and a rising score alike). ``steps`` and ``values``: sequences of equal length >= 2, the values
+    numbers whose first and last differ. -> one step per fraction (the quantity may cross back later: this is the
+    first crossing)."""
+    steps, values = list(steps), [float(v) for v in values]
+    if len(steps) != len(values) or len(values) < 2:
+        raise ValueError(f"steps and values should be two sequences of one equal length >= 2, got {len(steps)} "
+                         f"steps and {len(values)} values")  # fmt: skip
+    change = values[-1] - values[0]
+    if not math.isfinite(change) or change == 0:
+        raise ValueError(f"values should change from the first measurement to the last, got {values[0]} .. "
+                         f"{values[-1]}")  # fmt: skip
+    found = []
+    for f in fractions:
+        f = check_number("fractions", f, "a fraction of the change, 0 < f <= 1", 0.0, strict=True)
+        if f > 1:
+            raise ValueError(f"fractions should lie in (0, 1], got {f}")
+        found.append(next(s for s, v in zip(steps, values) if (v - values[0]) / change >= f))
+    return found
+
+
+# The files benchmarks/calibrate11.py wrote, one per set of CPU kernels: the default (AVX-512 on the machine that made
+# them), torch's AVX2 kernels, and MKL's compatible path with torch's default (no vector extension) kernels
+CALIBRATION_FILES = ("calibration11.md", "calibration11_avx2.md", "calibration11_compatible.md")
+
+
+def calibration_ranges(paths=None) -> dict:
+    """The ranges over training seeds that ``benchmarks/calibrate11.py`` wrote, merged over its files (by default
+    ``CALIBRATION_FILES`` in ``benchmarks/``, each the same seeds on another set of CPU kernels): lines
+    ``- 2 layer(s), prefix: 0.675 .. 0.737`` -> {(2, "prefix"): (0.675, 0.737), ...}, the lowest low and the highest
+    high over the files, so that a lesson quotes the calibration it asserts against instead of typing it. A key a
+    file lacks is refused (the files come from different versions of the script)."""
     import re
     from pathlib import Path
 
-    path = Path(path) if path is not None else Path(__file__).resolve().parents[1] / "benchmarks" / "calibration11.md"
-    if not path.exists():
-        raise FileNotFoundError(f"calibration_ranges: no file {path}; run benchmarks/calibrate11.py to make it")
-    found = {}
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+    if paths is None:
+        paths = [folder / name for name in CALIBRATION_FILES]
+    paths = [Path(p) for p in (paths if isinstance(paths, (list, tuple)) else [paths])]
     line = re.compile(r"^- (\d+) layer\(s\), (\w+): ([-\d.]+) \.\. ([-\d.]+)(?: \(\d+ runs\))?$", re.M)
-    for match in line.finditer(path.read_text()):
-        layers, key, low, high = match.groups()
-        found[(int(layers), key)] = (float(low), float(high))
-    return found
+    merged, keys = {}, None
+    for path in paths:
+        if not path.exists():
+            raise FileNotFoundError(f"calibration_ranges: no file {path}; run benchmarks/calibrate11.py to make it")
+        found = {}
+        for match in line.finditer(path.read_text()):
+            layers, key, low, high = match.groups()
+            found[(int(layers), key)] = (float(low), float(high))
+        if keys is not None and set(found) != keys:
+            raise ValueError(
+                f"calibration_ranges: {path.name} holds other keys than {paths[0].name} ({sorted(set(found) ^ keys)}); "
+                "re-run benchmarks/calibrate11.py for every file"
+            )
+        keys = set(found)
+        for key, (low, high) in found.items():
+            old = merged.get(key, (low, high))
+            merged[key] = (min(old[0], low), max(old[1], high))
+    return merged
 
 
 @torch.no_grad()
@@ -403,11 +522,8 @@ def repeat_losses(model: nn.Module, tokens: torch.Tensor, removed=()) -> torch.T
         raise ValueError(f"tokens should be (n, 2 * period) with period >= 2, a block repeated once, got "
                          f"{describe(tokens)}")  # fmt: skip
     period = tokens.shape[1] // 2
-    layers = getattr(model, "layers", None)
-    if not isinstance(layers, nn.ModuleList) or not len(layers) or not hasattr(layers[0], "num_heads"):
-        raise TypeError(f"model should be an AttentionOnlyTransformer (attention layers in .layers), got "
-                        f"{type(model).__name__}")  # fmt: skip
-    gates = head_gates(len(layers), layers[0].num_heads, removed)
+    _check_attention_only(model)
+    gates = head_gates(len(model.layers), model.layers[0].num_heads, removed)
     logits, _ = model(tokens, gates)
     losses = nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")
     return losses[:, period:].mean(-1)  # losses[:, t]: the loss on token t + 1, predicted at t
@@ -415,13 +531,13 @@ def repeat_losses(model: nn.Module, tokens: torch.Tensor, removed=()) -> torch.T
 
 @torch.no_grad()
 def induction_ablation(
-    model: nn.Module, held_out: torch.Tensor, scored: tuple[torch.Tensor, torch.Tensor], removed=()
+    model: nn.Module, held_out: torch.Tensor, scored: torch.Tensor, removed=()
 ) -> tuple[float, torch.Tensor]:
     """What an ``AttentionOnlyTransformer`` does with the heads in ``removed`` ((layer, head) pairs) set to 0 before
     W_O (``head_gates``): the loss on the repeat of ``held_out`` (n, 2 period), the mean of ``repeat_losses``, and
-    the prefix-matching score of every head on ``scored`` = (tokens, periods) (``held_out_varied``), (num_layers,
+    the prefix-matching score of every head on ``scored`` (m, seq_len) token ids (``held_out_varied``'s), (num_layers,
     num_heads). With ``removed`` empty, the trained model as it is. -> (repeat loss, prefix scores)."""
     second = repeat_losses(model, held_out, removed).mean().item()
     gates = head_gates(len(model.layers), model.layers[0].num_heads, removed)
-    prefix, _ = induction_scores(model, *scored, head_gates=gates)
+    prefix, _ = induction_scores(model, scored, head_gates=gates)
     return second, prefix

@@ -18,7 +18,10 @@ lesson runs. The course installs it *without its declared dependencies* (``sente
     MiniLM, load_minilm()         the encoder, the tokenizer and the config together
     reference()                   sentence embeddings the package computed itself (with sentence-transformers), stored
                                   once with provenance in benchmarks/minilm_reference.json
-    SENTENCES, PAIRS              the sentences lesson 11 reads, and the pairs whose similarity it measures
+    MiniLM.attention(sentences)   every layer's attention weights on many sentences, batched by length
+    MiniLM.embed_without_each_head   the sentence embeddings with each single head removed in turn
+    text_sentences(count)         sentences of prose from the help texts that ship with Python (head statistics)
+    SENTENCES, PAIRS              the sentences lesson 11 removes heads on, and the pairs whose similarity it measures
     paraphrase_similarity         the paraphrase pairs' and the other pairs' mean cosines; paraphrases found nearest
     paraphrase_gap(embeddings)    mean cosine of the paraphrase pairs minus that of all other pairs (a task measure)
 
@@ -286,6 +289,67 @@ class MiniLM:
         """The sentence embeddings (batch, d_model), unit length; ``head_gates`` (layers, heads): 0 removes a head."""
         return self.run(sentences, head_gates)[3]
 
+    def attention(self, sentences, batch_size: int = 50) -> tuple[Encoded, list[torch.Tensor]]:
+        """The attention weights of every layer on many sentences, computed in batches of sentences of similar length
+        (so that little is spent on padding), two batches at once (``runtime.in_parallel``). -> Encoded (all the
+        sentences, in their order, padded to the longest), and per layer (n, heads, seq_len, seq_len): each batch's
+        weights, padded with zeros to seq_len. As in ``run``, padding keys get weight 0 and the rows of padding
+        queries mean nothing; a statistic of ``attnedu.heads`` given ``Encoded.real`` leaves them out."""
+        from .runtime import in_parallel
+
+        batch_size = check_int("batch_size", batch_size, "sentences per forward pass", minimum=1)
+        encoded = encode(self.tokenizer, sentences)
+        lengths = encoded.real.sum(1)
+        order = sorted(range(len(lengths)), key=lambda i: int(lengths[i]))
+        chunks = [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
+
+        @torch.no_grad()
+        def attend(rows: list[int]) -> list[torch.Tensor]:
+            longest = int(lengths[rows].max())
+            return self.encoder(encoded.ids[rows, :longest], encoded.real[rows, :longest])[1]
+
+        n, seq_len = encoded.ids.shape
+        weights = [torch.zeros(n, self.config.num_heads, seq_len, seq_len) for _ in range(self.config.num_layers)]
+        for rows, per_layer in zip(chunks, in_parallel(attend, chunks)):
+            for layer, w in enumerate(per_layer):
+                weights[layer][rows, :, : w.shape[-1], : w.shape[-1]] = w
+        return encoded, weights
+
+    @torch.no_grad()
+    def embed_without_each_head(self, sentences) -> torch.Tensor:
+        """The sentence embeddings with one head removed, for every head in turn: -> (layers, heads, n, d_model),
+        entry [l, h] equal to ``embed(sentences, head_gates)`` with only head h of layer l gated 0. Removing a head of
+        layer l changes nothing below it, so each layer's input is recorded once from the intact model and only layers
+        l .. L - 1 run again (about half the work of one full pass per head), the layers two at a time
+        (``runtime.in_parallel``)."""
+        from .runtime import in_parallel
+
+        encoded = encode(self.tokenizer, sentences)
+        mask = encoded.real[:, None, None, :]  # as BertEncoder passes it to its layers
+        inputs = []
+        hooks = [layer.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
+                 for layer in self.encoder.layers]  # fmt: skip
+        try:
+            self.encoder(encoded.ids, encoded.real)  # records each layer's input, in order
+        finally:
+            for hook in hooks:
+                hook.remove()
+        layers, heads = self.config.num_layers, self.config.num_heads
+
+        @torch.no_grad()
+        def without(layer: int) -> torch.Tensor:
+            out = []
+            for head in range(heads):
+                gate = torch.ones(heads)
+                gate[head] = 0.0
+                x = self.encoder.layers[layer](inputs[layer], mask, gate)[0]
+                for above in self.encoder.layers[layer + 1 :]:
+                    x = above(x, mask)[0]
+                out.append(sentence_embeddings(x, encoded.real))
+            return torch.stack(out)
+
+        return torch.stack(in_parallel(without, range(layers)))
+
 
 def load_minilm() -> MiniLM:
     """all-MiniLM-L6-v2 from the installed package, in ``BertEncoder``, in evaluation mode (it has no dropout)."""
@@ -320,6 +384,39 @@ SENTENCES = (
     "Bake the bread for forty minutes, then let it cool before slicing.",
 )
 PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7))  # indices into SENTENCES of sentences that mean nearly the same
+
+
+def text_sentences(count: int = 300, min_words: int = 8, max_words: int = 25) -> list[str]:
+    """``count`` sentences of prose from the help texts that ship with Python (``pydoc_data.topics``, as lesson 09's
+    corpus), nothing downloaded: every paragraph that holds no code (no indented line), cut into sentences at a full
+    stop followed by a capital letter; kept: sentences of ``min_words`` .. ``max_words`` words that start with a
+    capital letter, end with a full stop and hold no code characters (quotes, brackets, ``*``, ``=``, ``_``, ...),
+    each once; then ``count`` of them spread evenly over all the topics (sorted by name). The text, so the sentences,
+    vary a little with the Python version (3.10's hold 324 such sentences, 3.11's 381, 3.13's 411)."""
+    import re
+    from pydoc_data.topics import topics
+
+    count = check_int("count", count, "sentences", minimum=1)
+    min_words = check_int("min_words", min_words, "the fewest words a sentence may have", minimum=1)
+    max_words = check_int("max_words", max_words, "the most words a sentence may have", minimum=min_words)
+    found = []
+    for name in sorted(topics):
+        for paragraph in topics[name].split("\n\n"):
+            lines = paragraph.split("\n")
+            if not paragraph.strip() or any(line.startswith(" ") for line in lines):
+                continue  # code and grammar are indented
+            text = " ".join(line.strip() for line in lines)
+            for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z])", text):
+                words = len(sentence.split())
+                if (min_words <= words <= max_words and sentence[0].isupper() and sentence.endswith(".")
+                        and not re.search(r'[*=<>{}\[\]_"`|]|::', sentence)):  # fmt: skip
+                    found.append(sentence)
+    found = list(dict.fromkeys(found))  # some help texts repeat a paragraph of another: each sentence once
+    if len(found) < count:
+        raise ValueError(f"count should be at most {len(found)}: the help texts of this Python hold {len(found)} "
+                         f"sentences of {min_words} .. {max_words} words, got count={count}")  # fmt: skip
+    step = len(found) / count
+    return [found[int(k * step)] for k in range(count)]
 
 
 def paraphrase_similarity(embeddings: torch.Tensor, pairs=PAIRS) -> dict:

@@ -1,27 +1,36 @@
 """Calibrate lesson 11's trained effect (induction heads) over several training seeds, so that the margins the lesson
 asserts rest on more than one run (about half the smallest observed gap). Seeds go through ``ATTNEDU_SEED_OFFSET``
-as in the test command's perturbed run: seed 1000 here is the perturbed run's model.
+as in the test command's perturbed run: seed 1000 here is the perturbed run's model. One file per set of CPU kernels
+(``attnedu.heads.CALIBRATION_FILES``; the lesson reads all three and asserts against their union):
 
-    python benchmarks/calibrate11.py [--seeds 0 1 2 3 4 1000 1001 1002] > benchmarks/calibration11.md
-    ATEN_CPU_CAPABILITY=avx2 python benchmarks/calibrate11.py > benchmarks/calibration11_avx2.md   # other kernels
+    python benchmarks/calibrate11.py --json benchmarks/calibration11.json > benchmarks/calibration11.md
+    ATEN_CPU_CAPABILITY=avx2 python benchmarks/calibrate11.py > benchmarks/calibration11_avx2.md
+    MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default python benchmarks/calibrate11.py \
+        > benchmarks/calibration11_compatible.md
 
 Each seed trains the lesson's 1-layer and 2-layer models with ``attnedu.heads.train_induction`` exactly as the
-lesson does (one torch thread), and measures what the lesson asserts.
+lesson does (one torch thread), and measures what the lesson asserts. ``--json`` also writes every run's curves
+(losses and head scores every 25 steps), from which the phase-change columns are computed.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import math
 import os
 import platform
 import sys
 
+# the phase change: the fractions of each curve's change whose first crossing is recorded
+FRACTIONS = (0.1, 0.25, 0.5, 0.75, 0.9)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4, 1000, 1001, 1002])
+    parser.add_argument("--json", help="also write every run's numbers and curves to this file")
     args = parser.parse_args()
     os.environ["ATTNEDU_PROGRESS"] = "0"
     from math import nan
@@ -32,137 +41,188 @@ def main() -> None:
     from attnedu.heads import (
         EVAL_PERIOD,
         INDUCTION,
+        best_positional_score,
+        crossing_steps,
         held_out_repeats,
         held_out_varied,
         induction_ablation,
         induction_scores,
+        induction_targets,
         train_induction,
     )
 
     setup_notebook(seed=0)
     held_out = held_out_repeats()
     varied, periods = held_out_varied()
-    rows = []
+    targets = induction_targets(varied)
+    position = torch.arange(varied.shape[1])[None, :]
+    copies = position // periods[:, None]  # (n, length): how many earlier blocks hold a copy of the query's token
+    latest = (position - periods[:, None] + 1).clamp(min=0)  # the key after the copy one block back
+    oldest = (position % periods[:, None] + 1).clamp(max=varied.shape[1] - 1)  # after the copy in the first block
+    rows, curves = [], []
     for seed in args.seeds:
         os.environ["ATTNEDU_SEED_OFFSET"] = str(seed)
         for layers in (1, 2):
-            run = train_induction(layers, held_out, seed=0, scored=(varied, periods))
-            prefix, previous = induction_scores(run.model, held_out)
-            varied_prefix, _ = induction_scores(run.model, varied, periods)
-            # the step at which the repeat's loss first falls below half of ln vocab: the phase change
-            half = 0.5 * math.log(INDUCTION["vocab"])
-            drop = next((s for s, v in zip(run.steps, run.second) if v < half), None)
-            # the step at which the last layer's best prefix-matching score (varied periods) first reaches 0.4
-            formed = next((s for s, p in zip(run.steps, run.prefix) if p[-1].max() >= 0.4), None)
-            # as the lesson computes them: the steps at which 10 % and 90 % of the repeat loss's fall are done, and
-            # the step at which the last layer's best prefix-matching score reaches half its final value
+            run = train_induction(layers, held_out, seed=0, scored=varied)
+            fixed_prefix, _ = induction_scores(run.model, held_out)
+            prefix, previous = induction_scores(run.model, varied)
+            row = dict(seed=seed, layers=layers, first=run.first[-1], second=run.second[-1],
+                       prefix=prefix[-1].max().item(), prefix_fixed=fixed_prefix[-1].max().item(),
+                       previous=previous[0].max().item(),
+                       prefix_below=prefix[0].max().item() if layers > 1 else nan, seconds=run.seconds)  # fmt: skip
+            # the phase change: the first steps at which the repeat's loss, the saving (the one-layer model's repeat
+            # loss minus this one's, same seed, measured at the same steps: what the second layer buys) and the last
+            # layer's best prefix-matching score have made 10 % .. 90 % of their change
             top = [p[-1].max().item() for p in run.prefix]
-            high, low = run.second[0], run.second[-1]
-            start = next(s for s, v in zip(run.steps, run.second) if v <= high - 0.1 * (high - low))
-            end = next(s for s, v in zip(run.steps, run.second) if v <= low + 0.1 * (high - low))
-            half_head = next(s for s, v in zip(run.steps, top) if v >= top[-1] / 2)
-            # ablations, as the lesson and exercise 5 compute them (2 layers only): the layer-0 heads that the lesson
-            # calls previous-token heads (previous-token score >= 0.35 on the varied periods) removed; the other
-            # layer-0 heads removed (the control; none in a run where every layer-0 head is a previous-token head);
-            # both layer-1 heads removed; the layer-1 head with the highest prefix-matching score removed
-            ablation = dict(n_previous=nan, cut_previous=nan, cut_control=nan, prefix_cut_previous=nan,
-                            prefix_cut_control=nan, cut_layer1=nan, cut_one_layer1=[nan])  # fmt: skip
+            if layers == 1:
+                one_layer = run.second
+            series = {"loss": run.second, "head": top}
             if layers == 2:
-                _, varied_previous = induction_scores(run.model, varied, periods)
-                previous_heads = [h for h, v in enumerate(varied_previous[0].tolist()) if v >= 0.35]
-                others = [h for h in range(varied_previous.shape[1]) if h not in previous_heads]
+                series["saving"] = [o - t for o, t in zip(one_layer, run.second)]
+            for name, values in series.items():
+                for f, step in zip(FRACTIONS, crossing_steps(run.steps, values, FRACTIONS)):
+                    row[f"{name}_{round(100 * f)}"] = step
+            curves.append(dict(seed=seed, layers=layers, steps=run.steps, first=run.first, second=run.second,
+                               head=top, previous=[p[0].max().item() for p in run.previous]))  # fmt: skip
+            ablation = dict(n_previous=nan, cut_previous=nan, cut_control=nan, prefix_cut_previous=nan,
+                            prefix_cut_control=nan, cut_layer1=nan, cut_one_layer1=[nan], unsure_minus_certain=nan,
+                            one_copy=nan, two_copies=nan, three_plus=nan, latest_two=nan, latest_three_plus=nan,
+                            oldest_two=nan, oldest_three_plus=nan)  # fmt: skip
+            if layers == 2:
+                # ablations, as the lesson and exercise 5 compute them: the layer-0 heads the lesson calls
+                # previous-token heads (previous-token score >= 0.35 on the varied periods) removed; the other
+                # layer-0 heads removed (the control; none in a run where every layer-0 head is a previous-token
+                # head); both layer-1 heads removed; each layer-1 head removed alone
+                previous_heads = [h for h, v in enumerate(previous[0].tolist()) if v >= 0.35]
+                others = [h for h in range(previous.shape[1]) if h not in previous_heads]
                 ablation["n_previous"] = len(previous_heads)
                 for name, chosen in (("previous", previous_heads), ("control", others)):
                     if chosen:
-                        second, cut_prefix = induction_ablation(run.model, held_out, (varied, periods),
-                                                                [(0, h) for h in chosen])  # fmt: skip
+                        second, cut_prefix = induction_ablation(run.model, held_out, varied, [(0, h) for h in chosen])
                         ablation[f"cut_{name}"], ablation[f"prefix_cut_{name}"] = second, cut_prefix[1].max().item()
-                heads1 = range(varied_prefix.shape[1])
-                ablation["cut_layer1"] = induction_ablation(run.model, held_out, (varied, periods),
-                                                            [(1, h) for h in heads1])[0]  # fmt: skip
-                ablation["cut_one_layer1"] = [induction_ablation(run.model, held_out, (varied, periods), [(1, h)])[0]
+                heads1 = range(prefix.shape[1])
+                ablation["cut_layer1"] = induction_ablation(run.model, held_out, varied, [(1, h) for h in heads1])[0]
+                ablation["cut_one_layer1"] = [induction_ablation(run.model, held_out, varied, [(1, h)])[0]
                                               for h in heads1]  # fmt: skip
-            if layers == 2:  # the lesson's split of the repeat's loss: where the one-token rule is certain or not
+                # the repeat's loss where the one-token rule is certain or unsure (the lesson's split)
                 P = EVAL_PERIOD
-                certain = torch.tensor([[len({row[s + 1] for s in range(t) if row[s] == row[t]}) == 1
-                                         for t in range(P, 2 * P - 1)] for row in held_out.tolist()])  # fmt: skip
+                certain = torch.tensor([[len({row_[s + 1] for s in range(t) if row_[s] == row_[t]}) == 1
+                                         for t in range(P, 2 * P - 1)] for row_ in held_out.tolist()])  # fmt: skip
                 with torch.no_grad():
                     logits = run.model(held_out)[0]
+                    weights = run.model(varied)[1][1]  # layer 1
                 per_position = torch.nn.functional.cross_entropy(logits[:, P:-1].transpose(1, 2), held_out[:, P + 1 :],
                                                                  reduction="none")  # fmt: skip
                 ablation["unsure_minus_certain"] = (per_position[~certain].mean() - per_position[certain].mean()).item()
-            rows.append(dict(seed=seed, layers=layers, **ablation, first=run.first[-1], second=run.second[-1],
-                             prefix=prefix[-1].max().item(), previous=previous[0].max().item(),
-                             prefix_below=prefix[:-1].max().item() if layers > 1 else float("nan"),
-                             varied=varied_prefix[-1].max().item(),
-                             varied_below=varied_prefix[:-1].max().item() if layers > 1 else float("nan"),
-                             drop=drop, formed=formed, start=start, end=end, half_head=half_head,
-                             seconds=run.seconds))  # fmt: skip
-            print(f"seed {seed} layers {layers}: {rows[-1]}", file=sys.stderr)
+                # the induction head (best in layer 1) at the queries of the repeats, by how many earlier blocks hold
+                # a copy of the query's token: its weight on the keys after every earlier copy, and the share of that
+                # weight on the key after the copy one block back (the most recent block's)
+                head = int(prefix[1].argmax())
+                w = weights[:, head]  # (n, length, length)
+                on_all = (w * targets).sum(-1)
+                on_latest = w.gather(-1, latest[..., None])[..., 0]
+                on_oldest = w.gather(-1, oldest[..., None])[..., 0]
+                for key, chosen in (("one_copy", copies == 1), ("two_copies", copies == 2),
+                                    ("three_plus", copies >= 3)):  # fmt: skip
+                    ablation[key] = on_all[chosen].mean().item()
+                ablation["latest_two"] = (on_latest[copies == 2] / on_all[copies == 2]).mean().item()
+                ablation["latest_three_plus"] = (on_latest[copies >= 3] / on_all[copies >= 3]).mean().item()
+                ablation["oldest_two"] = (on_oldest[copies == 2] / on_all[copies == 2]).mean().item()
+                ablation["oldest_three_plus"] = (on_oldest[copies >= 3] / on_all[copies >= 3]).mean().item()
+            row.update(ablation)
+            rows.append(row)
+            print(f"seed {seed} layers {layers}: {row}", file=sys.stderr)
+
+    machine = (f"{platform.machine()}, {os.cpu_count()} cores, torch's CPU kernels for "
+               f"{torch.backends.cpu.get_cpu_capability()}" + (f", MKL_CBWR={os.environ['MKL_CBWR']}"
+                                                                if os.environ.get("MKL_CBWR") else ""))  # fmt: skip
     print("# Calibration of lesson 11 (induction heads)\n")
     print(f"Measured {datetime.date.today().isoformat()} by `benchmarks/calibrate11.py` (one process, 1 torch thread). "
-          f"Machine: {platform.machine()}, {os.cpu_count()} cores, torch's CPU kernels for "
-          f"{torch.backends.cpu.get_cpu_capability()}; torch {torch.__version__}; Python {platform.python_version()}. "
-          f"Recipe: `attnedu.heads.INDUCTION` = {INDUCTION}; held-out: 256 sequences of a 16-token block "
-        "repeated once. "
-          "Seed = `ATTNEDU_SEED_OFFSET`; 1000.. are what the perturbed run gives. Losses in nats on the held-out "
-          "sequences at the end of training; prefix = the highest prefix-matching score in the last layer; "
-          "previous = the highest previous-token score in layer 0; prefix below = the highest prefix-matching score "
-          "in layer 0 of the 2-layer model; formed = the first measured step at which the last layer's best varied "
-          "prefix-matching score is >= 0.4; varied = the same prefix-matching scores (last layer; layer 0 of the "
-          "2-layer model) on 256 held-out sequences each with its own period (`held_out_varied`, 4..16, each row "
-          "scored at its own period), where a head attending a fixed distance back cannot score; "
-          "drop = the first measured step with the repeat's loss < ln(32)/2; fall 10 % .. 90 % = the steps at which "
-          "10 % and 90 % of the repeat loss's fall (from step 0 to the end) are done; head at half = the first step "
-          "at which the last layer's best varied prefix-matching score reaches half its final value (the lesson "
-          "asserts that it lies in the fall; the line after the ranges counts the seeds where it does). Ablations "
-          "(2 layers; `attnedu.heads.induction_ablation`, heads set to 0 before W_O): n previous = how many layer-0 "
-          "heads have a previous-token score >= 0.35 (varied periods; the lesson's threshold); cut previous / cut "
-          "control = the repeat's loss with those heads removed / with the other layer-0 heads removed (nan where "
-          "there are none), and prefix cut previous / prefix cut control = the best layer-1 prefix-matching "
-          "score (varied periods) then; cut layer1 = the repeat's loss with both layer-1 heads removed, cut one layer1 "
-          "= with one layer-1 head removed, each head in turn (exercise 5).\n"
+          f"Machine: {machine}; torch {torch.__version__}; Python {platform.python_version()}. "
+          f"Recipe: `attnedu.heads.INDUCTION` = {INDUCTION}. Held-out: `held_out_repeats()`, 256 sequences of a "
+          "16-token block repeated once (the losses; 'fixed'), and `held_out_varied()`, 256 sequences each with its "
+          "own block length, 4..16, repeated to 32 tokens (the head scores, unless 'fixed'). "
+          "Seed = `ATTNEDU_SEED_OFFSET`; 1000.. are what the perturbed run gives. Losses in nats at the end of "
+          "training. Scores (`attnedu.heads.induction_scores`): prefix = the highest prefix-matching score "
+          "(`prefix_matching`: the weight on the keys after every earlier copy of the query's token) in the last "
+          "layer; prefix fixed = the same on the fixed blocks; prefix below = the highest in layer 0 of the 2-layer "
+          "model; previous = the highest previous-token score in layer 0. "
+          "The phase change (`attnedu.heads.crossing_steps`, measured every 25 steps): loss 10/50/90 = the first "
+          "steps at which the repeat's loss has made 10 %, 50 %, 90 % of its fall from step 0 to the end (its 10 % "
+          "falls in an early drop that the one-layer model makes too); saving = the same for the one-layer model's "
+          "repeat loss minus the two-layer model's (same seed, same steps: what the second layer buys); head = the "
+          "same for the last layer's best prefix-matching score (its rise); overlap = the steps shared by the head's "
+          "and the saving's 10 % .. 90 % windows. "
+          "Ablations (2 layers; `induction_ablation`, heads set to 0 before W_O): n previous = how many layer-0 heads "
+          "have a previous-token score >= 0.35 (the lesson's threshold); cut previous / cut control = the repeat's "
+          "loss with those heads removed / with the other layer-0 heads removed (nan where there are none); prefix cut "
+          "previous / control = the best layer-1 prefix-matching score then; cut layer1 = the repeat's loss with both "
+          "layer-1 heads removed, cut one layer1 = with one removed, each in turn (exercise 5). "
+          "By copies (2 layers, the best layer-1 head, varied blocks): its weight on the keys after every earlier "
+          "copy, at the queries of the repeats whose token has a copy in 1, 2, 3 or more earlier blocks; latest share "
+          "= the part of that weight on the key after the copy one block back, A[i, i - p + 1] (what a score of the "
+          "most recent copy alone counts); oldest share = the part on the key after the copy in the first block.\n"
     )  # fmt: skip
-    print(
-        "| seed | layers | first block | repeat | prefix (last layer) | previous (layer 0) | prefix (layer 0) "
-        "| varied (last layer) | varied (layer 0) | drop at step | head formed at step | fall 10 % .. 90 % "
-        "| head at half | n previous | cut previous | cut control | prefix cut previous | prefix cut control "
-        "| cut layer1 | cut one layer1 | seconds |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"Data only (no training): the best prefix-matching score a head that looks by position alone could reach "
+          f"(`best_positional_score`): {best_positional_score(varied):.3f} on the varied blocks, "
+          f"{best_positional_score(held_out):.3f} on the fixed blocks.\n")  # fmt: skip
+    columns = [("seed", "seed", "{}"), ("layers", "layers", "{}"), ("first", "first block", "{:.3f}"),
+               ("second", "repeat", "{:.3f}"), ("prefix", "prefix", "{:.3f}"),
+               ("prefix_fixed", "prefix fixed", "{:.3f}"),
+               ("prefix_below", "prefix below", "{:.3f}"), ("previous", "previous", "{:.3f}"),
+               ("loss_10", "loss 10", "{}"), ("loss_50", "loss 50", "{}"), ("loss_90", "loss 90", "{}"),
+               ("saving_10", "saving 10", "{}"), ("saving_50", "saving 50", "{}"), ("saving_90", "saving 90", "{}"),
+               ("head_10", "head 10", "{}"), ("head_50", "head 50", "{}"), ("head_90", "head 90", "{}"),
+               ("n_previous", "n previous", "{:.0f}"), ("cut_previous", "cut previous", "{:.3f}"),
+               ("cut_control", "cut control", "{:.3f}"), ("prefix_cut_previous", "prefix cut previous", "{:.3f}"),
+               ("prefix_cut_control", "prefix cut control", "{:.3f}"), ("cut_layer1", "cut layer1", "{:.3f}"),
+               ("cut_one_layer1", "cut one layer1", None), ("one_copy", "1 copy", "{:.3f}"),
+               ("two_copies", "2 copies", "{:.3f}"), ("three_plus", "3+ copies", "{:.3f}"),
+               ("latest_two", "latest share, 2", "{:.3f}"), ("latest_three_plus", "latest share, 3+", "{:.3f}"),
+               ("oldest_two", "oldest share, 2", "{:.3f}"), ("oldest_three_plus", "oldest share, 3+", "{:.3f}"),
+               ("seconds", "seconds", "{:.1f}")]  # fmt: skip
+    print("| " + " | ".join(title for _, title, _ in columns) + " |")
+    print("|" + "---|" * len(columns))
     for r in rows:
-        print(
-            f"| {r['seed']} | {r['layers']} | {r['first']:.3f} | {r['second']:.3f} | {r['prefix']:.3f} | "
-            f"{r['previous']:.3f} | {r['prefix_below']:.3f} | {r['varied']:.3f} | {r['varied_below']:.3f} | "
-            f"{r['drop']} | {r['formed']} | {r['start']} .. {r['end']} | {r['half_head']} | {r['n_previous']:.0f} | "
-            f"{r['cut_previous']:.3f} | "
-            f"{r['cut_control']:.3f} | {r['prefix_cut_previous']:.3f} | {r['prefix_cut_control']:.3f} | "
-            f"{r['cut_layer1']:.3f} | {', '.join(f'{v:.3f}' for v in r['cut_one_layer1'])} | {r['seconds']:.1f} |"
-        )
+        cells = [", ".join(f"{v:.3f}" for v in r[key]) if form is None else form.format(r.get(key, nan))
+                 for key, _, form in columns]
+        print("| " + " | ".join(cells) + " |")
     print("\n## Ranges over the seeds, for the margins the lesson asserts\n")
     for layers in (1, 2):
         mine = [r for r in rows if r["layers"] == layers]
-        for key in ("second", "prefix", "previous", "prefix_below", "varied", "varied_below"):
+        for key in ("second", "prefix", "prefix_fixed", "previous") + (("prefix_below",) if layers == 2 else ()):
             values = [r[key] for r in mine]
             print(f"- {layers} layer(s), {key}: {min(values):.3f} .. {max(values):.3f}")
     two = [r for r in rows if r["layers"] == 2]
+    for key in ("first_minus_second", "one_minus_two"):
+        values = ([r["first"] - r["second"] for r in two] if key == "first_minus_second" else
+                  [o["second"] - t["second"] for o, t in zip([r for r in rows if r["layers"] == 1], two)])  # fmt: skip
+        print(f"- 2 layer(s), {key}: {min(values):.3f} .. {max(values):.3f} ({len(values)} runs)")
     for key in ("n_previous", "cut_previous", "cut_control", "prefix_cut_previous", "prefix_cut_control",
-                "cut_layer1", "cut_one_layer1"):  # fmt: skip
+                "cut_layer1", "cut_one_layer1", "unsure_minus_certain", "one_copy", "two_copies", "three_plus",
+                "latest_two", "latest_three_plus", "oldest_two", "oldest_three_plus"):  # fmt: skip
         values = [v for r in two for v in (r[key] if isinstance(r[key], list) else [r[key]]) if not math.isnan(v)]
         print(f"- 2 layer(s), {key}: {min(values):.3f} .. {max(values):.3f} ({len(values)} runs)")
-    values = [r["unsure_minus_certain"] for r in two]
-    print(f"- 2 layer(s), the repeat's loss where the one-token rule is unsure minus where it is certain: "
-          f"{min(values):.3f} .. {max(values):.3f} ({len(values)} runs)")
     for key, base in (("cut_previous", "second"), ("cut_control", "second")):  # the change from the intact model
         values = [r[key] - r[base] for r in two if not math.isnan(r[key])]
         print(f"- 2 layer(s), rise_{key[4:]}: {min(values):.3f} .. {max(values):.3f} ({len(values)} runs)")
-    inside = [r for r in rows if r["start"] <= r["half_head"] <= r["end"]]
-    print(f"- head at half within the fall: {sum(r['layers'] == 2 for r in inside)} of "
-          f"{sum(r['layers'] == 2 for r in rows)} two-layer runs")
-    for key in ("drop", "formed"):
-        values = [r[key] for r in rows if r["layers"] == 2]
-        if None not in values:
-            print(f"- 2 layer(s), {key}: {min(values)} .. {max(values)}")
+    # the phase change, in steps: each event's 10 % .. 90 % window and midpoint, and how they lie to each other
+    for key in ("loss_10", "loss_50", "loss_90", "saving_10", "saving_50", "saving_90", "head_10", "head_50",
+                "head_90"):  # fmt: skip
+        values = [r[key] for r in two]
+        print(f"- 2 layer(s), {key}: {min(values)} .. {max(values)} ({len(values)} runs)")
+    derived = {
+        "overlap": [min(r["head_90"], r["saving_90"]) - max(r["head_10"], r["saving_10"]) for r in two],
+        "saving_50_minus_head_50": [r["saving_50"] - r["head_50"] for r in two],
+        "head_window": [r["head_90"] - r["head_10"] for r in two],
+        "saving_window": [r["saving_90"] - r["saving_10"] for r in two],
+    }
+    for key, values in derived.items():
+        print(f"- 2 layer(s), {key}: {min(values)} .. {max(values)} ({len(values)} runs)")
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump(dict(machine=machine, torch=torch.__version__, date=datetime.date.today().isoformat(),
+                           fractions=FRACTIONS, rows=rows, curves=curves), file, indent=1)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1192,3 +1192,30 @@ def test_removal_effect_is_judged_on_the_course_measurements():
     assert not check_removal_effect({**seed0, "both layer-1 heads": 2.7})  # nothing lost without layer 1
     assert not check_removal_effect({**seed0, "layer-1 head 0": 0.9})  # one head removed changed nothing
     assert not check_removal_effect({**seed0, "layer-1 head 1": 3.0})  # one head removed lost everything
+
+
+def test_entropy_prediction_hides_the_measurement_until_predicted(capsys):
+    """Exercise 2: the causal head's entropy is printed only once a number is predicted; a prediction within the
+    margin is right, one at an encoder's ln 8 or one off by one gets its diagnosis; a prediction that is not a number
+    is said, not raised."""
+    import math
+
+    from attnedu.checks import check_entropy_prediction
+    from attnedu.checks.lesson11 import ENTROPY_MARGIN, ENTROPY_TOKENS
+    from attnedu.heads import attention_entropy
+
+    expected = math.lgamma(ENTROPY_TOKENS + 1) / ENTROPY_TOKENS  # the mean of ln(i + 1), i = 0 .. n - 1
+    measured = check_entropy_prediction(_not_written, attention_entropy)
+    out = capsys.readouterr().out
+    assert math.isclose(measured, expected, rel_tol=1e-5)
+    assert "Write your prediction" in out and f"{expected:.3f}" not in out, out
+    check_entropy_prediction(lambda: expected + ENTROPY_MARGIN / 2, attention_entropy)
+    out = capsys.readouterr().out
+    assert "✅ within" in out and f"{expected:.3f}" in out, out
+    check_entropy_prediction(lambda: math.log(ENTROPY_TOKENS), attention_entropy)
+    assert "❌" in (out := capsys.readouterr().out) and "an encoder's head" in out, out
+    check_entropy_prediction(lambda: math.lgamma(ENTROPY_TOKENS + 2) / ENTROPY_TOKENS, attention_entropy)
+    assert "off by one" in capsys.readouterr().out
+    check_entropy_prediction(lambda: "a lot", _not_written)
+    out = capsys.readouterr().out
+    assert "one finite number" in out and "Write attention_entropy" in out, out

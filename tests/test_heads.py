@@ -4,6 +4,7 @@ the repeated-token task; a short induction training run (the lesson asserts the 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -62,19 +63,118 @@ def test_per_head_weights_queries_alike():
     torch.testing.assert_close(heads.per_head(scores), torch.tensor([0.5]))
 
 
-def test_prefix_matching_score():
-    period, seq_len = 4, 8
-    induction = torch.zeros(1, 1, seq_len, seq_len)
-    for i in range(seq_len):
-        induction[0, 0, i, i - period + 1 if i >= period else i] = 1.0  # the first block: on itself
-    assert heads.prefix_matching_score(induction, period).item() == 1.0
-    # off by one: attending to the previous occurrence itself (the duplicate token) is not induction
-    duplicate = torch.zeros(1, 1, seq_len, seq_len)
-    for i in range(seq_len):
-        duplicate[0, 0, i, i - period if i >= period else i] = 1.0
-    assert heads.prefix_matching_score(duplicate, period).item() == 0.0
-    with pytest.raises(ValueError, match="at least one repeat"):
-        heads.prefix_matching_score(induction[..., :4, :4], period)
+def test_induction_targets_by_hand():
+    """Key j is a target of query i when token j - 1 equals token i and j - 1 < i: every earlier copy counts."""
+    tokens = torch.tensor([[5, 6, 5, 7, 5, 5]])
+    targets = heads.induction_targets(tokens)[0]
+    expected = {2: [1], 4: [1, 3], 5: [1, 3, 5]}  # query 5: copies at 0, 2, 4; 4's follower is 5 itself
+    for i in range(6):
+        assert targets[i].nonzero().flatten().tolist() == expected.get(i, []), i
+    # padding: the padding tokens (id 0) repeat each other but are never queries, copies or keys
+    padded = torch.tensor([[5, 6, 5, 0, 0, 0]])
+    real = torch.tensor([[True, True, True, False, False, False]])
+    assert heads.induction_targets(padded, real)[0].nonzero().tolist() == [[2, 1]]
+    assert heads.induction_targets(padded)[0, 5].nonzero().flatten().tolist() == [4, 5]  # without real they count
+
+
+def _pattern(batch: int, seq_len: int, fill) -> torch.Tensor:
+    """(batch, 1, seq_len, seq_len) weights, row i of sequence b from fill(b, i) -> {key: weight}."""
+    w = torch.zeros(batch, 1, seq_len, seq_len)
+    for b in range(batch):
+        for i in range(seq_len):
+            for j, v in fill(b, i).items():
+                w[b, 0, i, j] += v
+    return w
+
+
+def test_prefix_matching_on_heads_built_by_hand():
+    """An induction head scores 1 however it spreads over the earlier copies; heads that look by position alone, a
+    uniform head and a previous-token head score low on sequences whose blocks differ in length, and never above
+    best_positional_score; a fixed offset scores 1 when every block has the same length."""
+    tokens, periods = heads.held_out_varied(64, seed=3)
+    batch, length = tokens.shape
+    targets = heads.induction_targets(tokens)
+
+    def spread(b, i):  # evenly over the keys after every earlier copy (the first block's own queries: on itself)
+        keys = targets[b, i].nonzero().flatten().tolist()
+        return {j: 1 / len(keys) for j in keys} if keys else {i: 1.0}
+
+    def latest(b, i):  # everything on the key after the copy one block back
+        p = int(periods[b])
+        return {i - p + 1: 1.0} if i >= p else {i: 1.0}
+
+    def offset(d):
+        return lambda b, i: {max(i - d, 0): 1.0}
+
+    uniform = lambda b, i: {j: 1 / (i + 1) for j in range(i + 1)}  # noqa: E731
+    spread_head, latest_head = _pattern(batch, length, spread), _pattern(batch, length, latest)
+    assert torch.allclose(heads.prefix_matching(spread_head, tokens), torch.ones(batch, 1))
+    # a head on the most recent block's copy only is an induction head too: all its weight is on a target, but the
+    # spreading head puts less than half of its weight there once a query has two or more earlier blocks
+    latest_score = heads.prefix_matching(latest_head, tokens)
+    assert latest_score.min() > 0.75 and latest_score.mean() > 0.9  # below 1 only where a block holds a token twice
+    on_latest = spread_head[:, 0].gather(-1, (torch.arange(length) - periods[:, None] + 1).clamp(min=0)[..., None])
+    assert on_latest[..., 0][(torch.arange(length) >= 2 * periods[:, None])].mean() < 0.5
+    bound = heads.best_positional_score(tokens)
+    assert bound < 0.35
+    blind = {f"offset {d}": offset(d) for d in (1, 3, 7, 15)} | {"uniform": uniform}
+    for name, fill in blind.items():
+        score = heads.prefix_matching(_pattern(batch, length, fill), tokens).mean().item()
+        assert score <= bound + 1e-6 and score < 0.3, (name, score)
+    previous = heads.prefix_matching(_pattern(batch, length, offset(1)), tokens).mean().item()
+    assert previous < 0.1
+    # every block of 8: looking 7 back scores 1 on the queries of the repeats, by position alone, and the bound says so
+    fixed, _ = repeated_tokens(32, 8, 32, 32, torch.Generator().manual_seed(4))
+    assert heads.best_positional_score(fixed) > 0.8
+    seven_back = heads.prefix_matching(_pattern(32, 32, offset(7)), fixed)
+    in_repeats = heads.induction_targets(fixed)[:, 8:].any(-1).float().mean().item()
+    assert seven_back.mean().item() >= 0.8 * in_repeats
+
+
+def test_best_positional_score_is_the_best_head_by_position():
+    """The bound is reached by the head that puts each row on its best key, and no offset head beats it."""
+    tokens, _ = heads.held_out_varied(40, periods=(2, 5), length=12, vocab=6, seed=8)
+    targets = heads.induction_targets(tokens).double()
+    counted = targets.amax(-1).sum(-1)
+    share = (targets / counted[:, None, None]).mean(0)
+    best = torch.zeros(1, 1, 12, 12, dtype=torch.float64)
+    best[0, 0, torch.arange(12), share.argmax(-1)] = 1.0
+    reached = heads.prefix_matching(best.expand(40, 1, 12, 12), tokens).mean().item()
+    assert math.isclose(reached, heads.best_positional_score(tokens), rel_tol=1e-9)
+    for d in range(12):
+        w = torch.zeros(40, 1, 12, 12, dtype=torch.float64)
+        w[:, 0, torch.arange(12), (torch.arange(12) - d).clamp(min=0)] = 1.0
+        assert heads.prefix_matching(w, tokens).mean().item() <= reached + 1e-12
+
+
+def test_prefix_matching_padding_and_bad_inputs():
+    tokens = torch.tensor([[3, 4, 3, 4, 0, 0], [5, 6, 7, 5, 6, 7]])
+    real = torch.tensor([[True] * 4 + [False] * 2, [True] * 6])
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    w = torch.randn(2, 3, 6, 6, generator=torch.Generator().manual_seed(0)).masked_fill(~causal, -math.inf).softmax(-1)
+    score = heads.prefix_matching(w, tokens, real)
+    by_hand = torch.stack([(w[0, :, 2, 1] + w[0, :, 3, 2]) / 2, (w[1, :, 3, 1] + w[1, :, 4, 2] + w[1, :, 5, 3]) / 3])
+    torch.testing.assert_close(score, by_hand)
+    with pytest.raises(ValueError, match="row 0 has no token that occurred before"):
+        heads.prefix_matching(w, torch.tensor([[1, 2, 3, 4, 5, 6], [1, 1, 1, 1, 1, 1]]))
+    with pytest.raises(TypeError, match="integer token ids"):
+        heads.prefix_matching(w, tokens.float())
+    with pytest.raises(ValueError, match="weights should be self-attention weights"):
+        heads.prefix_matching(w[:, :, :5, :5], tokens)
+    with pytest.raises(ValueError, match="real should be"):
+        heads.prefix_matching(w, tokens, real[:, :5])
+
+
+def test_crossing_steps():
+    steps = [0, 10, 20, 30, 40]
+    assert heads.crossing_steps(steps, [4.0, 3.9, 2.0, 1.0, 0.0], (0.1, 0.5, 0.9)) == [20, 20, 40]  # a fall
+    assert heads.crossing_steps(steps, [0.1, 0.2, 0.5, 0.6, 0.9], (0.25, 0.5)) == [20, 20]  # a rise
+    with pytest.raises(ValueError, match="should change"):
+        heads.crossing_steps(steps, [1.0] * 5)
+    with pytest.raises(ValueError, match="equal length"):
+        heads.crossing_steps(steps, [1.0, 2.0])
+    with pytest.raises(ValueError, match="fractions"):
+        heads.crossing_steps(steps, [0.0, 1, 2, 3, 4], (0.0,))
 
 
 def test_in_context_losses():
@@ -101,11 +201,9 @@ def test_repeated_tokens():
         repeated_tokens(2, (5, 3), 8, 5, torch.Generator())
 
 
-def test_head_gates_and_random_heads():
+def test_head_gates_and_strongest():
     gates = heads.head_gates(2, 3, [(1, 2)])
     assert gates.sum() == 5 and gates[1, 2] == 0
-    picks = heads.random_heads(6, 12, 5, torch.Generator().manual_seed(0))
-    assert len(set(picks)) == 5 and all(0 <= layer < 6 and 0 <= head < 12 for layer, head in picks)
     assert heads.strongest(torch.tensor([[0.1, 0.9], [0.5, 0.2]]), 2) == [(0, 1), (1, 0)]
     with pytest.raises(ValueError, match="head"):
         heads.head_gates(2, 3, [(0, 3)])
@@ -129,7 +227,7 @@ def test_train_induction_short_run_is_reproducible():
         (lambda: heads.previous_token_score(torch.ones(2, 3, 4)), "weights should be"),
         (lambda: heads.attention_entropy(torch.ones(1, 1, 3, 3, dtype=torch.long)), "weights"),
         (lambda: heads.previous_token_score(torch.ones(1, 1, 3, 3), torch.ones(1, 4, dtype=torch.bool)), "real"),
-        (lambda: heads.prefix_matching_score(torch.ones(1, 1, 6, 6), 0), "period"),
+        (lambda: heads.prefix_matching(torch.ones(1, 1, 6, 6), torch.zeros(1, 5, dtype=torch.long)), "weights"),
         (lambda: heads.in_context_losses(torch.ones(1, 6, 4), torch.zeros(1, 5, dtype=torch.long), 3), "2 \\* period"),
     ],
 )
@@ -138,32 +236,13 @@ def test_bad_inputs(call, message):
         call()
 
 
-def test_prefix_matching_per_sequence():
-    weights = torch.rand(3, 2, 12, 12).softmax(-1)
-    same = heads.prefix_matching_per_sequence(weights, torch.tensor([5, 5, 5]))
-    assert torch.allclose(same, heads.prefix_matching_score(weights, 5))
-    # a head that looks a fixed distance back (period - 1 = 7) by position scores 1 when every period is 8, but not
-    # when each sequence has its own period; an induction head, built per sequence, scores 1 whatever the periods
-    tokens, periods = heads.held_out_varied(64, seed=3)
-    length = tokens.shape[1]
-    positional = torch.zeros(64, 1, length, length)
-    positional[:, 0, torch.arange(length), (torch.arange(length) - 7).clamp(min=0)] = 1.0
-    assert heads.prefix_matching_score(positional, 8).mean().item() == 1.0
-    assert heads.prefix_matching_per_sequence(positional, periods).mean().item() < 0.3
-    induction = torch.zeros(64, 1, length, length)
-    for b, p in enumerate(periods.tolist()):
-        induction[b, 0, torch.arange(length), (torch.arange(length) - p + 1).clamp(min=0)] = 1.0
-    assert torch.allclose(heads.prefix_matching_per_sequence(induction, periods), torch.ones(64, 1))
-    with pytest.raises(ValueError, match="periods"):
-        heads.prefix_matching_per_sequence(weights, torch.tensor([5, 5]))
-    with pytest.raises(ValueError, match="period"):
-        heads.prefix_matching_per_sequence(weights, torch.tensor([5, 12, 5]))
-
-
 def test_calibration_ranges_reads_the_file():
     ranges = heads.calibration_ranges()
-    low, high = ranges[2, "varied"]
-    assert 0 < low <= high <= 1 and (1, "varied") in ranges and (2, "drop") in ranges
+    low, high = ranges[2, "prefix"]
+    assert 0 < low <= high <= 1 and (1, "prefix") in ranges and (2, "overlap") in ranges
+    first_file = Path(heads.__file__).resolve().parents[1] / "benchmarks" / heads.CALIBRATION_FILES[0]
+    one = heads.calibration_ranges(first_file)
+    assert one[2, "prefix"][0] >= low and one[2, "prefix"][1] <= high  # the union over the files holds each file's
     # exercise 5's margin, by what it separates on every seed: (a) both layer-1 heads removed: ln 32 accepted, the
     # one-layer model's repeat loss rejected; (b) one removed: the intact model's loss and "both removed" rejected
     margin, (both_low, both_high) = heads.PREDICTION_MARGIN, ranges[2, "cut_layer1"]
@@ -215,11 +294,11 @@ def test_repeat_losses_and_induction_ablation():
     log_p = logits[0].log_softmax(-1)
     by_hand = -sum(log_p[t, tokens[0, t + 1]].item() for t in range(6, 11)) / 5
     assert math.isclose(heads.repeat_losses(model, tokens, [(1, 0)])[0].item(), by_hand, rel_tol=1e-5)
-    varied, periods = heads.held_out_varied(8, length=12, periods=(2, 5), vocab=12)
-    loss, prefix = heads.induction_ablation(model, tokens, (varied, periods), [(1, 0)])
+    varied, _ = heads.held_out_varied(8, length=12, periods=(2, 5), vocab=12)
+    loss, prefix = heads.induction_ablation(model, tokens, varied, [(1, 0)])
     assert math.isclose(loss, heads.repeat_losses(model, tokens, [(1, 0)]).mean().item(), rel_tol=1e-6)
     gates = heads.head_gates(2, 2, [(1, 0)])
-    assert torch.equal(prefix, heads.induction_scores(model, varied, periods, head_gates=gates)[0])
+    assert torch.equal(prefix, heads.induction_scores(model, varied, head_gates=gates)[0])
     with pytest.raises(ValueError, match="tokens should be \\(n, 2 \\* period\\)"):
         heads.repeat_losses(model, tokens[:, :11])
     with pytest.raises(ValueError, match="head"):
@@ -237,9 +316,55 @@ def test_induction_rule_loss():
     # t = 4 (token 1, followers so far 2 and 3: the right one is 2) -> ln 2; t = 5 (token 2, follower 1) -> 0;
     # t = 6 (token 1, earlier at 0, 2, 4: followers 2, 3, 2; the right one is 3) -> ln 3
     assert math.isclose(heads.induction_rule_loss(tokens, 4), (math.log(2) + math.log(3)) / 3)
+    # two tokens matched (nothing before position 0, so s = 0 matches on its own token): t = 4 (tokens 3, 1) matches
+    # s = 0 only, not s = 2 (2, 1) -> 0; t = 5 (1, 2) at s = 1 -> 0; t = 6 (2, 1) at s = 0 and s = 2, followed by 2
+    # and 3 -> ln 2
+    assert math.isclose(heads.induction_rule_loss(tokens, 4, context=2), math.log(2) / 3)
+    assert heads.induction_rule_loss(tokens, 4, context=2) == heads.induction_rule_loss(tokens, 4, context=4)
     with pytest.raises(ValueError, match="tokens should be \\(n, 2 \\* period\\)"):
         heads.induction_rule_loss(tokens, 3)
     with pytest.raises(TypeError, match="integer token ids"):
         heads.induction_rule_loss(tokens.float(), 4)
     with pytest.raises(ValueError, match="repeated once"):
         heads.induction_rule_loss(torch.tensor([[1, 2, 3, 4]]), 2)
+
+
+def test_statistics_refuse_nan_in_real_rows_and_ignore_it_in_padding_rows():
+    """A NaN in a real query's row is refused (it would be scored as 0 or spread NaN); a NaN row of a padding query,
+    which the statistics leave out, changes nothing."""
+    w = shifted(5, -1, batch=1, num_heads=1)
+    real = torch.tensor([[True, True, True, False, False]])
+    clean = heads.attention_entropy(w, real), heads.previous_token_score(w, real)
+    padded_nan = w.clone()
+    padded_nan[0, 0, 4] = float("nan")
+    assert torch.equal(heads.attention_entropy(padded_nan, real), clean[0])
+    assert torch.equal(heads.previous_token_score(padded_nan, real), clean[1])
+    real_nan = w.clone()
+    real_nan[0, 0, 1] = float("nan")
+    for statistic in (heads.attention_entropy, heads.previous_token_score):
+        with pytest.raises(ValueError, match="finite in the rows of real queries, got NaN or infinity at sentence 0"):
+            statistic(real_nan, real)
+    tokens = torch.tensor([[1, 2, 1, 2, 1]])
+    with pytest.raises(ValueError, match="finite in the rows of real queries"):
+        heads.prefix_matching(torch.full((1, 1, 5, 5), float("nan")), tokens)
+
+
+def test_per_head_refuses_what_it_cannot_average():
+    scores = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    with pytest.raises(ValueError, match="real should be \\(batch, seq_len\\) with batch = 2"):
+        heads.per_head(scores, torch.ones(1, 4, dtype=torch.bool))  # one sentence's mask for two: was a sum
+    with pytest.raises(ValueError, match="no sentence has a query to count"):
+        heads.per_head(scores, torch.ones(2, 1, dtype=torch.bool), -1)
+    with pytest.raises(TypeError, match="offset"):
+        heads.per_head(scores, torch.ones(2, 4, dtype=torch.bool), 0.5)
+
+
+def test_induction_functions_refuse_the_old_pair_and_other_models():
+    held_out = heads.held_out_repeats(4)
+    varied = heads.held_out_varied(4)
+    with pytest.raises(TypeError, match="scored"):
+        heads.train_induction(1, held_out, scored=varied, steps=1)  # the (tokens, periods) pair of the first edition
+    with pytest.raises(TypeError, match="AttentionOnlyTransformer"):
+        heads.induction_scores(torch.nn.Linear(2, 2), varied[0])
+    with pytest.raises(ValueError, match="context"):
+        heads.induction_rule_loss(torch.cat([held_out[:, :16]] * 2, 1), 16, context=0)

@@ -200,3 +200,43 @@ def test_paraphrase_similarity_separates_a_shared_shift_from_ranking():
     swapped = e.clone()
     swapped[1] = torch.tensor([0, 0, 0.9, 0.2, 0])  # sentence 1 now nearest to 2 and 3, not to 0
     assert pretrained.paraphrase_similarity(swapped, [(0, 1), (2, 3)])["nearest"] < 4
+
+
+def test_text_sentences_are_prose_from_python_help_texts():
+    sentences = pretrained.text_sentences(300)
+    assert len(sentences) == 300 == len(set(sentences))
+    for sentence in sentences:
+        words = len(sentence.split())
+        assert 8 <= words <= 25 and sentence[0].isupper() and sentence.endswith("."), sentence
+        assert not set('*=<>{}[]_"`|') & set(sentence), sentence
+    assert pretrained.text_sentences(5) == pretrained.text_sentences(5)  # the same every time
+    with pytest.raises(ValueError, match="count should be at most"):
+        pretrained.text_sentences(100_000)
+    with pytest.raises(ValueError, match="max_words"):
+        pretrained.text_sentences(3, min_words=10, max_words=5)
+
+
+def test_attention_in_batches_equals_one_pass(minilm):
+    """Batched by length and padded back, the weights of every real query equal those of one padded pass; a padding
+    query's row is zeros (left out by every statistic)."""
+    sentences = pretrained.text_sentences(9)
+    encoded, _, whole, _ = minilm.run(sentences)
+    batched_encoded, batched = minilm.attention(sentences, batch_size=4)
+    assert torch.equal(batched_encoded.ids, encoded.ids) and torch.equal(batched_encoded.real, encoded.real)
+    real_rows = encoded.real[:, None, :, None]
+    for one, other in zip(whole, batched, strict=True):
+        assert one.shape == other.shape
+        torch.testing.assert_close(one * real_rows, other * real_rows, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        minilm.attention(sentences, batch_size=0)
+
+
+def test_embed_without_each_head_equals_removing_it(minilm):
+    """Each (layer, head) entry equals a full pass with that head gated 0 (the first, the last and some between)."""
+    sentences = pretrained.SENTENCES[:4]
+    each = minilm.embed_without_each_head(sentences)
+    assert each.shape == (6, 12, 4, 384)
+    for layer, head in [(0, 0), (0, 2), (3, 7), (5, 11)]:
+        expected = minilm.embed(sentences, head_gates(6, 12, [(layer, head)]))
+        torch.testing.assert_close(each[layer, head], expected, atol=1e-6, rtol=0)
+    assert not torch.allclose(each[0, 2], minilm.embed(sentences))  # a removal changes something

@@ -1,16 +1,18 @@
 """Checks for the exercises of lesson 11 (real attention heads).
 
 Attention weights are (batch, heads, query_len, key_len), each row a softmax over the keys; ``real`` (batch, seq_len)
-is True at real tokens. As BertEncoder computes them, padding keys get weight exactly 0, and the rows of padding
-queries are still distributions over the real keys (garbage that a statistic must leave out). Positions count from 0.
-The references are the package's (``attnedu.heads.previous_token_score``, ``attention_entropy``,
-``attnedu.pretrained.gpt2_attention_weights``). Batch, heads and lengths differ from each other so that a reduction
-over the wrong axis shows. The known-wrong variants include off-by-ones in both directions: the key two back and the
-query itself; the real queries counted one too many and one too few; GPT-2's fused columns shifted by one either way.
-The learner's functions may not run ``attnedu.heads`` or ``attnedu.pretrained`` (``forbidden``). Exercise 5,
-``repeat_loss_without``, runs small untrained ``AttentionOnlyTransformer`` models with heads removed; its prediction
-(the loss of the lesson's trained model with layer-1 heads removed) is compared in the notebook with the ranges of
-``benchmarks/calibration11.md``.
+is True at real tokens. Exercises 1 to 3 take the lesson's statistics to a *decoder's* batch: causal weights (query i
+sees keys 0 .. i), padding before each sentence's tokens (a batch for generation) or after them; padding keys get
+weight exactly 0, and the rows of padding queries are garbage (spread evenly over the keys up to them, what a mask with
+a large negative number gives a row whose keys are all padding), which a statistic must leave out. Positions count
+from 0. The references are the package's (``attnedu.heads.previous_token_score``, ``attention_entropy``,
+``prefix_matching``, ``attnedu.pretrained.gpt2_attention_weights``). Batch, heads and lengths differ from each other
+so that a reduction over the wrong axis shows. The known-wrong variants include off-by-ones in both directions: the key
+two back and the query itself; the real queries counted one too many and one too few; the key on an earlier occurrence
+and two after it; GPT-2's fused columns shifted by one either way. The learner's functions may not run
+``attnedu.heads`` or ``attnedu.pretrained`` (``forbidden``). Exercise 2's prediction (the entropy of a causal head
+spreading evenly) and exercise 5's (the loss of the lesson's trained model with layer-1 heads removed) are compared in
+the notebook (``check_entropy_prediction``, ``check_removal_prediction``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import math
 
 import torch
 
-from ..heads import PREDICTION_MARGIN, attention_entropy, prefix_matching_score, previous_token_score, repeat_losses
+from ..heads import PREDICTION_MARGIN, attention_entropy, prefix_matching, previous_token_score, repeat_losses
 from ..masks import padding_mask
 from ..pretrained import gpt2_attention_weights
 from ..tasks import repeated_tokens
@@ -31,31 +33,44 @@ LESSON = "11_real_attention_heads"
 OWN_CODE = ("attnedu.heads", "attnedu.pretrained")
 
 
-def _weights(g, batch, heads, seq_len, lengths, sharp=1.0):
-    """Softmax weights over each sentence's real keys (padding keys get exactly 0), padding queries included."""
-    scores = sharp * randn(g, batch, heads, seq_len, seq_len)
+def _real(lengths, seq_len, side):
+    """(batch, seq_len) bool: each sentence's real tokens, padding after them (``side`` "right") or before ("left")."""
     real = padding_mask(torch.tensor(lengths), seq_len)
-    scores = scores.masked_fill(~real[:, None, None, :], float("-inf"))
-    return scores.softmax(-1), real
+    return real.flip(1) if side == "left" else real
+
+
+def _decoder_weights(g, real, heads, sharp=1.0):
+    """A decoder's causal weights on a padded batch: a real query's row is a softmax over the real keys 0 .. i
+    (padding keys exactly 0); a padding query's row is garbage, spread evenly over every key 0 .. i."""
+    batch, seq_len = real.shape
+    scores = sharp * randn(g, batch, heads, seq_len, seq_len)
+    causal = torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
+    allowed = causal & real[:, None, None, :]
+    on_real = scores.masked_fill(~allowed, float("-inf")).softmax(-1).nan_to_num(0.0)  # padding rows: fixed below
+    garbage = causal.float() / causal.sum(-1, keepdim=True)
+    return torch.where(real[:, None, :, None], on_real, garbage)
 
 
 def _weight_cases(seed: int) -> list[Case]:
     g = generator(seed)
 
-    def case(batch, heads, seq_len, lengths, tags, sharp=1.0, note=""):
-        weights, real = _weights(g, batch, heads, seq_len, lengths, sharp)
-        padded = f", lengths {lengths}" if min(lengths) < seq_len else ", no padding"
-        description = f"batch {batch}, heads {heads}, seq_len {seq_len}{padded}"
+    def case(batch, heads, seq_len, lengths, tags, side="right", sharp=1.0, note=""):
+        real = _real(lengths, seq_len, side)
+        weights = _decoder_weights(g, real, heads, sharp)
+        where = {"right": "after", "left": "before"}[side]
+        padded = f", lengths {lengths}, padding {where} the tokens" if min(lengths) < seq_len else ", no padding"
+        description = f"causal, batch {batch}, heads {heads}, seq_len {seq_len}{padded}"
         return Case(description + (f"; {note}" if note else ""), (weights, real), tags)
 
     return [
-        case(3, 2, 6, [6, 3, 5], kinds(PADDED)),
+        case(3, 2, 6, [6, 3, 5], kinds(PADDED), side="left", note="a batch for generation"),
+        case(3, 2, 6, [6, 3, 5], kinds(PADDED), side="right"),
         case(2, 4, 5, [5, 5], kinds(UNPADDED)),
         case(1, 3, 7, [7], kinds(ONE, UNPADDED)),
-        case(1, 2, 6, [4], kinds(ONE, PADDED)),
+        case(1, 2, 6, [4], kinds(ONE, PADDED), side="left"),
         case(4, 3, 2, [2, 2, 2, 2], kinds(UNPADDED), note="two tokens each, more sentences than positions"),
-        case(2, 3, 8, [8, 2], kinds(PADDED), sharp=6.0, note="sharp heads, a sentence of two tokens"),
-        case(2, 2, 300, [300, 211], kinds(LARGE, PADDED), note="long sentences"),
+        case(2, 3, 8, [8, 2], kinds(PADDED), side="left", sharp=6.0, note="sharp heads, a sentence of two tokens"),
+        case(2, 2, 300, [300, 211], kinds(LARGE, PADDED), side="left", note="long sentences"),
     ]
 
 
@@ -86,10 +101,12 @@ def _offset_score(weights, real, *, offset=-1, count_shift=0, ignore_padding=Fal
     return summed / (counted.sum(-1) + count_shift).clamp(min=1)[:, None].to(weights.dtype)
 
 
-def _previous_by_keys(weights, real):
-    """A variant: A[i, i - 1] counted where key i - 1 is real (the mask shifted the wrong way)."""
-    below = torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1)
-    counted = real[:, :-1].to(weights.dtype)
+def _previous_by_rule(weights, real, *, rule):
+    """A variant: A[i, i - 1] averaged over the queries i >= 1 that one half of the rule counts: "keys", those whose
+    previous key i - 1 is real (right for padding before the tokens only); "queries", those that are real themselves
+    (right for padding after the tokens only)."""
+    below = torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1)  # (batch, heads, seq_len - 1): query i at i - 1
+    counted = (real[:, :-1] if rule == "keys" else real[:, 1:]).to(weights.dtype)
     return (below * counted[:, None, :]).sum(-1) / counted.sum(-1).clamp(min=1)[:, None]
 
 
@@ -103,8 +120,9 @@ PREVIOUS_TOKEN_SCORE = Exercise(
     layout=_layout,
     variants=(
         Variant(
-            "you took the weight on the *next* token, A[i, i + 1] (the diagonal above the main one). The previous "
-            "token of query i is key i - 1, on the diagonal below the main one.",
+            "you took the weight on the *next* token, A[i, i + 1] (the diagonal above the main one): a causal query "
+            "never sees the next token, so that weight is 0 everywhere. The previous token of query i is key i - 1, on "
+            "the diagonal below the main one.",
             lambda w, r: _offset_score(w, r, offset=1),
         ),
         Variant(
@@ -117,41 +135,49 @@ PREVIOUS_TOKEN_SCORE = Exercise(
             lambda w, r: _offset_score(w, r, offset=-2),
         ),
         Variant(
-            "padding queries were counted: their rows are garbage (a padding token still attends somewhere). Average "
-            "only over queries i >= 1 where `real` is True (and i - 1 is real too).",
+            "padding queries were counted: their rows are garbage (a padding token still attends somewhere). A query "
+            "counts when it and the token before it are both real tokens of its sentence.",
             lambda w, r: _offset_score(w, r, ignore_padding=True),
         ),
         Variant(
-            "you counted the queries whose previous *key* is real, not the queries that are real: the mask was taken "
-            "from positions 0 .. seq_len - 2 instead of 1 .. seq_len - 1. The first padding query (at the sentence's "
-            "length) has a real previous token, so its garbage row got counted; this shows in padded sentences only. "
-            "A query i counts when query i itself is real.",
-            lambda w, r: _previous_by_keys(w, r),
+            "you counted every real query i >= 1, the encoder's rule for padding *after* the tokens. With padding "
+            "before them (the left-padded sentences), a sentence's first real token has a padding token before it, "
+            "whose weight is 0, and it was counted: those sentences' scores come out too low. A query counts when it "
+            "and the token before it are both real.",
+            lambda w, r: _previous_by_rule(w, r, rule="queries"),
         ),
         Variant(
-            "off by one in the count: you divided by the number of real tokens, but query 0 has no previous token. "
-            "Divide by the number of real queries i >= 1, one fewer.",
+            "you counted the queries whose previous *key* is real: right when padding comes before the tokens, but "
+            "with padding after them the first padding query has a real token before it, and its garbage row was "
+            "counted (this shows in the sentences padded after their tokens only). A query counts when it and the "
+            "token before it are both real.",
+            lambda w, r: _previous_by_rule(w, r, rule="keys"),
+        ),
+        Variant(
+            "off by one in the count: you divided by one more than the number of queries that have a previous token "
+            "in their sentence (the sentence's real tokens minus one).",
             lambda w, r: _offset_score(w, r, count_shift=1),
         ),
         Variant(
-            "off by one in the count: you divided by two fewer than the real tokens. Query 0 has no previous token, so "
-            "the count is the number of real tokens minus one.",
+            "off by one in the count: you divided by one fewer than the number of queries that have a previous "
+            "token in their sentence (the sentence's real tokens minus one).",
             lambda w, r: _offset_score(w, r, count_shift=-1),
         ),
         Variant(
             "you summed over the queries instead of averaging: a sentence's score grows with its length. Divide by the "
-            "number of real queries that have a previous token.",
+            "number of queries that have a previous token.",
             lambda w, r: _offset_score(w, r, total=True),
         ),
     ),
     hint=(
-        "Which entries of a (seq_len, seq_len) weight matrix hold 'query i looks at key i - 1'? And which queries "
-        "count?",
-        "score[b, h] = mean over the queries i >= 1 with real[b, i] of weights[b, h, i, i - 1]: the diagonal just "
-        "below the main one, masked by the real queries, divided by their number (the real length minus one).",
+        "Which entries of a (seq_len, seq_len) weight matrix hold 'query i looks at key i - 1'? Which queries have "
+        "a previous token *in their sentence*, when padding may come before the tokens or after them?",
+        "score[b, h] = mean over the queries i >= 1 with real[b, i] and real[b, i - 1] of weights[b, h, i, i - 1]: "
+        "the diagonal just below the main one, masked by the pairs (i, i - 1) that are both real, divided by their "
+        "number (the real length minus one, wherever the padding is).",
         "`below = torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1)` is (batch, heads, seq_len - 1), entry i - 1 "
-        "for query i; `counted = real[:, 1:].float()`; `return (below * counted[:, None]).sum(-1) / "
-        "counted.sum(-1)[:, None]`.",
+        "for query i; `counted = (real[:, 1:] & real[:, :-1]).float()`; `return (below * counted[:, None]).sum(-1) "
+        "/ counted.sum(-1)[:, None]`.",
     ),
     forbidden=OWN_CODE,
 )
@@ -224,12 +250,14 @@ ATTENTION_ENTROPY = Exercise(
     hint=(
         "Each row of the weights is a distribution over keys: its entropy is one number per query. Which queries "
         "count, and what is 0 ln 0?",
-        "H[b, h, i] = -sum_j A[b, h, i, j] ln A[b, h, i, j], with 0 ln 0 = 0 (padding keys have weight 0, and "
-        "ln 0 = -inf gives 0 * -inf = NaN); then the mean of H over the queries i where real[b, i] is True.",
+        "H[b, h, i] = -sum_j A[b, h, i, j] ln A[b, h, i, j], with 0 ln 0 = 0 (a causal query's later keys and the "
+        "padding keys have weight 0, and ln 0 = -inf gives 0 * -inf = NaN); then the mean of H over the queries i "
+        "where real[b, i] is True.",
         "`terms = torch.where(weights > 0, weights * torch.log(weights), 0.0)`; `H = -terms.sum(-1)`; "
         "`counted = real.float()[:, None, :]`; `return (H * counted).sum(-1) / counted.sum(-1)`.",
     ),
-    nan_note="0 ln 0 is NaN in floating point: padding keys have weight exactly 0. Count their terms as 0.",
+    nan_note="0 ln 0 is NaN in floating point: a causal query's later keys, and padding keys, have weight exactly 0. "
+    "Count their terms as 0.",
     forbidden=OWN_CODE,
 )
 
@@ -344,85 +372,128 @@ GPT2_ATTENTION_WEIGHTS = Exercise(
 
 
 def _prefix_cases() -> list[Case]:
+    """Sentences of token ids that repeat irregularly, as text does (from a small vocabulary, so that a token recurs
+    at any distance, several times, or right after itself), padded with id 0 before or after their tokens, and a
+    decoder's causal weights on them (``_decoder_weights``). Every sentence holds a repeated token."""
     g = generator(113)
 
-    def case(batch, heads, seq_len, period, tags, note=""):
-        scores = 3.0 * randn(g, batch, heads, seq_len, seq_len)
-        causal = torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
-        weights = scores.masked_fill(~causal, float("-inf")).softmax(-1)
-        description = f"batch {batch}, heads {heads}, seq_len {seq_len}, period {period}"
-        return Case(description + (f"; {note}" if note else ""), (weights, period), tags)
+    def case(batch, heads, seq_len, lengths, vocab, tags, side="right", note=""):
+        real = _real(lengths, seq_len, side)
+        tokens = torch.randint(1, vocab, (batch, seq_len), generator=g)  # 0 is the padding id, never a real token
+        for b, n in enumerate(lengths):  # the sentence's last real token repeats its first one: a copy for sure
+            first, last = (seq_len - n, seq_len - 1) if side == "left" else (0, n - 1)
+            tokens[b, last] = tokens[b, first]
+        tokens = tokens.masked_fill(~real, 0)
+        weights = _decoder_weights(g, real, heads, sharp=2.0)
+        where = {"right": "after", "left": "before"}[side]
+        padded = f", lengths {lengths}, padding (id 0) {where} the tokens" if min(lengths) < seq_len else ", no padding"
+        description = f"causal, batch {batch}, heads {heads}, seq_len {seq_len}, ids from 1 to {vocab - 1}{padded}"
+        return Case(description + (f"; {note}" if note else ""), (weights, tokens, real), tags)
 
     return [
-        case(2, 3, 8, 4, kinds()),
-        case(1, 2, 10, 5, kinds(ONE)),
-        case(3, 2, 11, 4, kinds(), note="the sequence ends inside the third block"),
-        case(4, 3, 6, 2, kinds(), note="more sentences than the period"),
-        case(2, 2, 7, 6, kinds(), note="one query in the repeat"),
-        case(2, 2, 300, 100, kinds(LARGE), note="three blocks of 100"),
+        case(3, 2, 9, [9, 5, 7], 5, kinds(PADDED), side="right"),
+        case(3, 2, 9, [9, 5, 7], 5, kinds(PADDED), side="left", note="a batch for generation"),
+        case(2, 3, 8, [8, 8], 4, kinds(UNPADDED)),
+        case(1, 2, 10, [10], 4, kinds(ONE, UNPADDED)),
+        case(1, 2, 7, [5], 3, kinds(ONE, PADDED), side="left"),
+        case(2, 2, 7, [7, 7], 2, kinds(UNPADDED), note="two ids only: tokens that follow themselves, many copies"),
+        case(2, 2, 200, [200, 150], 40, kinds(LARGE, PADDED), side="right", note="long sentences"),
     ]
 
 
-def _prefix(weights, period, *, offset=1, first=None, total=False, over_all=False):
-    """A variant: the weight of query i on key i - period + offset, averaged over queries i >= first."""
-    seq_len = weights.shape[-1]
-    first = period if first is None else first
-    i = torch.arange(first, seq_len)
-    j = i - period + offset
-    values = weights[..., i, j.clamp(0, seq_len - 1)] * (j >= 0)
-    if total:
-        return values.sum(-1)
-    if over_all:
-        return values.sum(-1) / seq_len
-    return values.mean(-1)
+def _prefix(weights, tokens, real, *, shift=1, pick="all", strict=True, average=False, queries="copied",
+            padding=False, total=False):
+    """A variant of the prefix-matching score: the weight on key s + ``shift`` for the earlier occurrences s of the
+    query's token (``pick`` "all", "latest" or "first" of them; ``strict`` False also counts s = i itself), summed
+    (or ``average``d over the occurrences), then averaged over the queries with an occurrence (``queries`` "copied")
+    or over every real query ("real"); ``padding`` treats padding as real tokens; ``total`` sums over the queries."""
+    if padding:
+        real = torch.ones_like(real)
+    seq_len = tokens.shape[1]
+    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]  # [b, i, s]
+    same &= torch.ones(seq_len, seq_len, dtype=torch.bool).tril(-1 if strict else 0)
+    if pick != "all":  # keep one occurrence per query: the latest or the first
+        s = torch.arange(seq_len).expand_as(same)
+        chosen = torch.where(same, s, -1).amax(-1) if pick == "latest" else torch.where(same, s, seq_len).amin(-1)
+        same = same & (s == chosen[..., None])
+    on = torch.zeros(weights.shape[:-1])  # (batch, heads, seq_len)
+    for offset in range(seq_len):  # occurrence s, key s + shift
+        key = offset + shift
+        if 0 <= key < seq_len:
+            on += weights[..., key] * same[:, None, :, offset]
+    found = same.any(-1)
+    if average:
+        on = on / same.sum(-1).clamp(min=1)[:, None, :]
+    counted = (found if queries == "copied" else real).to(weights.dtype)[:, None, :]
+    summed = (on * counted).sum(-1)
+    return summed if total else summed / counted.sum(-1).clamp(min=1)
 
 
 PREFIX_MATCHING_SCORE = Exercise(
     name="prefix_matching_score",
     lesson=LESSON,
-    params=("weights", "period"),
+    params=("weights", "tokens", "real"),
     returns=(("batch", "heads"),),
-    reference=prefix_matching_score,
+    reference=prefix_matching,
     make_cases=_prefix_cases,
     variants=(
         Variant(
-            "off by one: you took the weight on the earlier occurrence of the token itself, A[i, i - period]. An "
-            "induction head looks at the token *after* it, which is the one to predict: A[i, i - period + 1].",
-            lambda w, p: _prefix(w, p, offset=0),
+            "you counted only the most recent earlier occurrence of each query's token. An induction head may share "
+            "its weight between the tokens after several earlier occurrences (the lesson's head favoured the oldest); "
+            "the score sums the weight after every one of them.",
+            lambda w, t, r: _prefix(w, t, r, pick="latest"),
         ),
         Variant(
-            "off by one: you took A[i, i - period + 2], two tokens after the earlier occurrence. The token to predict "
-            "follows it directly: A[i, i - period + 1].",
-            lambda w, p: _prefix(w, p, offset=2),
+            "you counted only the first occurrence of each query's token. The score sums the weight on the tokens "
+            "after every earlier occurrence.",
+            lambda w, t, r: _prefix(w, t, r, pick="first"),
         ),
         Variant(
-            "off by one: query period - 1 was counted. Its token is the last of the first block and has not occurred "
-            "before; the queries of the repeat are i = period, period + 1, ...",
-            lambda w, p: _prefix(w, p, first=p - 1),
+            "off by one: you took the weight on the earlier occurrences themselves (a duplicate-token head's pattern). "
+            "An induction head looks at the token *after* each of them, the one to predict.",
+            lambda w, t, r: _prefix(w, t, r, shift=0),
         ),
         Variant(
-            "off by one: query `period` was left out. The repeat starts there: its token occurred at position 0, and "
-            "the token after that, at position 1, is what it should attend to.",
-            lambda w, p: _prefix(w, p, first=p + 1),
+            "off by one: you took the weight two tokens after each earlier occurrence. The token to predict follows it "
+            "directly.",
+            lambda w, t, r: _prefix(w, t, r, shift=2),
         ),
         Variant(
-            "you summed over the queries instead of averaging: divide by the number of queries in the repeat, "
-            "seq_len - period.",
-            lambda w, p: _prefix(w, p, total=True),
+            "you divided by every real query, not by the queries whose token occurred before (or you counted a query's "
+            "own position as an earlier occurrence of its token, which makes every query count): a query with nothing "
+            "to copy is not part of the score.",
+            lambda w, t, r: _prefix(w, t, r, queries="real"),
+            lambda w, t, r: _prefix(w, t, r, strict=False),
         ),
         Variant(
-            "you divided by every query, seq_len, not by the queries of the repeat, seq_len - period: the first "
-            "block has nothing to match and is not part of the score.",
-            lambda w, p: _prefix(w, p, over_all=True),
+            "padding was counted as tokens: padding ids repeat each other, so the garbage rows of padding queries got "
+            "counted as queries with earlier occurrences (this shows in padded sentences only). Only real queries, "
+            "real occurrences and real keys count.",
+            lambda w, t, r: _prefix(w, t, r, padding=True),
+        ),
+        Variant(
+            "you averaged the weight over a query's earlier occurrences instead of summing it: a head that splits its "
+            "weight between three of them then scores a third of what it puts there. The score is the total weight on "
+            "the tokens after the earlier occurrences.",
+            lambda w, t, r: _prefix(w, t, r, average=True),
+        ),
+        Variant(
+            "you summed over the queries instead of averaging: divide by the number of queries whose token occurred "
+            "before.",
+            lambda w, t, r: _prefix(w, t, r, total=True),
         ),
     ),
     hint=(
-        "For a query i in the repeat, where did its token occur before, and which key holds the token that followed "
-        "it then?",
-        "Token i equals token i - period, so the token after its earlier occurrence is at i - period + 1. score = "
-        "mean over i = period .. seq_len - 1 of weights[..., i, i - period + 1]: a diagonal below the main one.",
-        "`torch.diagonal(weights, offset=1 - period, dim1=-2, dim2=-1)` holds A[period - 1, 0], A[period, 1], ...: "
-        "drop its first entry (query period - 1), then `.mean(-1)`.",
+        "Without blocks there is no period: for each query, which earlier positions hold the same token, and which "
+        "keys come right after them? Which queries have any, and which are real?",
+        "T[b, i] = { j : 1 <= j <= i, tokens[b, j - 1] == tokens[b, i], and query i, position j - 1 and key j all "
+        "real }. score[b, h] = mean over the queries i with T[b, i] not empty of sum_{j in T[b, i]} "
+        "weights[b, h, i, j].",
+        "`n = tokens.shape[1]`; `same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & "
+        "real[:, None, :]`; `same &= torch.ones(n, n, dtype=torch.bool).tril(-1)` (earlier only); "
+        "`targets = torch.zeros_like(same)`; "
+        "`targets[:, :, 1:] = same[:, :, :-1] & real[:, None, 1:]`; `on = (weights * targets[:, None]).sum(-1)`; "
+        "`counted = targets.any(-1).float()[:, None]`; `return (on * counted).sum(-1) / counted.sum(-1)`.",
     ),
     forbidden=OWN_CODE,
 )
@@ -540,26 +611,26 @@ REPEAT_LOSS_WITHOUT = Exercise(
     forbidden=OWN_CODE,
 )
 
-def _two_numbers(predicted_repeat_losses):
-    """The learner's prediction as two finite floats, or None, with a line saying what is wrong with it (never
-    raises: the learner may return anything)."""
+def _prediction(function, name: str, count: int, what: str):
+    """The learner's prediction, ``function()``, as ``count`` finite floats (one float when ``count`` is 1), or
+    None with a line saying what is wrong with it: not written yet, raised, or not ``what`` (never raises: the
+    learner may return anything)."""
     try:
-        value = predicted_repeat_losses()
+        value = function()
     except NotImplementedError:
-        print("Write your prediction in predicted_repeat_losses above (before measuring), then run this cell again.")
+        print(f"Write your prediction in {name} above (before measuring), then run this cell again.")
         return None
     except Exception as error:  # noqa: BLE001 - the learner's code may raise anything
-        print(f"predicted_repeat_losses raised {type(error).__name__}: {error}. It should just return two numbers.")
+        print(f"{name} raised {type(error).__name__}: {error}. It should just return {what.split(':')[0]}.")
         return None
     try:
-        numbers = tuple(float(v) for v in value)
-    except Exception:  # noqa: BLE001 - not iterable, or items that are not numbers
+        numbers = (float(value),) if count == 1 else tuple(float(v) for v in value)
+    except Exception:  # noqa: BLE001 - not a number, not iterable, or items that are not numbers
         numbers = None
-    if numbers is None or len(numbers) != 2 or not all(math.isfinite(v) for v in numbers):
-        print(f"predicted_repeat_losses returned {value!r}; it should return two finite numbers, (a, b): the loss "
-              "on the repeat with both layer-1 heads removed, and with one removed (the mean over the two choices).")
+    if numbers is None or len(numbers) != count or not all(math.isfinite(v) for v in numbers):
+        print(f"{name} returned {value!r}; it should return {what}.")
         return None
-    return numbers
+    return numbers[0] if count == 1 else numbers
 
 
 def _diagnosis(part: str, guess: float, measured: dict) -> str:
@@ -604,9 +675,15 @@ def check_removal_prediction(predicted_repeat_losses, repeat_loss_without) -> di
     measured = {"intact": repeat_losses(model, held_out).mean().item()}
     measured.update({name: repeat_losses(model, held_out, removed).mean().item() for name, removed in removals.items()})
     measured["one layer-1 head (mean)"] = (measured["layer-1 head 0"] + measured["layer-1 head 1"]) / 2
-    guess = _two_numbers(predicted_repeat_losses)
-    yours = _attempt(lambda: {name: float(repeat_loss_without(model, held_out, removed).mean())
-                              for name, removed in removals.items()})  # fmt: skip
+    guess = _prediction(predicted_repeat_losses, "predicted_repeat_losses", 2,
+                        "two finite numbers, (a, b): the loss on the repeat with both layer-1 heads removed, and with "
+                        "one removed (the mean over the two choices)")  # fmt: skip
+    def measure_yours() -> dict:
+        # detached: a learner's function run without torch.no_grad() returns a tensor that requires grad
+        return {name: float(torch.as_tensor(repeat_loss_without(model, held_out, removed)).detach().mean())
+                for name, removed in removals.items()}  # fmt: skip
+
+    yours = _attempt(measure_yours)
     if yours is None:
         print("Write repeat_loss_without above to see what your function measures.")
     if guess is None:  # the measurements stay hidden until the learner has predicted
@@ -623,6 +700,60 @@ def check_removal_prediction(predicted_repeat_losses, repeat_loss_without) -> di
                 f"{'✅ within' if close else '❌ more than'} {PREDICTION_MARGIN} nats")
         print(line if close else f"{line}. {_diagnosis(part, g, measured)}")
     return measured
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise 2's prediction: the entropy of a causal head that spreads its weight evenly
+# --------------------------------------------------------------------------------------------
+
+ENTROPY_TOKENS = 8  # the sentence of the prediction: 8 real tokens, no padding
+ENTROPY_MARGIN = 0.05  # nats: a prediction this close to the measurement counts as right
+
+
+def _even_causal_head(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(1, 1, n, n) weights of a causal head spreading each query's weight evenly over keys 0 .. i; real (1, n)."""
+    causal = torch.ones(n, n).tril()
+    return (causal / causal.sum(-1, keepdim=True))[None, None], torch.ones(1, n, dtype=torch.bool)
+
+
+def _entropy_diagnosis(guess: float, n: int) -> str:
+    """A line on what a prediction outside the margin typically assumed (exercise 2)."""
+    if abs(guess - math.log(n)) <= ENTROPY_MARGIN:
+        return (f"that is an encoder's head spreading over all {n} tokens, where every query sees {n} keys; a causal "
+                "query sees only itself and the keys before it")  # fmt: skip
+    if abs(guess - math.lgamma(n + 2) / n) <= ENTROPY_MARGIN:
+        return "off by one: query 0 sees one key, itself, so its weights are certain"
+    if guess <= ENTROPY_MARGIN:
+        return "only a query that sees one key is certain; the others spread their weight over several"
+    return ("each query sees its own number of keys, and spreads its weight evenly over them; the head's entropy is "
+            "the mean over the queries")
+
+
+def check_entropy_prediction(predicted_causal_entropy, your_attention_entropy) -> float:
+    """Exercise 2: the mean entropy (nats) of a causal head that spreads each query's weight evenly over every key it
+    may see, on one sentence of ``ENTROPY_TOKENS`` tokens without padding, as the course's ``attention_entropy``
+    measures it, compared with the learner's prediction (right within ``ENTROPY_MARGIN``) and shown beside what the
+    learner's ``attention_entropy`` gives. The measurement is printed only once the learner has predicted (one
+    finite number). Returns the measurement; never raises on the learner's code."""
+    weights, real = _even_causal_head(ENTROPY_TOKENS)
+    measured = attention_entropy(weights, real).item()
+    guess = _prediction(predicted_causal_entropy, "predicted_causal_entropy", 1, "one finite number, in nats")
+    yours = _attempt(lambda: float(_entropy_of(your_attention_entropy, weights, real)))
+    if yours is None:
+        print("Write attention_entropy above to see what your function measures.")
+    if guess is None:  # the measurement stays hidden until the learner has predicted
+        return measured
+    line = f"a causal head spreading evenly, {ENTROPY_TOKENS} tokens: {measured:.3f} nats"
+    print(line + ("" if yours is None else f"; your attention_entropy: {yours:.3f}"))
+    close = abs(guess - measured) <= ENTROPY_MARGIN
+    verdict = (f"you predicted {guess:.3f}: {'✅ within' if close else '❌ more than'} {ENTROPY_MARGIN} nats")
+    print(verdict if close else f"{verdict}. {_entropy_diagnosis(guess, ENTROPY_TOKENS)}")
+    return measured
+
+
+def _entropy_of(fn, weights, real):
+    """The learner's entropy of the one sentence, as a number (their function returns (batch, heads) = (1, 1))."""
+    return torch.as_tensor(fn(weights, real)).detach().reshape(-1)[0]
 
 
 EXERCISES = (

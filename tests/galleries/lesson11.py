@@ -3,12 +3,12 @@
 KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes them), and REFERENCE_USE: functions
 that are, or call, the package's own ``attnedu.heads`` or ``attnedu.pretrained``, which the exercises forbid.
 
-The correct versions are written as a learner would: with diagonals, gathers, loops or einsum. The prefix-matching
-score, GPT-2's layout and the repeat's loss have neither padded nor unpadded test cases (KINDS_NOT_APPLICABLE): a
-causal pattern of repeated blocks, a weight matrix and a sequence of repeated tokens have no padding. Only the repeat's
-loss has a mistake that only large inputs show (a window of the lesson's 15 predictions typed in, which only blocks
-longer than 16 show): attention weights lie in [0, 1] and nothing is exponentiated, so for the other exercises a long
-sentence shows nothing a short one does not.
+The correct versions are written as a learner would: with diagonals, gathers, loops or einsum. Exercises 1 to 3 run
+on a decoder's padded batches (causal weights, padding before or after the tokens). GPT-2's layout and the repeat's
+loss have neither padded nor unpadded test cases (KINDS_NOT_APPLICABLE): a weight matrix and a sequence of repeated
+tokens have no padding. Only the repeat's loss has a mistake that only large inputs show (a window of the lesson's 15
+predictions typed in, which only blocks longer than 16 show): attention weights lie in [0, 1] and nothing is
+exponentiated, so for the other exercises a long sentence shows nothing a short one does not.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from .common import GENERIC, batch_of_one
 
 def learner_previous_token_score(weights, real):
     below = torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1)  # (batch, heads, seq_len - 1): A[i, i - 1]
-    counted = real[:, 1:].float()
+    counted = (real[:, 1:] & real[:, :-1]).float()  # query i and key i - 1 both real, padding on either side
     return (below * counted[:, None]).sum(-1) / counted.sum(-1)[:, None]
 
 
@@ -37,9 +37,9 @@ def learner_previous_token_score_loop(weights, real):
     batch, num_heads, seq_len, _ = weights.shape
     out = torch.zeros(batch, num_heads)
     for b in range(batch):
-        n = int(real[b].sum())
+        queries = [i for i in range(1, seq_len) if real[b, i] and real[b, i - 1]]
         for h in range(num_heads):
-            out[b, h] = sum(weights[b, h, i, i - 1] for i in range(1, n)) / (n - 1)
+            out[b, h] = sum(weights[b, h, i, i - 1] for i in queries) / len(queries)
     return out
 
 
@@ -47,7 +47,7 @@ def learner_previous_token_score_gather(weights, real):
     seq_len = weights.shape[-1]
     keys = (torch.arange(seq_len) - 1).clamp(min=0)
     picked = weights.gather(-1, keys.expand(*weights.shape[:-1])[..., None])[..., 0]  # (batch, heads, seq_len)
-    use = real.clone()
+    use = real & real.roll(1, dims=1)  # the token before is real too
     use[:, 0] = False
     return (picked * use[:, None]).sum(-1) / use.sum(-1, keepdim=True)
 
@@ -72,14 +72,39 @@ def learner_attention_entropy_nan_to_zero(weights, real):
     return torch.einsum("bhq,bq->bh", h, real.float()) / real.sum(1, keepdim=True)
 
 
-def learner_prefix_matching_score(weights, period):
-    return torch.diagonal(weights, offset=1 - period, dim1=-2, dim2=-1)[..., 1:].mean(-1)
+def learner_prefix_matching_score(weights, tokens, real):
+    n = tokens.shape[1]
+    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]
+    same &= torch.ones(n, n, dtype=torch.bool).tril(-1)  # an earlier position
+    targets = torch.zeros_like(same)
+    targets[:, :, 1:] = same[:, :, :-1] & real[:, None, 1:]  # the key after it
+    on = (weights * targets[:, None]).sum(-1)
+    counted = targets.any(-1).float()[:, None]
+    return (on * counted).sum(-1) / counted.sum(-1)
 
 
-def learner_prefix_matching_score_loop(weights, period):
-    seq_len = weights.shape[-1]
-    values = [weights[..., i, i - period + 1] for i in range(period, seq_len)]
-    return torch.stack(values, -1).mean(-1)
+def learner_prefix_matching_score_loop(weights, tokens, real):
+    batch, num_heads, n, _ = weights.shape
+    out = torch.zeros(batch, num_heads)
+    for b in range(batch):
+        scores, count = torch.zeros(num_heads), 0
+        for i in range(n):
+            keys = [s + 1 for s in range(i) if real[b, i] and real[b, s] and tokens[b, s] == tokens[b, i]]
+            if keys:
+                scores += weights[b, :, i, keys].sum(-1)
+                count += 1
+        out[b] = scores / count
+    return out
+
+
+def learner_prefix_matching_score_einsum(weights, tokens, real):
+    shifted = torch.cat([torch.full_like(tokens[:, :1], -1), tokens[:, :-1]], 1)  # the token before each key
+    key_ok = torch.cat([torch.zeros_like(real[:, :1]), real[:, :-1]], 1) & real
+    match = (tokens[:, :, None] == shifted[:, None, :]) & key_ok[:, None, :] & real[:, :, None]
+    match = match & torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool).tril()  # key j <= i
+    on = torch.einsum("bhij,bij->bhi", weights, match.float())
+    has = match.any(-1).float()
+    return torch.einsum("bhi,bi->bh", on, has) / has.sum(-1)[:, None]
 
 
 def learner_gpt2_attention_weights(c_attn_weight, c_proj_weight):
@@ -126,7 +151,11 @@ CORRECT = {
         learner_attention_entropy_xlogy,
         learner_attention_entropy_nan_to_zero,
     ],
-    "prefix_matching_score": [learner_prefix_matching_score, learner_prefix_matching_score_loop],
+    "prefix_matching_score": [
+        learner_prefix_matching_score,
+        learner_prefix_matching_score_loop,
+        learner_prefix_matching_score_einsum,
+    ],
     "gpt2_attention_weights": [learner_gpt2_attention_weights, learner_gpt2_attention_weights_slices],
     "repeat_loss_without": [learner_repeat_loss_without, learner_repeat_loss_without_gather],
 }
@@ -135,7 +164,8 @@ REFERENCE_USE = [
     ("previous_token_score", heads.previous_token_score),
     ("previous_token_score", lambda w, r: heads.offset_attention(w, -1, r)),
     ("attention_entropy", lambda w, r: heads.attention_entropy(w, r)),
-    ("prefix_matching_score", heads.prefix_matching_score),
+    ("prefix_matching_score", heads.prefix_matching),
+    ("prefix_matching_score", lambda w, t, r: (w * heads.induction_targets(t, r)[:, None]).sum(-1).mean(-1)),
     ("gpt2_attention_weights", pretrained.gpt2_attention_weights),
     ("repeat_loss_without", heads.repeat_losses),
     ("repeat_loss_without", lambda m, t, r: learner_repeat_loss_without(m, t, [])  # the gates from the package
@@ -161,16 +191,24 @@ def _diag_mean(weights, real, offset, first, shift=0):
     return (values * counted[:, None]).sum(-1) / (counted.sum(-1) + shift).clamp(min=1)[:, None]
 
 
+def _pairs_mean(weights, real, back, shift=0):
+    """A[i, i - back] over the queries i where i and i - back are both real (back 0: the real queries)."""
+    values = torch.diagonal(weights, offset=-back, dim1=-2, dim2=-1)
+    n = values.shape[-1]
+    counted = (real[:, back : back + n] & real[:, :n]).float()
+    return (values * counted[:, None]).sum(-1) / (counted.sum(-1) + shift).clamp(min=1)[:, None]
+
+
 def pt_next_token(weights, real):
-    return _diag_mean(weights, real, 1, 1)  # A[i, i + 1] counts where the key i + 1 is real
+    return _diag_mean(weights, real, 1, 1)  # A[i, i + 1]: 0 in a causal model
 
 
 def pt_itself(weights, real):
-    return _diag_mean(weights, real, 0, 0)
+    return _pairs_mean(weights, real, 0)
 
 
 def pt_two_back(weights, real):
-    return _diag_mean(weights, real, -2, 2)
+    return _pairs_mean(weights, real, 2)
 
 
 def pt_padding_counted(weights, real):
@@ -178,11 +216,16 @@ def pt_padding_counted(weights, real):
 
 
 def pt_divided_by_length(weights, real):
-    return _diag_mean(weights, real, -1, 1, shift=1)
+    return _pairs_mean(weights, real, 1, shift=1)
 
 
 def pt_summed(weights, real):
     return (torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1) * real[:, None, 1:]).sum(-1)
+
+
+def pt_encoder_rule(weights, real):
+    """The lesson's rule, real queries i >= 1, which holds for padding after the tokens only."""
+    return _diag_mean(weights, real, -1, 1)
 
 
 def en_bits(weights, real):
@@ -217,28 +260,83 @@ def en_one_fewer(weights, real):
     return (per_query * real[:, None]).sum(-1) / (real.sum(-1, keepdim=True) - 1)
 
 
-def pm_the_duplicate(weights, period):
-    return torch.diagonal(weights, offset=-period, dim1=-2, dim2=-1).mean(-1)
+def _copies(tokens, real, own=False):
+    """[b, i, s]: position s < i (s <= i with ``own``) holds query i's token, both real."""
+    n = tokens.shape[1]
+    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]
+    return same & torch.ones(n, n, dtype=torch.bool).tril(0 if own else -1)
 
 
-def pm_two_after(weights, period):
-    return torch.diagonal(weights, offset=2 - period, dim1=-2, dim2=-1)[..., 2:].mean(-1)
+def _after(weights, copies, shift=1):
+    """(batch, heads, n): the weight on key s + shift for every copy s of each query."""
+    n = copies.shape[-1]
+    keys = torch.zeros_like(copies)
+    if shift < n:
+        keys[:, :, shift:] = copies[:, :, : n - shift]
+    return (weights * keys[:, None]).sum(-1)
 
 
-def pm_from_period_minus_one(weights, period):
-    return torch.diagonal(weights, offset=1 - period, dim1=-2, dim2=-1).mean(-1)
+def _mean_over_found(on, found, every=None):
+    counted = (found if every is None else every).float()[:, None]
+    return (on * counted).sum(-1) / counted.sum(-1).clamp(min=1)
 
 
-def pm_from_period_plus_one(weights, period):
-    return torch.diagonal(weights, offset=1 - period, dim1=-2, dim2=-1)[..., 2:].mean(-1)
+def _one_occurrence(weights, tokens, real, which):
+    """The weight after one earlier occurrence per query (``which`` -1: the most recent, 0: the first), looped."""
+    out = torch.zeros(weights.shape[:2])
+    for b in range(tokens.shape[0]):
+        values = []
+        for i in range(tokens.shape[1]):
+            earlier = [s for s in range(i) if real[b, i] and real[b, s] and tokens[b, s] == tokens[b, i]]
+            if earlier:
+                values.append(weights[b, :, i, earlier[which] + 1])
+        out[b] = torch.stack(values).mean(0)
+    return out
 
 
-def pm_summed(weights, period):
-    return torch.diagonal(weights, offset=1 - period, dim1=-2, dim2=-1)[..., 1:].sum(-1)
+def pm_latest_only(weights, tokens, real):
+    return _one_occurrence(weights, tokens, real, -1)
 
 
-def pm_over_all_queries(weights, period):
-    return torch.diagonal(weights, offset=1 - period, dim1=-2, dim2=-1)[..., 1:].sum(-1) / weights.shape[-1]
+def pm_first_only(weights, tokens, real):
+    return _one_occurrence(weights, tokens, real, 0)
+
+
+def pm_the_duplicates(weights, tokens, real):
+    copies = _copies(tokens, real)
+    return _mean_over_found(_after(weights, copies, shift=0), copies.any(-1))
+
+
+def pm_two_after(weights, tokens, real):
+    copies = _copies(tokens, real)
+    return _mean_over_found(_after(weights, copies, shift=2), copies.any(-1))
+
+
+def pm_every_real_query(weights, tokens, real):
+    copies = _copies(tokens, real)
+    return _mean_over_found(_after(weights, copies), copies.any(-1), every=real)
+
+
+def pm_own_position(weights, tokens, real):
+    copies = _copies(tokens, real, own=True)  # s <= i: the query is its own copy
+    return _mean_over_found(_after(weights, copies), copies.any(-1))
+
+
+def pm_padding_as_tokens(weights, tokens, real):
+    everything = torch.ones_like(real)
+    copies = _copies(tokens, everything)
+    return _mean_over_found(_after(weights, copies), copies.any(-1))
+
+
+def pm_mean_over_copies(weights, tokens, real):
+    copies = _copies(tokens, real)
+    on = _after(weights, copies) / copies.sum(-1).clamp(min=1)[:, None]
+    return _mean_over_found(on, copies.any(-1))
+
+
+def pm_summed(weights, tokens, real):
+    copies = _copies(tokens, real)
+    return (_after(weights, copies) * copies.any(-1)[:, None]).sum(-1)
 
 
 def g2_no_transpose(c_attn, c_proj):
@@ -337,7 +435,7 @@ MUTANTS = [
     ("previous_token_score", pt_itself, "on itself"),
     ("previous_token_score", pt_two_back, "two tokens back"),
     ("previous_token_score", pt_padding_counted, "padding queries were counted"),
-    ("previous_token_score", pt_divided_by_length, "query 0 has no previous token"),
+    ("previous_token_score", pt_divided_by_length, "one more than the number of queries that have a previous"),
     ("previous_token_score", pt_summed, "summed over the queries"),
     ("attention_entropy", en_bits, "in bits"),
     ("attention_entropy", en_no_minus, "minus sign"),
@@ -346,12 +444,16 @@ MUTANTS = [
     ("attention_entropy", en_columns, "over the queries (dim -2)"),
     ("attention_entropy", en_one_more, "one more than the number of real queries"),
     ("attention_entropy", en_one_fewer, "one fewer than the number of real queries"),
-    ("prefix_matching_score", pm_the_duplicate, "the token itself"),
-    ("prefix_matching_score", pm_two_after, "two tokens after"),
-    ("prefix_matching_score", pm_from_period_minus_one, "query period - 1 was counted"),
-    ("prefix_matching_score", pm_from_period_plus_one, "query `period` was left out"),
+    ("prefix_matching_score", pm_latest_only, "only the most recent earlier occurrence"),
+    ("prefix_matching_score", pm_first_only, "only the first occurrence"),
+    ("prefix_matching_score", pm_the_duplicates, "the earlier occurrences themselves"),
+    ("prefix_matching_score", pm_two_after, "two tokens after each earlier occurrence"),
+    ("prefix_matching_score", pm_every_real_query, "you divided by every real query"),
+    ("prefix_matching_score", pm_own_position, "own position as an earlier occurrence"),
+    ("prefix_matching_score", pm_padding_as_tokens, "padding was counted as tokens"),
+    ("prefix_matching_score", pm_mean_over_copies, "averaged the weight over a query's earlier occurrences"),
     ("prefix_matching_score", pm_summed, "summed over the queries"),
-    ("prefix_matching_score", pm_over_all_queries, "divided by every query"),
+    ("previous_token_score", pt_encoder_rule, "the encoder's rule for padding *after* the tokens"),
     ("gpt2_attention_weights", g2_no_transpose, "nothing is transposed"),
     ("gpt2_attention_weights", g2_proj_kept, "W_o is not transposed"),
     ("gpt2_attention_weights", g2_only_proj, "W_q, W_k and W_v are not transposed"),
@@ -376,7 +478,7 @@ MUTANTS = [
 OFF_BY_ONE = {
     "previous_token_score": (pt_itself, pt_two_back),
     "attention_entropy": (en_one_more, en_one_fewer),
-    "prefix_matching_score": (pm_from_period_plus_one, pm_from_period_minus_one),
+    "prefix_matching_score": (pm_two_after, pm_the_duplicates),
     "gpt2_attention_weights": (g2_one_late, g2_one_early),
     "repeat_loss_without": (rl_one_early, rl_one_late),
 }
@@ -400,11 +502,28 @@ def pt_lengths_from_the_first_sentence(weights, real):
     return torch.diagonal(weights[..., :n, :n], offset=-1, dim1=-2, dim2=-1).mean(-1)
 
 
-def en_plain_log(weights, real):
-    """0 * log(0) = NaN where padding keys have weight 0."""
-    per_query = -(weights * torch.log(weights)).sum(-1)
-    counted = real.float()[:, None, :]
-    return (per_query * counted).sum(-1) / counted.sum(-1)
+def en_padded_shortcut(weights, real):
+    """With padding, every query's entropy averaged, padding queries included (a shortcut for padded batches)."""
+    if bool(real.all()):
+        return learner_attention_entropy(weights, real)
+    return -torch.special.xlogy(weights, weights).sum(-1).mean(-1)
+
+
+def pm_without_the_mask(weights, tokens, real):
+    """The score written without `real`: padding ids repeat each other, and their queries count."""
+    return learner_prefix_matching_score(weights, tokens, torch.ones_like(real))
+
+
+def pm_fast_path_without_padding(weights, tokens, real):
+    """A fast path for batches with no padding that keeps only the most recent earlier occurrence."""
+    if not bool(real.all()):
+        return learner_prefix_matching_score(weights, tokens, real)
+    n = tokens.shape[1]
+    same = (tokens[:, :, None] == tokens[:, None, :]) & torch.ones(n, n, dtype=torch.bool).tril(-1)
+    latest = torch.where(same, torch.arange(n), -1).amax(-1)  # (batch, n), -1 where none
+    found = latest >= 0
+    picked = weights.gather(-1, (latest + 1).clamp(max=n - 1)[:, None, :, None].expand(-1, weights.shape[1], -1, 1))
+    return (picked[..., 0] * found[:, None]).sum(-1) / found.sum(-1, keepdim=True)
 
 
 def en_fast_path_without_padding(weights, real):
@@ -423,7 +542,9 @@ KIND_MUTANTS = [
     *batch_of_one(CORRECT),
     ("previous_token_score", pt_lengths_from_the_first_sentence, PADDED, "the sentences at batch indices"),
     ("previous_token_score", pt_fast_path_without_padding, UNPADDED, "no padding"),
-    ("attention_entropy", en_plain_log, PADDED, "NaN"),
+    ("attention_entropy", en_padded_shortcut, PADDED, "padding queries were counted"),
+    ("prefix_matching_score", pm_without_the_mask, PADDED, "padding was counted as tokens"),
+    ("prefix_matching_score", pm_fast_path_without_padding, UNPADDED, "no padding"),
     ("attention_entropy", en_fast_path_without_padding, UNPADDED, "no padding"),
     ("repeat_loss_without", rl_fifteen_predictions, LARGE, "large inputs"),
 ]
@@ -434,10 +555,6 @@ _NO_LARGE = (
 KINDS_NOT_APPLICABLE = {
     **{(name, LARGE): _NO_LARGE for name in CORRECT if name != "repeat_loss_without"},
     **{("repeat_loss_without", kind): "sequences of a block repeated have no padding" for kind in (PADDED, UNPADDED)},
-    **{
-        ("prefix_matching_score", kind): "a causal pattern over repeated blocks has no padding"
-        for kind in (PADDED, UNPADDED)
-    },
     **{("gpt2_attention_weights", kind): "weight matrices have no padding" for kind in (PADDED, UNPADDED)},
 }
 
@@ -513,33 +630,56 @@ def enb_nan_to_num(weights, real):
     return h.mean(-1)
 
 
-def pmb_period_offset(weights, period):
-    seq_len = weights.shape[-1]
-    return torch.stack([weights[..., i, i - period] for i in range(period, seq_len)], -1).mean(-1)
+def pmb_period_from_latest(weights, tokens, real):
+    """The lesson's blocks' formula, A[i, i - p + 1], with p the distance back to the most recent copy."""
+    out = torch.zeros(weights.shape[:2])
+    for b in range(len(tokens)):
+        rows = []
+        for i in range(tokens.shape[1]):
+            copies = [d for d in range(1, i + 1) if real[b, i] and real[b, i - d] and tokens[b, i - d] == tokens[b, i]]
+            back = copies[0] if copies else None
+            if back is not None:
+                rows.append(weights[b, :, i, i - back + 1])
+        out[b] = sum(rows) / len(rows)
+    return out
 
 
-def pmb_whole_diagonal_loop(weights, period):
-    seq_len = weights.shape[-1]
-    return torch.stack([weights[..., i, i + 1 - period] for i in range(period - 1, seq_len)], -1).mean(-1)
+def pmb_max_over_targets(weights, tokens, real):
+    n = tokens.shape[1]
+    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]
+    same &= torch.ones(n, n, dtype=torch.bool).tril(-1)
+    targets = torch.cat([torch.zeros_like(same[..., :1]), same[..., :-1]], -1)
+    best = (weights * targets[:, None]).amax(-1)
+    has = targets.any(-1)[:, None].float()
+    return (best * has).sum(-1) / has.sum(-1)
 
 
-def pmb_previous_token(weights, period):
-    return torch.diagonal(weights, -1, -2, -1)[..., period - 1 :].mean(-1)
+def pmb_matches_previous_token(weights, tokens, real):
+    n = tokens.shape[1]
+    before = torch.cat([torch.full_like(tokens[:, :1], -1), tokens[:, :-1]], 1)  # the token before each position
+    match = (before[:, :, None] == before[:, None, :]) & real[:, :, None] & real[:, None, :]
+    match &= torch.ones(n, n, dtype=torch.bool).tril(-1)
+    has = match.any(-1)[:, None].float()
+    return ((weights * match[:, None]).sum(-1) * has).sum(-1) / has.sum(-1).clamp(min=1)
 
 
-def pmb_start_of_block(weights, period):
-    seq_len = weights.shape[-1]
-    return torch.stack([weights[..., i, (i % period) + 1] for i in range(period, seq_len)], -1).mean(-1)
+def pmb_transposed(weights, tokens, real):
+    return learner_prefix_matching_score(weights.transpose(-1, -2), tokens, real)
 
 
-def pmb_max(weights, period):
-    return torch.diagonal(weights, 1 - period, -2, -1)[..., 1:].amax(-1)
+def pmb_mean_over_batch(weights, tokens, real):
+    return learner_prefix_matching_score(weights, tokens, real).mean(0, keepdim=True).expand(len(tokens), -1)
 
 
-def pmb_mean_over_batch(weights, period):
-    return (
-        torch.diagonal(weights, 1 - period, -2, -1)[..., 1:].mean(-1).mean(0, keepdim=True).expand(weights.shape[0], -1)
-    )
+def pmb_any_other_copy(weights, tokens, real):
+    """Copies anywhere in the sentence, later ones too (their keys lie in the future, with weight 0)."""
+    n = tokens.shape[1]
+    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]
+    same &= ~torch.eye(n, dtype=torch.bool)
+    targets = torch.zeros_like(same)
+    targets[:, :, 1:] = same[:, :, :-1]
+    has = same.any(-1)[:, None].float()
+    return ((weights * targets[:, None]).sum(-1) * has).sum(-1) / has.sum(-1)
 
 
 def g2b_dot_T(c_attn, c_proj):
@@ -634,12 +774,12 @@ BUGS = [
     ("attention_entropy", enb_entropy_of_mean_row, GENERIC),
     ("attention_entropy", enb_squared, GENERIC),
     ("attention_entropy", enb_nan_to_num, "padding queries were counted"),
-    ("prefix_matching_score", pmb_period_offset, "the token itself"),
-    ("prefix_matching_score", pmb_whole_diagonal_loop, "query period - 1 was counted"),
-    ("prefix_matching_score", pmb_previous_token, GENERIC),
-    ("prefix_matching_score", pmb_start_of_block, GENERIC),
-    ("prefix_matching_score", pmb_max, GENERIC),
+    ("prefix_matching_score", pmb_period_from_latest, "only the most recent earlier occurrence"),
+    ("prefix_matching_score", pmb_max_over_targets, GENERIC),
+    ("prefix_matching_score", pmb_matches_previous_token, GENERIC),
+    ("prefix_matching_score", pmb_transposed, GENERIC),
     ("prefix_matching_score", pmb_mean_over_batch, GENERIC),
+    ("prefix_matching_score", pmb_any_other_copy, GENERIC),
     ("gpt2_attention_weights", g2b_dot_T, GENERIC),
     ("gpt2_attention_weights", g2b_chunk_rows, "W_q, W_k and W_v are not transposed"),
     ("gpt2_attention_weights", g2b_reshape, GENERIC),
