@@ -5,8 +5,8 @@ a stub at the marker's indentation: ``# YOUR CODE HERE`` + ``raise NotImplemente
 code, ``YOUR ANSWER HERE`` in Markdown. Outputs, execution counts and ``metadata.widgets`` are
 cleared. A cell with markers must carry the ``solution`` tag (nbgrader's ``solution: true``; a graded prediction,
 ``attnedu.checks.prediction``, is one too), or the ``prediction`` tag: a function that returns the learner's
-prediction, which a later cell compares with a measurement, not graded (lessons 10 and 11 until their predictions
-are graded ones).
+prediction, which a later cell compares with a measurement, not graded (lesson 11 until its predictions are graded
+ones).
 
     python -m attnedu.build_exercises            # rewrite exercises/ (refuses to overwrite someone's edits)
     python -m attnedu.build_exercises --check    # exit 1 if exercises/ is out of date

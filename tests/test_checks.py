@@ -754,16 +754,15 @@ def test_the_first_prediction_is_the_one_scored(fresh_predictions):
     assert recorded() == (0.95,)
 
 
-@pytest.mark.parametrize(
-    "entry",
-    [
-        e
-        for e in PREDICTIONS
-        if e[1].__name__
-        in ("lsw_nearly", "wl_nothing_changes", "lsw_with_the_course_code", "wl_as_tensors", "lsw_unwritten")
-    ],  # fmt: skip
-    ids=lambda e: e[1].__name__,
-)
+# the predictions the grader's replay is tried on: each form of value (a number, a pair of booleans, tensors, a list
+# of positions and a boolean, a whole number and a list), partial credit, the course's own code, not written yet
+REPLAYED = (
+    "lsw_nearly", "wl_nothing_changes", "lsw_with_the_course_code", "wl_as_tensors", "lsw_unwritten",
+    "cp_attends_first", "cp_as_tuple_and_tensor", "sc_in_gb", "ps_in_slot_order", "ps_as_tensors", "ps_first_write",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("entry", [e for e in PREDICTIONS if e[1].__name__ in REPLAYED], ids=lambda e: e[1].__name__)
 def test_the_grader_scores_a_prediction_as_the_check_does(fresh_predictions, entry):
     """The kernel calls the prediction function (no argument) and sends back its value; the grader's decision, made in
     its own process with the same run_check, is the check's: status, score and message."""

@@ -4,7 +4,8 @@ One grader run (``--jobs 2``) over a folder of:
 
 * honest work: each lesson's solution (full marks) and its exercise notebook as is (all "not
   attempted"), a kernel that dies in its first cell, a cell that loops until interrupted, a file
-  that is not a notebook;
+  that is not a notebook; graded predictions partly right (lessons 07 and 10), and one of lesson 10's measured with
+  the course's code;
 * forgeries: patching ``attnedu.checks.run_check`` and printing a forged grade line from a
   ``pre_run_cell`` hook (over stubs); the course's reference functions, imported plainly and
   through an obfuscated ``__import__`` (beside a careless mistake: softmax over the wrong axis);
@@ -53,6 +54,7 @@ TIME_LIMIT = 1  # seconds per call of a learner's function
 MARKER = f"987.{os.getpid():07d}"
 BWRAP = sandbox.find_bwrap() is not None
 L01, L02, L07, L08 = "01_rnn_bottleneck", "02_bahdanau_attention", "07_positional_encoding", "08_flash_attention"
+L10 = "10_attention_at_inference"
 
 
 def read(path: Path):
@@ -192,6 +194,18 @@ def launch_unchecked(kernel, *args, **kwargs):  # the causal kernel runs without
 unchecked._launch = launch_unchecked
 """
 
+PREDICTED_WITH_THE_COURSE_CODE = """\
+from attnedu.inference import rolling_cache_step
+
+
+def predicted_slots():
+    k = v = torch.zeros(1, 1, 4, 16)
+    for p in range(10):
+        x = torch.eye(16)[p].view(1, 1, 1, 16)
+        out, k, v = rolling_cache_step(torch.zeros(1, 1, 1, 16), x, x, k, v, p)
+    return int(v[0, 0, 2].argmax()), [int(i) for i in (out[0, 0, 0] > 0).nonzero().flatten()]
+"""
+
 REPORT_PROBE = '    print("PROBE " + json.dumps(seen, separators=(",", ":")))\n'
 
 
@@ -216,6 +230,13 @@ def write_submissions(folder: Path, out: Path, report: Path, target: tuple[str, 
     halfway = solution(L07)
     replace_solution(halfway, "wrong_layout_prediction", "def wrong_layout_prediction():\n    return True, True\n")
     nbformat.write(halfway, folder / "07_half_prediction.ipynb")
+    # lesson 10's three: one part of two right, a number within twice its margin (GB for GiB), and one measured with
+    # the course's code in a cell that imports it (flagged: 0)
+    predictions = solution(L10)
+    replace_solution(predictions, "chunk_prediction", "def chunk_prediction():\n    return [0], True\n")
+    replace_solution(predictions, "server_cache_gib", "def server_cache_gib():\n    return 6.44\n")
+    replace_solution(predictions, "predicted_slots", PREDICTED_WITH_THE_COURSE_CODE)
+    nbformat.write(predictions, folder / "10_predictions.ipynb")
 
     # forgeries
     nbformat.write(insert_after(stub(L01), "from attnedu.checks import", FORGER), folder / "01_forger.ipynb")
@@ -426,6 +447,24 @@ def test_a_prediction_half_right_scores_half_in_its_column(graded):
     assert int(prediction["partial"]) == 1, prediction
     scores = [float(r["wrong_layout_prediction"]) for r in graded["table"].values() if r["lesson"] == L07]
     assert float(prediction["mean_score"]) == pytest.approx(sum(scores) / len(scores), abs=1e-3)
+
+
+def test_lesson_10s_predictions_are_scored_by_the_grader(graded):
+    """Lesson 10's three graded predictions, each in its column: half of chunk_prediction's two parts right (0.5), a
+    cache within twice its margin and named as GB for GiB (0.5), and predicted_slots measured with the course's rolling
+    cache in a cell that imports it (flagged: 0, noted), whatever it returns; the four functions full marks."""
+    row = graded["table"]["10_predictions.ipynb"]
+    assert row["notebook"] == "ok", row
+    assert row["chunk_prediction"] == "0.5" and row["chunk_prediction_status"] == "partial", row
+    assert "the causal mask sees to that" in row["chunk_prediction_message"], row
+    assert row["server_cache_gib"] == "0.5" and row["server_cache_gib_status"] == "partial", row
+    assert "GB (10^9 bytes), where the question asks GiB" in row["server_cache_gib_message"], row
+    assert row["predicted_slots"] == "0" and row["predicted_slots_status"] != "passed", row
+    assert "predicted_slots: flagged" in row["notes"], row
+    assert float(row["total"]) == len(LESSONS[L10]) - 2 and row["max_total"] == str(len(LESSONS[L10])), row
+    assert statuses(row, L10).count("passed") == len(LESSONS[L10]) - 3, row
+    solution_row = graded["table"][f"solution_{L10}.ipynb"]
+    assert [solution_row[n] for n in ("chunk_prediction", "server_cache_gib", "predicted_slots")] == ["1"] * 3
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,12 +1,16 @@
 """Checks for the exercises of lesson 05 (multi-head attention).
 
-Every exercise has test cases with a batch of one, with and without padding (zero vectors after each
-sentence's length, or a padding mask over the keys), and with large inputs; in the first case the sizes that a
-known-wrong variant needs equal are equal (batch, heads, lengths, head_dim), so that it runs there; the others
-have sizes that differ so that a transpose or a wrong reshape shows. References come from the
-package (``attnedu.multihead.split_heads``, ``merge_heads``, ``attnedu.attention.scaled_dot_product_attention``);
-one_offset_accuracy (a prediction: what one head scores on lesson 05's task if it reads one neighbour and guesses the
-rest) takes a few numbers per test case, its lengths batched so that a batch of one and sequences of different
+Every exercise has test cases with a batch of one, with and without padding (zero vectors after each sentence's
+length, or a padding mask over the keys), and with large inputs; in the first case the sizes that a known-wrong
+variant needs equal are equal (batch, heads, lengths, head_dim), so that it runs there; the others have sizes that
+differ so that a transpose or a wrong reshape shows. multi_head_attention and grouped_query_attention also have a
+cross-attention case whose query 1 of sentence 0 holds a NaN feature, as a bug upstream would leave: that query's
+output and weights must stay NaN in every head, so that a function which replaces every NaN (``nan_to_num``) fails
+with its diagnosis. No case has a query with nothing to attend, so each known-wrong variant is written both ways a
+learner treats NaN (every NaN replaced, or none), which differ only there. References come from the package
+(``attnedu.multihead.split_heads``, ``merge_heads``, ``attnedu.attention.scaled_dot_product_attention``);
+one_offset_accuracy (a prediction: what one head scores on lesson 05's task if it reads one neighbour and guesses
+the rest) takes a few numbers per test case, its lengths batched so that a batch of one and sequences of different
 lengths (padding) are test cases too; its reference is ``attnedu.tasks.one_offset_accuracy``.
 tests/test_checks.py checks that the multi-head reference equals ``attnedu.multihead.MultiHeadAttention`` and
 the grouped-query one ``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)``.
@@ -23,6 +27,7 @@ from ..multihead import grouped_query_attention, merge_heads, multi_head_attenti
 from ..tasks import one_offset_accuracy
 from .exercise import (
     LARGE,
+    NAN_INPUT,
     ONE,
     PADDED,
     UNPADDED,
@@ -227,9 +232,25 @@ def _attention_case(g, sizes: tuple[int, ...], lengths: list[int], tags, *, self
     return Case(f"{description}, {padding}" + (f"; {note}" if note else ""), args, tags)
 
 
+def _nan_query_case(g, sizes: tuple[int, ...], lengths: list[int]) -> Case:
+    """A cross-attention case whose query 1 of sentence 0 has a NaN feature, as a bug upstream would leave: that
+    query's output and weights must come out NaN (in every head), every other query's right. Drawn after the other
+    cases, so that adding it changed none of theirs."""
+    case = _attention_case(
+        g,
+        sizes,
+        lengths,
+        kinds(PADDED, NAN_INPUT),
+        note="query 1 of sentence 0 has a NaN feature, as a bug upstream would leave: its output and its weights in "
+        "every head must come out NaN (a bug must show), every other query's right",
+    )
+    case.args[0][0, 1, 0] = float("nan")
+    return case
+
+
 def _multi_head_cases() -> list[Case]:
     g = generator(53)
-    return [
+    cases = [
         _attention_case(g, (3, 3, 3, 9, 3), [3, 1, 2], kinds(PADDED)),
         _attention_case(g, (2, 4, 5, 12, 3), [5, 2], kinds(PADDED)),
         _attention_case(g, (1, 3, 3, 8, 2), [3], kinds(ONE, UNPADDED), self_attention=True),
@@ -244,11 +265,12 @@ def _multi_head_cases() -> list[Case]:
             note="inputs around ±20, scores in the hundreds",
         ),
     ]
+    return [*cases, _nan_query_case(g, (2, 3, 4, 8, 2), [4, 3])]
 
 
 def _grouped_query_cases() -> list[Case]:
     g = generator(54)
-    return [
+    cases = [
         _attention_case(g, (4, 3, 3, 12, 4, 2), [3, 1, 2, 3], kinds(PADDED)),
         _attention_case(g, (2, 4, 5, 12, 6, 2), [5, 2], kinds(PADDED)),
         _attention_case(g, (1, 3, 3, 8, 4, 1), [3], kinds(ONE, UNPADDED), self_attention=True),
@@ -263,13 +285,16 @@ def _grouped_query_cases() -> list[Case]:
             note="inputs around ±20, scores in the hundreds",
         ),
     ]
+    return [*cases, _nan_query_case(g, (2, 3, 4, 12, 6, 3), [4, 3])]
 
 
 def _heads_with(
     query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads=None, *, split=split_heads, merge=merge_heads,
-    scale="head_dim", use_mask=True, mask_axis=True, dim=-1, project_out=True, average=False, tile=False,
+    scale="head_dim", use_mask=True, mask_axis=True, dim=-1, project_out=True, average=False, tile=False, nan=False,
 ):  # fmt: skip
-    """A known-wrong multi-head (or grouped-query, with num_kv_heads) attention, one choice changed."""
+    """A known-wrong multi-head (or grouped-query, with num_kv_heads) attention, one choice changed; ``nan=False``
+    replaces every NaN of the weights by 0 (``nan_to_num``), ``nan=True`` keeps them (no test case has a query with
+    nothing to attend, so zeroing only such rows, found from the mask, is the same as keeping every NaN)."""
     num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
     group = num_heads // num_kv_heads
     q = split(query @ W_q, num_heads)
@@ -282,7 +307,9 @@ def _heads_with(
     scores = q @ k.transpose(-2, -1) / divisor
     if use_mask:
         scores = scores.masked_fill(~(mask[:, None] if mask_axis else mask), float("-inf"))
-    weights = torch.softmax(scores, dim=dim).nan_to_num(0.0)
+    weights = torch.softmax(scores, dim=dim)
+    if not nan:
+        weights = weights.nan_to_num(0.0)
     merged = merge(weights @ v)
     return (merged @ W_o if project_out else merged), (weights.mean(dim=1) if average else weights)
 
@@ -297,10 +324,15 @@ def _unmoved_merge(x):
 
 def _variants(grouped: bool) -> tuple[Variant, ...]:
     def v(diagnosis: str, **changes) -> Variant:
-        def fn(*args):
-            return _heads_with(*args, **changes)
+        """The mistake written both ways a learner treats NaN: every NaN replaced by 0, or kept."""
 
-        return Variant(diagnosis, fn)
+        def way(nan):
+            def fn(*args):
+                return _heads_with(*args, nan=nan, **changes)
+
+            return fn
+
+        return Variant(diagnosis, way(False), way(True))
 
     shared = (
         v(
@@ -363,6 +395,14 @@ def _variants(grouped: bool) -> tuple[Variant, ...]:
             "returns them by default. Return every head's weights: (batch, num_heads, query_len, key_len).",
             average=True,
         ),
+        Variant(
+            "every NaN became 0: in the test case whose query 1 of sentence 0 has a NaN feature, that query's "
+            "weights (in every head) and output came out 0 where the reference's are NaN, and everything else is "
+            "right. A NaN there is the sign of a bug upstream; turned into zeros it would pass for an answer and "
+            "training would go on with it. Here every query has a key to attend, so no row of the softmax needs "
+            "zeroing: only a row whose mask is all False may be set to 0, found from the mask.",
+            lambda *args: _heads_with(*args, nan=False),
+        ),
     )
     if not grouped:  # (in grouped-query attention W_k and W_v are not square: `x @ W_k.T` raises)
         return (
@@ -372,6 +412,9 @@ def _variants(grouped: bool) -> tuple[Variant, ...]:
                 "vectors are rows and W_q is (d_model, d_model): a row of features times W_q is its projection, and "
                 "the merged heads times W_o the output.",
                 lambda q, k, v, m, Wq, Wk, Wv, Wo, h: multi_head_attention(q, k, v, m, Wq.T, Wk.T, Wv.T, Wo.T, h),
+                lambda q, k, v, m, Wq, Wk, Wv, Wo, h: tuple(  # and every NaN replaced: a NaN query's row all 0
+                    x.nan_to_num(0.0) for x in multi_head_attention(q, k, v, m, Wq.T, Wk.T, Wv.T, Wo.T, h)
+                ),
             ),
         )
     return (

@@ -19,10 +19,14 @@ position has reached holding large finite numbers (a mask works as well as a sli
 full, just full and wrapped many times, and a window of 1; its variants include the slot one too far and one too
 early, the window one key short and the key rotated by its slot.
 
-The predictions of exercises 3 and 4 are compared with the right answer by ``check_cache_prediction`` and
-``check_rolling_prediction``, which also run the learner's function through its check first: a function that fails
-its check is never shown as right. The learner's functions may not run anything from ``attnedu.inference``: the
-exercises ask for their own code.
+Exercises 1, 3 and 4 each open with a graded prediction (``checks.prediction``), made before the function is
+written and measured with the course's own code: chunk_prediction (with an empty cache and a chunk of 3, the
+positions the first new token reads, and whether feeding the tokens one at a time changes anything),
+server_cache_gib (a server's cache in GiB, within 5%; a wrong guess that one known slip explains, query heads counted
+or GB for GiB, is told which) and predicted_slots (which position a slot of a rolling buffer holds, and which
+positions the query reads). The learner's functions, predictions included, may not run anything from
+``attnedu.inference``: the exercises ask for their own code, and a prediction computed with the course's code would
+be a measurement.
 """
 
 from __future__ import annotations
@@ -33,10 +37,8 @@ import torch
 
 from ..inference import _cache_chunk, kv_cache_bytes, paged_attention, rolling_cache_step
 from ..positional import apply_rope
-from .calling import attempt as _attempt
-from .diagnosis import run_check
-from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Variant, generator, kinds, randn
-from .results import PASSED
+from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Part, Variant, generator, kinds, randn
+from .prediction import prediction_exercise
 
 LESSON = "10_attention_at_inference"
 OWN_CODE = ("attnedu.inference",)
@@ -699,108 +701,267 @@ ROLLING_STEP = Exercise(
     forbidden=OWN_CODE,
 )
 
-EXERCISES = (KV_CACHE_CHUNK, PAGED_DECODE, CACHE_BYTES, ROLLING_STEP)
-
 # --------------------------------------------------------------------------------------------
-# The predictions of exercises 3 and 4: each compared with the lesson's own answer, and the learner's function too,
-# once it has passed its check
+# The graded predictions (checks.prediction): each made before its exercise's function is written, each measured
+# with the course's own code (the learner's function plays no part in the measurement)
 # --------------------------------------------------------------------------------------------
 
-SERVER = (48, 40, 8, 128, 2, 100_000, 4, 8192)  # exercise 3's question: layers, heads, K/V heads, head_dim, bytes,
-# tokens per sequence, sequences, window
+# chunk_prediction (exercise 1): an empty cache and a chunk of 3 new tokens
+CHUNK_NEW = 3
 
-# What a wrong guess is, as a multiple of the right answer, when it comes from one known slip (within 3%)
-_SLIPS = (
-    (40 / 8, "the ratio of the 40 query heads to the 8 K/V heads: which heads' keys and values does the cache hold?"),
-    (8.0, "bits instead of bytes? bf16 is 16 bits, 2 bytes."),
-    (100_000 / 8192, "as if all 100,000 tokens of each sequence stayed: how many does a window of 8,192 keep?"),
-    (40 / 8 * 100_000 / 8192, "the query heads counted and the window ignored: both of the slips above."),
-    (0.5, "the cache holds a key and a value per K/V head: two numbers, not one."),
-    (0.25, "one sequence's cache; the batch holds 4."),
-    (2.0, "4 bytes a number (fp32)? The model stores bf16."),
-    (1 / 48, "one layer's cache; the model has 48."),
-    (2**30 / 10**9, "GB (10^9 bytes) instead of GiB (2^30 bytes)."),
-    (1024.0, "the answer in MiB? The question asks GiB."),
+
+def _chunk_prediction_inputs() -> tuple[torch.Tensor, ...]:
+    """q, k_new, v_new (1, 2, CHUNK_NEW, 8) in float64 (so that the chunk and the steps agree to rounding far below
+    the tolerance), from seed 103; the queries and keys scaled by 4, so that the weights are far from uniform."""
+    g = generator(103)
+    q, k_new = (4 * randn(g, 1, 2, CHUNK_NEW, 8).double() for _ in range(2))
+    return q, k_new, randn(g, 1, 2, CHUNK_NEW, 8).double()
+
+
+def _chunk_prediction() -> tuple[frozenset, bool]:
+    """The course's measurement, with ``attnedu.inference``'s chunk: (the positions whose values make up the first
+    new token's output, with an empty cache: the features that are not 0 when token p's value is e_p, for any of the
+    queries; whether the outputs or the caches of the chunk differ from those of the 3 tokens fed one at a time, by
+    more than 1e-9)."""
+    q, k_new, v_new = _chunk_prediction_inputs()
+    empty = torch.zeros(1, 2, 0, 8, dtype=torch.float64)
+    one_hot = torch.eye(8, dtype=torch.float64)[:CHUNK_NEW].expand(1, 2, CHUNK_NEW, 8)  # token p's value is e_p
+    first = _cache_chunk(q, k_new, one_hot, empty, empty)[0][0, :, 0]  # (heads, 8): the first new token, each head
+    read = frozenset(int(p) for p in (first.abs() > 1e-12).any(dim=0).nonzero().flatten())
+    output, k_chunk, v_chunk = _cache_chunk(q, k_new, v_new, empty, empty)
+    k_cache, v_cache, steps = empty, empty, []
+    for i in range(CHUNK_NEW):
+        one = slice(i, i + 1)
+        out, k_cache, v_cache = _cache_chunk(q[:, :, one], k_new[:, :, one], v_new[:, :, one], k_cache, v_cache)
+        steps.append(out)
+    same = all(
+        torch.allclose(a, b, rtol=0.0, atol=1e-9)
+        for a, b in ((torch.cat(steps, dim=2), output), (k_cache, k_chunk), (v_cache, v_chunk))
+    )
+    return read, not same
+
+
+def _chunk_prediction_details(measured: tuple) -> str:
+    read, differs = measured
+    shown = ", ".join(str(p) for p in sorted(read))
+    return (
+        f"Measured with the course's cache, float64, random queries: the first new token's output mixes the values of "
+        f"positions [{shown}]; the chunk against the {CHUNK_NEW} tokens one at a time: outputs and caches "
+        + ("differ by more than 1e-9." if differs else "equal within 1e-9 (float rounding).")
+    )
+
+
+def _chunk_prediction_diagnosis(index: int, guess, measured: tuple) -> str:
+    if index == 0:
+        if not guess:
+            return (
+                "the first new token reads something: its own key, appended to the cache before it attends. With an "
+                "empty cache, a token that attended before its key was appended would have nothing to read"
+            )
+        if any(p > 0 for p in guess):
+            return (
+                "the tokens after it in the chunk are not for it to read: inside the chunk each new token reads the "
+                "positions up to its own, as it would if it came alone"
+            )
+        return ""
+    if guess:
+        return (
+            "both ways, each new token reads the keys of positions 0 up to its own (inside the chunk, the causal mask "
+            "sees to that), and each key is rotated once, by its own position, whichever call stored it"
+        )
+    return "a chunk and the same tokens one at a time agree: the outputs and the caches are the same"
+
+
+CHUNK_PREDICTION = prediction_exercise(
+    name="chunk_prediction",
+    lesson=LESSON,
+    question=(
+        f"with an empty cache and {CHUNK_NEW} new tokens, the positions whose values make up the first new token's "
+        f"output, and whether feeding the {CHUNK_NEW} one at a time would change an output or a cache"
+    ),
+    parts=(
+        Part("the positions the first new token reads", frozenset),
+        Part(f"feeding the {CHUNK_NEW} tokens one at a time changes an output or a cache", bool),
+    ),
+    measure=_chunk_prediction,
+    details=_chunk_prediction_details,
+    diagnose=_chunk_prediction_diagnosis,
+    forbidden=OWN_CODE,  # a prediction, not a measurement made with the course's cache
+    hint=(
+        "Two questions. With nothing cached, which keys exist when the first new token attends, and which of them "
+        "may it read? And does a token's output depend on whether the tokens before it came in the same call?",
+        "The new keys are appended before the new tokens attend, and token i of the chunk reads the positions up to "
+        "its own: the first reads one key, so its weight on it is 1 whatever the query. One at a time, each token "
+        "reads the same keys, rotated by the same positions, as in the chunk.",
+        "Answer with a list of positions and True or False: `return read, differs`, the two values you decided on "
+        "(the check then measures both).",
+    ),
 )
 
+# server_cache_gib (exercise 3): a server's batch, predicted in GiB before cache_bytes is written
+SERVER = dict(num_layers=48, num_heads=40, num_kv_heads=8, head_dim=128, bytes_per_number=2, seq_len=100_000,
+              batch=4, window=8192)  # fmt: skip
+SERVER_MARGIN = 0.05  # full credit within 5% of the measurement, half within 10%
 
-def _slip(ratio: float) -> str:
-    for factor, cause in _SLIPS:
-        if abs(ratio / factor - 1) <= 0.03:
-            return f" It is {_times(factor)} the right answer: {cause}"
+
+def _server_cache_gib() -> tuple[float]:
+    """The course's measurement: ``kv_cache_bytes`` of the server's batch, in GiB (2^30 bytes)."""
+    c = SERVER
+    size = kv_cache_bytes(c["num_layers"], c["num_kv_heads"], c["head_dim"], c["bytes_per_number"],
+                          tokens=c["seq_len"], batch=c["batch"], window=c["window"])  # fmt: skip
+    return (size / 2**30,)
+
+
+def _server_details(measured: tuple) -> str:
+    c = SERVER
+    per_token = kv_cache_bytes(c["num_layers"], c["num_kv_heads"], c["head_dim"], c["bytes_per_number"])
+    kept = min(c["seq_len"], c["window"])
+    unwindowed = per_token * c["seq_len"] * c["batch"] / 2**30
+    return (
+        f"A token costs {per_token:,} bytes in all {c['num_layers']} layers' keys and values; each sequence keeps "
+        f"{kept:,} of its {c['seq_len']:,} tokens: {per_token * kept * c['batch']:,} bytes for the {c['batch']} "
+        f"sequences, {measured[0]:.4g} GiB (without the window: {unwindowed:.4g} GiB)."
+    )
+
+
+# What a wrong guess is, as a multiple of the measurement, when it comes from one known slip (within 3% of that
+# multiple; GB for GiB, 7% off, within 0.75%, so that a guess merely rounded up is not taken for it)
+_SLIPS = (
+    (SERVER["num_heads"] / SERVER["num_kv_heads"],
+     "as if each of the 40 query heads had its own keys and values: only the 8 K/V heads' are cached"),
+    (8.0, "as if bf16 took 16 bytes a number: it takes 16 bits, 2 bytes"),
+    (SERVER["seq_len"] / SERVER["window"],
+     "as if all 100,000 tokens of each sequence stayed: a window of 8,192 keeps at most 8,192"),
+    (SERVER["num_heads"] / SERVER["num_kv_heads"] * SERVER["seq_len"] / SERVER["window"],
+     "as if each query head had its own keys and values and all 100,000 tokens stayed: the K/V heads and the "
+     "window cut both"),
+    (0.5, "a key or a value, not both: the cache holds a key and a value for each K/V head"),
+    (1 / SERVER["batch"], "one sequence's cache: the batch holds 4"),
+    (2.0, "as if a number took 4 bytes (fp32): the model stores bf16, 2 bytes"),
+    (1 / SERVER["num_layers"], "one layer's cache: the model has 48"),
+    (2**30 / 10**9, "GB (10^9 bytes), where the question asks GiB (2^30 bytes)", 0.0075),
+    (1024.0, "MiB, where the question asks GiB"),
+    (2.0**30, "bytes, where the question asks GiB"),
+)  # fmt: skip
+
+
+def _server_diagnosis(index: int, guess: float, measured: tuple) -> str:
+    if guess <= 0:
+        return "a cache holds a positive number of bytes"
+    ratio = guess / measured[0]
+    for factor, cause, *within in _SLIPS:
+        if abs(ratio / factor - 1) <= (within[0] if within else 0.03):
+            times = f"{factor:.4g} times" if factor >= 1 else f"1/{1 / factor:.4g} of"
+            return f"it is {times} the measurement: {cause}"
     return ""
 
 
-def _times(factor: float) -> str:
-    if factor >= 1:
-        return f"{factor:.3g} times"
-    return f"1/{1 / factor:.3g} of"
+SERVER_CACHE_GIB = prediction_exercise(
+    name="server_cache_gib",
+    lesson=LESSON,
+    question="the KV cache of the server's batch, in GiB",
+    parts=(Part("the cache of the server's batch", margin=SERVER_MARGIN, relative=True, unit="GiB"),),
+    measure=_server_cache_gib,
+    details=_server_details,
+    diagnose=_server_diagnosis,
+    forbidden=OWN_CODE,  # a prediction, not a measurement made with the course's kv_cache_bytes
+    hint=(
+        "What does the cache hold for one token in one layer, and for which heads? Then: how many tokens does each "
+        "sequence keep with the window, and how many sequences are there?",
+        "Per token: 2 (a key and a value) x layers x K/V heads x head_dim x bytes per number; the query heads do not "
+        "enter. Each sequence keeps min(seq_len, window) tokens; times the batch; divide by 2^30 for GiB.",
+        "`return 2 * 48 * 8 * 128 * 2 * min(100_000, 8192) * 4 / 2**30`, worked out by hand or in the function.",
+    ),
+)
+
+# predicted_slots (exercise 4): a rolling buffer of W = 4 slots after position 9
+ROLLING = dict(window=4, last=9, slot=2)  # the question: which position slot 2 holds, which positions query 9 reads
 
 
-def _check_line(result) -> str:
-    """Why a function that failed its check is not shown as right here."""
-    return (f"❌ it failed its check (run check_{result.exercise} above for the diagnosis), so its answer here does "
-            "not count")  # fmt: skip
+def _rolling_probe() -> tuple[list[int], list[int]]:
+    """The course's ``rolling_cache_step`` for positions 0..last with W = window, token p's value the unit vector
+    e_p and a query of zeros (every key read gets the same weight): (the position each slot's value holds, the
+    positions whose values the last token's output mixes)."""
+    window, last, head_dim = ROLLING["window"], ROLLING["last"], 16
+    query, keys = torch.zeros(1, 1, 1, head_dim), randn(generator(7), last + 1, 1, 1, 1, head_dim)
+    values = torch.eye(head_dim)[: last + 1].view(last + 1, 1, 1, 1, head_dim)
+    k_buffer, v_buffer = torch.full((1, 1, window, head_dim), -1.0), torch.full((1, 1, window, head_dim), -1.0)
+    for p in range(last + 1):
+        out, k_buffer, v_buffer = rolling_cache_step(query, keys[p], values[p], k_buffer, v_buffer, p)
+    held = [int(v_buffer[0, 0, s].argmax()) for s in range(window)]
+    return held, [int(i) for i in (out[0, 0, 0] > 1e-6).nonzero().flatten()]
 
 
-def check_cache_prediction(my_guess_gib, cache_bytes) -> None:
-    """Exercise 3: the learner's guess (GiB) and their ``cache_bytes`` on the server's question, each against the
-    right answer, within 5%; a wrong guess that one known slip explains is told which (after the guess was made).
-    ``cache_bytes`` is first run through its check: a function that fails it is not shown as right, whatever it
-    gives here."""
-    layers, _, kv_heads, head_dim, size, tokens, batch, window = SERVER
-    right = kv_cache_bytes(layers, kv_heads, head_dim, size, tokens=tokens, batch=batch, window=window) / 2**30
-    guess = _attempt(lambda: float(my_guess_gib()))
-    if guess is None:
-        print("Write your prediction in my_guess_gib (by hand) above, then run this cell again.")
-    else:
-        close = abs(guess - right) <= 0.05 * right
-        verdict = "✅ within 5% of the right answer" if close else "❌ more than 5% from the right answer"
-        print(f"your prediction: {guess:g} GiB, {verdict}." + ("" if close or guess <= 0 else _slip(guess / right)))
-    answer = _attempt(lambda: int(cache_bytes(*(torch.tensor([n]) for n in SERVER))[0]) / 2**30)
-    if answer is None:
-        print("Write cache_bytes above, then run this cell again.")
-        return
-    result = run_check(CACHE_BYTES, cache_bytes)
-    if result.status != PASSED:
-        print(f"your cache_bytes: {answer:g} GiB, {_check_line(result)}.")
-        return
-    close = abs(answer - right) <= 0.05 * right
-    print(f"your cache_bytes: {answer:g} GiB, {'✅ within' if close else '❌ more than'} 5% of the right answer.")
+def _predicted_slots() -> tuple[int, frozenset]:
+    """The course's measurement: (the position slot 2 holds, the positions query 9 reads)."""
+    held, read = _rolling_probe()
+    return held[ROLLING["slot"]], frozenset(read)
 
 
-def check_rolling_prediction(predicted_slots, rolling_step) -> None:
-    """Exercise 4: the learner's (position in slot 2, positions query 9 reads) for W = 4 after position 9, and what
-    their ``rolling_step`` does (once it has passed its check), each against the lesson's rolling_cache_step. Token
-    p's value is the unit vector e_p and the query is zero (equal weights), so the output's nonzero features are the
-    positions read."""
-    window, head_dim = 4, 16
-    query, keys = torch.zeros(1, 1, 1, head_dim), randn(generator(7), 10, 1, 1, 1, head_dim)
-    values = torch.eye(head_dim)[:10].view(10, 1, 1, 1, head_dim)
+def _rolling_details(measured: tuple) -> str:
+    held, read = _rolling_probe()
+    slots = ", ".join(f"slot {s}: {p}" for s, p in enumerate(held))
+    order = ", ".join(str(p) for p in read)
+    return (
+        f"Measured with the course's rolling_cache_step, W = {ROLLING['window']}, after position {ROLLING['last']}: "
+        f"{slots}; the query at {ROLLING['last']} reads positions {order}."
+    )
 
-    def run(step):
-        k_buf, v_buf = torch.full((1, 1, window, head_dim), -1.0), torch.full((1, 1, window, head_dim), -1.0)
-        for p in range(10):
-            out, k_buf, v_buf = step(query, keys[p], values[p], k_buf, v_buf, p)
-        return int(v_buf[0, 0, 2].argmax()), [int(i) for i in (out[0, 0, 0] > 1e-6).nonzero().flatten()]
 
-    right = run(rolling_cache_step)
-    for who, fn, missing in (("your prediction", predicted_slots, "Write your prediction in predicted_slots"),
-                             ("your rolling_step", lambda: run(rolling_step), "Write rolling_step")):  # fmt: skip
-        value = _attempt(fn)
-        if value is None:
-            print(f"{missing} above, then run this cell again.")
-            continue
-        try:
-            slot, read = int(value[0]), sorted(int(p) for p in value[1])
-        except (TypeError, ValueError, IndexError):
-            print(f"{who}: should be (a position, a list of positions), got {value!r}")
-            continue
-        shown = f"{who}: slot 2 holds position {slot}; query 9 reads positions {read}"
-        if fn is not predicted_slots:
-            result = run_check(ROLLING_STEP, rolling_step)
-            if result.status != PASSED:
-                print(f"{shown}: {_check_line(result)}")
-                continue
-        agree = slot == right[0] and read == right[1]
-        print(f"{shown}: {'✅ right' if agree else '❌ not what the rule gives'}")
+def _rolling_diagnosis(index: int, guess, measured: tuple) -> str:
+    window, last, slot = ROLLING["window"], ROLLING["last"], ROLLING["slot"]
+    if index == 0:
+        if guess == slot:
+            return (
+                f"position {slot} went to slot {slot} first, but the buffer reuses its slots: each later position p "
+                f"with p mod {window} = {slot} overwrote the one before"
+            )
+        if guess > last:
+            return f"position {guess} is not written yet: the last position written is {last}"
+        if 0 <= guess <= last and guess % window != slot:
+            return f"position {guess} lives in slot {guess} mod {window} = {guess % window}"
+        return f"slot {slot} holds the latest position written that falls in it, p mod {window} = {slot}"
+    read = sorted(guess)
+    if read == list(range(window)) and last >= window:
+        return "those are the slots; the query reads the positions they hold"
+    if len(read) == window + 1:
+        return f"one key too many: a buffer of {window} slots holds {window} keys, the token's own among them"
+    if len(read) > window:
+        return f"a buffer of {window} slots holds {window} positions; the earlier ones were overwritten"
+    if last not in guess:
+        return "the token reads its own key: it is written into its slot before the query attends"
+    if len(read) < window:
+        return (
+            f"one key short: with the buffer full, the query reads all {window} slots, itself and the {window - 1} "
+            "before it"
+        )
+    return f"the buffer holds the last {window} positions written, the token's own included"
+
+
+PREDICTED_SLOTS = prediction_exercise(
+    name="predicted_slots",
+    lesson=LESSON,
+    question=(
+        f"with W = {ROLLING['window']}, once position {ROLLING['last']} is written: the position slot "
+        f"{ROLLING['slot']} holds, and the positions the query at {ROLLING['last']} reads"
+    ),
+    parts=(
+        Part(f"the position slot {ROLLING['slot']} holds", int),
+        Part(f"the positions query {ROLLING['last']} reads", frozenset),
+    ),
+    measure=_predicted_slots,
+    details=_rolling_details,
+    diagnose=_rolling_diagnosis,
+    forbidden=OWN_CODE,  # a prediction, not a measurement made with the course's rolling cache
+    hint=(
+        "Write out which slot each of the positions 0 to 9 goes to, in turn. Which of them is still there once 9 is "
+        "written? And which positions does a window of W keys hold for the query at 9?",
+        "Position p goes to slot p mod 4, over whatever was there before: list the positions slot 2 receives, in "
+        "turn, up to 9. The query at 9 reads itself and the W - 1 positions before it, wherever their slots are.",
+        "`return max(p for p in range(10) if p % 4 == 2), list(range(9 - 3, 10))`, or the same worked out by hand.",
+    ),
+)
+
+EXERCISES = (
+    CHUNK_PREDICTION, KV_CACHE_CHUNK, PAGED_DECODE, SERVER_CACHE_GIB, CACHE_BYTES, PREDICTED_SLOTS, ROLLING_STEP,
+)  # fmt: skip

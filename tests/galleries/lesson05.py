@@ -40,7 +40,9 @@ def learner_merge_heads_cat(x):
 
 def _learner_attention(q, k, v, mask):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    weights = torch.softmax(scores.masked_fill(~mask[:, None], NEG_INF), dim=-1).nan_to_num(0.0)
+    weights = torch.softmax(scores.masked_fill(~mask[:, None], NEG_INF), dim=-1)
+    nothing_to_attend = ~mask.any(dim=-1)[:, None, :, None]  # (batch, 1, query_len, 1): zero those rows only
+    weights = weights.masked_fill(nothing_to_attend, 0.0)
     return weights @ v, weights
 
 
@@ -67,7 +69,7 @@ def learner_grouped_query_attention_grouped(query, key, value, mask, W_q, W_k, W
     k = learner_split_heads(key @ W_k, num_kv_heads)[:, :, None]  # (batch, kv_heads, 1, key_len, head_dim)
     v = learner_split_heads(value @ W_v, num_kv_heads)[:, :, None]
     scores = (q @ k.transpose(-2, -1) / math.sqrt(head_dim)).masked_fill(~mask[:, None, None], NEG_INF)
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    weights = torch.where(mask[:, None, None].any(-1, keepdim=True), torch.softmax(scores, dim=-1), 0.0)
     heads = (weights @ v).reshape(batch, num_heads, query_len, head_dim)
     return learner_merge_heads(heads) @ W_o, weights.reshape(batch, num_heads, query_len, -1)
 
@@ -338,6 +340,22 @@ def gqa_naive_exp(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv
     return learner_merge_heads(weights @ v) @ W_o, weights
 
 
+def mha_every_nan_replaced(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads):
+    """The rows with nothing to attend zeroed by replacing every NaN: a NaN query comes out as zeros."""
+    return _mha(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads)
+
+
+def gqa_every_nan_replaced(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    return _gqa(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads)
+
+
+def gqa_sdpa_nan_to_num(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    """PyTorch's attention, its output and the weights beside it passed through nan_to_num."""
+    output, weights = learner_grouped_query_attention_sdpa(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads,
+                                                           num_kv_heads)  # fmt: skip
+    return torch.nan_to_num(output), torch.nan_to_num(weights)
+
+
 def sh_detached(x, num_heads):
     return learner_split_heads(x.detach(), num_heads)
 
@@ -500,6 +518,9 @@ MUTANTS = [
     ("grouped_query_attention", gqa_merge_one_low, "one too low"),
     ("grouped_query_attention", gqa_merge_one_high, "one too high"),
     ("grouped_query_attention", gqa_kv_split_into_all_heads, "raised RuntimeError"),
+    ("multi_head_attention", mha_every_nan_replaced, "every NaN became 0: in the test case whose query 1"),
+    ("grouped_query_attention", gqa_every_nan_replaced, "every NaN became 0: in the test case whose query 1"),
+    ("grouped_query_attention", gqa_sdpa_nan_to_num, "every NaN became 0: in the test case whose query 1"),
     ("split_heads", sh_detached, "no gradient flows back from your outputs to `x`"),
     ("merge_heads", mh_through_lists, "no gradient flows back from your outputs to `x`"),
     ("multi_head_attention", mha_detached_output_projection, "no gradient flows back from your outputs to `W_o`"),

@@ -1,8 +1,8 @@
 """Lesson 10, 10_attention_at_inference: the galleries of ``kv_cache_chunk``, ``paged_decode``, ``cache_bytes`` and
-``rolling_step``
-(CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes
-them), and REFERENCE_USE: functions that are, or call, the package's own ``attnedu.inference``, which the exercises
-forbid.
+``rolling_step`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py
+describes them), REFERENCE_USE: functions that are, or call, the package's own ``attnedu.inference``, which the
+exercises forbid, and PREDICTIONS: the graded predictions ``chunk_prediction``, ``server_cache_gib`` and
+``predicted_slots``.
 
 The correct versions are written as a learner would: with torch's SDPA (enable_gqa), by hand, with einsum or loops.
 The KV-cache chunk and the rolling step read one sequence's cache (or buffer) and a cache-size calculator reads
@@ -880,4 +880,221 @@ BUGS = [
     ("rolling_step", rsb_returns_old_buffers, GENERIC),
     ("rolling_step", rsb_key_stored_unrotated, GENERIC),
     ("rolling_step", rsb_attend_then_write, "attended before its key and value were written"),
+]
+
+
+# --------------------------------------------------------------------------------------------
+# The graded predictions chunk_prediction, server_cache_gib and predicted_slots: (exercise, the learner's prediction
+# function, status, score, a substring of its message)
+# --------------------------------------------------------------------------------------------
+
+
+def cp_right():
+    return [0], False
+
+
+def cp_as_tuple_and_tensor():
+    return (0,), torch.tensor(False)
+
+
+def cp_as_set():
+    return {0}, False
+
+
+def cp_attends_first():
+    return [], False  # attends to the cache, empty, before appending
+
+
+def cp_reads_the_whole_chunk():
+    return [0, 1, 2], False  # no causal mask inside the chunk
+
+
+def cp_chunk_differs():
+    return [0], True  # a chunk must give other numbers than one token at a time
+
+
+def cp_both_wrong():
+    return [0, 1, 2], True
+
+
+def cp_as_numbers():
+    return 0, 0
+
+
+def cp_the_output_named():
+    return "v_new[:, :, 0]", False
+
+
+def cp_with_the_course_code():
+    q = k = torch.randn(1, 1, 3, 4)
+    empty = torch.zeros(1, 1, 0, 4)
+    out, _, _ = inference.cache_chunk(q, k, torch.eye(4)[:3][None, None], empty, empty)
+    return [int(p) for p in (out[0, 0, 0] > 0).nonzero().flatten()], False
+
+
+def cp_unwritten():
+    raise NotImplementedError
+
+
+def sc_by_hand():
+    return 2 * 48 * 8 * 128 * 2 * min(100_000, 8192) * 4 / 2**30
+
+
+def sc_rounded():
+    return 6
+
+
+def sc_as_tensor():
+    return torch.tensor(6.0)
+
+
+def sc_query_heads():
+    return 2 * 48 * 40 * 128 * 2 * 8192 * 4 / 2**30  # 30 GiB
+
+
+def sc_bits():
+    return 2 * 48 * 8 * 128 * 16 * 8192 * 4 / 2**30
+
+
+def sc_window_ignored():
+    return 73.24
+
+
+def sc_query_heads_and_no_window():
+    return 366
+
+
+def sc_in_gb():
+    return 2 * 48 * 8 * 128 * 2 * 8192 * 4 / 1e9  # 6.44
+
+
+def sc_nearly():
+    return 6.5  # within twice the margin, not a known slip
+
+
+def sc_one_sequence():
+    return 1.5
+
+
+def sc_in_mib():
+    return 6144
+
+
+def sc_in_bytes():
+    return 6_442_450_944
+
+
+def sc_as_text():
+    return "6 GiB"
+
+
+def sc_with_the_course_code():
+    return inference.kv_cache_bytes(48, 8, 128, 2, tokens=100_000, batch=4, window=8192) / 2**30
+
+
+def sc_unwritten():
+    raise NotImplementedError
+
+
+def ps_right():
+    return 6, [6, 7, 8, 9]
+
+
+def ps_in_slot_order():
+    return 6, [8, 9, 6, 7]  # slots 0, 1, 2, 3
+
+
+def ps_as_tensors():
+    return torch.tensor(6), torch.tensor([6, 7, 8, 9])
+
+
+def ps_first_write():
+    return 2, [6, 7, 8, 9]
+
+
+def ps_not_written_yet():
+    return 10, [6, 7, 8, 9]
+
+
+def ps_slots_not_positions():
+    return 6, [0, 1, 2, 3]
+
+
+def ps_window_plus_one():
+    return 6, [5, 6, 7, 8, 9]
+
+
+def ps_attends_before_writing():
+    return 6, [5, 6, 7, 8]
+
+
+def ps_both_wrong():
+    return 9, [7, 8, 9]
+
+
+def ps_everything_kept():
+    return 6, list(range(10))
+
+
+def ps_as_floats():
+    return 6.0, [6, 7, 8, 9]
+
+
+def ps_one_answer():
+    return 6
+
+
+def ps_with_the_course_code():
+    k_buffer = v_buffer = torch.zeros(1, 1, 4, 16)
+    for p in range(10):
+        x = torch.eye(16)[p].view(1, 1, 1, 16)
+        _, k_buffer, v_buffer = inference.rolling_cache_step(torch.zeros(1, 1, 1, 16), x, x, k_buffer, v_buffer, p)
+    return int(v_buffer[0, 0, 2].argmax()), [6, 7, 8, 9]
+
+
+def ps_unwritten():
+    raise NotImplementedError
+
+
+PREDICTIONS = [
+    ("chunk_prediction", cp_right, "passed", 1.0, "you predicted [0], measured [0]: ✅ right"),
+    ("chunk_prediction", cp_as_tuple_and_tensor, "passed", 1.0, "Score: 1 of 1"),
+    ("chunk_prediction", cp_as_set, "passed", 1.0, "Score: 1 of 1"),
+    ("chunk_prediction", cp_attends_first, "partial", 0.5, "its own key, appended to the cache before it attends"),
+    ("chunk_prediction", cp_reads_the_whole_chunk, "partial", 0.5, "The tokens after it in the chunk are not for"),
+    ("chunk_prediction", cp_chunk_differs, "partial", 0.5, "the causal mask sees to that"),
+    ("chunk_prediction", cp_both_wrong, "failed", 0.0, "Score: 0 of 1"),
+    ("chunk_prediction", cp_as_numbers, "failed", 0.0, "should return a tuple of 2 values: a list of whole numbers"),
+    ("chunk_prediction", cp_the_output_named, "failed", 0.0, "should return a tuple of 2 values"),
+    ("chunk_prediction", cp_with_the_course_code, "failed", 0.0, "`attnedu.inference.cache_chunk`"),
+    ("chunk_prediction", cp_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
+    ("server_cache_gib", sc_by_hand, "passed", 1.0, "within 5% of the measurement (full credit)"),
+    ("server_cache_gib", sc_rounded, "passed", 1.0, "you predicted 6 GiB, measured 6 GiB"),
+    ("server_cache_gib", sc_as_tensor, "passed", 1.0, "full credit"),
+    ("server_cache_gib", sc_query_heads, "failed", 0.0, "It is 5 times the measurement: as if each of the 40 query"),
+    ("server_cache_gib", sc_bits, "failed", 0.0, "16 bits, 2 bytes"),
+    ("server_cache_gib", sc_window_ignored, "failed", 0.0, "a window of 8,192 keeps at most 8,192"),
+    ("server_cache_gib", sc_query_heads_and_no_window, "failed", 0.0, "the K/V heads and the window cut both"),
+    ("server_cache_gib", sc_in_gb, "partial", 0.5, "GB (10^9 bytes), where the question asks GiB"),
+    ("server_cache_gib", sc_nearly, "partial", 0.5, "within twice 5% of the measurement (half credit)"),
+    ("server_cache_gib", sc_one_sequence, "failed", 0.0, "one sequence's cache"),
+    ("server_cache_gib", sc_in_mib, "failed", 0.0, "MiB, where the question asks GiB"),
+    ("server_cache_gib", sc_in_bytes, "failed", 0.0, "bytes, where the question asks GiB"),
+    ("server_cache_gib", sc_as_text, "failed", 0.0, "should return a number"),
+    ("server_cache_gib", sc_with_the_course_code, "failed", 0.0, "`attnedu.inference.kv_cache_bytes`"),
+    ("server_cache_gib", sc_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
+    ("predicted_slots", ps_right, "passed", 1.0, "you predicted 6, measured 6: ✅ right"),
+    ("predicted_slots", ps_in_slot_order, "passed", 1.0, "Score: 1 of 1"),
+    ("predicted_slots", ps_as_tensors, "passed", 1.0, "Score: 1 of 1"),
+    ("predicted_slots", ps_first_write, "partial", 0.5, "the buffer reuses its slots"),
+    ("predicted_slots", ps_not_written_yet, "partial", 0.5, "Position 10 is not written yet"),
+    ("predicted_slots", ps_slots_not_positions, "partial", 0.5, "Those are the slots"),
+    ("predicted_slots", ps_window_plus_one, "partial", 0.5, "One key too many"),
+    ("predicted_slots", ps_attends_before_writing, "partial", 0.5, "The token reads its own key"),
+    ("predicted_slots", ps_both_wrong, "failed", 0.0, "lives in slot 9 mod 4 = 1"),
+    ("predicted_slots", ps_everything_kept, "partial", 0.5, "the earlier ones were overwritten"),
+    ("predicted_slots", ps_as_floats, "failed", 0.0, "should return a tuple of 2 values: a whole number"),
+    ("predicted_slots", ps_one_answer, "failed", 0.0, "should return a tuple of 2 values"),
+    ("predicted_slots", ps_with_the_course_code, "failed", 0.0, "`attnedu.inference.rolling_cache_step`"),
+    ("predicted_slots", ps_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
 ]
