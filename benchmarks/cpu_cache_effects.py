@@ -1,6 +1,6 @@
 """Two timings of lesson 10 that the lesson itself cannot afford, each with the control that tests its explanation.
 
-    python benchmarks/cpu_cache_effects.py   # writes benchmarks/cpu_cache_effects.md (about 3 minutes)
+    python benchmarks/cpu_cache_effects.py   # writes benchmarks/cpu_cache_effects.md (about 4 minutes)
 
 1. **The decoding step at more lengths.** The lesson times one decoding step of its model (``DecoderLM``, 4 blocks
    of width 64, 4 heads of 16; untrained here: speed does not depend on the weights' values) at 64, 256 and 512
@@ -23,6 +23,8 @@ Every time: ``attnedu.bench.time_methods`` (a warm-up, then interleaved rounds, 
 
 from __future__ import annotations
 
+import math
+import os
 import statistics
 import sys
 import time
@@ -44,6 +46,7 @@ SCORE_LENGTHS = (128, 256, 512, 768, 1024)
 VOCAB, D_MODEL, HEADS, LAYERS = 100, 64, 4, 4  # the lesson's model (its vocabulary is about 100 characters)
 FLEX_N, FLEX_HEADS, FLEX_DIM = 4096, 4, 64
 ROUNDS = 5
+RUNS = 4  # separate measurements of section 1
 
 
 def _ms(times: list[float]) -> tuple[float, float, float]:
@@ -51,8 +54,8 @@ def _ms(times: list[float]) -> tuple[float, float, float]:
     return statistics.median(ms), min(ms), max(ms)
 
 
-def decoding_steps() -> list[str]:
-    """The lesson's decoding step (recompute, cached) at LENGTHS, 1 thread."""
+def _decoding_calls() -> dict:
+    """The lesson's decoding step (recompute, cached) at LENGTHS."""
     lm = DecoderLM(VOCAB, d_model=D_MODEL, num_heads=HEADS, num_layers=LAYERS, seed=0)
     g = torch.Generator().manual_seed(0)
     calls = {}
@@ -73,24 +76,11 @@ def decoding_steps() -> list[str]:
             return lm_forward(lm, ids[:, t:], cache)[0, -1]
 
         calls[t, "recompute"], calls[t, "cached"] = recompute, cached
-    seconds, _ = time_methods(calls, "cpu", ROUNDS, 1, threads=1, min_run_time=0.02)
-    lines = [
-        "| t | recompute ms (min-max) | x the previous length | cached ms (min-max) | speed-up |",
-        "|---|---|---|---|---|",
-    ]
-    previous = None
-    for t in LENGTHS:
-        slow, fast = _ms(seconds[t, "recompute"]), _ms(seconds[t, "cached"])
-        growth = "" if previous is None else f"{slow[0] / previous[1]:.2f} (t x{t / previous[0]:.2f})"
-        lines.append(f"| {t} | {slow[0]:.2f} ({slow[1]:.2f}-{slow[2]:.2f}) | {growth} | {fast[0]:.2f} "
-                     f"({fast[1]:.2f}-{fast[2]:.2f}) | {slow[0] / fast[0]:.1f} |")  # fmt: skip
-        previous = (t, slow[0])
-    return lines
+    return calls
 
 
-def score_costs(runs: int = 3) -> list[str]:
-    """One layer's attention written out, all heads at once against one head at a time: ns per score, 1 thread;
-    ``runs`` separate measurements (the table shows the first, the ratios all)."""
+def _score_calls() -> dict:
+    """One layer's attention written out, causal: all heads at once, and the same scores one head at a time."""
     g = torch.Generator().manual_seed(1)
     calls = {}
     for t in SCORE_LENGTHS:
@@ -106,29 +96,57 @@ def score_costs(runs: int = 3) -> list[str]:
             return torch.cat(heads, dim=1)
 
         calls[t, "all heads at once"], calls[t, "one head at a time"] = all_heads, one_head
-    lines = [
-        "| t | one t x t tensor, all heads | all heads at once: ms (min-max), ns per score | one head at a time: ms "
-        "(min-max), ns per score |",
-        "|---|---|---|---|",
-    ]
-    ratios = []
+    return calls
+
+
+def closer_look(runs: int) -> list[str]:
+    """``runs`` separate measurements, each the decoding steps then the scores (1 thread), so that they sample the
+    machine at different moments: the first in full, then per run the growth of the recomputation (its exponent
+    between neighbouring lengths: 2 is t^2) and the cost per score, all heads at once against one head at a time."""
+    decoding, scores = _decoding_calls(), _score_calls()
+    lines, growth_lines, score_lines = [], [], []
     for run in range(runs):
-        seconds, _ = time_methods(calls, "cpu", ROUNDS, 1, threads=1, min_run_time=0.05)
-        per_score = {}
+        load = os.getloadavg()[0]
+        steps, _ = time_methods(decoding, "cpu", ROUNDS, 1, threads=1, min_run_time=0.02)
+        per_call, _ = time_methods(scores, "cpu", ROUNDS, 1, threads=1, min_run_time=0.05)
+        recompute = {t: _ms(steps[t, "recompute"])[0] for t in LENGTHS}
+        exponents = [
+            f"{a}->{b}: {math.log(recompute[b] / recompute[a]) / math.log(b / a):.1f}"
+            for a, b in zip(LENGTHS[2:], LENGTHS[3:], strict=False)
+        ]
+        growth_lines.append(f"- run {run + 1} (load average {load:.1f} before it): recompute "
+                            + ", ".join(f"{recompute[t]:.1f} ms at {t}" for t in LENGTHS[2:])
+                            + "; exponents " + ", ".join(exponents))  # fmt: skip
+        per_score = {key: _ms(times)[0] * 1e6 / (HEADS * key[0] ** 2) for key, times in per_call.items()}
+        score_lines.append(f"- run {run + 1}: " + ", ".join(
+            f"{per_score[t, 'all heads at once'] / per_score[t, 'one head at a time']:.2f} at {t}"
+            for t in SCORE_LENGTHS))  # fmt: skip
+        if run:
+            continue
+        lines += ["| t | recompute ms (min-max) | x the previous length | cached ms (min-max) | speed-up |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        previous = None
+        for t in LENGTHS:
+            slow, fast = _ms(steps[t, "recompute"]), _ms(steps[t, "cached"])
+            growth = "" if previous is None else f"{slow[0] / previous[1]:.2f} (t x{t / previous[0]:.2f})"
+            lines.append(f"| {t} | {slow[0]:.2f} ({slow[1]:.2f}-{slow[2]:.2f}) | {growth} | {fast[0]:.2f} "
+                         f"({fast[1]:.2f}-{fast[2]:.2f}) | {slow[0] / fast[0]:.1f} |")  # fmt: skip
+            previous = (t, slow[0])
+        lines += ["", f"One layer's attention written out, {HEADS} heads of {D_MODEL // HEADS}, causal: all heads at "
+                  "once, and the same scores one head at a time (the same arithmetic, a quarter of the memory per "
+                  "tensor):", "",
+                  "| t | one t x t tensor, all heads | all heads at once: ms (min-max), ns per score | one head at a "
+                  "time: ms (min-max), ns per score |", "|---|---|---|---|"]  # fmt: skip
         for t in SCORE_LENGTHS:
             cells = []
             for method in ("all heads at once", "one head at a time"):
-                median, low, high = _ms(seconds[t, method])
-                per_score[t, method] = median * 1e6 / (HEADS * t * t)
+                median, low, high = _ms(per_call[t, method])
                 cells.append(f"{median:.2f} ({low:.2f}-{high:.2f}), {per_score[t, method]:.2f}")
-            if run == 0:
-                lines.append(f"| {t} | {HEADS * t * t * 4 / 2**20:g} MiB | {cells[0]} | {cells[1]} |")
-        ratios.append(
-            {t: per_score[t, "all heads at once"] / per_score[t, "one head at a time"] for t in SCORE_LENGTHS}
-        )
-    lines += ["", f"All heads at once against one head at a time, per score, in {runs} separate measurements (the "
-              "table shows the first):", ""]  # fmt: skip
-    lines += [f"- run {i + 1}: " + ", ".join(f"{r:.2f} at {t}" for t, r in run.items()) for i, run in enumerate(ratios)]
+            lines.append(f"| {t} | {HEADS * t * t * 4 / 2**20:g} MiB | {cells[0]} | {cells[1]} |")
+    lines += ["", f"In {runs} separate measurements (the tables above are the first), the recomputation's time and "
+              "how fast it grows (the exponent p of t^p between neighbouring lengths):", "", *growth_lines, "",
+              "and the cost per score of all heads at once against one head at a time (above 1: the larger tensors "
+              "cost more per score):", "", *score_lines]  # fmt: skip
     return lines
 
 
@@ -179,7 +197,7 @@ def flex_block_size() -> list[str]:
 def main() -> None:
     start = time.perf_counter()
     info = provenance("cpu", "float32", 1, HEADS, 1, ROUNDS, 1, 0.02)
-    steps, scores, flex = decoding_steps(), score_costs(), flex_block_size()
+    closer, flex = closer_look(RUNS), flex_block_size()
     lines = [
         "# Lesson 10's timings, looked at closer (CPU)",
         "",
@@ -187,16 +205,12 @@ def main() -> None:
         f"cores, torch {info['torch']}, Python {info['python']}, load average before {info['load_average_before']}; "
         f"{time.perf_counter() - start:.0f} s. Every time: 1 warm-up call, then {ROUNDS} rounds in which every "
         "method is timed in turn by torch.utils.benchmark's blocked_autorange; median, min and max over the rounds. "
-        "What each section tests is in the script's docstring.",
+        "What each section tests is in the script's docstring. The machine is shared with other work (the load "
+        "averages say how much): read ratios, and how they vary, not absolute times.",
         "",
         "## 1. The decoding step of the lesson's model at more lengths (1 thread)",
         "",
-        *steps,
-        "",
-        f"One layer's attention written out, {HEADS} heads of {D_MODEL // HEADS}, causal (1 thread): all heads at "
-        "once, and the same scores one head at a time (the same arithmetic, a quarter of the memory per tensor):",
-        "",
-        *scores,
+        *closer,
         "",
         f"## 2. Compiled FlexAttention without a block_mask (B 1, H {FLEX_HEADS}, N {FLEX_N}, head_dim {FLEX_DIM})",
         "",
