@@ -397,7 +397,8 @@ def paged_attention(q, k_pool, v_pool, block_table, lengths):
     positions (a decoding step: n = 1), each reading the keys at or before it; query head h reads K/V head h // group.
 
     q (B, H, n, d), already rotated; k_pool, v_pool (num_blocks, H_kv, block_size, d); block_table (B, max_blocks)
-    integers (entries past a sequence's last block are never read); lengths (B,) -> (B, H, n, d).
+    integers (entries past a sequence's last block are never read; a block may appear in several sequences' tables,
+    as sequences that share a prefix do, but only once in one sequence's); lengths (B,) -> (B, H, n, d).
 
     vLLM's kernel reads the blocks where they are; this reference gathers each sequence's blocks into one tensor
     (a copy) and runs ordinary attention on it, which is easier to read and gives the same numbers."""
@@ -430,6 +431,13 @@ def paged_attention(q, k_pool, v_pool, block_table, lengths):
     if int(read.min()) < 0 or int(read.max()) >= num_blocks:
         raise ValueError(f"block_table should name blocks 0..{num_blocks - 1} of the pool where the sequences have "
                          f"tokens, got {read.unique().tolist()}")  # fmt: skip
+    for b in range(block_table.shape[0]):
+        blocks = block_table[b][used[b]]
+        if len(blocks.unique()) < len(blocks):
+            twice = [int(x) for x in blocks.unique() if int((blocks == x).sum()) > 1]
+            raise ValueError(f"block_table should name each block at most once in one sequence's row (two of its "
+                             f"positions cannot share a slot; sharing a block across sequences is fine), got row {b} "
+                             f"{blocks.tolist()}, which names {twice} more than once")  # fmt: skip
     return _paged_attention(q, k_pool, v_pool, block_table, lengths)
 
 
@@ -455,9 +463,18 @@ class RollingKVCache(KVCache):
 
     Slots hold positions out of order (..., 8, 9, 2, 3, ...): attention does not care about the order of its keys,
     RoPE already rotated each key by its own position, and ``slot_positions`` records which position each slot holds
-    (-1: empty), from which the mask is built."""
+    (-1: empty), from which the mask is built.
+
+    Memory: all ``window`` slots of a layer are allocated at its first token, so ``nbytes()`` (the bytes allocated)
+    is ``kv_cache_bytes(..., tokens=window)`` from the start, while the tokens it holds, ``kv_cache_bytes(...,
+    tokens=t, window=window)`` after t tokens, are fewer until the buffer is full."""
 
     kind = "RollingKVCache"
+
+    def nbytes(self) -> int:
+        """Bytes of the buffers allocated: every slot counted, from the first token on, whether it holds a token yet
+        or not (``kv_cache_bytes(..., tokens=window)``; the tokens held are fewer until the buffer is full)."""
+        return super().nbytes()
 
     def __init__(self, num_layers: int, window: int):
         super().__init__(num_layers)
@@ -1178,8 +1195,11 @@ def block_map(mask_mod: Callable, length: int, block_size: int = 128, batch: int
         PARTIAL_BLOCK (1)  some entries masked: computed, with mask_mod applied entry by entry
         FULL_BLOCK (2)     no entry masked: computed, mask_mod never called
 
-    -> (blocks, blocks) long, blocks = ceil(length / block_size). The share of EMPTY_BLOCK entries is
-    ``BlockMask.sparsity()`` / 100: the share of the work the compiled kernel skips."""
+    -> (blocks, blocks) long, blocks = ceil(length / block_size), row by row the blocks of ``kv_num_blocks``
+    (PARTIAL) and ``full_kv_num_blocks`` (FULL). The share of EMPTY_BLOCK entries is the share of blocks the compiled
+    kernel skips. It equals ``BlockMask.sparsity()`` / 100 only when length is a multiple of block_size: torch counts
+    every computed block as block_size^2 scores, against length^2 in all, so with a last block cut short it reports
+    less (at length 130 in blocks of 128, a negative number)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     length = check_positive_int("length", length, "queries and keys")

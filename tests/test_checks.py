@@ -258,7 +258,7 @@ def test_each_kind_of_case_catches_a_mistake_the_others_miss(name, mutant, tag, 
 # The independent gallery: no wrong diagnosis, few messages that say only how many entries differ
 # --------------------------------------------------------------------------------------------
 
-_SPECIFIC = {"variant", "where", "cases", "scale", "nonfinite", "type", "dtype", "shape", "property"}
+_SPECIFIC = {"variant", "where", "cases", "scale", "precision", "nonfinite", "type", "dtype", "shape", "property"}
 _SPECIFIC |= {"error", "inplace", "timeout", "crashed", "also"}
 
 
@@ -519,6 +519,45 @@ def test_overflow_is_named_only_on_large_inputs():
 def test_what_is_observed_is_said(name, fn, observed):
     result = checks.check(name, fn)
     assert result.status == FAILED and observed.lower() in result.message.lower(), repr(result)
+
+
+def _in_16_bits(fn, dtype):
+    """``fn`` computed in ``dtype`` (float16 or bfloat16) and its outputs cast back to float32, as a learner used to
+    GPUs might write it."""
+
+    def wrapped(*args):
+        out = fn(*(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args))
+        return tuple(o.float() for o in out) if isinstance(out, tuple) else out.float()
+
+    return wrapped
+
+
+@pytest.mark.parametrize("name, dtype", [("kv_cache_chunk", torch.float16), ("rolling_step", torch.bfloat16),
+                                         ("paged_decode", torch.float16)])  # fmt: skip
+def test_values_rounded_to_16_bits_are_named_as_rounding_not_as_a_factor(name, dtype):
+    """Issue 30: 'times 1, the same factor everywhere' and 'expected -1.582, got -1.582' for a float16 answer. Such an
+    answer is now named as rounded to its format, the entries shown with the digits that tell them apart, and no
+    factor is claimed."""
+    from galleries.lesson10 import CORRECT
+
+    result = checks.check(name, _in_16_bits(CORRECT[name][0], dtype))
+    format_name = str(dtype).removeprefix("torch.")
+    assert result.status == FAILED and f"Every entry of yours is a {format_name} number" in result.message, result
+    assert "precision" in result.findings and "the size of that rounding" in result.message, result
+    assert "factor" not in result.message, result
+    shown = re.search(r"expected (\S+), got (\S+)\.", result.message)
+    assert shown and shown.group(1) != shown.group(2), result.message
+
+
+def test_a_factor_is_named_only_where_it_stands_out_from_rounding():
+    """A true factor is named; a 'factor' of 1.0002 whose ratios spread like rounding is not, and the differences are
+    then said to be small instead."""
+    assert engine._one_factor(torch.full((20,), 0.125))
+    assert not engine._one_factor(1 + 2e-4 * torch.linspace(-1, 1, 20))
+    assert not engine._one_factor(torch.ones(20))
+    result = checks.check("context_vector", lambda w, v: learner_context_vector(w, v) * (1 + 3e-4))
+    assert result.status == FAILED and "factor" not in result.message, result
+    assert "All the differences are small" in result.message and "size" in result.findings, result
 
 
 def test_local_and_remote_calls_give_the_same_result():

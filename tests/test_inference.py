@@ -475,6 +475,17 @@ def test_paged_attention_reads_through_the_table():
         assert torch.allclose(out[b : b + 1], expected, atol=1e-5)
 
 
+def test_paged_attention_lets_sequences_share_a_block():
+    """Two sequences with a common prefix may hold the same block (vLLM's prefix sharing): each reads it once."""
+    g = torch.Generator().manual_seed(9)
+    pool_k, pool_v = torch.randn(4, 2, 2, 8, generator=g), torch.randn(4, 2, 2, 8, generator=g)
+    q = torch.randn(2, 4, 1, 8, generator=g)
+    shared = paged_attention(q, pool_k, pool_v, torch.tensor([[0, 1], [0, 3]]), torch.tensor([4, 3]))
+    for b, (blocks, n) in enumerate((([0, 1], 4), ([0, 3], 3))):
+        alone = paged_attention(q[b : b + 1], pool_k, pool_v, torch.tensor([blocks]), torch.tensor([n]))
+        assert torch.equal(shared[b : b + 1], alone)
+
+
 @pytest.mark.parametrize("cached, new, heads, kv_heads", [(0, 5, 4, 2), (6, 1, 4, 4), (6, 4, 8, 2), (3, 7, 2, 1)])
 def test_cache_chunk_is_causal_attention_at_the_new_positions(cached, new, heads, kv_heads):
     g = torch.Generator().manual_seed(cached + new)
@@ -544,6 +555,21 @@ def test_block_map_matches_the_blocks_of_the_dense_mask(name):
 
     sparsity = create_block_mask(mod, 1, 1, 64, 64, device="cpu", BLOCK_SIZE=16).sparsity()
     assert abs(sparsity / 100 - float((expected == EMPTY_BLOCK).float().mean())) < 1e-6
+
+
+@pytest.mark.parametrize("length", [1000, 130])
+def test_block_map_follows_torchs_blocks_when_the_length_is_no_multiple_of_the_block(length):
+    """block_map's rows are torch's kv_num_blocks (partial) and full_kv_num_blocks (full), whatever the length; its
+    share of empty blocks equals sparsity() / 100 only for a length that is a multiple of the block size (its
+    docstring): torch weighs each computed block as a whole block against length^2 scores."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    torchs = create_block_mask(causal_mod, 1, 1, length, length, device="cpu", BLOCK_SIZE=128)
+    blocks = block_map(causal_mod, length, 128)
+    assert torch.equal((blocks == PARTIAL_BLOCK).sum(1), torchs.kv_num_blocks[0, 0])
+    assert torch.equal((blocks == FULL_BLOCK).sum(1), torchs.full_kv_num_blocks[0, 0])
+    empty = float((blocks == EMPTY_BLOCK).float().mean())
+    assert torchs.sparsity() / 100 < empty - 0.01  # the docstring's caveat, measured
 
 
 # --------------------------------------------------------------------------------------------
@@ -755,6 +781,12 @@ BAD_CALLS = [
         lambda: paged_attention(Q1, POOL, POOL, torch.tensor([[0, 9]]), torch.tensor([3])),
         ValueError,
         "block_table should name blocks 0..3",
+    ),  # fmt: skip
+    (
+        "paged_attention: one block named twice in a sequence's row (its keys would count twice)",
+        lambda: paged_attention(Q1, POOL, POOL, torch.tensor([[2, 2]]), torch.tensor([3])),
+        ValueError,
+        "at most once in one sequence's row",
     ),  # fmt: skip
     (
         "paged_attention: lengths past the table",

@@ -95,12 +95,86 @@ def _show(x: torch.Tensor, index: tuple[int, ...]) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def _pair(expected: torch.Tensor, got: torch.Tensor, index: tuple[int, ...]) -> tuple[str, str]:
+    """The two entries at ``index``, with as many significant digits as it takes to show that they differ (4 at
+    least, 9 at most)."""
+    e, g = expected[index].item(), got[index].item()
+    if not (isinstance(e, float) and isinstance(g, float)):
+        return _show(expected, index), _show(got, index)
+    for digits in range(4, 10):
+        shown = f"{e:.{digits}g}", f"{g:.{digits}g}"
+        if shown[0] != shown[1]:
+            break
+    return shown
+
+
 def _first_difference(expected: torch.Tensor, got: torch.Tensor, wrong: torch.Tensor) -> str:
     index = tuple(wrong.nonzero()[0].tolist())
+    shown_expected, shown_got = _pair(expected, got, index)
     return (
         f"{int(wrong.sum())} of {expected.numel()} entries differ from the reference; the first at index "
-        f"{list(index)}: expected {_show(expected, index)}, got {_show(got, index)}."
+        f"{list(index)}: expected {shown_expected}, got {shown_got}."
     )
+
+
+# The 16-bit formats a learner may compute in, and their significant bits (float32 has 24): a value computed in one
+# of them, or rounded to it, is one of its numbers even after it is cast back
+_HALF_FORMATS = ((torch.bfloat16, "bfloat16", 8), (torch.float16, "float16", 11))
+_ROUNDED_START = "Every entry of yours is a "
+SMALL = 0.03  # differences this small, relative to the largest entry, are said to be small (float16 rounds at 5e-4)
+
+
+def _rounded_to(expected: torch.Tensor, got: torch.Tensor) -> tuple[str, int] | None:
+    """(format, significant bits) when every finite entry of ``got`` (float32 or float64) is a number of a 16-bit
+    format and the reference's are not all: the values were computed in that format, or rounded to it."""
+    if got.dtype not in (torch.float32, torch.float64):
+        return None
+    finite = torch.isfinite(got) & torch.isfinite(expected)
+    if not bool(finite.any()):
+        return None
+    mine, theirs = got[finite], expected[finite]
+    for dtype, name, bits in _HALF_FORMATS:  # bfloat16 first: its numbers are float16's too, in float16's range
+        if bool((mine.to(dtype).to(got.dtype) == mine).all()) and not bool(
+            (theirs.to(dtype).to(got.dtype) == theirs).all()
+        ):
+            return name, bits
+    return None
+
+
+def _size(expected: torch.Tensor, got: torch.Tensor, wrong: torch.Tensor) -> tuple[float, float, list[int]] | None:
+    """(the largest difference, that relative to the reference's largest entry, where) when every difference is
+    small (at most SMALL of the largest entry; all finite), else None."""
+    if not (bool(torch.isfinite(got).all()) and bool(torch.isfinite(expected).all())) or not bool(wrong.any()):
+        return None
+    largest = float(expected.abs().max())
+    gaps = (got - expected).abs()
+    gap = float(gaps.max())
+    if largest == 0 or gap > SMALL * largest:
+        return None
+    index = [int(i) for i in torch.unravel_index(gaps.argmax(), gaps.shape)]
+    return gap, gap / largest, index
+
+
+def _precision(expected: torch.Tensor, got: torch.Tensor, wrong: torch.Tensor) -> str:
+    """What is observed about the size of the differences: values rounded to a 16-bit format, or only small
+    differences (the largest, and how it compares with the check's tolerance); "" when neither."""
+    rounded, size = _rounded_to(expected, got), _size(expected, got, wrong)
+    text = ""
+    if rounded is not None:
+        name, bits = rounded
+        text = (
+            f"{_ROUNDED_START}{name} number ({bits} significant bits, where {str(got.dtype)[6:]} has "
+            f"{24 if got.dtype == torch.float32 else 53}): your function computed in {name}, or rounded its result "
+            f"to it, so your values carry about {round(bits * 0.30103)} significant digits, and the check compares "
+            f"them with the {str(got.dtype)[6:]} reference to about {RTOL:g} of their size."
+        )
+    if size is not None:
+        gap, relative, index = size
+        text += (" " if text else "") + (
+            f"All the differences are small: the largest is {gap:.2g} (at index {index}), {relative:.1e} of the "
+            f"reference's largest entry{', the size of that rounding' if rounded is not None else ''}."
+        )
+    return text
 
 
 _DTYPE_ADVICE = {
@@ -243,10 +317,14 @@ def _output_problem(
     where = _where(wrong, layout, unit)
     if where:
         text += " The differences are " + "; ".join(where) + ". Compare what your function does there with the rest."
-    scale = _scale(expected, got, unit[0]) if got.is_floating_point() else ""
-    if scale:
-        text += " " + scale
-    return text, (["where"] if where else []) + (["scale"] if scale else []) or ["count"]
+    precision = _precision(expected, got, wrong) if got.is_floating_point() else ""
+    scale = _scale(expected, got, unit[0]) if got.is_floating_point() and not precision else ""
+    if precision or scale:
+        text += " " + (precision or scale)
+    rounded = "precision" if precision.startswith(_ROUNDED_START) else "size" if precision else ""
+    return text, (["where"] if where else []) + (["scale"] if scale else []) + ([rounded] if rounded else []) or [
+        "count"
+    ]
 
 
 def _note(exercise: Exercise | None, large: bool) -> str:
@@ -265,17 +343,30 @@ def _scale(expected: torch.Tensor, got: torch.Tensor, one: str = "sentence") -> 
     if bool(zero.all()) or not bool((got[zero].abs() <= 100 * tol).all()):
         return ""
     ratios = got[~zero] / expected[~zero]
-    if bool(torch.allclose(ratios, ratios[0].expand_as(ratios), rtol=1e-3, atol=1e-6)):
+    if _one_factor(ratios):
         return f"Every entry of yours is the reference's times {ratios[0].item():.4g}, the same factor everywhere."
-    factors = []
+    factors, apart = [], False
     for e, g, z in zip(expected, got, zero, strict=True):
         if bool(z.all()):
             return ""
         r = g[~z] / e[~z]
         if not bool(torch.allclose(r, r[0].expand_as(r), rtol=1e-3, atol=1e-6)):
             return ""
+        apart = apart or _one_factor(r)
         factors.append(f"{r[0].item():.4g}")
+    if not apart:  # no factor stands out from 1 more than the ratios spread: rounding, not a scale
+        return ""
     return f"Within each {one}, every entry of yours is the reference's times one factor: {', '.join(factors)}."
+
+
+def _one_factor(ratios: torch.Tensor) -> bool:
+    """The ratios are one factor (within 1e-3), and it stands out from 1 by ten times their spread and more: a
+    factor of 1.0002 whose ratios spread by 1e-4 is what rounding gives, not a scale."""
+    factor = ratios[0]
+    if not bool(torch.allclose(ratios, factor.expand_as(ratios), rtol=1e-3, atol=1e-6)):
+        return False
+    spread = float((ratios - factor).abs().max() / factor.abs())
+    return abs(float(factor) - 1) > 10 * max(spread, RTOL)
 
 
 _UNFINISHED = object()  # what _hard_problem returns for a stub
@@ -773,6 +864,13 @@ def _observed(exercise: Exercise, outcome: _Outcome) -> tuple[str, list[str]]:
         text, kinds = _output_problem(e, g, names, what, layout, large, exercise, output)
         problems.append(text)
         findings += kinds
+    for rounded in {_ROUNDED_START + name for _, name, _ in _HALF_FORMATS}:  # the rounding explained once
+        said = [i for i, p in enumerate(problems) if rounded in p]
+        for i in said[1:]:
+            start = problems[i].index(rounded)
+            end = problems[i].index(". ", start) + 2 if ". " in problems[i][start:] else len(problems[i])
+            name = rounded.removeprefix(_ROUNDED_START)
+            problems[i] = problems[i][:start] + f"Its entries too are {name} numbers. " + problems[i][end:]
     if right:
         problems.append(f"({' and '.join(right)} {'matches' if len(right) == 1 else 'match'} the reference.)")
         findings.append("where")

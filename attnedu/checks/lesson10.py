@@ -22,9 +22,10 @@ early, the window one key short and the key rotated by its slot.
 Exercises 1, 3 and 4 each open with a graded prediction (``checks.prediction``), made before the function is
 written and measured with the course's own code: chunk_prediction (with an empty cache and a chunk of 3, the
 positions the first new token reads, and whether feeding the tokens one at a time changes anything),
-server_cache_gib (a server's cache in GiB, within 5%; a wrong guess that one known slip explains, query heads counted
-or GB for GiB, is told which) and predicted_slots (which position a slot of a rolling buffer holds, and which
-positions the query reads). The learner's functions, predictions included, may not run anything from
+server_cache_gib (a server's cache in GiB, within 5%; a wrong guess that one known slip explains, query heads counted,
+GB for GiB or a 32-bit integer's wrap-around, is told which) and predicted_slots (a transfer to Mistral's window of
+positions i - W .. i, which the spec of the exercise does not give: how many slots its rolling buffer needs, and which
+position the new token then writes over). The learner's functions, predictions included, may not run anything from
 ``attnedu.inference``: the exercises ask for their own code, and a prediction computed with the course's code would
 be a measurement.
 """
@@ -42,6 +43,7 @@ from .prediction import prediction_exercise
 
 LESSON = "10_attention_at_inference"
 OWN_CODE = ("attnedu.inference",)
+SEQUENCES = ("sequence", "sequences", "batch index")  # what an index of an output's first axis is here
 
 # --------------------------------------------------------------------------------------------
 # kv_cache_chunk: n new tokens through a KV cache (a transfer task)
@@ -76,10 +78,11 @@ def _chunk_cases() -> list[Case]:
 
 
 def _chunk_with(q, k_new, v_new, k_cache, v_cache, *, offset=0, positions="chunk", rotate="both", order="after",
-                attend="all", mask="causal", layout="halves", scale="head_dim", rerotate=False):  # fmt: skip
+                attend="all", mask="causal", layout="halves", scale="head_dim", rerotate=False,
+                store="rotated"):  # fmt: skip
     """A known-wrong chunk: new token i rotated at ``positions`` (m + i, every one at m, or i) + ``offset``, on
     ``rotate``; the new keys put ``order`` the cache; the queries reading ``attend`` (all keys, the cache only, the
-    new keys only) under ``mask``."""
+    new keys only) under ``mask``; the cache returned with the new keys ``store``d rotated or as they came."""
     m, n = k_cache.shape[2], q.shape[2]
     at = {"chunk": torch.arange(m, m + n), "same": torch.full((n,), m), "from_zero": torch.arange(n)}[positions]
     at = at + offset
@@ -93,12 +96,15 @@ def _chunk_with(q, k_new, v_new, k_cache, v_cache, *, offset=0, positions="chunk
     query = torch.arange(n)[:, None] + (length - n if attend != "cache" else length)  # each query's last key
     key = torch.arange(length)[None, :]
     allowed = {"causal": key <= query, "none": torch.ones(n, length, dtype=torch.bool),
-               "top_left": key <= torch.arange(n)[:, None], "strict": key < query}[mask]  # fmt: skip
+               "top_left": key <= torch.arange(n)[:, None], "strict": key < query,
+               "next": key <= query + 1}[mask]  # fmt: skip
     if attend == "cache":
         allowed = torch.ones(n, length, dtype=torch.bool)
     divisor = {"head_dim": math.sqrt(q.shape[-1]), "none": 1.0, "length": math.sqrt(keys.shape[2])}[scale]
     scores = (q_r @ read_k.transpose(-2, -1) / divisor).masked_fill(~allowed, float("-inf"))
     weights = torch.nan_to_num(torch.softmax(scores, dim=-1))  # a row with nothing allowed reads nothing
+    if store == "unrotated":  # the output as above, the cache returned with the new keys as they came
+        keys = torch.cat([cached, k_new], 2) if order == "after" else torch.cat([k_new, cached], 2)
     return weights @ read_v, keys, values
 
 
@@ -122,6 +128,7 @@ KV_CACHE_CHUNK = Exercise(
         ("batch", "heads", "cached_len + n", "head_dim"),
     ),  # fmt: skip
     output_names=("output", "k_cache", "v_cache"),
+    units=(SEQUENCES,) * 3,
     reference=_chunk_reference,
     make_cases=_chunk_cases,
     variants=(
@@ -161,6 +168,11 @@ KV_CACHE_CHUNK = Exercise(
             {"mask": "none"},
         ),
         _chunk_variant(
+            "off by one: each new token also read the key of the token just after it in the chunk (the mask lets one "
+            "later key through). A token reads the keys up to and including its own position, none after it.",
+            {"mask": "next"},
+        ),
+        _chunk_variant(
             "the causal mask was aligned to the top-left corner: new token i read keys 0..i of all m + n, so it "
             "missed most of the cache. It sits at position m + i and reads keys 0..m + i (the mask aligned to the "
             "bottom-right corner); is_causal=True in torch's scaled_dot_product_attention aligns to the top-left.",
@@ -189,6 +201,12 @@ KV_CACHE_CHUNK = Exercise(
             "the cached keys were rotated again: they were stored already rotated by their own positions. Rotate "
             "only the new queries and keys.",
             {"rerotate": True},
+        ),
+        _chunk_variant(
+            "the cache you return holds the new keys as they came, before RoPE, though your output used them "
+            "rotated: the cache stores each key already rotated by its position, as the keys it was given were, so "
+            "that the next call can use it as it is.",
+            {"store": "unrotated"},
         ),
         _chunk_variant(
             "the new keys and values went in front of the cache: the cache you return no longer lists its tokens "
@@ -272,10 +290,12 @@ def _paged_cases() -> list[Case]:
 
 
 def _paged_with(q, k_pool, v_pool, block_table, lengths, *, pairing="interleave", pad=0, masked=True, table="given",
-                scale="head_dim"):  # fmt: skip
+                scale="head_dim", transpose=True, empty="nan"):  # fmt: skip
     """A known-wrong paged decode: each sequence's keys gathered through ``table`` (the given one, the pool's blocks
-    0, 1, 2, ... in turn, or its blocks sorted), the heads paired by ``pairing``, the
-    keys at positions >= lengths + ``pad`` masked (or none)."""
+    0, 1, 2, ... in turn, its blocks sorted, or every entry of its row, -1 included), the heads paired by
+    ``pairing``, the keys at positions >= lengths + ``pad`` masked (or none; a sequence left with no key gives NaN,
+    or 0 when ``empty`` is "zero", as a slice to no key does); the gathered blocks' head axis moved in front before
+    their positions are joined, or not (``transpose``)."""
     batch, heads, _, d = q.shape
     num_blocks, kv_heads, size, _ = k_pool.shape
     group = heads // kv_heads
@@ -283,12 +303,16 @@ def _paged_with(q, k_pool, v_pool, block_table, lengths, *, pairing="interleave"
     for b in range(batch):
         n = int(lengths[b])
         blocks = block_table[b][: -(-n // size)].tolist()
-        if table == "contiguous":
+        if table == "all":
+            blocks = block_table[b].tolist()
+        elif table == "contiguous":
             blocks = list(range(len(blocks)))
         elif table == "sorted":
             blocks = sorted(blocks)
         k = torch.cat([k_pool[i] for i in blocks], dim=1)  # (H_kv, blocks * size, d), in position order
         v = torch.cat([v_pool[i] for i in blocks], dim=1)
+        if not transpose:  # (blocks, H_kv, size, d) read in memory order as (H_kv, blocks * size, d)
+            k, v = (pool[blocks].reshape(kv_heads, -1, d) for pool in (k_pool, v_pool))
         if pairing == "interleave":
             k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
         elif pairing == "repeat":
@@ -300,7 +324,8 @@ def _paged_with(q, k_pool, v_pool, block_table, lengths, *, pairing="interleave"
         if masked:
             keep = torch.arange(k.shape[1]) < n + pad
             scores = scores.masked_fill(~keep, float("-inf"))
-        out.append(torch.softmax(scores, dim=-1) @ v)
+        weights = torch.softmax(scores, dim=-1)
+        out.append((torch.nan_to_num(weights) if empty == "zero" else weights) @ v)
     return torch.stack(out)
 
 
@@ -319,6 +344,7 @@ PAGED_DECODE = Exercise(
     lesson=LESSON,
     params=("q", "k_pool", "v_pool", "block_table", "lengths"),
     returns=(("batch", "heads", "1", "head_dim"),),
+    units=(SEQUENCES,),
     reference=_paged_reference,
     make_cases=_paged_cases,
     variants=(
@@ -337,8 +363,25 @@ PAGED_DECODE = Exercise(
             {"masked": False},
         ),
         _paged_variant(
-            "off by one: each sequence's last token was masked too. Sequence b's keys are positions 0..lengths[b]-1.",
+            "off by one: each sequence's newest token was left out (its key and value are already in the pool, in "
+            "the slot of position lengths[b] - 1). Sequence b's keys are positions 0..lengths[b]-1, the newest "
+            "included: a token reads itself.",
             {"pad": -1},
+            {"pad": -1, "empty": "zero"},
+        ),
+        _paged_variant(
+            "every entry of the block table was read, the -1 entries too, and every slot of those blocks: an index "
+            "of -1 is the pool's last block in Python, so that block, and the slots past each sequence's length, "
+            "got weight. The entries after a sequence's last block name no block, and its last block holds tokens "
+            "only up to its length.",
+            {"table": "all", "masked": False},
+        ),
+        _paged_variant(
+            "the gathered blocks, (blocks, kv_heads, block_size, head_dim), were joined into positions with the "
+            "block axis still in front of the head axis: a reshape keeps the order in memory, so each K/V head got "
+            "a mix of the heads' keys. The head axis has to come first before the block and slot axes are merged "
+            "(it shows wherever kv_heads > 1).",
+            {"transpose": False},
         ),
         _paged_variant(
             "off by one: the slot after each sequence's last token was read too. Sequence b's keys are positions "
@@ -396,7 +439,8 @@ def _bytes_cases() -> list[Case]:
     def case(rows, tags, note=""):
         columns = tuple(torch.tensor(c) for c in zip(*rows))
         description = f"{len(rows)} configuration{'s' if len(rows) > 1 else ''}: " + "; ".join(
-            f"layers {r[0]}, heads {r[1]}, K/V heads {r[2]}, head_dim {r[3]}, {r[4]} bytes, {r[5]} tokens, batch "
+            f"layers {r[0]}, heads {r[1]}, K/V heads {r[2]}, head_dim {r[3]}, {r[4]} byte{'s' * (r[4] != 1)}, "
+            f"{r[5]} tokens, batch "
             f"{r[6]}, window {r[7] or 'none'}"
             for r in rows[:3]
         )
@@ -568,9 +612,11 @@ def _held(position: int, slot: int, window: int) -> int:
 
 
 def _rolling_with(q, k_new, v_new, k_buffer, v_buffer, position, *, slot="mod", key_at="position",
-                  query_at="position", attend="after", read="window", rerotate=False, scale=True):  # fmt: skip
+                  query_at="position", attend="after", read="window", rerotate=False, scale=True,
+                  store="rotated"):  # fmt: skip
     """A known-wrong step: the new token written to ``slot``; its key rotated at ``key_at``, its query at
-    ``query_at``; the query attending ``attend`` the write, over the slots ``read`` names."""
+    ``query_at``; the query attending ``attend`` the write, over the slots ``read`` names; the buffer given the new
+    key rotated or as it came (``store``), the query reading it rotated either way."""
     window = k_buffer.shape[2]
     k_buffer, v_buffer = k_buffer.clone(), v_buffer.clone()
     s = {"mod": position % window, "next": (position + 1) % window, "previous": (position - 1) % window,
@@ -581,8 +627,21 @@ def _rolling_with(q, k_new, v_new, k_buffer, v_buffer, position, *, slot="mod", 
     old_k, old_v = k_buffer.clone(), v_buffer.clone()
     k_buffer[:, :, s], v_buffer[:, :, s] = k_r[:, :, 0], v_new[:, :, 0]
     keys, values = (k_buffer, v_buffer) if attend == "after" else (old_k, old_v)
+    keys = keys.clone()
+    if store == "unrotated":  # the buffer returned holds the key as it came; the query read the rotated one
+        k_buffer[:, :, s] = k_new[:, :, 0]
     if read == "window":
         slots = list(range(min(position + 1, window)))
+    elif read == "mod":  # slots 0..position % W: the buffer's first slots up to the new one
+        slots = list(range(position % window + 1))
+    elif read == "written":  # min(position, W) slots: before the buffer is full, not the new one
+        slots = list(range(min(position, window)))
+    elif read == "written, at least one":
+        slots = list(range(max(1, min(position, window))))
+    elif read == "first W - 1":  # slots 0..W-2 once the buffer is full
+        slots = list(range(min(position + 1, window - 1)))
+    elif read == "first W - 1, at least one":
+        slots = list(range(max(1, min(position + 1, window - 1))))
     elif read == "before":  # attended first, over the slots written before this step
         slots = list(range(min(position, window)))
     elif read == "all":
@@ -626,6 +685,7 @@ ROLLING_STEP = Exercise(
         ("batch", "heads", "window", "head_dim"),
     ),  # fmt: skip
     output_names=("output", "k_buffer", "v_buffer"),
+    units=(SEQUENCES,) * 3,
     reference=rolling_cache_step,
     make_cases=_rolling_cases,
     variants=(
@@ -662,9 +722,24 @@ ROLLING_STEP = Exercise(
             {"read": "plus"},
         ),
         _rolling_variant(
-            "the window is one short: the query read W - 1 keys, positions position - W + 2 .. position. A window "
-            "of W keys holds the token itself and the W - 1 before it.",
+            "the window is one short: once the buffer is full, the query read W - 1 keys, not W. A window of W keys "
+            "holds the token itself and the W - 1 before it: every slot, once the buffer is full.",
             {"read": "short"},
+            {"read": "first W - 1"},
+            {"read": "first W - 1, at least one"},
+        ),
+        _rolling_variant(
+            "once the buffer has wrapped, the query read only the slots from 0 up to the new token's, position % W: "
+            "the slots after it hold the oldest positions of the window, which the query reads too. Which slots hold "
+            "the window's positions does not depend on where the new one went, once every slot holds one.",
+            {"read": "mod"},
+        ),
+        _rolling_variant(
+            "before the buffer is full, the query read only the slots written before this step, min(position, W) "
+            "of them, not the one its own key was just written to. The token reads its own key: positions "
+            "0..position, in min(position + 1, W) slots.",
+            {"read": "written"},
+            {"read": "written, at least one"},
         ),
         _rolling_variant(
             "the new key was rotated by its slot, position % W, not by its position: RoPE encodes where the token "
@@ -676,6 +751,12 @@ ROLLING_STEP = Exercise(
             "the query was not rotated (only the new key was): RoPE turns both the query and the key by the "
             "token's position.",
             {"query_at": "none"},
+        ),
+        _rolling_variant(
+            "the buffer you return holds the new key as it came, before RoPE, though the query read it rotated: the "
+            "buffer stores each key already rotated by its position, as the keys it was given were, so that the "
+            "next step can use it as it is.",
+            {"store": "unrotated"},
         ),
         _rolling_variant(
             "the keys in the buffer were rotated again by their positions: they were stored already rotated. Only "
@@ -694,9 +775,10 @@ ROLLING_STEP = Exercise(
         "Copy the buffers; rotate q and k_new at `position`; write k_new, v_new into slot position % W; the slots "
         "that hold positions max(0, position - W + 1) .. position are the first min(position + 1, W); "
         "o = softmax(q K^T / sqrt(head_dim)) V over those; return o and the two buffers.",
-        "`k_buffer, v_buffer = k_buffer.clone(), v_buffer.clone()`; `slot = position % W`; "
-        "`k_buffer[:, :, slot] = rope(k_new, position)[:, :, 0]` (v alike, no RoPE); `n = min(position + 1, W)`; "
-        "`K, V = k_buffer[:, :, :n], v_buffer[:, :, :n]`; then the softmax of exercise 1.",
+        "`W = k_buffer.shape[2]`; `k_buffer, v_buffer = k_buffer.clone(), v_buffer.clone()`; `slot = position % W`; "
+        "`q, k_new = rope(q, position), rope(k_new, position)`; `k_buffer[:, :, slot] = k_new[:, :, 0]` (v alike, "
+        "no RoPE); `n = min(position + 1, W)`; `K, V = k_buffer[:, :, :n], v_buffer[:, :, :n]`; `out = "
+        "torch.softmax(q @ K.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ V`; `return out, k_buffer, v_buffer`.",
     ),
     forbidden=OWN_CODE,
 )
@@ -846,6 +928,13 @@ _SLIPS = (
 
 
 def _server_diagnosis(index: int, guess: float, measured: tuple) -> str:
+    size = round(measured[0] * 2**30)
+    wrapped = ((size + 2**31) % 2**32 - 2**31) / 2**30  # the bytes as a 32-bit integer holds them, in GiB
+    if wrapped != measured[0] and abs(guess - wrapped) <= 0.03 * abs(wrapped):
+        return (
+            f"it is the byte count as a 32-bit integer holds it: {size:,} bytes is more than 2^31 - 1, so in int32 "
+            f"it wraps around to {round(wrapped * 2**30):,}, {wrapped:.4g} GiB. A cache's bytes need 64-bit integers"
+        )
     if guess <= 0:
         return "a cache holds a positive number of bytes"
     ratio = guess / measured[0]
@@ -874,91 +963,110 @@ SERVER_CACHE_GIB = prediction_exercise(
     ),
 )
 
-# predicted_slots (exercise 4): a rolling buffer of W = 4 slots after position 9
-ROLLING = dict(window=4, last=9, slot=2)  # the question: which position slot 2 holds, which positions query 9 reads
+# predicted_slots (exercise 4): a rolling buffer for Mistral's window, positions i - W .. i (the lesson's cell on the
+# two ways of counting a window), which the exercise's spec (a window of W keys in W slots) does not give directly
+ROLLING = dict(window=4, last=9)  # Mistral's W, and the position of the step asked about
 
 
-def _rolling_probe() -> tuple[list[int], list[int]]:
-    """The course's ``rolling_cache_step`` for positions 0..last with W = window, token p's value the unit vector
-    e_p and a query of zeros (every key read gets the same weight): (the position each slot's value holds, the
-    positions whose values the last token's output mixes)."""
-    window, last, head_dim = ROLLING["window"], ROLLING["last"], 16
+def _rolling_probe(slots: int, last: int) -> tuple[list[int], list[int], list[int]]:
+    """The course's ``rolling_cache_step`` for positions 0..last in a buffer of ``slots`` slots, token p's value the
+    unit vector e_p and a query of zeros (every key read gets the same weight): (the position each slot holds before
+    the last step, -1 for none; after it; the positions whose values the last token's output mixes)."""
+    head_dim = 16
     query, keys = torch.zeros(1, 1, 1, head_dim), randn(generator(7), last + 1, 1, 1, 1, head_dim)
     values = torch.eye(head_dim)[: last + 1].view(last + 1, 1, 1, 1, head_dim)
-    k_buffer, v_buffer = torch.full((1, 1, window, head_dim), -1.0), torch.full((1, 1, window, head_dim), -1.0)
+    k_buffer, v_buffer = torch.full((1, 1, slots, head_dim), -1.0), torch.full((1, 1, slots, head_dim), -1.0)
+
+    def held() -> list[int]:
+        return [int(v_buffer[0, 0, s].argmax()) if float(v_buffer[0, 0, s].max()) > 0 else -1 for s in range(slots)]
+
     for p in range(last + 1):
+        before = held()
         out, k_buffer, v_buffer = rolling_cache_step(query, keys[p], values[p], k_buffer, v_buffer, p)
-    held = [int(v_buffer[0, 0, s].argmax()) for s in range(window)]
-    return held, [int(i) for i in (out[0, 0, 0] > 1e-6).nonzero().flatten()]
+    return before, held(), [int(i) for i in (out[0, 0, 0] > 1e-6).nonzero().flatten()]
 
 
-def _predicted_slots() -> tuple[int, frozenset]:
-    """The course's measurement: (the position slot 2 holds, the positions query 9 reads)."""
-    held, read = _rolling_probe()
-    return held[ROLLING["slot"]], frozenset(read)
+def _predicted_slots() -> tuple[int, int]:
+    """The course's measurement: (the fewest slots with which the query at ``last`` reads every position of
+    last - W .. last, the position whose key the token at ``last`` then writes over)."""
+    window, last = ROLLING["window"], ROLLING["last"]
+    wanted = set(range(last - window, last + 1))
+    slots = next(n for n in range(1, last + 2) if wanted <= set(_rolling_probe(n, last)[2]))
+    before, _, _ = _rolling_probe(slots, last)
+    return slots, before[last % slots]
 
 
 def _rolling_details(measured: tuple) -> str:
-    held, read = _rolling_probe()
-    slots = ", ".join(f"slot {s}: {p}" for s, p in enumerate(held))
-    order = ", ".join(str(p) for p in read)
+    window, last = ROLLING["window"], ROLLING["last"]
+    slots, _ = measured
+    _, _, read_w = _rolling_probe(window, last)
+    before, after, read = _rolling_probe(slots, last)
     return (
-        f"Measured with the course's rolling_cache_step, W = {ROLLING['window']}, after position {ROLLING['last']}: "
-        f"{slots}; the query at {ROLLING['last']} reads positions {order}."
+        f"Measured with the course's rolling_cache_step, token p's value the unit vector e_p: with {window} slots the "
+        f"query at {last} reads positions {', '.join(map(str, read_w))}; with {slots}, positions "
+        f"{', '.join(map(str, read))} (i - {window} .. i), and the token at {last} goes to slot {last} mod {slots} = "
+        f"{last % slots}, over position {before[last % slots]}; after it the slots hold "
+        + ", ".join(f"slot {s}: {p}" for s, p in enumerate(after))
+        + "."
     )
 
 
 def _rolling_diagnosis(index: int, guess, measured: tuple) -> str:
-    window, last, slot = ROLLING["window"], ROLLING["last"], ROLLING["slot"]
+    window, last = ROLLING["window"], ROLLING["last"]
+    slots, _ = measured
     if index == 0:
-        if guess == slot:
+        if guess == window:
             return (
-                f"position {slot} went to slot {slot} first, but the buffer reuses its slots: each later position p "
-                f"with p mod {window} = {slot} overwrote the one before"
+                f"{window} slots hold {window} keys, the token's own among them: the query at {last} would read "
+                f"positions {last - window + 1}..{last}, one fewer than i - {window} .. i"
             )
-        if guess > last:
-            return f"position {guess} is not written yet: the last position written is {last}"
-        if 0 <= guess <= last and guess % window != slot:
-            return f"position {guess} lives in slot {guess} mod {window} = {guess % window}"
-        return f"slot {slot} holds the latest position written that falls in it, p mod {window} = {slot}"
-    read = sorted(guess)
-    if read == list(range(window)) and last >= window:
-        return "those are the slots; the query reads the positions they hold"
-    if len(read) == window + 1:
-        return f"one key too many: a buffer of {window} slots holds {window} keys, the token's own among them"
-    if len(read) > window:
-        return f"a buffer of {window} slots holds {window} positions; the earlier ones were overwritten"
-    if last not in guess:
-        return "the token reads its own key: it is written into its slot before the query attends"
-    if len(read) < window:
+        if guess < window:
+            return f"i - {window} .. i is {window + 1} positions, and a buffer holds one key per slot"
         return (
-            f"one key short: with the buffer full, the query reads all {window} slots, itself and the {window - 1} "
-            "before it"
+            f"with {guess} slots the query would read {guess} keys, positions {last - guess + 1}..{last}: more than "
+            f"i - {window} .. i. One slot per key read is the fewest"
         )
-    return f"the buffer holds the last {window} positions written, the token's own included"
+    if guess == last - window:
+        return (
+            f"that is what a buffer of {window} slots writes over ({last} - {window}). With S slots, the token at p "
+            f"goes to slot p mod S, over position p - S"
+        )
+    if guess == last:
+        return f"{last} is the token itself: it writes over the position its slot held before it"
+    if guess > last:
+        return f"position {guess} is not written yet: the last position written is {last}"
+    if last - slots < guess < last:
+        return (
+            f"position {guess} is in the window the query at {last} reads, so its key must still be there; the one "
+            f"written over has just left the window"
+        )
+    return "with S slots, the token at p goes to slot p mod S, over the position p - S that held it"
 
 
 PREDICTED_SLOTS = prediction_exercise(
     name="predicted_slots",
     lesson=LESSON,
     question=(
-        f"with W = {ROLLING['window']}, once position {ROLLING['last']} is written: the position slot "
-        f"{ROLLING['slot']} holds, and the positions the query at {ROLLING['last']} reads"
+        f"a rolling buffer for Mistral's window, positions i - {ROLLING['window']} .. i: the fewest slots with which "
+        f"the query at {ROLLING['last']} reads all of them, and the position whose key the token at "
+        f"{ROLLING['last']} then writes over"
     ),
     parts=(
-        Part(f"the position slot {ROLLING['slot']} holds", int),
-        Part(f"the positions query {ROLLING['last']} reads", frozenset),
+        Part("the slots the buffer needs", int),
+        Part(f"the position the token at {ROLLING['last']} writes over", int),
     ),
     measure=_predicted_slots,
     details=_rolling_details,
     diagnose=_rolling_diagnosis,
     forbidden=OWN_CODE,  # a prediction, not a measurement made with the course's rolling cache
     hint=(
-        "Write out which slot each of the positions 0 to 9 goes to, in turn. Which of them is still there once 9 is "
-        "written? And which positions does a window of W keys hold for the query at 9?",
-        "Position p goes to slot p mod 4, over whatever was there before: list the positions slot 2 receives, in "
-        "turn, up to 9. The query at 9 reads itself and the W - 1 positions before it, wherever their slots are.",
-        "`return max(p for p in range(10) if p % 4 == 2), list(range(9 - 3, 10))`, or the same worked out by hand.",
+        "How many positions is i - 4 .. i, and how many keys can a buffer of S slots hold at once, the new token's "
+        "own included? Then: which slot does position 9 go to in a buffer of that many slots, and which earlier "
+        "position went there before it?",
+        "A buffer of S slots holds the last S positions written, so it needs one slot per key the query reads: "
+        "i - 4 .. i is 5 keys. With S slots, position p goes to slot p mod S, and the last position before p in that "
+        "slot is p - S.",
+        "`return 4 + 1, 9 - (4 + 1)`, or the same worked out by hand.",
     ),
 )
 

@@ -79,7 +79,8 @@ class CheckResult:
     hint_text: str | tuple[str, ...] = field(default="", repr=False)  # one text, or steps (see Hint)
     reason: str = field(default="", repr=False)  # TIMEOUT or CRASHED when that is why it failed, else ""
     # the kinds of finding its message states: "variant" (a known-wrong version named), "where" (where the values
-    # differ), "cases" (on which kinds of test case), "nonfinite", "type", "dtype", "shape", "property", "error",
+    # differ), "cases" (on which kinds of test case), "scale" (one factor), "precision" (values rounded to a 16-bit
+    # format), "size" (every difference small), "nonfinite", "type", "dtype", "shape", "property", "error",
     # "inplace", "timeout", "crashed", "also" (a problem on a later case); "count" alone: only how many differ
     findings: tuple[str, ...] = field(default=(), repr=False)
     points: float | None = field(default=None, repr=False)  # a graded prediction's score, from 0 to 1

@@ -287,6 +287,27 @@ def ch_by_length(*a):
     return _chunk(*a, divide=lambda K: math.sqrt(K.shape[2]))
 
 
+def ch_one_key_ahead(q, k_new, v_new, k_cache, v_cache):
+    """The mask's comparison off by one: `> pos + 1` instead of `> pos`."""
+    m, n = k_cache.shape[2], q.shape[2]
+    pos = torch.arange(m, m + n)
+    q, k_new = apply_rope(q, pos), apply_rope(k_new, pos)
+    K, V = torch.cat([k_cache, k_new], 2), torch.cat([v_cache, v_new], 2)
+    s = (q @ K.mT / math.sqrt(q.shape[-1])).masked_fill(torch.arange(m + n)[None, :] > pos[:, None] + 1, -math.inf)
+    return s.softmax(-1) @ V, K, V
+
+
+def ch_cache_unrotated(q, k_new, v_new, k_cache, v_cache):
+    """Attends with the rotated keys, returns the cache grown with the keys as they came."""
+    m = k_cache.shape[2]
+    pos = torch.arange(m, m + q.shape[2])
+    K = torch.cat([k_cache, apply_rope(k_new, pos)], 2)
+    V = torch.cat([v_cache, v_new], 2)
+    keep = torch.ones(q.shape[2], m + q.shape[2], dtype=torch.bool).tril(diagonal=m)
+    out = F.scaled_dot_product_attention(apply_rope(q, pos), K, V, attn_mask=keep)
+    return out, torch.cat([k_cache, k_new], 2), V
+
+
 def _paged(q, k_pool, v_pool, block_table, lengths, *, how="interleave", extra=0, mask=True, blocks="table",
            divide=None):  # fmt: skip
     size, heads, kv_heads = k_pool.shape[2], q.shape[1], k_pool.shape[1]
@@ -345,6 +366,43 @@ def pd_unscaled(*a):
 
 def pd_by_heads(*a):
     return _paged(*a, divide=lambda q, k: math.sqrt(q.shape[-1] * k.shape[1]))
+
+
+def pd_newest_left_out(q, k_pool, v_pool, block_table, lengths):
+    """Positions 0..lengths[b] - 2 sliced out, as if the newest token were not in the pool yet."""
+    size, group = k_pool.shape[2], q.shape[1] // k_pool.shape[1]
+    out = []
+    for b in range(q.shape[0]):
+        n = int(lengths[b])
+        blocks = block_table[b, : -(-n // size)]
+        k = _gather(k_pool, blocks, n)[:, : n - 1].repeat_interleave(group, 0)
+        v = _gather(v_pool, blocks, n)[:, : n - 1].repeat_interleave(group, 0)
+        out.append(torch.softmax(q[b] @ k.mT / math.sqrt(q.shape[-1]), dim=-1) @ v)
+    return torch.stack(out)
+
+
+def pd_every_entry(q, k_pool, v_pool, block_table, lengths):
+    """The table's whole row gathered, its -1 entries too (Python reads -1 as the last block), and nothing cut."""
+    group = q.shape[1] // k_pool.shape[1]
+    out = []
+    for b in range(q.shape[0]):
+        k = _gather(k_pool, block_table[b], None).repeat_interleave(group, 0)
+        v = _gather(v_pool, block_table[b], None).repeat_interleave(group, 0)
+        out.append(torch.softmax(q[b] @ k.mT / math.sqrt(q.shape[-1]), dim=-1) @ v)
+    return torch.stack(out)
+
+
+def pd_no_transpose(q, k_pool, v_pool, block_table, lengths):
+    """(blocks, kv_heads, size, d) reshaped to (kv_heads, blocks * size, d) as it lies in memory."""
+    size, kv_heads, d = k_pool.shape[2], k_pool.shape[1], k_pool.shape[3]
+    out = []
+    for b in range(q.shape[0]):
+        n = int(lengths[b])
+        blocks = block_table[b, : -(-n // size)]
+        k = k_pool[blocks].reshape(kv_heads, -1, d)[:, :n]
+        v = v_pool[blocks].reshape(kv_heads, -1, d)[:, :n]
+        out.append(F.scaled_dot_product_attention(q[b : b + 1], k[None], v[None], enable_gqa=True)[0])
+    return torch.stack(out)
 
 
 def cb_query_heads(L, H, Hkv, d, b, s, n, w):
@@ -469,6 +527,41 @@ def rs_unscaled(*a):
     return _rolling(*a, divide=False)
 
 
+def _rolling_reads(q, k_new, v_new, k_buffer, v_buffer, position, count):
+    """The right write, then the first ``count(position, W)`` slots read."""
+    W = k_buffer.shape[2]
+    kb, vb = k_buffer.clone(), v_buffer.clone()
+    pos = torch.tensor([position])
+    kb[:, :, position % W], vb[:, :, position % W] = apply_rope(k_new, pos)[:, :, 0], v_new[:, :, 0]
+    n = count(position, W)
+    s = apply_rope(q, pos) @ kb[:, :, :n].mT / math.sqrt(q.shape[-1])
+    return s.softmax(-1) @ vb[:, :, :n], kb, vb
+
+
+def rs_up_to_its_slot(*a):
+    return _rolling_reads(*a, count=lambda p, W: p % W + 1)
+
+
+def rs_written_before(*a):
+    return _rolling_reads(*a, count=lambda p, W: min(p, W))
+
+
+def rs_first_slots_short(*a):
+    return _rolling_reads(*a, count=lambda p, W: max(1, min(p + 1, W - 1)))
+
+
+def rs_key_kept_unrotated(q, k_new, v_new, k_buffer, v_buffer, position):
+    """Attends with the rotated key (concatenated apart), stores the key as it came."""
+    W = k_buffer.shape[2]
+    pos = torch.tensor([position])
+    kb, vb = k_buffer.clone(), v_buffer.clone()
+    kb[:, :, position % W], vb[:, :, position % W] = k_new[:, :, 0], v_new[:, :, 0]
+    keys = [kb[:, :, s] if s != position % W else apply_rope(k_new, pos)[:, :, 0] for s in range(min(position + 1, W))]
+    K = torch.stack(keys, dim=2)
+    out = F.scaled_dot_product_attention(apply_rope(q, pos), K, vb[:, :, : min(position + 1, W)])
+    return out, kb, vb
+
+
 MUTANTS = [
     ("kv_cache_chunk", ch_attend_first, "attended before the new keys and values were appended"),
     ("kv_cache_chunk", ch_new_only, "read only the new tokens' keys and values"),
@@ -487,10 +580,15 @@ MUTANTS = [
     ("kv_cache_chunk", ch_interleaved, "interleaved layout"),
     ("kv_cache_chunk", ch_unscaled, "the scores are not scaled"),
     ("kv_cache_chunk", ch_by_length, "square root of the number of keys"),
+    ("kv_cache_chunk", ch_one_key_ahead, "also read the key of the token just after it"),
+    ("kv_cache_chunk", ch_cache_unrotated, "the cache you return holds the new keys as they came"),
     ("paged_decode", pd_repeat, "the K/V heads were tiled"),
     ("paged_decode", pd_head_zero, "every query head read K/V head 0"),
     ("paged_decode", pd_no_mask, "the slots past each sequence's length were read"),
-    ("paged_decode", pd_last_masked, "each sequence's last token was masked too"),
+    ("paged_decode", pd_last_masked, "each sequence's newest token was left out"),
+    ("paged_decode", pd_newest_left_out, "each sequence's newest token was left out"),
+    ("paged_decode", pd_every_entry, "the -1 entries too"),
+    ("paged_decode", pd_no_transpose, "with the block axis still in front of the head axis"),
     ("paged_decode", pd_one_more, "the slot after each sequence's last token was read too"),
     ("paged_decode", pd_pool_order, "the block table was ignored"),
     ("paged_decode", pd_sorted_blocks, "read in the pool's order, not the table's"),
@@ -517,6 +615,10 @@ MUTANTS = [
     ("rolling_step", rs_q_not_rotated, "the query was not rotated"),
     ("rolling_step", rs_rotated_again, "rotated again by their positions"),
     ("rolling_step", rs_unscaled, "the scores are not scaled"),
+    ("rolling_step", rs_up_to_its_slot, "only the slots from 0 up to the new token's"),
+    ("rolling_step", rs_written_before, "only the slots written before this step"),
+    ("rolling_step", rs_first_slots_short, "the window is one short"),
+    ("rolling_step", rs_key_kept_unrotated, "the buffer you return holds the new key as it came"),
 ]
 
 # the positions one step late and one early; the length one slot too far and one too near; the window one token too
@@ -878,7 +980,7 @@ BUGS = [
     ("rolling_step", rsb_mask_by_zero, GENERIC),
     ("rolling_step", rsb_values_rotated, GENERIC),
     ("rolling_step", rsb_returns_old_buffers, GENERIC),
-    ("rolling_step", rsb_key_stored_unrotated, GENERIC),
+    ("rolling_step", rsb_key_stored_unrotated, "the buffer you return holds the new key as it came"),
     ("rolling_step", rsb_attend_then_write, "attended before its key and value were written"),
 ]
 
@@ -988,6 +1090,10 @@ def sc_as_text():
     return "6 GiB"
 
 
+def sc_int32_wrapped():
+    return -2  # the worked answer's int32 warning, taken for the answer
+
+
 def sc_with_the_course_code():
     return inference.kv_cache_bytes(48, 8, 128, 2, tokens=100_000, batch=4, window=8192) / 2**30
 
@@ -997,59 +1103,63 @@ def sc_unwritten():
 
 
 def ps_right():
-    return 6, [6, 7, 8, 9]
-
-
-def ps_in_slot_order():
-    return 6, [8, 9, 6, 7]  # slots 0, 1, 2, 3
+    return 5, 4
 
 
 def ps_as_tensors():
-    return torch.tensor(6), torch.tensor([6, 7, 8, 9])
+    return torch.tensor(5), torch.tensor(4)
 
 
-def ps_first_write():
-    return 2, [6, 7, 8, 9]
+def ps_as_list():
+    return [4 + 1, 9 - 5]
+
+
+def ps_four_slots():
+    return 4, 4  # the exercise's buffer of W slots: one key short of i - 4 .. i
+
+
+def ps_four_slots_consistent():
+    return 4, 5  # what 4 slots would write over: consistent, both wrong
+
+
+def ps_six_slots():
+    return 6, 4
+
+
+def ps_overwrites_itself():
+    return 5, 9
+
+
+def ps_overwrites_the_previous():
+    return 5, 8
 
 
 def ps_not_written_yet():
-    return 10, [6, 7, 8, 9]
+    return 5, 10
 
 
-def ps_slots_not_positions():
-    return 6, [0, 1, 2, 3]
-
-
-def ps_window_plus_one():
-    return 6, [5, 6, 7, 8, 9]
-
-
-def ps_attends_before_writing():
-    return 6, [5, 6, 7, 8]
-
-
-def ps_both_wrong():
-    return 9, [7, 8, 9]
-
-
-def ps_everything_kept():
-    return 6, list(range(10))
+def ps_the_oldest_ever():
+    return 5, 0  # the first position written, as if the buffer filled once and then stopped
 
 
 def ps_as_floats():
-    return 6.0, [6, 7, 8, 9]
+    return 5.0, 4
+
+
+def ps_digits_as_text():
+    return 5, "4"
 
 
 def ps_one_answer():
-    return 6
+    return 5
 
 
 def ps_with_the_course_code():
-    k_buffer = v_buffer = torch.zeros(1, 1, 4, 16)
-    for p in range(10):
+    k_buffer = v_buffer = torch.zeros(1, 1, 5, 16)
+    for p in range(9):
         x = torch.eye(16)[p].view(1, 1, 1, 16)
         _, k_buffer, v_buffer = inference.rolling_cache_step(torch.zeros(1, 1, 1, 16), x, x, k_buffer, v_buffer, p)
-    return int(v_buffer[0, 0, 2].argmax()), [6, 7, 8, 9]
+    return 5, int(v_buffer[0, 0, 9 % 5].argmax())
 
 
 def ps_unwritten():
@@ -1081,19 +1191,21 @@ PREDICTIONS = [
     ("server_cache_gib", sc_in_mib, "failed", 0.0, "MiB, where the question asks GiB"),
     ("server_cache_gib", sc_in_bytes, "failed", 0.0, "bytes, where the question asks GiB"),
     ("server_cache_gib", sc_as_text, "failed", 0.0, "should return a number"),
+    ("server_cache_gib", sc_int32_wrapped, "failed", 0.0, "it wraps around to -2,147,483,648, -2 GiB"),
     ("server_cache_gib", sc_with_the_course_code, "failed", 0.0, "`attnedu.inference.kv_cache_bytes`"),
     ("server_cache_gib", sc_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
-    ("predicted_slots", ps_right, "passed", 1.0, "you predicted 6, measured 6: ✅ right"),
-    ("predicted_slots", ps_in_slot_order, "passed", 1.0, "Score: 1 of 1"),
+    ("predicted_slots", ps_right, "passed", 1.0, "you predicted 5, measured 5: ✅ right"),
     ("predicted_slots", ps_as_tensors, "passed", 1.0, "Score: 1 of 1"),
-    ("predicted_slots", ps_first_write, "partial", 0.5, "the buffer reuses its slots"),
+    ("predicted_slots", ps_as_list, "passed", 1.0, "Score: 1 of 1"),
+    ("predicted_slots", ps_four_slots, "partial", 0.5, "4 slots hold 4 keys, the token's own among them"),
+    ("predicted_slots", ps_four_slots_consistent, "failed", 0.0, "That is what a buffer of 4 slots writes over"),
+    ("predicted_slots", ps_six_slots, "partial", 0.5, "With 6 slots the query would read 6 keys"),
+    ("predicted_slots", ps_overwrites_itself, "partial", 0.5, "9 is the token itself"),
+    ("predicted_slots", ps_overwrites_the_previous, "partial", 0.5, "is in the window the query at 9 reads"),
     ("predicted_slots", ps_not_written_yet, "partial", 0.5, "Position 10 is not written yet"),
-    ("predicted_slots", ps_slots_not_positions, "partial", 0.5, "Those are the slots"),
-    ("predicted_slots", ps_window_plus_one, "partial", 0.5, "One key too many"),
-    ("predicted_slots", ps_attends_before_writing, "partial", 0.5, "The token reads its own key"),
-    ("predicted_slots", ps_both_wrong, "failed", 0.0, "lives in slot 9 mod 4 = 1"),
-    ("predicted_slots", ps_everything_kept, "partial", 0.5, "the earlier ones were overwritten"),
+    ("predicted_slots", ps_the_oldest_ever, "partial", 0.5, "over the position p - S that held it"),
     ("predicted_slots", ps_as_floats, "failed", 0.0, "should return a tuple of 2 values: a whole number"),
+    ("predicted_slots", ps_digits_as_text, "failed", 0.0, "should return a tuple of 2 values: a whole number"),
     ("predicted_slots", ps_one_answer, "failed", 0.0, "should return a tuple of 2 values"),
     ("predicted_slots", ps_with_the_course_code, "failed", 0.0, "`attnedu.inference.rolling_cache_step`"),
     ("predicted_slots", ps_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
