@@ -41,12 +41,6 @@ class WordAccuracy:
     exact: float  # fraction of sentences with every word right
     mean_steps: float  # average number of predictions per sentence (target length + 1)
 
-    @property
-    def exact_if_independent(self) -> float:
-        """Exact match if every word were right with probability ``per_word``, independently:
-        per_word ** steps, averaged as if every sentence had ``mean_steps`` steps."""
-        return self.per_word**self.mean_steps
-
 
 def word_accuracy_by_length(
     model: Seq2Seq, test: Mapping[tuple[int, int], Sequence[Pair]]

@@ -91,28 +91,6 @@ def additive_score(
     return _additive(query @ W_a.T, keys @ U_a.T, v_a)
 
 
-def additive_score_projected(
-    projected_query: torch.Tensor, projected_keys: torch.Tensor, v_a: torch.Tensor
-) -> torch.Tensor:
-    """The same score when W_a s and U_a h_j are already computed.
-
-    U_a h_j does not depend on the decoder step, so a decoder computes it once per sentence.
-    projected_query: (batch, attn_dim) or (batch, tgt_len, attn_dim); projected_keys: (batch, src_len, attn_dim)
-    -> (batch, src_len) or (batch, tgt_len, src_len)
-    """
-    check_tensor("projected_query", projected_query, (2, 3), "(batch, attn_dim) or (batch, tgt_len, attn_dim)")
-    check_tensor("projected_keys", projected_keys, 3, "(batch, src_len, attn_dim)")
-    check_size(
-        "projected_keys", projected_keys, 0, projected_query.shape[0], "the batch size of the query",
-        "a batch of one is not stretched to fit: pass the same sentences to both",
-    )  # fmt: skip
-    check_size("projected_keys", projected_keys, 2, projected_query.shape[-1], "attn_dim of projected_query")
-    check_float("projected_query", projected_query)
-    check_float("projected_keys", projected_keys)
-    _check_v_a(v_a, projected_query)
-    return _additive(projected_query, projected_keys, v_a)
-
-
 def _additive(projected_query: torch.Tensor, projected_keys: torch.Tensor, v_a: torch.Tensor) -> torch.Tensor:
     """v_a^T tanh(W_a s + U_a h_j) from the projections, inputs already checked."""
     steps, single = _as_steps(projected_query)

@@ -32,278 +32,53 @@ Method:
   ``/proc/self/clear_refs``, Linux), calls the method once, and reports the peak ``VmHWM`` minus the resident size
   before the call, minus what the call returned.
 Nothing here asserts a time: numbers are reported with the machine's load average, for a reader to judge.
+
+Three modules, each importing only those below it: ``attnedu.measurements`` (the methods, each called as
+``fn(q, k, v, is_causal=...)``, the inputs, ``Measurement`` and ``Benchmark``, provenance), ``attnedu.bench_gpu``
+(do_bench timing and the GPU suite) and this one (CPU timing and memory, the runs, the reports, the command).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
-import functools
-import importlib.metadata
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ._validate import (
-    check_bool,
-    check_choice,
-    check_int,
-    check_items,
-    check_number,
-    check_positive_ints,
-    describe,
+from . import bench_gpu
+from ._validate import check_bool, check_choice, check_int, check_number, check_positive_ints, describe
+from .measurements import (
+    DEVICES,
+    DTYPES,
+    METHODS,
+    MODES,
+    Benchmark,
+    Measurement,
+    MiB,
+    check_device,
+    check_run_arguments,
+    format_ms,
+    format_tflops,
+    free_cache,
+    is_out_of_memory,
+    load_average,
+    make_call,
+    make_inputs,
+    make_measurement,
+    make_methods,
+    nbytes,
+    provenance,
 )
-from .flash import attention_flops, naive_attention, tiled_attention
 from .runtime import progress
-
-MiB = 2**20
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-MODES = ("forward", "forward+backward")
-BACKWARD_FLOPS = 2.5  # a backward pass counts 2.5 forwards (FlashAttention-2's convention): fwd+bwd = 3.5
-# name -> (SDPBackend member, label); "sdpa" is the backend this device and dtype would use for the lesson
-SDPA_BACKENDS = {
-    "sdpa_flash": ("FLASH_ATTENTION", "SDPA-flash"),
-    "sdpa_cudnn": ("CUDNN_ATTENTION", "SDPA-cuDNN"),
-    "sdpa_efficient": ("EFFICIENT_ATTENTION", "SDPA-efficient"),
-    "sdpa_math": ("MATH", "SDPA-math"),
-}
-METHODS = ("naive", "tiled", "sdpa", *SDPA_BACKENDS, "triton")
-DEVICES = ("cpu", "cuda")
-MEMORY_METHOD_CPU = (
-    "peak resident memory (VmHWM) of a fresh process per (method, shape), reset via /proc/self/clear_refs after "
-    "the inputs were made, minus the resident memory before the call and what the call returned; 1 thread, "
-    "MALLOC_MMAP_THRESHOLD_=65536 so that freed blocks go back to the system"
-)
-MEMORY_METHOD_CUDA = (
-    "torch.cuda.max_memory_allocated after reset_peak_memory_stats, minus memory before the call (the inputs) and "
-    "what the call returned (the output, or the gradients); 'peak' is max_memory_allocated itself"
-)
-
-
-@dataclass
-class Measurement:
-    """One method at one shape: times in ms, throughput, and extra memory in MiB (None if not measured).
-    ``error`` says why a method could not run at this shape ("out of memory", "not supported: ..."); its numbers
-    are then None. ``times_ms`` holds one median per round on the CPU; on a GPU, do_bench's spread is in
-    ``q20_ms``/``q80_ms`` (and ``min_ms``/``max_ms``). ``first_call_ms``: the first call's time (compilation)."""
-
-    method: str
-    label: str
-    n: int
-    head_dim: int
-    causal: bool
-    times_ms: list[float]
-    median_ms: float | None
-    min_ms: float | None
-    max_ms: float | None
-    tflops: float | None
-    extra_mib: float | None = None
-    error: str | None = None
-    mode: str = "forward"
-    dtype: str | None = None
-    batch: int | None = None
-    heads: int | None = None
-    q20_ms: float | None = None
-    q80_ms: float | None = None
-    first_call_ms: float | None = None
-    peak_mib: float | None = None
-
-
-RATIOS = [  # (a, b, what): "a / b time" = a's time over b's; "throughput" = a's TFLOP/s over b's; memory likewise
-    ("naive", "tiled", "time"),
-    ("naive", "tiled", "extra memory"),
-    ("naive", "sdpa", "time"),
-    ("tiled", "sdpa", "time"),
-    ("triton", "sdpa", "throughput"),
-    ("triton", "sdpa_flash", "throughput"),
-    ("triton", "sdpa_cudnn", "throughput"),
-    ("triton", "sdpa_efficient", "throughput"),
-    ("naive", "triton", "time"),
-    ("naive", "triton", "extra memory"),
-]
-
-
-@dataclass
-class Benchmark:
-    provenance: dict
-    results: list[Measurement] = field(default_factory=list)
-
-    def find(self, method: str, n: int, head_dim: int, causal: bool, ran: bool = False, *, mode: str = "forward",
-             dtype: str | None = None) -> Measurement | None:  # fmt: skip
-        """The measurement of ``method`` at this shape (and ``mode``; any dtype unless one is given); with ``ran``,
-        only if it ran (no error)."""
-        for r in self.results:
-            if (r.method, r.n, r.head_dim, r.causal, r.mode) == (method, n, head_dim, causal, mode) and (
-                dtype is None or r.dtype in (None, dtype)
-            ):
-                return None if ran and r.error else r
-        return None
-
-    def shapes(self) -> list[tuple]:
-        """(mode, dtype, n, head_dim, causal) of every measured shape, in order."""
-        return list(dict.fromkeys((r.mode, r.dtype, r.n, r.head_dim, r.causal) for r in self.results))
-
-    def ratios(self) -> list[dict]:
-        """Per shape: how many times slower naive is than tiled and than SDPA, tiled's time over SDPA's, how many
-        times more extra memory naive needs than tiled, Triton's throughput over each SDPA backend's, and naive's
-        time and memory over Triton's. A method that did not run at a shape (out of memory, refused) is left out of
-        that shape's ratios, and so is a memory ratio whose denominator measured under 1 MiB (at that size the
-        difference of two allocator readings is noise, and can even come out negative)."""
-        rows = []
-        for mode, dtype, n, head_dim, causal in self.shapes():
-            row = {"mode": mode, "dtype": dtype, "n": n, "head_dim": head_dim, "causal": causal}
-            for a, b, what in RATIOS:
-                x, y = (self.find(m, n, head_dim, causal, ran=True, mode=mode, dtype=dtype) for m in (a, b))
-                if not (x and y):
-                    continue
-                if what == "time":
-                    row[f"{a} / {b} time"] = x.median_ms / y.median_ms
-                elif what == "throughput":
-                    row[f"{a} / {b} throughput"] = y.median_ms / x.median_ms
-                elif x.extra_mib is not None and y.extra_mib is not None and y.extra_mib >= 1.0:
-                    row[f"{a} / {b} extra memory"] = x.extra_mib / y.extra_mib
-            rows.append(row)
-        return rows
-
-    def out_of_memory(self) -> list[dict]:
-        """Per method and series (mode, dtype, head_dim, causal) that ran out of memory: the shortest N at which it
-        did, and the longest at which it ran."""
-        found = {}
-        for r in self.results:
-            if r.error and r.error.startswith("out of memory"):
-                key = (r.method, r.mode, r.dtype, r.head_dim, r.causal)
-                found[key] = min(found.get(key, r.n), r.n)
-        rows = []
-        for (method, mode, dtype, head_dim, causal), n in found.items():
-            ran = [r.n for r in self.results if (r.method, r.mode, r.dtype, r.head_dim, r.causal) ==
-                   (method, mode, dtype, head_dim, causal) and not r.error]  # fmt: skip
-            rows.append({"method": method, "mode": mode, "dtype": dtype, "head_dim": head_dim, "causal": causal,
-                         "first_n_out_of_memory": n, "longest_n_that_ran": max(ran, default=None)})  # fmt: skip
-        return rows
-
-    def to_json(self) -> dict:
-        return {"provenance": self.provenance, "results": [asdict(r) for r in self.results], "ratios": self.ratios(),
-                "out_of_memory": self.out_of_memory()}  # fmt: skip
-
-    @classmethod
-    def from_json(cls, data: dict) -> Benchmark:
-        known = {f.name for f in fields(Measurement)}
-        return cls(data["provenance"], [Measurement(**{k: v for k, v in r.items() if k in known})
-                                        for r in data["results"]])  # fmt: skip
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> Benchmark:
-        return cls.from_json(json.loads(Path(path).read_text()))
-
-
-def mode_flops(batch: int, heads: int, n: int, head_dim: int, causal: bool, mode: str) -> float:
-    """FLOPs of one call: the forward's 4 * batch * heads * N^2 * head_dim (halved when causal), times 3.5 with
-    the backward (which counts 2.5 forwards: five matrix products, one of them the recomputed Q K^T)."""
-    forward = attention_flops(batch, heads, n, n, head_dim, causal)
-    return forward * (1 + BACKWARD_FLOPS) if mode == "forward+backward" else float(forward)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# the methods
-# ------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Method:
-    """A way to compute attention: ``fn(q, k, v, causal)``, called inside ``context()`` (which selects an SDPA
-    backend; entered once around a whole measurement, never inside the timed call)."""
-
-    name: str
-    label: str
-    fn: Callable
-    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
-
-
-def _sdpa(q, k, v, causal):
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-
-def make_methods(device: str, dtype: torch.dtype, names: Sequence[str] = METHODS) -> dict[str, Method]:
-    """name -> Method, for those of ``names`` that can run here. Triton only on CUDA (its CPU interpreter is far
-    too slow to time), and only if triton is installed: checked here, once, not at every call. ``device``: "cpu" or
-    "cuda"; ``dtype``: one of DTYPES' values; ``names``: from METHODS, or "linear" (lesson 10's linear attention)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    check_choice("device", device, DEVICES)
-    if not isinstance(dtype, torch.dtype) or dtype not in DTYPES.values():
-        raise TypeError(
-            f"dtype should be one of {', '.join(f'torch.{k}' for k in DTYPES)} (a torch.dtype), got {describe(dtype)}"
-        )
-    names = check_items("names", names, str, "method names")
-    for name in names:
-        check_choice("names", name, (*METHODS, "linear"))
-    methods = {}
-    for name in names:
-        if name == "naive":
-            methods[name] = Method(name, "naive (S and P in memory)", functools.partial(_causal_kw, naive_attention))
-        elif name == "tiled":
-            methods[name] = Method(
-                name, "tiled PyTorch (attnedu.flash)", functools.partial(_causal_kw, tiled_attention)
-            )
-        elif name == "sdpa" or name in SDPA_BACKENDS:
-            backend_name, label = SDPA_BACKENDS.get(name, SDPA_BACKENDS["sdpa_flash"])
-            if name == "sdpa" and device == "cuda" and dtype == torch.float32:
-                backend_name, label = SDPA_BACKENDS["sdpa_efficient"]  # the flash kernel takes only 16-bit on CUDA
-            backend = getattr(SDPBackend, backend_name)
-            methods[name] = Method(name, label, _sdpa, functools.partial(sdpa_kernel, backend))
-        elif name == "linear":  # lesson 10's linear attention (not softmax: compared for time and memory only)
-            methods[name] = Method(name, "linear attention (attnedu.inference)", _linear)
-        elif name == "triton" and device == "cuda":
-            from .triton_attention import triton_attention, unavailable_reason
-
-            if unavailable_reason() is None:
-                label = "Triton (attnedu.triton_attention)"
-                methods[name] = Method(name, label, functools.partial(_causal_kw, triton_attention))
-    return methods
-
-
-def _linear(q, k, v, causal):
-    from .inference import linear_attention
-
-    return linear_attention(q, k, v, causal=causal)
-
-
-def _causal_kw(fn, q, k, v, causal):
-    return fn(q, k, v, is_causal=causal)
-
-
-def make_inputs(batch: int, heads: int, n: int, head_dim: int, dtype: torch.dtype, device: str, seed: int = 0,
-                requires_grad: bool = False):  # fmt: skip
-    """Query, key and value (batch, heads, n, head_dim) from torch.randn, drawn on ``device`` (on a GPU, drawing
-    the GPU suite's 3 x 33 million numbers on the CPU would take a second per shape)."""
-    g = torch.Generator(device=device).manual_seed(seed)
-    return tuple(torch.randn(batch, heads, n, head_dim, generator=g, device=device).to(dtype)
-                 .requires_grad_(requires_grad) for _ in range(3))  # fmt: skip
-
-
-def make_call(fn: Callable, q, k, v, causal: bool, mode: str, grad_out=None) -> Callable[[], object]:
-    """The timed call: the forward alone (inputs that do not require grad: no graph is built), or forward and
-    backward, returning the gradients (``torch.autograd.grad``: nothing accumulates into ``.grad``)."""
-    if mode == "forward":
-        return lambda: fn(q, k, v, causal)
-    return lambda: torch.autograd.grad(fn(q, k, v, causal), (q, k, v), grad_out)
-
-
-def _nbytes(result) -> int:
-    if isinstance(result, torch.Tensor):
-        return result.numel() * result.element_size()
-    return sum(_nbytes(x) for x in result)
-
 
 # ------------------------------------------------------------------------------------------------------------
 # timing and memory
@@ -320,17 +95,6 @@ class Call:
 
 def _as_call(call) -> Call:
     return call if isinstance(call, Call) else Call(call)
-
-
-def _out_of_memory(error: BaseException) -> bool:
-    if isinstance(error, (MemoryError, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError))):
-        return True
-    return isinstance(error, RuntimeError) and any(s in str(error) for s in ("out of memory", "not enough memory"))
-
-
-def _free(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.empty_cache()
 
 
 def time_methods(
@@ -370,14 +134,12 @@ def _time_calls(calls, device, repeats, warmup, threads, min_run_time, on_round)
                 for _ in range(max(warmup, 1)):
                     call.fn()
         except Exception as error:
-            if not _out_of_memory(error):
+            if not is_out_of_memory(error):
                 raise
             errors[key] = "out of memory"
-            _free(device)
+            free_cache(device)
     times: dict[object, list[float]] = {key: [] for key in calls if key not in errors}
     if device == "cuda":
-        from . import bench_gpu
-
         for key in times:
             with calls[key].context():
                 times[key].append(bench_gpu.gpu_time(calls[key].fn)["median"] / 1000)
@@ -399,7 +161,7 @@ def _status_kib(field_name: str) -> int:
     raise RuntimeError(f"{field_name} not in /proc/self/status")
 
 
-def _child_memory(method: str, batch: int, heads: int, n: int, head_dim: int, dtype: str, causal: bool,
+def _child_memory(method: str, batch: int, heads: int, n: int, head_dim: int, dtype: str, is_causal: bool,
                   mode: str = "forward") -> float:  # fmt: skip
     """In a fresh process: the extra resident memory (MiB) of one call, beyond the inputs and what the call
     returned (see the module's docstring)."""
@@ -408,31 +170,30 @@ def _child_memory(method: str, batch: int, heads: int, n: int, head_dim: int, dt
     backward = mode == "forward+backward"
     with chosen.context():
         tiny = make_inputs(1, 1, 64, head_dim, DTYPES[dtype], "cpu", requires_grad=backward)
-        make_call(chosen.fn, *tiny, causal, mode, torch.ones(1, 1, 64, head_dim, dtype=DTYPES[dtype]))()  # warm-up
+        make_call(chosen.fn, *tiny, is_causal, mode, torch.ones(1, 1, 64, head_dim, dtype=DTYPES[dtype]))()  # warm-up
         q, k, v = make_inputs(batch, heads, n, head_dim, DTYPES[dtype], "cpu", requires_grad=backward)
-        call = make_call(chosen.fn, q, k, v, causal, mode, torch.ones_like(q) if backward else None)
+        call = make_call(chosen.fn, q, k, v, is_causal, mode, torch.ones_like(q) if backward else None)
         before = _status_kib("VmRSS")
         Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
         returned = call()
         peak = _status_kib("VmHWM")
-    return (peak - before) / 1024 - _nbytes(returned) / MiB
+    return (peak - before) / 1024 - nbytes(returned) / MiB
 
 
-def measure_memory(method: str, batch: int, heads: int, n: int, head_dim: int, dtype: str, causal: bool,
+def measure_memory(method: str, batch: int, heads: int, n: int, head_dim: int, dtype: str, is_causal: bool,
                    device: str, mode: str = "forward") -> float | None:  # fmt: skip
     """Extra memory of one call in MiB, beyond inputs and what it returned, measured the right way for
     ``device``."""
     if device == "cuda":
-        from .bench_gpu import measure
-
         chosen = make_methods("cuda", DTYPES[dtype], [method])[method]
         backward = mode == "forward+backward"
         q, k, v = make_inputs(batch, heads, n, head_dim, DTYPES[dtype], "cuda", requires_grad=backward)
         grad_out = torch.ones_like(q) if backward else None
-        return measure(chosen, q, k, v, causal, mode, "cuda", grad_out, warmup_ms=1, rep_ms=1).get("extra_mib")
+        measured = bench_gpu.measure(chosen, q, k, v, is_causal, mode, "cuda", grad_out, warmup_ms=1, rep_ms=1)
+        return measured.get("extra_mib")
     if not Path("/proc/self/clear_refs").exists():
         return None  # not Linux: no reliable way to reset the peak resident size
-    args = [method, batch, heads, n, head_dim, dtype, int(causal), mode]
+    args = [method, batch, heads, n, head_dim, dtype, int(is_causal), mode]
     command = [sys.executable, "-m", "attnedu.bench", "--child-memory", *map(str, args)]
     # glibc keeps freed blocks for reuse, which hides a later allocation from the peak, and a fixed mmap threshold
     # makes it hand every block above 64 KiB back to the system when freed: the peak then counts live memory only.
@@ -444,115 +205,8 @@ def measure_memory(method: str, batch: int, heads: int, n: int, head_dim: int, d
 
 
 # ------------------------------------------------------------------------------------------------------------
-# provenance
-# ------------------------------------------------------------------------------------------------------------
-
-
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _load_average() -> list[float] | None:
-    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
-
-
-def provenance(device: str, dtype: str, batch: int, heads: int, threads: int, repeats: int, warmup: int,
-               min_run_time: float = 0.05) -> dict:  # fmt: skip
-    info = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "device": torch.cuda.get_device_name() if device == "cuda" else f"CPU: {_cpu_model()}",
-        "device_kind": device,
-        "cpu_count": os.cpu_count(),
-        "threads": threads,
-        "interop_threads": torch.get_num_interop_threads(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "triton": _version("triton"),
-        "cuda": torch.version.cuda if device == "cuda" else None,
-        "dtype": dtype,
-        "batch": batch,
-        "heads": heads,
-        "flops": "forward 4 * batch * heads * N^2 * head_dim, halved when causal; forward+backward 3.5 times that "
-        "(a backward counts 2.5 forwards); TFLOP = 1e12",  # fmt: skip
-        "timing": (
-            f"{warmup} warm-up call(s) per method and shape, then {repeats} rounds in which every (shape, method) "
-            f"is measured once in turn by torch.utils.benchmark.Timer.blocked_autorange(min_run_time={min_run_time}) "
-            f"with {threads} thread(s); median, min, max over rounds"
-            if device == "cpu"
-            else "triton.testing.do_bench per method and shape: L2 flushed before every call, CUDA events, median"
-        ),
-        "spread": "min-max over rounds" if device == "cpu" else "20th-80th percentile of do_bench's calls",
-        "memory": MEMORY_METHOD_CUDA if device == "cuda" else MEMORY_METHOD_CPU,
-        "environment": {
-            k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS") if k in os.environ
-        },  # fmt: skip
-        "load_average_before": _load_average(),
-    }
-    if device == "cuda":
-        from .bench_gpu import cuda_provenance
-
-        info.update(cuda_provenance())
-    return info
-
-
-# ------------------------------------------------------------------------------------------------------------
-# argument checks
-# ------------------------------------------------------------------------------------------------------------
-
-
-def _check_device(device) -> None:
-    if device in ("gpu", "GPU"):
-        raise ValueError(f"device should be one of {DEVICES}, got {device!r}; PyTorch calls an NVIDIA GPU 'cuda'")
-    check_choice("device", device, DEVICES)
-
-
-def _check_names(name: str, values, choices: Sequence[str]) -> list[str]:
-    values = check_items(name, values, str, f"names from {tuple(choices)}")
-    for i, value in enumerate(values):
-        check_choice(f"{name}[{i}]", value, choices)
-    return values
-
-
-def _check_common(lengths, head_dims, causal, methods, modes, repeats=1, warmup=0) -> None:
-    check_positive_ints("lengths", lengths, "sequence length N")
-    check_positive_ints("head_dims", head_dims, "head size")
-    check_items("causal", causal, bool, "bools (False: no mask, True: causal)")
-    _check_names("methods", methods, METHODS)
-    _check_names("modes", modes, MODES)
-    check_int("repeats", repeats, "rounds of timing", minimum=1)
-    check_int("warmup", warmup, "warm-up calls per method and shape", minimum=0)
-
-
-# ------------------------------------------------------------------------------------------------------------
 # the runs
 # ------------------------------------------------------------------------------------------------------------
-
-
-def _measurement(name, method, n, head_dim, causal, mode, dtype, batch, heads, times_ms, **extra) -> Measurement:
-    """A Measurement from times in ms (one per round), or from do_bench's quantiles in ``extra``."""
-    if "error" in extra:
-        return Measurement(name, method.label, n, head_dim, causal, [], None, None, None, None, error=extra["error"],
-                           mode=mode, dtype=dtype, batch=batch, heads=heads)  # fmt: skip
-    median, low, high = extra.pop("median", None), extra.pop("min", None), extra.pop("max", None)
-    if median is None:  # CPU: one median per round
-        median, low, high = statistics.median(times_ms), min(times_ms), max(times_ms)
-    flops = mode_flops(batch, heads, n, head_dim, causal, mode)
-    return Measurement(
-        name, method.label, n, head_dim, causal, [round(t, 4) for t in times_ms], median, low, high,
-        flops / (median / 1000) / 1e12, mode=mode, dtype=dtype, batch=batch, heads=heads,
-        q20_ms=extra.pop("q20", None), q80_ms=extra.pop("q80", None), **extra,
-    )  # fmt: skip
 
 
 def run_benchmark(
@@ -578,8 +232,8 @@ def run_benchmark(
     measurement (a fresh process each on the CPU) to those N; by default all. On CUDA, each measured by do_bench
     (``attnedu.bench_gpu.run_gpu_suite`` is the full GPU comparison). Methods that cannot run here (Triton without
     a GPU) are left out and named in the provenance's "skipped"."""
-    _check_device(device)
-    _check_common(lengths, head_dims, causal, methods, modes, repeats, warmup)
+    check_device(device)
+    check_run_arguments(lengths, head_dims, causal, methods, modes, repeats, warmup)
     check_choice("dtype", dtype, tuple(DTYPES))
     for name, value, meaning in (("batch", batch, "batch size"), ("heads", heads, "number of heads"),
                                  ("threads", threads, "CPU threads")):  # fmt: skip
@@ -610,19 +264,19 @@ def run_benchmark(
                             memory, memory_lengths)  # fmt: skip
     finally:
         torch.set_num_threads(previous_threads)
-    info["load_average_after"] = _load_average()
+    info["load_average_after"] = load_average()
     return bench
 
 
 def _run_cpu_shapes(bench, chosen, shapes, batch, heads, dtype, repeats, warmup, threads, min_run_time, memory,
                     memory_lengths) -> None:  # fmt: skip
     calls = {}
-    for mode, n, head_dim, causal in shapes:
+    for mode, n, head_dim, is_causal in shapes:
         backward = mode == "forward+backward"
         q, k, v = make_inputs(batch, heads, n, head_dim, DTYPES[dtype], "cpu", requires_grad=backward)
         grad_out = torch.ones_like(q) if backward else None
         for name, method in chosen.items():
-            calls[(mode, n, head_dim, causal, name)] = Call(make_call(method.fn, q, k, v, causal, mode, grad_out),
+            calls[(mode, n, head_dim, is_causal, name)] = Call(make_call(method.fn, q, k, v, is_causal, mode, grad_out),
                                                             method.context)  # fmt: skip
     memory_jobs = [key for key in calls if memory and key[1] in memory_lengths]
     bar = progress(repeats + len(memory_jobs), "attention benchmark")
@@ -631,32 +285,31 @@ def _run_cpu_shapes(bench, chosen, shapes, batch, heads, dtype, repeats, warmup,
                                      on_round=bar.update)  # fmt: skip
         del calls
         for key in dict.fromkeys([*times, *errors]):
-            mode, n, head_dim, causal, name = key
+            mode, n, head_dim, is_causal, name = key
             if key in errors:
                 extra = {"error": errors[key]}
             else:
                 extra = {}
-            bench.results.append(_measurement(name, chosen[name], n, head_dim, causal, mode, dtype, batch, heads,
+            bench.results.append(make_measurement(name, chosen[name], n, head_dim, is_causal, mode, dtype, batch, heads,
                                               [1000 * s for s in times.get(key, [])], **extra))  # fmt: skip
-        for mode, n, head_dim, causal, name in memory_jobs:
-            if (mode, n, head_dim, causal, name) not in errors:
-                found = bench.find(name, n, head_dim, causal, mode=mode)
-                found.extra_mib = measure_memory(name, batch, heads, n, head_dim, dtype, causal, "cpu", mode)
+        for mode, n, head_dim, is_causal, name in memory_jobs:
+            if (mode, n, head_dim, is_causal, name) not in errors:
+                found = bench.find(name, n, head_dim, is_causal, mode=mode)
+                found.extra_mib = measure_memory(name, batch, heads, n, head_dim, dtype, is_causal, "cpu", mode)
             bar.update()
     finally:
         bar.close()
 
 
 def _run_cuda_shapes(bench, chosen, shapes, batch, heads, dtype, memory, memory_lengths) -> None:
-    from .bench_gpu import measure
-
-    for mode, n, head_dim, causal in shapes:
+    for mode, n, head_dim, is_causal in shapes:
         backward = mode == "forward+backward"
         q, k, v = make_inputs(batch, heads, n, head_dim, DTYPES[dtype], "cuda", requires_grad=backward)
         grad_out = torch.randn_like(q) if backward else None
         for name, method in chosen.items():
-            result = measure(method, q, k, v, causal, mode, "cuda", grad_out, memory=memory and n in memory_lengths)
-            bench.results.append(_measurement(name, method, n, head_dim, causal, mode, dtype, batch, heads, [],
+            result = bench_gpu.measure(method, q, k, v, is_causal, mode, "cuda", grad_out,
+                                       memory=memory and n in memory_lengths)  # fmt: skip
+            bench.results.append(make_measurement(name, method, n, head_dim, is_causal, mode, dtype, batch, heads, [],
                                               **result))  # fmt: skip
         del q, k, v, grad_out
 
@@ -690,18 +343,10 @@ def cpu_targets(bench: Benchmark, n: int = 4096, head_dim: int = 64) -> list[dic
     return rows
 
 
-def _ms(x: float) -> str:
-    return f"{x:,.3f}" if x < 10 else f"{x:,.1f}"
-
-
-def _tflops(x: float) -> str:
-    return f"{x:.1f}" if x >= 10 else f"{x:.3f}" if x >= 0.1 else f"{x:.4f}"
-
-
 def _spread(r: Measurement) -> str:
     if r.q20_ms is not None and r.q80_ms is not None:
-        return f"{_ms(r.q20_ms)}-{_ms(r.q80_ms)}"
-    return f"{_ms(r.min_ms)}-{_ms(r.max_ms)}"
+        return f"{format_ms(r.q20_ms)}-{format_ms(r.q80_ms)}"
+    return f"{format_ms(r.min_ms)}-{format_ms(r.max_ms)}"
 
 
 def markdown(bench: Benchmark, note: str = "") -> str:
@@ -722,9 +367,10 @@ def markdown(bench: Benchmark, note: str = "") -> str:
             if r.error:
                 lines.append(shape + f"{r.error} | - | - | - | - |")
                 continue
-            first = "-" if r.first_call_ms is None else _ms(r.first_call_ms)
+            first = "-" if r.first_call_ms is None else format_ms(r.first_call_ms)
             memory = "-" if r.extra_mib is None else f"{r.extra_mib:,.1f}"
-            lines.append(shape + f"{_ms(r.median_ms)} | {_spread(r)} | {_tflops(r.tflops)} | {first} | {memory} |")
+            timing = f"{format_ms(r.median_ms)} | {_spread(r)} | {format_tflops(r.tflops)}"
+            lines.append(shape + f"{timing} | {first} | {memory} |")
     ratios = bench.ratios()
     keys = list(dict.fromkeys(k for row in ratios for k in row if k not in ("mode", "dtype", "n", "head_dim",
                                                                              "causal")))  # fmt: skip
@@ -799,9 +445,7 @@ def write(bench: Benchmark, prefix: str | os.PathLike, note: str = "") -> list[P
     if bench.provenance.get("suite"):
         columns = len({(r.head_dim, r.causal) for r in bench.results})
         fig = Figure(figsize=(3.6 * columns + 1, 3.3 * len({r.mode for r in bench.results})), layout="constrained")
-        from .bench_gpu import plot_throughput
-
-        plot_throughput(fig, bench)
+        bench_gpu.plot_throughput(fig, bench)
     else:
         fig = Figure(figsize=(11, 4), layout="constrained")
         plot_benchmark(fig, bench)
@@ -844,8 +488,7 @@ def steady_medians(shape_ids: torch.Tensor, times_ms: torch.Tensor, warmup: int 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from .bench_gpu import GPU_SUITE, run_gpu_suite
-
+    GPU_SUITE, run_gpu_suite = bench_gpu.GPU_SUITE, bench_gpu.run_gpu_suite
     parser = argparse.ArgumentParser(prog="python -m attnedu.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpu-suite", action="store_true", help="the GPU comparison -> benchmarks/attention_cuda.*")
     parser.add_argument("--device", choices=("auto", *DEVICES), default="auto")
@@ -879,8 +522,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     command = "python -m attnedu.bench " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.child_memory:
-        method, batch, heads, n, head_dim, dtype, causal, mode = args.child_memory
-        print(_child_memory(method, int(batch), int(heads), int(n), int(head_dim), dtype, bool(int(causal)), mode))
+        method, batch, heads, n, head_dim, dtype, is_causal, mode = args.child_memory
+        print(_child_memory(method, int(batch), int(heads), int(n), int(head_dim), dtype, bool(int(is_causal)), mode))
         return
     causal_choice = {"no": [False], "yes": [True], "both": [False, True], None: None}[args.causal]
     if args.no_autotune:

@@ -1,37 +1,37 @@
 """The GPU half of ``attnedu.bench``: ``python -m attnedu.bench --gpu-suite`` (``make gpu-bench``), and the timing
 and measuring of one method at one shape on a CUDA GPU. The method (do_bench, first call apart, memory, constant
-tokens) is described in ``attnedu.bench``'s docstring; results use its ``Benchmark`` and ``Measurement``.
+tokens) is described in ``attnedu.bench``'s docstring; the methods, inputs and results (``Benchmark``,
+``Measurement``) are ``attnedu.measurements``', which this module and ``attnedu.bench`` import (``bench`` imports
+this one; this one never imports ``bench``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
 import time
 import warnings
 from collections.abc import Callable, Sequence
 
 import torch
 
-from . import bench as bench_module
+from . import measurements
 from ._validate import check_int, check_number
-from .bench import (
+from .measurements import (
     DTYPES,
     MODES,
     Benchmark,
     Method,
     MiB,
-    _check_common,
-    _check_names,
-    _free,
-    _load_average,
-    _measurement,
-    _ms,
-    _nbytes,
-    _out_of_memory,
-    _tflops,
+    check_names,
+    check_run_arguments,
+    format_ms,
+    format_tflops,
+    free_cache,
+    is_out_of_memory,
+    load_average,
     make_call,
     make_inputs,
+    make_measurement,
+    nbytes,
     provenance,
 )
 
@@ -105,12 +105,12 @@ def _refusal(method: Method, error: BaseException, caught: list) -> str | None:
     return "not supported: " + " ".join(why.split())[:300]
 
 
-def measure(method: Method, q, k, v, causal: bool, mode: str, device: str, grad_out=None, *, memory: bool = True,
+def measure(method: Method, q, k, v, is_causal: bool, mode: str, device: str, grad_out=None, *, memory: bool = True,
             warmup_ms: float = 25, rep_ms: float = 100) -> dict:  # fmt: skip
     """One method at one shape on ``device`` (a GPU, or in tests the CPU with a fake ``gpu_time``): the first call
     (timed apart: compilation, autotuning), the extra and peak memory of one call (CUDA only), then ``gpu_time``.
     Returns the fields of a Measurement, with ``error`` set if the method ran out of memory or refused the shape."""
-    call = make_call(method.fn, q, k, v, causal, mode, grad_out)
+    call = make_call(method.fn, q, k, v, is_causal, mode, grad_out)
     result: dict = {}
     returned = None
     with method.context(), warnings.catch_warnings(record=True) as caught:
@@ -128,56 +128,21 @@ def measure(method: Method, q, k, v, causal: bool, mode: str, device: str, grad_
                 returned = call()
                 torch.cuda.synchronize()
                 peak = torch.cuda.max_memory_allocated()
-                result["extra_mib"] = (peak - before - _nbytes(returned)) / MiB
+                result["extra_mib"] = (peak - before - nbytes(returned)) / MiB
                 result["peak_mib"] = peak / MiB
             returned = None
             result.update(gpu_time(call, warmup_ms, rep_ms))
         except Exception as error:
             del returned  # free what a call returned before an error, before freeing the cache
-            if _out_of_memory(error):
+            if is_out_of_memory(error):
                 result = {"error": "out of memory"}
             else:
                 refusal = _refusal(method, error, caught)
                 if refusal is None:
                     raise
                 result = {"error": refusal}
-            _free(device)
+            free_cache(device)
     return result
-
-
-def _nvidia_smi() -> dict | None:
-    """Driver version and clocks (MHz) from nvidia-smi, or None where it cannot be run."""
-    queries = ["driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "power.limit", "temperature.gpu"]
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        done = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(queries)}", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=20, check=True)  # fmt: skip
-        index = torch.cuda.current_device() if torch.cuda.is_available() else 0
-        lines = done.stdout.strip().splitlines()
-        if lines:
-            return dict(zip(queries, (v.strip() for v in lines[min(index, len(lines) - 1)].split(","))))
-    return None
-
-
-def cuda_provenance() -> dict:
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    from .triton_attention import AUTOTUNE_ENV, autotuning
-
-    return {
-        "gpu": {
-            "name": props.name,
-            "capability": f"{props.major}.{props.minor}",
-            "sms": props.multi_processor_count,
-            "memory_gib": round(props.total_memory / 2**30, 1),
-        },  # fmt: skip
-        "nvidia_smi": _nvidia_smi(),
-        "cudnn": torch.backends.cudnn.version(),
-        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
-        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
-        "l2": "flushed before every timed call (do_bench zeroes a 256 MB buffer)",
-        "first_call": "the first call of each method at each shape, synchronized, by the wall clock: it pays for "
-        "Triton's compilation and autotuning, cuDNN's plan, the allocator's growth",  # fmt: skip
-        "triton_autotune": f"{'on' if autotuning() else 'off'} ({AUTOTUNE_ENV})",
-    }
 
 
 def run_gpu_suite(
@@ -210,8 +175,8 @@ def run_gpu_suite(
 
 
 def _check_suite(lengths, head_dims, dtypes, causal, modes, methods, tokens, hidden, warmup_ms, rep_ms) -> None:
-    _check_common(lengths, head_dims, causal, methods, modes)
-    _check_names("dtypes", dtypes, tuple(DTYPES))
+    check_run_arguments(lengths, head_dims, causal, methods, modes)
+    check_names("dtypes", dtypes, tuple(DTYPES))
     check_int("tokens", tokens, "batch x N, constant over N", minimum=1)
     check_int("hidden", hidden, "heads x head_dim, constant over head_dim", minimum=1)
     for head_dim in head_dims:
@@ -244,7 +209,7 @@ def _run_suite(lengths, head_dims, dtypes, causal, modes, methods, tokens, hidde
     total, done, start = len(series) * len(lengths), 0, time.perf_counter()
     labels: dict[str, str] = {}
     for dtype, head_dim, is_causal, mode in series:
-        chosen = bench_module.make_methods(device, DTYPES[dtype], methods)  # looked up here: tests replace it
+        chosen = measurements.make_methods(device, DTYPES[dtype], methods)  # looked up here: tests replace it
         labels.update({name: m.label for name, m in chosen.items()})
         ran_out: dict[str, int] = {}  # method -> the N at which it ran out of memory in this series
         heads = hidden // head_dim
@@ -262,19 +227,19 @@ def _run_suite(lengths, head_dims, dtypes, causal, modes, methods, tokens, hidde
                                      rep_ms=rep_ms)  # fmt: skip
                     if result.get("error", "").startswith("out of memory"):
                         ran_out[name] = n
-                row = _measurement(name, method, n, head_dim, is_causal, mode, dtype, batch, heads, [], **result)
+                row = make_measurement(name, method, n, head_dim, is_causal, mode, dtype, batch, heads, [], **result)
                 bench.results.append(row)
                 cells.append(f"{name} {row.error[:40]}" if row.error else
-                             f"{name} {_ms(row.median_ms)} ms {_tflops(row.tflops)} TFLOP/s")  # fmt: skip
+                             f"{name} {format_ms(row.median_ms)} ms {format_tflops(row.tflops)} TFLOP/s")  # fmt: skip
             del q, k, v, grad_out
-            _free(device)
+            free_cache(device)
             done += 1
             elapsed = time.perf_counter() - start
             log(f"[{done}/{total}, {elapsed:.0f} s] {mode} {dtype} head_dim={head_dim} causal={is_causal} N={n} "
                 f"(batch {batch}, heads {heads}): " + "; ".join(cells))  # fmt: skip
     info["methods"] = labels
     info["skipped"] = {name: "cannot run here" for name in methods if name not in labels}
-    info["load_average_after"] = _load_average()
+    info["load_average_after"] = load_average()
     info["seconds"] = round(time.perf_counter() - start, 1)
     return bench
 

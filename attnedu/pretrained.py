@@ -76,17 +76,6 @@ def model_dir() -> Path:
     return directory
 
 
-def is_installed() -> bool:
-    """True if the model and both readers (safetensors, tokenizers) can be imported."""
-    try:
-        model_dir()
-        importlib.import_module("safetensors.torch")
-        importlib.import_module("tokenizers")
-    except ImportError:
-        return False
-    return True
-
-
 @dataclass(frozen=True)
 class BertConfig:
     """The sizes in a BERT checkpoint's config.json."""

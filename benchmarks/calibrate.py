@@ -1,5 +1,5 @@
 """Calibrate the trained effects of lessons 01-10 over several training seeds, so that the margins the
-lessons assert rest on more than one run (experiments.md, section 0.1: assert about half the
+lessons assert rest on more than one run (docs/style.md, experiment rules: assert about half the
 observed gap). Seeds go through ``ATTNEDU_SEED_OFFSET`` exactly as in the test command's perturbed
 run, so seed 1000 here is the perturbed run's model.
 

@@ -1,5 +1,6 @@
-"""attnedu.bench: the benchmark command runs at small scale and writes its reports; its GPU suite's logic runs on
-the CPU with a fake timer; its arguments are checked. No time is asserted.
+"""attnedu.bench (with attnedu.measurements and attnedu.bench_gpu): the benchmark command runs at small scale and
+writes its reports; its GPU suite's logic runs on the CPU with a fake timer; its arguments are checked; every method
+is called as fn(q, k, v, is_causal=...) and computes attention. No time is asserted.
 
 ``test_gpu_suite_runs_on_a_real_gpu`` runs only with a CUDA GPU (``pytest tests/test_bench.py -k gpu``)."""
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from attnedu import bench, bench_gpu
+from attnedu import bench, bench_gpu, measurements
 from attnedu.flash import attention_flops
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +36,22 @@ def test_quick_benchmark_writes_json_markdown_and_plot(tmp_path):
     assert data["ratios"] and "naive / tiled time" in data["ratios"][0]
     assert "| N | head_dim |" in (tmp_path / "quick.md").read_text()
     assert (tmp_path / "quick.png").stat().st_size > 1000
+
+
+def test_every_method_takes_the_flag_as_is_causal():
+    """Each CPU method, called as the benchmark calls it (``make_call``: fn(q, k, v, is_causal=...)), computes
+    attention with and without the causal mask: the flag reaches the function, named as PyTorch names it."""
+    q, k, v = measurements.make_inputs(1, 2, 24, 8, torch.float32, "cpu", seed=3)
+    chosen = measurements.make_methods("cpu", torch.float32, ("naive", "tiled", "sdpa", "sdpa_math", "linear"))
+    for is_causal in (False, True):
+        expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+        for name, method in chosen.items():
+            with method.context():
+                out = measurements.make_call(method.fn, q, k, v, is_causal, "forward")()
+            if name == "linear":  # not softmax attention: its causal output at position 0 is v's first row
+                assert out.shape == expected.shape and torch.allclose(out[..., 0, :], v[..., 0, :]) == is_causal
+            else:
+                torch.testing.assert_close(out, expected, msg=f"{name}, is_causal={is_causal}")
 
 
 def test_rounds_interleave_every_shape_and_method_and_set_the_threads():
@@ -142,17 +159,17 @@ def fake_gpu(monkeypatch):
     last = {}
 
     def fake_method(name, out_of_memory_from=None):
-        def fn(q, k, v, causal):
+        def fn(q, k, v, *, is_causal=False):
             if out_of_memory_from and q.shape[-2] >= out_of_memory_from:
                 raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
             last["name"] = name
             return q * 1.0 + (k.sum() + v.sum()) * 0
 
-        return bench.Method(name, f"fake {name}", fn)
+        return measurements.Method(name, f"fake {name}", fn)
 
-    real = bench.make_methods
+    real = measurements.make_methods
 
-    def make_methods(device, dtype, names=bench.METHODS):
+    def make_methods(device, dtype, names=measurements.METHODS):
         methods = {"triton": fake_method("triton"), "sdpa_flash": fake_method("sdpa_flash"),
                    "naive": fake_method("naive", out_of_memory_from=256)}  # fmt: skip
         methods.update(real(device, dtype, ["sdpa_cudnn"]))
@@ -163,7 +180,7 @@ def fake_gpu(monkeypatch):
         ms = FAKE_MS[last["name"]]
         return {"median": ms, "q20": 0.9 * ms, "q80": 1.2 * ms, "min": 0.8 * ms, "max": 1.5 * ms}
 
-    monkeypatch.setattr(bench, "make_methods", make_methods)
+    monkeypatch.setattr(measurements, "make_methods", make_methods)
     monkeypatch.setattr(bench_gpu, "gpu_time", gpu_time)
 
 
@@ -212,7 +229,7 @@ def test_gpu_provenance_records_the_machine(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=None: props)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: props.name)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(bench_gpu, "_nvidia_smi", lambda: {"driver_version": "999.1", "clocks.sm": "1980"})
+    monkeypatch.setattr(measurements, "_nvidia_smi", lambda: {"driver_version": "999.1", "clocks.sm": "1980"})
     info = bench.provenance("cuda", "bfloat16", 1, 8, 1, 1, 0)
     for key in ("device", "gpu", "nvidia_smi", "cuda", "cudnn", "torch", "triton", "tf32_matmul", "l2",
                 "first_call", "triton_autotune", "timing", "memory"):  # fmt: skip

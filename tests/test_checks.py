@@ -309,19 +309,6 @@ def test_few_bugs_get_only_a_count_of_differing_entries(gallery):
 # Messages name the mistake and where it shows, never the corrected code (issue 25)
 # --------------------------------------------------------------------------------------------
 
-FIX_LESSONS = (
-    "01_rnn_bottleneck",
-    "02_bahdanau_attention",
-    "03_luong_attention",
-    "04_query_key_value",
-    "05_multi_head_attention",
-    "06_masking",
-    "07_positional_encoding",
-    "08_flash_attention",
-    "09_transformer_block",
-    "10_attention_at_inference",
-    "11_real_attention_heads",
-)
 _NAME = re.compile(r"[A-Za-z_][\w.]*")  # a bare (dotted) name: an argument, a function, a module
 _CALL = re.compile(r"[\w\])]\s*\(")  # f(...), x.m(...), a[...](...)
 _ASSIGNMENT = re.compile(r"(?<![=!<>~+\-*/%&|^])=(?!=)|[+\-*/%&|^]=")  # x = ..., x += ..., keyword=value
@@ -347,12 +334,11 @@ def _printed_fixes(text: str) -> list[str]:
 
 
 def _fix_lesson_messages() -> list[tuple[str, str]]:
-    """(where, text) for every message of lessons 01 to 09 written in advance: the known-wrong variants' diagnoses,
-    the notes on NaN and large inputs, and the engine's shared texts they can be shown with."""
+    """(where, text) for every message written in advance, in every lesson of the registry (``checks.EXERCISES``):
+    the known-wrong variants' diagnoses, the notes on NaN and large inputs, and the engine's shared texts they can be
+    shown with."""
     texts = []
     for name, exercise in checks.EXERCISES.items():
-        if exercise.lesson not in FIX_LESSONS:
-            continue
         texts += [(f"{name}: variant {i}", v.diagnosis) for i, v in enumerate(exercise.variants)]
         texts += [(f"{name}: {note}", getattr(exercise, note)) for note in ("large_note", "nan_note")]
     texts += [(f"engine._DTYPE_ADVICE[{d}]", t) for d, t in engine._DTYPE_ADVICE.items()]
@@ -374,11 +360,13 @@ def test_the_fix_scan_catches_printed_fixes():
 
 
 def test_lesson_messages_print_no_fix():
-    """Every diagnosis of lessons 01-09 names the mistake by its cause and where it shows, and may state the rule
+    """Every diagnosis of every lesson names the mistake by its cause and where it shows, and may state the rule
     the right answer obeys, but never the corrected line: no backquoted code but bare names, no library call."""
     texts = _fix_lesson_messages()
-    assert {checks.EXERCISES[n].lesson for n in checks.EXERCISES} <= set(FIX_LESSONS)  # a new lesson joins the scan
-    assert len(texts) > 250  # every variant of the nine lessons, and the shared texts
+    scanned = {checks.EXERCISES[where.split(":")[0]].lesson for where, _ in texts if ":" in where
+               and where.split(":")[0] in checks.EXERCISES}  # fmt: skip
+    assert scanned == set(checks.LESSONS)  # every lesson of the registry (attnedu.checks), a new one as it joins
+    assert len(texts) > 250  # every variant of every lesson, and the shared texts
     printed = [(where, _printed_fixes(text)) for where, text in texts if _printed_fixes(text)]
     assert not printed, "\n".join(f"{where}: {', '.join(fixes)}" for where, fixes in printed)
 

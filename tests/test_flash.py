@@ -167,7 +167,7 @@ def test_flops_and_bytes_conventions():
     assert attention_flops(1, 1, 2, 3, 4) == 4 * 2 * 3 * 4
     assert attention_flops(16, 8, 4096, 4096, 64) == 4 * 16 * 8 * 4096**2 * 64
     assert attention_flops(2, 2, 8, 8, 8, causal=True) * 2 == attention_flops(2, 2, 8, 8, 8)
-    assert scores_bytes(1, 8, 4096, 4096, 4) == 512 * 2**20  # performance.md: 512 MiB at 4k for B=1, H=8, fp32
+    assert scores_bytes(1, 8, 4096, 4096, 4) == 512 * 2**20  # one N x N score matrix, B=1, H=8, N=4096, fp32: 512 MiB
     with pytest.raises(ValueError, match="head_dim"):
         attention_flops(1, 1, 2, 2, 0)
 

@@ -42,6 +42,7 @@ diagnoses in its own process with the same :func:`run_check`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -63,7 +64,7 @@ from .calling import MAX_PRINTED, TIME_LIMIT, grading_mode
 from .diagnosis import run_check
 from .exercise import Exercise
 from .lesson11 import check_entropy_prediction, check_removal_effect, check_removal_prediction
-from .prediction import check_prediction, expected_form, recorded_prediction
+from .prediction import expected_form, recorded_prediction, session_prediction
 from .results import FAILED, ICONS, NOT_ATTEMPTED, PARTIAL, PASSED, CheckResult, Hint, make_hint
 
 # The registry: every lesson's checks module lists its exercises in EXERCISES, in the order of its notebook.
@@ -92,7 +93,10 @@ def check(name: str, fn, time_limit: float = TIME_LIMIT) -> CheckResult:
     if grading_mode():
         return CheckResult(name, NOT_ATTEMPTED, "not run here: the batch grader checks this function itself.")
     if exercise.prediction is not None:  # the first valid prediction of the session is the one scored
-        result = check_prediction(exercise, fn, time_limit)
+        caller, note = session_prediction(exercise, fn, time_limit)
+        result = run_check(exercise, fn, time_limit, caller=caller)
+        if note:
+            result = dataclasses.replace(result, message=f"{result.message}\n{note}")
     else:
         result = run_check(exercise, fn, time_limit)
     _record(result, exercise.lesson)

@@ -30,7 +30,6 @@ A lesson adds one with :func:`prediction_exercise` in its checks module, listed 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -261,11 +260,12 @@ def not_attempted(exercise: Exercise) -> CheckResult:
 # --------------------------------------------------------------------------------------------
 
 
-def check_prediction(exercise: Exercise, fn, time_limit: float = TIME_LIMIT) -> CheckResult:
-    """The check cell of a prediction: as :func:`diagnosis.run_check` decides it, on the first valid prediction this
-    session recorded (a later change is said, not scored)."""
-    from .diagnosis import run_check
-
+def session_prediction(exercise: Exercise, fn, time_limit: float = TIME_LIMIT):
+    """What the check cell of a prediction scores: ``(caller, note)``. ``caller`` is for :func:`diagnosis.run_check`
+    (which the package's ``check`` then runs): the learner's one call, its value replaced by the first valid
+    prediction this session recorded (recorded now, if this is the first); None when ``fn`` is not callable (run_check
+    says so). ``note`` is a sentence to append to the message when the prediction changed after the measurement was
+    shown, else "". (This module never imports ``diagnosis``, which judges a prediction with :func:`judge`.)"""
     recorded = _RECORDED.get(exercise.name)
     note = ""
     call = call_learner(fn, (), time_limit, forbidden=exercise.forbidden) if callable(fn) else None
@@ -281,11 +281,9 @@ def check_prediction(exercise: Exercise, fn, time_limit: float = TIME_LIMIT) -> 
         if recorded is not None:
             call.value = recorded  # what is scored: the prediction made before the measurement was shown
     caller = (lambda number, case, limit: (call, ())) if call is not None else None
-    result = run_check(exercise, fn, time_limit, caller=caller)
-    if not note:
-        return result
-    note = f"({note}: the first prediction of this session, made before, is the one scored here.)"
-    return dataclasses.replace(result, message=f"{result.message}\n{note}")
+    if note:
+        note = f"({note}: the first prediction of this session, made before, is the one scored here.)"
+    return caller, note
 
 
 def recorded_prediction(name: str) -> tuple | None:
