@@ -9,14 +9,18 @@ Batch, length and widths differ from each other so that a reduction over the wro
 padded test cases, whose padding positions hold zero vectors (nn.Embedding's padding_idx): there a group is 0 /
 sqrt(eps), so forgetting eps gives NaN exactly there; the cases where eps matters elsewhere (eps 0.01 and 0.1, inputs of
 size 0.001) are padded ones too, so that each kind of test case shows a mistake of its own, and the eps-sensitive case
-comes first, so that a wrong value is seen before a NaN gradient the same mistake makes at padding. The feed-forward
+comes first, so that a wrong value is seen before a NaN gradient the same mistake makes at padding. The block and the
+QK-norm scores each have a case whose inputs are of size 0.001, where the mean of squares is about eps: there eps
+outside the square root, another eps or none at all change the output. The feed-forward
 layer, the causal block and the QK-norm scores act position by position or under a causal mask, so padding at the
 end of a sentence changes nothing in them: they have neither padded nor unpadded cases. The known-wrong variants
 include an off-by-one in both directions: a group's mean over one feature too many and too few; the Swish one step
 early (on the input) and one step late (on the product); the causal diagonal shifted down (no query sees itself) and
 up (each sees the next one). Every function a model is trained through is checked with ``gradients``: the gradients
 that flow back to its inputs must equal the reference's. The learner's functions may not run anything from
-``attnedu.transformer`` (``forbidden``): the exercises ask for their own code.
+``attnedu.transformer`` (``forbidden``): the exercises ask for their own code. Exercise 5 begins with a graded
+prediction, ``largest_score_prediction``: the largest score at head_dim 64 for three sets of gains, measured with the
+course's ``qk_norm_scores`` once the learner has predicted.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from ..transformer import (
     qk_score_bound,
     swiglu,
 )
-from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
+from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Part, Variant, generator, kinds, randn
+from .prediction import prediction_exercise
 
 LESSON = "09_transformer_block"
 OWN_CODE = ("attnedu.transformer",)  # the exercises ask for the learner's own code: the package's earns nothing
@@ -1069,4 +1074,133 @@ LARGEST_QK_SCORE = Exercise(
     forbidden=OWN_CODE,
 )
 
-EXERCISES = (GROUP_RMS_NORM, CLAMPED_SWIGLU, PRE_NORM_BLOCK, QK_NORM_SCORES, LARGEST_QK_SCORE)
+# --------------------------------------------------------------------------------------------
+# largest_score_prediction: exercise 5's three numbers, predicted before largest_qk_score is written
+# --------------------------------------------------------------------------------------------
+
+SCORE_HEAD_DIM, SCORE_GAIN = 64, 3.0  # the question: head_dim 64, and one feature's gains grown to 3 (or -3 and 3)
+
+
+def _largest_scores(q_weight: torch.Tensor, k_weight: torch.Tensor) -> tuple[float, float]:
+    """The course's measurement for one pair of gains (head_dim,): (the largest |score| over the queries and keys
+    tried, the largest over random ones alone). Tried: for every feature, the query and the key with all their size
+    on it, both signs of the key; and 20,000 random pairs, drawn from a fixed seed. Scores by the course's
+    ``qk_norm_scores`` (eps 1e-6, queries and keys of size 1000, where eps changes nothing)."""
+    head_dim = q_weight.shape[0]
+    one_hot = 1000.0 * torch.eye(head_dim)[None, None]  # (1, 1, head_dim, head_dim): query i has all on feature i
+    both_signs = torch.cat([one_hot, -one_hot], dim=2)
+    aligned = qk_norm_scores(one_hot, both_signs, q_weight, k_weight, EPS)[0, 0]  # (head_dim, 2 head_dim)
+    g = generator(95)
+    q, k = randn(g, 20_000, 1, 1, head_dim), randn(g, 20_000, 1, 1, head_dim)  # 20,000 pairs, one score each
+    random = qk_norm_scores(q, k, q_weight, k_weight, EPS).abs().max().item()
+    return max(aligned.abs().max().item(), random), random
+
+
+def _score_gains() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The three questions' gains: every gain 1; then feature 0's grown to 3 and 3; then to -3 and 3."""
+    ones = torch.ones(SCORE_HEAD_DIM)
+    grown_q, grown_k, flipped_q = ones.clone(), ones.clone(), ones.clone()
+    grown_q[0] = grown_k[0] = SCORE_GAIN
+    flipped_q[0] = -SCORE_GAIN
+    return [(ones, ones), (grown_q, grown_k), (flipped_q, grown_k)]
+
+
+def _largest_score_prediction() -> tuple[float, float, float]:
+    return tuple(_largest_scores(q_weight, k_weight)[0] for q_weight, k_weight in _score_gains())
+
+
+def _largest_score_details(measured: tuple) -> str:
+    random = [_largest_scores(q_weight, k_weight)[1] for q_weight, k_weight in _score_gains()]
+    return (
+        f"Measured with the course's qk_norm_scores, head_dim {SCORE_HEAD_DIM}: the largest |score| of a query and a "
+        f"key with all their size on one feature (each feature tried, the key's sign both ways): "
+        f"{', '.join(f'{m:.4g}' for m in measured)}. The largest of 20,000 random pairs comes nowhere near: "
+        f"{', '.join(f'{r:.3g}' for r in random)}."
+    )
+
+
+_LENGTH_1 = (
+    "as if a normalised vector had length 1, and the score were then divided by sqrt(64): RMSNorm makes its root mean "
+    "square 1, so its length is sqrt(64)"
+)
+_NO_ROOT = (
+    "the factor sqrt(64) is missing: a normalised vector has root mean square 1, so its length is sqrt(64), the dot "
+    "product of two reaches 64 times the gains, and the score divides that by sqrt(64) once"
+)
+_UNDIVIDED = (
+    "the dot product of two normalised vectors reaches 64 times the gains, but the score divides it by sqrt(64)"
+)
+_SPREAD = (
+    "that is what a query and a key spread evenly over all 64 features give (or the bound without its sqrt(64)): all "
+    "of their size on the feature whose gains grew gives more"
+)
+
+
+def _score_slips(index: int) -> list[tuple[float, str]]:
+    """(a wrong answer to question ``index``, what it typically assumed)."""
+    root, product = math.sqrt(SCORE_HEAD_DIM), (1.0, SCORE_GAIN**2, SCORE_GAIN**2)[index]
+    slips = [(product / root, _LENGTH_1), (product * root**2, _UNDIVIDED)]
+    if index > 0:
+        rest = (SCORE_HEAD_DIM - 1 + (product if index == 1 else -product)) / root  # every feature at 1
+        slips += [
+            (abs(rest), _SPREAD),
+            (product, _NO_ROOT),
+            (root, "the gains were left out: the score weights that feature by the product of its two gains"),
+            (SCORE_GAIN * root, "only one gain counted: both the query's gain and the key's multiply that feature"),
+        ]
+    if index == 2:  # first: with the gains' product negative there, the other features' best is sqrt(64)
+        slips = [
+            (
+                root,
+                "as if the feature with the negative product were lost, leaving the others' sqrt(64): a key pointing "
+                "the other way on it turns the product's sign back, and it gives the largest score",
+            ),
+            (
+                -product * root,
+                "the question asks for the largest |score|: a key pointing the other way on that feature turns the "
+                "product's sign back",
+            ),
+            *slips,
+        ]
+    return slips if index > 0 else [*slips, (product, _NO_ROOT)]
+
+
+def _largest_score_diagnosis(index: int, guess: float, measured: tuple) -> str:
+    for value, why in _score_slips(index):
+        if math.isclose(guess, value, rel_tol=0.03):
+            return why
+    if index == 2 and abs(guess) < measured[2] / 2:
+        return "the negative gain does not lose that feature: a key pointing the other way on it turns the sign back"
+    return "put all of the query's size and all of the key's on the feature with the largest |g_q,i g_k,i|"
+
+
+LARGEST_SCORE_PREDICTION = prediction_exercise(
+    name="largest_score_prediction",
+    lesson=LESSON,
+    question=(
+        "the largest |score| QK-norm allows at head_dim 64: with every gain 1; with one feature's gains grown to 3 and "
+        "3; and with them -3 and 3"
+    ),
+    parts=(
+        Part("every gain 1", margin=0.05, relative=True),
+        Part("one feature's gains 3 and 3", margin=0.05, relative=True),
+        Part("one feature's gains -3 and 3", margin=0.05, relative=True),
+    ),
+    measure=_largest_score_prediction,
+    details=_largest_score_details,
+    diagnose=_largest_score_diagnosis,
+    forbidden=OWN_CODE,  # a prediction, not a measurement made with the course's code
+    hint=(
+        "How long is a vector after RMSNorm, before its gain? Then: which query and which key make the dot product "
+        "as large as it can be, and what does the division by sqrt(head_dim) leave?",
+        "RMSNorm makes the root mean square 1, so the squares sum to head_dim and the length is sqrt(head_dim). The "
+        "score sums q_i k_i g_q,i g_k,i over the features, divided by sqrt(head_dim): put all of both vectors' size on "
+        "the feature with the largest |g_q,i g_k,i|, and choose the key's sign to make the product positive.",
+        "`return 8.0, 72.0, 72.0`: sqrt(64) * 1, sqrt(64) * 3 * 3, and the same with the key's sign flipped on that "
+        "feature.",
+    ),
+)
+
+EXERCISES = (
+    GROUP_RMS_NORM, CLAMPED_SWIGLU, PRE_NORM_BLOCK, QK_NORM_SCORES, LARGEST_SCORE_PREDICTION, LARGEST_QK_SCORE
+)  # fmt: skip

@@ -1,7 +1,8 @@
 """Lesson 09, 09_transformer_block: the galleries of ``group_rms_norm``, ``clamped_swiglu``, ``pre_norm_block``,
 ``qk_norm_scores`` and ``largest_qk_score`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
-tests/galleries/__init__.py describes them), and REFERENCE_USE: functions that are, or call, the package's own
-``attnedu.transformer``, which the exercises forbid.
+tests/galleries/__init__.py describes them), REFERENCE_USE: functions that are, or call, the package's own
+``attnedu.transformer``, which the exercises forbid, and PREDICTIONS: the graded prediction
+``largest_score_prediction``.
 
 The correct versions are written as a learner would: with torch's functions (F.rms_norm, F.silu,
 F.scaled_dot_product_attention with enable_gqa), by hand, with einsum or loops. Every exercise but the bound takes part
@@ -1311,4 +1312,75 @@ BUGS = [
     ("largest_qk_score", lqb_signed_max, "the largest *signed* product"),
     ("largest_qk_score", lqb_sum, "spread their size evenly"),
     ("largest_qk_score", lqb_squared, GENERIC),
+]
+
+
+# --------------------------------------------------------------------------------------------
+# The graded prediction of exercise 5: (exercise, prediction, status, score, what its message must contain)
+# --------------------------------------------------------------------------------------------
+
+
+def lsp_right():
+    return 8.0, 72.0, 72.0
+
+
+def lsp_worked_out():
+    return math.sqrt(64), math.sqrt(64) * 3 * 3, math.sqrt(64) * abs(-3 * 3)
+
+
+def lsp_as_tensors():
+    return torch.tensor(8.0), torch.tensor(72.0), torch.tensor([72.0])
+
+
+def lsp_no_root():
+    return 1.0, 9.0, 9.0
+
+
+def lsp_length_one():
+    return 0.125, 1.125, 1.125
+
+
+def lsp_negative_feature_lost():
+    return 8.0, 72.0, 8.0
+
+
+def lsp_signed():
+    return 8.0, 72.0, -72.0
+
+
+def lsp_one_gain():
+    return 8.0, 24.0, 24.0
+
+
+def lsp_nearly():
+    return 8.5, 72.0, 72.0  # 6% off: within twice the margin
+
+
+def lsp_one_number():
+    return 8.0
+
+
+def lsp_with_the_course_code():
+    gains = torch.ones(3, 64)
+    gains[1:, 0] = 3.0
+    return tuple(transformer.qk_score_bound(gains, gains).tolist())
+
+
+def lsp_unwritten():
+    raise NotImplementedError
+
+
+PREDICTIONS = [
+    ("largest_score_prediction", lsp_right, "passed", 1.0, "Score: 1 of 1"),
+    ("largest_score_prediction", lsp_worked_out, "passed", 1.0, "you predicted 72, measured 72"),
+    ("largest_score_prediction", lsp_as_tensors, "passed", 1.0, "Score: 1 of 1"),
+    ("largest_score_prediction", lsp_no_root, "failed", 0.0, "The factor sqrt(64) is missing"),
+    ("largest_score_prediction", lsp_length_one, "failed", 0.0, "As if a normalised vector had length 1"),
+    ("largest_score_prediction", lsp_negative_feature_lost, "partial", 2 / 3, "As if the feature with the negative"),
+    ("largest_score_prediction", lsp_signed, "partial", 2 / 3, "The question asks for the largest |score|"),
+    ("largest_score_prediction", lsp_one_gain, "partial", 1 / 3, "Only one gain counted"),
+    ("largest_score_prediction", lsp_nearly, "partial", 5 / 6, "within twice 5% of the measurement (half credit)"),
+    ("largest_score_prediction", lsp_one_number, "failed", 0.0, "should return a tuple of 3 values"),
+    ("largest_score_prediction", lsp_with_the_course_code, "failed", 0.0, "`attnedu.transformer.qk_score_bound`"),
+    ("largest_score_prediction", lsp_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
 ]
