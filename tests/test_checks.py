@@ -793,6 +793,7 @@ def test_the_first_prediction_is_the_one_scored(fresh_predictions):
 REPLAYED = (
     "lsw_nearly", "wl_nothing_changes", "lsw_with_the_course_code", "wl_as_tensors", "lsw_unwritten",
     "cp_attends_first", "cp_as_tuple_and_tensor", "sc_in_gb", "ps_in_slot_order", "ps_as_tensors", "ps_first_write",
+    "lsp_nearly", "lsp_as_tensors",
 )  # fmt: skip
 
 
