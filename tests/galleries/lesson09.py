@@ -705,6 +705,12 @@ def qk_default_eps(q, k, q_weight, k_weight):
     return F.rms_norm(q, (d,), q_weight) @ F.rms_norm(k, (d,), k_weight).transpose(-2, -1) / math.sqrt(d)
 
 
+def qk_eps_of_llama_2(q, k, q_weight, k_weight):
+    """Llama 2's eps, 1e-5, in place of the 1e-6 asked for."""
+    d = q.shape[-1]
+    return F.rms_norm(q, (d,), q_weight, 1e-5) @ F.rms_norm(k, (d,), k_weight, 1e-5).transpose(-2, -1) / math.sqrt(d)
+
+
 def lq_no_sqrt(q_weight, k_weight):
     return (q_weight * k_weight).abs().amax(-1)
 
@@ -859,6 +865,7 @@ MUTANTS = [
     ("qk_norm_scores", qk_softmax, "softmax of the scores"),
     ("qk_norm_scores", qk_not_normalised, "nothing was normalised"),
     ("qk_norm_scores", qk_default_eps, "machine epsilon"),
+    ("qk_norm_scores", qk_eps_of_llama_2, "eps is 1e-5"),
     ("qk_norm_scores", qk_l2, "divided by its length"),
     ("qk_norm_scores", qk_l2_as_henry, "divided by its length"),
     ("qk_norm_scores", qk_normalize_times_root, "eps is missing from the norms"),
