@@ -36,6 +36,7 @@ AttentionOnlyTransformer   lesson 11: attention layers only, causal; where induc
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -735,13 +736,37 @@ class BlockStack(nn.Module):
         return block.norm2(x + block.feed_forward(x.detach()))
 
 
+class InitGradients(NamedTuple):
+    """What :func:`ffn_gradient_norms` measures in one stack (or, from :func:`init_gradient_experiment`, the mean over
+    three). With x the residual stream after the last block, (batch, seq_len, d_model), and the last block's
+    feed-forward layer h_t -> h_t W_2 + b_2 at each position t (h_t its hidden vector, g_t the gradient reaching its
+    output):
+
+    * ``w2`` (num_layers,): ||dl/dW_2||, the Frobenius norm of each block's W_2 gradient, from the input up;
+    * ``stream_rms``: sqrt(mean of x^2 over every entry), the stream's size;
+    * ``stream_sigma``: sqrt(mean over positions of sigma_t^2), sigma_t the standard deviation of x_t's features:
+      what a pre-norm stack's final LayerNorm divides the gradient by, position by position;
+    * ``stream_gradient``: ||dl/dx||, the Frobenius norm of the gradient reaching the stream;
+    * ``coherence``: ||sum_t h_t^T g_t|| / sqrt(sum_t ||h_t||^2 ||g_t||^2), how the last W_2 gradient's terms add
+      up over the positions: about 1 when they point every which way (their squared sizes add, as in Pythagoras),
+      up to sqrt(batch * seq_len) when they all point the same way, less than 1 when they cancel.
+    """
+
+    w2: torch.Tensor
+    stream_rms: float
+    stream_sigma: float
+    stream_gradient: float
+    coherence: float
+
+
 def ffn_gradient_norms(
     stack: BlockStack, inputs: torch.Tensor, targets: torch.Tensor, branch_gradients: bool = True
-) -> tuple[torch.Tensor, float]:
-    """One batch, one backward pass of the next-character loss at initialisation. -> (num_layers,) the Frobenius norm
-    of the gradient of each block's W_2 (the feed-forward layer's output matrix; Xiong et al.'s W^{2,l}), blocks
-    counted from the input; and the root mean square of the residual stream after the last block (what a pre-norm
-    stack's final LayerNorm divides the gradient by).
+) -> InitGradients:
+    """One batch, one backward pass of the next-character loss at initialisation. -> :class:`InitGradients`: the
+    Frobenius norm of the gradient of each block's W_2 (the feed-forward layer's output matrix; Xiong et al.'s
+    W^{2,l}), blocks counted from the input; the size of the residual stream after the last block (its root mean
+    square, and sigma, what a pre-norm stack's final LayerNorm divides the gradient by); the gradient that reaches it;
+    and how coherently the last W_2 gradient's terms add up over the positions.
 
     inputs, targets (batch, seq_len) token ids, the targets the inputs shifted by one."""
     check_instance("stack", stack, BlockStack, "a BlockStack")
@@ -749,10 +774,32 @@ def ffn_gradient_norms(
     if targets.shape != inputs.shape:
         raise ValueError(f"targets should have the shape of inputs, {tuple(inputs.shape)}, got {describe(targets)}")
     stack.zero_grad()
-    logits, stream = stack(inputs, return_stream=True, branch_gradients=branch_gradients)
+    last: dict = {}
+
+    def keep(module, args, output):  # the last W_2's input, and its output (whose gradient is g)
+        last["h"] = args[0].detach()
+        if output.requires_grad:
+            output.retain_grad()
+        last["out"] = output
+
+    hook = stack.blocks[-1].feed_forward[2].register_forward_hook(keep)
+    try:
+        logits, stream = stack(inputs, return_stream=True, branch_gradients=branch_gradients)
+    finally:
+        hook.remove()
+    stream.retain_grad()
     nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten()).backward()
     norms = torch.stack([block.feed_forward[2].weight.grad.norm() for block in stack.blocks])
-    return norms, stream.detach().pow(2).mean().sqrt().item()
+    h, g = last["h"], last["out"].grad
+    scattered = (h.pow(2).sum(-1) * g.pow(2).sum(-1)).sum().sqrt()  # the sum's size if the terms were orthogonal
+    x = stream.detach()
+    return InitGradients(
+        norms,
+        x.pow(2).mean().sqrt().item(),
+        x.var(-1, unbiased=False).mean().sqrt().item(),
+        stream.grad.norm().item(),
+        (norms[-1] / scattered).item(),
+    )
 
 
 # The lesson's experiment, as lesson 09 runs it and benchmarks/calibrate.py calibrates it: stacks of width 64, 4
@@ -769,8 +816,9 @@ GRADIENT_INIT_SEEDS = (0, 1, 2)
 
 def init_gradient_experiment(vocab_size: int, inputs: torch.Tensor, targets: torch.Tensor) -> dict:
     """Every arm of ``GRADIENT_ARMS``: for each arrangement (norm_first) and depth, ``ffn_gradient_norms`` of three
-    stacks (seeds ``GRADIENT_INIT_SEEDS``, plus ATTNEDU_SEED_OFFSET), averaged, the stacks measured in parallel
-    (``attnedu.runtime.in_parallel``). -> {arm: {(norm_first, depth): (profile (depth,), stream RMS)}}."""
+    stacks (seeds ``GRADIENT_INIT_SEEDS``, plus ATTNEDU_SEED_OFFSET), each measurement averaged over the three, the
+    stacks measured in parallel (``attnedu.runtime.in_parallel``). -> {arm: {(norm_first, depth): InitGradients}},
+    its ``w2`` the mean profile (depth,)."""
     vocab_size = check_positive_int("vocab_size", vocab_size, "a size")
     check_ids("inputs", inputs, vocab_size, 2, "(batch, seq_len) of token ids")
     jobs = [(arm, first, depth, seed) for arm, (_, firsts, depths, _) in GRADIENT_ARMS.items()
@@ -788,8 +836,10 @@ def init_gradient_experiment(vocab_size: int, inputs: torch.Tensor, targets: tor
         for first in firsts:
             for depth in depths:
                 runs = [measured[arm, first, depth, seed] for seed in GRADIENT_INIT_SEEDS]
-                profile = torch.stack([norms for norms, _ in runs]).mean(0)
-                results[arm][first, depth] = (profile, sum(rms for _, rms in runs) / len(runs))
+                results[arm][first, depth] = InitGradients(
+                    torch.stack([run.w2 for run in runs]).mean(0),
+                    *(sum(run[i] for run in runs) / len(runs) for i in range(1, len(InitGradients._fields))),
+                )
     return results
 
 

@@ -340,14 +340,16 @@ def _lesson09(experiment: str) -> dict:
         inputs, targets = corpus.batch(8, 64, torch.Generator().manual_seed(5))
     if experiment == "norms09":  # every arm of the lesson's experiment, as the lesson runs it
         measured = init_gradient_experiment(len(corpus.chars), inputs, targets)
-        return {"gradients": {arm: {f"{'pre' if first else 'post'} {depth}": {"profile": profile.tolist(), "rms": rms}
-                                    for (first, depth), (profile, rms) in cells.items()}
+        return {"gradients": {arm: {f"{'pre' if first else 'post'} {depth}": {
+                    "profile": m.w2.tolist(), "rms": m.stream_rms, "sigma": m.stream_sigma,
+                    "stream_gradient": m.stream_gradient, "coherence": m.coherence}
+                                    for (first, depth), m in cells.items()}
                               for arm, cells in measured.items()}}  # fmt: skip
     if experiment == "width09":  # not in the lesson: the paper's width and initialisation, 6 blocks, all paths
         profiles = {}
         for first in (False, True):
             runs = [ffn_gradient_norms(BlockStack(len(corpus.chars), **WIDTH_09, num_layers=6, norm_first=first,
-                                                  seed=seed, init="xavier"), inputs, targets)[0]
+                                                  seed=seed, init="xavier"), inputs, targets).w2
                     for seed in GRADIENT_INIT_SEEDS]  # fmt: skip
             profiles["pre" if first else "post"] = torch.stack(runs).mean(0).tolist()
         return {"width": profiles}
@@ -389,8 +391,14 @@ def _09_last(r: dict, arm: str, kind: str, depth: int) -> float:
     return r["gradients"][arm][f"{kind} {depth}"]["profile"][-1]
 
 
-def _09_rms(r: dict, arm: str, depth: int) -> float:
-    return r["gradients"][arm][f"pre {depth}"]["rms"]
+def _09_rms(r: dict, arm: str, depth: int, key: str = "rms") -> float:
+    """A pre-norm stack's measurement ``key`` ("rms", "sigma", "stream_gradient", "coherence") at ``depth``."""
+    return r["gradients"][arm][f"pre {depth}"][key]
+
+
+def _09_factor(r: dict, arm: str, key: str) -> float:
+    """From 2 to 12 blocks: how a pre-norm measurement changes (its value at 12 over its value at 2)."""
+    return _09_rms(r, arm, 12, key) / _09_rms(r, arm, 2, key)
 
 
 def lesson09_statistics(r: dict) -> dict:
@@ -402,22 +410,28 @@ def lesson09_statistics(r: dict) -> dict:
     stats["post factor"] = _09_last(r, "pytorch", "post", 12) / _09_last(r, "pytorch", "post", 2)
     for arm in ("pytorch", "xavier", "small embeddings"):
         shrink = _09_last(r, arm, "pre", 12) / _09_last(r, arm, "pre", 2)
-        growth = _09_rms(r, arm, 12) / _09_rms(r, arm, 2)
+        growth = _09_factor(r, arm, "rms")
         stats[f"{arm} shrink"], stats[f"{arm} growth"] = shrink, growth
-        stats[f"{arm} tracks"] = abs(shrink * growth - 1)
+        # step 1: the gradient reaching the stream falls as 1 / sigma grows; step 2: W_2's falls less than that
+        stream = _09_factor(r, arm, "stream_gradient")
+        stats[f"{arm} stream tracks"] = abs(stream * _09_factor(r, arm, "sigma") - 1)
+        stats[f"{arm} w2 over stream"] = shrink / stream
+        stats[f"{arm} coherence"] = _09_factor(r, arm, "coherence")
         # the squares of what the embeddings and each block add, fitted at 2 and 12 blocks, predict 6 blocks
         per_block = (_09_rms(r, arm, 12) ** 2 - _09_rms(r, arm, 2) ** 2) / 10
         start = _09_rms(r, arm, 2) ** 2 - 2 * per_block
         stats[f"{arm} pythagoras"] = abs((start + 6 * per_block) ** 0.5 / _09_rms(r, arm, 6) - 1)
     stats["xavier shrink gap"] = stats["pytorch shrink"] - stats["xavier shrink"]
     stats["embedding shrink gap"] = stats["pytorch shrink"] - stats["small embeddings shrink"]
-    for depth in (6, 12):
+    for depth in (6, 12):  # block by block: the last block's gradient over the first's
         pre = r["gradients"]["pytorch"][f"pre {depth}"]["profile"]
+        post = r["gradients"]["pytorch"][f"post {depth}"]["profile"]
         cut_pre = r["gradients"]["identity path"][f"pre {depth}"]["profile"]
         cut_post = r["gradients"]["identity path"][f"post {depth}"]["profile"]
-        stats[f"pre fall {depth}"] = pre[0] / pre[-1]
-        stats[f"identity pre {depth}"] = cut_pre[0] / cut_pre[-1]
-        stats[f"identity post rise {depth}"] = cut_post[-1] / cut_post[0]
+        stats[f"pre last/first {depth}"] = pre[-1] / pre[0]
+        stats[f"post last/first {depth}"] = post[-1] / post[0]
+        stats[f"identity pre last/first {depth}"] = cut_pre[-1] / cut_pre[0]
+        stats[f"identity post last/first {depth}"] = cut_post[-1] / cut_post[0]
     return stats
 
 
@@ -432,8 +446,10 @@ def _ceil(x: float) -> float:
 MARGIN_RULES_09 = (
     "from every run of the record (each kernel set, each seed): a gap the lesson asserts gets half the smallest gap "
     "seen, rounded down to 0.01; a deviation it bounds gets twice the largest deviation seen, rounded up to 0.01; a "
-    "ratio it asserts above 1 gets 1 plus half the smallest excess, rounded down to 0.01 (and the pre-norm stack's "
-    "first/last ratio along the identity path only must stay below that threshold in every run)"
+    "ratio it asserts above a bound (1, or sqrt(6) for the stream's growth) gets the bound plus half the smallest "
+    "excess, rounded down to 0.01; a ratio it asserts below 1 gets 1 minus half the smallest shortfall, rounded up "
+    "to 0.01 (and the pre-norm stack's last/first ratio along the identity path only must stay above that threshold "
+    "in every run)"
 )
 
 
@@ -443,29 +459,38 @@ def lesson09_margins(runs: list[dict]) -> dict:
     stats = [lesson09_statistics(r) for r in results if r["model"] == "norms09"]
     lms = [r for r in results if r["model"] == "lm09"]
 
-    def smallest(key):
-        return min(s[key] for s in stats)
+    def smallest(*keys):
+        return min(s[key] for s in stats for key in keys)
 
     def largest(*keys):
         return max(s[key] for s in stats for key in keys)
 
+    def above(bound, *keys):  # asserted above bound
+        return _floor(bound + (smallest(*keys) - bound) / 2)
+
+    def below(*keys):  # asserted below 1
+        return _ceil(1 - (1 - largest(*keys)) / 2)
+
     arms = ("pytorch", "xavier", "small embeddings")
-    fall = min(smallest("pre fall 6"), smallest("pre fall 12"))
-    rise = min(smallest("identity post rise 6"), smallest("identity post rise 12"))
-    no_fall = largest("identity pre 6", "identity pre 12")
-    if no_fall >= _floor(1 + (fall - 1) / 2):
-        raise ValueError(f"the identity path's first/last ratio ({no_fall:.3f}) reaches the fall's threshold: the "
-                         "lesson could not tell the two apart")  # fmt: skip
+    fall = below("pre last/first 6", "pre last/first 12")
+    if smallest("identity pre last/first 6", "identity pre last/first 12") <= fall:
+        raise ValueError("the identity path's last/first ratio reaches the fall's threshold: the lesson could not tell "
+                         "the two apart")  # fmt: skip
     return {
-        "post_over_pre": _floor(1 + (min(smallest(f"post/pre {d}") for d in (2, 6, 12)) - 1) / 2),
+        "post_over_pre": above(1, *(f"post/pre {d}" for d in (2, 6, 12))),
         "ratio_growth": _floor(smallest("ratio growth") / 2),
-        "post_rise": _floor(1 + (smallest("post factor") - 1) / 2),
-        "tracks": _ceil(2 * largest(*(f"{arm} tracks" for arm in arms))),
-        "pythagoras": _ceil(2 * largest(*(f"{arm} pythagoras" for arm in arms))),
+        "post_rise": above(1, "post factor"),
+        "pre_shrink": below("pytorch shrink"),
+        "stream_tracks": _ceil(2 * largest(*(f"{arm} stream tracks" for arm in arms))),
+        # with the embeddings at full size (with small ones it goes either way from run to run)
+        "w2_over_stream": above(1, "pytorch w2 over stream", "xavier w2 over stream"),
+        "coherence_rise": above(1, "pytorch coherence", "xavier coherence"),
+        "pythagoras": _ceil(2 * largest("pytorch pythagoras")),  # asserted where the sum of squares is assumed
+        "fast_growth": above(math.sqrt(6), "small embeddings growth"),
         "xavier_shrink_gap": _floor(smallest("xavier shrink gap") / 2),
         "embedding_shrink_gap": _floor(smallest("embedding shrink gap") / 2),
-        "pre_fall": _floor(1 + (fall - 1) / 2),  # with every path the ratio is above it, along the identity below
-        "identity_rise": _floor(1 + (rise - 1) / 2),
+        "pre_fall": fall,  # with every path the ratio is below it, along the identity path above
+        "identity_rise": above(1, "identity post last/first 6", "identity post last/first 12"),
         "bigram_gap": _floor(min(r["bigram"] - r["valid"] for r in lms) / 2),
         "one_char_vs_whole": _floor(min(r["context"]["1"] - r["context"]["64"] for r in lms) / 2),
         "one_char_vs_bigram": _floor(min(r["context"]["1"] - r["bigram_cut"] for r in lms) / 2),
@@ -486,22 +511,28 @@ def report_lesson09(results: list[dict], args) -> None:
     norms = [r for r in results if r["model"] == "norms09"]
     if norms:
         print("The gradients at initialisation (`attnedu.transformer.init_gradient_experiment`, each value the mean "
-              "of three inits): the last block's W_2 gradient, post-norm / pre-norm; from 2 to 12 blocks, the "
-              "pre-norm last gradient's factor and the stream's RMS growth, per arm; the first block's gradient over "
-              "the last one's, pre-norm, with all paths and along the identity path only; the last over the first, "
-              "post-norm, identity path only\n")  # fmt: skip
-        print("| seed | post/pre at 2 / 6 / 12 | pytorch: shrink, growth | xavier | embeddings x 0.1 | pre first/last "
-              "6 / 12 | identity path: pre first/last 6 / 12 | identity path: post last/first 6 / 12 |")  # fmt: skip
-        print("|---|---|---|---|---|---|---|---|")
+              "of three inits): the last block's W_2 gradient, post-norm / pre-norm; from 2 to 12 blocks, per arm of "
+              "pre-norm stacks, the factors of the last W_2 gradient, of the gradient reaching the stream, of the "
+              "stream's sigma and RMS, and of the coherence of the W_2 gradient's sum over positions; block by "
+              "block, the last block's gradient over the first's, with every path and along the identity path "
+              "only\n")  # fmt: skip
+        print("| seed | post/pre at 2 / 6 / 12 | arm: W_2, stream gradient, sigma, RMS, coherence (x, 2 -> 12 blocks) "
+              "| pre last/first 6 / 12 | post last/first 6 / 12 | identity path: pre 6 / 12 | identity path: post "
+              "6 / 12 |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|")
         for r in norms:
             s = lesson09_statistics(r)
-            arms = [f"{s[f'{a} shrink']:.3f}, {s[f'{a} growth']:.3f}"
-                    for a in ("pytorch", "xavier", "small embeddings")]  # fmt: skip
+            arms = "<br>".join(
+                f"{a}: {s[f'{a} shrink']:.3f}, {_09_factor(r, a, 'stream_gradient'):.3f}, "
+                f"{_09_factor(r, a, 'sigma'):.3f}, {s[f'{a} growth']:.3f}, {s[f'{a} coherence']:.3f}"
+                for a in ("pytorch", "xavier", "small embeddings")
+            )
             ratios = " / ".join(f"{s[key]:.2f}" for key in ("post/pre 2", "post/pre 6", "post/pre 12"))
-            print(f"| {r['seed']} | {ratios} | "
-                  f"{' | '.join(arms)} | {s['pre fall 6']:.3f} / {s['pre fall 12']:.3f} | "
-                  f"{s['identity pre 6']:.3f} / {s['identity pre 12']:.3f} | "
-                  f"{s['identity post rise 6']:.3f} / {s['identity post rise 12']:.3f} |")  # fmt: skip
+            pairs = " | ".join(
+                f"{s[f'{kind} 6']:.3f} / {s[f'{kind} 12']:.3f}"
+                for kind in ("pre last/first", "post last/first", "identity pre last/first", "identity post last/first")
+            )
+            print(f"| {r['seed']} | {ratios} | {arms} | {pairs} |")  # fmt: skip
     wide = [r for r in results if r["model"] == "width09"]
     if wide:
         print(f"\nNot in the lesson: stacks of Xiong et al.'s width ({WIDTH_09}), 6 blocks, Xavier init, every path: "
@@ -551,6 +582,13 @@ def _write_lesson09_record(results: list[dict], args, kernels: str) -> None:
         with open(path) as f:
             record = json.load(f)
     runs = [run for run in record.get("runs", []) if run["kernels"] != kernels]
+    fresh = {key for r in results if r["model"] == "norms09" for key in r["gradients"]["pytorch"]["pre 2"]}
+    stale = [run["kernels"] for run in runs for r in run["results"]
+             if fresh and r["model"] == "norms09" and set(r["gradients"]["pytorch"]["pre 2"]) != fresh]  # fmt: skip
+    if stale:  # the margins need every run's measurements: write this run alone, then re-run the other kernel sets
+        print(f"\nThe record's runs on {', '.join(sorted(set(stale)))} measured other things than this one: they are "
+              "dropped; run this command on those kernels again.")  # fmt: skip
+        runs = [run for run in runs if run["kernels"] not in stale]
     runs.append({"kernels": kernels, "date": str(datetime.date.today()),
                  "command": f"benchmarks/calibrate.py --models {' '.join(args.models)} --seeds "
                             f"{' '.join(map(str, args.seeds))} --json {path}", "results": results})  # fmt: skip

@@ -53,6 +53,7 @@ from galleries.lesson01 import (
     mask_inverted,
 )
 from galleries.lesson02 import learner_context_vector, learner_masked_softmax, softmax_naive_exp
+from galleries.lesson09 import gr_in_place_on_a_copy
 
 from attnedu import checks
 from attnedu.attention import additive_score
@@ -340,9 +341,15 @@ def _fix_lesson_messages() -> list[tuple[str, str]]:
     texts = []
     for name, exercise in checks.EXERCISES.items():
         texts += [(f"{name}: variant {i}", v.diagnosis) for i, v in enumerate(exercise.variants)]
-        texts += [(f"{name}: {note}", getattr(exercise, note)) for note in ("large_note", "nan_note")]
+        texts += [(f"{name}: {note}", getattr(exercise, note)) for note in ("large_note", "nan_note",
+                                                                              "gradient_nan_note")]  # fmt: skip
     texts += [(f"engine._DTYPE_ADVICE[{d}]", t) for d, t in engine._DTYPE_ADVICE.items()]
-    texts += [("engine.LARGE_INPUTS_NOTE", engine.LARGE_INPUTS_NOTE), ("engine.NAN_NOTE", engine.NAN_NOTE)]
+    texts += [
+        ("engine.LARGE_INPUTS_NOTE", engine.LARGE_INPUTS_NOTE),
+        ("engine.NAN_NOTE", engine.NAN_NOTE),
+        ("engine.GRADIENT_NAN_NOTE", engine.GRADIENT_NAN_NOTE),
+        ("engine._INPLACE_CAUSE", engine._INPLACE_CAUSE),
+    ]
     texts += [(f"mistakes.{n}", t) for n, t in vars(mistakes).items() if n.isupper() and isinstance(t, str)]
     return [(where, text) for where, text in texts if text]
 
@@ -376,11 +383,12 @@ def test_lesson_messages_print_no_fix():
     [
         ("to_additive", lambda mask, dtype: torch.zeros(mask.shape, dtype=dtype)[None], "shape"),
         ("group_rms_norm", lambda x, w, groups, eps: x.mul_(2.0), "inplace"),
+        ("group_rms_norm", gr_in_place_on_a_copy, "gradient"),
         ("document_mask", lambda ids: (ids[:, :, None] == ids[:, None, :]).long(), "dtype"),
         ("last_real_state", lambda s, n: s.detach()[torch.arange(s.shape[0]), n - 1], "gradient"),
         ("additive_score", lambda q, k, W, U, v: torch.tensor(additive_score(q, k, W, U, v).tolist()), "gradient"),
     ],
-    ids=["extra-dimension", "in-place", "dtype", "gradient-cut", "gradient-through-python"],
+    ids=["extra-dimension", "in-place", "in-place-in-autograd", "dtype", "gradient-cut", "gradient-through-python"],
 )
 def test_the_engines_own_messages_print_no_fix(name, fn, finding):
     """The messages the engine writes itself (a shape with an extra axis, an input changed in place, a wrong
@@ -690,6 +698,32 @@ def test_a_gradient_cause_is_named_only_where_the_numbers_establish_it(fn, findi
         assert "cut off" not in result.message and "no gradient" not in result.message
 
 
+def test_an_autograd_error_from_an_in_place_step_is_named_as_one():
+    """Autograd's "modified by an inplace operation" is an in-place step on a tensor it saved, not a cut: issue 30's
+    review had it blamed on detach and NumPy."""
+    result = checks.check("group_rms_norm", gr_in_place_on_a_copy)
+    assert result.status == FAILED and "modified by an inplace operation" in result.message, repr(result)
+    assert "an in-place operation" in result.message and "detach" not in result.message, result.message
+
+
+def test_a_gradient_factor_that_prints_as_1_is_not_given_as_a_factor():
+    """A gradient off by 2e-5 of itself everywhere (an eps slightly off, say) is not "the reference's times 1"."""
+    expected = torch.linspace(1.0, 2.0, 12).reshape(3, 4)
+    got = expected * (1 + 2e-5)
+    close = [torch.zeros(3, 4, dtype=torch.bool)]
+    message = engine._gradient_difference(["`x`"], (expected,), (got,), close, spread=1e-6)
+    assert "times 1," not in message and "a small amount, about the same fraction (2e-05)" in message, message
+    doubled = engine._gradient_difference(["`x`"], (expected,), (1.5 * expected,), close, spread=1e-6)
+    assert "the reference's times 1.5, entry by entry" in doubled, doubled
+
+
+def test_one_factor_per_single_entry_is_given_as_a_ratio():
+    """With one entry per layer, "within each layer, every entry is times one factor" would say nothing."""
+    result = checks.check("largest_qk_score", lambda gq, gk: (gq * gk).norm(dim=-1))
+    assert "Yours divided by the reference's, layer by layer:" in result.message, result.message
+    assert "Within each layer" not in result.message
+
+
 def test_a_gradient_that_differs_otherwise_is_described_not_explained():
     """A difference that is neither zero nor one factor: which inputs, how many entries, the largest difference."""
     from galleries.lesson03 import aas_item_lengths
@@ -786,6 +820,7 @@ def test_the_first_prediction_is_the_one_scored(fresh_predictions):
 REPLAYED = (
     "lsw_nearly", "wl_nothing_changes", "lsw_with_the_course_code", "wl_as_tensors", "lsw_unwritten",
     "cp_attends_first", "cp_as_tuple_and_tensor", "sc_in_gb", "ps_in_slot_order", "ps_as_tensors", "ps_first_write",
+    "lsp_nearly", "lsp_as_tensors",
 )  # fmt: skip
 
 

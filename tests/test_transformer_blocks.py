@@ -450,8 +450,8 @@ def test_the_identity_path_computes_the_same_values_and_only_cuts_the_sublayers_
     inputs, targets = corpus.batch(2, 16, gen(33))
     stack = BlockStack(len(corpus.chars), 16, 2, 32, 3, norm_first, seed=3)
     assert torch.equal(stack(inputs), stack(inputs, branch_gradients=False))
-    every, _ = ffn_gradient_norms(stack, inputs, targets)
-    stream_only, _ = ffn_gradient_norms(stack, inputs, targets, branch_gradients=False)
+    every = ffn_gradient_norms(stack, inputs, targets).w2
+    stream_only = ffn_gradient_norms(stack, inputs, targets, branch_gradients=False).w2
     assert torch.allclose(every[-1], stream_only[-1])  # nothing lies above the last block's W_2 but the readout
     assert not torch.allclose(every[0], stream_only[0])  # the blocks above the first add paths back to it
     if norm_first:  # along the identity path the gradient reaching every block's output is the same
@@ -461,17 +461,56 @@ def test_the_identity_path_computes_the_same_values_and_only_cuts_the_sublayers_
         assert all(torch.allclose(bias, biases[-1], atol=1e-6) for bias in biases)
 
 
-def test_ffn_gradient_norms_are_the_frobenius_norms_autograd_gives():
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_ffn_gradient_norms_are_what_autograd_gives(norm_first):
+    """Every measurement against its definition, computed here from autograd's gradients and a forward hook."""
     corpus = CharCorpus.load()
     inputs, targets = corpus.batch(2, 16, gen(34))
-    stack = BlockStack(len(corpus.chars), 16, 2, 32, 2, True, seed=4)
-    norms, rms = ffn_gradient_norms(stack, inputs, targets)
-    again = BlockStack(len(corpus.chars), 16, 2, 32, 2, True, seed=4)
+    stack = BlockStack(len(corpus.chars), 16, 2, 32, 2, norm_first, seed=4)
+    measured = ffn_gradient_norms(stack, inputs, targets)
+    again = BlockStack(len(corpus.chars), 16, 2, 32, 2, norm_first, seed=4)
+    seen = {}
+    again.blocks[-1].feed_forward[2].register_forward_hook(lambda m, a, out: seen.update(h=a[0], out=out))
     logits, stream = again(inputs, return_stream=True)
     loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-    expected = torch.autograd.grad(loss, [b.feed_forward[2].weight for b in again.blocks])
-    assert torch.allclose(norms, torch.stack([e.norm() for e in expected]))
-    assert rms == pytest.approx(stream.pow(2).mean().sqrt().item())
+    W2s = [b.feed_forward[2].weight for b in again.blocks]
+    *expected, to_stream, to_out = torch.autograd.grad(loss, [*W2s, stream, seen["out"]])
+    assert torch.allclose(measured.w2, torch.stack([e.norm() for e in expected]))
+    assert measured.stream_rms == pytest.approx(stream.pow(2).mean().sqrt().item())
+    sigma = (stream - stream.mean(-1, keepdim=True)).pow(2).mean(-1)  # each position's variance
+    assert measured.stream_sigma == pytest.approx(sigma.mean().sqrt().item(), rel=1e-5)
+    assert measured.stream_gradient == pytest.approx(to_stream.norm().item(), rel=1e-5)
+    terms = torch.einsum("bto,bti->btoi", to_out, seen["h"])  # g_t h_t^T: W_2's gradient is their sum
+    assert torch.allclose(terms.sum((0, 1)), expected[-1], atol=1e-6)
+    scattered = terms.flatten(2).norm(dim=-1).pow(2).sum().sqrt()
+    assert measured.coherence == pytest.approx((expected[-1].norm() / scattered).item(), rel=1e-5)
+    assert 0 < measured.coherence <= math.sqrt(terms.shape[0] * terms.shape[1])  # Cauchy-Schwarz
+
+
+def test_the_final_layer_norm_divides_the_gradient_by_sigma():
+    """Xiong et al.'s Lemma 3, the lesson's step 1, on one vector: the gradient LayerNorm passes back is the one it
+    receives, times the gain, projected off the two directions LayerNorm ignores (the all-ones vector and the
+    normalised input itself) and divided by sigma (with LayerNorm's eps, sqrt(sigma^2 + eps)). Scaling x scales
+    the gradient down by the same factor."""
+    g = gen(35)
+    x, gain, upstream = torch.randn(16, generator=g) * 3 + 1, torch.rand(16, generator=g) + 0.5, torch.randn(16)
+    norm = nn.LayerNorm(16)
+    with torch.no_grad():
+        norm.weight.copy_(gain)
+    for scale in (1.0, 5.0):
+        leaf = (scale * x).requires_grad_()
+        (norm(leaf) * upstream).sum().backward()
+        centred = leaf.detach() - leaf.detach().mean()
+        sigma = (centred.pow(2).mean() + norm.eps).sqrt()
+        y_hat = centred / sigma
+        v = gain * upstream
+        projected = v - v.mean() - y_hat * (y_hat @ v) / 16
+        assert torch.allclose(leaf.grad, projected / sigma, atol=1e-5)
+    big = (5.0 * x).requires_grad_()
+    (norm(big) * upstream).sum().backward()
+    small = x.clone().requires_grad_()
+    (norm(small) * upstream).sum().backward()
+    assert torch.allclose(big.grad, small.grad / 5.0, atol=1e-5)
 
 
 def test_xavier_init_and_the_embedding_scale():

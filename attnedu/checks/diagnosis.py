@@ -204,9 +204,12 @@ def _listed(numbers: list[int]) -> str:
     return ", ".join(str(n) for n in numbers)
 
 
-def _where(wrong: torch.Tensor, layout: Layout | None, unit: tuple[str, str, str] = SENTENCES) -> list[str]:
+def _where(
+    wrong: torch.Tensor, layout: Layout | None, unit: tuple[str, str, str] = SENTENCES, zero_padding: bool = False
+) -> list[str]:
     """Facts about where the True entries of ``wrong`` lie: which sentences (``unit``: what an index of the first
-    axis is), which positions, which half."""
+    axis is), which positions, which half. ``zero_padding``: both outputs are exactly 0 at every padding position, so
+    that they match there says nothing (any mistake that scales the output vanishes there), and is not said."""
     if wrong.dim() == 0 or not bool(wrong.any()):
         return []
     notes = []
@@ -225,7 +228,7 @@ def _where(wrong: torch.Tensor, layout: Layout | None, unit: tuple[str, str, str
         return notes
     if layout.positions is not None and wrong.dim() > layout.positions:
         by_position = wrong.movedim(layout.positions, 1).reshape(batch, wrong.shape[layout.positions], -1)
-        positions = _where_positions(by_position.any(dim=-1), layout, one)
+        positions = _where_positions(by_position.any(dim=-1), layout, one, zero_padding)
         if positions and "fully masked row" in positions[0]:
             notes = []  # says which row already
         notes += positions
@@ -241,8 +244,10 @@ def _where(wrong: torch.Tensor, layout: Layout | None, unit: tuple[str, str, str
     return notes
 
 
-def _where_positions(wrong: torch.Tensor, layout: Layout, one: str = "sentence") -> list[str]:
-    """``wrong``: (batch, positions) bool. Facts about which positions differ."""
+def _where_positions(
+    wrong: torch.Tensor, layout: Layout, one: str = "sentence", zero_padding: bool = False
+) -> list[str]:
+    """``wrong``: (batch, positions) bool. Facts about which positions differ (``zero_padding``: see :func:`_where`)."""
     notes = []
     batch, length = wrong.shape
     real = layout.real
@@ -257,7 +262,7 @@ def _where_positions(wrong: torch.Tensor, layout: Layout, one: str = "sentence")
         if bool(real.any()) and bool((~real).any()):
             if not bool((wrong & real).any()):
                 notes.append(f"only at {other_name}; every one of the {real_name} matches")
-            elif not bool((wrong & ~real).any()):
+            elif not bool((wrong & ~real).any()) and not zero_padding:
                 notes.append(f"only at {real_name}; the {other_name} match")
         if prefix:
             lengths = real.sum(dim=1)
@@ -314,7 +319,7 @@ def _output_problem(
             return text, ["nonfinite"] + (["where"] if where else [])
     wrong = ~_close(expected, got)
     text = f"{what}: {_first_difference(expected, got, wrong)}"
-    where = _where(wrong, layout, unit)
+    where = _where(wrong, layout, unit, _zero_at_padding(expected, got, layout))
     if where:
         text += " The differences are " + "; ".join(where) + ". Compare what your function does there with the rest."
     precision = _precision(expected, got, wrong) if got.is_floating_point() else ""
@@ -325,6 +330,17 @@ def _output_problem(
     return text, (["where"] if where else []) + (["scale"] if scale else []) + ([rounded] if rounded else []) or [
         "count"
     ]
+
+
+def _zero_at_padding(expected: torch.Tensor, got: torch.Tensor, layout: Layout | None) -> bool:
+    """Both outputs are exactly 0 at every padding position of ``layout`` (and it has some)."""
+    if layout is None or layout.real is None or layout.positions is None or expected.dim() <= layout.positions:
+        return False
+    e, g = expected.movedim(layout.positions, 1), got.movedim(layout.positions, 1)
+    if tuple(e.shape[:2]) != tuple(layout.real.shape) or bool(layout.real.all()):
+        return False
+    padding = ~layout.real
+    return bool((e[padding] == 0).all()) and bool((g[padding] == 0).all())
 
 
 def _note(exercise: Exercise | None, large: bool) -> str:
@@ -356,6 +372,8 @@ def _scale(expected: torch.Tensor, got: torch.Tensor, one: str = "sentence") -> 
         factors.append(f"{r[0].item():.4g}")
     if not apart:  # no factor stands out from 1 more than the ratios spread: rounding, not a scale
         return ""
+    if expected[0].numel() == 1:  # one entry per sentence (or layer): the factor is that entry's own
+        return f"Yours divided by the reference's, {one} by {one}: {', '.join(factors)}."
     return f"Within each {one}, every entry of yours is the reference's times one factor: {', '.join(factors)}."
 
 
@@ -406,7 +424,7 @@ def run_check(
     * the first case that does not match raised NotImplementedError, or could not run because triton is not
       installed here: not attempted;
     * it had a problem that is not about values (an exception, a time-out, a crash, an input changed in
-      place): that problem, on that case;
+      place, or gradients unlike the reference's where no case has wrong values): that problem, on that case;
     * else (wrong values): a known-wrong variant is named only if the function's output equals the
       variant's on every case where the variant runs, and differs from the reference on one of them
       (and the variant runs on every case where the values are wrong);
@@ -467,7 +485,8 @@ def run_check(
             )
         if first.call.error_name == "TritonMissingError":  # nothing the learner wrote could have run here
             return result(NOT_ATTEMPTED, first.call.error_text)
-        if first.hard is not None:
+        wrong_values = any(o.hard is None for o in failed)
+        if first.hard is not None and not (_gradient_only(first) and wrong_values):
             reason = CRASHED if first.call.crashed else TIMEOUT if first.call.timed_out else ""
             return result(FAILED, first.hard, where, reason, first.kinds)
         message, findings, at = _wrong_values(exercise, outcomes, len(cases))
@@ -501,6 +520,27 @@ def _prediction_result(exercise: Exercise, caller: Caller, case: Case, time_limi
     return dataclasses.replace(judge(exercise, call.value, exercise.hint), printed=call.printed)
 
 
+_MATCH = "your outputs match the reference's within the check's tolerance"
+
+# What autograd says when a tensor it saved for the backward pass was changed in place, and what that means
+_INPLACE_AUTOGRAD = "modified by an inplace operation"
+_INPLACE_CAUSE = (
+    "That is an in-place operation (an augmented assignment such as += or *=, or a method whose name ends in an "
+    "underscore, such as mul_) that changed a tensor the backward pass still needs: autograd saved it to compute a "
+    "gradient, and it was overwritten afterwards, even if it is a copy of an input. Nothing was cut off from the "
+    "computation: compute each step into a new tensor instead of overwriting one that an earlier step read."
+)
+
+# A gradient with NaN or inf where the values are finite: its two usual causes, unless the exercise says which applies
+GRADIENT_NAN_NOTE = (
+    "Its two usual causes: a NaN repaired after it was made (0 / 0 at a fully masked row, or at a group of zeros "
+    "divided by its size, replaced by 0 afterwards), which is still NaN on the way back; or an exp written out by "
+    "hand that overflows (in float32, exp(x) is inf for x above about 88) where the value still comes out finite, "
+    "which gives inf / inf or 0 * inf on the way back. Avoid making the NaN or the inf: torch's own softmax, sigmoid "
+    "and silu are written to avoid both."
+)
+
+
 # What cuts a computation off from autograd, named (not written out as code: a message names the mistake, the
 # hint's last step gives the code)
 _CUTS = (
@@ -527,17 +567,25 @@ def _gradient_problem(exercise: Exercise, case: Case, call: Call) -> str | None:
     gradient entry in float32, where training runs); or, where it does not run in float64, within that spread in
     float32. A cause is named only where the numbers establish it: "no gradient" where the learner's is exactly zero
     and the reference's is not, "twice" where it is the reference's times 2 entry by entry."""
-    intro = "your outputs are right, but training could not learn through your function: "
+    intro = f"{_MATCH}, but training could not learn through your function: "
     if call.gradient_error:
+        raised = (
+            f"{_MATCH}, but called again with gradients on, as in training, your function raised {call.gradient_error}."
+        )
+        if _INPLACE_AUTOGRAD in call.gradient_error:  # autograd's own hint after it is about its debugging tools
+            error = call.gradient_error.split(" Hint:")[0].rstrip(".")
+            return (
+                f"{_MATCH}, but called again with gradients on, as in training, your function raised {error}. "
+                + _INPLACE_CAUSE
+            )
         return (
-            f"your outputs are right, but called again with gradients on, as in training, your function raised "
-            f"{call.gradient_error}. Something in it needs a tensor cut off from the computation ({_CUTS}): keep "
-            "every step a torch operation on the tensors you were given."
+            f"{raised} Something in it needs a tensor cut off from the computation ({_CUTS}): keep every step a torch "
+            "operation on the tensors you were given."
         )
     expected = input_gradients(exercise.reference, copy.deepcopy(case.args))
     got = call.gradients
     if not _gradient_tuple(got, expected):
-        return "your outputs are right, but the gradients that flow back through your function could not be measured."
+        return f"{_MATCH}, but the gradients that flow back through your function could not be measured."
     labels = []
     for index, parameter in gradient_leaves(case.args):
         name = exercise.params[index] if index < len(exercise.params) else f"argument {index}"
@@ -550,9 +598,8 @@ def _gradient_problem(exercise: Exercise, case: Case, call: Call) -> str | None:
     if nonfinite:
         return (
             intro + f"the gradient that flows back to {_and(nonfinite)} contains NaN or inf where the reference's is "
-            "finite, and one NaN in a gradient turns every weight it reaches into NaN. A NaN repaired after it was "
-            "made (a fully masked row's 0/0 replaced by 0) is still NaN on the way back: zero the fully masked rows "
-            "with `masked_fill` instead, or avoid making the NaN."
+            "finite, and one NaN in a gradient turns every weight it reaches into NaN. "
+            + (exercise.gradient_nan_note or GRADIENT_NAN_NOTE)
         )
     if all(same(e, g) for e, g in zip(expected, got, strict=True)):
         return None
@@ -574,7 +621,7 @@ def _gradient_problem(exercise: Exercise, case: Case, call: Call) -> str | None:
     label, e, g = loose[0]
     index = tuple(int(i) for i in torch.unravel_index((g - e).abs().argmax(), e.shape))
     return (
-        "your outputs are right, and in float64 so are the gradients that flow back through your function; but in "
+        f"{_MATCH}, and in float64 so do the gradients that flow back through your function; but in "
         f"float32, where training runs, the gradient that flows back to {_and([x[0] for x in loose])} differs from "
         f"the reference's by more than rounding (more than {GRADIENT_SPREAD:g} of the largest gradient entry): at "
         f"index {list(index)} of {label}, expected {_show(e, index)}, got {_show(g, index)}. A step of your function "
@@ -630,7 +677,7 @@ def _gradient_difference(labels: list[str], expected, got, close: list[torch.Ten
     """The message for gradients that differ: what differs, input by input, with a cause only where the numbers
     establish it: exactly zero where the reference's is not (cut off), the reference's times one factor (2: counted
     twice); else how many entries differ and the largest difference."""
-    cut, partly_cut, factors, other = [], [], [], []
+    cut, partly_cut, factors, slight, other = [], [], [], [], []
     for label, e, g, ok in zip(labels, expected, got, close, strict=True):
         wrong = ~ok
         if not bool(wrong.any()):
@@ -641,7 +688,9 @@ def _gradient_difference(labels: list[str], expected, got, close: list[torch.Ten
             partly_cut.append((label, e, wrong))
         else:
             factor = _gradient_factor(e, g, spread if spread is not None else _atol(e))
-            if factor is not None:
+            if factor is not None and f"{factor:.4g}" == "1":  # a factor that prints as 1 says nothing
+                slight.append((label, e, g, wrong, factor))
+            elif factor is not None:
                 factors.append((label, factor))
             else:
                 other.append((label, e, g, wrong))
@@ -656,7 +705,8 @@ def _gradient_difference(labels: list[str], expected, got, close: list[torch.Ten
         parts.append(
             f"no gradient reaches {int(wrong.sum())} of the {e.numel()} entries of {label} (zero where the "
             f"reference's is not; the first at index {wrong.nonzero()[0].tolist()}), while the others get the "
-            f"reference's: the computation is cut off from those entries ({_CUTS})."
+            f"reference's: the computation is cut off from those entries, by a step that is flat there where the "
+            f"reference's is not (a clamp, a where or a max that passes them a constant) or by one of {_CUTS}."
         )
     by_factor: dict[str, list[str]] = {}
     for label, factor in factors:
@@ -671,6 +721,17 @@ def _gradient_difference(labels: list[str], expected, got, close: list[torch.Ten
             )
         else:
             parts.append(text + f"the reference's times {factor}, entry by entry, although every output matches.")
+    if slight:
+        label, e, g, wrong, factor = slight[0]
+        apart = abs(factor - 1)
+        parts.append(
+            f"the gradient that flows back to {_and([x[0] for x in slight])} differs from the reference's by a small "
+            f"amount, about the same fraction ({apart:.1g}) of every entry ({int(wrong.sum())} of {e.numel()} entries "
+            f"of {label} fall outside the tolerance). A difference that small and that even usually comes from a "
+            "small change in what your function computes, which shows in the values too, only within their "
+            "tolerance: a constant other than the one asked for (eps, for example), rather than a step that autograd "
+            "cannot follow."
+        )
     if other:
         label, e, g, wrong = other[0]
         index = tuple(int(i) for i in torch.unravel_index(torch.where(wrong, (g - e).abs(), 0).argmax(), e.shape))
@@ -682,15 +743,15 @@ def _gradient_difference(labels: list[str], expected, got, close: list[torch.Ten
         detail = f"{where}{detail})" if where else f": {detail}"
         parts.append(
             f"the gradient that flows back to {_and([o[0] for o in other])} differs from the reference's, although "
-            f"every output matches{detail}. With every value right, the difference is in what autograd sees: a step "
+            f"every output matches{detail}. With the values within the tolerance, the difference is in what autograd "
+            "sees: a step "
             "it cannot follow, or follows differently from the value computed (one of two uses of a tensor taken "
             "out of the computation, for example), changes the gradient and not the value."
         )
     intro = (
-        "your outputs are right, but training could not learn through your function: "
+        f"{_MATCH}, but training could not learn through your function: "
         if cut or partly_cut
-        else "your outputs are right, but the gradients that training follows back through your function are not "
-        "the reference's: "
+        else f"{_MATCH}, but the gradients that training follows back through your function are not the reference's: "
     )
     return intro + " ".join(parts[:1] + [p[0].upper() + p[1:] for p in parts[1:]])
 
@@ -821,7 +882,7 @@ def _wrong_values(exercise: Exercise, outcomes: list[_Outcome], total: int) -> t
     if found is not None:
         variant, at = found
         return variant.diagnosis + also, ["variant"] + (["also"] if also else []), at
-    at = next(o for o in outcomes if not o.ok)
+    at = next(o for o in outcomes if not o.ok and o.hard is None)  # the first case with wrong values
     message, findings = _observed(exercise, at)
     across = _across_cases(outcomes, total)
     if across:

@@ -97,6 +97,8 @@ class Exercise:
     units: tuple[tuple[str, str, str], ...] | None = None
     large_note: str | None = None  # said when NaN or inf appear on large inputs, in the exercise's words
     nan_note: str | None = None  # said when they appear on other inputs
+    # said when the values are finite but the gradients that flow back through them are not (default: its usual causes)
+    gradient_nan_note: str | None = None
     # For an exercise whose answer is not a function but, say, a Triton kernel: ``launch(answer, *case.args)`` runs
     # it on a case (the answer is then never called directly).
     launch: Callable | None = None

@@ -9,14 +9,18 @@ Batch, length and widths differ from each other so that a reduction over the wro
 padded test cases, whose padding positions hold zero vectors (nn.Embedding's padding_idx): there a group is 0 /
 sqrt(eps), so forgetting eps gives NaN exactly there; the cases where eps matters elsewhere (eps 0.01 and 0.1, inputs of
 size 0.001) are padded ones too, so that each kind of test case shows a mistake of its own, and the eps-sensitive case
-comes first, so that a wrong value is seen before a NaN gradient the same mistake makes at padding. The feed-forward
+comes first, so that a wrong value is seen before a NaN gradient the same mistake makes at padding. The block and the
+QK-norm scores each have a case whose inputs are of size 0.001, where the mean of squares is about eps: there eps
+outside the square root, another eps or none at all change the output. The feed-forward
 layer, the causal block and the QK-norm scores act position by position or under a causal mask, so padding at the
 end of a sentence changes nothing in them: they have neither padded nor unpadded cases. The known-wrong variants
 include an off-by-one in both directions: a group's mean over one feature too many and too few; the Swish one step
 early (on the input) and one step late (on the product); the causal diagonal shifted down (no query sees itself) and
 up (each sees the next one). Every function a model is trained through is checked with ``gradients``: the gradients
 that flow back to its inputs must equal the reference's. The learner's functions may not run anything from
-``attnedu.transformer`` (``forbidden``): the exercises ask for their own code.
+``attnedu.transformer`` (``forbidden``): the exercises ask for their own code. Exercise 5 begins with a graded
+prediction, ``largest_score_prediction``: the largest score at head_dim 64 for three sets of gains, measured with the
+course's ``qk_norm_scores`` once the learner has predicted.
 """
 
 from __future__ import annotations
@@ -32,10 +36,10 @@ from ..transformer import (
     pre_norm_block,
     qk_norm_scores,
     qk_score_bound,
-    rms_norm,
     swiglu,
 )
-from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
+from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Part, Variant, generator, kinds, randn
+from .prediction import prediction_exercise
 
 LESSON = "09_transformer_block"
 OWN_CODE = ("attnedu.transformer",)  # the exercises ask for the learner's own code: the package's earns nothing
@@ -61,7 +65,7 @@ def _group_cases() -> list[Case]:
         return Case(description + (f"; {note}" if note else ""), (x, weight, groups, eps), tags)
 
     return [
-        case((3, 5, 8), 2, 1e-2, kinds(PADDED), lengths=[5, 2, 3], note="eps 0.01"),
+        case((3, 5, 8), 2, 1e-2, kinds(PADDED), lengths=[5, 2, 3]),
         case((2, 4, 12), 3, 1e-6, kinds(UNPADDED)),
         case((1, 3, 16), 4, 1e-6, kinds(ONE, UNPADDED)),
         case((1, 6, 8), 1, 0.1, kinds(ONE, PADDED), lengths=[4], note="one group (the lesson's RMSNorm), a large eps"),
@@ -112,6 +116,8 @@ def _grms(x, weight, groups, eps, *, order="consecutive", over=-1, size=None, ep
     if order == "strided":
         normed = normed.transpose(-1, -2)
     normed = normed.flatten(-2)
+    if gain == "first_group":  # the first group's gains, reused for every group
+        return (normed.unflatten(-1, (groups, d_model // groups)) * weight[: d_model // groups]).flatten(-2)
     return {"after": normed * weight, "before": normed, "none": normed, "plus": normed + weight}[gain]
 
 
@@ -207,6 +213,13 @@ GROUP_RMS_NORM = Exercise(
         _group_variant(
             "the gain `weight` was added, not multiplied: it scales each feature, and there is no shift.", gain="plus"
         ),  # fmt: skip
+        _group_variant(
+            "every group was multiplied by the same d_model // groups gains, the first group's (the first entries of "
+            "`weight`): the gain has one entry per feature of the whole vector, d_model of them, and feature i of "
+            "group j is multiplied by the gain of its place in the whole vector. It shows wherever groups is more "
+            "than 1.",
+            gain="first_group",
+        ),
     ),
     hint=(
         "Give the groups an axis of their own first: which shape of x lets you take a mean over one group's "
@@ -269,6 +282,10 @@ def _oss(x, W_in, W_down, alpha, limit, *, layout="interleaved", swap=False, slo
         gate, linear = linear, gate
     if gate_clamp == "max":
         gate = gate.clamp(max=limit)
+    elif gate_clamp == "both":
+        gate = gate.clamp(-limit, limit)
+    elif gate_clamp == "min":
+        gate = gate.clamp(min=-limit)
     if linear_clamp == "both":
         linear = linear.clamp(-limit, limit)
     elif linear_clamp == "max":
@@ -371,6 +388,22 @@ CLAMPED_SWIGLU = Exercise(
             gate_clamp="none",
         ),
         _oss_variant(
+            "the gate is clamped from both sides, to [-limit, limit]; it is clamped from above only. Below -limit the "
+            "clamp changes the gate's values, and no gradient flows back through it there. The gate's activation has "
+            "a lower bound of its own (the exercise's puzzle), so it needs no clamp from below.",
+            gate_clamp="both",
+        ),
+        _oss_variant(
+            "the gate is clamped from below, at -limit; it is clamped from above, at limit, before the activation.",
+            gate_clamp="min",
+        ),
+        _oss_variant(
+            "the two clamps are swapped: the gate got the linear part's clamp, to [-limit, limit], and the linear part "
+            "the gate's, from above only. The gate is clamped from above at limit; the linear part from both sides.",
+            gate_clamp="both",
+            linear_clamp="max",
+        ),
+        _oss_variant(
             "the Swish came one step late: on the product of the gate and the linear part. It belongs on the "
             "(clamped) gate alone, before the product.",
             act_at="product",
@@ -398,6 +431,12 @@ CLAMPED_SWIGLU = Exercise(
     ),
     gradients=True,  # a feed-forward layer is trained through: gradients must flow through it
     forbidden=OWN_CODE,
+    gradient_nan_note=(
+        "This layer has no mask and divides by nothing, so the usual cause here is an exp written out by hand: a "
+        "sigmoid computed as 1 / (1 + exp(-alpha * g)) overflows to inf when the gate g is very negative (in float32, "
+        "exp(x) is inf above about 88, so g below about -52 with alpha 1.702), and the value still comes out finite "
+        "while the gradient through it is inf / inf, NaN. torch's own sigmoid and silu are stable there."
+    ),
 )
 
 
@@ -431,6 +470,7 @@ def _block_cases() -> list[Case]:
         case(1, 1, 8, 2, 12, kinds(ONE), note="a single position"),
         case(2, 5, 8, 4, 12, kinds(), kv_heads=2, note="grouped-query: each key/value head serves 2 query heads"),
         case(1, 6, 12, 6, 16, kinds(ONE), kv_heads=1, note="multi-query: one key/value head for all 6 query heads"),
+        case(2, 5, 8, 2, 12, kinds(), scale=1e-3, note="a stream of size 0.001, whose mean square is about eps"),
         case(
             2,
             4,
@@ -448,12 +488,20 @@ def _block_cases() -> list[Case]:
 def _block_with(
     x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads, *, arrangement="pre", causal=0, scale="head_dim",
     attention_input="normed", ffn_input="normed", gains="right", final_norm=False, transpose=False, swap_ffn=False,
-    split="right", merge="right", kv_order="grouped",
+    split="right", merge="right", kv_order="grouped", norm="rms", eps=EPS, eps_outside=False,
 ):  # fmt: skip
     """A known-wrong pre-norm block, one choice changed. ``causal``: the diagonal's offset (0: keys up to the query);
-    ``kv_order``: which key/value head query head h reads, "grouped" (h // group) or "interleaved" (h % kv heads)."""
+    ``kv_order``: which key/value head query head h reads, "grouped" (h // group) or "interleaved" (h % kv heads);
+    ``norm``: "rms" or "layer" (LayerNorm with the gain and no shift), with ``eps`` inside the square root or outside
+    it."""
     batch, seq_len, d_model = x.shape
     head_dim = d_model // num_heads
+
+    def block_norm(t, g):  # the block's norm, in the variant's form
+        if norm == "layer":
+            return torch.nn.functional.layer_norm(t, (d_model,), g, eps=eps)
+        return _rms(t, g, eps, eps_outside=eps_outside)
+
     if gains == "swapped":
         g_a, g_f = g_f, g_a
     if transpose:
@@ -488,25 +536,30 @@ def _block_with(
         return swiglu(h, gate, up, W_down)
 
     if arrangement == "post":  # the 2017 arrangement with RMSNorm: normalise after the residual
-        x = rms_norm(x + attention(x), g_a, EPS)
-        return rms_norm(x + ffn(x), g_f, EPS)
-    h = rms_norm(x, g_a, EPS)
+        x = block_norm(x + attention(x), g_a)
+        return block_norm(x + ffn(x), g_f)
+    if arrangement == "parallel":  # GPT-J: both sublayers read the stream as it came in
+        return x + attention(block_norm(x, g_a)) + ffn(block_norm(x, g_f))
+    start = x
+    h = block_norm(x, g_a)
     a = attention(h if attention_input == "normed" else x)
     if arrangement == "from_normed":
         x = h + a
-    elif arrangement == "no_residual":
+    elif arrangement in ("no_residual", "no_attention_residual"):
         x = a
     else:
         x = x + a
-    h = rms_norm(x, g_f, EPS)
+    h = block_norm(x, g_f)
     f = ffn(h if ffn_input == "normed" else x)
     if arrangement == "from_normed":
         out = h + f
-    elif arrangement == "no_residual":
+    elif arrangement in ("no_residual", "no_ffn_residual"):
         out = f
+    elif arrangement == "attention_dropped":  # the feed-forward layer's output added to the stream as it came in
+        out = start + f
     else:
         out = x + f
-    return rms_norm(out, g_f, EPS) if final_norm else out
+    return block_norm(out, g_f) if final_norm else out
 
 
 def _block_variant(diagnosis: str, **changes) -> Variant:
@@ -546,6 +599,55 @@ PRE_NORM_BLOCK = Exercise(
             "the residual connections are missing: each sublayer's output replaced the stream. Each sublayer's "
             "output is added to the stream, first the attention's, then the feed-forward layer's.",
             arrangement="no_residual",
+        ),
+        _block_variant(
+            "the feed-forward layer's residual connection is missing: the block returns the feed-forward layer's "
+            "output alone. Its output is added to the stream, as the attention's was.",
+            arrangement="no_ffn_residual",
+        ),
+        _block_variant(
+            "the attention's residual connection is missing: the stream became the attention's output, and the "
+            "feed-forward layer's output was added to that. The attention's output is added to the stream.",
+            arrangement="no_attention_residual",
+        ),
+        _block_variant(
+            "the feed-forward layer read the stream as it came into the block, before the attention's output was "
+            "added: the two sublayers ran side by side on the same input (the parallel block of GPT-J and PaLM). In "
+            "the block asked for they run one after the other: the feed-forward layer reads the stream after the "
+            "attention's output has been added to it.",
+            arrangement="parallel",
+        ),
+        _block_variant(
+            "the attention's output is missing from what the block returns: the feed-forward layer read the stream "
+            "with it, but its own output was added to the stream as it came into the block. The block returns the "
+            "stream with both outputs added.",
+            arrangement="attention_dropped",
+        ),
+        _block_variant(
+            "eps is added outside the square root, after it. RMSNorm adds it inside, to the mean of squares, which "
+            "differs wherever that mean is not much larger than eps: here the stream of size 0.001.",
+            eps_outside=True,
+        ),
+        _block_variant(
+            "eps is 1e-5 (Llama 2's value), not the 1e-6 asked for: the two differ only where the stream's mean of "
+            "squares is small, as for the stream of size 0.001.",
+            eps=1e-5,
+        ),
+        _block_variant(
+            "eps is float32's machine epsilon, about 1.2e-7 (what torch's own rms_norm uses when it is given no "
+            "eps), not the 1e-6 asked for: the two differ only where the stream's mean of squares is small, as for "
+            "the stream of size 0.001.",
+            eps=torch.finfo(torch.float32).eps,
+        ),
+        _block_variant(
+            "eps is missing from the norms: it belongs inside the square root, added to the mean of squares, and it "
+            "matters where that mean is small, as for the stream of size 0.001.",
+            eps=0.0,
+        ),
+        _block_variant(
+            "the norms are LayerNorm: each vector's mean was subtracted first. The block's norms are RMSNorm, which "
+            "divides by the root mean square of the vector as it is, nothing subtracted.",
+            norm="layer",
         ),
         _block_variant(
             "the attention read x, not its normalised copy: the first norm is missing, so the attention sees the "
@@ -715,6 +817,12 @@ def _qk_with(q, k, g_q, g_k, *, norm_q=True, norm_k=True, over=-1, denominator=N
     return scores / {"sqrt": math.sqrt(q.shape[-1]), "dim": q.shape[-1], "none": 1.0}[divisor]
 
 
+def _l2_scores(q, k, g_q, g_k):
+    """The scores of queries and keys divided by their lengths (torch's normalize, eps 1e-12), unscaled."""
+    unit_q, unit_k = (torch.nn.functional.normalize(t, dim=-1) for t in (q, k))
+    return (unit_q * g_q) @ (unit_k * g_k).transpose(-2, -1)
+
+
 def _qk_variant(diagnosis: str, **changes) -> Variant:
     def fn(*args):
         return _qk_with(*args, **changes)
@@ -762,6 +870,11 @@ QK_NORM_SCORES = Exercise(
             eps_outside=True,
         ),
         _qk_variant(
+            "eps is 1e-5 (Llama 2's value), not the 1e-6 asked for: the two differ only where the mean of squares is "
+            "small, as for the queries and keys of size 0.001.",
+            eps=1e-5,
+        ),
+        _qk_variant(
             "eps is float32's machine epsilon, about 1.2e-7 (what torch's own rms_norm uses when it is given no "
             "eps), not the 1e-6 asked for: the two differ only where the mean of squares is small, as for the "
             "queries and keys of size 0.001.",
@@ -771,6 +884,21 @@ QK_NORM_SCORES = Exercise(
             "you used LayerNorm (centring each vector first); QK-norm here is RMSNorm: x / sqrt(mean(x ** 2) + eps) "
             "* weight, nothing subtracted.",
             centre=True,
+        ),
+        Variant(
+            "each query and key was divided by its length (its l2 norm, as Henry et al.'s QK-norm does), not by its "
+            "root mean square: the length is sqrt(head_dim) times the root mean square, so each of your normalised "
+            "vectors is sqrt(head_dim) times too short. RMSNorm makes the root mean square 1, with eps inside the "
+            "square root.",
+            lambda q, k, gq, gk: _l2_scores(q, k, gq, gk) / math.sqrt(q.shape[-1]),
+            _l2_scores,
+        ),
+        Variant(
+            "eps is missing from the norms: each query and key was divided by its root mean square alone. eps (1e-6) "
+            "belongs inside the square root, added to the mean of squares, and it matters where that mean is small, "
+            "as for the queries and keys of size 0.001.",
+            lambda q, k, gq, gk: _qk_with(q, k, gq, gk, eps=0.0),
+            lambda q, k, gq, gk: _l2_scores(q, k, gq, gk) * math.sqrt(q.shape[-1]),
         ),
         _qk_variant("the scores are not scaled: divide them by sqrt(head_dim).", divisor="none"),
         _qk_variant("the scores are divided by head_dim; divide them by sqrt(head_dim).", divisor="dim"),
@@ -837,8 +965,10 @@ def _bound_cases() -> list[Case]:
     ]
 
 
-def _bound_with(q_weight, k_weight, *, factor="sqrt", combine="product", magnitude=True, reduce="max", over=-1):
-    """A known-wrong bound: ``factor`` of head_dim, the gains combined and reduced another way."""
+def _bound_with(q_weight, k_weight, *, factor="sqrt", combine="product", magnitude=True, reduce="max", over=-1,
+                broadcast=False):  # fmt: skip
+    """A known-wrong bound: ``factor`` of head_dim, the gains combined and reduced another way (``broadcast``: one
+    layer's number repeated for every layer)."""
     head_dim = q_weight.shape[-1]
     if combine == "maxima":
         largest = q_weight.abs().amax(over) * k_weight.abs().amax(over)
@@ -848,6 +978,8 @@ def _bound_with(q_weight, k_weight, *, factor="sqrt", combine="product", magnitu
         largest = {"max": product.amax(dim=over), "mean": product.mean(dim=over), "all": product.amax()}[reduce]
     scale = {"sqrt": math.sqrt(head_dim), "none": 1.0, "dim": float(head_dim), "inverse": 1 / math.sqrt(head_dim),
              "minus": math.sqrt(head_dim - 1), "plus": math.sqrt(head_dim + 1)}[factor]  # fmt: skip
+    if broadcast:
+        largest = largest.expand(q_weight.shape[:-1])
     return scale * largest
 
 
@@ -898,26 +1030,42 @@ LARGEST_QK_SCORE = Exercise(
             combine="maxima",
         ),
         _bound_variant(
-            "the largest *signed* product g_q,i g_k,i, not the largest in size: a negative product is reached with "
-            "a key pointing the other way, which makes the score just as large. It shows where the largest product "
-            "is negative.",
+            "you took the largest *signed* product g_q,i g_k,i, not the largest in size: a negative product is "
+            "reached with a key pointing the other way, which makes the score just as large. It shows where the "
+            "largest product is negative.",
             magnitude=False,
         ),
         _bound_variant(
-            "the mean of the products over the features (or their sum over sqrt(head_dim), the same number): that "
-            "is the score when query and key spread their size evenly. The largest score puts all of it on the one "
+            "you added up |g_q,i g_k,i| over the features and divided by sqrt(head_dim) (the same number as "
+            "sqrt(head_dim) times their mean): that is the score when the query and the key spread their size evenly "
+            "over every feature, with signs that make each product count. The largest score puts all of it on the one "
             "feature whose product is largest.",
             reduce="mean",
+        ),
+        _bound_variant(
+            "you added up the products g_q,i g_k,i with their signs and divided by sqrt(head_dim): that is the score "
+            "of a query and a key with every feature 1 (normalised already), where products of opposite signs cancel. "
+            "The largest score puts all of the size on the one feature whose product is largest in size.",
+            reduce="mean",
+            magnitude=False,
+        ),
+        _bound_variant(
+            "you took the mean of |g_q,i g_k,i| over the features: an average of the gains' products, with no query "
+            "or key in it. A normalised query or key has length sqrt(head_dim), and the largest score puts all of it "
+            "on the one feature whose product is largest.",
+            reduce="mean",
+            factor="none",
         ),
         _bound_variant(
             "the largest product was taken over the layers (axis 0) instead of over each layer's head_dim features "
             "(the last axis).",
             over=0,
         ),
-        _bound_variant(
+        Variant(
             "one number for all layers: the largest product over every layer and feature at once. Each layer has "
             "its own gains and its own bound, one per row.",
-            reduce="all",
+            lambda q_weight, k_weight: _bound_with(q_weight, k_weight, reduce="all"),
+            lambda q_weight, k_weight: _bound_with(q_weight, k_weight, reduce="all", broadcast=True),
         ),
     ),
     hint=(
@@ -931,4 +1079,133 @@ LARGEST_QK_SCORE = Exercise(
     forbidden=OWN_CODE,
 )
 
-EXERCISES = (GROUP_RMS_NORM, CLAMPED_SWIGLU, PRE_NORM_BLOCK, QK_NORM_SCORES, LARGEST_QK_SCORE)
+# --------------------------------------------------------------------------------------------
+# largest_score_prediction: exercise 5's three numbers, predicted before largest_qk_score is written
+# --------------------------------------------------------------------------------------------
+
+SCORE_HEAD_DIM, SCORE_GAIN = 64, 3.0  # the question: head_dim 64, and one feature's gains grown to 3 (or -3 and 3)
+
+
+def _largest_scores(q_weight: torch.Tensor, k_weight: torch.Tensor) -> tuple[float, float]:
+    """The course's measurement for one pair of gains (head_dim,): (the largest |score| over the queries and keys
+    tried, the largest over random ones alone). Tried: for every feature, the query and the key with all their size
+    on it, both signs of the key; and 20,000 random pairs, drawn from a fixed seed. Scores by the course's
+    ``qk_norm_scores`` (eps 1e-6, queries and keys of size 1000, where eps changes nothing)."""
+    head_dim = q_weight.shape[0]
+    one_hot = 1000.0 * torch.eye(head_dim)[None, None]  # (1, 1, head_dim, head_dim): query i has all on feature i
+    both_signs = torch.cat([one_hot, -one_hot], dim=2)
+    aligned = qk_norm_scores(one_hot, both_signs, q_weight, k_weight, EPS)[0, 0]  # (head_dim, 2 head_dim)
+    g = generator(95)
+    q, k = randn(g, 20_000, 1, 1, head_dim), randn(g, 20_000, 1, 1, head_dim)  # 20,000 pairs, one score each
+    random = qk_norm_scores(q, k, q_weight, k_weight, EPS).abs().max().item()
+    return max(aligned.abs().max().item(), random), random
+
+
+def _score_gains() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The three questions' gains: every gain 1; then feature 0's grown to 3 and 3; then to -3 and 3."""
+    ones = torch.ones(SCORE_HEAD_DIM)
+    grown_q, grown_k, flipped_q = ones.clone(), ones.clone(), ones.clone()
+    grown_q[0] = grown_k[0] = SCORE_GAIN
+    flipped_q[0] = -SCORE_GAIN
+    return [(ones, ones), (grown_q, grown_k), (flipped_q, grown_k)]
+
+
+def _largest_score_prediction() -> tuple[float, float, float]:
+    return tuple(_largest_scores(q_weight, k_weight)[0] for q_weight, k_weight in _score_gains())
+
+
+def _largest_score_details(measured: tuple) -> str:
+    random = [_largest_scores(q_weight, k_weight)[1] for q_weight, k_weight in _score_gains()]
+    return (
+        f"Measured with the course's qk_norm_scores, head_dim {SCORE_HEAD_DIM}: the largest |score| of a query and a "
+        f"key with all their size on one feature (each feature tried, the key's sign both ways): "
+        f"{', '.join(f'{m:.4g}' for m in measured)}. The largest of 20,000 random pairs comes nowhere near: "
+        f"{', '.join(f'{r:.3g}' for r in random)}."
+    )
+
+
+_LENGTH_1 = (
+    "as if a normalised vector had length 1, and the score were then divided by sqrt(64): RMSNorm makes its root mean "
+    "square 1, so its length is sqrt(64)"
+)
+_NO_ROOT = (
+    "the factor sqrt(64) is missing: a normalised vector has root mean square 1, so its length is sqrt(64), the dot "
+    "product of two reaches 64 times the gains, and the score divides that by sqrt(64) once"
+)
+_UNDIVIDED = (
+    "the dot product of two normalised vectors reaches 64 times the gains, but the score divides it by sqrt(64)"
+)
+_SPREAD = (
+    "that is what a query and a key spread evenly over all 64 features give (or the bound without its sqrt(64)): all "
+    "of their size on the feature whose gains grew gives more"
+)
+
+
+def _score_slips(index: int) -> list[tuple[float, str]]:
+    """(a wrong answer to question ``index``, what it typically assumed)."""
+    root, product = math.sqrt(SCORE_HEAD_DIM), (1.0, SCORE_GAIN**2, SCORE_GAIN**2)[index]
+    slips = [(product / root, _LENGTH_1), (product * root**2, _UNDIVIDED)]
+    if index > 0:
+        rest = (SCORE_HEAD_DIM - 1 + (product if index == 1 else -product)) / root  # every feature at 1
+        slips += [
+            (abs(rest), _SPREAD),
+            (product, _NO_ROOT),
+            (root, "the gains were left out: the score weights that feature by the product of its two gains"),
+            (SCORE_GAIN * root, "only one gain counted: both the query's gain and the key's multiply that feature"),
+        ]
+    if index == 2:  # first: with the gains' product negative there, the other features' best is sqrt(64)
+        slips = [
+            (
+                root,
+                "as if the feature with the negative product were lost, leaving the others' sqrt(64): a key pointing "
+                "the other way on it turns the product's sign back, and it gives the largest score",
+            ),
+            (
+                -product * root,
+                "the question asks for the largest |score|: a key pointing the other way on that feature turns the "
+                "product's sign back",
+            ),
+            *slips,
+        ]
+    return slips if index > 0 else [*slips, (product, _NO_ROOT)]
+
+
+def _largest_score_diagnosis(index: int, guess: float, measured: tuple) -> str:
+    for value, why in _score_slips(index):
+        if math.isclose(guess, value, rel_tol=0.03):
+            return why
+    if index == 2 and abs(guess) < measured[2] / 2:
+        return "the negative gain does not lose that feature: a key pointing the other way on it turns the sign back"
+    return "put all of the query's size and all of the key's on the feature with the largest |g_q,i g_k,i|"
+
+
+LARGEST_SCORE_PREDICTION = prediction_exercise(
+    name="largest_score_prediction",
+    lesson=LESSON,
+    question=(
+        "the largest |score| QK-norm allows at head_dim 64: with every gain 1; with one feature's gains grown to 3 and "
+        "3; and with them -3 and 3"
+    ),
+    parts=(
+        Part("every gain 1", margin=0.05, relative=True),
+        Part("one feature's gains 3 and 3", margin=0.05, relative=True),
+        Part("one feature's gains -3 and 3", margin=0.05, relative=True),
+    ),
+    measure=_largest_score_prediction,
+    details=_largest_score_details,
+    diagnose=_largest_score_diagnosis,
+    forbidden=OWN_CODE,  # a prediction, not a measurement made with the course's code
+    hint=(
+        "How long is a vector after RMSNorm, before its gain? Then: which query and which key make the dot product "
+        "as large as it can be, and what does the division by sqrt(head_dim) leave?",
+        "RMSNorm makes the root mean square 1, so the squares sum to head_dim and the length is sqrt(head_dim). The "
+        "score sums q_i k_i g_q,i g_k,i over the features, divided by sqrt(head_dim): put all of both vectors' size on "
+        "the feature with the largest |g_q,i g_k,i|, and choose the key's sign to make the product positive.",
+        "`return 8.0, 72.0, 72.0`: sqrt(64) * 1, sqrt(64) * 3 * 3, and the same with the key's sign flipped on that "
+        "feature.",
+    ),
+)
+
+EXERCISES = (
+    GROUP_RMS_NORM, CLAMPED_SWIGLU, PRE_NORM_BLOCK, QK_NORM_SCORES, LARGEST_SCORE_PREDICTION, LARGEST_QK_SCORE
+)  # fmt: skip

@@ -1,7 +1,8 @@
 """Lesson 09, 09_transformer_block: the galleries of ``group_rms_norm``, ``clamped_swiglu``, ``pre_norm_block``,
 ``qk_norm_scores`` and ``largest_qk_score`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
-tests/galleries/__init__.py describes them), and REFERENCE_USE: functions that are, or call, the package's own
-``attnedu.transformer``, which the exercises forbid.
+tests/galleries/__init__.py describes them), REFERENCE_USE: functions that are, or call, the package's own
+``attnedu.transformer``, which the exercises forbid, and PREDICTIONS: the graded prediction
+``largest_score_prediction``.
 
 The correct versions are written as a learner would: with torch's functions (F.rms_norm, F.silu,
 F.scaled_dot_product_attention with enable_gqa), by hand, with einsum or loops. Every exercise but the bound takes part
@@ -279,6 +280,21 @@ def gr_in_place(x, weight, groups, eps):
     return x * weight
 
 
+def gr_in_place_on_a_copy(x, weight, groups, eps):
+    """The input left alone, but its copy divided in place after the square was taken from it: autograd saved the
+    copy for the backward pass, and raises there."""
+    g = x.clone().unflatten(-1, (groups, -1))
+    g.mul_(torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + eps))
+    return g.flatten(-2) * weight
+
+
+def gr_first_groups_gains(x, weight, groups, eps):
+    """The gain sliced to one group's size and reused for every group."""
+    g = x.unflatten(-1, (groups, -1))
+    g = g / torch.sqrt(g.pow(2).mean(-1, keepdim=True) + eps) * weight[: g.shape[-1]]
+    return g.flatten(-2)
+
+
 def gr_detached_scale(x, weight, groups, eps):
     """The right values; the root mean square treated as a constant on the way back."""
     g = x.unflatten(-1, (groups, -1))
@@ -356,6 +372,24 @@ def oss_no_clamps(x, W_in, W_down, alpha, limit):
     return (gate * torch.sigmoid(alpha * gate) * (linear + 1)) @ W_down
 
 
+def oss_gate_clamped_both_sides(x, W_in, W_down, alpha, limit):
+    both = x @ W_in
+    gate, linear = both[..., ::2].clamp(-limit, limit), both[..., 1::2].clamp(-limit, limit)
+    return (gate * torch.sigmoid(alpha * gate) * (linear + 1)) @ W_down
+
+
+def oss_gate_clamped_below(x, W_in, W_down, alpha, limit):
+    both = x @ W_in
+    gate, linear = both[..., ::2].clamp(min=-limit), both[..., 1::2].clamp(-limit, limit)
+    return (gate * torch.sigmoid(alpha * gate) * (linear + 1)) @ W_down
+
+
+def oss_clamps_swapped(x, W_in, W_down, alpha, limit):
+    both = x @ W_in
+    gate, linear = both[..., ::2].clamp(-limit, limit), both[..., 1::2].clamp(max=limit)
+    return (gate * torch.sigmoid(alpha * gate) * (linear + 1)) @ W_down
+
+
 def oss_swish_late(x, W_in, W_down, alpha, limit):
     both = x @ W_in
     hidden = both[..., ::2].clamp(max=limit) * (both[..., 1::2].clamp(-limit, limit) + 1)
@@ -408,9 +442,16 @@ def _block(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads, *, 
     if step == "post":
         x = norm(x + attention(x), g_a)
         return norm(x + ffn(x), g_f)
-    h = norm(x, g_a)
-    x = (h if step == "from_normed" else x) + attention(h if attend is None else attend(x, h))
+    if step == "parallel":
+        return x + attention(norm(x, g_a)) + ffn(norm(x, g_f))
+    start, h = x, norm(x, g_a)
+    read = attention(h if attend is None else attend(x, h))
+    x = read if step == "no_attention_residual" else (h if step == "from_normed" else x) + read
     h = norm(x, g_f)
+    if step == "no_ffn_residual":
+        return ffn(h)
+    if step == "attention_dropped":
+        return start + ffn(h)
     out = (h if step == "from_normed" else x) + ffn(h)
     return norm(out, g_f) if final else out
 
@@ -524,6 +565,71 @@ def pb_kv_tiled(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads
     return x + (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
 
 
+def _norms_then(norm, x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+    """The learner's block with its two norms computed by ``norm(t, g)``."""
+    batch, seq_len, d_model = x.shape
+    head_dim = d_model // num_heads
+    h = norm(x, g_a)
+    q, k, v = _heads(h @ W_q, head_dim), _heads(h @ W_k, head_dim), _heads(h @ W_v, head_dim)
+    heads = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    x = x + heads.transpose(1, 2).reshape(batch, seq_len, d_model) @ W_o
+    h = norm(x, g_f)
+    return x + (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
+
+
+def pb_eps_outside(*args):
+    return _norms_then(lambda t, g: t / (t.pow(2).mean(-1, keepdim=True).sqrt() + EPS) * g, *args)
+
+
+def pb_eps_of_llama_2(*args):
+    return _norms_then(lambda t, g: learner_rms_norm(t, g, 1e-5), *args)
+
+
+def pb_torch_default_eps(*args):
+    """torch's rms_norm given no eps: float32's machine epsilon."""
+    return _norms_then(lambda t, g: F.rms_norm(t, t.shape[-1:], g), *args)
+
+
+def pb_no_eps(*args):
+    return _norms_then(lambda t, g: t / t.pow(2).mean(-1, keepdim=True).sqrt() * g, *args)
+
+
+def pb_layer_norm(*args):
+    return _norms_then(lambda t, g: F.layer_norm(t, t.shape[-1:], g, eps=EPS), *args)
+
+
+def pb_ffn_residual_missing(*args):
+    return _block(*args, step="no_ffn_residual")
+
+
+def pb_attention_residual_missing(*args):
+    return _block(*args, step="no_attention_residual")
+
+
+def pb_parallel(*args):
+    """GPT-J's parallel block: both sublayers read the incoming stream."""
+    return _block(*args, step="parallel")
+
+
+def pb_ffn_added_to_the_input(*args):
+    return _block(*args, step="attention_dropped")
+
+
+def pb_in_place_on_a_copy(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
+    """The input left alone, but the copy that the second norm read was then added to in place: autograd saved it for
+    the backward pass, and raises there."""
+    batch, seq_len, d_model = x.shape
+    head_dim = d_model // num_heads
+    out = x.clone()
+    h = learner_rms_norm(x, g_a, EPS)
+    q, k, v = _heads(h @ W_q, head_dim), _heads(h @ W_k, head_dim), _heads(h @ W_v, head_dim)
+    out += F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).transpose(1, 2).reshape(
+        batch, seq_len, d_model) @ W_o  # fmt: skip
+    h = learner_rms_norm(out, g_f, EPS)
+    out += (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
+    return out
+
+
 def pb_under_no_grad(*args):
     """The right values, computed under torch.no_grad(): nothing flows back."""
     with torch.no_grad():
@@ -599,6 +705,12 @@ def qk_default_eps(q, k, q_weight, k_weight):
     return F.rms_norm(q, (d,), q_weight) @ F.rms_norm(k, (d,), k_weight).transpose(-2, -1) / math.sqrt(d)
 
 
+def qk_eps_of_llama_2(q, k, q_weight, k_weight):
+    """Llama 2's eps, 1e-5, in place of the 1e-6 asked for."""
+    d = q.shape[-1]
+    return F.rms_norm(q, (d,), q_weight, 1e-5) @ F.rms_norm(k, (d,), k_weight, 1e-5).transpose(-2, -1) / math.sqrt(d)
+
+
 def lq_no_sqrt(q_weight, k_weight):
     return (q_weight * k_weight).abs().amax(-1)
 
@@ -639,6 +751,35 @@ def lq_one_number(q_weight, k_weight):
     return math.sqrt(q_weight.shape[-1]) * (q_weight * k_weight).abs().max()
 
 
+def qk_l2(q, k, q_weight, k_weight):
+    qn, kn = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
+    return (qn * q_weight) @ (kn * k_weight).transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
+def qk_l2_as_henry(q, k, q_weight, k_weight):
+    """Henry et al.'s normalisation, without the division by sqrt(head_dim)."""
+    return (F.normalize(q, dim=-1) * q_weight) @ (F.normalize(k, dim=-1) * k_weight).transpose(-2, -1)
+
+
+def lq_signed_sum(q_weight, k_weight):
+    return (q_weight * k_weight).sum(-1) / math.sqrt(q_weight.shape[-1])
+
+
+def lq_plain_mean(q_weight, k_weight):
+    return (q_weight * k_weight).abs().mean(-1)
+
+
+def lq_one_number_for_each(q_weight, k_weight):
+    return math.sqrt(q_weight.shape[-1]) * (q_weight * k_weight).abs().max() * torch.ones(q_weight.shape[0])
+
+
+def qk_normalize_times_root(q, k, q_weight, k_weight):
+    """Divided by the length, then times sqrt(head_dim): the root mean square, but with no eps."""
+    d = q.shape[-1]
+    qn, kn = F.normalize(q, dim=-1) * d**0.5 * q_weight, F.normalize(k, dim=-1) * d**0.5 * k_weight
+    return qn @ kn.transpose(-2, -1) / d**0.5
+
+
 def qk_gains_detached(q, k, q_weight, k_weight):
     """The right values; the gains treated as constants (no gradient reaches them)."""
     return learner_qk_norm_scores(q, k, q_weight.detach(), k_weight.detach())
@@ -660,6 +801,8 @@ MUTANTS = [
     ("group_rms_norm", gr_no_gain, "the gain `weight` is missing"),
     ("group_rms_norm", gr_gain_added, "was added, not multiplied"),
     ("group_rms_norm", gr_in_place, "modified its input `x` in place"),
+    ("group_rms_norm", gr_in_place_on_a_copy, "changed a tensor the backward pass still needs"),
+    ("group_rms_norm", gr_first_groups_gains, "the first group's"),
     ("group_rms_norm", gr_detached_scale, "the gradient that flows back to `x` differs"),
     ("clamped_swiglu", oss_halves, "split into two halves"),
     ("clamped_swiglu", oss_swapped, "the gate and the linear part are swapped"),
@@ -673,10 +816,13 @@ MUTANTS = [
     ("clamped_swiglu", oss_linear_max_only, "clamped from above only"),
     ("clamped_swiglu", oss_gate_unclamped, "the gate is not clamped"),
     ("clamped_swiglu", oss_no_clamps, "nothing is clamped"),
+    ("clamped_swiglu", oss_gate_clamped_both_sides, "the gate is clamped from both sides"),
+    ("clamped_swiglu", oss_gate_clamped_below, "the gate is clamped from below"),
+    ("clamped_swiglu", oss_clamps_swapped, "the two clamps are swapped"),
     ("clamped_swiglu", oss_swish_late, "one step late"),
     ("clamped_swiglu", oss_swish_early, "one step early"),
     ("clamped_swiglu", oss_through_numpy, "no gradient flows back"),
-    ("clamped_swiglu", oss_sigmoid_by_exp, "contains NaN or inf where the reference's is finite"),
+    ("clamped_swiglu", oss_sigmoid_by_exp, "exp(x) is inf above about 88, so g below about -52"),
     ("pre_norm_block", pb_post_norm, "post-norm arrangement"),
     ("pre_norm_block", pb_residual_from_normed, "the residual was added to the normalised input"),
     ("pre_norm_block", pb_no_residual, "the residual connections are missing"),
@@ -695,6 +841,16 @@ MUTANTS = [
     ("pre_norm_block", pb_merge_without_transpose, "(Your split is right.)"),
     ("pre_norm_block", pb_kv_tiled, "the groups are interleaved"),
     ("pre_norm_block", pb_under_no_grad, "no gradient flows back"),
+    ("pre_norm_block", pb_eps_outside, "eps is added outside the square root"),
+    ("pre_norm_block", pb_eps_of_llama_2, "eps is 1e-5"),
+    ("pre_norm_block", pb_torch_default_eps, "machine epsilon"),
+    ("pre_norm_block", pb_no_eps, "eps is missing"),
+    ("pre_norm_block", pb_layer_norm, "the norms are LayerNorm"),
+    ("pre_norm_block", pb_ffn_residual_missing, "the feed-forward layer's residual connection is missing"),
+    ("pre_norm_block", pb_attention_residual_missing, "the attention's residual connection is missing"),
+    ("pre_norm_block", pb_parallel, "the parallel block of GPT-J"),
+    ("pre_norm_block", pb_ffn_added_to_the_input, "the attention's output is missing from what the block returns"),
+    ("pre_norm_block", pb_in_place_on_a_copy, "changed a tensor the backward pass still needs"),
     ("qk_norm_scores", qk_only_q, "only the queries were normalised"),
     ("qk_norm_scores", qk_only_k, "only the keys were normalised"),
     ("qk_norm_scores", qk_all_heads, "over all heads together"),
@@ -709,6 +865,10 @@ MUTANTS = [
     ("qk_norm_scores", qk_softmax, "softmax of the scores"),
     ("qk_norm_scores", qk_not_normalised, "nothing was normalised"),
     ("qk_norm_scores", qk_default_eps, "machine epsilon"),
+    ("qk_norm_scores", qk_eps_of_llama_2, "eps is 1e-5"),
+    ("qk_norm_scores", qk_l2, "divided by its length"),
+    ("qk_norm_scores", qk_l2_as_henry, "divided by its length"),
+    ("qk_norm_scores", qk_normalize_times_root, "eps is missing from the norms"),
     ("qk_norm_scores", qk_gains_detached, "no gradient flows back from your outputs to `q_weight` and `k_weight`"),
     ("largest_qk_score", lq_no_sqrt, "the factor sqrt(head_dim) is missing"),
     ("largest_qk_score", lq_head_dim, "grows with head_dim, not with its square root"),
@@ -717,9 +877,12 @@ MUTANTS = [
     ("largest_qk_score", lq_plus_one, "sqrt(head_dim + 1)"),
     ("largest_qk_score", lq_maxima, "the largest |q gain| by the largest |k gain|"),
     ("largest_qk_score", lq_signed, "the largest *signed* product"),
-    ("largest_qk_score", lq_mean, "the mean of the products"),
+    ("largest_qk_score", lq_mean, "spread their size evenly over every feature"),
+    ("largest_qk_score", lq_signed_sum, "with every feature 1"),
+    ("largest_qk_score", lq_plain_mean, "an average of the gains' products"),
     ("largest_qk_score", lq_over_layers, "over the layers (axis 0)"),
     ("largest_qk_score", lq_one_number, "one number for all layers"),
+    ("largest_qk_score", lq_one_number_for_each, "one number for all layers"),
 ]
 
 # a group's mean divided by one feature too many and too few; the Swish one step late and one step early; the causal
@@ -1147,13 +1310,84 @@ BUGS = [
     ("qk_norm_scores", qkb_weights, "softmax of the scores"),
     ("qk_norm_scores", qkb_layer_norm, "you used LayerNorm"),
     ("qk_norm_scores", qkb_k_times_q, "transposed"),
-    ("qk_norm_scores", qkb_l2, GENERIC),
+    ("qk_norm_scores", qkb_l2, "divided by its length"),
     ("qk_norm_scores", qkb_eps_outside, "eps is added outside the square root"),
     ("qk_norm_scores", qkb_torch_default_eps, "machine epsilon"),
     ("largest_qk_score", lqb_layers_for_dim, GENERIC),
     ("largest_qk_score", lqb_norms, GENERIC),
     ("largest_qk_score", lqb_max_of_each, "the largest |q gain| by the largest |k gain|"),
     ("largest_qk_score", lqb_signed_max, "the largest *signed* product"),
-    ("largest_qk_score", lqb_sum, "the mean of the products"),
+    ("largest_qk_score", lqb_sum, "spread their size evenly"),
     ("largest_qk_score", lqb_squared, GENERIC),
+]
+
+
+# --------------------------------------------------------------------------------------------
+# The graded prediction of exercise 5: (exercise, prediction, status, score, what its message must contain)
+# --------------------------------------------------------------------------------------------
+
+
+def lsp_right():
+    return 8.0, 72.0, 72.0
+
+
+def lsp_worked_out():
+    return math.sqrt(64), math.sqrt(64) * 3 * 3, math.sqrt(64) * abs(-3 * 3)
+
+
+def lsp_as_tensors():
+    return torch.tensor(8.0), torch.tensor(72.0), torch.tensor([72.0])
+
+
+def lsp_no_root():
+    return 1.0, 9.0, 9.0
+
+
+def lsp_length_one():
+    return 0.125, 1.125, 1.125
+
+
+def lsp_negative_feature_lost():
+    return 8.0, 72.0, 8.0
+
+
+def lsp_signed():
+    return 8.0, 72.0, -72.0
+
+
+def lsp_one_gain():
+    return 8.0, 24.0, 24.0
+
+
+def lsp_nearly():
+    return 8.5, 72.0, 72.0  # 6% off: within twice the margin
+
+
+def lsp_one_number():
+    return 8.0
+
+
+def lsp_with_the_course_code():
+    gains = torch.ones(3, 64)
+    gains[1:, 0] = 3.0
+    return tuple(transformer.qk_score_bound(gains, gains).tolist())
+
+
+def lsp_unwritten():
+    raise NotImplementedError
+
+
+PREDICTIONS = [
+    ("largest_score_prediction", lsp_right, "passed", 1.0, "Score: 1 of 1"),
+    ("largest_score_prediction", lsp_worked_out, "passed", 1.0, "you predicted 72, measured 72"),
+    ("largest_score_prediction", lsp_as_tensors, "passed", 1.0, "Score: 1 of 1"),
+    ("largest_score_prediction", lsp_no_root, "failed", 0.0, "The factor sqrt(64) is missing"),
+    ("largest_score_prediction", lsp_length_one, "failed", 0.0, "As if a normalised vector had length 1"),
+    ("largest_score_prediction", lsp_negative_feature_lost, "partial", 2 / 3, "As if the feature with the negative"),
+    ("largest_score_prediction", lsp_signed, "partial", 2 / 3, "The question asks for the largest |score|"),
+    ("largest_score_prediction", lsp_one_gain, "partial", 1 / 3, "Only one gain counted"),
+    ("largest_score_prediction", lsp_nearly, "partial", 5 / 6, "within twice 5% of the measurement (half credit)"),
+    ("largest_score_prediction", lsp_one_number, "failed", 0.0, "should return a tuple of 3 values"),
+    ("largest_score_prediction", lsp_with_the_course_code, "failed", 0.0, "`attnedu.transformer.qk_score_bound`"),
+    ("largest_score_prediction", lsp_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
 ]
