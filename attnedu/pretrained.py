@@ -52,6 +52,14 @@ class PretrainedModelMissing(ImportError):
     """The pretrained model's package (or a reader it needs) is not installed; the message says how to install it."""
 
 
+class MissingWeight(KeyError):
+    """A checkpoint lacks a tensor the encoder needs; the message names the tensor and the checkpoint (a KeyError, as
+    a missing key is, but printed as the plain sentence it is)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def _missing(what: str) -> PretrainedModelMissing:
     return PretrainedModelMissing(
         f"{what} is not installed, so the pretrained model cannot be read. `make lab` installs it; by hand, in the "
@@ -131,25 +139,37 @@ def read_weights(directory: Path | None = None) -> dict[str, torch.Tensor]:
     return load_file(str((directory or model_dir()) / "model.safetensors"))
 
 
-def _take(weights: dict, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+def _take(weights: dict, name: str, shape: tuple[int, ...], source: str) -> torch.Tensor:
     if name not in weights:
-        raise KeyError(f"the checkpoint should hold {name!r}, but does not: is it a BERT checkpoint of these sizes?")
+        layers = sorted({int(k.split(".")[2]) for k in weights if k.startswith("encoder.layer.")})
+        held = f"it holds {len(weights)} tensors" + (f", layers {layers[0]} .. {layers[-1]}" if layers else "")
+        raise MissingWeight(
+            f"{source} should hold the tensor {name!r}, but does not ({held}): is it a BERT checkpoint of these sizes, "
+            "with BERT's names (embeddings..., encoder.layer.N...)?"
+        )
     tensor = weights[name]
     if tuple(tensor.shape) != shape:
-        raise ValueError(f"{name} should be {shape} for this encoder, got {describe(tensor)}: the sizes differ")
+        raise ValueError(f"{name} should be {shape} for this encoder, got {describe(tensor)} in {source}: the sizes "
+                         "differ")  # fmt: skip
     return tensor
 
 
 @torch.no_grad()
-def load_bert_weights(encoder: BertEncoder, weights: dict[str, torch.Tensor]) -> BertEncoder:
+def load_bert_weights(
+    encoder: BertEncoder, weights: dict[str, torch.Tensor], source: str = "the checkpoint"
+) -> BertEncoder:
     """Copy a BERT checkpoint's tensors into ``encoder``, name by name. Both store each linear map as
     ``torch.nn.Linear`` does, weight (out_features, in_features) applied as x @ weight.T + bias, so the matrices
-    copy as they are; ``attention_matrices`` gives them the other way round, as the lessons write them."""
+    copy as they are; ``attention_matrices`` gives them the other way round, as the lessons write them. ``source``
+    names the checkpoint in the errors (``load_minilm`` passes the file). A missing tensor raises ``MissingWeight``
+    (a KeyError) naming it. The number of heads is in no tensor's shape (the heads split d_model): it comes from
+    config.json (``read_config``), and an encoder built with another count loads without complaint and computes
+    something else, which only a comparison with the reference outputs catches."""
     check_instance("encoder", encoder, BertEncoder, "a BertEncoder (BertConfig.build())")
 
     def copy(module: nn.Module, prefix: str) -> None:
         for name, parameter in module.named_parameters(recurse=False):
-            parameter.copy_(_take(weights, f"{prefix}.{name}", tuple(parameter.shape)))
+            parameter.copy_(_take(weights, f"{prefix}.{name}", tuple(parameter.shape), source))
 
     copy(encoder.word, "embeddings.word_embeddings")
     copy(encoder.position, "embeddings.position_embeddings")
@@ -176,7 +196,10 @@ def attention_matrices(weights: dict[str, torch.Tensor], layer: int) -> tuple[to
     prefix = f"encoder.layer.{layer}.attention"
     names = ("self.query", "self.key", "self.value", "output.dense")
     if f"{prefix}.self.query.weight" not in weights:
-        raise KeyError(f"the checkpoint has no layer {layer} (layers count from 0)")
+        layers = sorted({int(k.split(".")[2]) for k in weights if k.startswith("encoder.layer.")})
+        held = f"its layers are {layers[0]} .. {layers[-1]}" if layers else "it holds no encoder.layer.N tensors"
+        raise MissingWeight(f"the checkpoint has no layer {layer} (no tensor {prefix}.self.query.weight; layers count "
+                            f"from 0): {held}")  # fmt: skip
     matrices = tuple(weights[f"{prefix}.{name}.weight"].T for name in names)
     biases = tuple(weights[f"{prefix}.{name}.bias"] for name in names)
     return matrices, biases
@@ -259,8 +282,13 @@ def mean_pool(hidden: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     if tuple(real.shape) != tuple(hidden.shape[:2]) or real.dtype != torch.bool:
         raise ValueError(f"real should be a bool tensor of shape (batch, seq_len) = {tuple(hidden.shape[:2])}, got "
                          f"{describe(real)}")  # fmt: skip
+    empty = ~real.any(dim=1)
+    if bool(empty.any()):
+        raise ValueError(f"real should mark at least one real token in every sentence, got none in sentence "
+                         f"{int(empty.nonzero()[0])}: a sentence of padding only has no mean (the encoding always "
+                         "holds [CLS] and [SEP])")  # fmt: skip
     weights = real.to(hidden.dtype)[:, :, None]
-    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1)
 
 
 def sentence_embeddings(hidden: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
@@ -355,7 +383,8 @@ def load_minilm() -> MiniLM:
     """all-MiniLM-L6-v2 from the installed package, in ``BertEncoder``, in evaluation mode (it has no dropout)."""
     directory = model_dir()
     config = read_config(directory)
-    encoder = load_bert_weights(config.build(), read_weights(directory)).eval()
+    encoder = load_bert_weights(config.build(), read_weights(directory), source=str(directory / "model.safetensors"))
+    encoder.eval()
     return MiniLM(encoder, load_tokenizer(directory), config)
 
 
@@ -432,14 +461,27 @@ def paraphrase_similarity(embeddings: torch.Tensor, pairs=PAIRS) -> dict:
     check_tensor("embeddings", embeddings, 2, "(n, d_model), one sentence embedding per row")
     check_float("embeddings", embeddings)
     n = embeddings.shape[0]
-    pairs = [tuple(p) for p in pairs]
+    bad = ~torch.isfinite(embeddings).all(-1) | (embeddings.norm(dim=-1) == 0)
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0])
+        raise ValueError(f"embeddings should be finite and not zero in every row (a cosine needs a direction), got "
+                         f"{embeddings[row, :4].tolist()}... in row {row}")  # fmt: skip
+    try:
+        pairs = [tuple(p) for p in pairs]
+    except TypeError:
+        raise ValueError(f"pairs should be a non-empty list of (i, j) index pairs, got {pairs!r}") from None
     if not pairs or any(len(p) != 2 for p in pairs):
         raise ValueError(f"pairs should be a non-empty list of (i, j) index pairs, got {pairs!r}")
+    seen = set()
     for i, j in pairs:
         check_int("pairs", i, f"a sentence index in 0 .. {n - 1}", 0, n - 1)
         check_int("pairs", j, f"a sentence index in 0 .. {n - 1}", 0, n - 1)
         if i == j:
             raise ValueError(f"pairs should join two different sentences, got ({i}, {j})")
+        if {i, j} & seen:
+            raise ValueError(f"pairs should hold each sentence once (a sentence has one paraphrase here), got "
+                             f"{sorted({i, j} & seen)} in two pairs of {pairs}")  # fmt: skip
+        seen |= {i, j}
     unit = nn.functional.normalize(embeddings, dim=-1)
     cosine = unit @ unit.T  # (n, n)
     paired = {(min(i, j), max(i, j)) for i, j in pairs}

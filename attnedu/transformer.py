@@ -1132,9 +1132,11 @@ class BertEncoder(nn.Module):
             mask = real[:, None, None, :]  # (batch, 1, 1, seq_len): every head, every query
         if head_gates is not None:
             check_tensor("head_gates", head_gates, 2, "(num_layers, heads)")
+            check_float("head_gates", head_gates)
             if tuple(head_gates.shape) != (len(self.layers), self.num_heads):
                 raise ValueError(f"head_gates should be (num_layers, heads) = {(len(self.layers), self.num_heads)}, "
                                  f"got {describe(head_gates)}")  # fmt: skip
+            check_finite("head_gates", head_gates, "1 keeps a head, 0 removes it")
         positions = torch.arange(seq_len, device=ids.device)
         x = self.norm(self.word(ids) + self.position(positions) + self.token_type(torch.zeros_like(ids)))
         all_weights = []

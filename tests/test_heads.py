@@ -368,3 +368,154 @@ def test_induction_functions_refuse_the_old_pair_and_other_models():
         heads.induction_scores(torch.nn.Linear(2, 2), varied[0])
     with pytest.raises(ValueError, match="context"):
         heads.induction_rule_loss(torch.cat([held_out[:, :16]] * 2, 1), 16, context=0)
+
+
+def test_statistics_refuse_what_is_not_attention_weights():
+    """Each real query's row must be a distribution over the keys: log-weights, raw scores, scaled weights and
+    weights stored (key, query) are refused with their likely cause; a padding query's row may hold anything."""
+    scores = torch.randn(2, 3, 5, 5, generator=torch.Generator().manual_seed(0))
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    weights = scores.masked_fill(~causal, -math.inf).softmax(-1)
+    real = torch.ones(2, 5, dtype=torch.bool)
+    for wrong, cause in (
+        (scores.masked_fill(~causal, -math.inf).log_softmax(-1), "log-weights"),
+        (scores, "a weight is negative"),
+        (2 * weights, "do not sum to 1"),
+        (weights.mT, "stored \\(key, query\\)"),
+    ):
+        for statistic in (heads.attention_entropy, heads.previous_token_score):
+            with pytest.raises(ValueError, match=f"weights should be attention weights.*{cause}"):
+                statistic(wrong, real)
+    with pytest.raises(ValueError, match="log-weights"):
+        heads.prefix_matching(weights.log(), torch.tensor([[1, 2, 1, 2, 1], [3, 3, 3, 3, 3]]))
+    with pytest.raises(ValueError, match="do not sum to 1"):
+        heads.attention_to(2 * weights, torch.ones(2, 5, dtype=torch.bool), real)
+    garbage = weights.clone()
+    garbage[1, :, 3:] = 5.0  # the rows of sentence 1's padding queries: left out, whatever they hold
+    real[1, 3:] = False
+    torch.testing.assert_close(heads.attention_entropy(garbage, real), heads.attention_entropy(weights, real))
+    assert heads.previous_token_score(weights.double(), real).dtype == torch.float64  # any float dtype
+
+
+def test_best_positional_score_leaves_padding_out():
+    """Padding that repeats one id is no copy: with real, the bound on padded rows is the bound on the rows alone."""
+    padded = torch.tensor([[3, 5, 3, 0, 0], [4, 7, 4, 7, 0]])
+    real = padded != 0
+    assert heads.best_positional_score(padded) == pytest.approx(1.0)  # padding 0 after 0: a "copy" at every query
+    alone = heads.best_positional_score(torch.tensor([[3, 5, 3, 0, 0], [4, 7, 4, 7, 0]]), real)
+    # by hand: sequence 0 has one query with a copy (2: target key 1); sequence 1 two (2: key 1; 3: key 2); the best
+    # pattern puts query 2 on key 1 (score 1/1 + 1/2, halved) and query 3 on key 2 (1/2, halved)
+    assert alone == pytest.approx((1.0 + 0.5) / 2 + 0.5 / 2)
+
+
+def test_bad_calls_of_the_induction_helpers_are_refused_by_name():
+    with pytest.raises(ValueError, match="steps should increase"):
+        heads.crossing_steps([50, 0, 25, 75], [0.5, 0.0, 0.2, 1.0])
+    with pytest.raises(ValueError, match="values should be finite"):
+        heads.crossing_steps([0, 25, 50, 75], [0.0, float("nan"), 0.2, 1.0])
+    with pytest.raises(ValueError, match="no NaN"):
+        heads.strongest(torch.tensor([[0.1, float("nan")], [0.5, 0.2]]))
+    with pytest.raises(ValueError, match="a list of \\(layer, head\\) pairs"):
+        heads.head_gates(2, 2, (0, 1))  # one pair, not a list of pairs
+    model = _induction_model()
+    with pytest.raises(ValueError, match="a list of \\(layer, head\\) pairs"):
+        heads.repeat_losses(model, heads.held_out_repeats(2, 6, 12), (1, 0))
+    varied, _ = heads.held_out_varied(4, length=12, periods=(2, 5), vocab=12)
+    with pytest.raises(ValueError, match="blocks repeated once"):
+        heads.repeat_losses(model, varied)  # blocks of several lengths: no "repeat" to measure
+
+
+def test_induction_rule_losses_per_position():
+    """The per-position losses average to induction_rule_loss, and are exactly 0 where the rule is certain."""
+    block = torch.tensor([[1, 2, 1, 3]])
+    tokens = torch.cat([block, block], 1)
+    losses = heads.induction_rule_losses(tokens, 4)
+    torch.testing.assert_close(losses, torch.tensor([[math.log(2), 0.0, math.log(3)]], dtype=torch.float64))
+    held_out = heads.held_out_repeats(16)
+    losses = heads.induction_rule_losses(held_out, heads.EVAL_PERIOD)
+    assert losses.shape == (16, heads.EVAL_PERIOD - 1)
+    assert math.isclose(losses.mean().item(), heads.induction_rule_loss(held_out, heads.EVAL_PERIOD))
+    certain = torch.tensor([[len({row[s + 1] for s in range(t) if row[s] == row[t]}) == 1 for t in range(16, 31)]
+                            for row in held_out.tolist()])  # fmt: skip
+    assert torch.equal(losses == 0, certain)
+
+
+def test_rate_while_by_hand():
+    """The reference rises by 3 of its 4 between steps 20 and 30, where the curve makes 25 % .. 75 % of its change:
+    0.75 of its rise in 10 steps, 7.5 per 100; a curve changing evenly sees the reference's average rate."""
+    steps = [0, 10, 20, 30, 40]
+    reference = [0.0, 0.5, 0.5, 3.5, 4.0]
+    sharp = [0.0, 0.0, 0.3, 1.0, 1.0]  # 25 % at step 20, 75 % at step 30
+    assert heads.rate_while(steps, reference, sharp) == pytest.approx(0.75 / 0.1)
+    even = [0.0, 1.0, 2.0, 3.0, 4.0]  # 25 % at 10, 75 % at 30: the reference makes 3 of 4 in 20 steps
+    assert heads.rate_while(steps, reference, even) == pytest.approx(0.75 / 0.2)
+    jump = [0.0, 0.0, 1.0, 1.0, 1.0]  # 25 % and 75 % both at step 20: a window of one interval, 10 steps
+    assert heads.rate_while(steps, reference, jump) == pytest.approx(0.0 / 0.1)
+    with pytest.raises(ValueError, match="fractions"):
+        heads.rate_while(steps, reference, sharp, fractions=(0.75, 0.25))
+    with pytest.raises(ValueError, match="should change"):
+        heads.rate_while(steps, [1.0] * 5, sharp)
+
+
+def test_target_weight_by_distance_by_hand():
+    """Tokens 1 2 1 2 1: query 4 (token 1) has targets 1 and 3 (after the copies at 0 and 2), at distances 3 and 1;
+    query 3 (token 2) has one target, key 2, at distance 1; with min_targets 2 only query 4 counts."""
+    tokens = torch.tensor([[1, 2, 1, 2, 1]])
+    w = torch.zeros(1, 2, 5, 5)
+    w[0, :, torch.arange(5), 0] = 1.0  # every query on key 0, except:
+    w[0, :, 4] = torch.tensor([0.0, 0.6, 0.0, 0.4, 0.0])  # query 4: 0.6 on key 1 (3 back), 0.4 on key 3 (1 back)
+    w[0, :, 3] = torch.tensor([0.0, 0.0, 1.0, 0.0, 0.0])
+    by_distance = heads.target_weight_by_distance(w, tokens, [(1, 1), (2, 3), (4, 4)])
+    torch.testing.assert_close(by_distance[:, :2], torch.tensor([[0.4, 0.6]] * 2))
+    assert by_distance[:, 2].isnan().all()  # no target 4 back
+    every = heads.target_weight_by_distance(w, tokens, [(1, 1)], min_targets=1)  # queries 2 (key 1), 3, 4 at 1
+    torch.testing.assert_close(every, torch.full((2, 1), (0.0 + 1.0 + 0.4) / 3))
+    with pytest.raises(ValueError, match="lo <= hi"):
+        heads.target_weight_by_distance(w, tokens, [(3, 1)])
+
+
+def test_ablated_forward_zero_mean_and_paths():
+    """All paths with zeros: the gated model; no path: the intact model; the mean over one sequence is that
+    sequence's own output (no change); a path the layer above does not read (its W_K zeroed) changes nothing; keys
+    only, by hand."""
+    model = _induction_model(layers=2, heads_per_layer=2, seed=4)
+    tokens = heads.held_out_repeats(3, 6, 12)
+    with torch.no_grad():
+        plain, _ = model(tokens)
+        gated, _ = model(tokens, heads.head_gates(2, 2, [(0, 1)]))
+    assert torch.equal(heads.ablated_forward(model, tokens, [(0, 1)])[0], gated)
+    assert torch.equal(heads.ablated_forward(model, tokens, [(0, 1)], paths=())[0], plain)
+    one = tokens[:1]
+    own_means = heads.head_means(model, one)
+    torch.testing.assert_close(heads.ablated_forward(model, one, [(0, 1)], own_means)[0], plain[:1])
+    blind = _induction_model(layers=2, heads_per_layer=2, seed=4)
+    with torch.no_grad():
+        blind.layers[1].W_k.weight.zero_()  # layer 1's keys no longer read the residual stream
+        blind_plain, _ = blind(tokens)
+    torch.testing.assert_close(heads.ablated_forward(blind, tokens, [(0, 0)], paths=("keys",))[0], blind_plain)
+    # keys only, by hand: layer 1 reads its keys from the stream without head 0 of layer 0, the rest from the intact one
+    from attnedu.multihead import merge_heads, split_heads
+
+    with torch.no_grad():
+        x = model.embedding(tokens) + model.positions(12)
+        causal = torch.ones(12, 12, dtype=torch.bool).tril()
+        layer0, layer1 = model.layers
+        q, k, v = (split_heads(p(x), 2) for p in (layer0.W_q, layer0.W_k, layer0.W_v))
+        h0 = ((q @ k.mT) / 2.0).masked_fill(~causal, -math.inf).softmax(-1) @ v  # head_dim 4: sqrt 2
+        kept = h0.clone()
+        kept[:, 0] = 0.0
+        full, cut = x + layer0.W_o(merge_heads(h0)), x + layer0.W_o(merge_heads(kept))
+        q, k, v = split_heads(layer1.W_q(full), 2), split_heads(layer1.W_k(cut), 2), split_heads(layer1.W_v(full), 2)
+        h1 = ((q @ k.mT) / 2.0).masked_fill(~causal, -math.inf).softmax(-1) @ v
+        by_hand = model.unembedding(full + layer1.W_o(merge_heads(h1)))
+    torch.testing.assert_close(heads.ablated_forward(model, tokens, [(0, 0)], paths=("keys",))[0], by_hand)
+    with pytest.raises(ValueError, match="one layer"):
+        heads.ablated_forward(model, tokens, [(0, 0), (1, 0)], paths=("keys",))
+    with pytest.raises(ValueError, match="paths should name"):
+        heads.ablated_forward(model, tokens, [(0, 0)], paths=("key",))
+    varied, _ = heads.held_out_varied(8, length=12, periods=(2, 5), vocab=12)
+    loss, prefix = heads.induction_ablation(model, tokens, varied, [(0, 0)], mean=True)
+    means = heads.head_means(model, varied)
+    with torch.no_grad():
+        expected = heads._repeat_loss(heads.ablated_forward(model, tokens, [(0, 0)], means)[0], tokens).mean().item()
+    assert math.isclose(loss, expected, rel_tol=1e-6) and prefix.shape == (2, 2)
