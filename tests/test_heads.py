@@ -239,17 +239,27 @@ def test_bad_inputs(call, message):
 def test_calibration_ranges_reads_the_file():
     ranges = heads.calibration_ranges()
     low, high = ranges[2, "prefix"]
-    assert 0 < low <= high <= 1 and (1, "prefix") in ranges and (2, "overlap") in ranges
+    assert 0 < low <= high <= 1 and (1, "prefix") in ranges and (2, "rate_gap") in ranges
     first_file = Path(heads.__file__).resolve().parents[1] / "benchmarks" / heads.CALIBRATION_FILES[0]
     one = heads.calibration_ranges(first_file)
     assert one[2, "prefix"][0] >= low and one[2, "prefix"][1] <= high  # the union over the files holds each file's
-    # exercise 5's margin, by what it separates on every seed: (a) both layer-1 heads removed: ln 32 accepted, the
-    # one-layer model's repeat loss rejected; (b) one removed: the intact model's loss and "both removed" rejected
-    margin, (both_low, both_high) = heads.PREDICTION_MARGIN, ranges[2, "cut_layer1"]
-    assert both_high - margin <= math.log(32) <= both_low + margin, (both_low, both_high)
-    assert both_low - margin > ranges[1, "second"][1], (both_low, ranges[1, "second"])
-    one_low, one_high = ranges[2, "cut_one_layer1"]  # each head alone, so the mean of the two lies within too
-    assert one_low - margin > ranges[2, "second"][1] and one_high + margin < both_low, (one_low, one_high)
+
+
+def test_the_removal_prediction_margin_separates_what_it_says():
+    """Exercise 5's margin (full credit within it, half within twice it), by what it separates on every calibration
+    run: (a) both layer-1 heads removed: ln 32 gets full credit, the one-layer model's repeat loss none, the intact
+    model's first-block loss half; (b) one removed: the intact loss, the one-layer model's and "both removed" none."""
+    from attnedu.checks.lesson11 import REMOVAL_MARGIN as m
+
+    ranges = heads.calibration_ranges()
+    low, high = ranges[2, "layer1_minus_uniform"]  # (a) minus ln 32, per run
+    assert -m <= low and high <= m, (low, high)
+    assert ranges[2, "layer1_minus_one_layer"][0] > 2 * m  # (a) minus the one-layer model's loss, per run
+    first_low, first_high = ranges[2, "first_minus_layer1"]  # the first-block loss minus (a), per run
+    assert m < first_low and first_high <= 2 * m, (first_low, first_high)
+    one_low, one_high = ranges[2, "one_layer1_mean"]  # (b)
+    assert one_low - ranges[2, "second"][1] > 2 * m and ranges[2, "cut_layer1"][0] - one_high > 2 * m
+    assert ranges[2, "one_layer_minus_one_layer1_mean"][0] > 2 * m  # the one-layer model's loss minus (b), per run
 
 
 def _induction_model(layers=2, heads_per_layer=2, seed=0):

@@ -293,3 +293,40 @@ def test_embed_without_each_head_equals_removing_it(minilm):
         expected = minilm.embed(sentences, head_gates(6, 12, [(layer, head)]))
         torch.testing.assert_close(each[layer, head], expected, atol=1e-6, rtol=0)
     assert not torch.allclose(each[0, 2], minilm.embed(sentences))  # a removal changes something
+
+
+def _head_record_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(pretrained.__file__).resolve().parents[1] / "benchmarks" / "minilm_heads.py"
+    spec = importlib.util.spec_from_file_location("minilm_heads", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_head_record_is_what_its_script_measures(minilm):
+    """benchmarks/minilm_heads.json, which lesson 11 quotes: made on these 300 sentences (where this Python's help
+    texts give the same ones), and two of its numbers measured again here: the previous-token head's drift (L0H2) on
+    all 300 sentences, and attention to [SEP] on the sentence pairs."""
+    import platform
+
+    script = _head_record_script()
+    record = pretrained.head_record()
+    sentences = pretrained.text_sentences(record["sentences"])
+    if record["python"].rsplit(".", 1)[0] != platform.python_version().rsplit(".", 1)[0]:
+        pytest.skip(f"the record was made on Python {record['python']}'s help texts, whose sentences differ")
+    assert record["sentences_sha256"] == script.sentences_digest(sentences)
+    assert record["drift"].shape == (6, 12) and record["sep_on_pairs"].shape == (6, 12)
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    moved = 0.0
+    for start in range(0, len(order), 100):
+        part = [sentences[i] for i in order[start : start + 100]]
+        intact, without = minilm.embed(part), minilm.embed(part, head_gates(6, 12, [(0, 2)]))
+        moved += (1 - (intact * without).sum(-1)).sum().item()
+    assert moved / len(sentences) == pytest.approx(record["drift"][0, 2].item(), abs=2e-6)
+    pairs = [(sentences[2 * k], sentences[2 * k + 1]) for k in range(record["pairs"])]
+    sep, uniform = script.sep_on_pairs(minilm, pairs)
+    torch.testing.assert_close(sep, record["sep_on_pairs"], atol=2e-6, rtol=0)
+    assert uniform == pytest.approx(record["sep_on_pairs_uniform"], abs=2e-6)
