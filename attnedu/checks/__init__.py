@@ -63,7 +63,7 @@ from . import (
 from .calling import MAX_PRINTED, TIME_LIMIT, grading_mode
 from .diagnosis import run_check
 from .exercise import Exercise
-from .lesson11 import check_entropy_prediction, check_removal_effect, check_removal_prediction
+from .lesson11 import check_removal_effect
 from .prediction import expected_form, recorded_prediction, session_prediction
 from .results import FAILED, ICONS, NOT_ATTEMPTED, PARTIAL, PASSED, CheckResult, Hint, make_hint
 
@@ -171,6 +171,5 @@ __all__ = [
     "CheckResult", "Exercise", "Hint", "run_check", "check", "hint", "grade_namespace", "EXERCISES", "LESSONS",
     "LESSON_MODULES", "PASSED", "FAILED", "NOT_ATTEMPTED", "PARTIAL", "ICONS", "MAX_PRINTED", "TIME_LIMIT",
     "recorded_prediction",
-    *(f"check_{name}" for name in EXERCISES), "check_removal_effect", "check_removal_prediction",
-    "check_entropy_prediction",
+    *(f"check_{name}" for name in EXERCISES), "check_removal_effect",
 ]  # fmt: skip

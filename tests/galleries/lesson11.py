@@ -1,7 +1,9 @@
 """Lesson 11, 11_real_attention_heads: the galleries of ``previous_token_score``, ``attention_entropy``,
 ``prefix_matching_score``, ``gpt2_attention_weights`` and ``repeat_loss_without`` (CORRECT, MUTANTS, OFF_BY_ONE,
-KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes them), and REFERENCE_USE: functions
-that are, or call, the package's own ``attnedu.heads`` or ``attnedu.pretrained``, which the exercises forbid.
+KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes them); REFERENCE_USE: functions
+that are, or call, the package's own ``attnedu.heads`` or ``attnedu.pretrained``, or the checks' own helpers, which
+the exercises forbid; and PREDICTIONS: the graded predictions ``predicted_causal_entropy`` and
+``predicted_repeat_losses``.
 
 The correct versions are written as a learner would: with diagonals, gathers, loops or einsum. Exercises 1 to 3 run
 on a decoder's padded batches (causal weights, padding before or after the tokens). GPT-2's layout and the repeat's
@@ -18,6 +20,7 @@ import math
 import torch
 
 from attnedu import heads, pretrained
+from attnedu.checks import lesson11
 from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
 
 from .common import GENERIC, batch_of_one
@@ -168,8 +171,19 @@ REFERENCE_USE = [
     ("prefix_matching_score", lambda w, t, r: (w * heads.induction_targets(t, r)[:, None]).sum(-1).mean(-1)),
     ("gpt2_attention_weights", pretrained.gpt2_attention_weights),
     ("repeat_loss_without", heads.repeat_losses),
-    ("repeat_loss_without", lambda m, t, r: learner_repeat_loss_without(m, t, [])  # the gates from the package
-     if not r else _with_package_gates(m, t, r)),
+    (
+        "repeat_loss_without",
+        lambda m, t, r: (
+            learner_repeat_loss_without(m, t, [])  # the gates from the package
+            if not r
+            else _with_package_gates(m, t, r)
+        ),
+    ),
+    # the checks' own variant helpers, which compute the reference with their default arguments
+    ("previous_token_score", lambda w, r: lesson11._offset_score(w, r)),
+    ("prefix_matching_score", lambda w, t, r: lesson11._prefix(w, t, r)),
+    ("gpt2_attention_weights", lambda a, p: lesson11._gpt2(a, p)),
+    ("repeat_loss_without", lambda m, t, r: lesson11._repeat(m, t, r)),
 ]
 
 
@@ -178,6 +192,7 @@ def _with_package_gates(model, tokens, removed):
     period = tokens.shape[1] // 2
     logits, _ = model(tokens, gates)
     return heads.in_context_losses(logits, tokens, period)[1] * torch.ones(tokens.shape[0])
+
 
 # --------------------------------------------------------------------------------------------
 # The mutant gallery: (exercise, mutant, a substring of the expected diagnosis)
@@ -339,6 +354,32 @@ def pm_summed(weights, tokens, real):
     return (_after(weights, copies) * copies.any(-1)[:, None]).sum(-1)
 
 
+def pm_padding_by_id(weights, tokens, real):
+    """Padding found by its id (0), not by real: right until a batch pads with an id its sentences use."""
+    return learner_prefix_matching_score(weights, tokens, tokens != 0)
+
+
+def pm_rolled(weights, tokens, real):
+    """The token before each key by torch.roll, which wraps: key 0 is compared with the last position."""
+    n = tokens.shape[1]
+    before = torch.roll(tokens, shifts=1, dims=1)
+    targets = (before[:, None, :] == tokens[:, :, None]) & real[:, :, None] & real[:, None, :]
+    targets &= torch.ones(n, n, dtype=torch.bool).tril()
+    on = (weights * targets[:, None]).sum(-1)
+    has = targets.any(-1).float()[:, None]
+    return (on * has).sum(-1) / has.sum(-1)
+
+
+def pm_rolled_both_masks(weights, tokens, real):
+    """torch.roll for the tokens and for real: key 0 is compared with the last position when that one is real."""
+    n = tokens.shape[1]
+    before, before_real = tokens.roll(1, 1), real.roll(1, 1)
+    targets = (before[:, None, :] == tokens[:, :, None]) & real[:, :, None] & (real & before_real)[:, None, :]
+    targets &= torch.ones(n, n, dtype=torch.bool).tril()
+    has = targets.any(-1).float()[:, None]
+    return ((weights * targets[:, None]).sum(-1) * has).sum(-1) / has.sum(-1)
+
+
 def g2_no_transpose(c_attn, c_proj):
     d = c_proj.shape[-1]
     return (*c_attn.split(d, -1), c_proj)
@@ -453,6 +494,9 @@ MUTANTS = [
     ("prefix_matching_score", pm_padding_as_tokens, "padding was counted as tokens"),
     ("prefix_matching_score", pm_mean_over_copies, "averaged the weight over a query's earlier occurrences"),
     ("prefix_matching_score", pm_summed, "summed over the queries"),
+    ("prefix_matching_score", pm_padding_by_id, "you told padding from tokens by its id"),
+    ("prefix_matching_score", pm_rolled, "your shift wrapped around"),
+    ("prefix_matching_score", pm_rolled_both_masks, "your shift wrapped around"),
     ("previous_token_score", pt_encoder_rule, "the encoder's rule for padding *after* the tokens"),
     ("gpt2_attention_weights", g2_no_transpose, "nothing is transposed"),
     ("gpt2_attention_weights", g2_proj_kept, "W_o is not transposed"),
@@ -719,9 +763,11 @@ def rlb_inverted_gates(model, tokens, removed):
     gates = torch.zeros(len(model.layers), model.layers[0].num_heads)  # 1 at the removed heads: the others removed
     for layer, head in removed:
         gates[layer, head] = 1.0
-    return learner_repeat_loss_without(model, tokens, []) if not removed else _losses(model, tokens, gates)[
-        :, tokens.shape[1] // 2 :
-    ].mean(-1)
+    return (
+        learner_repeat_loss_without(model, tokens, [])
+        if not removed
+        else _losses(model, tokens, gates)[:, tokens.shape[1] // 2 :].mean(-1)
+    )
 
 
 def rlb_probability(model, tokens, removed):
@@ -793,4 +839,145 @@ BUGS = [
     ("repeat_loss_without", rlb_whole_layer, GENERIC),
     ("repeat_loss_without", rlb_softmax_over_positions, GENERIC),
     ("repeat_loss_without", rlb_error_rate, GENERIC),
+]
+
+
+# --------------------------------------------------------------------------------------------
+# The graded predictions: predicted_causal_entropy (exercise 2) and predicted_repeat_losses (exercise 5)
+# --------------------------------------------------------------------------------------------
+
+
+def ce_by_formula():
+    return sum(math.log(i + 1) for i in range(8)) / 8  # query i sees i + 1 keys
+
+
+def ce_rounded():
+    return 1.33
+
+
+def ce_as_tensor():
+    return torch.tensor(math.lgamma(9) / 8)
+
+
+def ce_encoder():
+    return math.log(8)
+
+
+def ce_one_key_too_many():
+    return math.lgamma(10) / 8  # query i seeing i + 2 keys: ln 2 .. ln 9
+
+
+def ce_one_key_too_few():
+    return math.lgamma(8) / 8  # query i seeing i keys: ln 1 .. ln 7 (and ln 0 taken as 0)
+
+
+def ce_query_zero_left_out():
+    return math.lgamma(9) / 7
+
+
+def ce_in_bits():
+    return sum(math.log2(i + 1) for i in range(8)) / 8
+
+
+def ce_log_of_the_mean_count():
+    return math.log(4.5)  # the mean number of keys, 4.5
+
+
+def ce_certain():
+    return 0.0
+
+
+def ce_nearly():
+    return 1.40  # within twice the margin of 1.326, no known slip
+
+
+def ce_as_text():
+    return "1.33 nats"
+
+
+def ce_with_the_course_code():
+    causal = torch.ones(8, 8).tril()
+    return heads.attention_entropy((causal / causal.sum(-1, keepdim=True))[None, None]).item()
+
+
+def ce_unwritten():
+    raise NotImplementedError
+
+
+def rp_reasoned():
+    return math.log(32), 1.8  # (a) a uniform guess; (b) the other head still copies
+
+
+def rp_as_list():
+    return [3.5, 1.7]
+
+
+def rp_as_tensors():
+    return torch.tensor(3.5), torch.tensor(1.75)
+
+
+def rp_halfway():
+    return 3.5, (0.45 + 3.5) / 2  # (b) halfway between intact and both removed
+
+
+def rp_back_to_one_layer():
+    return 2.53, 1.8  # (a) the one-layer model's loss on the repeat
+
+
+def rp_like_the_first_block():
+    return 4.07, 1.8  # (a) the intact model's first-block loss: half credit
+
+
+def rp_no_change():
+    return 0.45, 0.45
+
+
+def rp_all_gone():
+    return 3.5, 3.5  # (b) one head's removal loses everything
+
+
+def rp_one_layer_for_b():
+    return 3.5, 2.53  # (b) no known slip: no credit, no named cause
+
+
+def rp_one_number():
+    return 3.5
+
+
+def rp_with_the_course_code():
+    heads.held_out_repeats(2)  # any of the course's induction code: a measurement, not a prediction
+    return math.log(32), 1.8
+
+
+def rp_unwritten():
+    raise NotImplementedError
+
+
+PREDICTIONS = [
+    ("predicted_causal_entropy", ce_by_formula, "passed", 1.0, "within 0.05 nats (full credit)"),
+    ("predicted_causal_entropy", ce_rounded, "passed", 1.0, "you predicted 1.33 nats, measured 1.326 nats"),
+    ("predicted_causal_entropy", ce_as_tensor, "passed", 1.0, "full credit"),
+    ("predicted_causal_entropy", ce_encoder, "failed", 0.0, "an encoder's head spreading over all 8 tokens"),
+    ("predicted_causal_entropy", ce_one_key_too_many, "failed", 0.0, "not i + 2"),
+    ("predicted_causal_entropy", ce_one_key_too_few, "failed", 0.0, "itself included, not i"),
+    ("predicted_causal_entropy", ce_query_zero_left_out, "failed", 0.0, "query 0 too"),
+    ("predicted_causal_entropy", ce_in_bits, "failed", 0.0, "in bits"),
+    ("predicted_causal_entropy", ce_log_of_the_mean_count, "failed", 0.0, "of the mean number of keys"),
+    ("predicted_causal_entropy", ce_certain, "failed", 0.0, "query that sees one key is certain"),
+    ("predicted_causal_entropy", ce_nearly, "partial", 0.5, "within twice 0.05 nats"),
+    ("predicted_causal_entropy", ce_as_text, "failed", 0.0, "should return a number"),
+    ("predicted_causal_entropy", ce_with_the_course_code, "failed", 0.0, "`attnedu.heads.attention_entropy`"),
+    ("predicted_causal_entropy", ce_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
+    ("predicted_repeat_losses", rp_reasoned, "passed", 1.0, "Score: 1 of 1"),
+    ("predicted_repeat_losses", rp_as_list, "passed", 1.0, "Score: 1 of 1"),
+    ("predicted_repeat_losses", rp_as_tensors, "passed", 1.0, "Score: 1 of 1"),
+    ("predicted_repeat_losses", rp_halfway, "passed", 1.0, "Score: 1 of 1"),
+    ("predicted_repeat_losses", rp_back_to_one_layer, "partial", 0.5, "betting on tokens it has already seen"),
+    ("predicted_repeat_losses", rp_like_the_first_block, "partial", 0.75, "first block's loss is above ln 32"),
+    ("predicted_repeat_losses", rp_no_change, "failed", 0.0, "make up for the removed one (nearly) completely"),
+    ("predicted_repeat_losses", rp_all_gone, "partial", 0.5, "the other head still copies"),
+    ("predicted_repeat_losses", rp_one_layer_for_b, "partial", 0.5, "further than twice 0.3 nats (no credit)"),
+    ("predicted_repeat_losses", rp_one_number, "failed", 0.0, "should return a tuple of 2 values"),
+    ("predicted_repeat_losses", rp_with_the_course_code, "failed", 0.0, "`attnedu.heads.held_out_repeats`"),
+    ("predicted_repeat_losses", rp_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
 ]
