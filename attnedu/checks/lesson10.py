@@ -620,7 +620,7 @@ def _rolling_with(q, k_new, v_new, k_buffer, v_buffer, position, *, slot="mod", 
     window = k_buffer.shape[2]
     k_buffer, v_buffer = k_buffer.clone(), v_buffer.clone()
     s = {"mod": position % window, "next": (position + 1) % window, "previous": (position - 1) % window,
-         "div": position // window}[slot]  # fmt: skip
+         "div": position // window, "last": min(position, window - 1)}[slot]  # fmt: skip
     rotation = {"position": position, "slot": position % window}
     q_r = q if query_at == "none" else apply_rope(q, torch.tensor([rotation[query_at]]))
     k_r = apply_rope(k_new, torch.tensor([rotation[key_at]]))
@@ -703,6 +703,13 @@ ROLLING_STEP = Exercise(
             "the new token went to slot position // W: that counts how many times the buffer has wrapped, not "
             "where in the buffer the position falls (and past W * W positions it is not a slot at all).",
             {"slot": "div"},
+        ),
+        _rolling_variant(
+            "the new token went to slot min(position, W - 1): until the buffer is full that is its slot, but from "
+            "then on every new token overwrote the last slot, so the first W - 1 slots kept positions 0 .. W - 2 for "
+            "ever and the query read those instead of the tokens just before it. A rolling buffer reuses its slots "
+            "in turn: the new token takes the slot of the token leaving the window.",
+            {"slot": "last"},
         ),
         _rolling_variant(
             "the query attended before its key and value were written: it read what its slot held before (the "
@@ -930,17 +937,19 @@ _SLIPS = (
 def _server_diagnosis(index: int, guess: float, measured: tuple) -> str:
     size = round(measured[0] * 2**30)
     wrapped = ((size + 2**31) % 2**32 - 2**31) / 2**30  # the bytes as a 32-bit integer holds them, in GiB
-    if wrapped != measured[0] and abs(guess - wrapped) <= 0.03 * abs(wrapped):
+    if wrapped != measured[0] and abs(abs(guess) - abs(wrapped)) <= 0.03 * abs(wrapped):
+        unsigned = "" if (guess < 0) == (wrapped < 0) else " without its sign, which does not undo the wrap"
         return (
-            f"it is the byte count as a 32-bit integer holds it: {size:,} bytes is more than 2^31 - 1, so in int32 "
-            f"it wraps around to {round(wrapped * 2**30):,}, {wrapped:.4g} GiB. A cache's bytes need 64-bit integers"
+            f"it is the byte count as a 32-bit integer holds it{unsigned}: {size:,} bytes is more than 2^31 - 1, so "
+            f"in int32 it wraps around to {round(wrapped * 2**30):,}, {wrapped:.4g} GiB. A cache's bytes need 64-bit "
+            "integers"
         )
     if guess <= 0:
         return "a cache holds a positive number of bytes"
     ratio = guess / measured[0]
     for factor, cause, *within in _SLIPS:
         if abs(ratio / factor - 1) <= (within[0] if within else 0.03):
-            times = f"{factor:.4g} times" if factor >= 1 else f"1/{1 / factor:.4g} of"
+            times = f"{ratio:.4g} times" if ratio >= 1 else f"1/{1 / ratio:.4g} of"  # the guess's, not the slip's
             return f"it is {times} the measurement: {cause}"
     return ""
 
