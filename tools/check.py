@@ -37,8 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lab import EXERCISES, ROOT, WORK, edited_exercises, prepare_work  # noqa: E402
 
 RECORD_ENV = "ATTNEDU_CHECK_RECORD"  # attnedu.checks.RECORD_ENV (not imported here: that would import torch)
-# attnedu.checks.results.score_text, read from its file: the module needs nothing but the standard library
-_spec = importlib.util.spec_from_file_location("_attnedu_results", ROOT / "attnedu" / "checks" / "results.py")
+# attnedu.checks.results.score_text, read from its file (the module needs nothing but the standard library) in the
+# attnedu the notebooks import: find_spec finds the package without importing it
+_package = importlib.util.find_spec("attnedu")
+_folder = Path(_package.submodule_search_locations[0]) if _package else ROOT / "attnedu"
+_spec = importlib.util.spec_from_file_location("_attnedu_results", _folder / "checks" / "results.py")
 _results = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_results)
 score_text = _results.score_text
