@@ -17,17 +17,18 @@ is named as such; a text shorter than its window tells tokens held from slots al
 transfer task: the lesson's RollingKVCache, one token) gets buffers filled as earlier steps would have, the slots no
 position has reached holding large finite numbers (a mask works as well as a slice), positions before the buffer is
 full, just full and wrapped many times, and a window of 1; its variants include the slot one too far and one too
-early, the window one key short and the key rotated by its slot.
+early, the last slot written over and over once the buffer is full, the window one key short and the key rotated by
+its slot.
 
-Exercises 1, 3 and 4 each open with a graded prediction (``checks.prediction``), made before the function is
-written and measured with the course's own code: chunk_prediction (with an empty cache and a chunk of 3, the
-positions the first new token reads, and whether feeding the tokens one at a time changes anything),
-server_cache_gib (a server's cache in GiB, within 5%; a wrong guess that one known slip explains, query heads counted,
-GB for GiB or a 32-bit integer's wrap-around, is told which) and predicted_slots (a transfer to Mistral's window of
+Exercises 1, 3 and 4 each open with a graded prediction (``checks.prediction``), made before the function is written
+and measured with the course's own code: chunk_prediction (with an empty cache and a chunk of 3, the positions the
+first new token reads, and whether feeding the tokens one at a time changes anything), server_cache_gib (a server's
+cache in GiB, within 5%; a wrong guess that one known slip explains, query heads counted, GB for GiB or a 32-bit
+integer's wrap-around, with its sign or without, is told which) and predicted_slots (a transfer to Mistral's window of
 positions i - W .. i, which the spec of the exercise does not give: how many slots its rolling buffer needs, and which
 position the new token then writes over). The learner's functions, predictions included, may not run anything from
-``attnedu.inference``: the exercises ask for their own code, and a prediction computed with the course's code would
-be a measurement.
+``attnedu.inference``: the exercises ask for their own code, and a prediction computed with the course's code would be
+a measurement.
 """
 
 from __future__ import annotations
