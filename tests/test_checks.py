@@ -857,6 +857,24 @@ def test_the_partial_credit_rule():
     assert part_points(Part("s", frozenset), frozenset({6, 7}), frozenset({7, 6})) == 1
 
 
+def test_scores_read_as_fractions(monkeypatch):
+    """A prediction's score, the mean of its parts, reads 1/3, not 0.333333; a sum of them two decimals; and the
+    summary of `make check` (tools/check.py, which reads results.py from its file) says the same."""
+    import importlib.util
+    from pathlib import Path
+
+    from attnedu.checks.results import score_text
+
+    said = {0: "0", 1.0: "1", 0.5: "0.5", 1 / 3: "1/3", 2 / 3: "2/3", 0.25: "0.25", 5 / 6: "5/6", 2.5: "2.5"}
+    assert {score: score_text(score) for score in said} == said
+    assert score_text(1 + 1 / 3) == "1.33" and score_text(1 / 3 + 1 / 2 + 1 / 4) == "1.08"
+    spec = importlib.util.spec_from_file_location("check_tool", Path(__file__).parents[1] / "tools" / "check.py")
+    tool = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, tool)  # its dataclasses look their module up there
+    spec.loader.exec_module(tool)
+    assert tool.score_text(2 / 3) == "2/3"
+
+
 @pytest.mark.parametrize(
     "parts, error",
     [

@@ -20,6 +20,7 @@ attempted is fine: a CI can run this from the first day); 1 otherwise; 2 for a b
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -36,6 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lab import EXERCISES, ROOT, WORK, edited_exercises, prepare_work  # noqa: E402
 
 RECORD_ENV = "ATTNEDU_CHECK_RECORD"  # attnedu.checks.RECORD_ENV (not imported here: that would import torch)
+# attnedu.checks.results.score_text, read from its file (the module needs nothing but the standard library) in the
+# attnedu the notebooks import: find_spec finds the package without importing it
+_package = importlib.util.find_spec("attnedu")
+_folder = Path(_package.submodule_search_locations[0]) if _package else ROOT / "attnedu"
+_spec = importlib.util.spec_from_file_location("_attnedu_results", _folder / "checks" / "results.py")
+_results = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_results)
+score_text = _results.score_text
 CELL_TIMEOUT = 300  # seconds per cell: a loop that never ends fails its cell instead of hanging the run
 ICONS = {"passed": "✅", "partial": "🟡", "failed": "❌", "not_attempted": "⏳", "not_checked": "➖"}
 LABELS = {
@@ -158,7 +167,7 @@ def report(runs: list[Run], lessons: dict[str, list[str]], width: int = 100) -> 
             counts[status] += 1
             scores.append(score)
             ok = ok and status not in ("failed", "partial")
-            credit = f" (score {score:g})" if status == "partial" else ""
+            credit = f" (score {score_text(score)})" if status == "partial" else ""
             lines.append(f"  {ICONS[status]} {name}: {LABELS[status]}{credit}")
             for line in message.splitlines():
                 lines += textwrap.wrap(line, width, initial_indent=" " * 6, subsequent_indent=" " * 6)
@@ -166,7 +175,7 @@ def report(runs: list[Run], lessons: dict[str, list[str]], width: int = 100) -> 
     partly = f"{counts['partial']} partly right, " if counts["partial"] else ""
     lines.append(
         f"{counts['passed']} passed, {partly}{counts['failed']} failed, {counts['not_attempted']} not attempted, "
-        f"{counts['not_checked']} not checked, of {total} exercises (score {sum(scores):g} of {total})"
+        f"{counts['not_checked']} not checked, of {total} exercises (score {score_text(sum(scores))} of {total})"
     )
     if counts["failed"] or counts["partial"]:
         lines.append('Stuck on a failed one? In its notebook, `hint("name")` gives a hint.')

@@ -202,6 +202,14 @@ GROUP_RMS_NORM = Exercise(
             "number of features in the group, d_model // groups.",
             size=lambda s: s + 1,
         ),
+        Variant(
+            "each group was divided by the root of the *sum* of its squares (its length, an L2 norm), not of their "
+            "mean: that is sqrt(d_model // groups) times the group's root mean square, so every output is that many "
+            "times too small wherever eps is small next to the mean square (with one feature per group the two "
+            "agree). RMSNorm divides by the root of the mean of the squares, whatever the group's size.",
+            lambda x, w, groups, eps: _grms(x, w, groups, eps, size=lambda s: 1),
+            lambda x, w, groups, eps: _grms(x, w, groups, eps, size=lambda s: 1, eps_outside=True),
+        ),
         _group_variant(
             "the gain was applied before the normalisation (x times weight, then normalised), so it mostly cancels "
             "out. The gain multiplies the normalised groups, feature by feature, last.",

@@ -17,17 +17,18 @@ is named as such; a text shorter than its window tells tokens held from slots al
 transfer task: the lesson's RollingKVCache, one token) gets buffers filled as earlier steps would have, the slots no
 position has reached holding large finite numbers (a mask works as well as a slice), positions before the buffer is
 full, just full and wrapped many times, and a window of 1; its variants include the slot one too far and one too
-early, the window one key short and the key rotated by its slot.
+early, the last slot written over and over once the buffer is full, the window one key short and the key rotated by
+its slot.
 
-Exercises 1, 3 and 4 each open with a graded prediction (``checks.prediction``), made before the function is
-written and measured with the course's own code: chunk_prediction (with an empty cache and a chunk of 3, the
-positions the first new token reads, and whether feeding the tokens one at a time changes anything),
-server_cache_gib (a server's cache in GiB, within 5%; a wrong guess that one known slip explains, query heads counted,
-GB for GiB or a 32-bit integer's wrap-around, is told which) and predicted_slots (a transfer to Mistral's window of
+Exercises 1, 3 and 4 each open with a graded prediction (``checks.prediction``), made before the function is written
+and measured with the course's own code: chunk_prediction (with an empty cache and a chunk of 3, the positions the
+first new token reads, and whether feeding the tokens one at a time changes anything), server_cache_gib (a server's
+cache in GiB, within 5%; a wrong guess that one known slip explains, query heads counted, GB for GiB or a 32-bit
+integer's wrap-around, with its sign or without, is told which) and predicted_slots (a transfer to Mistral's window of
 positions i - W .. i, which the spec of the exercise does not give: how many slots its rolling buffer needs, and which
 position the new token then writes over). The learner's functions, predictions included, may not run anything from
-``attnedu.inference``: the exercises ask for their own code, and a prediction computed with the course's code would
-be a measurement.
+``attnedu.inference``: the exercises ask for their own code, and a prediction computed with the course's code would be
+a measurement.
 """
 
 from __future__ import annotations
@@ -620,7 +621,7 @@ def _rolling_with(q, k_new, v_new, k_buffer, v_buffer, position, *, slot="mod", 
     window = k_buffer.shape[2]
     k_buffer, v_buffer = k_buffer.clone(), v_buffer.clone()
     s = {"mod": position % window, "next": (position + 1) % window, "previous": (position - 1) % window,
-         "div": position // window}[slot]  # fmt: skip
+         "div": position // window, "last": min(position, window - 1)}[slot]  # fmt: skip
     rotation = {"position": position, "slot": position % window}
     q_r = q if query_at == "none" else apply_rope(q, torch.tensor([rotation[query_at]]))
     k_r = apply_rope(k_new, torch.tensor([rotation[key_at]]))
@@ -703,6 +704,13 @@ ROLLING_STEP = Exercise(
             "the new token went to slot position // W: that counts how many times the buffer has wrapped, not "
             "where in the buffer the position falls (and past W * W positions it is not a slot at all).",
             {"slot": "div"},
+        ),
+        _rolling_variant(
+            "the new token went to slot min(position, W - 1): until the buffer is full that is its slot, but from "
+            "then on every new token overwrote the last slot, so the first W - 1 slots kept positions 0 .. W - 2 for "
+            "ever and the query read those instead of the tokens just before it. A rolling buffer reuses its slots "
+            "in turn: the new token takes the slot of the token leaving the window.",
+            {"slot": "last"},
         ),
         _rolling_variant(
             "the query attended before its key and value were written: it read what its slot held before (the "
@@ -930,17 +938,19 @@ _SLIPS = (
 def _server_diagnosis(index: int, guess: float, measured: tuple) -> str:
     size = round(measured[0] * 2**30)
     wrapped = ((size + 2**31) % 2**32 - 2**31) / 2**30  # the bytes as a 32-bit integer holds them, in GiB
-    if wrapped != measured[0] and abs(guess - wrapped) <= 0.03 * abs(wrapped):
+    if wrapped != measured[0] and abs(abs(guess) - abs(wrapped)) <= 0.03 * abs(wrapped):
+        unsigned = "" if (guess < 0) == (wrapped < 0) else " without its sign, which does not undo the wrap"
         return (
-            f"it is the byte count as a 32-bit integer holds it: {size:,} bytes is more than 2^31 - 1, so in int32 "
-            f"it wraps around to {round(wrapped * 2**30):,}, {wrapped:.4g} GiB. A cache's bytes need 64-bit integers"
+            f"it is the byte count as a 32-bit integer holds it{unsigned}: {size:,} bytes is more than 2^31 - 1, so "
+            f"in int32 it wraps around to {round(wrapped * 2**30):,}, {wrapped:.4g} GiB. A cache's bytes need 64-bit "
+            "integers"
         )
     if guess <= 0:
         return "a cache holds a positive number of bytes"
     ratio = guess / measured[0]
     for factor, cause, *within in _SLIPS:
         if abs(ratio / factor - 1) <= (within[0] if within else 0.03):
-            times = f"{factor:.4g} times" if factor >= 1 else f"1/{1 / factor:.4g} of"
+            times = f"{ratio:.4g} times" if ratio >= 1 else f"1/{1 / ratio:.4g} of"  # the guess's, not the slip's
             return f"it is {times} the measurement: {cause}"
     return ""
 

@@ -6,11 +6,25 @@ attempted, or, for a graded prediction, partly right) that renders as ✅ / ❌ 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not_attempted"
 PARTIAL = "partial"  # a graded prediction with some credit, less than full (checks.prediction)
 ICONS = {PASSED: "✅", FAILED: "❌", NOT_ATTEMPTED: "⏳", PARTIAL: "🟡"}
 TIMEOUT, CRASHED = "timeout", "crashed"  # CheckResult.reason for a function that hung or killed its process
+
+
+def score_text(score: float) -> str:
+    """A score as a learner reads it: "1", "0", "0.5", "1.5"; a third or a sixth as "1/3", "2/3", "5/6" below 1 (a
+    prediction's mean over its parts), and rounded to two decimals above it ("1.33", a sum of such scores)."""
+    if score == int(score):
+        return str(int(score))
+    if abs(round(score, 2) - score) < 1e-9:  # a half, a quarter: its decimals are short and exact
+        return f"{round(score, 2):g}"
+    fraction = Fraction(score).limit_denominator(12)
+    if 0 < score < 1 and abs(float(fraction) - score) < 1e-9:
+        return f"{fraction.numerator}/{fraction.denominator}"
+    return f"{score:.2f}"
 
 
 @dataclass(frozen=True)

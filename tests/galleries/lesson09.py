@@ -262,6 +262,16 @@ def gr_size_plus_one(x, weight, groups, eps):
     return (g / torch.sqrt(g.pow(2).sum(-1, keepdim=True) / (g.shape[-1] + 1) + eps)).flatten(-2) * weight
 
 
+def gr_sum_of_squares(x, weight, groups, eps):
+    g = x.unflatten(-1, (groups, -1))
+    return (g / torch.sqrt(g.pow(2).sum(-1, keepdim=True) + eps)).flatten(-2) * weight
+
+
+def gr_l2_norm(x, weight, groups, eps):
+    g = x.unflatten(-1, (groups, -1))
+    return (g / (torch.linalg.vector_norm(g, dim=-1, keepdim=True) + eps)).flatten(-2) * weight
+
+
 def gr_gain_first(x, weight, groups, eps):
     return learner_group_rms_norm(x * weight, torch.ones_like(weight), groups, eps)
 
@@ -797,6 +807,8 @@ MUTANTS = [
     ("group_rms_norm", gr_over_groups, "taken over the groups"),
     ("group_rms_norm", gr_size_minus_one, "its size minus 1"),
     ("group_rms_norm", gr_size_plus_one, "its size plus 1"),
+    ("group_rms_norm", gr_sum_of_squares, "the root of the *sum* of its squares"),
+    ("group_rms_norm", gr_l2_norm, "the root of the *sum* of its squares"),
     ("group_rms_norm", gr_gain_first, "the gain was applied before the normalisation"),
     ("group_rms_norm", gr_no_gain, "the gain `weight` is missing"),
     ("group_rms_norm", gr_gain_added, "was added, not multiplied"),

@@ -486,6 +486,10 @@ def rs_slot_div(*a):
     return _rolling(*a, slot=lambda p, W: p // W)
 
 
+def rs_slot_last(*a):
+    return _rolling(*a, slot=lambda p, W: min(p, W - 1))
+
+
 def rs_attend_first(*a):
     return _rolling(*a, first=True)
 
@@ -607,6 +611,7 @@ MUTANTS = [
     ("rolling_step", rs_slot_plus_one, "slot (position + 1) % W"),
     ("rolling_step", rs_slot_minus_one, "slot (position - 1) % W"),
     ("rolling_step", rs_slot_div, "slot position // W"),
+    ("rolling_step", rs_slot_last, "slot min(position, W - 1)"),
     ("rolling_step", rs_attend_first, "attended before its key and value were written"),
     ("rolling_step", rs_reads_unwritten, "the query read every slot"),
     ("rolling_step", rs_window_short, "the window is one short"),
@@ -1094,6 +1099,14 @@ def sc_int32_wrapped():
     return -2  # the worked answer's int32 warning, taken for the answer
 
 
+def sc_int32_sign_dropped():
+    return 2.0  # the int32 answer, -2 GiB, with its sign taken for the mistake
+
+
+def sc_in_gb_rounded():
+    return 6.4  # GB for GiB, rounded: the message gives this guess's ratio, not the slip's 1.074
+
+
 def sc_with_the_course_code():
     return inference.kv_cache_bytes(48, 8, 128, 2, tokens=100_000, batch=4, window=8192) / 2**30
 
@@ -1192,6 +1205,8 @@ PREDICTIONS = [
     ("server_cache_gib", sc_in_bytes, "failed", 0.0, "bytes, where the question asks GiB"),
     ("server_cache_gib", sc_as_text, "failed", 0.0, "should return a number"),
     ("server_cache_gib", sc_int32_wrapped, "failed", 0.0, "it wraps around to -2,147,483,648, -2 GiB"),
+    ("server_cache_gib", sc_int32_sign_dropped, "failed", 0.0, "holds it without its sign, which does not undo"),
+    ("server_cache_gib", sc_in_gb_rounded, "partial", 0.5, "It is 1.067 times the measurement: GB (10^9 bytes)"),
     ("server_cache_gib", sc_with_the_course_code, "failed", 0.0, "`attnedu.inference.kv_cache_bytes`"),
     ("server_cache_gib", sc_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
     ("predicted_slots", ps_right, "passed", 1.0, "you predicted 5, measured 5: ✅ right"),
