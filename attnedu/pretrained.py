@@ -32,6 +32,7 @@ Vectors are rows (x @ W); layers, heads and positions count from 0.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 from dataclasses import dataclass
@@ -409,6 +410,12 @@ def head_record() -> dict:
     with ("python", "sentences_sha256", ...)}."""
     raw = json.loads(HEAD_RECORD.read_text(encoding="utf-8"))
     return {**raw, "drift": torch.tensor(raw["drift"]), "sep_on_pairs": torch.tensor(raw["sep_on_pairs"])}
+
+
+def sentences_digest(sentences) -> str:
+    """The sha256 of ``sentences``, one per line: which sentences a record was measured on (``head_record()``'s
+    "sentences_sha256"; ``text_sentences`` differs between Python versions, whose help texts it reads)."""
+    return hashlib.sha256("\n".join(sentences).encode("utf-8")).hexdigest()
 
 
 # The sentences lesson 11 reads: short, with punctuation, in pairs that say nearly the same thing, so that the

@@ -815,6 +815,29 @@ def test_the_first_prediction_is_the_one_scored(fresh_predictions):
     assert recorded() == (0.95,)
 
 
+@pytest.mark.parametrize("name", sorted(PREDICTION_EXERCISES))
+def test_a_predictions_hints_say_predict_first_until_it_is_recorded(fresh_predictions, name):
+    """A graded prediction's hints lead to its answer: before the session's first prediction, every step (and a check
+    result's .hint() for a malformed or unwritten one) says to predict first and gives nothing of the hint; once a
+    prediction is recorded, the steps are the exercise's own."""
+    from attnedu.checks.results import hint_steps
+
+    exercise = checks.EXERCISES[name]
+    steps = hint_steps(exercise.hint)
+    for step in range(1, len(steps) + 1):
+        shown = checks.hint(name, step)
+        assert shown.text.startswith("Predict first.") and f"`{name}`" in shown.text, shown
+        assert not any(own in shown.text for own in steps), shown
+    with pytest.raises(ValueError, match="step should be"):
+        checks.hint(name, len(steps) + 1)
+    malformed = checks.check(name, lambda: "a guess")
+    assert malformed.status == FAILED and malformed.hint().text.startswith("Predict first."), repr(malformed)
+    valid = next(fn for n, fn, status, *_ in PREDICTIONS if n == name and status == PASSED)
+    checks.check(name, valid)
+    assert checks.recorded_prediction(name) is not None
+    assert [checks.hint(name, k).text for k in range(1, len(steps) + 1)] == list(steps)
+
+
 # the predictions the grader's replay is tried on: each form of value (a number, a pair of booleans, tensors, a list
 # of positions and a boolean, a whole number and a list), partial credit, the course's own code, not written yet
 REPLAYED = (
@@ -1221,12 +1244,14 @@ def test_removal_prediction_is_measured_on_the_course_model(monkeypatch, fresh_p
     model = AttentionOnlyTransformer(32, 16, 2, 2, 32, seed=0).eval()
     small = heads.held_out_repeats(count=8)
     monkeypatch.setattr(heads, "held_out_repeats", lambda: small)
-    monkeypatch.setattr(heads, "train_induction", lambda *a, **k: heads.InductionRun(model=model, first=[4.0]))
+    stand_in = heads.InductionRun(model=model, first=[4.0], second=[2.5])
+    monkeypatch.setattr(heads, "train_induction", lambda *a, **k: stand_in)
     forget()
     try:
         measured = lesson11.removal_measurements()
         both = heads.repeat_losses(model, small, [(1, 0), (1, 1)]).mean().item()
         assert measured["both layer-1 heads"] == both and measured["first block, intact"] == 4.0
+        assert measured["one layer"] == 2.5  # the one-layer model's loss on the repeat (here the stand-in's)
         assert measured["one layer-1 head (mean)"] == (measured["layer-1 head 0"] + measured["layer-1 head 1"]) / 2
         result = checks.check_predicted_repeat_losses(lambda: (both, measured["one layer-1 head (mean)"]))
         assert result.status == PASSED and f"measured {both:.4g} nats" in result.message, result

@@ -239,7 +239,7 @@ def write_submissions(folder: Path, out: Path, report: Path, target: tuple[str, 
     replace_solution(predictions, "predicted_slots", PREDICTED_WITH_THE_COURSE_CODE)
     nbformat.write(predictions, folder / "10_predictions.ipynb")
     # lesson 11's two: an encoder's ln 8 for the causal head (0, its slip named), and the removal's (a) back to the
-    # one-layer model's loss (0) with (b) right (1): 0.5
+    # one-layer model's loss (half credit, a reasoned route) with (b) right (1): 0.75
     removal = solution(L11)
     replace_solution(removal, "predicted_causal_entropy", "def predicted_causal_entropy():\n    return 2.079\n")
     replace_solution(removal, "predicted_repeat_losses", "def predicted_repeat_losses():\n    return 2.53, 1.8\n")
@@ -476,15 +476,15 @@ def test_lesson_10s_predictions_are_scored_by_the_grader(graded):
 
 def test_lesson_11s_predictions_are_scored_by_the_grader(graded):
     """Lesson 11's two graded predictions: an encoder's ln 8 for a causal head (0, the slip named), and the removal's
-    (a) at the one-layer model's loss, (b) right (0.5, the seen-token bet named), measured in the grader's process on
-    the lesson's model; the five functions full marks."""
+    (a) at the one-layer model's loss (half credit, a reasoned route, the seen-token bet named), (b) right: 0.75,
+    measured in the grader's process on the lesson's model; the five functions full marks."""
     row = graded["table"]["11_predictions.ipynb"]
     assert row["notebook"] == "ok", row
     assert row["predicted_causal_entropy"] == "0" and row["predicted_causal_entropy_status"] == "failed", row
     assert "an encoder's head" in row["predicted_causal_entropy_message"], row
-    assert row["predicted_repeat_losses"] == "0.5" and row["predicted_repeat_losses_status"] == "partial", row
+    assert row["predicted_repeat_losses"] == "0.75" and row["predicted_repeat_losses_status"] == "partial", row
     assert "betting on tokens it has already seen" in row["predicted_repeat_losses_message"], row
-    assert float(row["total"]) == len(LESSONS[L11]) - 1.5 and row["max_total"] == str(len(LESSONS[L11])), row
+    assert float(row["total"]) == len(LESSONS[L11]) - 1.25 and row["max_total"] == str(len(LESSONS[L11])), row
     assert statuses(row, L11).count("passed") == len(LESSONS[L11]) - 2, row
 
 

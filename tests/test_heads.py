@@ -247,8 +247,9 @@ def test_calibration_ranges_reads_the_file():
 
 def test_the_removal_prediction_margin_separates_what_it_says():
     """Exercise 5's margin (full credit within it, half within twice it), by what it separates on every calibration
-    run: (a) both layer-1 heads removed: ln 32 gets full credit, the one-layer model's repeat loss none, the intact
-    model's first-block loss half; (b) one removed: the intact loss, the one-layer model's and "both removed" none."""
+    run: (a) both layer-1 heads removed: ln 32 gets full credit, the one-layer model's repeat loss none by the margin
+    (the check gives it half as a reasoned route, tests/galleries/lesson11.py), the intact model's first-block loss
+    half; (b) one removed: the intact loss, the one-layer model's and "both removed" none."""
     from attnedu.checks.lesson11 import REMOVAL_MARGIN as m
 
     ranges = heads.calibration_ranges()

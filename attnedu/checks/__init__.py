@@ -64,7 +64,7 @@ from .calling import MAX_PRINTED, TIME_LIMIT, grading_mode
 from .diagnosis import run_check
 from .exercise import Exercise
 from .lesson11 import check_removal_effect
-from .prediction import expected_form, recorded_prediction, session_prediction
+from .prediction import expected_form, locked_hint, recorded_prediction, session_prediction
 from .results import FAILED, ICONS, NOT_ATTEMPTED, PARTIAL, PASSED, CheckResult, Hint, make_hint
 
 # The registry: every lesson's checks module lists its exercises in EXERCISES, in the order of its notebook.
@@ -143,8 +143,12 @@ for _name, _registered in EXERCISES.items():
 def hint(name: str, step: int | None = None) -> Hint:
     """The hint for exercise ``name``, e.g. ``hint("masked_softmax")``. Some exercises give theirs in steps, a
     nudge first, then the formula, then the code: ``hint("document_mask", 2)`` shows step 2 (each step names
-    the next). ``step`` is from 1; without it, the first step (or the one hint)."""
-    return make_hint(name, _exercise(name).hint, step)
+    the next). ``step`` is from 1; without it, the first step (or the one hint). A graded prediction's hints lead to
+    its answer: until the session's first prediction of it is recorded, every step says to predict first."""
+    exercise = _exercise(name)
+    shown = make_hint(name, exercise.hint, step)  # a step out of range is refused as for any exercise
+    locked = locked_hint(exercise)
+    return shown if locked is None else make_hint(name, locked)
 
 
 def grade_namespace(namespace: Mapping, lesson: str | None = None, time_limit: float = TIME_LIMIT) -> dict:

@@ -121,7 +121,9 @@ def _first_difference(expected: torch.Tensor, got: torch.Tensor, wrong: torch.Te
 # of them, or rounded to it, is one of its numbers even after it is cast back
 _HALF_FORMATS = ((torch.bfloat16, "bfloat16", 8), (torch.float16, "float16", 11))
 _ROUNDED_START = "Every entry of yours is a "
-SMALL = 0.03  # differences this small, relative to the largest entry, are said to be small (float16 rounds at 5e-4)
+# differences this small, relative to the largest entry, are said to be small: bfloat16 rounds at 4e-3 and float16 at
+# 5e-4; a difference of a few percent is not rounding and is not called small (inverted gates differed by 2e-2)
+SMALL = 0.01
 
 
 def _rounded_to(expected: torch.Tensor, got: torch.Tensor) -> tuple[str, int] | None:
@@ -501,22 +503,23 @@ def run_check(
 def _prediction_result(exercise: Exercise, caller: Caller, case: Case, time_limit: float) -> CheckResult:
     """A graded prediction (``Exercise.prediction``): its one call, then :func:`prediction.judge` (the measurement
     is made only for a valid prediction)."""
-    from .prediction import judge, not_attempted
+    from .prediction import judge, locked_hint, not_attempted
 
+    hints = locked_hint(exercise) or exercise.hint  # before a first prediction: "predict first", not the answer
     call, args = caller(1, case, time_limit)
     hard, kinds = _hard_problem(exercise, case, args, call, time_limit)
     if hard is _UNFINISHED:
         return not_attempted(exercise)
     if hard is not None:
         reason = CRASHED if call.crashed else TIMEOUT if call.timed_out else ""
-        return CheckResult(exercise.name, FAILED, hard, "", call.printed, exercise.hint, reason, kinds, points=0.0)
+        return CheckResult(exercise.name, FAILED, hard, "", call.printed, hints, reason, kinds, points=0.0)
     if call.used_reference:
         message = (
             f"your function runs the course's own `{call.used_reference}`: that measures, it does not predict. A "
             f"prediction is worked out before measuring; one that runs anything from "
             f"{' or '.join(f'`{m}`' for m in exercise.forbidden)} earns no marks, whatever it returns."
         )
-        return CheckResult(exercise.name, FAILED, message, "", call.printed, exercise.hint, "", ("reference",), 0.0)
+        return CheckResult(exercise.name, FAILED, message, "", call.printed, hints, "", ("reference",), 0.0)
     return dataclasses.replace(judge(exercise, call.value, exercise.hint), printed=call.printed)
 
 

@@ -131,13 +131,16 @@ class Prediction:
     """What makes an exercise a graded prediction (``Exercise.prediction``): its parts; ``measure()``, the course's
     measurement, one value per part (shown only once the learner has predicted); ``question``, what is predicted, in
     a few words; ``diagnose(index, guess, measured)``, a line on what a wrong guess at part ``index`` typically
-    assumed ("" if nothing to say); ``details(measured)``, more of the measurement, shown under the verdict."""
+    assumed ("" if nothing to say); ``details(measured)``, more of the measurement, shown under the verdict;
+    ``credit(index, guess, measured)``, half credit (0.5, else 0) for a guess outside the margins that a reasoned
+    route gives (its ``diagnose`` line says where that route runs out)."""
 
     parts: tuple[Part, ...]
     measure: Callable[[], tuple]
     question: str
     diagnose: Callable[[int, object, tuple], str] | None = None
     details: Callable[[tuple], str] | None = None
+    credit: Callable[[int, object, tuple], float] | None = None
 
 
 # --------------------------------------------------------------------------------------------

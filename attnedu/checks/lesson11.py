@@ -446,16 +446,18 @@ def _prefix(
     queries="copied",
     padding=False,
     total=False,
+    nearest=1,
 ):
     """A variant of the prefix-matching score: the weight on key s + ``shift`` for the earlier occurrences s of the
-    query's token (``pick`` "all", "latest" or "first" of them; ``strict`` False also counts s = i itself), summed
+    query's token (``pick`` "all", "latest" or "first" of them; ``strict`` False also counts s = i itself;
+    ``nearest`` 2 leaves out s = i - 1, whose key s + 1 is the query itself), summed
     (or ``average``d over the occurrences), then averaged over the queries with an occurrence (``queries`` "copied")
     or over every real query ("real"); ``padding`` treats padding as real tokens; ``total`` sums over the queries."""
     if padding:
         real = torch.ones_like(real)
     seq_len = tokens.shape[1]
     same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]  # [b, i, s]
-    same &= torch.ones(seq_len, seq_len, dtype=torch.bool).tril(-1 if strict else 0)
+    same &= torch.ones(seq_len, seq_len, dtype=torch.bool).tril(-nearest if strict else 0)
     if pick != "all":  # keep one occurrence per query: the latest or the first
         s = torch.arange(seq_len).expand_as(same)
         chosen = torch.where(same, s, -1).amax(-1) if pick == "latest" else torch.where(same, s, seq_len).amin(-1)
@@ -516,6 +518,12 @@ PREFIX_MATCHING_SCORE = Exercise(
             "off by one: you took the weight two tokens after each earlier occurrence. The token to predict follows it "
             "directly.",
             lambda w, t, r: _prefix(w, t, r, shift=2),
+        ),
+        Variant(
+            "you took only the keys strictly before the query (j < i) and left out j = i: when a token follows itself, "
+            "the key after that earlier occurrence is the query itself. Text repeats right after itself too, and the "
+            "definition's targets run up to j = i.",
+            lambda w, t, r: _prefix(w, t, r, nearest=2),
         ),
         Variant(
             "you divided by every real query, not by the queries whose token occurred before (or you counted a query's "
@@ -583,15 +591,18 @@ def _repeat_cases() -> list[Case]:
     ]
 
 
-def _repeat(model, tokens, removed, *, start=0, swap=False, ignore=False, shift=True, bits=False, part="repeat"):
+def _repeat(
+    model, tokens, removed, *, start=0, swap=False, ignore=False, invert=False, shift=True, bits=False, part="repeat"
+):
     """A variant of the repeat's loss: the window of positions moved by ``start``, the gate indices swapped or
-    ignored, the prediction compared with its own position's token, in bits, or another part of the sequence."""
+    ignored, the gates inverted (only the heads in ``removed`` kept), the prediction compared with its own position's
+    token, in bits, or another part of the sequence."""
     layers, per_layer = len(model.layers), model.layers[0].num_heads
-    gates = torch.ones(layers, per_layer)
+    gates = torch.zeros(layers, per_layer) if invert else torch.ones(layers, per_layer)
     for layer, head in [] if ignore else removed:
         if swap:
             layer, head = head, layer
-        gates[layer, head] = 0.0
+        gates[layer, head] = 1.0 if invert else 0.0
     with torch.no_grad():
         logits, _ = model(tokens, gates)
     period = tokens.shape[1] // 2
@@ -623,6 +634,11 @@ REPEAT_LOSS_WITHOUT = Exercise(
             "the wrong heads were removed: each (layer, head) pair was read as (head, layer). The gates are indexed "
             "[layer, head], rows are layers.",
             lambda m, t, r: _repeat(m, t, r, swap=True),
+        ),
+        Variant(
+            "your gates are the wrong way round: you kept only the heads in `removed` and removed every other one. A "
+            "gate of 1 keeps a head and 0 removes it; all heads start kept.",
+            lambda m, t, r: _repeat(m, t, r, invert=True),
         ),
         Variant(
             "off by one: your window starts one position early and includes the prediction of the repeat's first "
@@ -763,9 +779,11 @@ PREDICTED_CAUSAL_ENTROPY = prediction_exercise(
 # predicted_repeat_losses (exercise 5): the lesson's two-layer model with its layer-1 heads removed
 # nats, both parts: full credit within this of the measurement, half within twice it. What it separates, on every
 # calibration run (8 training seeds x 3 sets of CPU kernels, benchmarks/calibration11*.md; tests/test_heads.py checks
-# it against the files): (a) full credit for ln 32, none for the one-layer model's loss on the repeat, and half for
-# the intact model's first-block loss; (b) none for "no change" (the intact model's loss), "all gone" (both removed)
-# or the one-layer model's loss.
+# it against the files): (a) full credit for ln 32, half for the intact model's first-block loss, and none by the
+# margin for the one-layer model's loss on the repeat (which _removal_credit gives half, as a reasoned route);
+# (b) none for "no change" (the intact model's loss), "all gone" (both removed) or the one-layer model's loss. Between
+# those ends the margin does not tell routes apart: halfway to the one-layer model's loss can score as well as halfway
+# to (a).
 REMOVAL_MARGIN = 0.3
 
 
@@ -774,6 +792,7 @@ def removal_measurements() -> dict:
     """The course's measurements for exercise 5, made once per process: the lesson's two-layer induction model
     (``heads.train_induction``, seed 0, as the lesson trains it), its loss on the repeat of the lesson's held-out
     sequences (``heads.repeat_losses``) intact, with both layer-1 heads removed and with each alone, and around them:
+    the lesson's one-layer model's loss on the repeat (trained as the lesson trains it, seed 0);
     the loss with both replaced by their mean output instead of 0 (``heads.induction_ablation``, mean ablation), the
     probability the model then puts on tokens already in the context at the repeat's predictions and those tokens'
     share of the vocabulary, and the intact model's loss on the first block. Tests that change the training must call
@@ -796,6 +815,8 @@ def removal_measurements() -> dict:
     measured["on seen tokens, without layer 1"] = (logits.softmax(-1) * seen).sum(-1)[:, period:-1].mean().item()
     measured["seen tokens' share"] = seen[:, period:-1].float().mean().item()
     measured["first block, intact"] = run.first[-1]
+    one = course.train_induction(1, held_out, seed=0, every=steps, desc="the lesson's one-layer model")
+    measured["one layer"] = one.second[-1]  # the one-layer model's loss on the repeat, as the lesson prints it
     return measured
 
 
@@ -815,7 +836,8 @@ def _removal_details(measured: tuple) -> str:
         f"replaced by their mean output instead of 0: {m['both, mean ablation']:.2f}. Without layer 1 the model puts "
         f"{on_seen:.2f} of its probability on the tokens already in the context at the repeat's predictions, where "
         f"those tokens are {share:.2f} of the vocabulary. For scale: ln {INDUCTION_VOCAB} = "
-        f"{math.log(INDUCTION_VOCAB):.2f}; the intact model's loss on the first block {m['first block, intact']:.2f}."
+        f"{math.log(INDUCTION_VOCAB):.2f}; the intact model's loss on the first block {m['first block, intact']:.2f}; "
+        f"the one-layer model's on the repeat {m['one layer']:.2f}."
     )
 
 
@@ -826,6 +848,14 @@ def _removal_diagnosis(index: int, guess: float, measured: tuple) -> str:
         if guess <= intact + REMOVAL_MARGIN:
             return ("both heads of layer 1 are induction heads; without them nothing reads the earlier occurrence, so "
                     "the repeat is no easier than the first block")  # fmt: skip
+        if _near_one_layer(guess):
+            return (
+                '"layer 0 and the embeddings still do what the one-layer model does" is a reasoned route, and it '
+                "runs out here: the one-layer model beats a uniform guess by betting on tokens it has already seen, "
+                "with its only layer; in the two-layer model that bet runs through layer 1 (the lesson's removals in "
+                "layer 0 took the loss above the one-layer model's, not back to it), and without layer 1 the model "
+                "puts on the seen tokens about their share of the vocabulary (the measurement's details)"
+            )
         if guess < measured[0]:
             return (
                 "the one-layer model beats a uniform guess by betting on tokens it has already seen, with its only "
@@ -844,6 +874,17 @@ def _removal_diagnosis(index: int, guess: float, measured: tuple) -> str:
     return ""
 
 
+def _near_one_layer(guess: float) -> bool:
+    """(a) within the margin of the one-layer model's loss on the repeat: the route "layer 0 still does what the
+    one-layer model does", reasoned from what the lesson printed, though the measurement is elsewhere."""
+    return abs(guess - removal_measurements()["one layer"]) <= REMOVAL_MARGIN
+
+
+def _removal_credit(index: int, guess: float, measured: tuple) -> float:
+    """Half credit for (a) at the one-layer model's loss (see ``_near_one_layer``); nothing else outside the margins."""
+    return 0.5 if index == 0 and _near_one_layer(guess) else 0.0
+
+
 INDUCTION_VOCAB = 32  # the lesson's vocabulary (heads.INDUCTION["vocab"]): a uniform guess costs ln 32 nats
 
 
@@ -858,6 +899,7 @@ PREDICTED_REPEAT_LOSSES = prediction_exercise(
     measure=_repeat_losses_measured,
     details=_removal_details,
     diagnose=_removal_diagnosis,
+    credit=_removal_credit,
     forbidden=OWN_CODE,  # a prediction, not a measurement made with the course's model or repeat_losses
     hint=(
         "What does layer 1 hold, and what can layer 0 do without it? Then: with two induction heads, what does the "

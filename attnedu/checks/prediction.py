@@ -11,8 +11,9 @@ it as any exercise: its column in the grader's CSV holds the score.
 
 The rule (:func:`part_points`), per part: a number within its margin of the measurement scores 1, within twice the
 margin 1/2, else 0; a part without a margin (a yes or no, a count, a set of positions) scores 1 when it equals the
-measurement, else 0. The exercise's score is the mean of its parts' (two yes-or-no parts: 0, 1/2 or 1). Its status:
-passed at 1, partial between 0 and 1, failed at 0.
+measurement, else 0. An exercise may also give 1/2 to a guess outside the margins that a reasoned route leads to
+(``credit``), with a line on where that route runs out. The exercise's score is the mean of its parts' (two
+yes-or-no parts: 0, 1/2 or 1). Its status: passed at 1, partial between 0 and 1, failed at 0.
 
 A lesson adds one with :func:`prediction_exercise` in its checks module, listed in ``EXERCISES`` like any other::
 
@@ -54,11 +55,13 @@ def prediction_exercise(
     diagnose: Callable[[int, object, tuple], str] | None = None,
     details: Callable[[tuple], str] | None = None,
     forbidden: tuple[str, ...] = (),
+    credit: Callable[[int, object, tuple], float] | None = None,
 ) -> Exercise:
     """An exercise whose answer is a prediction (see the module's docstring): the learner's ``name()`` returns one
     value per part of ``parts``; ``measure()`` is called once per process (its result is kept) and only after a
     valid prediction. ``forbidden``: modules of the course the learner's function may not run (it would measure, not
-    predict)."""
+    predict). ``credit``: optional, (part index, guess, measured) -> 0.5 for a guess outside the margins that a
+    reasoned route gives (say in ``diagnose`` where it runs out), else 0."""
     if not parts or not all(isinstance(p, Part) for p in parts):
         raise TypeError(f"parts should be one or more Part, got {parts!r}")
     for part in parts:
@@ -69,7 +72,7 @@ def prediction_exercise(
         if part.margin is not None and not part.margin > 0:
             raise ValueError(f"part {part.name!r}: the margin should be positive, got {part.margin!r}")
     measured = functools.cache(measure)
-    prediction = Prediction(tuple(parts), measured, question, diagnose, details)
+    prediction = Prediction(tuple(parts), measured, question, diagnose, details, credit)
     returns = tuple(() for _ in parts)
     return Exercise(
         name=name,
@@ -193,9 +196,13 @@ def verdict(exercise: Exercise, guess: tuple, measured: tuple) -> tuple[float, l
     lines, points = [], []
     for index, (part, g, m) in enumerate(zip(prediction.parts, guess, measured, strict=True)):
         got = part_points(part, g, m)
+        reasoned = prediction.credit is not None and got == 0 and prediction.credit(index, g, measured) == 0.5
+        got = 0.5 if reasoned else got
         points.append(got)
         line = f"{part.name}: you predicted {_show(part, g)}, measured {_show(part, m)}"
-        if part.margin is None:
+        if reasoned:
+            line += f": 🟡 further than twice {_margin(part)}, but a reasoned route's value (half credit)"
+        elif part.margin is None:
             line += ": ✅ right" if got == 1 else ": ❌ not what was measured"
         elif got == 1:
             line += f": ✅ within {_margin(part)} (full credit)"
@@ -220,7 +227,7 @@ def judge(exercise: Exercise, value, hint) -> CheckResult:
             FAILED,
             f"`{exercise.name}` should return {expected_form(prediction)}, got {_describe(value)}. The measurement "
             "is shown once your prediction is one.",
-            hint_text=hint,
+            hint_text=locked_hint(exercise) or hint,  # no prediction yet: its hints would give the answer
             findings=("type",),
             points=0.0,
         )
@@ -284,6 +291,18 @@ def session_prediction(exercise: Exercise, fn, time_limit: float = TIME_LIMIT):
     if note:
         note = f"({note}: the first prediction of this session, made before, is the one scored here.)"
     return caller, note
+
+
+def locked_hint(exercise: Exercise) -> str | None:
+    """What ``hint(name)`` says for a graded prediction before the first prediction of the session is recorded (its
+    hints would give the answer away), or None when its hints are open: not a prediction, or one already recorded."""
+    if exercise.prediction is None or exercise.name in _RECORDED:
+        return None
+    return (
+        f"Predict first. `{exercise.name}` is a graded prediction ({exercise.prediction.question}), and its hints "
+        f"lead to the answer, so they open once your first prediction is recorded: write your number(s) in "
+        f"`{exercise.name}`, run its cell, then its check, and ask again."
+    )
 
 
 def recorded_prediction(name: str) -> tuple | None:

@@ -322,6 +322,17 @@ def pm_the_duplicates(weights, tokens, real):
     return _mean_over_found(_after(weights, copies, shift=0), copies.any(-1))
 
 
+def pm_keys_before_the_query(weights, tokens, real):
+    """The targets j < i only: a token that follows itself (key j = i) left out."""
+    n = tokens.shape[1]
+    same = (tokens[:, :, None] == tokens[:, None, :]) & real[:, :, None] & real[:, None, :]
+    targets = torch.zeros_like(same)
+    targets[:, :, 1:] = same[:, :, :-1] & real[:, None, 1:]  # key j after an occurrence at j - 1
+    targets &= torch.ones(n, n, dtype=torch.bool).tril(-1)  # j < i
+    counted = targets.any(-1).float()[:, None]
+    return ((weights * targets[:, None]).sum(-1) * counted).sum(-1) / counted.sum(-1).clamp(min=1)
+
+
 def pm_two_after(weights, tokens, real):
     copies = _copies(tokens, real)
     return _mean_over_found(_after(weights, copies, shift=2), copies.any(-1))
@@ -444,6 +455,13 @@ def rl_swapped(model, tokens, removed):
     return _losses(model, tokens, _gates(model, removed, swap=True))[:, tokens.shape[1] // 2 :].mean(-1)
 
 
+def rl_inverted_gates(model, tokens, removed):
+    gates = torch.zeros(len(model.layers), model.layers[0].num_heads)
+    for layer, head in removed:
+        gates[layer, head] = 1.0  # only the heads in removed kept
+    return _losses(model, tokens, gates)[:, tokens.shape[1] // 2 :].mean(-1)
+
+
 def rl_one_early(model, tokens, removed):
     return _losses(model, tokens, _gates(model, removed))[:, tokens.shape[1] // 2 - 1 :].mean(-1)
 
@@ -489,6 +507,7 @@ MUTANTS = [
     ("prefix_matching_score", pm_first_only, "only the first occurrence"),
     ("prefix_matching_score", pm_the_duplicates, "the earlier occurrences themselves"),
     ("prefix_matching_score", pm_two_after, "two tokens after each earlier occurrence"),
+    ("prefix_matching_score", pm_keys_before_the_query, "left out j = i"),
     ("prefix_matching_score", pm_every_real_query, "you divided by every real query"),
     ("prefix_matching_score", pm_own_position, "own position as an earlier occurrence"),
     ("prefix_matching_score", pm_padding_as_tokens, "padding was counted as tokens"),
@@ -509,6 +528,7 @@ MUTANTS = [
     ("gpt2_attention_weights", g2_reshape_three, "by reshaping it to (layers, 3, d_model, d_model)"),
     ("repeat_loss_without", rl_not_removed, "the heads were not removed"),
     ("repeat_loss_without", rl_swapped, "read as (head, layer)"),
+    ("repeat_loss_without", rl_inverted_gates, "your gates are the wrong way round"),
     ("repeat_loss_without", rl_one_early, "starts one position early"),
     ("repeat_loss_without", rl_one_late, "starts one position late"),
     ("repeat_loss_without", rl_everywhere, "every position of the sequence"),
@@ -924,6 +944,14 @@ def rp_back_to_one_layer():
     return 2.53, 1.8  # (a) the one-layer model's loss on the repeat
 
 
+def rp_near_one_layer():
+    return 2.4, 1.8  # (a) the one-layer model's loss, rounded: the same reasoned route
+
+
+def rp_between():
+    return 2.9, 1.8  # (a) between the one-layer model's loss and the measurement, no route: no credit
+
+
 def rp_like_the_first_block():
     return 4.07, 1.8  # (a) the intact model's first-block loss: half credit
 
@@ -972,7 +1000,9 @@ PREDICTIONS = [
     ("predicted_repeat_losses", rp_as_list, "passed", 1.0, "Score: 1 of 1"),
     ("predicted_repeat_losses", rp_as_tensors, "passed", 1.0, "Score: 1 of 1"),
     ("predicted_repeat_losses", rp_halfway, "passed", 1.0, "Score: 1 of 1"),
-    ("predicted_repeat_losses", rp_back_to_one_layer, "partial", 0.5, "betting on tokens it has already seen"),
+    ("predicted_repeat_losses", rp_back_to_one_layer, "partial", 0.75, "a reasoned route's value (half credit)"),
+    ("predicted_repeat_losses", rp_near_one_layer, "partial", 0.75, "betting on tokens it has already seen"),
+    ("predicted_repeat_losses", rp_between, "partial", 0.5, "further than twice 0.3 nats (no credit)"),
     ("predicted_repeat_losses", rp_like_the_first_block, "partial", 0.75, "first block's loss is above ln 32"),
     ("predicted_repeat_losses", rp_no_change, "failed", 0.0, "make up for the removed one (nearly) completely"),
     ("predicted_repeat_losses", rp_all_gone, "partial", 0.5, "the other head still copies"),
