@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 from .calling import TIME_LIMIT, call_learner
 from .exercise import Case, Exercise, Part, Prediction
-from .results import FAILED, NOT_ATTEMPTED, PARTIAL, PASSED, CheckResult
+from .results import FAILED, NOT_ATTEMPTED, PARTIAL, PASSED, CheckResult, score_text
 
 CASE = "your prediction"  # the description of a prediction's one test case (called with no argument)
 
@@ -235,7 +235,7 @@ def judge(exercise: Exercise, value, hint) -> CheckResult:
     score, lines = verdict(exercise, guess, measured)
     status = PASSED if score == 1 else FAILED if score == 0 else PARTIAL
     if len(lines) > 1:
-        lines.append(f"Score: {score:g} of 1.")
+        lines.append(f"Score: {score_text(score)} of 1.")
     details = prediction.details(measured) if prediction.details is not None else ""
     return CheckResult(
         exercise.name, status, "\n".join(lines), hint_text=hint, findings=("prediction",), points=score,
