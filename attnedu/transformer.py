@@ -308,10 +308,17 @@ PREVIOUS_07 = dict(vocab=8, length=12, offsets=(-1,), d_model=32, num_heads=2, s
 EXTRAPOLATION_07 = dict(length=16, eval_lengths=(16, 32, 64, 128), d_model=32, batch=32, steps=300, lr=3e-3)
 
 
-def _check_recipe(recipe, like: dict, name: str) -> dict:
-    check_instance("recipe", recipe, dict, f"a dict with the keys of {name}")
-    if set(recipe) != set(like):
-        raise ValueError(f"recipe should have the keys of {name}, {sorted(like)}, got {sorted(recipe)}; pass {name} "
+_RECIPES = {"RECALL_04": RECALL_04, "NEIGHBOURS_05": NEIGHBOURS_05, "LEAK_06": LEAK_06, "PREVIOUS_07": PREVIOUS_07,
+            "EXTRAPOLATION_07": EXTRAPOLATION_07}  # fmt: skip
+
+
+def _check_recipe(recipe, *names: str) -> dict:
+    """Raise unless ``recipe`` is a dict with the keys of one of the recipes ``names`` (the constants above)."""
+    expected = " or ".join(names)
+    check_instance("recipe", recipe, dict, f"a dict with the keys of {expected}")
+    if not any(set(recipe) == set(_RECIPES[name]) for name in names):
+        keys = " or ".join(str(sorted(_RECIPES[name])) for name in names)
+        raise ValueError(f"recipe should have the keys of {expected}, {keys}, got {sorted(recipe)}; pass {expected} "
                          f"(or a copy with some values changed)")  # fmt: skip
     return recipe
 
@@ -327,7 +334,7 @@ class RecallRun(NamedTuple):
 
 def recall_held_out(recipe: dict) -> tuple[torch.Tensor, ...]:
     """The held-out questions of lesson 04's experiment: keys, values, question, answer (``tasks.recall_task``)."""
-    r = _check_recipe(recipe, RECALL_04, "RECALL_04")
+    r = _check_recipe(recipe, "RECALL_04")
     return recall_task(r["held_out"], r["pairs"], r["vocab"], torch.Generator().manual_seed(HELD_OUT_SEED))
 
 
@@ -338,7 +345,7 @@ def train_recall(head_dim: int, kind: str, seed: int, held_out, recipe: dict, de
     ``recipe["batch"]`` questions each step; the accuracy on ``held_out`` (``recall_held_out``) every
     ``recipe["every"]`` steps. ``seed``: the initial weights and the batches (the same batches in every arm)."""
     check_choice("kind", kind, RECALL_KINDS)
-    r = _check_recipe(recipe, RECALL_04, "RECALL_04")
+    r = _check_recipe(recipe, "RECALL_04")
     small = head_dim**-0.25 if kind == "raw, small init" else 1.0  # the same draws, scaled
     model = RecallHead(r["vocab"], r["d_model"], head_dim, kind == "divided", seed=seed, qk_init_scale=small)
 
@@ -369,8 +376,7 @@ def train_recall(head_dim: int, kind: str, seed: int, held_out, recipe: dict, de
 def neighbour_held_out(recipe: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """The held-out sequences of lesson 05's (``NEIGHBOURS_05``) or lesson 07's (``PREVIOUS_07``) neighbour task:
     tokens (n, length) and targets (n, length, offsets)."""
-    check_instance("recipe", recipe, dict, "NEIGHBOURS_05 or PREVIOUS_07")
-    r = _check_recipe(recipe, PREVIOUS_07 if "num_heads" in recipe else NEIGHBOURS_05, "NEIGHBOURS_05 or PREVIOUS_07")
+    r = _check_recipe(recipe, "NEIGHBOURS_05", "PREVIOUS_07")
     return neighbour_task(r["held_out"], r["length"], r["vocab"], r["offsets"],
                           torch.Generator().manual_seed(HELD_OUT_SEED))  # fmt: skip
 
@@ -378,7 +384,7 @@ def neighbour_held_out(recipe: dict) -> tuple[torch.Tensor, torch.Tensor]:
 def neighbour_classifier(num_heads: int, recipe: dict, seed: int = 0) -> AttentionClassifier:
     """Lesson 05's model: an ``AttentionClassifier`` with ``num_heads`` heads of width d_model / num_heads, one
     readout per offset, each choosing among the vocabulary and "beyond the edge"."""
-    r = _check_recipe(recipe, NEIGHBOURS_05, "NEIGHBOURS_05")
+    r = _check_recipe(recipe, "NEIGHBOURS_05")
     return AttentionClassifier(r["vocab"], r["length"], r["d_model"], num_heads=num_heads, n_outputs=len(r["offsets"]),
                                n_classes=r["vocab"] + 1, seed=seed)  # fmt: skip
 
@@ -390,7 +396,7 @@ def train_neighbours(model: AttentionClassifier, held_out, recipe: dict, seed: i
     loss = cross-entropy of every position's four readouts against the tokens at those offsets (or the edge), on a
     fresh batch each step; ``seed`` fixes the batches (the same for every model)."""
     check_instance("model", model, AttentionClassifier, "neighbour_classifier(num_heads, NEIGHBOURS_05)")
-    r = _check_recipe(recipe, NEIGHBOURS_05, "NEIGHBOURS_05")
+    r = _check_recipe(recipe, "NEIGHBOURS_05")
     test_tokens, test_targets = held_out
 
     def accuracy() -> float:
@@ -421,11 +427,7 @@ def train_next_character(model: nn.Module, corpus, recipe: dict, seed: int = 0, 
 
     loss = mean over positions t of -ln p(x[t + 1] | what the model lets position t see)"""
     check_instance("model", model, nn.Module, "a model (an nn.Module such as TinyTransformer(...))")
-    check_instance("recipe", recipe, dict, "LEAK_06 or EXTRAPOLATION_07")
-    missing = {"length", "batch", "steps", "lr"} - set(recipe)
-    if missing:
-        raise ValueError(f"recipe should give length, batch, steps and lr (LEAK_06 or EXTRAPOLATION_07), got no "
-                         f"{sorted(missing)}")  # fmt: skip
+    _check_recipe(recipe, "LEAK_06", "EXTRAPOLATION_07")
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe["lr"])
     generator = torch.Generator().manual_seed(training_seed(seed))  # the same batches for every model of one seed
     losses, bar = [], progress(recipe["steps"], desc)
@@ -452,7 +454,7 @@ def train_leak(causal: bool, corpus, recipe: dict, desc: str = "training") -> Le
     """Lesson 06: a ``TinyTransformer`` (sinusoidal positions, its default sizes) trained to predict the next
     character with the causal mask (``causal=True``) or without it (``train_next_character``, seed 0: the same
     batches for both)."""
-    r = _check_recipe(recipe, LEAK_06, "LEAK_06")
+    r = _check_recipe(recipe, "LEAK_06")
     check_bool("causal", causal, "whether the model trains with the causal mask")
     model = TinyTransformer(len(corpus.chars), len(corpus.chars), positions="sinusoidal", causal=causal, seed=0)
     losses = train_next_character(model, corpus, r, seed=0, desc=desc)
@@ -464,7 +466,7 @@ def train_previous_token(positions: str, held_out, recipe: dict) -> float:
     """Lesson 07: a one-block bidirectional ``TinyTransformer`` with ``positions`` ("none" or "learned") trained
     with AdamW to name the token before every position (``neighbour_task`` with offset -1; position 0's answer is
     "beyond the edge"); return its accuracy on ``held_out`` (``neighbour_held_out(PREVIOUS_07)``)."""
-    r = _check_recipe(recipe, PREVIOUS_07, "PREVIOUS_07")
+    r = _check_recipe(recipe, "PREVIOUS_07")
     model = TinyTransformer(r["vocab"], r["vocab"] + 1, d_model=r["d_model"], num_heads=r["num_heads"], num_layers=1,
                             positions=positions, max_positions=r["length"], causal=False, seed=0)  # fmt: skip
     optimizer = torch.optim.AdamW(model.parameters(), lr=r["lr"])
@@ -487,7 +489,7 @@ def train_extrapolation(positions: str, corpus, recipe: dict, seed: int = 0, des
     """Lesson 07: a one-block causal ``TinyTransformer`` with ``positions`` ("none", "sinusoidal", "rope" or
     "alibi") trained to predict the next character in windows of ``recipe["length"]`` characters
     (``train_next_character``); ``seed``: the initial weights and the batches. Returns the model."""
-    r = _check_recipe(recipe, EXTRAPOLATION_07, "EXTRAPOLATION_07")
+    r = _check_recipe(recipe, "EXTRAPOLATION_07")
     model = TinyTransformer(len(corpus.chars), len(corpus.chars), d_model=r["d_model"], positions=positions,
                             num_layers=1, causal=True, seed=seed)  # fmt: skip
     train_next_character(model, corpus, r, seed=seed, desc=desc or f"{positions}, seed {seed}")

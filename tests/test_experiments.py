@@ -182,5 +182,7 @@ def test_the_experiments_refuse_what_they_cannot_run():
         transformer.train_leak(True, CharCorpus.load(), transformer.EXTRAPOLATION_07)
     with pytest.raises(TypeError, match="causal"):
         transformer.train_leak("yes", CharCorpus.load(), transformer.LEAK_06)
-    with pytest.raises(ValueError, match="lr"):
+    with pytest.raises(ValueError, match="LEAK_06 or EXTRAPOLATION_07"):
         transformer.train_next_character(torch.nn.Linear(2, 2), CharCorpus.load(), {"steps": 1})
+    with pytest.raises(ValueError, match="NEIGHBOURS_05 or PREVIOUS_07"):
+        transformer.neighbour_held_out(transformer.RECALL_04)
