@@ -8,6 +8,15 @@ AttentionClassifier   lesson 05: embeddings + learned positions, one multi-head 
 attention_parameters, block_parameters   counts from the formulas, checked against real modules
 Block, TinyTransformer   lessons 06-07: pre-norm LayerNorm blocks and a small language model or encoder
 
+Lessons 04-07's experiments, each one function that the lesson and benchmarks/calibrate.py call with one recipe:
+
+train_recall              lesson 04: one head on associative recall (RECALL_04), divided by sqrt(d_k) or not
+neighbour_classifier, train_neighbours   lesson 05: 1, 2 or 4 heads on the neighbour task (NEIGHBOURS_05)
+train_next_character      lessons 06-07: the loop that trains a character language model
+train_leak                lesson 06: the language model with and without the causal mask (LEAK_06)
+train_previous_token      lesson 07: an encoder with no or learned positions (PREVIOUS_07)
+train_extrapolation       lesson 07: train short, test long (EXTRAPOLATION_07)
+
 Lesson 09, the Transformer block (vectors are rows: x W; positions and heads count from 0):
 
 rms_norm, RMSNorm         Zhang & Sennrich 2019: x / sqrt(mean(x^2) + eps) * g, no centring, no shift
@@ -62,7 +71,8 @@ from .attention import scaled_dot_product_attention
 from .masks import causal_mask, sliding_window_mask
 from .multihead import MultiHeadAttention, grouped_query_attention, merge_heads, split_heads
 from .positional import LearnedPositions, alibi_bias, sinusoidal_encoding
-from .runtime import in_parallel, seeded
+from .runtime import in_parallel, progress, seeded, training_seed
+from .tasks import neighbour_task, recall_task
 
 POSITIONS = ("none", "sinusoidal", "learned", "rope", "alibi")
 
@@ -269,6 +279,221 @@ class TinyTransformer(nn.Module):
             all_weights.append(weights)
         logits = self.head(self.norm(x))
         return (logits, all_weights) if return_weights else logits
+
+
+# --------------------------------------------------------------------------------------------
+# Lessons 04-07's experiments: what each lesson trains, and how
+#
+# Each experiment is one function, which the lesson calls and benchmarks/calibrate.py calls, with the same recipe: a
+# dict below (sizes, steps, batch, learning rate), passed by name (tests/test_experiments.py reads the notebooks'
+# cells and calibrate.py to check that both do). Every run seeds its own generators (the model through ``seed``, the
+# batches through ``runtime.training_seed(seed)``), so that several run at once (``runtime.in_parallel``) and the
+# test command's perturbed run moves them all.
+# --------------------------------------------------------------------------------------------
+
+HELD_OUT_SEED = 12345  # the generator of every held-out set below: the same test items for every model and seed
+# lesson 04: one head on associative recall (tasks.recall_task); held_out: questions in the held-out set
+RECALL_04 = dict(vocab=16, pairs=8, d_model=64, steps=150, batch=64, lr=3e-3, every=25, held_out=500)
+# the arms: scores divided by sqrt(d_k); raw; raw with W^Q and W^K started smaller by d_k^(-1/4) (the control)
+RECALL_KINDS = ("divided", "raw", "raw, small init")
+# lesson 05: the four neighbours of every position (tasks.neighbour_task), one model per number of heads
+NEIGHBOURS_05 = dict(vocab=8, length=12, offsets=(-2, -1, 1, 2), d_model=32, steps=500, batch=64, lr=3e-3, every=50,
+                     held_out=500)  # fmt: skip
+# lesson 06: a character language model with and without the causal mask (windows of ``length`` characters)
+LEAK_06 = dict(length=32, batch=32, steps=300, lr=3e-3)
+# lesson 07: the token before every position, a bidirectional encoder with no or learned positions
+PREVIOUS_07 = dict(vocab=8, length=12, offsets=(-1,), d_model=32, num_heads=2, steps=300, batch=64, lr=3e-3,
+                   held_out=500)  # fmt: skip
+# lesson 07: train at ``length`` characters, read held-out text in windows of ``eval_lengths``
+EXTRAPOLATION_07 = dict(length=16, eval_lengths=(16, 32, 64, 128), d_model=32, batch=32, steps=300, lr=3e-3)
+
+
+_RECIPES = {"RECALL_04": RECALL_04, "NEIGHBOURS_05": NEIGHBOURS_05, "LEAK_06": LEAK_06, "PREVIOUS_07": PREVIOUS_07,
+            "EXTRAPOLATION_07": EXTRAPOLATION_07}  # fmt: skip
+
+
+def _check_recipe(recipe, *names: str) -> dict:
+    """Raise unless ``recipe`` is a dict with the keys of one of the recipes ``names`` (the constants above)."""
+    expected = " or ".join(names)
+    check_instance("recipe", recipe, dict, f"a dict with the keys of {expected}")
+    if not any(set(recipe) == set(_RECIPES[name]) for name in names):
+        keys = " or ".join(str(sorted(_RECIPES[name])) for name in names)
+        raise ValueError(f"recipe should have the keys of {expected}, {keys}, got {sorted(recipe)}; pass {expected} "
+                         f"(or a copy with some values changed)")  # fmt: skip
+    return recipe
+
+
+class RecallRun(NamedTuple):
+    """One head trained on associative recall: at initialisation, the spread (standard deviation) of its scores and
+    its rows' mean largest weight on the held-out questions; its held-out accuracy every ``every`` steps."""
+
+    spread: float
+    peak: float
+    curve: list[float]
+
+
+def recall_held_out(recipe: dict) -> tuple[torch.Tensor, ...]:
+    """The held-out questions of lesson 04's experiment: keys, values, question, answer (``tasks.recall_task``)."""
+    r = _check_recipe(recipe, "RECALL_04")
+    return recall_task(r["held_out"], r["pairs"], r["vocab"], torch.Generator().manual_seed(HELD_OUT_SEED))
+
+
+def train_recall(head_dim: int, kind: str, seed: int, held_out, recipe: dict, desc: str | None = None) -> RecallRun:
+    """Lesson 04: train one ``RecallHead`` of size ``head_dim`` of arm ``kind`` (``RECALL_KINDS``) with Adam.
+
+    loss = cross-entropy of the head's guess against the value paired with the question, on a fresh batch of
+    ``recipe["batch"]`` questions each step; the accuracy on ``held_out`` (``recall_held_out``) every
+    ``recipe["every"]`` steps. ``seed``: the initial weights and the batches (the same batches in every arm)."""
+    check_choice("kind", kind, RECALL_KINDS)
+    r = _check_recipe(recipe, "RECALL_04")
+    small = head_dim**-0.25 if kind == "raw, small init" else 1.0  # the same draws, scaled
+    model = RecallHead(r["vocab"], r["d_model"], head_dim, kind == "divided", seed=seed, qk_init_scale=small)
+
+    def accuracy() -> float:
+        with torch.no_grad():
+            return (model(*held_out[:3])[0].argmax(-1) == held_out[3]).float().mean().item()
+
+    with torch.no_grad():
+        scores = model(*held_out[:3])[1]
+        spread = scores.std().item()
+        peak = scores.softmax(-1).max(-1).values.mean().item()  # the largest weight of a row, on average
+    generator = torch.Generator().manual_seed(training_seed(seed))
+    optimizer = torch.optim.Adam(model.parameters(), lr=r["lr"])
+    curve, bar = [], progress(r["steps"], desc or f"d_k {head_dim}, {kind}, seed {seed}")
+    for step in range(1, r["steps"] + 1):
+        keys, values, question, answer = recall_task(r["batch"], r["pairs"], r["vocab"], generator)
+        loss = nn.functional.cross_entropy(model(keys, values, question)[0], answer)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        bar.update()
+        if step % r["every"] == 0:
+            curve.append(accuracy())
+    bar.close()
+    return RecallRun(spread, peak, curve)
+
+
+def neighbour_held_out(recipe: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The held-out sequences of lesson 05's (``NEIGHBOURS_05``) or lesson 07's (``PREVIOUS_07``) neighbour task:
+    tokens (n, length) and targets (n, length, offsets)."""
+    r = _check_recipe(recipe, "NEIGHBOURS_05", "PREVIOUS_07")
+    return neighbour_task(r["held_out"], r["length"], r["vocab"], r["offsets"],
+                          torch.Generator().manual_seed(HELD_OUT_SEED))  # fmt: skip
+
+
+def neighbour_classifier(num_heads: int, recipe: dict, seed: int = 0) -> AttentionClassifier:
+    """Lesson 05's model: an ``AttentionClassifier`` with ``num_heads`` heads of width d_model / num_heads, one
+    readout per offset, each choosing among the vocabulary and "beyond the edge"."""
+    r = _check_recipe(recipe, "NEIGHBOURS_05")
+    return AttentionClassifier(r["vocab"], r["length"], r["d_model"], num_heads=num_heads, n_outputs=len(r["offsets"]),
+                               n_classes=r["vocab"] + 1, seed=seed)  # fmt: skip
+
+
+def train_neighbours(model: AttentionClassifier, held_out, recipe: dict, seed: int = 0, desc: str = "training"):
+    """Lesson 05: train ``model`` (``neighbour_classifier``) with Adam; return its accuracy on ``held_out``
+    (``neighbour_held_out``) every ``recipe["every"]`` steps, as (step, accuracy) pairs.
+
+    loss = cross-entropy of every position's four readouts against the tokens at those offsets (or the edge), on a
+    fresh batch each step; ``seed`` fixes the batches (the same for every model)."""
+    check_instance("model", model, AttentionClassifier, "neighbour_classifier(num_heads, NEIGHBOURS_05)")
+    r = _check_recipe(recipe, "NEIGHBOURS_05")
+    test_tokens, test_targets = held_out
+
+    def accuracy() -> float:
+        with torch.no_grad():
+            return (model(test_tokens)[0].argmax(-1) == test_targets).float().mean().item()
+
+    generator = torch.Generator().manual_seed(training_seed(seed))
+    optimizer = torch.optim.Adam(model.parameters(), lr=r["lr"])
+    curve, bar = [], progress(r["steps"], desc)
+    for step in range(1, r["steps"] + 1):
+        tokens, targets = neighbour_task(r["batch"], r["length"], r["vocab"], r["offsets"], generator)
+        logits, _ = model(tokens)
+        loss = nn.functional.cross_entropy(logits.flatten(0, 2), targets.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        bar.update()
+        if step % r["every"] == 0:
+            curve.append((step, accuracy()))
+    bar.close()
+    return curve
+
+
+def train_next_character(model: nn.Module, corpus, recipe: dict, seed: int = 0, desc: str = "training") -> list[float]:
+    """Lessons 06-07: train ``model`` (tokens -> logits) to predict the next character of random windows of
+    ``recipe["length"]`` characters of ``corpus``'s training text, ``recipe["batch"]`` windows a step, with AdamW;
+    return the loss of every step.
+
+    loss = mean over positions t of -ln p(x[t + 1] | what the model lets position t see)"""
+    check_instance("model", model, nn.Module, "a model (an nn.Module such as TinyTransformer(...))")
+    _check_recipe(recipe, "LEAK_06", "EXTRAPOLATION_07")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe["lr"])
+    generator = torch.Generator().manual_seed(training_seed(seed))  # the same batches for every model of one seed
+    losses, bar = [], progress(recipe["steps"], desc)
+    for _ in range(recipe["steps"]):
+        inputs, targets = corpus.batch(recipe["batch"], recipe["length"], generator)
+        loss = nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        bar.update()
+    bar.close()
+    return losses
+
+
+class LeakRun(NamedTuple):
+    """Lesson 06's model after training, and its mean training loss over the last 50 steps."""
+
+    model: TinyTransformer
+    train_loss: float
+
+
+def train_leak(causal: bool, corpus, recipe: dict, desc: str = "training") -> LeakRun:
+    """Lesson 06: a ``TinyTransformer`` (sinusoidal positions, its default sizes) trained to predict the next
+    character with the causal mask (``causal=True``) or without it (``train_next_character``, seed 0: the same
+    batches for both)."""
+    r = _check_recipe(recipe, "LEAK_06")
+    check_bool("causal", causal, "whether the model trains with the causal mask")
+    model = TinyTransformer(len(corpus.chars), len(corpus.chars), positions="sinusoidal", causal=causal, seed=0)
+    losses = train_next_character(model, corpus, r, seed=0, desc=desc)
+    last = losses[-50:]
+    return LeakRun(model, sum(last) / len(last))
+
+
+def train_previous_token(positions: str, held_out, recipe: dict) -> float:
+    """Lesson 07: a one-block bidirectional ``TinyTransformer`` with ``positions`` ("none" or "learned") trained
+    with AdamW to name the token before every position (``neighbour_task`` with offset -1; position 0's answer is
+    "beyond the edge"); return its accuracy on ``held_out`` (``neighbour_held_out(PREVIOUS_07)``)."""
+    r = _check_recipe(recipe, "PREVIOUS_07")
+    model = TinyTransformer(r["vocab"], r["vocab"] + 1, d_model=r["d_model"], num_heads=r["num_heads"], num_layers=1,
+                            positions=positions, max_positions=r["length"], causal=False, seed=0)  # fmt: skip
+    optimizer = torch.optim.AdamW(model.parameters(), lr=r["lr"])
+    generator = torch.Generator().manual_seed(training_seed(0))
+    bar = progress(r["steps"], f"{positions} positions")
+    for _ in range(r["steps"]):
+        tokens, targets = neighbour_task(r["batch"], r["length"], r["vocab"], r["offsets"], generator)
+        loss = nn.functional.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        bar.update()
+    bar.close()
+    test_tokens, test_targets = held_out
+    with torch.no_grad():
+        return (model(test_tokens).argmax(-1) == test_targets[..., 0]).float().mean().item()
+
+
+def train_extrapolation(positions: str, corpus, recipe: dict, seed: int = 0, desc: str | None = None):
+    """Lesson 07: a one-block causal ``TinyTransformer`` with ``positions`` ("none", "sinusoidal", "rope" or
+    "alibi") trained to predict the next character in windows of ``recipe["length"]`` characters
+    (``train_next_character``); ``seed``: the initial weights and the batches. Returns the model."""
+    r = _check_recipe(recipe, "EXTRAPOLATION_07")
+    model = TinyTransformer(len(corpus.chars), len(corpus.chars), d_model=r["d_model"], positions=positions,
+                            num_layers=1, causal=True, seed=seed)  # fmt: skip
+    train_next_character(model, corpus, r, seed=seed, desc=desc or f"{positions}, seed {seed}")
+    return model
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,6 +17,13 @@ path (which changes the matrix products too, on any x86-64 CPU with AVX2 or AVX-
 perturbed run uses the third path, with the seeds moved by 1000.
 
 Each (model, seed) trains in its own process with one torch thread, ``--jobs`` at a time.
+
+What is trained is the lessons' own code: lessons 01-03's models through ``attnedu.train.train`` with the lessons'
+``STEPS``, ``STEPS_LESSON_03`` and ``LR``; lessons 04-07's experiments through their functions in
+``attnedu.transformer`` with the recipes the lessons pass (``train_recall`` with ``RECALL_04``, ``train_neighbours``
+with ``NEIGHBOURS_05``, ``train_leak`` with ``LEAK_06``, ``train_previous_token`` with ``PREVIOUS_07``,
+``train_extrapolation`` with ``EXTRAPOLATION_07``; tests/test_experiments.py checks that the lessons and this script
+call them alike); lesson 09's through ``attnedu.train.train_lm`` and ``attnedu.transformer.init_gradient_experiment``.
 """
 
 from __future__ import annotations
@@ -109,75 +116,46 @@ def run_one(model: str, seed: int, steps: int | None = None) -> dict:
 
 
 def _scaling() -> dict:
-    """Lesson 04's experiment as the lesson runs it: for d_k 16 and 256, with and without the division by sqrt(d_k),
-    and raw with W_Q, W_K initialised smaller by d_k^(-1/4) (the control arm), three models (training seeds 0, 1,
-    2, moved by the offset), 150 Adam steps; per arm, the spread of the scores at
-    initialisation and the held-out accuracy every 25 steps, averaged over the three models."""
+    """Lesson 04's experiment, ``attnedu.transformer.train_recall`` with ``RECALL_04`` as the lesson calls it: for
+    d_k 16 and 256, each arm (divided by sqrt(d_k), raw, and raw with W_Q, W_K initialised smaller by d_k^(-1/4),
+    the control), three models (training seeds 0, 1, 2, moved by the offset); per arm, the spread of the scores at
+    initialisation and the held-out accuracy every ``every`` steps, averaged over the three models."""
     import torch
 
-    from attnedu.runtime import training_seed
-    from attnedu.tasks import recall_task
-    from attnedu.transformer import RecallHead
+    from attnedu.transformer import RECALL_04, RECALL_KINDS, recall_held_out, train_recall
 
     torch.set_num_threads(1)
-    vocab, pairs, d_model, steps = 16, 8, 64, 150
-    test = recall_task(500, pairs, vocab, torch.Generator().manual_seed(12345))
+    held_out = recall_held_out(RECALL_04)
+    names = {"divided": "scaled", "raw": "raw", "raw, small init": "raw small init"}  # the record's names
     arms = {}
     for head_dim in (16, 256):
-        for scaled, small in ((True, False), (False, False), (False, True)):
-            spreads, curves = [], []
-            for seed in (0, 1, 2):
-                model = RecallHead(vocab, d_model, head_dim, scaled, seed=seed,
-                                   qk_init_scale=head_dim**-0.25 if small else 1.0)  # fmt: skip
-                generator = torch.Generator().manual_seed(training_seed(seed))
-                optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-                with torch.no_grad():
-                    spreads.append(model(*test[:3])[1].std().item())
-                curve = []
-                for step in range(1, steps + 1):
-                    keys, values, question, answer = recall_task(64, pairs, vocab, generator)
-                    loss = torch.nn.functional.cross_entropy(model(keys, values, question)[0], answer)
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
-                    if step % 25 == 0:
-                        with torch.no_grad():
-                            curve.append((model(*test[:3])[0].argmax(-1) == test[3]).float().mean().item())
-                curves.append(curve)
-            arms[f"{head_dim} {'scaled' if scaled else 'raw'}{' small init' if small else ''}"] = {
-                "spread": sum(spreads) / 3,
-                "curve": [sum(c[i] for c in curves) / 3 for i in range(len(curves[0]))],
-                "per_seed_at_50": [c[1] for c in curves],
+        for kind in RECALL_KINDS:
+            runs = [train_recall(head_dim, kind, seed, held_out, RECALL_04) for seed in (0, 1, 2)]
+            arms[f"{head_dim} {names[kind]}"] = {
+                "spread": sum(run.spread for run in runs) / 3,
+                "curve": [sum(run.curve[i] for run in runs) / 3 for i in range(len(runs[0].curve))],
+                "per_seed_at_50": [run.curve[1] for run in runs],
             }
     return {"arms": arms}
 
 
 def _heads(seed: int) -> dict:
-    """Lesson 05's experiment as the lesson runs it: final test accuracy of 1, 2 and 4 heads, and the offset
-    each of the four heads attends to most."""
+    """Lesson 05's experiment, ``attnedu.transformer.train_neighbours`` with ``NEIGHBOURS_05`` as the lesson calls
+    it: final test accuracy of 1, 2 and 4 heads, and the offset each of the four heads attends to most."""
     import torch
 
-    from attnedu.runtime import training_seed
-    from attnedu.tasks import neighbour_task
-    from attnedu.transformer import AttentionClassifier
+    from attnedu.transformer import NEIGHBOURS_05, neighbour_classifier, neighbour_held_out, train_neighbours
 
     torch.set_num_threads(1)
-    vocab, length, offsets, steps = 8, 12, (-2, -1, 1, 2), 500
-    test_tokens, test_targets = neighbour_task(500, length, vocab, offsets, torch.Generator().manual_seed(12345))
+    held_out = neighbour_held_out(NEIGHBOURS_05)
+    test_tokens, test_targets = held_out
+    vocab, length, offsets = NEIGHBOURS_05["vocab"], NEIGHBOURS_05["length"], NEIGHBOURS_05["offsets"]
     final = {}
     for h in (1, 2, 4):
-        model = AttentionClassifier(vocab, length, 32, num_heads=h, n_outputs=4, n_classes=vocab + 1, seed=0)
-        generator = torch.Generator().manual_seed(training_seed(0))
-        optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-        for _ in range(steps):
-            tokens, targets = neighbour_task(64, length, vocab, offsets, generator)
-            loss = torch.nn.functional.cross_entropy(model(tokens)[0].flatten(0, 2), targets.flatten())
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+        model = neighbour_classifier(h, NEIGHBOURS_05)
+        final[str(h)] = train_neighbours(model, held_out, NEIGHBOURS_05)[-1][1]
         with torch.no_grad():
             logits, weights = model(test_tokens)
-        final[str(h)] = (logits.argmax(-1) == test_targets).float().mean().item()
         if h == 1:
             right = logits.argmax(-1) == test_targets  # (500, length, offsets)
             edge = test_targets == vocab
@@ -198,59 +176,27 @@ def _heads(seed: int) -> dict:
     }
 
 
-def _train_lm(model, corpus, steps: int, length: int) -> float:
-    import torch
-
-    from attnedu.runtime import training_seed
-
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    generator = torch.Generator().manual_seed(training_seed(0))
-    losses = []
-    for _ in range(steps):
-        inputs, targets = corpus.batch(32, length, generator)
-        loss = torch.nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return sum(losses[-50:]) / 50
-
-
 def _transformer(experiment: str) -> dict:
-    """Lessons 06-07's experiments, as the lessons run them."""
+    """Lessons 06-07's experiments: ``attnedu.transformer.train_previous_token``, ``train_leak`` and
+    ``train_extrapolation``, each with its lesson's recipe, as the lessons call them."""
     import torch
 
-    from attnedu.runtime import training_seed
-    from attnedu.tasks import CharCorpus, neighbour_task
-    from attnedu.transformer import TinyTransformer
+    from attnedu.tasks import CharCorpus
+    from attnedu.transformer import LEAK_06, PREVIOUS_07, neighbour_held_out, train_leak, train_previous_token
 
     torch.set_num_threads(1)
     loss = torch.nn.functional.cross_entropy
     if experiment == "positions":
-        test_tokens, test_targets = neighbour_task(500, 12, 8, (-1,), torch.Generator().manual_seed(12345))
-        accuracy = {}
-        for positions in ("none", "learned"):
-            model = TinyTransformer(8, 9, d_model=32, num_heads=2, num_layers=1, positions=positions, max_positions=12,
-                                    causal=False, seed=0)  # fmt: skip
-            optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-            generator = torch.Generator().manual_seed(training_seed(0))
-            for _ in range(300):
-                tokens, targets = neighbour_task(64, 12, 8, (-1,), generator)
-                batch_loss = loss(model(tokens).flatten(0, 1), targets.flatten())
-                optimizer.zero_grad()
-                batch_loss.backward()
-                optimizer.step()
-            with torch.no_grad():
-                accuracy[positions] = (model(test_tokens).argmax(-1) == test_targets[..., 0]).float().mean().item()
-        return {"accuracy": accuracy}
+        held_out = neighbour_held_out(PREVIOUS_07)
+        return {"accuracy": {p: train_previous_token(p, held_out, PREVIOUS_07) for p in ("none", "learned")}}
     corpus = CharCorpus.load()
     if experiment == "leak":
-        valid = corpus.batch(64, 32, torch.Generator().manual_seed(7), split="valid")
+        length = LEAK_06["length"]
+        valid = corpus.batch(64, length, torch.Generator().manual_seed(7), split="valid")
         train_loss, honest, final = {}, {}, {}
-        splits = {s: corpus.batch(1024, 32, torch.Generator().manual_seed(8), split=s) for s in ("train", "valid")}
+        splits = {s: corpus.batch(1024, length, torch.Generator().manual_seed(8), split=s) for s in ("train", "valid")}
         for name, causal in (("masked", True), ("unmasked", False)):
-            model = TinyTransformer(len(corpus.chars), len(corpus.chars), positions="sinusoidal", causal=causal, seed=0)
-            train_loss[name] = _train_lm(model, corpus, 300, 32)
+            model, train_loss[name] = train_leak(causal, corpus, LEAK_06)
             with torch.no_grad():
                 honest[name] = loss(model(valid[0], causal=True).flatten(0, 1), valid[1].flatten()).item()
                 if causal:  # the final masked model on 1024 windows of each split
@@ -259,44 +205,42 @@ def _transformer(experiment: str) -> dict:
     return _extrapolation(corpus)
 
 
-# Lesson 07's train-short/test-long experiment, as the lesson runs it: train at 16 characters, evaluate on the same
-# held-out characters cut into windows of 16, 32, 64 and 128; RoPE stretched by position interpolation and the
-# NTK-aware base; ALiBi at 128 against the same model reading only the last 16 characters before each prediction.
-TRAIN_LENGTH_07, EVAL_LENGTHS_07, STEPS_07, D_MODEL_07 = 16, (16, 32, 64, 128), 300, 32
-
-
 def _extrapolation(corpus) -> dict:
+    """Lesson 07's train-short/test-long experiment, ``attnedu.transformer.train_extrapolation`` with
+    ``EXTRAPOLATION_07`` as the lesson calls it (the lesson's seeds 1 and 2 are this script's offsets 1 and 2): train
+    at its length, evaluate on the same held-out characters cut into windows of each of its evaluation lengths; RoPE
+    stretched by position interpolation and the NTK-aware base; ALiBi at the longest length against the same model
+    reading only the last training length of characters before each prediction."""
     import torch
 
     from attnedu.positional import interpolated_positions, ntk_aware_base
-    from attnedu.transformer import TinyTransformer
+    from attnedu.transformer import EXTRAPOLATION_07, train_extrapolation
 
     loss = torch.nn.functional.cross_entropy
-    text, following = corpus.batch(32, EVAL_LENGTHS_07[-1], torch.Generator().manual_seed(7), split="valid")
-    held_out = {n: (text.reshape(-1, n), following.reshape(-1, n)) for n in EVAL_LENGTHS_07}
+    train_length, eval_lengths = EXTRAPOLATION_07["length"], EXTRAPOLATION_07["eval_lengths"]
+    text, following = corpus.batch(32, eval_lengths[-1], torch.Generator().manual_seed(7), split="valid")
+    held_out = {n: (text.reshape(-1, n), following.reshape(-1, n)) for n in eval_lengths}
     by_length, extended, window, windowed = {}, {}, {}, {}
     for positions in ("none", "sinusoidal", "rope", "alibi"):
-        model = TinyTransformer(len(corpus.chars), len(corpus.chars), d_model=D_MODEL_07, positions=positions,
-                                num_layers=1, seed=0)  # fmt: skip
-        _train_lm(model, corpus, STEPS_07, TRAIN_LENGTH_07)
+        model = train_extrapolation(positions, corpus, EXTRAPOLATION_07, seed=0)
         with torch.no_grad():
             by_length[positions] = {
                 str(n): loss(model(x).flatten(0, 1), y.flatten()).item() for n, (x, y) in held_out.items()
             }
-            x, y = held_out[EVAL_LENGTHS_07[-1]]  # each query seeing only its last TRAIN_LENGTH_07 keys
-            windowed[positions] = loss(model(x, window=TRAIN_LENGTH_07 - 1).flatten(0, 1), y.flatten()).item()
+            x, y = held_out[eval_lengths[-1]]  # each query seeing only its last train_length keys
+            windowed[positions] = loss(model(x, window=train_length - 1).flatten(0, 1), y.flatten()).item()
             if positions == "rope":
                 head_dim = model.blocks[0].attention.head_dim
                 for n, (x, y) in held_out.items():
-                    if n > TRAIN_LENGTH_07:
-                        pi = model(x, rope_positions=interpolated_positions(n, TRAIN_LENGTH_07))
-                        ntk = model(x, rope_base=ntk_aware_base(head_dim, n / TRAIN_LENGTH_07))
+                    if n > train_length:
+                        pi = model(x, rope_positions=interpolated_positions(n, train_length))
+                        ntk = model(x, rope_base=ntk_aware_base(head_dim, n / train_length))
                         extended[str(n)] = {
                             "interpolation": loss(pi.flatten(0, 1), y.flatten()).item(),
                             "ntk": loss(ntk.flatten(0, 1), y.flatten()).item(),
                         }
             if positions == "alibi":
-                window = _window_losses(model, *held_out[EVAL_LENGTHS_07[-1]], TRAIN_LENGTH_07)
+                window = _window_losses(model, *held_out[eval_lengths[-1]], train_length)
     return {"by_length": by_length, "rope_extended": extended, "alibi_window": window, "windowed": windowed}
 
 
@@ -897,8 +841,10 @@ def report(results: list[dict], args) -> None:
         for r in later["positions"]:
             print(f"| {r['seed']} | {r['accuracy']['none']:.3f} | {r['accuracy']['learned']:.3f} |")
     if later["extrapolation"]:
-        lengths = EVAL_LENGTHS_07
-        print(f"\n## Lesson 07: train at {TRAIN_LENGTH_07} characters, held-out loss at "
+        from attnedu.transformer import EXTRAPOLATION_07
+
+        lengths, train_length = EXTRAPOLATION_07["eval_lengths"], EXTRAPOLATION_07["length"]
+        print(f"\n## Lesson 07: train at {train_length} characters, held-out loss at "
               f"{' / '.join(map(str, lengths))} (the same characters, cut into windows of each length)\n")  # fmt: skip
         print("| seed | none | sinusoidal | rope | alibi |")
         print("|---|---|---|---|---|")
@@ -908,11 +854,11 @@ def report(results: list[dict], args) -> None:
                 for p in ("none", "sinusoidal", "rope", "alibi")
             ]
             print(f"| {r['seed']} | " + " | ".join(cells) + " |")
-        longer = [n for n in lengths if n > TRAIN_LENGTH_07]
+        longer = [n for n in lengths if n > train_length]
         print(f"\nRoPE past the trained length, held-out loss at {' / '.join(map(str, longer))}: as trained, with "
               "position interpolation, with the NTK-aware base (no fine-tuning); ALiBi: the loss of every prediction "
-              f"from position {TRAIN_LENGTH_07 - 1} of the {lengths[-1]}-character windows on, with the whole text "
-              f"before it and with only the last {TRAIN_LENGTH_07} characters\n")  # fmt: skip
+              f"from position {train_length - 1} of the {lengths[-1]}-character windows on, with the whole text "
+              f"before it and with only the last {train_length} characters\n")  # fmt: skip
         print("| seed | rope | interpolation | NTK-aware | alibi: whole text | alibi: last 16 only |")
         print("|---|---|---|---|---|---|")
         for r in later["extrapolation"]:
@@ -936,7 +882,7 @@ def report(results: list[dict], args) -> None:
             print(f"- RoPE at {n}: as trained minus NTK-aware {ntk}; as trained minus interpolation {pi}")
         top, mid = str(lengths[-1]), str(lengths[-2])
         w = {p: _span(r["windowed"][p] - r["by_length"][p][first] for r in rows) for p in r["windowed"]}
-        print(f"- each query seeing only its last {TRAIN_LENGTH_07} keys at {top}, minus the loss at {first}: "
+        print(f"- each query seeing only its last {train_length} keys at {top}, minus the loss at {first}: "
               + "; ".join(f"{p} {v}" for p, v in w.items()))  # fmt: skip
         by = [r["by_length"] for r in rows]
         win = [r["windowed"] for r in rows]
@@ -951,7 +897,7 @@ def report(results: list[dict], args) -> None:
         print(f"- none minus sinusoidal at {second}: {_span(b['none'][second] - b['sinusoidal'][second] for b in by)}; "
               f"none minus rope at {mid}: {_span(b['none'][mid] - b['rope'][mid] for b in by)}; at {top}: "
               f"{_span(b['none'][top] - b['rope'][top] for b in by)}")  # fmt: skip
-        print(f"- ALiBi: whole text minus last {TRAIN_LENGTH_07} only: "
+        print(f"- ALiBi: whole text minus last {train_length} only: "
               f"{_span(r['alibi_window']['full'] - r['alibi_window']['window'] for r in rows)}")  # fmt: skip
     print("\n## Ranges over the seeds, for the margins the lessons assert\n")
     if not results:
