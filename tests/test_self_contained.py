@@ -1,7 +1,7 @@
 """The repository stands alone: no tracked file refers to a path outside it.
 
 A contributor who clones the course has the repository and nothing else, so a pointer to the authors' workspace
-(``/work/...``, a sibling folder such as ``../shared``), to someone's home folder (``/home/<name>``, ``/Users/<name>``,
+(``/work/...``, a sibling folder such as ``../notes``), to someone's home folder (``/home/<name>``, ``/Users/<name>``,
 ``/root/``, ``~/notes``), any relative path that climbs out of the repository, or the course authors' working notes
 by name (``STYLE.md``, ``SYLLABUS.md``, ``experiments.md``, ``performance.md``, ``tooling.md``: the notes the course
 grew from, which do not ship, unless the repository has a file of that name) is a pointer to nothing: what it
@@ -90,9 +90,9 @@ def tracked_files() -> list[str]:
 
 def test_the_scan_sees_paths_outside_and_lets_the_repositorys_own_through():
     flagged = {
-        "CONTRIBUTING.md": "The style is in `../shared/STYLE.md`.",
+        "CONTRIBUTING.md": "The style is in `../notes/STYLE.md`.",
         "docs/style.md": "see [the notes](../../notes.md)",
-        "benchmarks/calibrate.py": "rules in /work/shared/reference/experiments.md",
+        "benchmarks/calibrate.py": "rules in /work/notes/reference/experiments.md",
         "tests/test_x.py": 'Path("/home/alice/attnedu")',
         "README.md": "copied from /Users/bob/course and /root/notes",
         "docs/contributors.md": "as in ~/notes/style.md",
