@@ -51,8 +51,6 @@ from ._validate import (
     check_tensor,
     describe,
 )
-from .attention import scaled_dot_product_attention
-from .multihead import merge_heads, split_heads
 from .runtime import progress, training_seed
 from .tasks import repeated_tokens
 
@@ -689,16 +687,6 @@ def repeat_losses(model: nn.Module, tokens: torch.Tensor, removed=()) -> torch.T
 PATHS = ("queries", "keys", "values", "readout")
 
 
-def _heads_of(attention, x: torch.Tensor, mask: torch.Tensor, inputs=None):
-    """One MultiHeadAttention's heads before W_O: (batch, heads, seq_len, head_dim), and the weights. ``inputs``:
-    (queries', keys', values') residual streams, by default x for all three."""
-    xq, xk, xv = inputs if inputs is not None else (x, x, x)
-    num_heads = attention.num_heads
-    q, k, v = (split_heads(proj(y), num_heads) for proj, y in ((attention.W_q, xq), (attention.W_k, xk),
-                                                                (attention.W_v, xv)))  # fmt: skip
-    return scaled_dot_product_attention(q, k, v, mask)
-
-
 @torch.no_grad()
 def head_means(model: nn.Module, tokens: torch.Tensor) -> list[torch.Tensor]:
     """Each head's output before W_O, averaged over the sequences of ``tokens`` (n, seq_len) at each position: the
@@ -713,9 +701,9 @@ def head_means(model: nn.Module, tokens: torch.Tensor) -> list[torch.Tensor]:
     mask = causal_mask(seq_len, device=tokens.device)[None, None]
     means = []
     for attention in model.layers:
-        heads, _ = _heads_of(attention, x, mask)
+        heads, _ = attention._heads(x, x, x, mask)  # (n, heads, seq_len, head_dim), before W_O
         means.append(heads.mean(0))
-        x = x + attention.W_o(merge_heads(heads))
+        x = x + attention._merge(heads)
     return means
 
 
@@ -765,13 +753,13 @@ def ablated_forward(model: nn.Module, tokens: torch.Tensor, removed, means=None,
     cut = x  # the stream that carries the replacement (the same as x until a removed head)
     all_weights = []
     for index, attention in enumerate(model.layers):
-        inputs = tuple(cut if path in paths else x for path in ("queries", "keys", "values"))
-        heads, weights = _heads_of(attention, x, mask, inputs)
+        queries, keys, values = (cut if path in paths else x for path in ("queries", "keys", "values"))
+        heads, weights = attention._heads(queries, keys, values, mask)  # before W_O
         replaced = heads.clone()
         for layer, head in removed:
             if layer == index:
                 replaced[:, head] = 0.0 if means is None else means[index][head]
-        out, out_cut = attention.W_o(merge_heads(heads)), attention.W_o(merge_heads(replaced))
+        out, out_cut = attention._merge(heads), attention._merge(replaced)
         if any(layer == index for layer, _ in removed):  # the removal starts here: x~ gets the replaced heads
             x, cut = x + out, cut + out_cut
         else:  # a layer above it (or below): its output, computed from its chosen inputs, goes to both streams

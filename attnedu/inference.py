@@ -86,6 +86,7 @@ from ._validate import (
     describe,
 )
 from .attention import masked_softmax, scaled_dot_product_attention
+from .multihead import _grouped_attention as _heads_attention
 from .multihead import merge_heads, split_heads
 from .positional import apply_rope
 
@@ -137,12 +138,11 @@ def grouped_attention(
 
 
 def _grouped_attention(q, k, v, mask=None):
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    """``attnedu.multihead``'s grouped-query attention (its one home), the heads only; a mask (n, m) serves every
+    sequence and head."""
     if mask is not None and mask.dim() == 2:
         mask = mask[None, None]  # (1, 1, n, m): every sequence, every head
-    out, _ = scaled_dot_product_attention(q, k, v, mask)
-    return out
+    return _heads_attention(q, k, v, mask)[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -701,26 +701,9 @@ def lm_forward(model, tokens: torch.Tensor, cache: KVCache | None = None, mask: 
 
 
 def _lm_forward(model, tokens, cache=None, mask=None):
-    n = tokens.shape[1]
-    start = 0 if cache is None else cache.seen
-    positions = torch.arange(start, start + n, device=tokens.device)
-    if cache is None and mask is None:
-        mask = positions[None, :] <= positions[:, None]
-    x = model.embedding(tokens)
-    for layer, block in enumerate(model.blocks):
-        att = block.attention
-        h = block.attention_norm(x)
-        q = split_heads(att.W_q(h), att.num_heads)  # (B, H, n, d)
-        k = split_heads(att.W_k(h), att.num_kv_heads)  # (B, H_kv, n, d)
-        v = split_heads(att.W_v(h), att.num_kv_heads)
-        if cache is None:
-            heads = _grouped_attention(apply_rope(q, positions), apply_rope(k, positions), v, mask)
-        else:
-            heads = cache._attend(layer, q, k, v, positions)
-        x = x + att.W_o(merge_heads(heads))
-        x = x + block.feed_forward(block.ffn_norm(x))
-    x = model.norm(x)
-    return x @ model.embedding.weight.T if model.head is None else model.head(x)
+    """The model's own forward pass (``DecoderLM._forward``), each block's attention reading and filling ``cache``
+    (``MultiHeadAttention._attend``), or under ``mask`` (n, n)."""
+    return model._forward(tokens, mask=None if mask is None else mask[None, None], cache=cache)
 
 
 def _check_empty(cache) -> None:

@@ -11,7 +11,10 @@ paper's d_k. Heads are counted from 0 in code.
     grouped_query_attention(...)  fewer key/value heads than query heads, each shared by a group (Ainslie et al. 2023)
     per_head_weights(...)         torch.nn.MultiheadAttention's stacked in_proj_weight as h separate W_i^Q, W_i^K, W_i^V
     MultiHeadAttention            the module, with nn.Linear projections; equal to torch.nn.MultiheadAttention
-                                  (num_kv_heads < num_heads: grouped-query, as today's decoder blocks use, lesson 09)
+                                  (num_kv_heads < num_heads: grouped-query, as today's decoder blocks use, lesson 09).
+                                  Every model of the course attends through it: its ``head_gate`` scales each head
+                                  before W^O (ablation, lesson 11), and the models' own forward passes call its
+                                  unchecked ``_attend``, which can also read and fill a KV cache (lesson 10)
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from torch import nn
 
 from ._validate import (
     check_bool,
+    check_finite,
     check_float,
     check_instance,
     check_positive_int,
@@ -30,6 +34,7 @@ from ._validate import (
     describe,
 )
 from .attention import scaled_dot_product_attention
+from .positional import apply_rope
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -43,14 +48,35 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
             f"d_model={d_model}: head_dim would not be an integer; "
             "choose a number of heads that divides d_model"
         )
+    return _split_heads(x, num_heads)
+
+
+def _split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    batch, seq_len, d_model = x.shape
     return x.view(batch, seq_len, num_heads, d_model // num_heads).transpose(1, 2)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """(batch, num_heads, seq_len, head_dim) -> (batch, seq_len, num_heads * head_dim): the heads side by side."""
     check_tensor("x", x, 4, "(batch, num_heads, seq_len, head_dim)")
+    return _merge_heads(x)
+
+
+def _merge_heads(x: torch.Tensor) -> torch.Tensor:
     batch, num_heads, seq_len, head_dim = x.shape
     return x.transpose(1, 2).reshape(batch, seq_len, num_heads * head_dim)
+
+
+def _grouped_attention(q, k, v, mask=None, bias=None):
+    """Attention of H query heads over H_kv key/value heads, H_kv dividing H: query head h reads key/value head
+    h // (H / H_kv), the pairing of ``torch.nn.functional.scaled_dot_product_attention(..., enable_gqa=True)``.
+    q (batch, H, query_len, head_dim); k, v (batch, H_kv, key_len, head_dim); mask and bias as
+    ``scaled_dot_product_attention`` takes them -> heads (batch, H, query_len, head_dim), weights (batch, H,
+    query_len, key_len). The one home of grouped-query attention: the functions and modules here, the decoder blocks
+    and ``attnedu.inference``'s caches all call it (unchecked; their public callers check)."""
+    group = q.shape[1] // k.shape[1]  # query heads per key/value head (1: multi-head attention)
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (batch, H, key_len, head_dim)
+    return scaled_dot_product_attention(q, k, v, mask, bias=bias)
 
 
 def multi_head_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads: int):
@@ -106,13 +132,16 @@ def grouped_query_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_hea
         if tuple(mask.shape) != (batch, query_len, key.shape[1]):
             raise ValueError(f"mask should be (batch, query_len, key_len) = {(batch, query_len, key.shape[1])}, "
                              f"the same for every head, got {describe(mask)}")  # fmt: skip
-        mask = mask[:, None]  # (batch, 1, query_len, key_len): one mask for every head
-    group = num_heads // num_kv_heads
-    q = split_heads(query @ W_q, num_heads)  # (batch, num_heads, query_len, head_dim)
-    k = split_heads(key @ W_k, num_kv_heads).repeat_interleave(group, dim=1)  # (batch, num_heads, key_len, head_dim)
-    v = split_heads(value @ W_v, num_kv_heads).repeat_interleave(group, dim=1)
-    heads, weights = scaled_dot_product_attention(q, k, v, mask)
-    return merge_heads(heads) @ W_o, weights
+    return _grouped_query_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads)
+
+
+def _grouped_query_attention(query, key, value, mask, W_q, W_k, W_v, W_o, num_heads, num_kv_heads):
+    q = _split_heads(query @ W_q, num_heads)  # (batch, num_heads, query_len, head_dim)
+    k = _split_heads(key @ W_k, num_kv_heads)  # (batch, num_kv_heads, key_len, head_dim)
+    v = _split_heads(value @ W_v, num_kv_heads)
+    mask = None if mask is None else mask[:, None]  # (batch, 1, query_len, key_len): one mask for every head
+    heads, weights = _grouped_attention(q, k, v, mask)
+    return _merge_heads(heads) @ W_o, weights
 
 
 def per_head_weights(in_proj_weight: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -152,6 +181,10 @@ class MultiHeadAttention(nn.Module):
 
     num_kv_heads (default num_heads): fewer key/value heads, each shared by num_heads // num_kv_heads consecutive
     query heads, as ``grouped_query_attention``; then W_k and W_v project to num_kv_heads * head_dim features.
+
+        q, k, v = split(query W_q), split(key W_k), split(value W_v)      (batch, heads, len, head_dim)
+        head_i  = softmax(q_i k_i^T / sqrt(head_dim) + bias, mask) v_i    (``_grouped_attention``)
+        output  = Concat(g_0 head_0, ..., g_{h-1} head_{h-1}) W_o        g = head_gate, all 1 by default
     """
 
     def __init__(self, d_model: int, num_heads: int, bias: bool = True, num_kv_heads: int | None = None):
@@ -189,10 +222,48 @@ class MultiHeadAttention(nn.Module):
         rope_positions: torch.Tensor | None = None,
         rope_layout: str = "halves",
         rope_base: float = 10000.0,
+        head_gate: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """bias: added to every head's scores (ALiBi); rope_positions (seq_len,): rotate queries and keys by
         their positions (RoPE, self-attention only), with the frequencies of ``rope_base``; see
-        ``attnedu.positional``."""
+        ``attnedu.positional``. head_gate (num_heads,): multiplies each head's output before W_o, 0 removes a head
+        (ablation, lesson 11), 1 keeps it."""
+        self._check_inputs(query, key, value, rope_positions, head_gate)
+        return self._attend(query, key, value, mask, bias, rope_positions, rope_layout, rope_base, head_gate)
+
+    def _attend(self, query, key, value, mask=None, bias=None, rope_positions=None, rope_layout="halves",
+                rope_base=10000.0, head_gate=None, cache=None, layer=0):  # fmt: skip
+        """``forward`` without its checks, for the models that call it in their own forward pass.
+
+        ``cache`` (an ``attnedu.inference`` KV cache) and ``layer``: the keys and values of this call, rotated by
+        ``rope_positions``, are appended to the cache's ``layer``, and the queries attend over all it holds there
+        (the cache decides what each query may read; ``mask`` is not used). -> output, and weights (None with a
+        cache)."""
+        heads, weights = self._heads(query, key, value, mask, bias, rope_positions, rope_layout, rope_base, cache,
+                                     layer)  # fmt: skip
+        return self._merge(heads, head_gate), weights
+
+    def _heads(self, query, key, value, mask=None, bias=None, rope_positions=None, rope_layout="halves",
+               rope_base=10000.0, cache=None, layer=0):  # fmt: skip
+        """Each head's output before W_o, (batch, num_heads, query_len, head_dim), and the weights."""
+        q = _split_heads(self.W_q(query), self.num_heads)  # (batch, heads, query_len, head_dim)
+        k = _split_heads(self.W_k(key), self.num_kv_heads)  # (batch, kv_heads, key_len, head_dim)
+        v = _split_heads(self.W_v(value), self.num_kv_heads)
+        if cache is not None:  # the cache rotates q and k, stores k and v, and attends over what it holds
+            return cache._attend(layer, q, k, v, rope_positions), None
+        if rope_positions is not None:
+            q = apply_rope(q, rope_positions, rope_layout, rope_base)
+            k = apply_rope(k, rope_positions, rope_layout, rope_base)
+        return _grouped_attention(q, k, v, mask, bias)
+
+    def _merge(self, heads: torch.Tensor, head_gate: torch.Tensor | None = None) -> torch.Tensor:
+        """Concat(g_0 head_0, ..., g_{h-1} head_{h-1}) W_o: heads (batch, num_heads, query_len, head_dim), each
+        scaled by its gate g_i (all 1 when ``head_gate`` is None) -> (batch, query_len, d_model)."""
+        if head_gate is not None:
+            heads = heads * head_gate.to(device=heads.device, dtype=heads.dtype)[None, :, None, None]
+        return self.W_o(_merge_heads(heads))
+
+    def _check_inputs(self, query, key, value, rope_positions=None, head_gate=None) -> None:
         for name, x, length in (("query", query, "query_len"), ("key", key, "key_len"), ("value", value, "key_len")):
             check_tensor(name, x, 3, f"(batch, {length}, d_model)")
             check_float(name, x)
@@ -204,23 +275,17 @@ class MultiHeadAttention(nn.Module):
                 f"{describe(value)}; a batch of one is not stretched to fit"
             )
         check_size("value", value, 1, key.shape[1], "key_len: one value per key")
-        q = split_heads(self.W_q(query), self.num_heads)  # (batch, heads, query_len, head_dim)
-        group = self.num_heads // self.num_kv_heads  # query heads per key/value head (1: multi-head attention)
-        k = split_heads(self.W_k(key), self.num_kv_heads).repeat_interleave(group, dim=1)
-        v = split_heads(self.W_v(value), self.num_kv_heads).repeat_interleave(group, dim=1)
-        if rope_positions is not None:
-            from .positional import apply_rope
-
-            if query.shape[1] != key.shape[1]:
-                raise ValueError(
-                    f"rope_positions should be used with self-attention (query_len == key_len), got query_len "
-                    f"{query.shape[1]} and key_len {key.shape[1]}; rope_positions applies to self-attention, where "
-                    "queries and keys are the same positions"
-                )
-            q = apply_rope(q, rope_positions, rope_layout, rope_base)
-            k = apply_rope(k, rope_positions, rope_layout, rope_base)
-        heads, weights = scaled_dot_product_attention(q, k, v, mask, bias=bias)
-        return self.W_o(merge_heads(heads)), weights
+        if rope_positions is not None and query.shape[1] != key.shape[1]:
+            raise ValueError(
+                f"rope_positions should be used with self-attention (query_len == key_len), got query_len "
+                f"{query.shape[1]} and key_len {key.shape[1]}; rope_positions applies to self-attention, where "
+                "queries and keys are the same positions"
+            )
+        if head_gate is not None:
+            check_tensor("head_gate", head_gate, 1, "(heads,): 1 keeps a head, 0 removes it")
+            check_float("head_gate", head_gate)
+            check_size("head_gate", head_gate, 0, self.num_heads, "one gate per head")
+            check_finite("head_gate", head_gate, "1 keeps a head, 0 removes it")
 
     @torch.no_grad()
     def copy_from_torch(self, mha: nn.MultiheadAttention) -> MultiHeadAttention:

@@ -67,9 +67,8 @@ from ._validate import (
     check_tensor,
     describe,
 )
-from .attention import scaled_dot_product_attention
 from .masks import causal_mask, sliding_window_mask
-from .multihead import MultiHeadAttention, grouped_query_attention, merge_heads, split_heads
+from .multihead import MultiHeadAttention, _grouped_query_attention
 from .positional import LearnedPositions, alibi_bias, sinusoidal_encoding
 from .runtime import in_parallel, progress, seeded, training_seed
 from .tasks import neighbour_task, recall_task
@@ -791,9 +790,16 @@ class PreNormDecoderBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, rope_positions: torch.Tensor | None = None):
         _check_sequence("x", x, self.attention.d_model, self.ffn_norm.weight)
+        return self._forward(x, rope_positions)
+
+    def _forward(self, x, rope_positions=None, mask=None, cache=None, layer=0):
+        """``forward`` unchecked. mask (None: causal) 4-D as ``MultiHeadAttention`` takes it; ``cache`` and ``layer``:
+        the keys and values go through ``cache`` (``MultiHeadAttention._attend``; ``attnedu.inference.lm_forward``)."""
         normed = _rms_norm(x, self.attention_norm.weight, self.attention_norm.eps)
-        causal = causal_mask(x.shape[1], device=x.device)[None, None]
-        attended, weights = self.attention(normed, normed, normed, causal, rope_positions=rope_positions)
+        if mask is None and cache is None:
+            mask = causal_mask(x.shape[1], device=x.device)[None, None]
+        attended, weights = self.attention._attend(normed, normed, normed, mask, rope_positions=rope_positions,
+                                                   cache=cache, layer=layer)  # fmt: skip
         x = x + attended
         ffn = self.feed_forward
         normed = _rms_norm(x, self.ffn_norm.weight, self.ffn_norm.eps)
@@ -805,7 +811,7 @@ def _pre_norm_block(x, attention_norm, W_q, W_k, W_v, W_o, ffn_norm, W_gate, W_u
     num_kv_heads = W_k.shape[1] // (d_model // num_heads)
     causal = causal_mask(seq_len, device=x.device)[None].expand(batch, seq_len, seq_len)
     h = _rms_norm(x, attention_norm, eps)
-    attended, _ = grouped_query_attention(h, h, h, causal, W_q, W_k, W_v, W_o, num_heads, num_kv_heads)
+    attended, _ = _grouped_query_attention(h, h, h, causal, W_q, W_k, W_v, W_o, num_heads, num_kv_heads)
     x = x + attended
     return x + _swiglu(_rms_norm(x, ffn_norm, eps), W_gate, W_up, W_down)
 
@@ -1103,12 +1109,16 @@ class DecoderLM(nn.Module):
         check_bool("return_weights", return_weights, "whether to return each block's weights")
         return self._forward(tokens, return_weights)
 
-    def _forward(self, tokens: torch.Tensor, return_weights: bool = False):
-        positions = torch.arange(tokens.shape[1], device=tokens.device)
+    def _forward(self, tokens: torch.Tensor, return_weights: bool = False, mask=None, cache=None):
+        """``forward`` unchecked; ``attnedu.inference.lm_forward`` passes a mask (1, 1, n, n) other than the causal
+        one, or a KV cache: the tokens are then at positions cache.seen .. cache.seen + n - 1, and each block's keys
+        and values go through the cache (its layer ``i`` for block ``i``)."""
+        start = 0 if cache is None else cache.seen
+        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
         x = self.embedding(tokens)
         all_weights = []
-        for block in self.blocks:
-            x, weights = block(x, positions)
+        for layer, block in enumerate(self.blocks):
+            x, weights = block._forward(x, positions, mask, cache, layer)
             all_weights.append(weights)
         x = _rms_norm(x, self.norm.weight, self.norm.eps)
         logits = x @ self.embedding.weight.T if self.head is None else self.head(x)
@@ -1349,15 +1359,14 @@ class BertLayer(nn.Module):
         check_float("x", x)
         check_size("x", x, 2, attention.d_model, "d_model of this layer")
         check_same_dtype(x=x, weights=attention.W_q.weight)
-        q = split_heads(attention.W_q(x), attention.num_heads)  # (batch, heads, seq_len, head_dim)
-        k = split_heads(attention.W_k(x), attention.num_heads)
-        v = split_heads(attention.W_v(x), attention.num_heads)
-        heads, weights = scaled_dot_product_attention(q, k, v, mask)
         if head_gate is not None:
             check_tensor("head_gate", head_gate, 1, "(heads,): 1 keeps a head, 0 removes it")
             check_size("head_gate", head_gate, 0, attention.num_heads, "one gate per head")
-            heads = heads * head_gate.to(heads.dtype)[None, :, None, None]
-        x = self.norm1(x + attention.W_o(merge_heads(heads)))  # Add & Norm
+        return self._forward(x, mask, head_gate)
+
+    def _forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, head_gate: torch.Tensor | None = None):
+        attended, weights = self.attention._attend(x, x, x, mask, head_gate=head_gate)  # heads gated before W_O
+        x = self.norm1(x + attended)  # Add & Norm
         return self.norm2(x + self.feed_forward(x)), weights
 
 
@@ -1473,14 +1482,9 @@ class AttentionOnlyTransformer(nn.Module):
         x = self.embedding(tokens) + self.positions(seq_len)
         mask = causal_mask(seq_len, device=tokens.device)[None, None]
         all_weights = []
-        for index, attention in enumerate(self.layers):
-            if head_gates is None:
-                attended, weights = attention(x, x, x, mask)
-            else:  # the heads of MultiHeadAttention.forward, each scaled by its gate before W_O
-                q, k, v = (split_heads(proj(x), num_heads) for proj in (attention.W_q, attention.W_k, attention.W_v))
-                heads, weights = scaled_dot_product_attention(q, k, v, mask)
-                gate = head_gates[index].to(device=heads.device, dtype=heads.dtype)
-                attended = attention.W_o(merge_heads(heads * gate[None, :, None, None]))
+        for index, attention in enumerate(self.layers):  # each head scaled by its gate before W_O
+            gate = None if head_gates is None else head_gates[index]
+            attended, weights = attention._attend(x, x, x, mask, head_gate=gate)
             x = x + attended
             all_weights.append(weights)
         return self.unembedding(x), all_weights
