@@ -6,12 +6,15 @@ One concept per module; a lesson's library code lives in the module its concept 
     tasks              synthetic sequence tasks (05-07, 11); a character corpus with a bigram baseline (06-09)
     masks              every mask (True = may attend): padding, causal, windows, prefix LM; converters (06)
     attention          scores (additive, dot, general, concat, location), masked softmax, scaled dot-product (02-04)
-    multihead          split and merge heads, multi-head and grouped-query attention (05)
+    multihead          split and merge heads, multi-head and grouped-query attention; MultiHeadAttention, which
+                       every model attends through (05)
     positional         sinusoidal, learned, RoPE, ALiBi (07)
     models             GRU encoder-decoders: fixed context, Bahdanau, Luong (01-03)
-    transformer        small attention models for lessons 05-07; the Transformer blocks of lesson 09 (post-norm,
-                       cross-attention, pre-norm with RMSNorm and SwiGLU), a decoder-only LM; parameter counts;
-                       BERT's encoder and an attention-only LM (11)
+    transformer        small attention models of lessons 04-07 and their training experiments; parameter counts
+    block_parts        the parts of today's block: RMSNorm, SwiGLU, QK-norm (09)
+    blocks             the Transformer blocks (post-norm, cross-attention, pre-norm), a decoder-only LM (09, 10)
+    init_gradients     post-norm against pre-norm stacks: the gradients at initialisation (09)
+    bert, attention_only   BERT's encoder; an attention-only LM, where induction heads form (11)
     inference          KV caches (full, preallocated, paged, rolling window, sinks), cached generation, cache sizes,
                        GQA on heads and MHA -> GQA pooling, latent attention (MLA) and its costs, FlexAttention
                        mask_mods and block maps, linear attention (10)

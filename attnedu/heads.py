@@ -473,7 +473,7 @@ def train_induction(
     initialisation and the batches (through ``runtime.training_seed``); nothing is drawn
     from the global generators, so several runs can train at once (``runtime.in_parallel``).
     """
-    from .transformer import AttentionOnlyTransformer
+    from .attention_only import AttentionOnlyTransformer
 
     unknown = set(recipe) - set(INDUCTION)
     if unknown:

@@ -23,7 +23,7 @@ positions do not continue what it holds (a second sequence restarted at 0 would 
     rolling_cache_step(q, k, v, k_buffer, v_buffer, position)   one token through a rolling buffer
     SinkCache             the first ``sinks`` tokens plus the last ``window`` ones, positions counted inside the
                           cache (StreamingLLM, Xiao et al. 2024)
-    lm_forward(model, tokens, cache)   a DecoderLM (attnedu.transformer) run on new tokens, reading and filling a
+    lm_forward(model, tokens, cache)   a DecoderLM (attnedu.blocks) run on new tokens, reading and filling a
                           cache; with cache=None, the whole sequence under ``mask`` (a check against model(tokens))
     generate_greedy(model, prompt, steps, cache)   greedy decoding, recomputing the prefix or with a cache
     streaming_losses(model, ids, cache)  next-token losses of a stream fed one token at a time through a cache
@@ -640,9 +640,9 @@ def _rolling_cache_step(q, k_new, v_new, k_buffer, v_buffer, position):
 
 
 def _check_model(model) -> None:
-    from .transformer import DecoderLM
+    from .blocks import DecoderLM
 
-    check_instance("model", model, DecoderLM, "an attnedu.transformer.DecoderLM")
+    check_instance("model", model, DecoderLM, "an attnedu.blocks.DecoderLM")
 
 
 def _check_cache(model, cache, batch: int, n: int) -> None:
@@ -895,7 +895,7 @@ def to_grouped_query(model, num_kv_heads: int, pool: str = "mean"):
     """A copy of the DecoderLM ``model`` (multi-head) with ``num_kv_heads`` key/value heads per block, their W_k and
     W_v mean-pooled over each group (``mean_pool_kv_heads``; ``pool="first"``: the first head of each group kept);
     every other weight copied unchanged."""
-    from .transformer import DecoderLM
+    from .blocks import DecoderLM
 
     _check_model(model)
     first = model.blocks[0].attention

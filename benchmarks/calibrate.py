@@ -23,7 +23,8 @@ What is trained is the lessons' own code: lessons 01-03's models through ``attne
 ``attnedu.transformer`` with the recipes the lessons pass (``train_recall`` with ``RECALL_04``, ``train_neighbours``
 with ``NEIGHBOURS_05``, ``train_leak`` with ``LEAK_06``, ``train_previous_token`` with ``PREVIOUS_07``,
 ``train_extrapolation`` with ``EXTRAPOLATION_07``; tests/test_experiments.py checks that the lessons and this script
-call them alike); lesson 09's through ``attnedu.train.train_lm`` and ``attnedu.transformer.init_gradient_experiment``.
+call them alike); lesson 09's through ``attnedu.train.train_lm`` and
+``attnedu.init_gradients.init_gradient_experiment``.
 """
 
 from __future__ import annotations
@@ -257,7 +258,7 @@ def _window_losses(model, x, y, width: int) -> dict:
 
 
 # Lesson 09, as the lesson runs it: its sizes, recipe and held-out windows. The gradient experiment itself is the
-# package's (attnedu.transformer.init_gradient_experiment), so the lesson and this calibration run the same code.
+# package's (attnedu.init_gradients.init_gradient_experiment), so the lesson and this calibration run the same code.
 CONTEXT_09, STEPS_09, BATCH_09, LR_09 = 64, 144, 8, 6e-3
 CUTS_09 = (1, 2, 4, 64)  # characters the model may read, scored on every eighth of the lesson's held-out windows
 TEMPERATURES_09 = (0.1, 1.0, 1.5)
@@ -267,16 +268,11 @@ WIDTH_09 = {"d_model": 512, "num_heads": 4, "d_ff": 1024}  # Xiong et al.'s tran
 def _lesson09(experiment: str) -> dict:
     import torch
 
+    from attnedu.block_parts import swiglu_hidden
+    from attnedu.blocks import DecoderLM
+    from attnedu.init_gradients import GRADIENT_INIT_SEEDS, BlockStack, ffn_gradient_norms, init_gradient_experiment
     from attnedu.tasks import CharCorpus
     from attnedu.train import lm_loss, train_lm
-    from attnedu.transformer import (
-        GRADIENT_INIT_SEEDS,
-        BlockStack,
-        DecoderLM,
-        ffn_gradient_norms,
-        init_gradient_experiment,
-        swiglu_hidden,
-    )
 
     torch.set_num_threads(1)
     corpus = CharCorpus.load()
@@ -454,7 +450,7 @@ def report_lesson09(results: list[dict], args) -> None:
           "command's perturbed run.\n")  # fmt: skip
     norms = [r for r in results if r["model"] == "norms09"]
     if norms:
-        print("The gradients at initialisation (`attnedu.transformer.init_gradient_experiment`, each value the mean "
+        print("The gradients at initialisation (`attnedu.init_gradients.init_gradient_experiment`, each value the mean "
               "of three inits): the last block's W_2 gradient, post-norm / pre-norm; from 2 to 12 blocks, per arm of "
               "pre-norm stacks, the factors of the last W_2 gradient, of the gradient reaching the stream, of the "
               "stream's sigma and RMS, and of the coherence of the W_2 gradient's sum over positions; block by "
@@ -560,6 +556,7 @@ def _lesson10() -> dict:
 
     import torch
 
+    from attnedu.blocks import DecoderLM
     from attnedu.inference import (
         KVCache,
         RollingKVCache,
@@ -570,7 +567,6 @@ def _lesson10() -> dict:
     )
     from attnedu.tasks import CharCorpus
     from attnedu.train import lm_loss, train_lm
-    from attnedu.transformer import DecoderLM
 
     torch.set_num_threads(1)
     corpus = CharCorpus.load()

@@ -32,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from attnedu.bench import measure_memory, provenance, time_methods  # noqa: E402
+from attnedu.blocks import DecoderLM  # noqa: E402
 from attnedu.inference import (  # noqa: E402
     KVCache,
     RollingKVCache,
@@ -44,7 +45,6 @@ from attnedu.inference import (  # noqa: E402
     mla_cache_bytes,
     sliding_window_mod,
 )
-from attnedu.transformer import DecoderLM  # noqa: E402
 
 D_MODEL, HEADS, LAYERS, VOCAB, WINDOW = 256, 8, 4, 100, 256
 LATENT = 4 * (D_MODEL // HEADS)  # d_c = 4 head_dim, DeepSeek-V2's ratio (512 = 4 x 128)

@@ -1234,8 +1234,8 @@ def test_removal_prediction_is_measured_on_the_course_model(monkeypatch, fresh_p
     the caches of the measurement are cleared before and after, so no other test sees it); the notebook's assert of
     the effect reads the same measurements, whatever the learner wrote."""
     from attnedu import heads
+    from attnedu.attention_only import AttentionOnlyTransformer
     from attnedu.checks import lesson11
-    from attnedu.transformer import AttentionOnlyTransformer
 
     def forget():
         lesson11.removal_measurements.cache_clear()

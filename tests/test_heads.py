@@ -264,7 +264,7 @@ def test_the_removal_prediction_margin_separates_what_it_says():
 
 
 def _induction_model(layers=2, heads_per_layer=2, seed=0):
-    from attnedu.transformer import AttentionOnlyTransformer
+    from attnedu.attention_only import AttentionOnlyTransformer
 
     return AttentionOnlyTransformer(12, 8, heads_per_layer, layers, 16, seed=seed).eval()
 

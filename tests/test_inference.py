@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from attnedu.attention import scaled_dot_product_attention
+from attnedu.blocks import DecoderLM
 from attnedu.inference import (
     DEEPSEEK_V2,
     EMPTY_BLOCK,
@@ -51,7 +52,6 @@ from attnedu.inference import (
 )
 from attnedu.masks import causal_mask, document_mask, prefix_lm_mask, sliding_window_mask
 from attnedu.positional import alibi_bias, alibi_slopes, apply_rope
-from attnedu.transformer import DecoderLM
 
 
 @pytest.fixture(scope="module")

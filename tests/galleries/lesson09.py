@@ -1,7 +1,7 @@
 """Lesson 09, 09_transformer_block: the galleries of ``group_rms_norm``, ``clamped_swiglu``, ``pre_norm_block``,
 ``qk_norm_scores`` and ``largest_qk_score`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as
 tests/galleries/__init__.py describes them), REFERENCE_USE: functions that are, or call, the package's own
-``attnedu.transformer``, which the exercises forbid, and PREDICTIONS: the graded prediction
+``attnedu.block_parts`` and ``attnedu.blocks``, which the exercises forbid, and PREDICTIONS: the graded prediction
 ``largest_score_prediction``.
 
 The correct versions are written as a learner would: with torch's functions (F.rms_norm, F.silu,
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from attnedu import transformer
+from attnedu import block_parts, blocks
 from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
 
 from .common import GENERIC, batch_of_one
@@ -179,24 +179,24 @@ CORRECT = {
 
 def _block_with_the_packages_rms_norm(x, g_a, W_q, W_k, W_v, W_o, g_f, W_gate, W_up, W_down, num_heads):
     batch, seq_len, d_model = x.shape
-    h = transformer.rms_norm(x, g_a)
+    h = block_parts.rms_norm(x, g_a)
     head_dim = d_model // num_heads
     q, k, v = _heads(h @ W_q, head_dim), _heads(h @ W_k, head_dim), _heads(h @ W_v, head_dim)
     heads = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     x = x + heads.transpose(1, 2).reshape(batch, seq_len, -1) @ W_o
-    h = transformer.rms_norm(x, g_f)
+    h = block_parts.rms_norm(x, g_f)
     return x + (F.silu(h @ W_gate) * (h @ W_up)) @ W_down
 
 
 REFERENCE_USE = [
-    ("group_rms_norm", transformer.group_rms_norm),
-    ("group_rms_norm", lambda x, w, groups, eps: transformer.rms_norm(x.unflatten(-1, (groups, -1)), torch.ones(
+    ("group_rms_norm", block_parts.group_rms_norm),
+    ("group_rms_norm", lambda x, w, groups, eps: block_parts.rms_norm(x.unflatten(-1, (groups, -1)), torch.ones(
         x.shape[-1] // groups), eps).flatten(-2) * w),
-    ("clamped_swiglu", transformer.clamped_swiglu),
+    ("clamped_swiglu", block_parts.clamped_swiglu),
     ("pre_norm_block", _block_with_the_packages_rms_norm),
-    ("pre_norm_block", lambda *args: transformer.pre_norm_block(*args)),
-    ("qk_norm_scores", lambda q, k, gq, gk: transformer.qk_norm_scores(q, k, gq, gk)),
-    ("largest_qk_score", transformer.qk_score_bound),
+    ("pre_norm_block", lambda *args: blocks.pre_norm_block(*args)),
+    ("qk_norm_scores", lambda q, k, gq, gk: block_parts.qk_norm_scores(q, k, gq, gk)),
+    ("largest_qk_score", block_parts.qk_score_bound),
 ]  # fmt: skip
 
 
@@ -1382,7 +1382,7 @@ def lsp_one_number():
 def lsp_with_the_course_code():
     gains = torch.ones(3, 64)
     gains[1:, 0] = 3.0
-    return tuple(transformer.qk_score_bound(gains, gains).tolist())
+    return tuple(block_parts.qk_score_bound(gains, gains).tolist())
 
 
 def lsp_unwritten():
@@ -1400,6 +1400,6 @@ PREDICTIONS = [
     ("largest_score_prediction", lsp_one_gain, "partial", 1 / 3, "Only one gain counted"),
     ("largest_score_prediction", lsp_nearly, "partial", 5 / 6, "within twice 5% of the measurement (half credit)"),
     ("largest_score_prediction", lsp_one_number, "failed", 0.0, "should return a tuple of 3 values"),
-    ("largest_score_prediction", lsp_with_the_course_code, "failed", 0.0, "`attnedu.transformer.qk_score_bound`"),
+    ("largest_score_prediction", lsp_with_the_course_code, "failed", 0.0, "`attnedu.block_parts.qk_score_bound`"),
     ("largest_score_prediction", lsp_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
 ]
