@@ -124,3 +124,51 @@ def test_functional_multi_head_and_grouped_query_equal_the_module_and_torch():
         heads = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], enable_gqa=True)
         assert torch.allclose(out, heads.transpose(1, 2).reshape(2, 4, 12) @ weights[3], atol=1e-5)
         assert w.shape == (2, 6, 4, 5)
+
+
+def test_head_gate_scales_each_head_before_w_o():
+    """head_gate g: output = Concat(g_i head_i) W_o, computed here head by head from the module's own weights."""
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(12, 3)
+    x = torch.randn(2, 5, 12)
+    gate = torch.tensor([1.0, 0.0, 0.5])
+    out, weights = attention(x, x, x, head_gate=gate)
+    q, k, v = (split_heads(proj(x), 3) for proj in (attention.W_q, attention.W_k, attention.W_v))
+    by_hand = torch.softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1) @ v  # head_dim 4
+    expected = attention.W_o(merge_heads(by_hand * gate[None, :, None, None]))
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(weights, torch.softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1))
+    torch.testing.assert_close(attention(x, x, x, head_gate=torch.ones(3))[0], attention(x, x, x)[0])
+    with pytest.raises(ValueError, match="head_gate"):
+        attention(x, x, x, head_gate=torch.ones(2))
+    with pytest.raises(ValueError, match="head_gate"):
+        attention(x, x, x, head_gate=torch.tensor([1.0, float("nan"), 1.0]))
+
+
+def test_heads_and_merge_are_forward_in_two_steps():
+    """_heads (each head before W_o) then _merge (gate, concat, W_o): what ablation in attnedu.heads edits between."""
+    torch.manual_seed(1)
+    attention = MultiHeadAttention(8, 2, num_kv_heads=1)
+    x, y = torch.randn(3, 4, 8), torch.randn(3, 6, 8)
+    heads, weights = attention._heads(x, y, y)
+    assert heads.shape == (3, 2, 4, 4) and weights.shape == (3, 2, 4, 6)
+    out, same_weights = attention(x, y, y)
+    assert torch.equal(attention._merge(heads), out) and torch.equal(weights, same_weights)
+
+
+def test_the_kv_cache_hook_equals_attention_over_the_whole_sequence():
+    """_attend with a cache, fed 3 tokens then 1 at a time, gives what causal attention over the sequence gives."""
+    from attnedu.inference import KVCache
+
+    torch.manual_seed(2)
+    attention = MultiHeadAttention(16, 4, bias=False, num_kv_heads=2)
+    x = torch.randn(2, 6, 16)
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()[None, None]
+    full, _ = attention(x, x, x, causal, rope_positions=torch.arange(6))
+    cache = KVCache(1)
+    parts = [attention._attend(x[:, :3], x[:, :3], x[:, :3], rope_positions=torch.arange(3), cache=cache)[0]]
+    for t in range(3, 6):
+        step = x[:, t : t + 1]
+        parts.append(attention._attend(step, step, step, rope_positions=torch.tensor([t]), cache=cache)[0])
+    torch.testing.assert_close(torch.cat(parts, dim=1), full)
+    assert cache.k[0].shape == (2, 2, 6, 4)  # the cache holds the 2 key/value heads, not the 4 query heads
