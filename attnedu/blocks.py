@@ -114,7 +114,7 @@ class PostNormEncoderBlock(Block):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None):
         _check_sequence("x", x, self.attention.d_model, self.norm1.weight)
-        attended, weights = self.attention(x, x, x, mask)
+        attended, weights = self.attention._attend(x, x, x, mask)  # x checked above
         x = self.norm1(x + attended)  # Add & Norm
         return self.norm2(x + self.feed_forward(x)), weights
 
@@ -171,9 +171,9 @@ class CrossAttentionDecoderBlock(nn.Module):
                 )
             memory_mask = memory_mask[:, None, None, :]  # (batch, 1, 1, src_len): every head, every query
         causal = causal_mask(x.shape[1], device=x.device)[None, None]
-        attended, self_weights = self.self_attention(x, x, x, causal)
+        attended, self_weights = self.self_attention._attend(x, x, x, causal)  # x and memory checked above
         x = self.norm1(x + attended)
-        read, cross_weights = self.cross_attention(x, memory, memory, memory_mask)  # Q: decoder; K, V: encoder
+        read, cross_weights = self.cross_attention._attend(x, memory, memory, memory_mask)  # Q: decoder; K, V: encoder
         x = self.norm2(x + read)
         return self.norm3(x + self.feed_forward(x)), self_weights, cross_weights
 
