@@ -412,8 +412,8 @@ def max_entropy(n: int) -> float:
 # Induction heads, trained live (Olsson et al. 2022)
 # --------------------------------------------------------------------------------------------
 
-# The recipe lesson 11 trains with, calibrated in benchmarks/calibrate11.py: random tokens from 32, sequences of 32
-# tokens made of a block of 4..16 tokens repeated, 2 heads of width 16, AdamW lr 0.01, batch 32, 800 steps.
+# The recipe lesson 11 trains with, calibrated by benchmarks/calibration/lesson11.py: random tokens from 32, sequences
+# of 32 tokens made of a block of 4..16 tokens repeated, 2 heads of width 16, AdamW lr 0.01, batch 32, 800 steps.
 INDUCTION = dict(vocab=32, d_model=32, num_heads=2, length=32, periods=(4, 16), steps=800, batch=32, lr=0.01)
 EVAL_PERIOD = 16  # held-out sequences: one block of 16 tokens, repeated once (32 tokens)
 
@@ -606,14 +606,15 @@ def rate_while(steps, reference, values, fractions=(0.25, 0.75), per: int = 100)
     return made / (max(end - start, interval) / per)
 
 
-# The files benchmarks/calibrate11.py wrote, one per set of CPU kernels: the default (AVX-512 on the machine that made
+# The files lesson 11's calibration wrote, one per set of CPU kernels: the default (AVX-512 on the machine that made
 # them), torch's AVX2 kernels, and MKL's compatible path with torch's default (no vector extension) kernels
 CALIBRATION_FILES = ("calibration11.md", "calibration11_avx2.md", "calibration11_compatible.md")
 
 
 def calibration_ranges(paths=None) -> dict:
-    """The ranges over training seeds that ``benchmarks/calibrate11.py`` wrote, merged over its files (by default
-    ``CALIBRATION_FILES`` in ``benchmarks/``, each the same seeds on another set of CPU kernels): lines
+    """The ranges over training seeds that lesson 11's calibration (``benchmarks/calibrate.py --lesson 11``) wrote,
+    merged over its files (by default ``CALIBRATION_FILES`` in ``benchmarks/``, each the same seeds on another set of
+    CPU kernels): lines
     ``- 2 layer(s), prefix: 0.675 .. 0.737`` -> {(2, "prefix"): (0.675, 0.737), ...}, the lowest low and the highest
     high over the files, so that a lesson quotes the calibration it asserts against instead of typing it. A key a
     file lacks is refused (the files come from different versions of the script)."""
@@ -628,7 +629,7 @@ def calibration_ranges(paths=None) -> dict:
     merged, keys = {}, None
     for path in paths:
         if not path.exists():
-            raise FileNotFoundError(f"calibration_ranges: no file {path}; run benchmarks/calibrate11.py to make it")
+            raise FileNotFoundError(f"calibration_ranges: no file {path}; make it: benchmarks/calibrate.py --lesson 11")
         found = {}
         for match in line.finditer(path.read_text()):
             layers, key, low, high = match.groups()
@@ -636,7 +637,7 @@ def calibration_ranges(paths=None) -> dict:
         if keys is not None and set(found) != keys:
             raise ValueError(
                 f"calibration_ranges: {path.name} holds other keys than {paths[0].name} ({sorted(set(found) ^ keys)}); "
-                "re-run benchmarks/calibrate11.py for every file"
+                "re-run benchmarks/calibrate.py --lesson 11 for every file"
             )
         keys = set(found)
         for key, (low, high) in found.items():

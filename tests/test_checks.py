@@ -1283,3 +1283,43 @@ def test_the_causal_entropy_prediction_names_the_nearest_slip():
     assert "query 0 too" in _causal_entropy_diagnosis(0, math.lgamma(9) / 7, measured)
     assert "ln of the mean number of keys" in _causal_entropy_diagnosis(0, math.log(4.5), measured)
     assert _causal_entropy_diagnosis(0, measured[0] + 0.08, measured) == ""
+
+
+def test_a_prediction_is_measured_once_whichever_thread_asks_first():
+    """The batch grader makes a prediction's measurement in a thread beside its sandboxes while its main thread may
+    ask for it: it is made once, the second caller waits for it, and a measurement that raises is not kept."""
+    import threading
+    import time
+
+    from attnedu.checks.prediction import Once
+
+    calls = []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.2)
+        return (len(calls),)
+
+    once = Once(slow)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(once())) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [(1,)] * 4 and len(calls) == 1
+    once.cache_clear()
+    assert once() == (2,)
+
+    attempts = []
+
+    def flaky():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError("first try fails")
+        return (0.5,)
+
+    once = Once(flaky)
+    with pytest.raises(RuntimeError):
+        once()
+    assert once() == (0.5,) and once() == (0.5,) and len(attempts) == 2

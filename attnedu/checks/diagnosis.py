@@ -918,6 +918,7 @@ def _observed(exercise: Exercise, outcome: _Outcome) -> tuple[str, list[str]]:
     layouts = exercise.layout(args) if exercise.layout is not None else (None,) * len(expected_parts)
     large = LARGE in outcome.case.tags
     problems, findings, right = [], [], []
+    shaped: dict[str, list[str]] = {}  # a wrong shape's text (after the output's name) -> the outputs that have it
     for output, (output_name, names, e, g, layout) in enumerate(
         zip(exercise.output_names, exercise.returns, expected_parts, got_parts, layouts, strict=True)
     ):
@@ -926,8 +927,18 @@ def _observed(exercise: Exercise, outcome: _Outcome) -> tuple[str, list[str]]:
             continue
         what = "your output" if single else f"`{output_name}`"
         text, kinds = _output_problem(e, g, names, what, layout, large, exercise, output)
+        if kinds == ["shape"] and shaped.get(text.removeprefix(what)):  # the same wrong shape: said once
+            shaped[text.removeprefix(what)].append(what)
+            continue
+        if kinds == ["shape"]:
+            shaped[text.removeprefix(what)] = [what]
         problems.append(text)
         findings += kinds
+    for suffix, whats in shaped.items():
+        if len(whats) > 1:
+            index = problems.index(whats[0] + suffix)
+            together = ", ".join(whats[:-1]) + f" and {whats[-1]}"
+            problems[index] = f"{together} each{suffix}"
     for rounded in {_ROUNDED_START + name for _, name, _ in _HALF_FORMATS}:  # the rounding explained once
         said = [i for i, p in enumerate(problems) if rounded in p]
         for i in said[1:]:

@@ -31,8 +31,8 @@ A lesson adds one with :func:`prediction_exercise` in its checks module, listed 
 
 from __future__ import annotations
 
-import functools
 import math
+import threading
 from collections.abc import Callable
 
 from .calling import TIME_LIMIT, call_learner
@@ -71,7 +71,7 @@ def prediction_exercise(
             raise ValueError(f"part {part.name!r}: a float part needs a margin, and only a float part has one")
         if part.margin is not None and not part.margin > 0:
             raise ValueError(f"part {part.name!r}: the margin should be positive, got {part.margin!r}")
-    measured = functools.cache(measure)
+    measured = Once(measure)
     prediction = Prediction(tuple(parts), measured, question, diagnose, details, credit)
     returns = tuple(() for _ in parts)
     return Exercise(
@@ -87,6 +87,25 @@ def prediction_exercise(
         forbidden=forbidden,
         prediction=prediction,
     )
+
+
+class Once:
+    """``measure()`` made once per process, whichever thread asks first; a thread that asks while it is being made
+    waits for it (the batch grader makes the measurements beside its sandboxes, then compares in its main thread).
+    If it raises, nothing is kept and the next call tries again. ``cache_clear()`` forgets it (for tests)."""
+
+    def __init__(self, measure: Callable[[], tuple]):
+        self.measure, self._lock, self._value, self._done = measure, threading.Lock(), None, False
+
+    def __call__(self):
+        with self._lock:
+            if not self._done:
+                self._value, self._done = self.measure(), True
+            return self._value
+
+    def cache_clear(self) -> None:
+        with self._lock:
+            self._value, self._done = None, False
 
 
 # --------------------------------------------------------------------------------------------

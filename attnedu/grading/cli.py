@@ -161,6 +161,7 @@ def leftovers(claim: users.Claim, grace: float = 3.0) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()
     args = parse(argv)
     try:
         paths, report_dir = validate(args)
@@ -249,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     if claim:
         sandbox_text += f", as sandbox users {claim.text} (this run's own)"
     print(f"graded {sandbox_text}; memory cap {args.memory_gb:g} GB per process; feedback: {args.feedback}")
+    print(grader.timing.text(started, time.monotonic(), args.jobs))
     return 0
 
 

@@ -92,6 +92,31 @@ class Graded:
 
 
 @dataclass
+class Timing:
+    """Where a grading run's time goes (``time.monotonic()`` seconds), for the line the command prints."""
+
+    sandboxes: list[tuple[float, float]] = field(default_factory=list)  # each sandbox's start and end
+    comparing: float = 0.0  # the comparisons, in the main thread, one submission after another
+    measuring: dict[str, float] = field(default_factory=dict)  # prediction exercise -> its measurement's seconds
+
+    def text(self, started: float, ended: float, jobs: int) -> str:
+        """One line: the run from ``started`` to ``ended``, before the first sandbox, while sandboxes ran, after."""
+        if not self.sandboxes:
+            return f"time: {ended - started:.0f} s, no sandbox run"
+        first, last = min(a for a, _ in self.sandboxes), max(b for _, b in self.sandboxes)
+        own = sum(b - a for a, b in self.sandboxes)
+        text = (
+            f"time: {ended - started:.0f} s: {first - started:.0f} s before the first sandbox, {last - first:.0f} s "
+            f"of sandboxes ({own:.0f} s added up, up to {jobs} at a time), {ended - last:.0f} s after the last; "
+            f"comparing {self.comparing:.0f} s"
+        )
+        if self.measuring:
+            made = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in sorted(self.measuring.items()))
+            text += f"; the course's measurements for the predictions, made beside the sandboxes: {made}"
+        return text
+
+
+@dataclass
 class Settings:
     timeout: float = 300.0  # the notebook's own cells
     time_limit: float = 5.0  # each call of a learner's function
@@ -144,6 +169,8 @@ class Grader:
             self.case_bytes[name] = buffer.getvalue()
         self._running: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
+        self.timing = Timing()
+        self._measuring: set[str] = set()  # prediction exercises whose measurement has been started
         self._users = queue.Queue()  # one user per sandbox running at the same time (for a root grader)
         for uid in uids[: max(1, settings.jobs)]:
             self._users.put(uid)
@@ -161,6 +188,7 @@ class Grader:
         exercises = exercises_of(lesson)
         graded = Graded(path.name, lesson, isolated=self.sandbox.isolated)
         graded.budget = budget(self.settings, self.cases, exercises)
+        self.measure_beside(exercises)
         found = scan(nb, exercises)
         graded.notes += found.notes
         run = Run(graded, exercises, scan_flags=found.flagged)
@@ -169,7 +197,12 @@ class Grader:
         uid = self._users.get()
         try:
             self._prepare(work, nb, exercises, graded.budget, uid)
-            run.log, run.killed = self._sandboxed(work, graded.budget, uid)
+            began = time.monotonic()
+            try:
+                run.log, run.killed = self._sandboxed(work, graded.budget, uid)
+            finally:
+                with self._lock:
+                    self.timing.sandboxes.append((began, time.monotonic()))
         except Exception as err:
             graded.notebook = "grader failed"
             graded.notes.append(f"{type(err).__name__}: {str(err)[:300]}")
@@ -177,6 +210,26 @@ class Grader:
             self._users.put(uid)
         graded.seconds = time.monotonic() - start
         return run
+
+    def measure_beside(self, exercises: list[str]) -> None:
+        """Start the course's measurement of each prediction exercise among ``exercises`` (once per run) in a thread
+        of its own, so that it is made while sandboxes run: made in the main thread when the first prediction is
+        compared, it held up every comparison after it (lesson 11's trains two models). The comparison waits for it
+        if it is not ready; if it raised here, the comparison makes it again and reports what it raises."""
+        with self._lock:
+            todo = [n for n in exercises if EXERCISES[n].prediction is not None and n not in self._measuring]
+            self._measuring.update(todo)
+        for name in todo:
+            threading.Thread(target=self._measure, args=(name,), daemon=True, name=f"measure {name}").start()
+
+    def _measure(self, name: str) -> None:
+        start = time.monotonic()
+        try:
+            EXERCISES[name].prediction.measure()
+        except Exception:
+            return
+        with self._lock:
+            self.timing.measuring[name] = time.monotonic() - start
 
     def _prepare(self, work: Path, nb, exercises: list[str], seconds: float, uid: int) -> None:
         work.mkdir()
@@ -234,6 +287,7 @@ class Grader:
     def finish(self, run: Run) -> Graded:
         """Compare what came back with the references, and clean up."""
         graded = run.graded
+        start = time.monotonic()
         try:
             if run.work is not None and graded.notebook != "grader failed":
                 self._compare(run)
@@ -243,6 +297,7 @@ class Grader:
         finally:
             if run.work is not None:
                 shutil.rmtree(run.work, ignore_errors=True)
+            self.timing.comparing += time.monotonic() - start
         if graded.notebook != "unreadable":
             have = {r.exercise for r in graded.results}
             for name in run.exercises:

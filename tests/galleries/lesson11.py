@@ -489,6 +489,12 @@ def rl_bits(model, tokens, removed):
     return learner_repeat_loss_without(model, tokens, removed) / math.log(2)
 
 
+def g2_dot_T(c_attn, c_proj):
+    """``.T`` on the (layers, d, d) slices reverses all three axes: every output has the same wrong shape."""
+    d = c_proj.shape[-1]
+    return tuple(w.permute(2, 1, 0) for w in c_attn.split(d, -1)) + (c_proj.permute(2, 1, 0),)
+
+
 MUTANTS = [
     ("previous_token_score", pt_next_token, "the *next* token"),
     ("previous_token_score", pt_itself, "on itself"),
@@ -523,6 +529,7 @@ MUTANTS = [
     ("gpt2_attention_weights", g2_kqv, "wrong order"),
     ("gpt2_attention_weights", g2_one_late, "one column too late"),
     ("gpt2_attention_weights", g2_one_early, "one column too early"),
+    ("gpt2_attention_weights", g2_dot_T, "`W_q`, `W_k`, `W_v` and `W_o` each has the wrong shape"),
     ("previous_token_score", pt_mask_from_keys, "previous *key* is real"),
     ("attention_entropy", en_mean_over_keys, "averaged the terms A ln A over the keys"),
     ("gpt2_attention_weights", g2_reshape_three, "by reshaping it to (layers, 3, d_model, d_model)"),

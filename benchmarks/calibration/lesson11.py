@@ -1,27 +1,30 @@
-"""Calibrate lesson 11's trained effect (induction heads) over several training seeds, so that the margins the lesson
-asserts rest on more than one run (about half the smallest observed gap). Seeds go through ``ATTNEDU_SEED_OFFSET``
-as in the test command's perturbed run: seed 1000 here is the perturbed run's model. One file per set of CPU kernels
-(``attnedu.heads.CALIBRATION_FILES``; the lesson reads all three and asserts against their union):
+"""Lesson 11's calibration: induction heads. Each seed trains the lesson's 1-layer and 2-layer models with
+``attnedu.heads.train_induction`` exactly as the lesson does (the recipe ``INDUCTION``) and measures what the lesson
+asserts. One table per set of CPU kernels (``attnedu.heads.CALIBRATION_FILES``; the lesson reads all three and asserts
+against their union):
 
-    python benchmarks/calibrate11.py --json benchmarks/calibration11.json > benchmarks/calibration11.md
-    ATEN_CPU_CAPABILITY=avx2 python benchmarks/calibrate11.py > benchmarks/calibration11_avx2.md
-    MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default python benchmarks/calibrate11.py \
+    python benchmarks/calibrate.py --lesson 11 --json benchmarks/calibration11.json > benchmarks/calibration11.md
+    ATEN_CPU_CAPABILITY=avx2 python benchmarks/calibrate.py --lesson 11 > benchmarks/calibration11_avx2.md
+    MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default python benchmarks/calibrate.py --lesson 11 \
         > benchmarks/calibration11_compatible.md
 
-Each seed trains the lesson's 1-layer and 2-layer models with ``attnedu.heads.train_induction`` exactly as the
-lesson does (one torch thread), and measures what the lesson asserts. ``--json`` also writes every run's curves
-(losses and head scores every 25 steps), from which the phase-change columns are computed.
+``--json`` also writes every run's curves (losses and head scores every 25 steps), from which the phase-change
+columns are computed (``write_record``: the record's own format; the lesson reads the tables).
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
 import math
 import os
 import platform
 import sys
+
+from .common import printed
+
+LESSONS = ("11",)
+EXPERIMENTS = ("induction",)  # one seed: the 1-layer and the 2-layer model (the 2-layer rows use the 1-layer model's)
+SEEDS = (0, 1, 2, 3, 4, 1000, 1001, 1002)
 
 # the phase change: the fractions of each curve's change whose first crossing is recorded
 FRACTIONS = (0.1, 0.25, 0.5, 0.75, 0.9)
@@ -29,12 +32,11 @@ FRACTIONS = (0.1, 0.25, 0.5, 0.75, 0.9)
 BINS = ((1, 4), (5, 8), (9, 16), (17, 31))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4, 1000, 1001, 1002])
-    parser.add_argument("--json", help="also write every run's numbers and curves to this file")
-    args = parser.parse_args()
-    os.environ["ATTNEDU_PROGRESS"] = "0"
+def run(experiment: str, seed: int) -> dict:
+    """Lesson 11's two models at seed offset ``seed`` (``ATTNEDU_SEED_OFFSET``, which the driver set): a row of
+    measurements and the curves of each."""
+    if experiment != "induction":
+        raise ValueError(f"lesson 11's experiment is 'induction', got {experiment!r}")
     from math import nan
 
     import torch
@@ -44,7 +46,6 @@ def main() -> None:
         EVAL_PERIOD,
         INDUCTION,
         ablated_forward,
-        best_positional_score,
         crossing_steps,
         held_out_repeats,
         held_out_varied,
@@ -66,129 +67,148 @@ def main() -> None:
     latest = (position - periods[:, None] + 1).clamp(min=0)  # the key after the copy one block back
     oldest = (position % periods[:, None] + 1).clamp(max=varied.shape[1] - 1)  # after the copy in the first block
     rows, curves = [], []
-    for seed in args.seeds:
-        os.environ["ATTNEDU_SEED_OFFSET"] = str(seed)
-        for layers in (1, 2):
-            run = train_induction(layers, held_out, seed=0, scored=varied)
-            fixed_prefix, _ = induction_scores(run.model, held_out)
-            prefix, previous = induction_scores(run.model, varied)
-            row = dict(seed=seed, layers=layers, first=run.first[-1], second=run.second[-1],
-                       prefix=prefix[-1].max().item(), prefix_fixed=fixed_prefix[-1].max().item(),
-                       previous=previous[0].max().item(),
-                       prefix_below=prefix[0].max().item() if layers > 1 else nan, seconds=run.seconds)  # fmt: skip
-            # the phase change: the first steps at which the repeat's loss, the saving (the one-layer model's repeat
-            # loss minus this one's, same seed, measured at the same steps: what the second layer buys) and the last
-            # layer's best prefix-matching score have made 10 % .. 90 % of their change
-            top = [p[-1].max().item() for p in run.prefix]
-            previous_curve = [p[0].max().item() for p in run.previous]
-            if layers == 1:
-                one_layer, one_top = run.second, top
-            series = {"loss": run.second, "head": top}
-            if layers == 2:
-                series["saving"] = saving = [o - t for o, t in zip(one_layer, run.second)]
-                series["previous"] = previous_curve
-            for name, values in series.items():
-                for f, step in zip(FRACTIONS, crossing_steps(run.steps, values, FRACTIONS)):
-                    row[f"{name}_{round(100 * f)}"] = step
-            if layers == 2:
-                # the phase-change test: how fast the saving rises (its fraction per 100 steps) while each curve makes
-                # the middle half (25 % .. 75 %) of its change: the induction head, and curves that share no
-                # mechanism with it (the one-layer model's best prefix-matching score and repeat loss, this model's
-                # layer-0 previous-token score), and this model's first-block loss for scale
-                for name, values in (("head", top), ("prefix_one", one_top), ("repeat_one", one_layer),
-                                     ("previous", previous_curve), ("first", run.first)):  # fmt: skip
-                    row[f"rate_{name}"] = rate_while(run.steps, saving, values)
-            curves.append(dict(seed=seed, layers=layers, steps=run.steps, first=run.first, second=run.second,
-                               head=top, previous=[p[0].max().item() for p in run.previous]))  # fmt: skip
-            ablation = dict(n_previous=nan, cut_previous=nan, cut_control=nan, prefix_cut_previous=nan,
-                            prefix_cut_control=nan, cut_layer1=nan, cut_one_layer1=[nan], unsure_minus_certain=nan,
-                            unsure_loss_share=nan, excess_certain_share=nan,
-                            one_copy=nan, two_copies=nan, three_plus=nan, latest_two=nan, latest_three_plus=nan,
-                            oldest_two=nan, oldest_three_plus=nan, **{f"distance_{lo}_{hi}": nan for lo, hi in BINS},
-                            **{f"{kind}_cut_{name}": nan for kind in ("mean", "keys", "queries", "values")
-                               for name in ("previous", "control")},
-                            **{f"prefix_{kind}_cut_{name}": nan for kind in ("mean", "keys", "queries", "values")
-                               for name in ("previous", "control")},
-                            mean_cut_layer1=nan, seen_without_layer1=nan, seen_share=nan)  # fmt: skip
-            if layers == 2:
-                # ablations, as the lesson and exercise 5 compute them: the layer-0 heads the lesson calls
-                # previous-token heads (previous-token score >= 0.35 on the varied periods) removed; the other
-                # layer-0 heads removed (the control; none in a run where every layer-0 head is a previous-token
-                # head); both layer-1 heads removed; each layer-1 head removed alone
-                previous_heads = [h for h, v in enumerate(previous[0].tolist()) if v >= 0.35]
-                others = [h for h in range(previous.shape[1]) if h not in previous_heads]
-                ablation["n_previous"] = len(previous_heads)
-                for name, chosen in (("previous", previous_heads), ("control", others)):
-                    if chosen:
-                        removed = [(0, h) for h in chosen]
-                        second, cut_prefix = induction_ablation(run.model, held_out, varied, removed)
-                        ablation[f"cut_{name}"], ablation[f"prefix_cut_{name}"] = second, cut_prefix[1].max().item()
-                        # the same heads replaced by their mean output (per position, over the varied sequences), and
-                        # removed from the keys, the queries or the values of layer 1 only (K-composition)
-                        for kind, options in (("mean", dict(mean=True)), ("keys", dict(paths=("keys",))),
-                                              ("queries", dict(paths=("queries",))),
-                                              ("values", dict(paths=("values",)))):  # fmt: skip
-                            second, cut_prefix = induction_ablation(run.model, held_out, varied, removed, **options)
-                            ablation[f"{kind}_cut_{name}"] = second
-                            ablation[f"prefix_{kind}_cut_{name}"] = cut_prefix[1].max().item()
-                heads1 = range(prefix.shape[1])
-                ablation["cut_layer1"] = induction_ablation(run.model, held_out, varied, [(1, h) for h in heads1])[0]
-                ablation["mean_cut_layer1"] = induction_ablation(run.model, held_out, varied,
-                                                                 [(1, h) for h in heads1], mean=True)[0]  # fmt: skip
-                # without layer 1: the probability on tokens already in the context, at the repeat's predictions,
-                # and those tokens' share of the vocabulary (what an even spread would put on them)
-                seen = torch.nn.functional.one_hot(held_out, INDUCTION["vocab"]).cumsum(1) > 0
-                logits, _ = ablated_forward(run.model, held_out, [(1, h) for h in heads1])
-                P = EVAL_PERIOD
-                ablation["seen_without_layer1"] = (logits.softmax(-1) * seen).sum(-1)[:, P:-1].mean().item()
-                ablation["seen_share"] = seen[:, P:-1].float().mean().item()
-                ablation["cut_one_layer1"] = [induction_ablation(run.model, held_out, varied, [(1, h)])[0]
-                                              for h in heads1]  # fmt: skip
-                # the repeat's loss where the one-token rule is certain or unsure (the lesson's split)
-                P = EVAL_PERIOD
-                certain = induction_rule_losses(held_out, P) == 0  # (n, P - 1): the one-token rule is certain
-                with torch.no_grad():
-                    logits = run.model(held_out)[0]
-                    weights = run.model(varied)[1][1]  # layer 1
-                per_position = torch.nn.functional.cross_entropy(logits[:, P:-1].transpose(1, 2), held_out[:, P + 1 :],
-                                                                 reduction="none")  # fmt: skip
-                ablation["unsure_minus_certain"] = (per_position[~certain].mean() - per_position[certain].mean()).item()
-                # the share of the model's loss on the repeat that sits where the rule is unsure, and the share of its
-                # excess over the rule's loss that sits where the rule is certain (the rule's loss is 0 there)
-                rule = induction_rule_losses(held_out, P).float()
-                ablation["unsure_loss_share"] = (per_position[~certain].sum() / per_position.sum()).item()
-                ablation["excess_certain_share"] = (
-                    per_position[certain].sum() / (per_position.sum() - rule.sum())
-                ).item()
-                # the induction head (best in layer 1) at the queries of the repeats, by how many earlier blocks hold
-                # a copy of the query's token: its weight on the keys after every earlier copy, and the share of that
-                # weight on the key after the copy one block back (the most recent block's)
-                head = int(prefix[1].argmax())
-                w = weights[:, head]  # (n, length, length)
-                on_all = (w * targets).sum(-1)
-                on_latest = w.gather(-1, latest[..., None])[..., 0]
-                on_oldest = w.gather(-1, oldest[..., None])[..., 0]
-                for key, chosen in (("one_copy", copies == 1), ("two_copies", copies == 2),
-                                    ("three_plus", copies >= 3)):  # fmt: skip
-                    ablation[key] = on_all[chosen].mean().item()
-                ablation["latest_two"] = (on_latest[copies == 2] / on_all[copies == 2]).mean().item()
-                ablation["latest_three_plus"] = (on_latest[copies >= 3] / on_all[copies >= 3]).mean().item()
-                ablation["oldest_two"] = (on_oldest[copies == 2] / on_all[copies == 2]).mean().item()
-                ablation["oldest_three_plus"] = (on_oldest[copies >= 3] / on_all[copies >= 3]).mean().item()
-                # the mean weight on a key after an earlier copy, by its distance back, at the queries that have two
-                # or more such keys (a choice between copies)
-                by_distance = target_weight_by_distance(weights, varied, BINS)[head]
-                for (lo, hi), value in zip(BINS, by_distance.tolist()):
-                    ablation[f"distance_{lo}_{hi}"] = value
-            row.update(ablation)
-            rows.append(row)
-            print(f"seed {seed} layers {layers}: {row}", file=sys.stderr)
+    for layers in (1, 2):
+        run = train_induction(layers, held_out, seed=0, scored=varied)
+        fixed_prefix, _ = induction_scores(run.model, held_out)
+        prefix, previous = induction_scores(run.model, varied)
+        row = dict(seed=seed, layers=layers, first=run.first[-1], second=run.second[-1],
+                   prefix=prefix[-1].max().item(), prefix_fixed=fixed_prefix[-1].max().item(),
+                   previous=previous[0].max().item(),
+                   prefix_below=prefix[0].max().item() if layers > 1 else nan, seconds=run.seconds)  # fmt: skip
+        # the phase change: the first steps at which the repeat's loss, the saving (the one-layer model's repeat
+        # loss minus this one's, same seed, measured at the same steps: what the second layer buys) and the last
+        # layer's best prefix-matching score have made 10 % .. 90 % of their change
+        top = [p[-1].max().item() for p in run.prefix]
+        previous_curve = [p[0].max().item() for p in run.previous]
+        if layers == 1:
+            one_layer, one_top = run.second, top
+        series = {"loss": run.second, "head": top}
+        if layers == 2:
+            series["saving"] = saving = [o - t for o, t in zip(one_layer, run.second)]
+            series["previous"] = previous_curve
+        for name, values in series.items():
+            for f, step in zip(FRACTIONS, crossing_steps(run.steps, values, FRACTIONS)):
+                row[f"{name}_{round(100 * f)}"] = step
+        if layers == 2:
+            # the phase-change test: how fast the saving rises (its fraction per 100 steps) while each curve makes
+            # the middle half (25 % .. 75 %) of its change: the induction head, and curves that share no
+            # mechanism with it (the one-layer model's best prefix-matching score and repeat loss, this model's
+            # layer-0 previous-token score), and this model's first-block loss for scale
+            for name, values in (("head", top), ("prefix_one", one_top), ("repeat_one", one_layer),
+                                 ("previous", previous_curve), ("first", run.first)):  # fmt: skip
+                row[f"rate_{name}"] = rate_while(run.steps, saving, values)
+        curves.append(dict(seed=seed, layers=layers, steps=run.steps, first=run.first, second=run.second,
+                           head=top, previous=[p[0].max().item() for p in run.previous]))  # fmt: skip
+        ablation = dict(n_previous=nan, cut_previous=nan, cut_control=nan, prefix_cut_previous=nan,
+                        prefix_cut_control=nan, cut_layer1=nan, cut_one_layer1=[nan], unsure_minus_certain=nan,
+                        unsure_loss_share=nan, excess_certain_share=nan,
+                        one_copy=nan, two_copies=nan, three_plus=nan, latest_two=nan, latest_three_plus=nan,
+                        oldest_two=nan, oldest_three_plus=nan, **{f"distance_{lo}_{hi}": nan for lo, hi in BINS},
+                        **{f"{kind}_cut_{name}": nan for kind in ("mean", "keys", "queries", "values")
+                           for name in ("previous", "control")},
+                        **{f"prefix_{kind}_cut_{name}": nan for kind in ("mean", "keys", "queries", "values")
+                           for name in ("previous", "control")},
+                        mean_cut_layer1=nan, seen_without_layer1=nan, seen_share=nan)  # fmt: skip
+        if layers == 2:
+            # ablations, as the lesson and exercise 5 compute them: the layer-0 heads the lesson calls
+            # previous-token heads (previous-token score >= 0.35 on the varied periods) removed; the other
+            # layer-0 heads removed (the control; none in a run where every layer-0 head is a previous-token
+            # head); both layer-1 heads removed; each layer-1 head removed alone
+            previous_heads = [h for h, v in enumerate(previous[0].tolist()) if v >= 0.35]
+            others = [h for h in range(previous.shape[1]) if h not in previous_heads]
+            ablation["n_previous"] = len(previous_heads)
+            for name, chosen in (("previous", previous_heads), ("control", others)):
+                if chosen:
+                    removed = [(0, h) for h in chosen]
+                    second, cut_prefix = induction_ablation(run.model, held_out, varied, removed)
+                    ablation[f"cut_{name}"], ablation[f"prefix_cut_{name}"] = second, cut_prefix[1].max().item()
+                    # the same heads replaced by their mean output (per position, over the varied sequences), and
+                    # removed from the keys, the queries or the values of layer 1 only (K-composition)
+                    for kind, options in (("mean", dict(mean=True)), ("keys", dict(paths=("keys",))),
+                                          ("queries", dict(paths=("queries",))),
+                                          ("values", dict(paths=("values",)))):  # fmt: skip
+                        second, cut_prefix = induction_ablation(run.model, held_out, varied, removed, **options)
+                        ablation[f"{kind}_cut_{name}"] = second
+                        ablation[f"prefix_{kind}_cut_{name}"] = cut_prefix[1].max().item()
+            heads1 = range(prefix.shape[1])
+            ablation["cut_layer1"] = induction_ablation(run.model, held_out, varied, [(1, h) for h in heads1])[0]
+            ablation["mean_cut_layer1"] = induction_ablation(run.model, held_out, varied,
+                                                             [(1, h) for h in heads1], mean=True)[0]  # fmt: skip
+            # without layer 1: the probability on tokens already in the context, at the repeat's predictions,
+            # and those tokens' share of the vocabulary (what an even spread would put on them)
+            seen = torch.nn.functional.one_hot(held_out, INDUCTION["vocab"]).cumsum(1) > 0
+            logits, _ = ablated_forward(run.model, held_out, [(1, h) for h in heads1])
+            P = EVAL_PERIOD
+            ablation["seen_without_layer1"] = (logits.softmax(-1) * seen).sum(-1)[:, P:-1].mean().item()
+            ablation["seen_share"] = seen[:, P:-1].float().mean().item()
+            ablation["cut_one_layer1"] = [induction_ablation(run.model, held_out, varied, [(1, h)])[0]
+                                          for h in heads1]  # fmt: skip
+            # the repeat's loss where the one-token rule is certain or unsure (the lesson's split)
+            P = EVAL_PERIOD
+            certain = induction_rule_losses(held_out, P) == 0  # (n, P - 1): the one-token rule is certain
+            with torch.no_grad():
+                logits = run.model(held_out)[0]
+                weights = run.model(varied)[1][1]  # layer 1
+            per_position = torch.nn.functional.cross_entropy(logits[:, P:-1].transpose(1, 2), held_out[:, P + 1 :],
+                                                             reduction="none")  # fmt: skip
+            ablation["unsure_minus_certain"] = (per_position[~certain].mean() - per_position[certain].mean()).item()
+            # the share of the model's loss on the repeat that sits where the rule is unsure, and the share of its
+            # excess over the rule's loss that sits where the rule is certain (the rule's loss is 0 there)
+            rule = induction_rule_losses(held_out, P).float()
+            ablation["unsure_loss_share"] = (per_position[~certain].sum() / per_position.sum()).item()
+            ablation["excess_certain_share"] = (per_position[certain].sum() / (per_position.sum() - rule.sum())).item()
+            # the induction head (best in layer 1) at the queries of the repeats, by how many earlier blocks hold
+            # a copy of the query's token: its weight on the keys after every earlier copy, and the share of that
+            # weight on the key after the copy one block back (the most recent block's)
+            head = int(prefix[1].argmax())
+            w = weights[:, head]  # (n, length, length)
+            on_all = (w * targets).sum(-1)
+            on_latest = w.gather(-1, latest[..., None])[..., 0]
+            on_oldest = w.gather(-1, oldest[..., None])[..., 0]
+            for key, chosen in (("one_copy", copies == 1), ("two_copies", copies == 2),
+                                ("three_plus", copies >= 3)):  # fmt: skip
+                ablation[key] = on_all[chosen].mean().item()
+            ablation["latest_two"] = (on_latest[copies == 2] / on_all[copies == 2]).mean().item()
+            ablation["latest_three_plus"] = (on_latest[copies >= 3] / on_all[copies >= 3]).mean().item()
+            ablation["oldest_two"] = (on_oldest[copies == 2] / on_all[copies == 2]).mean().item()
+            ablation["oldest_three_plus"] = (on_oldest[copies >= 3] / on_all[copies >= 3]).mean().item()
+            # the mean weight on a key after an earlier copy, by its distance back, at the queries that have two
+            # or more such keys (a choice between copies)
+            by_distance = target_weight_by_distance(weights, varied, BINS)[head]
+            for (lo, hi), value in zip(BINS, by_distance.tolist()):
+                ablation[f"distance_{lo}_{hi}"] = value
+        row.update(ablation)
+        rows.append(row)
+        print(f"seed {seed} layers {layers}: {row}", file=sys.stderr)
+    return {"model": experiment, "seed": seed, "rows": rows, "curves": curves}
 
-    machine = (f"{platform.machine()}, {os.cpu_count()} cores, torch's CPU kernels for "
+
+def _machine() -> str:
+    import torch
+
+    return (f"{platform.machine()}, {os.cpu_count()} cores, torch's CPU kernels for "
                f"{torch.backends.cpu.get_cpu_capability()}" + (f", MKL_CBWR={os.environ['MKL_CBWR']}"
                                                                 if os.environ.get("MKL_CBWR") else ""))  # fmt: skip
+
+
+def report(results: list[dict], info) -> str:
+    """Lesson 11's table and the ranges over the seeds of the margins it asserts."""
+    return printed(_report, results, info)
+
+
+def _report(results: list[dict], info) -> None:
+    from math import nan
+
+    import torch
+
+    from attnedu.heads import INDUCTION, best_positional_score, held_out_repeats, held_out_varied
+
+    rows = [row for r in results for row in r["rows"]]
+    held_out = held_out_repeats()
+    varied, _ = held_out_varied()
+    machine = _machine()
     print("# Calibration of lesson 11 (induction heads)\n")
-    print(f"Measured {datetime.date.today().isoformat()} by `benchmarks/calibrate11.py` (one process, 1 torch thread). "
+    print(f"Measured {info.date} by `{info.command}` ({info.jobs} processes at once, 1 torch thread each). "
           f"Machine: {machine}; torch {torch.__version__}; Python {platform.python_version()}. "
           f"Recipe: `attnedu.heads.INDUCTION` = {INDUCTION}. Held-out: `held_out_repeats()`, 256 sequences of a "
           "16-token block repeated once (the losses; 'fixed'), and `held_out_varied()`, 256 sequences each with its "
@@ -322,11 +342,15 @@ def main() -> None:
     }
     for key, values in within.items():
         print(f"- 2 layer(s), {key}: {min(values):.3f} .. {max(values):.3f} ({len(values)} runs)")
-    if args.json:
-        with open(args.json, "w") as file:
-            json.dump(dict(machine=machine, torch=torch.__version__, date=datetime.date.today().isoformat(),
-                           fractions=FRACTIONS, rows=rows, curves=curves), file, indent=1)  # fmt: skip
 
 
-if __name__ == "__main__":
-    main()
+def write_record(results: list[dict], info, path: str) -> str:
+    """Every run's row and curves (the phase-change columns are computed from the curves)."""
+    import torch
+
+    rows = [row for r in results for row in r["rows"]]
+    curves = [curve for r in results for curve in r["curves"]]
+    with open(path, "w") as file:
+        json.dump(dict(machine=_machine(), torch=torch.__version__, date=info.date,
+                       fractions=FRACTIONS, rows=rows, curves=curves), file, indent=1)  # fmt: skip
+    return ""
