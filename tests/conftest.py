@@ -21,6 +21,14 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# One torch thread in every test process and what it starts (the grader, `make check`, kernels): make test runs two
+# pytest workers on two cores beside the grader's sandboxes, and with torch's default, a thread per core, each
+# process's threads wait on cores the others hold. One test took 15 s with one thread beside two busy processes and
+# 47 s with the default (tests/test_checks.py::test_every_known_wrong_variant_gets_its_own_diagnosis; 12 s alone).
+# The lessons' kernels compute with one thread too (attnedu.setup_notebook).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(1)
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = [
     "--no-sandbox",
