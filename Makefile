@@ -56,19 +56,18 @@ lab: $(READY)
 check: $(READY)
 	$(BIN)/python tools/check.py $(LESSON)
 
-# 1. ruff; 2. unit tests, two at a time; 3. strict nbval over the lessons and solutions (stored outputs
-#    must match), one notebook at a time, as a learner runs them: the benchmark table it prints judges each
-#    notebook's own time against the budget (lessons train models on every core, see attnedu.runtime);
-# 4. lax nbval over the generated exercises (no stored outputs: they must run without error);
-# 5. the perturbed run: lessons and solutions again, strict, with every trained model's seeds moved and other CPU
+# 1. ruff; 2. unit tests, two at a time, and beside them lax nbval over the generated exercises (no stored outputs:
+#    they must run without error); 3. strict nbval over the lessons and solutions (stored outputs must match), one
+#    notebook at a time, as a learner runs them: the benchmark table it prints judges each notebook's own time
+#    against the budget (lessons train models on every core, see attnedu.runtime);
+# 4. the perturbed run: lessons and solutions again, strict, with every trained model's seeds moved and other CPU
 #    kernels (OTHER_KERNELS), standing in for another machine (compared outputs must still match, asserted effects
 #    still hold).
 # ATTNEDU_PROGRESS=0: progress bars change from run to run, and nbval compares outputs.
 test: $(DEV_READY)
 	$(BIN)/ruff check .
-	ATTNEDU_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist loadscope tests
+	ATTNEDU_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist loadscope --nbval-lax --nbval-current-env tests exercises
 	ATTNEDU_PROGRESS=0 $(BIN)/python -m pytest $(NBVAL) notebooks solutions
-	ATTNEDU_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist loadscope --nbval-lax --nbval-current-env exercises
 	ATTNEDU_PROGRESS=0 ATTNEDU_SEED_OFFSET=$(PERTURBATION) $(OTHER_KERNELS) $(BIN)/python -m pytest -n 2 --dist loadscope \
 		$(NBVAL) notebooks solutions
 

@@ -67,10 +67,12 @@ def test_rounds_interleave_every_shape_and_method_and_set_the_threads():
         return fn
 
     calls = {key: call(key) for key in [(64, "naive"), (64, "sdpa"), (128, "naive"), (128, "sdpa")]}
-    times, errors = bench.time_methods(calls, "cpu", repeats=2, warmup=1, threads=1, min_run_time=0.001)
+    before = torch.get_num_threads()  # 1 in the tests (tests/conftest.py): ask for another number
+    times, errors = bench.time_methods(calls, "cpu", repeats=2, warmup=1, threads=before + 1, min_run_time=0.001)
     assert not errors and all(len(t) == 2 for t in times.values())
     assert order == list(calls) * 3  # warm-up, round 1, round 2
-    assert threads_seen == {1}
+    assert threads_seen == {before + 1}
+    assert torch.get_num_threads() == before  # and put back
 
 
 def test_forward_and_backward_on_the_cpu():

@@ -937,6 +937,22 @@ def test_not_implemented_is_not_attempted():
     assert "⏳" in repr(result) and "⏳" in result._repr_markdown_()
 
 
+@pytest.mark.parametrize("name", sorted(checks.EXERCISES))
+def test_every_exercise_as_handed_out_is_not_attempted(name):
+    """Every exercise's function as the exercise notebook hands it out (its body ``raise NotImplementedError()``)
+    scores 0 as not attempted, with no measurement shown for a prediction. (The batch grader's own test grades the
+    exercise notebooks of three lessons, one of each kind: plain functions, kernels, predictions.)"""
+    _skip_unless_runnable(name)
+    exercise = checks.EXERCISES[name]
+
+    def stub(*args):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    result = run_check(exercise, stub, caller=in_process(stub)) if exercise.launch else checks.check(name, stub)
+    assert result.status == NOT_ATTEMPTED and result.score == 0, repr(result)
+
+
 def test_exception_names_the_error_and_the_learners_line():
     def broken(scores, mask):
         weights = torch.softmax(scores, dim=-1)

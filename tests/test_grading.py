@@ -54,6 +54,12 @@ TIME_LIMIT = 1  # seconds per call of a learner's function
 MARKER = f"987.{os.getpid():07d}"
 BWRAP = sandbox.find_bwrap() is not None
 L01, L02, L07, L08 = "01_rnn_bottleneck", "02_bahdanau_attention", "07_positional_encoding", "08_flash_attention"
+# The exercise notebooks graded as handed out: one lesson of each kind of exercise (plain functions; Triton kernels,
+# which the kernel launches; graded predictions, in the lesson whose notebook trains models). For every lesson, make
+# test runs each exercise notebook top to bottom (its lax run), test_exercises checks that every solution is replaced
+# by `raise NotImplementedError()`, and test_checks that every exercise's function so written is not attempted; what
+# grading all eleven added was the same path eleven times, about 40 s of sandboxes.
+STUB_LESSONS = (L01, L08, "11_real_attention_heads")
 L10 = "10_attention_at_inference"
 L11 = "11_real_attention_heads"
 
@@ -216,6 +222,7 @@ GRADER_ENV = {**os.environ, "ATTNEDU_PROGRESS": "0", "PYTHONPATH": str(ROOT)}  #
 def write_submissions(folder: Path, out: Path, report: Path, target: tuple[str, int]) -> None:
     for lesson in LESSONS:
         nbformat.write(solution(lesson), folder / f"solution_{lesson}.ipynb")
+    for lesson in STUB_LESSONS:
         nbformat.write(stub(lesson), folder / f"stub_{lesson}.ipynb")
 
     dies = solution(L02)  # the kernel process exits before the first cell
@@ -401,7 +408,7 @@ def test_solutions_full_marks(graded, lesson):
     assert row["notes"] == "" or not BWRAP, row
 
 
-@pytest.mark.parametrize("lesson", sorted(LESSONS))
+@pytest.mark.parametrize("lesson", STUB_LESSONS)
 def test_stubs_score_zero(graded, lesson):
     row = graded["table"][f"stub_{lesson}.ipynb"]
     assert row["notebook"] == "ok", row  # the checks never raise, so Run All reaches the end
