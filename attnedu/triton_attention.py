@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 
 from ._validate import check_bool, describe
-from .flash import check_qkv
+from ._validate_flash import check_qkv
 
 LOG2_E = 1.4426950408889634  # exp(x) = exp2(x * log2(e)): exp2 is the faster instruction on a GPU
 SHAPE_DOC = "(batch, heads, seq_len, head_dim)"
