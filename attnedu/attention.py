@@ -324,6 +324,10 @@ class AdditiveAttention(nn.Module):
         """query (batch, dec_dim), keys (batch, src_len, enc_dim), mask (batch, src_len)
         -> context (batch, enc_dim), weights (batch, src_len)."""
         check_additive_forward(self, query, keys, mask, projected_keys)
+        return self._attend(query, keys, mask, projected_keys)
+
+    def _attend(self, query, keys, mask, projected_keys) -> tuple[torch.Tensor, torch.Tensor]:
+        """forward on inputs already checked (BahdanauDecoder's steps call this one)."""
         if projected_keys is None:
             projected_keys = keys @ self.U_a.T  # project_keys(keys)
         scores = _additive(query @ self.W_a.T, projected_keys, self.v_a)
