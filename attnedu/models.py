@@ -193,9 +193,11 @@ class BahdanauDecoder(nn.Module):
         """The cache greedy decoding starts from: s_{-1} (batch, hidden_dim), and U_a h_j (batch, src_len,
         attn_dim), which does not depend on the step, so it is computed once per sentence."""
         _check_memory(memory)
-        return self._start(memory)
+        state = torch.tanh(self.init_state(memory.summary))
+        return state, self.attention.project_keys(memory.annotations)  # checks the annotations
 
     def _start(self, memory: EncoderOutput) -> tuple[torch.Tensor, torch.Tensor]:
+        """start for a memory made by this model's encoder."""
         state = torch.tanh(self.init_state(memory.summary))
         return state, memory.annotations @ self.attention.U_a.T  # attention.project_keys(memory.annotations)
 
