@@ -139,7 +139,10 @@ class FixedContextDecoder(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, None]:
         """One step of greedy decoding. prev_tokens: (batch,) y_{t-1}; state: (batch, hidden_dim) s_{t-1},
         from start() or the last call -> logits (batch, vocab), s_t (batch, hidden_dim), None."""
-        _check_fixed_step(self, prev_tokens, state, memory)
+        check_ids("prev_tokens", prev_tokens, self.embedding.num_embeddings, 1, "(batch,) of token ids")
+        _check_memory(memory)
+        _check_state("state", state, memory)
+        check_size("prev_tokens", prev_tokens, 0, state.shape[0], "the batch size of state")
         embedded, context = self.embedding(prev_tokens), memory.summary  # E y_{t-1}, c
         _, new_state = self.rnn(torch.cat([embedded, context], dim=-1)[:, None], state[None])  # one GRU step
         new_state = new_state[0]
@@ -173,11 +176,12 @@ class BahdanauDecoder(nn.Module):
         """Teacher forcing over the whole target: tgt_in (batch, tgt_len) ids
         -> logits (batch, tgt_len, vocab), weights (batch, tgt_len, src_len)."""
         _check_tgt_in(tgt_in, self.embedding.num_embeddings, memory)
-        return self._forward(tgt_in, memory, self.start, self.advance)  # a caller's memory: every step checked
+        return self._forward(tgt_in, memory, self.advance)  # a caller's memory: every step checked
 
-    def _forward(self, tgt_in: torch.Tensor, memory: EncoderOutput, start=None, advance=None):
-        """forward with ``start`` and ``advance`` (by default unchecked: Seq2Seq's memory comes from its encoder)."""
-        state, keys = (start or self._start)(memory)
+    def _forward(self, tgt_in: torch.Tensor, memory: EncoderOutput, advance=None):
+        """forward with ``advance`` (by default unchecked: Seq2Seq's memory comes from its encoder). ``start`` checks
+        the annotations once."""
+        state, keys = self.start(memory)
         embedded = self.embedding(tgt_in)  # (batch, tgt_len, emb_dim), all steps at once
         states, contexts, all_weights = [], [], []
         for t in range(tgt_in.shape[1]):
@@ -194,12 +198,7 @@ class BahdanauDecoder(nn.Module):
         attn_dim), which does not depend on the step, so it is computed once per sentence."""
         _check_memory(memory)
         state = torch.tanh(self.init_state(memory.summary))
-        return state, self.attention.project_keys(memory.annotations)  # checks the annotations
-
-    def _start(self, memory: EncoderOutput) -> tuple[torch.Tensor, torch.Tensor]:
-        """start for a memory made by this model's encoder."""
-        state = torch.tanh(self.init_state(memory.summary))
-        return state, memory.annotations @ self.attention.U_a.T  # attention.project_keys(memory.annotations)
+        return state, self.attention.project_keys(memory.annotations)
 
     def next_step(
         self, prev_tokens: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor], memory: EncoderOutput
@@ -445,6 +444,11 @@ class Seq2Seq(nn.Module):
         return torch.stack(tokens, dim=1), weights
 
 
+def count_parameters(model: nn.Module) -> int:
+    check_instance("model", model, nn.Module, "a torch.nn.Module")
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
 # --------------------------------------------------------------------------------------------
 # Input checks (each public method above calls its own first; one form of message: attnedu._validate)
 # --------------------------------------------------------------------------------------------
@@ -469,13 +473,6 @@ def _check_source(encoder: Encoder, src, src_lengths) -> None:
     check_tensor("src_lengths", src_lengths, 1, "(batch,)")
     check_size("src_lengths", src_lengths, 0, src.shape[0], "one length per source sentence")
     _check_padding_mask(src_lengths, src.shape[1])  # rejects empty or too-long lengths
-
-
-def _check_fixed_step(decoder: FixedContextDecoder, prev_tokens, state, memory) -> None:
-    check_ids("prev_tokens", prev_tokens, decoder.embedding.num_embeddings, 1, "(batch,) of token ids")
-    _check_memory(memory)
-    _check_state("state", state, memory)
-    check_size("prev_tokens", prev_tokens, 0, state.shape[0], "the batch size of state")
 
 
 def _check_bahdanau_step(decoder: BahdanauDecoder, prev_tokens, cache) -> None:
@@ -505,8 +502,3 @@ def _check_tgt_in(tgt_in, vocab_size: int, memory) -> None:
     check_ids("tgt_in", tgt_in, vocab_size, 2, "(batch, tgt_len) of token ids")
     _check_memory(memory)
     check_size("tgt_in", tgt_in, 0, memory.summary.shape[0], "the batch size of memory")
-
-
-def count_parameters(model: nn.Module) -> int:
-    check_instance("model", model, nn.Module, "a torch.nn.Module")
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
