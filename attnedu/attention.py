@@ -20,6 +20,10 @@ One mask convention everywhere: a boolean mask is True where attention *may* loo
 ``torch.nn.functional.scaled_dot_product_attention``. A row with nothing to look at gets all-zero
 weights (and a zero output), never NaN; a NaN or infinity in the scores is never hidden.
 Multi-head attention (lesson 05) is in ``attnedu.multihead``, which builds on this module.
+
+Each public function checks its arguments in one call at its top (the checks are in ``attnedu._validate_attention``),
+then computes; the package's own callers, whose arguments are checked already, use the unchecked
+``_scaled_dot_product_attention`` and ``_masked_softmax``.
 """
 
 from __future__ import annotations
