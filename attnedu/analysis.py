@@ -67,13 +67,7 @@ def attention_maps(model: Seq2Seq, pairs: Sequence[Pair]) -> list[torch.Tensor]:
     One (target_len, source_len) matrix per pair: row i holds the weights used to produce
     target word i (the row for ``<eos>`` is dropped), columns are the real source words.
     """
-    _check_model(model)
-    if model.decoder.attention is None:
-        raise ValueError(
-            "model should have attention, got a model built with attention=False: this model has no attention "
-            "(it was built with attention=False); build one with attention=True or a Luong score"
-        )
-    pairs = check_items("pairs", pairs, Pair, "Pairs (from make_pairs)")
+    pairs = _check_attention_maps(model, pairs)
     batch = make_batch(pairs)
     model.eval()
     with torch.no_grad():
@@ -93,9 +87,7 @@ def alignment_accuracy(maps: Sequence[torch.Tensor], pairs: Sequence[Pair]) -> f
 
 def crossing_pairs(alignment: Sequence[int]) -> list[tuple[int, int]]:
     """Target positions (i, k), i < k, whose source words come in the opposite order (a swap)."""
-    if isinstance(alignment, (str, bytes)) or not isinstance(alignment, Sequence):
-        raise TypeError(f"alignment should be a list of source positions (pair.alignment), got {describe(alignment)}")
-    alignment = [check_int(f"alignment[{i}]", a, "a source position") for i, a in enumerate(alignment)]
+    alignment = _check_alignment(alignment)
     return [(i, k) for i in range(len(alignment)) for k in range(i + 1, len(alignment)) if alignment[i] > alignment[k]]
 
 
@@ -151,45 +143,10 @@ def alignment_by_word_class(maps: Sequence[torch.Tensor], pairs: Sequence[Pair])
     return {name: ClassAlignment(words[name], hits[name], offsets[name]) for name in WORD_CLASSES}
 
 
-def _check_model(model) -> None:
-    check_instance("model", model, Seq2Seq, "a Seq2Seq model", "build one with Seq2Seq.build(...)")
-
-
-def _check_maps(maps: Sequence[torch.Tensor], pairs: Sequence[Pair]) -> None:
-    pairs = check_items("pairs", pairs, Pair, "Pairs (from make_pairs)")
-    maps = check_items("maps", maps, torch.Tensor, "attention maps (tensors, from attention_maps)")
-    if len(maps) != len(pairs):
-        raise ValueError(
-            f"maps should hold one attention map per pair ({len(pairs)}), got {len(maps)} attention maps for "
-            f"{len(pairs)} pairs; need one per pair"
-        )
-    for n, (weights, pair) in enumerate(zip(maps, pairs)):
-        expected = (len(pair.target), len(pair.source))
-        if tuple(weights.shape) != expected:
-            raise ValueError(
-                f"map {n} should have shape {expected}, expected (target_len, source_len) for pair {n}, got shape "
-                f"{tuple(weights.shape)}; compute the maps with attention_maps(model, pairs) for the same pairs"
-            )
-        check_float(f"maps[{n}]", weights)
-        check_finite(
-            f"maps[{n}]",
-            weights,
-            "a NaN map (a model whose training diverged) has no most-attended position: scored, it would count as "
-            "attending to an arbitrary one",
-        )
-
-
 def source_gradient_norms(model: Seq2Seq, pair: Pair, target_step: int) -> torch.Tensor:
     """||d loss_t / d E x_j|| for every source position j: how much the loss of target word
     ``target_step`` can reach back to each source word's embedding. Returns (source_len,)."""
-    _check_model(model)
-    check_instance("pair", pair, Pair, "one Pair")
-    target_step = check_int("target_step", target_step, "a target position counted from 0")
-    if not 0 <= target_step < len(pair.target):
-        raise ValueError(
-            f"target_step should be in 0..{len(pair.target) - 1} for this pair, got {target_step}; it counts "
-            "target words from 0"
-        )
+    target_step = _check_source_gradient_norms(model, pair, target_step)
     captured: list[torch.Tensor] = []
 
     def keep(_module, _inputs, output):
@@ -219,10 +176,7 @@ def gold_gradient_shares(model: Seq2Seq, pairs: Sequence[Pair], relative_to: str
     is what a gradient spread evenly over the source would give. The pairs are run as one padded batch; their
     sentences do not interact, so the gradient of the summed losses of step t is each sentence's own.
     """
-    _check_model(model)
-    pairs = check_items("pairs", pairs, Pair, "Pairs (from make_pairs)")
-    if relative_to not in ("total", "largest"):
-        raise ValueError(f"relative_to should be 'total' or 'largest', got {relative_to!r}")
+    pairs = _check_gold_gradient_shares(model, pairs, relative_to)
     captured: list[torch.Tensor] = []
     handle = model.encoder.embedding.register_forward_hook(lambda _m, _i, output: captured.append(output))
     try:
@@ -244,3 +198,72 @@ def gold_gradient_shares(model: Seq2Seq, pairs: Sequence[Pair], relative_to: str
     finally:
         handle.remove()
     return torch.tensor([share for row in shares for share in row])
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks (each public function above calls its own first; one form of message: attnedu._validate)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_attention_maps(model, pairs) -> list[Pair]:
+    _check_model(model)
+    if model.decoder.attention is None:
+        raise ValueError(
+            "model should have attention, got a model built with attention=False: this model has no attention "
+            "(it was built with attention=False); build one with attention=True or a Luong score"
+        )
+    return check_items("pairs", pairs, Pair, "Pairs (from make_pairs)")
+
+
+def _check_alignment(alignment) -> list[int]:
+    if isinstance(alignment, (str, bytes)) or not isinstance(alignment, Sequence):
+        raise TypeError(f"alignment should be a list of source positions (pair.alignment), got {describe(alignment)}")
+    return [check_int(f"alignment[{i}]", a, "a source position") for i, a in enumerate(alignment)]
+
+
+def _check_source_gradient_norms(model, pair, target_step) -> int:
+    _check_model(model)
+    check_instance("pair", pair, Pair, "one Pair")
+    target_step = check_int("target_step", target_step, "a target position counted from 0")
+    if not 0 <= target_step < len(pair.target):
+        raise ValueError(
+            f"target_step should be in 0..{len(pair.target) - 1} for this pair, got {target_step}; it counts "
+            "target words from 0"
+        )
+    return target_step
+
+
+def _check_gold_gradient_shares(model, pairs, relative_to) -> list[Pair]:
+    _check_model(model)
+    pairs = check_items("pairs", pairs, Pair, "Pairs (from make_pairs)")
+    if relative_to not in ("total", "largest"):
+        raise ValueError(f"relative_to should be 'total' or 'largest', got {relative_to!r}")
+    return pairs
+
+
+def _check_model(model) -> None:
+    check_instance("model", model, Seq2Seq, "a Seq2Seq model", "build one with Seq2Seq.build(...)")
+
+
+def _check_maps(maps: Sequence[torch.Tensor], pairs: Sequence[Pair]) -> None:
+    pairs = check_items("pairs", pairs, Pair, "Pairs (from make_pairs)")
+    maps = check_items("maps", maps, torch.Tensor, "attention maps (tensors, from attention_maps)")
+    if len(maps) != len(pairs):
+        raise ValueError(
+            f"maps should hold one attention map per pair ({len(pairs)}), got {len(maps)} attention maps for "
+            f"{len(pairs)} pairs; need one per pair"
+        )
+    for n, (weights, pair) in enumerate(zip(maps, pairs)):
+        expected = (len(pair.target), len(pair.source))
+        if tuple(weights.shape) != expected:
+            raise ValueError(
+                f"map {n} should have shape {expected}, expected (target_len, source_len) for pair {n}, got shape "
+                f"{tuple(weights.shape)}; compute the maps with attention_maps(model, pairs) for the same pairs"
+            )
+        check_float(f"maps[{n}]", weights)
+        check_finite(
+            f"maps[{n}]",
+            weights,
+            "a NaN map (a model whose training diverged) has no most-attended position: scored, it would count as "
+            "attending to an arbitrary one",
+        )

@@ -20,6 +20,10 @@ One mask convention everywhere: a boolean mask is True where attention *may* loo
 ``torch.nn.functional.scaled_dot_product_attention``. A row with nothing to look at gets all-zero
 weights (and a zero output), never NaN; a NaN or infinity in the scores is never hidden.
 Multi-head attention (lesson 05) is in ``attnedu.multihead``, which builds on this module.
+
+Each public function checks its arguments in one call at its top (the checks are in ``attnedu._validate_attention``),
+then computes; the package's own callers, whose arguments are checked already, use the unchecked
+``_scaled_dot_product_attention`` and ``_masked_softmax``.
 """
 
 from __future__ import annotations
@@ -29,41 +33,33 @@ import math
 import torch
 from torch import nn
 
-from ._validate import (
-    check_bool,
-    check_bool_mask,
-    check_choice,
-    check_finite,
-    check_float,
-    check_int,
-    check_min_dims,
-    check_positive_int,
-    check_same_dtype,
-    check_size,
-    check_tensor,
+from ._validate import check_positive_int
+from ._validate_attention import (
+    check_additive,
+    check_additive_forward,
+    check_concat,
+    check_context,
+    check_dot,
+    check_general,
+    check_local_p,
+    check_local_p_sum,
+    check_location,
+    check_luong,
+    check_luong_forward,
+    check_luong_scores,
+    check_masked_softmax,
+    check_project_keys,
+    check_query_scale,
+    check_score_std,
+    check_sdpa,
 )
-from .masks import causal_mask
+from .masks import _causal_block
 
 # --------------------------------------------------------------------------------------------
 # Scores of encoder-decoder attention (lessons 02-03). query: (batch, dec_dim) for one decoder
 # step, or (batch, tgt_len, dec_dim) for every step at once; keys: (batch, src_len, enc_dim).
 # Each returns (batch, src_len) or (batch, tgt_len, src_len) to match the query.
 # --------------------------------------------------------------------------------------------
-
-
-def _check_query_keys(query, keys) -> None:
-    check_tensor("query", query, (2, 3), "(batch, dec_dim) or (batch, tgt_len, dec_dim)")
-    check_tensor("keys", keys, 3, "(batch, src_len, enc_dim)")
-    check_size("keys", keys, 0, query.shape[0], "the batch size of query", "pass the same sentences to both")
-    check_float("query", query)
-    check_float("keys", keys)
-    check_same_dtype(query=query, keys=keys)
-
-
-def _check_weight(name: str, weight, dims: int, shape_doc: str, like: torch.Tensor) -> None:
-    check_tensor(name, weight, dims, shape_doc)
-    check_float(name, weight)
-    check_same_dtype(**{"query": like, name: weight})
 
 
 def _as_steps(query: torch.Tensor) -> tuple[torch.Tensor, bool]:
@@ -81,13 +77,7 @@ def additive_score(
     W_a: (attn_dim, dec_dim); U_a: (attn_dim, enc_dim); v_a: (attn_dim,)
     returns scores: (batch, src_len) (or (batch, tgt_len, src_len))
     """
-    _check_query_keys(query, keys)
-    _check_weight("W_a", W_a, 2, "(attn_dim, dec_dim)", query)
-    _check_weight("U_a", U_a, 2, "(attn_dim, enc_dim)", query)
-    check_size("W_a", W_a, 1, query.shape[-1], "dec_dim, the size of the decoder state", "W_a is (attn_dim, dec_dim)")
-    check_size("U_a", U_a, 1, keys.shape[2], "enc_dim, the size of an annotation", "U_a is (attn_dim, enc_dim)")
-    check_size("U_a", U_a, 0, W_a.shape[0], "attn_dim, the rows of W_a")
-    _check_v_a(v_a, W_a[:, 0])
+    check_additive(query, keys, W_a, U_a, v_a)
     return _additive(query @ W_a.T, keys @ U_a.T, v_a)
 
 
@@ -98,23 +88,9 @@ def _additive(projected_query: torch.Tensor, projected_keys: torch.Tensor, v_a: 
     return scores[:, 0] if single else scores
 
 
-def _check_v_a(v_a, like: torch.Tensor) -> None:
-    """v_a: (attn_dim,); a (1, attn_dim) or (attn_dim, 1) weight (an nn.Linear's) is read as the same vector."""
-    check_tensor("v_a", v_a, (1, 2), "(attn_dim,)")
-    check_float("v_a", v_a)
-    if v_a.dim() == 2 and 1 not in v_a.shape:
-        check_size("v_a", v_a, 0, 1, "v_a is one vector of attn_dim numbers", "pass a (attn_dim,) tensor")
-    check_size("v_a", v_a.reshape(-1), 0, like.shape[-1], "attn_dim, the size of the projections")
-    check_same_dtype(query=like, v_a=v_a)
-
-
 def dot_score(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     """Luong dot: e_j = s^T h_j. Needs dec_dim == enc_dim. Shapes as for additive_score."""
-    _check_query_keys(query, keys)
-    check_size(
-        "keys", keys, 2, query.shape[-1], "dec_dim: the dot score compares the decoder state with each annotation",
-        "use the general score (a W_a between them) when the sizes differ",
-    )  # fmt: skip
+    check_dot(query, keys)
     return _dot(query, keys)
 
 
@@ -126,10 +102,7 @@ def _dot(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
 
 def general_score(query: torch.Tensor, keys: torch.Tensor, W_a: torch.Tensor) -> torch.Tensor:
     """Luong general: e_j = s^T W_a h_j, W_a: (dec_dim, enc_dim). Shapes as for additive_score."""
-    _check_query_keys(query, keys)
-    _check_weight("W_a", W_a, 2, "(dec_dim, enc_dim)", query)
-    check_size("W_a", W_a, 0, query.shape[-1], "dec_dim", "W_a is (dec_dim, enc_dim): s^T W_a h")
-    check_size("W_a", W_a, 1, keys.shape[2], "enc_dim", "W_a is (dec_dim, enc_dim): s^T W_a h")
+    check_general(query, keys, W_a)
     return _general(query, keys, W_a)
 
 
@@ -145,11 +118,7 @@ def concat_score(query: torch.Tensor, keys: torch.Tensor, W_a: torch.Tensor, v_a
     Splitting W_a into the columns that meet s and those that meet h_j shows it is Bahdanau's
     additive score with W_a = W_a[:, :dec_dim] and U_a = W_a[:, dec_dim:]. Shapes as for additive_score.
     """
-    _check_query_keys(query, keys)
-    _check_weight("W_a", W_a, 2, "(attn_dim, dec_dim + enc_dim)", query)
-    dec_dim = query.shape[-1]
-    check_size("W_a", W_a, 1, dec_dim + keys.shape[2], "dec_dim + enc_dim, the size of [s; h_j]")
-    _check_v_a(v_a, W_a[:, 0])
+    check_concat(query, keys, W_a, v_a)
     return _concat(query, keys, W_a, v_a)
 
 
@@ -164,16 +133,7 @@ def location_score(query: torch.Tensor, W_a: torch.Tensor, src_len: int) -> torc
     W_a: (max_src_len, dec_dim). Returns the first ``src_len`` scores: (batch, src_len) or
     (batch, tgt_len, src_len). It never looks at the source words, only at where they are.
     """
-    check_tensor("query", query, (2, 3), "(batch, dec_dim) or (batch, tgt_len, dec_dim)")
-    check_float("query", query)
-    _check_weight("W_a", W_a, 2, "(max_src_len, dec_dim)", query)
-    check_size("W_a", W_a, 1, query.shape[-1], "dec_dim", "W_a is (max_src_len, dec_dim)")
-    src_len = check_positive_int("src_len", src_len, "the source length")
-    if src_len > W_a.shape[0]:
-        raise ValueError(
-            f"src_len should be at most max_src_len={W_a.shape[0]}, the positions this location score has "
-            f"weights for, got {src_len}; build it with max_src_len at least as long as the longest source"
-        )
+    src_len = check_location(query, W_a, src_len)
     return (query @ W_a.T)[..., :src_len]
 
 
@@ -191,26 +151,12 @@ def local_p_weights(scores: torch.Tensor, center: torch.Tensor, half_width: int)
     scores: (batch, src_len); center: (batch,) floats p_t, each in [0, src_len - 1]; half_width: D. Returns (batch,
     src_len), zero outside the window; a row does not sum to one (the Gaussian shrinks it), as in the paper.
     """
-    check_tensor("scores", scores, 2, "(batch, src_len)")
-    check_float("scores", scores)
-    check_tensor("center", center, 1, "(batch,)")
-    if center.dtype == torch.bool:
-        raise TypeError(f"center should be positions p_t (numbers), got dtype {center.dtype}; pass floats")
-    check_size("center", center, 0, scores.shape[0], "one predicted position p_t per sentence")
-    check_finite("center", center, "a NaN position would select no window and hide it as zero weights")
-    half_width = check_int("half_width", half_width, "D, the window's half width", minimum=0)
-    last = scores.shape[1] - 1
-    if bool(((center < 0) | (center > last)).any()):
-        raise ValueError(
-            f"center should lie inside the source, 0 <= p_t <= src_len - 1 = {last}, got {center.tolist()}; a centre "
-            "past the source selects a window with no position in it, and would give weights of zero without a "
-            "word of warning. p_t = (S - 1) sigmoid(...) always lies inside"
-        )
+    half_width = check_local_p(scores, center, half_width)
     positions = torch.arange(scores.shape[1], dtype=scores.dtype, device=scores.device)[None, :]
     p = center.to(scores.dtype)[:, None]
     window = (positions - torch.floor(p + 0.5)).abs() <= half_width  # the 2D + 1 positions nearest round(p_t)
     sigma = max(half_width, 1e-6) / 2
-    return masked_softmax(scores, window) * torch.exp(-((positions - p) ** 2) / (2 * sigma**2))
+    return _masked_softmax(scores, window) * torch.exp(-((positions - p) ** 2) / (2 * sigma**2))
 
 
 def local_p_uniform_sum(center: torch.Tensor, half_width: int, src_lengths: torch.Tensor) -> torch.Tensor:
@@ -225,19 +171,7 @@ def local_p_uniform_sum(center: torch.Tensor, half_width: int, src_lengths: torc
     center: (batch,) floats p_t, each in [0, S - 1]; half_width: D >= 1; src_lengths: (batch,) source lengths S >= 1.
     Returns (batch,) floats in (0, 1].
     """
-    check_tensor("center", center, 1, "(batch,)")
-    check_float("center", center)
-    check_finite("center", center, "p_t is a position: a real number")
-    half_width = check_int("half_width", half_width, "D, the window's half width", minimum=1)
-    check_tensor("src_lengths", src_lengths, 1, "(batch,)")
-    if src_lengths.is_floating_point() or src_lengths.dtype == torch.bool or bool((src_lengths < 1).any()):
-        raise ValueError(f"src_lengths should be whole numbers >= 1 (words per source), got {src_lengths.tolist()}")
-    check_size("src_lengths", src_lengths, 0, center.shape[0], "one source length per predicted position")
-    if bool(((center < 0) | (center > src_lengths - 1)).any()):
-        raise ValueError(
-            f"center should lie inside each source, 0 <= p_t <= S - 1, got {center.tolist()} for lengths "
-            f"{src_lengths.tolist()}; p_t = (S - 1) sigmoid(...) always does"
-        )
+    half_width = check_local_p_sum(center, half_width, src_lengths)
     longest = int(src_lengths.max())
     positions = torch.arange(longest, dtype=center.dtype)[None, :]
     p = center[:, None]
@@ -258,22 +192,8 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
     A row with no position allowed gives all zeros, not NaN. A NaN or infinite score at an allowed
     position is not hidden: it makes the row NaN, as it would without a mask.
     """
-    check_min_dims("scores", scores, 1, "(..., src_len)")
-    check_float("scores", scores)
-    if mask is None:
-        return torch.softmax(scores, dim=-1)
-    _check_mask(mask, scores.shape)
-    return _masked_softmax(scores, mask)
-
-
-def _check_mask(mask, score_shape) -> None:
-    check_bool_mask("mask", mask)
-    if mask.shape != score_shape:
-        raise ValueError(
-            f"mask should have the shape of the scores, {tuple(score_shape)}, got shape {tuple(mask.shape)}: "
-            "they must match exactly (no broadcasting), one entry per score. For a padding mask of shape "
-            "(batch, src_len) and scores (batch, tgt_len, src_len), pass mask[:, None, :].expand_as(scores)"
-        )
+    check_masked_softmax(scores, mask)
+    return torch.softmax(scores, dim=-1) if mask is None else _masked_softmax(scores, mask)
 
 
 def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -289,17 +209,7 @@ def context_vector(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     weights (batch, src_len) -> (batch, enc_dim); or weights (batch, tgt_len, src_len) -> (batch, tgt_len, enc_dim).
     values: (batch, src_len, enc_dim).
     """
-    check_tensor("weights", weights, (2, 3), "(batch, src_len) or (batch, tgt_len, src_len)")
-    check_tensor("values", values, 3, "(batch, src_len, enc_dim)")
-    check_float("weights", weights)
-    check_float("values", values)
-    check_same_dtype(weights=weights, values=values)
-    if weights.shape[0] != values.shape[0] or weights.shape[-1] != values.shape[1]:
-        raise ValueError(
-            f"weights should be (batch, src_len) or (batch, tgt_len, src_len) with (batch, src_len) = "
-            f"{tuple(values.shape[:2])} as in values, got shape {tuple(weights.shape)}: one weight per source "
-            "position of the same sentences (a batch of one is not stretched to fit)"
-        )
+    check_context(weights, values)
     return _context(weights, values)
 
 
@@ -331,30 +241,19 @@ def scaled_dot_product_attention(
     returns output (..., query_len, value_dim), weights (..., query_len, key_len). A query row with nothing
     to attend gets zero weights and a zero output, never NaN.
     """
-    for name, x, doc in (
-        ("query", query, "(..., query_len, head_dim)"),
-        ("key", key, "(..., key_len, head_dim)"),
-        ("value", value, "(..., key_len, value_dim)"),
-    ):
-        check_min_dims(name, x, 2, doc)
-        check_float(name, x)
-    check_same_dtype(query=query, key=key, value=value)
-    check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i")
-    if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2]):
-        raise ValueError(
-            f"query, key and value should share their leading (batch, heads, ...) dims, got {tuple(query.shape)}, "
-            f"{tuple(key.shape)}, {tuple(value.shape)}; a batch of one is not stretched to fit"
-        )
-    check_size("key", key, -1, query.shape[-1], "head_dim of query: q . k needs equal sizes")
-    check_size("value", value, -2, key.shape[-2], "key_len: one value per key")
+    check_sdpa(query, key, value, mask, is_causal, bias)
+    return _scaled_dot_product_attention(query, key, value, mask, is_causal, bias)
+
+
+def _scaled_dot_product_attention(query, key, value, mask=None, is_causal=False, bias=None):
+    """scaled_dot_product_attention on inputs already checked (the package's own models call this one)."""
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # (..., query_len, key_len)
     if bias is not None:
-        check_float("bias", bias)
-        check_same_dtype(query=query, bias=bias)
-        _check_broadcast("bias", bias, scores.shape)
         scores = scores + bias
-    allowed = _sdpa_mask(mask, scores.shape, is_causal, scores.device)
-    weights = torch.softmax(scores, dim=-1) if allowed is None else _masked_softmax(scores, allowed.expand_as(scores))
+    if is_causal:
+        causal = _causal_block(0, scores.shape[-2], 0, scores.shape[-1], device=scores.device)
+        mask = causal if mask is None else mask & causal
+    weights = torch.softmax(scores, dim=-1) if mask is None else _masked_softmax(scores, mask.expand_as(scores))
     return weights @ value, weights
 
 
@@ -373,13 +272,7 @@ def initial_score_std(input_std, weight_std, d_model: int, head_dim: int) -> tor
     deviation does. With torch.nn.Linear's default initialisation (uniform, weight_std^2 = 1 / (3 d_model)) it is
     sqrt(head_dim) input_std^2 / 3. input_std, weight_std: floats or float tensors (broadcast together).
     """
-    d_model = check_positive_int("d_model", d_model, "the size of each input vector")
-    head_dim = check_positive_int("head_dim", head_dim, "the size of each query and key")
-    input_std, weight_std = torch.as_tensor(input_std), torch.as_tensor(weight_std)
-    for name, std in (("input_std", input_std), ("weight_std", weight_std)):
-        check_float(name, std)
-        if bool((std < 0).any()):
-            raise ValueError(f"{name} should be standard deviations (>= 0), got a negative value {std.min().item()}")
+    d_model, head_dim, input_std, weight_std = check_score_std(input_std, weight_std, d_model, head_dim)
     return math.sqrt(head_dim) * d_model * input_std**2 * weight_std**2
 
 
@@ -395,46 +288,8 @@ def query_scale_for_weight(weight, competitors, head_dim: int) -> torch.Tensor:
     weight: a float or tensor in (0, 1); competitors: an int or integer tensor of counts >= 1 (broadcast together).
     Returns a float tensor; a larger c gives the key more weight.
     """
-    head_dim = check_positive_int("head_dim", head_dim, "the size of each query and key")
-    weight = torch.as_tensor(weight, dtype=torch.get_default_dtype())
-    if not bool(((weight > 0) & (weight < 1)).all()):
-        raise ValueError(f"weight should be strictly between 0 and 1 (a softmax weight), got {weight.tolist()}")
-    competitors = torch.as_tensor(competitors)
-    if competitors.is_floating_point() or competitors.dtype == torch.bool or bool((competitors < 1).any()):
-        raise ValueError(
-            f"competitors should be counts of other keys, whole numbers >= 1, got {competitors.tolist()}; with no "
-            "competing key the weight is 1 whatever the query"
-        )
+    head_dim, weight, competitors = check_query_scale(weight, competitors, head_dim)
     return math.sqrt(head_dim) * torch.log(weight * competitors / (1 - weight))
-
-
-def _check_broadcast(name: str, x: torch.Tensor, score_shape: torch.Size) -> None:
-    """One dim per score dim, each that size or 1: broadcasting only where the caller wrote a 1."""
-    wanted = f"(..., query_len, key_len) = {tuple(score_shape)}, each dim that size or 1"
-    if x.dim() != len(score_shape):
-        raise ValueError(
-            f"{name} has {x.dim()} dims but the scores have {len(score_shape)}: expected {wanted}. Leading "
-            "dims are not added for you, because that silently pairs the wrong axes: a (batch, key_len) "
-            f"padding mask for 4-D scores is {name}[:, None, None, :]"
-        )
-    for axis, (have, want) in enumerate(zip(x.shape, score_shape)):
-        if have not in (1, want):
-            raise ValueError(
-                f"{name} has size {have} in dim {axis}, where the scores have {want}: expected {wanted}; "
-                "a batch of one is not stretched to fit unless you write the 1"
-            )
-
-
-def _sdpa_mask(mask, score_shape: torch.Size, is_causal: bool, device) -> torch.Tensor | None:
-    allowed = None
-    if mask is not None:
-        check_bool_mask("mask", mask)
-        _check_broadcast("mask", mask, score_shape)
-        allowed = mask
-    if is_causal:
-        causal = causal_mask(score_shape[-2], score_shape[-1], align="top-left", device=device)
-        allowed = causal if allowed is None else allowed & causal
-    return allowed
 
 
 # --------------------------------------------------------------------------------------------
@@ -460,10 +315,7 @@ class AdditiveAttention(nn.Module):
 
     def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
         """(batch, src_len, enc_dim) -> U_a h_j: (batch, src_len, attn_dim), once per sentence."""
-        check_tensor("keys", keys, 3, "(batch, src_len, enc_dim)")
-        check_float("keys", keys)
-        check_size("keys", keys, 2, self.enc_dim, "enc_dim this attention was built with")
-        check_same_dtype(keys=keys, U_a=self.U_a)
+        check_project_keys(self, keys)
         return keys @ self.U_a.T
 
     def forward(
@@ -475,25 +327,13 @@ class AdditiveAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """query (batch, dec_dim), keys (batch, src_len, enc_dim), mask (batch, src_len)
         -> context (batch, enc_dim), weights (batch, src_len)."""
-        check_tensor("query", query, 2, "(batch, dec_dim)")
-        check_float("query", query)
-        check_size("query", query, 1, self.dec_dim, "dec_dim this attention was built with")
-        check_same_dtype(query=query, W_a=self.W_a)
-        check_tensor("keys", keys, 3, "(batch, src_len, enc_dim)")
-        check_size("keys", keys, 0, query.shape[0], "the batch size of query", "a batch of one is not stretched")
-        check_size("keys", keys, 2, self.enc_dim, "enc_dim this attention was built with")
+        check_additive_forward(self, query, keys, mask, projected_keys)
+        return self._attend(query, keys, mask, projected_keys)
+
+    def _attend(self, query, keys, mask, projected_keys) -> tuple[torch.Tensor, torch.Tensor]:
+        """forward on inputs already checked (BahdanauDecoder's steps call this one)."""
         if projected_keys is None:
-            projected_keys = self.project_keys(keys)
-        else:
-            check_tensor("projected_keys", projected_keys, 3, "(batch, src_len, attn_dim)")
-            if projected_keys.shape != (*keys.shape[:2], self.attn_dim):
-                raise ValueError(
-                    f"projected_keys should have shape (batch, src_len, attn_dim) = "
-                    f"{(*keys.shape[:2], self.attn_dim)}, got shape {tuple(projected_keys.shape)}; "
-                    "pass project_keys(keys) of the same sentences"
-                )
-        if mask is not None:
-            _check_mask(mask, keys.shape[:2])  # the scores' shape: (batch, src_len)
+            projected_keys = keys @ self.U_a.T  # project_keys(keys)
         scores = _additive(query @ self.W_a.T, projected_keys, self.v_a)
         weights = torch.softmax(scores, dim=-1) if mask is None else _masked_softmax(scores, mask)
         return _context(weights, keys), weights
@@ -511,16 +351,8 @@ class LuongAttention(nn.Module):
 
     def __init__(self, score: str, dec_dim: int, enc_dim: int, attn_dim: int = 64, max_src_len: int = 20):
         super().__init__()
-        check_choice("score", score, LUONG_SCORES)
-        for name, value in (("dec_dim", dec_dim), ("enc_dim", enc_dim), ("attn_dim", attn_dim),
-                            ("max_src_len", max_src_len)):  # fmt: skip
-            check_positive_int(name, value, "a size")
+        check_luong(score, dec_dim, enc_dim, attn_dim, max_src_len, LUONG_SCORES)
         self.score, self.dec_dim, self.enc_dim = score, dec_dim, enc_dim
-        if score == "dot" and dec_dim != enc_dim:
-            raise ValueError(
-                f"enc_dim should equal dec_dim={dec_dim} for the dot score, got {enc_dim}: the dot score needs "
-                "dec_dim == enc_dim; use 'general'"
-            )
         if score == "general":
             self.W_a = nn.Parameter(torch.randn(dec_dim, enc_dim) * enc_dim**-0.5)
         elif score == "concat":
@@ -531,34 +363,25 @@ class LuongAttention(nn.Module):
 
     def scores(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """query (batch, tgt_len, dec_dim) or (batch, dec_dim), keys (batch, src_len, enc_dim) -> the scores."""
-        _check_query_keys(query, keys)
-        check_size("query", query, -1, self.dec_dim, "dec_dim this attention was built with")
-        check_size("keys", keys, 2, self.enc_dim, "enc_dim this attention was built with")
-        check_same_dtype(query=query, weights=next(self.parameters(), query))
+        check_luong_scores(self, query, keys)
+        return self._scores(query, keys)
+
+    def _scores(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         if self.score == "dot":
             return _dot(query, keys)
         if self.score == "general":
             return _general(query, keys, self.W_a)
         if self.score == "concat":
             return _concat(query, keys, self.W_a, self.v_a)
-        if keys.shape[1] > self.W_a.shape[0]:
-            location_score(query, self.W_a, keys.shape[1])  # raises the error that says why
-        return (query @ self.W_a.T)[..., : keys.shape[1]]
+        return (query @ self.W_a.T)[..., : keys.shape[1]]  # location: the first src_len of W_a s
 
     def forward(
         self, query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        check_tensor("query", query, 3, "(batch, tgt_len, dec_dim)")
-        scores = self.scores(query, keys)
-        if mask is not None:
-            check_bool_mask("mask", mask)
-            check_tensor("mask", mask, 2, "(batch, src_len)")
-            if mask.shape != (keys.shape[0], keys.shape[1]):
-                raise ValueError(
-                    f"mask should have shape (batch, src_len) = {tuple(keys.shape[:2])} as the keys, got shape "
-                    f"{tuple(mask.shape)}; build it with padding_mask(src_lengths, src_len)"
-                )
-            weights = _masked_softmax(scores, mask[:, None, :].expand_as(scores))
-        else:
+        check_luong_forward(self, query, keys, mask)
+        scores = self._scores(query, keys)
+        if mask is None:
             weights = torch.softmax(scores, dim=-1)
+        else:
+            weights = _masked_softmax(scores, mask[:, None, :].expand_as(scores))
         return _context(weights, keys), weights

@@ -171,15 +171,7 @@ def make_pairs(
 
     ``exclude`` holds source sentences that must not appear (e.g. the test set).
     """
-    n = check_int("n", n, "how many pairs", minimum=0)
-    min_len = check_int("min_len", min_len, "the shortest source")
-    max_len = check_int("max_len", max_len, "the longest source")
-    check_int("seed", seed, "the random seed")
-    if not MIN_PHRASE <= min_len <= max_len:
-        raise ValueError(
-            f"min_len and max_len should satisfy {MIN_PHRASE} <= min_len <= max_len, got min_len={min_len}, "
-            f"max_len={max_len}; a sentence needs at least a determiner and a noun"
-        )
+    n, min_len, max_len = _check_make_pairs(n, min_len, max_len, seed)
     rng = random.Random(seed)
     seen = set(exclude or ())
     pairs: list[Pair] = []
@@ -297,14 +289,7 @@ class Batch:
 
 def make_batch(pairs: Sequence[Pair], src_vocab: Vocab = SOURCE_VOCAB, tgt_vocab: Vocab = TARGET_VOCAB) -> Batch:
     """Pad ``pairs`` into one :class:`Batch` (padded to the longest pair in it)."""
-    if isinstance(pairs, Sequence) and len(pairs) == 0:
-        raise ValueError("pairs should hold at least one Pair, got an empty list: cannot make a batch from zero pairs")
-    pairs = check_items("pairs", pairs, Pair, "Pairs (from make_pairs)")
-    check_instance("src_vocab", src_vocab, Vocab, "a Vocab")
-    check_instance("tgt_vocab", tgt_vocab, Vocab, "a Vocab")
-    empty = [i for i, p in enumerate(pairs) if len(p.source) == 0 or len(p.target) == 0]
-    if empty:
-        raise ValueError(f"pairs {empty[:5]} have an empty source or target; every sentence needs a word")
+    pairs = _check_make_batch(pairs, src_vocab, tgt_vocab)
     src_len = max(len(p.source) for p in pairs)
     tgt_len = max(len(p.target) for p in pairs) + 1
     pad = [PAD_ID] * max(src_len, tgt_len)
@@ -396,18 +381,7 @@ class ToyTranslation:
         buckets: Sequence[tuple[int, int]] = LENGTH_BUCKETS,
         seed: int = 0,
     ) -> ToyTranslation:
-        check_int("n_train", n_train, "training pairs", minimum=1)
-        check_int("n_test_per_bucket", n_test_per_bucket, "test pairs per length bucket", minimum=1)
-        if (
-            isinstance(buckets, (str, bytes))
-            or not isinstance(buckets, Sequence)
-            or not buckets
-            or not all(isinstance(b, Sequence) and len(b) == 2 for b in buckets)
-        ):
-            raise TypeError(
-                "buckets should be a non-empty list of (shortest, longest) pairs such as [(5, 7), (8, 10)], "
-                f"got {describe(buckets)}"
-            )
+        _check_generate(n_train, n_test_per_bucket, buckets)
         test: dict[tuple[int, int], list[Pair]] = {}
         taken: set[tuple[str, ...]] = set()
         for k, (lo, hi) in enumerate(buckets):
@@ -421,4 +395,49 @@ class ToyTranslation:
         return ToyTranslation(
             [reverse_source(p) for p in self.train],
             {b: [reverse_source(p) for p in ps] for b, ps in self.test.items()},
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks (each public function above calls its own first; one form of message: attnedu._validate)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_make_pairs(n, min_len, max_len, seed) -> tuple[int, int, int]:
+    n = check_int("n", n, "how many pairs", minimum=0)
+    min_len = check_int("min_len", min_len, "the shortest source")
+    max_len = check_int("max_len", max_len, "the longest source")
+    check_int("seed", seed, "the random seed")
+    if not MIN_PHRASE <= min_len <= max_len:
+        raise ValueError(
+            f"min_len and max_len should satisfy {MIN_PHRASE} <= min_len <= max_len, got min_len={min_len}, "
+            f"max_len={max_len}; a sentence needs at least a determiner and a noun"
+        )
+    return n, min_len, max_len
+
+
+def _check_make_batch(pairs, src_vocab, tgt_vocab) -> list[Pair]:
+    if isinstance(pairs, Sequence) and len(pairs) == 0:
+        raise ValueError("pairs should hold at least one Pair, got an empty list: cannot make a batch from zero pairs")
+    pairs = check_items("pairs", pairs, Pair, "Pairs (from make_pairs)")
+    check_instance("src_vocab", src_vocab, Vocab, "a Vocab")
+    check_instance("tgt_vocab", tgt_vocab, Vocab, "a Vocab")
+    empty = [i for i, p in enumerate(pairs) if len(p.source) == 0 or len(p.target) == 0]
+    if empty:
+        raise ValueError(f"pairs {empty[:5]} have an empty source or target; every sentence needs a word")
+    return pairs
+
+
+def _check_generate(n_train, n_test_per_bucket, buckets) -> None:
+    check_int("n_train", n_train, "training pairs", minimum=1)
+    check_int("n_test_per_bucket", n_test_per_bucket, "test pairs per length bucket", minimum=1)
+    if (
+        isinstance(buckets, (str, bytes))
+        or not isinstance(buckets, Sequence)
+        or not buckets
+        or not all(isinstance(b, Sequence) and len(b) == 2 for b in buckets)
+    ):
+        raise TypeError(
+            "buckets should be a non-empty list of (shortest, longest) pairs such as [(5, 7), (8, 10)], "
+            f"got {describe(buckets)}"
         )

@@ -23,6 +23,9 @@ sum l = sum_j exp(s_j - m). When a block B arrives,
 
 and at the end softmax(s) V = o / l. The log-sum-exp m + log(l) is all the backward pass needs to
 rebuild any tile of the softmax: P_ij = exp(s_ij - lse_i).
+
+Each public function checks its arguments in one call at its top (the checks are in ``attnedu._validate_flash``),
+then computes; the tiled passes call the unchecked pieces (``_update``, ``_forward``, ``_backward``) themselves.
 """
 
 from __future__ import annotations
@@ -33,60 +36,27 @@ from collections.abc import Iterator
 
 import torch
 
-from ._validate import (
-    check_bool,
-    check_bool_mask,
-    check_choice,
-    check_float,
-    check_int,
-    check_min_dims,
-    check_number,
-    check_positive_int,
-    describe,
+from ._validate_flash import (
+    check_attention_flops,
+    check_block_update,
+    check_causal_block_update,
+    check_causal_tiles,
+    check_merge_softmax_states,
+    check_naive_attention,
+    check_online_softmax,
+    check_scores_bytes,
+    check_tile_backward,
+    check_tiled_attention,
+    check_tiled_attention_backward,
 )
-from .masks import causal_block, causal_mask
+from .masks import _causal_block
 
 # Chosen by a sweep of block sizes from 128 x 128 to 1024 x 1024 on the course's 2-core CPU (torch 2.13, float32,
 # batch 1, 8 heads, N = 4096, head_dim 64): 256 x 512 was the fastest. Larger query blocks amortise Python's cost per
 # tile; a tile of heads x 256 x 512 float32 scores (4 MiB for 8 heads) stays small next to the N x N matrix.
 DEFAULT_BLOCK_Q = 256
 DEFAULT_BLOCK_K = 512
-SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
-SHAPE_DOC = "(batch, heads, seq_len, head_dim)"
-
-
-def check_qkv(query, key, value) -> None:
-    """Refuse, with a message that names the argument, inputs no attention function of this module can take."""
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        check_min_dims(name, x, 2, SHAPE_DOC)
-        check_float(name, x)
-        if x.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} has dtype {x.dtype}; use one of float32, bfloat16, float16, float64")
-    if not (query.dtype == key.dtype == value.dtype):
-        raise TypeError(
-            f"query, key and value must share one dtype, got {query.dtype}, {key.dtype}, {value.dtype}; "
-            "convert with .to(query.dtype)"
-        )
-    if not (query.device == key.device == value.device):
-        devices = f"{query.device}, {key.device}, {value.device}"
-        raise ValueError(f"query, key and value must be on one device, got {devices}; move them with .to(query.device)")
-    if not (query.dim() == key.dim() == value.dim()) or not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2]):
-        raise ValueError(
-            f"query, key and value must share their leading dimensions (batch, heads), got query {describe(query)}, "
-            f"key {describe(key)}, value {describe(value)}; nothing is broadcast: expand or repeat them first"
-        )
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            f"query and key must have the same head_dim (last dimension) to be multiplied, got {query.shape[-1]} and "
-            f"{key.shape[-1]}; did you pass (batch, seq_len, heads, head_dim)? Transpose to {SHAPE_DOC}"
-        )
-    if key.shape[-2] != value.shape[-2]:
-        raise ValueError(
-            f"key and value must have the same key_len (dimension -2), got {key.shape[-2]} and {value.shape[-2]}: "
-            "every key needs its value"
-        )
-    if min(query.shape[-2], key.shape[-2]) == 0:
-        raise ValueError(f"query_len and key_len must be at least 1, got {query.shape[-2]} and {key.shape[-2]}")
+BACKWARD_ORDERS = ("key", "query")
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -101,10 +71,10 @@ def naive_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     value (batch, heads, key_len, value_dim) -> (batch, heads, query_len, value_dim), in query's dtype.
     Its memory grows as query_len x key_len: S and P each hold batch * heads * query_len * key_len numbers.
     """
-    check_qkv(query, key, value)
+    check_naive_attention(query, key, value, is_causal)
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])  # S: (..., query_len, key_len)
-    if check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i"):
-        allowed = causal_mask(query.shape[-2], key.shape[-2], align="top-left", device=query.device)
+    if is_causal:
+        allowed = _causal_block(0, query.shape[-2], 0, key.shape[-2], device=query.device)
         scores = scores.masked_fill(~allowed, float("-inf"))
     return torch.softmax(scores, dim=-1) @ value  # P V
 
@@ -114,12 +84,7 @@ def online_softmax_blocks(scores: torch.Tensor, block_size: int) -> Iterator[tup
     yields (end, m, l), where ``end`` is how many scores have been read, m (...,) the running maximum and
     l (...,) the running sum of exp(s - m), rescaled by exp(m_old - m_new) whenever the maximum grows.
     Computed in float32 (float64 for float64 scores). scores: (..., n)."""
-    if not isinstance(scores, torch.Tensor):
-        raise TypeError(f"scores must be a torch.Tensor, got {describe(scores)}")
-    check_float("scores", scores)
-    check_positive_int("block_size", block_size, "how many scores to read at a time")
-    if scores.dim() == 0 or scores.shape[-1] == 0:
-        raise ValueError(f"scores need a last dimension of length at least 1, got {describe(scores)}")
+    check_online_softmax(scores, block_size)
     work = scores.to(_compute_dtype(scores.dtype))
     m = torch.full(work.shape[:-1], float("-inf"), dtype=work.dtype, device=work.device)  # running max
     l = torch.zeros(work.shape[:-1], dtype=work.dtype, device=work.device)  # running sum of exp(s - m)
@@ -147,12 +112,6 @@ def _flatten(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return x.reshape(-1, *x.shape[-2:]).to(dtype)
 
 
-def _block_sizes(block_q, block_k) -> tuple[int, int]:
-    check_positive_int("block_q", block_q, "queries per tile")
-    check_positive_int("block_k", block_k, "keys per tile")
-    return block_q, block_k
-
-
 def causal_tiles(query_len: int, block_q: int, block_k: int, key_len: int | None = None):
     """Which tiles a causal tiled pass computes, and which of those need the mask: ``(compute, masked)``, each
     (query_blocks, key_blocks) bool. Query i may attend key j when j <= i (top-left aligned, as ``is_causal``).
@@ -162,9 +121,11 @@ def causal_tiles(query_len: int, block_q: int, block_k: int, key_len: int | None
     after its last query (else every pair in it is in the future), and masked when, in addition, its last key is
     after its first query (the diagonal crosses it); the tiles below the diagonal need no mask at all.
     """
-    check_positive_int("query_len", query_len, "the number of queries")
-    key_len = query_len if key_len is None else check_positive_int("key_len", key_len, "the number of keys")
-    block_q, block_k = _block_sizes(block_q, block_k)
+    key_len = check_causal_tiles(query_len, block_q, block_k, key_len)
+    return _causal_tiles(query_len, block_q, block_k, key_len)
+
+
+def _causal_tiles(query_len: int, block_q: int, block_k: int, key_len: int):
     q_first = torch.arange(0, query_len, block_q)
     q_last = (q_first + block_q).clamp(max=query_len) - 1
     k_first = torch.arange(0, key_len, block_k)
@@ -176,7 +137,7 @@ def causal_tiles(query_len: int, block_q: int, block_k: int, key_len: int | None
 def _tiles(query_len: int, key_len: int, block_q: int, block_k: int, is_causal: bool):
     """(compute, masked) for every (query block, key block): all computed and none masked without a causal mask."""
     if is_causal:
-        return causal_tiles(query_len, block_q, block_k, key_len)
+        return _causal_tiles(query_len, block_q, block_k, key_len)
     shape = (-(-query_len // block_q), -(-key_len // block_k))
     return torch.ones(shape, dtype=torch.bool), torch.zeros(shape, dtype=torch.bool)
 
@@ -195,37 +156,7 @@ def block_update(m, l, acc, q_block, k_block, v_block, allowed=None, *, scale=No
     past the end of the sequence or (block_q, block_k) for the causal diagonal. Returns (m_new, l_new, acc_new);
     the inputs are not modified. A row whose keys are all blocked keeps its state, once m is finite.
     """
-    for name, x, dims in (
-        ("m", m, "(..., block_q)"), ("l", l, "(..., block_q)"), ("acc", acc, "(..., block_q, value_dim)"),
-        ("q_block", q_block, "(..., block_q, head_dim)"), ("k_block", k_block, "(..., block_k, head_dim)"),
-        ("v_block", v_block, "(..., block_k, value_dim)"),
-    ):  # fmt: skip
-        check_min_dims(name, x, 1 if name in ("m", "l") else 2, dims)
-        check_float(name, x)
-    block_k = k_block.shape[-2]
-    if k_block.shape[-1] != q_block.shape[-1] or v_block.shape[-2] != block_k:
-        raise ValueError(
-            f"k_block should be (..., block_k, head_dim) with q_block's head_dim and v_block (..., block_k, "
-            f"value_dim) with k_block's block_k, got q_block {describe(q_block)}, k_block {describe(k_block)}, "
-            f"v_block {describe(v_block)}"
-        )
-    if m.shape != q_block.shape[:-1] or l.shape != m.shape or acc.shape != (*m.shape, v_block.shape[-1]):
-        raise ValueError(
-            f"m and l should be (..., block_q) = {tuple(q_block.shape[:-1])} and acc (..., block_q, value_dim) = "
-            f"{(*q_block.shape[:-1], v_block.shape[-1])}, one running state per query, got m {describe(m)}, "
-            f"l {describe(l)}, acc {describe(acc)}"
-        )
-    if allowed is not None:
-        check_bool_mask("allowed", allowed)
-        try:
-            torch.broadcast_shapes(allowed.shape, (*q_block.shape[:-1], block_k))
-        except RuntimeError:
-            raise ValueError(
-                f"allowed should broadcast to the tile's scores (..., block_q, block_k) = "
-                f"{(*q_block.shape[:-1], block_k)}, e.g. (block_k,) or (block_q, block_k), got {describe(allowed)}"
-            ) from None
-    if scale is not None:
-        scale = check_number("scale", scale, "the factor of the scores", 0.0, strict=True)
+    scale = check_block_update(m, l, acc, q_block, k_block, v_block, allowed, scale)
     return _update(m, l, acc, q_block, k_block, v_block, allowed, scale)
 
 
@@ -262,9 +193,8 @@ def tiled_attention_forward(query, key, value, *, is_causal=False, block_q=DEFAU
     Returns output (..., query_len, value_dim) in query's dtype and lse (..., query_len) in float32
     (float64 for float64 inputs).
     """
-    check_qkv(query, key, value)
-    check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i")
-    return _forward(query, key, value, is_causal, *_block_sizes(block_q, block_k))
+    block_q, block_k = check_tiled_attention(query, key, value, is_causal, block_q, block_k)
+    return _forward(query, key, value, is_causal, block_q, block_k)
 
 
 def _forward(query, key, value, is_causal: bool, block_q: int, block_k: int):
@@ -285,7 +215,7 @@ def _forward(query, key, value, is_causal: bool, block_q: int, block_k: int):
             if not compute[i, j]:
                 break  # with a causal mask, every later key block is wholly in the future
             k_end = min(k_start + block_k, n_k)
-            allowed = causal_block(q_start, q_end, k_start, k_end, device=q.device) if masked[i, j] else None
+            allowed = _causal_block(q_start, q_end, k_start, k_end, device=q.device) if masked[i, j] else None
             m, l, acc = _update(m, l, acc, q_block, k[:, k_start:k_end], v[:, k_start:k_end], allowed, 1.0, True)
         out[:, q_start:q_end] = acc / l[..., None]
         lse[:, q_start:q_end] = m + torch.log(l)
@@ -309,20 +239,9 @@ def tiled_attention_backward(query, key, value, out, lse, grad_out, *, is_causal
     "query" (the forward's order): dQ_i is complete at the end of each outer step, and dK and dV are added to
     instead. Both compute the same tiles and the same gradients.
     """
-    check_qkv(query, key, value)
-    check_choice("order", order, BACKWARD_ORDERS)
-    check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i")
-    expected = (*query.shape[:-1], value.shape[-1])
-    for name, x, shape in (("out", out, expected), ("lse", lse, expected[:-1]), ("grad_out", grad_out, expected)):
-        if not isinstance(x, torch.Tensor) or tuple(x.shape) != shape or not x.is_floating_point():
-            raise ValueError(
-                f"{name} should be a float tensor of shape {shape}, what tiled_attention_forward returns for these "
-                f"inputs (and the gradient of its output), got {describe(x)}"
-            )
-    return _backward(query, key, value, out, lse, grad_out, is_causal, *_block_sizes(block_q, block_k), order)
-
-
-BACKWARD_ORDERS = ("key", "query")
+    block_q, block_k = check_tiled_attention_backward(query, key, value, out, lse, grad_out, is_causal, block_q,
+                                                      block_k, order, BACKWARD_ORDERS)  # fmt: skip
+    return _backward(query, key, value, out, lse, grad_out, is_causal, block_q, block_k, order)
 
 
 def _backward(query, key, value, out, lse, grad_out, is_causal: bool, block_q: int, block_k: int, order: str = "key"):
@@ -343,7 +262,7 @@ def _backward(query, key, value, out, lse, grad_out, is_causal: bool, block_q: i
         qs, ks = q_blocks[i], k_blocks[j]
         s = torch.bmm(q[:, qs], k[:, ks].transpose(1, 2)).mul_(scale)
         if masked[i, j]:
-            s.masked_fill_(~causal_block(qs.start, qs.stop, ks.start, ks.stop, device=s.device), float("-inf"))
+            s.masked_fill_(~_causal_block(qs.start, qs.stop, ks.start, ks.stop, device=s.device), float("-inf"))
         p = s.sub_(lse[:, qs]).exp_()  # the softmax tile, rebuilt in the scores' memory
         ds = torch.bmm(do[:, qs], v[:, ks].transpose(1, 2)).sub_(d_row[:, qs]).mul_(p)  # dS = P * (dP - D)
         dv[:, ks] += torch.bmm(p.transpose(1, 2), do[:, qs])  # dV_j += P^T dO_i
@@ -392,9 +311,7 @@ def tiled_attention(query, key, value, *, is_causal=False, block_q=DEFAULT_BLOCK
     value (batch, heads, key_len, value_dim) -> (batch, heads, query_len, value_dim), in query's dtype
     (bfloat16 and float16 are accumulated in float32). Differentiable: the backward recomputes each tile.
     """
-    check_qkv(query, key, value)
-    check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i")
-    block_q, block_k = _block_sizes(block_q, block_k)
+    block_q, block_k = check_tiled_attention(query, key, value, is_causal, block_q, block_k)
     if torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value)):
         return TiledAttention.apply(query, key, value, is_causal, block_q, block_k)
     return _forward(query, key, value, is_causal, block_q, block_k)[0]
@@ -405,18 +322,14 @@ def attention_flops(batch: int, heads: int, n_q: int, n_k: int, head_dim: int, c
     P V, each n_q * n_k * head_dim multiply-adds per (batch, head), and a multiply-add is 2 FLOPs, so
     4 * n_q * n_k * head_dim FLOPs per (batch, head); halved when causal (only half the pairs are needed).
     Softmax is not counted. A backward pass is counted as 2.5 times the forward (forward + backward: 3.5 times)."""
-    for name, value in (("batch", batch), ("heads", heads), ("n_q", n_q), ("n_k", n_k), ("head_dim", head_dim)):
-        check_positive_int(name, value, "a size")
-    check_bool("causal", causal, "whether only the pairs j <= i are counted")
+    check_attention_flops(batch, heads, n_q, n_k, head_dim, causal)
     flops = 4 * batch * heads * n_q * n_k * head_dim
     return flops // 2 if causal else flops
 
 
 def scores_bytes(batch: int, heads: int, n_q: int, n_k: int, bytes_per_number: int) -> int:
     """Bytes of one (batch, heads, n_q, n_k) score matrix: what naive attention allocates for S (and again for P)."""
-    for name, value in (("batch", batch), ("heads", heads), ("n_q", n_q), ("n_k", n_k)):
-        check_positive_int(name, value, "a size")
-    check_positive_int("bytes_per_number", bytes_per_number, "2 for bfloat16/float16, 4 for float32")
+    check_scores_bytes(batch, heads, n_q, n_k, bytes_per_number)
     return batch * heads * n_q * n_k * bytes_per_number
 
 
@@ -424,20 +337,6 @@ def scores_bytes(batch: int, heads: int, n_q: int, n_k: int, bytes_per_number: i
 # Pieces of the algorithm on their own (lesson 08's exercises): merging two partial softmax states (split-K,
 # flash-decoding), the causal mask inside one tile, and the backward of one tile from the saved log-sum-exp
 # ------------------------------------------------------------------------------------------------------------
-
-
-def _state_shapes(prefix: str, m, l, o, out: str = "o") -> None:
-    """A softmax state: m (...,), l (...,) and the unnormalised output (..., value_dim), named m1, l1, o1 etc."""
-    names = (f"m{prefix}", f"l{prefix}", f"{out}{prefix}")
-    for name, x, dims in zip(names, (m, l, o), ("(...,)", "(...,)", "(..., value_dim)"), strict=True):
-        check_min_dims(name, x, 2 if name == names[2] else 1, dims)
-        check_float(name, x)
-    if l.shape != m.shape or o.shape[:-1] != m.shape:
-        got = ", ".join(f"{name} {describe(x)}" for name, x in zip(names, (m, l, o), strict=True))
-        raise ValueError(
-            f"a softmax state is m (...,), l (...,) and {out} (..., value_dim): one m and one l per query, one row of "
-            f"output per query; got {got}"
-        )
 
 
 def _safe_max(m: torch.Tensor) -> torch.Tensor:
@@ -459,36 +358,11 @@ def merge_softmax_states(m1, l1, o1, m2, l2, o2):
     m = -inf, l = 0, o = 0: it adds nothing, and two of them merge into another (never NaN).
     m1, l1, m2, l2 (...,); o1, o2 (..., value_dim) -> (m, l, o) with the same shapes. The inputs are not modified.
     """
-    _state_shapes("1", m1, l1, o1)
-    _state_shapes("2", m2, l2, o2)
-    if m1.shape != m2.shape or o1.shape != o2.shape:
-        raise ValueError(
-            f"the two states must be of the same queries: m1 {describe(m1)} and m2 {describe(m2)}, o1 {describe(o1)} "
-            f"and o2 {describe(o2)} should have equal shapes"
-        )
+    check_merge_softmax_states(m1, l1, o1, m2, l2, o2)
     m = torch.maximum(m1, m2)
     safe = _safe_max(m)
     alpha1, alpha2 = torch.exp(m1 - safe), torch.exp(m2 - safe)  # <= 1 each; one of them is 1 (unless both empty)
     return m, alpha1 * l1 + alpha2 * l2, alpha1[..., None] * o1 + alpha2[..., None] * o2
-
-
-def _tile_scale(scale, q_block) -> float:
-    if scale is None:
-        return 1.0 / math.sqrt(q_block.shape[-1])
-    return check_number("scale", scale, "the factor of the scores", 0.0, strict=True)
-
-
-def _check_tile(q_block, k_block, v_block) -> None:
-    for name, x, dims in (("q_block", q_block, "(..., block_q, head_dim)"), ("k_block", k_block,
-                          "(..., block_k, head_dim)"), ("v_block", v_block, "(..., block_k, value_dim)")):  # fmt: skip
-        check_min_dims(name, x, 2, dims)
-        check_float(name, x)
-    if k_block.shape[-1] != q_block.shape[-1] or v_block.shape[-2] != k_block.shape[-2]:
-        raise ValueError(
-            f"k_block should be (..., block_k, head_dim) with q_block's head_dim and v_block (..., block_k, "
-            f"value_dim) with k_block's block_k, got q_block {describe(q_block)}, k_block {describe(k_block)}, "
-            f"v_block {describe(v_block)}"
-        )
 
 
 def causal_block_update(m, l, acc, q_block, k_block, v_block, q_start, k_start, *, scale=None):
@@ -507,18 +381,10 @@ def causal_block_update(m, l, acc, q_block, k_block, v_block, q_start, k_start, 
     m, l (..., block_q), acc (..., block_q, value_dim), q_block (..., block_q, head_dim), k_block (..., block_k,
     head_dim), v_block (..., block_k, value_dim) -> (m_new, l_new, acc_new). The inputs are not modified.
     """
-    _check_tile(q_block, k_block, v_block)
-    _state_shapes("", m, l, acc, "acc")
+    q_start, k_start, scale = check_causal_block_update(m, l, acc, q_block, k_block, v_block, q_start, k_start, scale)
+    scale = 1.0 / math.sqrt(q_block.shape[-1]) if scale is None else scale
     block_q, block_k = q_block.shape[-2], k_block.shape[-2]
-    if m.shape != q_block.shape[:-1] or acc.shape[-1] != v_block.shape[-1]:
-        raise ValueError(
-            f"m and l should be (..., block_q) = {tuple(q_block.shape[:-1])} and acc (..., block_q, value_dim) = "
-            f"{(*q_block.shape[:-1], v_block.shape[-1])}, got m {describe(m)}, acc {describe(acc)}"
-        )
-    q_start = check_int("q_start", q_start, "the position of the tile's first query", minimum=0)
-    k_start = check_int("k_start", k_start, "the position of the tile's first key", minimum=0)
-    scale = _tile_scale(scale, q_block)
-    allowed = causal_block(q_start, q_start + block_q, k_start, k_start + block_k, device=q_block.device)
+    allowed = _causal_block(q_start, q_start + block_q, k_start, k_start + block_k, device=q_block.device)
     scores = (q_block @ k_block.transpose(-2, -1) * scale).masked_fill(~allowed, float("-inf"))
     m_new = torch.maximum(m, scores.amax(dim=-1))
     safe = _safe_max(m_new)
@@ -543,20 +409,8 @@ def tile_backward(q_block, k_block, v_block, do_block, lse, D, *, scale=None):
     do_block (..., block_q, value_dim) -> dq (..., block_q, head_dim), dk (..., block_k, head_dim),
     dv (..., block_k, value_dim).
     """
-    _check_tile(q_block, k_block, v_block)
-    check_min_dims("do_block", do_block, 2, "(..., block_q, value_dim)")
-    check_float("do_block", do_block)
-    if do_block.shape != (*q_block.shape[:-1], v_block.shape[-1]):
-        raise ValueError(
-            f"do_block should be the gradient of the tile's output, (..., block_q, value_dim) = "
-            f"{(*q_block.shape[:-1], v_block.shape[-1])}, got {describe(do_block)}"
-        )
-    for name, x in (("lse", lse), ("D", D)):
-        check_float(name, x)
-        if x.shape != q_block.shape[:-1]:
-            raise ValueError(f"{name} should be one number per query, (..., block_q) = {tuple(q_block.shape[:-1])}, "
-                             f"got {describe(x)}")  # fmt: skip
-    scale = _tile_scale(scale, q_block)
+    scale = check_tile_backward(q_block, k_block, v_block, do_block, lse, D, scale)
+    scale = 1.0 / math.sqrt(q_block.shape[-1]) if scale is None else scale
     p = torch.exp(q_block @ k_block.transpose(-2, -1) * scale - lse[..., None])  # the softmax tile, rebuilt
     dv = p.transpose(-2, -1) @ do_block
     ds = p * (do_block @ v_block.transpose(-2, -1) - D[..., None])

@@ -20,6 +20,10 @@ Converters to the other conventions, named after the PyTorch API they feed:
     to_mha_attn_mask(mask)          nn.MultiheadAttention's boolean attn_mask: True = *blocked*
     to_additive(mask)               a float mask added to the scores: 0 where allowed, -inf where blocked
     from_additive(mask)             back to the course's convention
+
+Each function checks its arguments in one call at its top (the checks are at the end of this module), then builds the
+mask; the package's own callers that already hold checked sizes use the unchecked ``_causal_block`` and
+``_sliding_window_mask``.
 """
 
 from __future__ import annotations
@@ -40,20 +44,6 @@ from ._validate import (
 )
 
 
-def _whole_numbers(name: str, x, dims: int, shape_doc: str, example: str) -> None:
-    """Raise unless ``x`` is an integer tensor of ``dims`` dimensions (lengths, document ids)."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(
-            f"{name} should be a {dims}-D integer torch.Tensor of shape {shape_doc}, got {describe(x)}; convert with "
-            f"torch.tensor({name})"
-        )
-    check_tensor(name, x, dims, shape_doc)
-    if x.dtype == torch.bool or x.is_floating_point() or x.is_complex():
-        raise TypeError(
-            f"{name} should hold whole numbers (an integer dtype such as torch.long), got dtype {x.dtype}; {example}"
-        )
-
-
 def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     """(batch,) lengths -> (batch, max_len) bool mask, True at real tokens, False at padding.
 
@@ -61,22 +51,12 @@ def padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     tensor([[ True,  True,  True, False],
             [ True, False, False, False]])
     """
-    _whole_numbers(
-        "lengths", lengths, 1, "(batch,)", "count the real tokens of each sentence, e.g. torch.tensor([3, 5])"
-    )
-    max_len = check_positive_int("max_len", max_len, "the padded length")
-    if int(lengths.min()) < 1:
-        bad = int(lengths.argmin())
-        raise ValueError(
-            f"lengths should be at least 1, got length {int(lengths[bad])} for sequence {bad}; empty sequences "
-            "cannot be attended over (drop them from the batch)"
-        )
-    if int(lengths.max()) > max_len:
-        bad = int(lengths.argmax())
-        raise ValueError(
-            f"lengths should be at most max_len={max_len}, got length {int(lengths[bad])} for sequence {bad}: "
-            f"the padded batch is only {max_len} long; lengths must not exceed the padded length"
-        )
+    _check_padding_mask(lengths, max_len)
+    return _padding_mask(lengths, max_len)
+
+
+def _padding_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    """padding_mask for lengths already checked."""
     return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
 
 
@@ -92,19 +72,10 @@ def causal_mask(
     * ``align="bottom-right"``: the queries are the *last* query_len positions, so query i sees keys
       0..i + (key_len - query_len). This is what decoding with a cache of earlier keys needs.
     """
-    check_positive_int("query_len", query_len, "the number of queries")
     key_len = query_len if key_len is None else key_len
-    check_positive_int("key_len", key_len, "the number of keys")
-    if align is not None:
-        check_choice("align", align, ("top-left", "bottom-right"))
-    if align is None and query_len != key_len:
-        raise ValueError(
-            f"{query_len} queries against {key_len} keys: say how they line up. align='top-left' (query i sees "
-            "keys 0..i, as torch's is_causal) or align='bottom-right' (the queries are the last positions, as "
-            "when decoding with a cache)"
-        )
+    _check_causal_mask(query_len, key_len, align)
     shift = key_len - query_len if align == "bottom-right" else 0
-    return causal_block(shift, shift + query_len, 0, key_len, device=device)
+    return _causal_block(shift, shift + query_len, 0, key_len, device=device)
 
 
 def causal_block(
@@ -116,10 +87,12 @@ def causal_block(
     ``causal_mask`` is the block that starts at (0, 0); a tiled kernel (lesson 08) builds only the tiles the
     diagonal crosses, never the whole (query_len, key_len) mask.
     """
-    for name, value in (("query_start", query_start), ("key_start", key_start)):
-        check_int(name, value, "a position counted from 0", minimum=0)
-    check_int("query_end", query_end, "one past the last query position", minimum=query_start + 1)
-    check_int("key_end", key_end, "one past the last key position", minimum=key_start + 1)
+    _check_causal_block(query_start, query_end, key_start, key_end)
+    return _causal_block(query_start, query_end, key_start, key_end, device=device)
+
+
+def _causal_block(query_start: int, query_end: int, key_start: int, key_end: int, *, device=None) -> torch.Tensor:
+    """causal_block for positions already checked."""
     queries = torch.arange(query_start, query_end, device=device)
     keys = torch.arange(key_start, key_end, device=device)
     return keys[None, :] <= queries[:, None]
@@ -139,9 +112,12 @@ def sliding_window_mask(length: int, window: int, causal: bool = False) -> torch
 
     Each query sees at most 2 * window + 1 keys, so the cost grows like length * window, not length^2.
     """
-    length = check_positive_int("length", length, "the sequence length")
-    window = check_int("window", window, "how many neighbours on each side", minimum=0)
-    causal = check_bool("causal", causal, "whether query i may only attend keys j <= i")
+    length, window, causal = _check_sliding_window_mask(length, window, causal)
+    return _sliding_window_mask(length, window, causal)
+
+
+def _sliding_window_mask(length: int, window: int, causal: bool) -> torch.Tensor:
+    """sliding_window_mask for arguments already checked."""
     positions = torch.arange(length)
     offset = positions[None, :] - positions[:, None]  # j - i
     allowed = offset.abs() <= window
@@ -151,21 +127,8 @@ def sliding_window_mask(length: int, window: int, causal: bool = False) -> torch
 def global_window_mask(length: int, window: int, global_positions: Sequence[int]) -> torch.Tensor:
     """Longformer-style (Beltagy et al. 2020): a sliding window for everyone, plus global tokens that attend
     to every position and that every position attends to (e.g. a classification token at position 0)."""
-    mask = sliding_window_mask(length, window)
-    if isinstance(global_positions, torch.Tensor):
-        global_positions = global_positions.tolist()
-    if isinstance(global_positions, (str, bytes)) or not isinstance(global_positions, Sequence):
-        raise TypeError(
-            f"global_positions should be a list of positions such as [0], got {describe(global_positions)}; "
-            "wrap a single position in a list"
-        )
-    positions = [check_int("global position", p, "a position counted from 0") for p in global_positions]
-    bad = [p for p in positions if not 0 <= p < length]
-    if bad:
-        raise ValueError(
-            f"global positions should be in 0..{length - 1}, got {bad}, which are outside 0..{length - 1}; "
-            "positions count from 0 (negative indices are not read from the end)"
-        )
+    length, window, positions = _check_global_window_mask(length, window, global_positions)
+    mask = _sliding_window_mask(length, window, False)
     mask[positions, :] = True
     mask[:, positions] = True
     return mask
@@ -179,19 +142,11 @@ def prefix_lm_mask(prefix_lengths: torch.Tensor, lengths: torch.Tensor, max_len:
     prefix (j < prefix_lengths[b]). A prefix of 0 gives ``causal_padding_mask``; a prefix as long as the sequence
     lets every real token see every other.
     """
-    real = padding_mask(lengths, max_len)  # (batch, max_len), validates lengths and max_len
-    _whole_numbers(
-        "prefix_lengths", prefix_lengths, 1, "(batch,)", "count each prefix's tokens, e.g. torch.tensor([2, 0])"
-    )
-    if prefix_lengths.shape != lengths.shape:
-        raise ValueError(f"prefix_lengths should have one entry per sequence, shape {tuple(lengths.shape)} as "
-                         f"lengths, got {describe(prefix_lengths)}")  # fmt: skip
-    if bool((prefix_lengths < 0).any()) or bool((prefix_lengths > lengths).any()):
-        raise ValueError(f"prefix_lengths should be between 0 and each sequence's length, got prefix_lengths "
-                         f"{prefix_lengths.tolist()} for lengths {lengths.tolist()}")  # fmt: skip
+    _check_prefix_lm_mask(prefix_lengths, lengths, max_len)
+    real = _padding_mask(lengths, max_len)  # (batch, max_len)
     keys = torch.arange(max_len, device=lengths.device)
     in_prefix = keys[None, :] < prefix_lengths[:, None]  # (batch, key)
-    visible = causal_mask(max_len, device=lengths.device)[None] | in_prefix[:, None, :]
+    visible = _causal_block(0, max_len, 0, max_len, device=lengths.device)[None] | in_prefix[:, None, :]
     return visible & real[:, None, :]
 
 
@@ -210,11 +165,10 @@ def document_mask(document_ids: torch.Tensor) -> torch.Tensor:
              [1, 1, 0],
              [0, 0, 1]]], dtype=torch.int32)
     """
-    example = "number the documents of each row, e.g. torch.tensor([[0, 0, 1, 1, 1]])"
-    _whole_numbers("document_ids", document_ids, 2, "(batch, length)", example)
+    _check_document_mask(document_ids)
     length = document_ids.shape[1]
     same = document_ids[:, :, None] == document_ids[:, None, :]  # (batch, query, key)
-    return same & causal_mask(length, device=document_ids.device)[None]
+    return same & _causal_block(0, length, 0, length, device=document_ids.device)[None]
 
 
 def moved_by(mask: torch.Tensor, position: int) -> torch.Tensor:
@@ -229,18 +183,7 @@ def moved_by(mask: torch.Tensor, position: int) -> torch.Tensor:
     >>> moved_by(document_mask(torch.tensor([[0, 0, 0, 1, 1]])), 1).int()
     tensor([[0, 1, 1, 0, 0]], dtype=torch.int32)
     """
-    check_bool_mask("mask", mask)
-    check_tensor("mask", mask, 3, "(batch, query_len, key_len), queries and keys at the same positions")
-    if mask.shape[1] != mask.shape[2]:
-        raise ValueError(
-            f"mask should be square, (batch, length, length) with queries and keys at the same positions, got shape "
-            f"{tuple(mask.shape)}; moved_by needs to know which query sits at the changed position"
-        )
-    position = check_int("position", position, "the position whose input changes", minimum=0)
-    if position >= mask.shape[2]:
-        raise ValueError(
-            f"position should be a key position 0..{mask.shape[2] - 1}, got {position}; positions count from 0"
-        )
+    position = _check_moved_by(mask, position)
     itself = torch.arange(mask.shape[1], device=mask.device) == position  # (query_len,)
     return mask[:, :, position] | itself[None, :]
 
@@ -253,19 +196,8 @@ def local_global_mask(is_global: torch.Tensor, window: int) -> torch.Tensor:
     question answering (the question's tokens are global, Beltagy et al. 2020, Sec. 3.1) and as Hugging Face's
     ``global_attention_mask`` gives them: one flag per token.
     """
-    if not isinstance(is_global, torch.Tensor):
-        raise TypeError(
-            f"is_global should be a (batch, length) bool torch.Tensor, got {describe(is_global)}; convert with "
-            "torch.tensor(is_global, dtype=torch.bool)"
-        )
-    check_tensor("is_global", is_global, 2, "(batch, length)")
-    if is_global.dtype != torch.bool:
-        raise TypeError(
-            f"is_global should be a bool tensor (True at a global token), got dtype {is_global.dtype}; a 0/1 "
-            "mask such as Hugging Face's global_attention_mask converts with is_global.bool()"
-        )
-    window = check_int("window", window, "how many neighbours on each side", minimum=0)
-    local = sliding_window_mask(is_global.shape[1], window).to(is_global.device)[None]
+    window = _check_local_global_mask(is_global, window)
+    local = _sliding_window_mask(is_global.shape[1], window, False).to(is_global.device)[None]
     return local | is_global[:, :, None] | is_global[:, None, :]
 
 
@@ -276,27 +208,20 @@ def local_global_mask(is_global: torch.Tensor, window: int) -> torch.Tensor:
 
 def to_mha_key_padding_mask(mask: torch.Tensor) -> torch.Tensor:
     """(batch, key_len) True = real token -> nn.MultiheadAttention's key_padding_mask, True = *ignore this key*."""
-    check_bool_mask("mask", mask)
-    check_tensor("mask", mask, 2, "(batch, key_len)")
+    _check_mask_dims(mask, 2, "(batch, key_len)")
     return ~mask
 
 
 def to_mha_attn_mask(mask: torch.Tensor) -> torch.Tensor:
     """(query_len, key_len) True = may attend -> nn.MultiheadAttention's boolean attn_mask, True = *blocked*."""
-    check_bool_mask("mask", mask)
-    check_tensor("mask", mask, (2, 3), "(query_len, key_len) or (batch * heads, query_len, key_len), as "
-                 "nn.MultiheadAttention takes")  # fmt: skip
+    _check_mask_dims(mask, (2, 3), "(query_len, key_len) or (batch * heads, query_len, key_len), as "
+                     "nn.MultiheadAttention takes")  # fmt: skip
     return ~mask
 
 
 def to_additive(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """True = may attend -> a float mask to add to the scores: 0 where allowed, -inf where blocked."""
-    check_bool_mask("mask", mask)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(
-            f"dtype should be a floating-point torch.dtype (the scores'), got {dtype!r}; -inf needs floats, e.g. "
-            "torch.float32"
-        )
+    _check_to_additive(mask, dtype)
     return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, float("-inf"))
 
 
@@ -310,6 +235,160 @@ def from_additive(mask: torch.Tensor) -> torch.Tensor:
     bias such as ALiBi's) can overflow finfo.min + finfo.min to -inf or shift the blocked scores. Use -inf, or
     build the mask as bools.
     """
+    _check_from_additive(mask)
+    return mask > float("-inf")
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks (each public function above calls its own first; one form of message: attnedu._validate)
+# --------------------------------------------------------------------------------------------
+
+
+def _whole_numbers(name: str, x, dims: int, shape_doc: str, example: str) -> None:
+    """Raise unless ``x`` is an integer tensor of ``dims`` dimensions (lengths, document ids)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(
+            f"{name} should be a {dims}-D integer torch.Tensor of shape {shape_doc}, got {describe(x)}; convert with "
+            f"torch.tensor({name})"
+        )
+    check_tensor(name, x, dims, shape_doc)
+    if x.dtype == torch.bool or x.is_floating_point() or x.is_complex():
+        raise TypeError(
+            f"{name} should hold whole numbers (an integer dtype such as torch.long), got dtype {x.dtype}; {example}"
+        )
+
+
+def _check_padding_mask(lengths, max_len) -> None:
+    _whole_numbers(
+        "lengths", lengths, 1, "(batch,)", "count the real tokens of each sentence, e.g. torch.tensor([3, 5])"
+    )
+    max_len = check_positive_int("max_len", max_len, "the padded length")
+    if int(lengths.min()) < 1:
+        bad = int(lengths.argmin())
+        raise ValueError(
+            f"lengths should be at least 1, got length {int(lengths[bad])} for sequence {bad}; empty sequences "
+            "cannot be attended over (drop them from the batch)"
+        )
+    if int(lengths.max()) > max_len:
+        bad = int(lengths.argmax())
+        raise ValueError(
+            f"lengths should be at most max_len={max_len}, got length {int(lengths[bad])} for sequence {bad}: "
+            f"the padded batch is only {max_len} long; lengths must not exceed the padded length"
+        )
+
+
+def _check_causal_mask(query_len, key_len, align) -> None:
+    check_positive_int("query_len", query_len, "the number of queries")
+    check_positive_int("key_len", key_len, "the number of keys")
+    if align is not None:
+        check_choice("align", align, ("top-left", "bottom-right"))
+    if align is None and query_len != key_len:
+        raise ValueError(
+            f"{query_len} queries against {key_len} keys: say how they line up. align='top-left' (query i sees "
+            "keys 0..i, as torch's is_causal) or align='bottom-right' (the queries are the last positions, as "
+            "when decoding with a cache)"
+        )
+    shift = key_len - query_len if align == "bottom-right" else 0
+    _check_causal_block(shift, shift + query_len, 0, key_len)  # more queries than keys, bottom-right: refused
+
+
+def _check_causal_block(query_start, query_end, key_start, key_end) -> None:
+    for name, value in (("query_start", query_start), ("key_start", key_start)):
+        check_int(name, value, "a position counted from 0", minimum=0)
+    check_int("query_end", query_end, "one past the last query position", minimum=query_start + 1)
+    check_int("key_end", key_end, "one past the last key position", minimum=key_start + 1)
+
+
+def _check_sliding_window_mask(length, window, causal) -> tuple[int, int, bool]:
+    length = check_positive_int("length", length, "the sequence length")
+    window = check_int("window", window, "how many neighbours on each side", minimum=0)
+    causal = check_bool("causal", causal, "whether query i may only attend keys j <= i")
+    return length, window, causal
+
+
+def _check_global_window_mask(length, window, global_positions) -> tuple[int, int, list[int]]:
+    length, window, _ = _check_sliding_window_mask(length, window, False)
+    if isinstance(global_positions, torch.Tensor):
+        global_positions = global_positions.tolist()
+    if isinstance(global_positions, (str, bytes)) or not isinstance(global_positions, Sequence):
+        raise TypeError(
+            f"global_positions should be a list of positions such as [0], got {describe(global_positions)}; "
+            "wrap a single position in a list"
+        )
+    positions = [check_int("global position", p, "a position counted from 0") for p in global_positions]
+    bad = [p for p in positions if not 0 <= p < length]
+    if bad:
+        raise ValueError(
+            f"global positions should be in 0..{length - 1}, got {bad}, which are outside 0..{length - 1}; "
+            "positions count from 0 (negative indices are not read from the end)"
+        )
+    return length, window, positions
+
+
+def _check_prefix_lm_mask(prefix_lengths, lengths, max_len) -> None:
+    _check_padding_mask(lengths, max_len)
+    _whole_numbers(
+        "prefix_lengths", prefix_lengths, 1, "(batch,)", "count each prefix's tokens, e.g. torch.tensor([2, 0])"
+    )
+    if prefix_lengths.shape != lengths.shape:
+        raise ValueError(f"prefix_lengths should have one entry per sequence, shape {tuple(lengths.shape)} as "
+                         f"lengths, got {describe(prefix_lengths)}")  # fmt: skip
+    if bool((prefix_lengths < 0).any()) or bool((prefix_lengths > lengths).any()):
+        raise ValueError(f"prefix_lengths should be between 0 and each sequence's length, got prefix_lengths "
+                         f"{prefix_lengths.tolist()} for lengths {lengths.tolist()}")  # fmt: skip
+
+
+def _check_document_mask(document_ids) -> None:
+    example = "number the documents of each row, e.g. torch.tensor([[0, 0, 1, 1, 1]])"
+    _whole_numbers("document_ids", document_ids, 2, "(batch, length)", example)
+
+
+def _check_moved_by(mask, position) -> int:
+    check_bool_mask("mask", mask)
+    check_tensor("mask", mask, 3, "(batch, query_len, key_len), queries and keys at the same positions")
+    if mask.shape[1] != mask.shape[2]:
+        raise ValueError(
+            f"mask should be square, (batch, length, length) with queries and keys at the same positions, got shape "
+            f"{tuple(mask.shape)}; moved_by needs to know which query sits at the changed position"
+        )
+    position = check_int("position", position, "the position whose input changes", minimum=0)
+    if position >= mask.shape[2]:
+        raise ValueError(
+            f"position should be a key position 0..{mask.shape[2] - 1}, got {position}; positions count from 0"
+        )
+    return position
+
+
+def _check_local_global_mask(is_global, window) -> int:
+    if not isinstance(is_global, torch.Tensor):
+        raise TypeError(
+            f"is_global should be a (batch, length) bool torch.Tensor, got {describe(is_global)}; convert with "
+            "torch.tensor(is_global, dtype=torch.bool)"
+        )
+    check_tensor("is_global", is_global, 2, "(batch, length)")
+    if is_global.dtype != torch.bool:
+        raise TypeError(
+            f"is_global should be a bool tensor (True at a global token), got dtype {is_global.dtype}; a 0/1 "
+            "mask such as Hugging Face's global_attention_mask converts with is_global.bool()"
+        )
+    return check_int("window", window, "how many neighbours on each side", minimum=0)
+
+
+def _check_mask_dims(mask, dims, shape_doc: str) -> None:
+    check_bool_mask("mask", mask)
+    check_tensor("mask", mask, dims, shape_doc)
+
+
+def _check_to_additive(mask, dtype) -> None:
+    check_bool_mask("mask", mask)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(
+            f"dtype should be a floating-point torch.dtype (the scores'), got {dtype!r}; -inf needs floats, e.g. "
+            "torch.float32"
+        )
+
+
+def _check_from_additive(mask) -> None:
     if not isinstance(mask, torch.Tensor):
         raise TypeError(
             f"mask should be a float torch.Tensor of 0 and -inf, got {describe(mask)}; convert with "
@@ -327,4 +406,3 @@ def from_additive(mask: torch.Tensor) -> torch.Tensor:
             f"mask should hold only 0 (allowed) and -inf (blocked), got {other.numel()} other values such as "
             f"{other[0].item()}; a 0/1 mask (1 = keep) converts with mask.bool(), a -1e9 mask with mask > -1e4"
         )
-    return mask > float("-inf")

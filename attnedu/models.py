@@ -51,7 +51,7 @@ from ._validate import (
 )
 from .attention import LUONG_SCORES, AdditiveAttention, LuongAttention
 from .data import BOS_ID, EOS_ID, PAD_ID
-from .masks import padding_mask
+from .masks import _check_padding_mask, _padding_mask
 from .runtime import seeded
 
 
@@ -81,10 +81,8 @@ class Encoder(nn.Module):
 
     def forward(self, src: torch.Tensor, src_lengths: torch.Tensor) -> EncoderOutput:
         """src: (batch, src_len) ids, src_lengths: (batch,) -> EncoderOutput."""
-        check_ids("src", src, self.embedding.num_embeddings, 2, "(batch, src_len) of token ids")
-        check_tensor("src_lengths", src_lengths, 1, "(batch,)")
-        check_size("src_lengths", src_lengths, 0, src.shape[0], "one length per source sentence")
-        mask = padding_mask(src_lengths, src.shape[1])  # also rejects empty or too-long lengths
+        _check_source(self, src, src_lengths)
+        mask = _padding_mask(src_lengths, src.shape[1])
         embedded = self.embedding(src)
         if bool(mask.all()):  # no padding: run the GRU directly (packing costs time)
             annotations, h_n = self.rnn(embedded)
@@ -95,20 +93,6 @@ class Encoder(nn.Module):
         # h_n: (directions, batch, hidden); forward's last real step, and backward's (at position 0)
         summary = torch.cat(list(h_n), dim=-1)
         return EncoderOutput(annotations, summary, None if bool(mask.all()) else mask)
-
-
-def _check_sizes(**sizes) -> None:
-    for name, value in sizes.items():
-        check_positive_int(name, value, "a size")
-
-
-def _check_memory(memory) -> None:
-    check_instance("memory", memory, EncoderOutput, "an EncoderOutput", "pass model.encoder(src, src_lengths)")
-
-
-def _check_state(name: str, state, memory: EncoderOutput) -> None:
-    check_tensor(name, state, 2, "(batch, hidden_dim)")
-    check_size(name, state, 0, memory.annotations.shape[0], "the batch size of memory")
 
 
 class FixedContextDecoder(nn.Module):
@@ -136,7 +120,10 @@ class FixedContextDecoder(nn.Module):
         """Teacher forcing over the whole target: tgt_in (batch, tgt_len) ids
         -> logits (batch, tgt_len, vocab), None (no attention weights)."""
         _check_tgt_in(tgt_in, self.embedding.num_embeddings, memory)
-        state = self.start(memory)
+        return self._forward(tgt_in, memory)
+
+    def _forward(self, tgt_in: torch.Tensor, memory: EncoderOutput) -> tuple[torch.Tensor, None]:
+        state = torch.tanh(self.init_state(memory.summary))  # start(memory)
         embedded = self.embedding(tgt_in)  # (batch, tgt_len, emb_dim), all steps at once
         context = memory.summary[:, None, :].expand(-1, tgt_in.shape[1], -1)  # the same c at every step
         states, _ = self.rnn(torch.cat([embedded, context], dim=-1), state[None])  # every s_t, one call
@@ -189,11 +176,16 @@ class BahdanauDecoder(nn.Module):
         """Teacher forcing over the whole target: tgt_in (batch, tgt_len) ids
         -> logits (batch, tgt_len, vocab), weights (batch, tgt_len, src_len)."""
         _check_tgt_in(tgt_in, self.embedding.num_embeddings, memory)
+        return self._forward(tgt_in, memory, self.advance)  # a caller's memory: every step checked
+
+    def _forward(self, tgt_in: torch.Tensor, memory: EncoderOutput, advance=None):
+        """forward with ``advance`` (by default unchecked: Seq2Seq's memory comes from its encoder). ``start`` checks
+        the annotations once."""
         state, keys = self.start(memory)
         embedded = self.embedding(tgt_in)  # (batch, tgt_len, emb_dim), all steps at once
         states, contexts, all_weights = [], [], []
         for t in range(tgt_in.shape[1]):
-            state, context, weights = self.advance(embedded[:, t], state, memory, keys)
+            state, context, weights = (advance or self._advance)(embedded[:, t], state, memory, keys)
             states.append(state)
             contexts.append(context)
             all_weights.append(weights)
@@ -213,12 +205,7 @@ class BahdanauDecoder(nn.Module):
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
         """One step of greedy decoding. prev_tokens: (batch,) y_{t-1}; cache: (s_{t-1}, U_a h_j), from
         start() or the last call -> logits (batch, vocab), (s_t, U_a h_j), alpha_t (batch, src_len)."""
-        check_ids("prev_tokens", prev_tokens, self.embedding.num_embeddings, 1, "(batch,) of token ids")
-        if not (isinstance(cache, tuple) and len(cache) == 2):
-            raise TypeError(
-                f"cache should be the pair (s_{{t-1}}, U_a h_j), got {describe(cache)}: pass what start(memory) "
-                "or the last next_step returned"
-            )
+        _check_bahdanau_step(self, prev_tokens, cache)
         state, keys = cache
         embedded = self.embedding(prev_tokens)
         new_state, context, weights = self.advance(embedded, state, memory, keys)
@@ -237,11 +224,15 @@ class BahdanauDecoder(nn.Module):
         projected_keys: U_a h_j from start() (None: computed here)
         returns s_t (batch, hidden_dim), c_t (batch, enc_dim), alpha_t (batch, src_len)
         """
-        _check_memory(memory)  # self may be any object with attention and cell: lesson 02's check uses one
-        _check_state("state", state, memory)
-        check_tensor("embedded", embedded, 2, "(batch, emb_dim)")
-        check_size("embedded", embedded, 0, state.shape[0], "the batch size of state")
+        _check_advance(embedded, state, memory)
+        # self may be any object with attention and cell (lesson 02's check passes the learner's): the public forward
         context, weights = self.attention(state, memory.annotations, memory.mask, projected_keys)
+        new_state = self.cell(torch.cat([embedded, context], dim=-1), state)
+        return new_state, context, weights
+
+    def _advance(self, embedded, state, memory, projected_keys):
+        """advance on inputs already checked, with this decoder's own AdditiveAttention."""
+        context, weights = self.attention._attend(state, memory.annotations, memory.mask, projected_keys)
         new_state = self.cell(torch.cat([embedded, context], dim=-1), state)
         return new_state, context, weights
 
@@ -311,6 +302,9 @@ class LuongDecoder(nn.Module):
         """
         _check_tgt_in(tgt_in, self.embedding.num_embeddings, memory)
         check_bool("stepwise", stepwise, "whether to step one word at a time")
+        return self._forward(tgt_in, memory, stepwise)
+
+    def _forward(self, tgt_in: torch.Tensor, memory: EncoderOutput, stepwise: bool = False):
         embedded = self.embedding(tgt_in)
         state = torch.tanh(self.init_state(memory.summary))
         if not (self.input_feeding or stepwise):
@@ -422,11 +416,9 @@ class Seq2Seq(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Teacher forcing. src (batch, src_len), tgt_in (batch, tgt_len)
         -> logits (batch, tgt_len, vocab), attention weights (batch, tgt_len, src_len) or None."""
-        check_tensor("src", src, 2, "(batch, src_len) of token ids")
-        check_tensor("tgt_in", tgt_in, 2, "(batch, tgt_len) of token ids")
-        check_size("tgt_in", tgt_in, 0, src.shape[0], "the batch size of src")
-        check_ids("tgt_in", tgt_in, self.decoder.embedding.num_embeddings, 2, "(batch, tgt_len) of token ids")
-        return self.decoder(tgt_in, self.encoder(src, src_lengths))
+        _check_forward(self, src, tgt_in)
+        memory = self.encoder(src, src_lengths)  # checks src and src_lengths
+        return self.decoder._forward(tgt_in, memory)  # tgt_in checked above, memory made by the encoder
 
     @torch.no_grad()
     def greedy_decode(
@@ -452,12 +444,61 @@ class Seq2Seq(nn.Module):
         return torch.stack(tokens, dim=1), weights
 
 
+def count_parameters(model: nn.Module) -> int:
+    check_instance("model", model, nn.Module, "a torch.nn.Module")
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks (each public method above calls its own first; one form of message: attnedu._validate)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_sizes(**sizes) -> None:
+    for name, value in sizes.items():
+        check_positive_int(name, value, "a size")
+
+
+def _check_memory(memory) -> None:
+    check_instance("memory", memory, EncoderOutput, "an EncoderOutput", "pass model.encoder(src, src_lengths)")
+
+
+def _check_state(name: str, state, memory: EncoderOutput) -> None:
+    check_tensor(name, state, 2, "(batch, hidden_dim)")
+    check_size(name, state, 0, memory.annotations.shape[0], "the batch size of memory")
+
+
+def _check_source(encoder: Encoder, src, src_lengths) -> None:
+    check_ids("src", src, encoder.embedding.num_embeddings, 2, "(batch, src_len) of token ids")
+    check_tensor("src_lengths", src_lengths, 1, "(batch,)")
+    check_size("src_lengths", src_lengths, 0, src.shape[0], "one length per source sentence")
+    _check_padding_mask(src_lengths, src.shape[1])  # rejects empty or too-long lengths
+
+
+def _check_bahdanau_step(decoder: BahdanauDecoder, prev_tokens, cache) -> None:
+    check_ids("prev_tokens", prev_tokens, decoder.embedding.num_embeddings, 1, "(batch,) of token ids")
+    if not (isinstance(cache, tuple) and len(cache) == 2):
+        raise TypeError(
+            f"cache should be the pair (s_{{t-1}}, U_a h_j), got {describe(cache)}: pass what start(memory) "
+            "or the last next_step returned"
+        )
+
+
+def _check_advance(embedded, state, memory) -> None:
+    _check_memory(memory)
+    _check_state("state", state, memory)
+    check_tensor("embedded", embedded, 2, "(batch, emb_dim)")
+    check_size("embedded", embedded, 0, state.shape[0], "the batch size of state")
+
+
+def _check_forward(model: Seq2Seq, src, tgt_in) -> None:
+    check_tensor("src", src, 2, "(batch, src_len) of token ids")
+    check_tensor("tgt_in", tgt_in, 2, "(batch, tgt_len) of token ids")
+    check_size("tgt_in", tgt_in, 0, src.shape[0], "the batch size of src")
+    check_ids("tgt_in", tgt_in, model.decoder.embedding.num_embeddings, 2, "(batch, tgt_len) of token ids")
+
+
 def _check_tgt_in(tgt_in, vocab_size: int, memory) -> None:
     check_ids("tgt_in", tgt_in, vocab_size, 2, "(batch, tgt_len) of token ids")
     _check_memory(memory)
     check_size("tgt_in", tgt_in, 0, memory.summary.shape[0], "the batch size of memory")
-
-
-def count_parameters(model: nn.Module) -> int:
-    check_instance("model", model, nn.Module, "a torch.nn.Module")
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -17,7 +17,8 @@
                                                   slopes 2^(-8k/num_heads), k = 1..num_heads, for a power
                                                   of two heads (alibi_slopes: the rule for the others)
 
-Positions count from 0 in code.
+Positions count from 0 in code. Each public function checks its arguments in one call at its top (the checks are at
+the end of this module), then computes; ``_apply_rope`` is the unchecked rotation for callers that checked already.
 """
 
 from __future__ import annotations
@@ -41,15 +42,7 @@ ROPE_LAYOUTS = ("halves", "interleaved")
 
 def sinusoidal_encoding(num_positions: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
     """(num_positions, d_model): row pos is PE(pos); even features sin, odd features cos."""
-    num_positions = check_positive_int("num_positions", num_positions, "how many positions to encode")
-    d_model = check_positive_int("d_model", d_model, "the embedding width")
-    base = check_number("base", base, "the wavelength base", 1.0, strict=True)
-    if d_model % 2:
-        raise ValueError(
-            f"d_model should be even, got d_model={d_model}, which is odd, but the sinusoidal encoding pairs "
-            "features (a sin and a cos per "
-            "frequency); use an even d_model"
-        )
+    num_positions, d_model, base = _check_sinusoidal(num_positions, d_model, base)
     positions = torch.arange(num_positions, dtype=torch.float64)[:, None]
     frequencies = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # 1 / 10000^(2i/d)
     encoding = torch.zeros(num_positions, d_model, dtype=torch.float64)
@@ -72,28 +65,17 @@ class LearnedPositions(nn.Module):
         nn.init.normal_(self.table.weight, std=0.02)
 
     def forward(self, seq_len: int) -> torch.Tensor:
-        check_positive_int("seq_len", seq_len, "the sequence length")
-        if seq_len > self.table.num_embeddings:
-            raise ValueError(
-                f"a learned position table of {self.table.num_embeddings} rows has no vector for position "
-                f"{self.table.num_embeddings} or later (asked for {seq_len}); train with longer sequences or use an "
-                "encoding defined for every position (sinusoidal, RoPE, ALiBi)"
-            )
+        _check_learned_positions(self.table.num_embeddings, seq_len)
         return self.table.weight[:seq_len]
 
 
 def rope_angles(positions: torch.Tensor, head_dim: int, base: float = 10000.0) -> torch.Tensor:
     """(len,) positions -> (len, head_dim / 2) angles: pair i turns by position * base^(-2i / head_dim)."""
-    check_tensor("positions", positions, 1, "(seq_len,)")
-    if positions.dtype == torch.bool or positions.is_complex():
-        raise TypeError(f"positions should be numbers (counted from 0), got dtype {positions.dtype}; use torch.arange")
-    check_finite("positions", positions.double())
-    head_dim = check_positive_int("head_dim", head_dim, "features per head")
-    base = check_number("base", base, "the wavelength base", 1.0, strict=True)
-    if head_dim % 2:
-        raise ValueError(
-            f"head_dim should be even (RoPE rotates pairs of features, so head_dim must be even), got {head_dim}"
-        )
+    base = _check_rope_angles(positions, head_dim, base)
+    return _rope_angles(positions, head_dim, base)
+
+
+def _rope_angles(positions: torch.Tensor, head_dim: int, base: float) -> torch.Tensor:
     frequencies = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
     return positions.to(torch.float64)[:, None] * frequencies
 
@@ -109,16 +91,13 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, layout: str = "halves",
 
     Weights trained with one layout give wrong answers under the other.
     """
-    check_min_dims("x", x, 2, "(..., seq_len, head_dim)")
-    check_float("x", x)
-    check_choice("layout", layout, ROPE_LAYOUTS)
-    check_tensor("positions", positions, 1, "(seq_len,)")
-    if positions.shape != (x.shape[-2],):
-        raise ValueError(
-            f"positions should give one position per row of x, shape ({x.shape[-2]},), got {describe(positions)}; "
-            "for x (..., seq_len, head_dim) pass torch.arange(seq_len)"
-        )
-    angles = rope_angles(positions, x.shape[-1], base)
+    base = _check_apply_rope(x, positions, layout, base)
+    return _apply_rope(x, positions, layout, base)
+
+
+def _apply_rope(x: torch.Tensor, positions: torch.Tensor, layout: str, base: float) -> torch.Tensor:
+    """apply_rope on inputs already checked."""
+    angles = _rope_angles(positions, x.shape[-1], base)
     cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)  # (seq_len, head_dim / 2)
     if layout == "halves":
         a, b = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
@@ -139,16 +118,8 @@ def relative_spread(rope, q: torch.Tensor, k: torch.Tensor, offset: int, starts)
     0 (to float rounding) for an encoding whose scores depend on the offset m - n only; above 0 for one that also
     depends on where the pair sits.
     """
-    check_tensor("q", q, 1, "(head_dim,), one query vector")
-    check_tensor("k", k, 1, "(head_dim,), one key vector")
-    if not callable(rope):
-        raise TypeError(f"rope should be a function rope(x, positions), got {describe(rope)}")
-    starts = list(starts)
-    if not starts:
-        raise ValueError("starts should hold at least one position, got none; e.g. range(0, 300, 23)")
-    scores = [
-        (rope(q[None], torch.tensor([n + offset])) @ rope(k[None], torch.tensor([n])).T).item() for n in starts
-    ]
+    starts = _check_relative_spread(rope, q, k, starts)
+    scores = [(rope(q[None], torch.tensor([n + offset])) @ rope(k[None], torch.tensor([n])).T).item() for n in starts]
     return max(scores) - min(scores)
 
 
@@ -175,11 +146,7 @@ def ntk_aware_base(head_dim: int, factor: float, base: float = 10000.0) -> float
     (i = head_dim/2 - 1) turns exactly ``factor`` times slower, so the longest distances map back into the angles
     it saw in training; the pairs between are stretched by less the faster they turn.
     """
-    head_dim = check_positive_int("head_dim", head_dim, "features per head")
-    if head_dim < 4 or head_dim % 2:
-        raise ValueError(f"head_dim should be even and at least 4 (two pairs or more), got {head_dim}")
-    factor = check_number("factor", factor, "how many times the trained length", 1.0)
-    base = check_number("base", base, "the wavelength base", 1.0, strict=True)
+    head_dim, factor, base = _check_ntk_aware_base(head_dim, factor, base)
     return base * factor ** (head_dim / (head_dim - 2))
 
 
@@ -213,17 +180,11 @@ def alibi_bias(num_heads: int, query_len: int, key_len: int | None = None) -> to
     so a head penalises distance linearly, some heads steeply, some gently. Queries are the last query_len
     positions (bottom-right), as in decoding; keys after a query get a positive bias, so pair ALiBi with a
     causal mask."""
-    check_positive_int("num_heads", num_heads, "the number of heads")
-    query_len = check_positive_int("query_len", query_len, "the number of queries")
-    key_len = query_len if key_len is None else check_positive_int("key_len", key_len, "the number of keys")
-    if query_len > key_len:
-        raise ValueError(
-            f"query_len should be at most key_len={key_len} (the queries are the last query_len of the keys' "
-            f"positions), got {query_len}; pass key_len >= query_len"
-        )
+    num_heads, query_len, key_len = _check_alibi_bias(num_heads, query_len, key_len)
     query_positions = torch.arange(key_len - query_len, key_len)
     distance = query_positions[:, None] - torch.arange(key_len)[None, :]  # i - j
-    return -alibi_slopes(num_heads)[:, None, None] * distance[None].float()
+    slopes = torch.tensor(_alibi_slopes(num_heads), dtype=torch.float32)  # alibi_slopes(num_heads)
+    return -slopes[:, None, None] * distance[None].float()
 
 
 def encoding_similarity(encoding: torch.Tensor) -> torch.Tensor:
@@ -231,3 +192,90 @@ def encoding_similarity(encoding: torch.Tensor) -> torch.Tensor:
     check_tensor("encoding", encoding, 2, "(num_positions, d_model)")
     check_float("encoding", encoding)
     return encoding @ encoding.T / encoding.shape[1]
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks (each public function above calls its own first; one form of message: attnedu._validate)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_sinusoidal(num_positions, d_model, base) -> tuple[int, int, float]:
+    num_positions = check_positive_int("num_positions", num_positions, "how many positions to encode")
+    d_model = check_positive_int("d_model", d_model, "the embedding width")
+    base = check_number("base", base, "the wavelength base", 1.0, strict=True)
+    if d_model % 2:
+        raise ValueError(
+            f"d_model should be even, got d_model={d_model}, which is odd, but the sinusoidal encoding pairs "
+            "features (a sin and a cos per "
+            "frequency); use an even d_model"
+        )
+    return num_positions, d_model, base
+
+
+def _check_learned_positions(rows: int, seq_len) -> None:
+    check_positive_int("seq_len", seq_len, "the sequence length")
+    if seq_len > rows:
+        raise ValueError(
+            f"a learned position table of {rows} rows has no vector for position "
+            f"{rows} or later (asked for {seq_len}); train with longer sequences or use an "
+            "encoding defined for every position (sinusoidal, RoPE, ALiBi)"
+        )
+
+
+def _check_rope_angles(positions, head_dim, base) -> float:
+    check_tensor("positions", positions, 1, "(seq_len,)")
+    if positions.dtype == torch.bool or positions.is_complex():
+        raise TypeError(f"positions should be numbers (counted from 0), got dtype {positions.dtype}; use torch.arange")
+    check_finite("positions", positions.double())
+    head_dim = check_positive_int("head_dim", head_dim, "features per head")
+    base = check_number("base", base, "the wavelength base", 1.0, strict=True)
+    if head_dim % 2:
+        raise ValueError(
+            f"head_dim should be even (RoPE rotates pairs of features, so head_dim must be even), got {head_dim}"
+        )
+    return base
+
+
+def _check_apply_rope(x, positions, layout, base) -> float:
+    check_min_dims("x", x, 2, "(..., seq_len, head_dim)")
+    check_float("x", x)
+    check_choice("layout", layout, ROPE_LAYOUTS)
+    check_tensor("positions", positions, 1, "(seq_len,)")
+    if positions.shape != (x.shape[-2],):
+        raise ValueError(
+            f"positions should give one position per row of x, shape ({x.shape[-2]},), got {describe(positions)}; "
+            "for x (..., seq_len, head_dim) pass torch.arange(seq_len)"
+        )
+    return _check_rope_angles(positions, x.shape[-1], base)
+
+
+def _check_relative_spread(rope, q, k, starts) -> list:
+    check_tensor("q", q, 1, "(head_dim,), one query vector")
+    check_tensor("k", k, 1, "(head_dim,), one key vector")
+    if not callable(rope):
+        raise TypeError(f"rope should be a function rope(x, positions), got {describe(rope)}")
+    starts = list(starts)
+    if not starts:
+        raise ValueError("starts should hold at least one position, got none; e.g. range(0, 300, 23)")
+    return starts
+
+
+def _check_ntk_aware_base(head_dim, factor, base) -> tuple[int, float, float]:
+    head_dim = check_positive_int("head_dim", head_dim, "features per head")
+    if head_dim < 4 or head_dim % 2:
+        raise ValueError(f"head_dim should be even and at least 4 (two pairs or more), got {head_dim}")
+    factor = check_number("factor", factor, "how many times the trained length", 1.0)
+    base = check_number("base", base, "the wavelength base", 1.0, strict=True)
+    return head_dim, factor, base
+
+
+def _check_alibi_bias(num_heads, query_len, key_len) -> tuple[int, int, int]:
+    num_heads = check_positive_int("num_heads", num_heads, "the number of heads")
+    query_len = check_positive_int("query_len", query_len, "the number of queries")
+    key_len = query_len if key_len is None else check_positive_int("key_len", key_len, "the number of keys")
+    if query_len > key_len:
+        raise ValueError(
+            f"query_len should be at most key_len={key_len} (the queries are the last query_len of the keys' "
+            f"positions), got {query_len}; pass key_len >= query_len"
+        )
+    return num_heads, query_len, key_len

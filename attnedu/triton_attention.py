@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 
 from ._validate import check_bool, describe
-from .flash import check_qkv
+from ._validate_flash import check_qkv
 
 LOG2_E = 1.4426950408889634  # exp(x) = exp2(x * log2(e)): exp2 is the faster instruction on a GPU
 SHAPE_DOC = "(batch, heads, seq_len, head_dim)"
@@ -375,7 +375,41 @@ class TritonAttention(torch.autograd.Function):
         return (*_backward(query, key, value, out, lse, grad_out, ctx.is_causal), None)
 
 
-def _check(query, key, value) -> None:
+def triton_attention(query, key, value, *, is_causal: bool = False, return_lse: bool = False):
+    """softmax(Q K^T / sqrt(head_dim)) V by the Triton kernels, equal to
+    ``torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=is_causal)``, and
+    differentiable: ``loss.backward()`` runs the Triton backward when an input requires grad.
+
+    query (batch, heads, query_len, head_dim), key (batch, heads, key_len, head_dim),
+    value (batch, heads, key_len, value_dim) -> (batch, heads, query_len, value_dim) in query's dtype, and with
+    ``return_lse`` the natural-log log-sum-exp of each query's scores, (batch, heads, query_len) float32 (not
+    differentiable). head_dim and value_dim up to 256, any lengths; ``is_causal`` counts from the top left (query i
+    sees keys 0..i), as SDPA does, also when query_len != key_len.
+
+    Scores and sums are accumulated in float32; P and dS are cast to the input's dtype before their matrix products,
+    as FlashAttention-2 does (on a GPU, float32 inputs go through TF32 in ``tl.dot``, so expect about 1e-3 error
+    there). Measured under the interpreter (exact float32 products), against PyTorch autograd of naive attention in
+    float64: outputs and gradients agree to about 2e-6 in float32 (tests/test_triton_attention.py allows 1e-5).
+    """
+    _check_triton_attention(query, key, value, is_causal, return_lse)
+    dtype = query.dtype
+    if not query.is_cuda and dtype == torch.bfloat16:  # the interpreter's bfloat16 is silently wrong
+        query, key, value = query.float(), key.float(), value.float()  # differentiable: grads come back in bfloat16
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value)):
+        out, lse = TritonAttention.apply(query, key, value, bool(is_causal))
+    else:
+        out, lse = _forward(query, key, value, bool(is_causal))
+    out = out.to(dtype)
+    return (out, lse) if return_lse else out
+
+
+# the input checks of triton_attention (one form of message: attnedu._validate)
+
+
+def _check_triton_attention(query, key, value, is_causal, return_lse) -> None:
+    reason = unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(reason)
     check_qkv(query, key, value)  # tensors, floating point, one dtype and device, matching sizes
     for name, x in (("query", query), ("key", key), ("value", value)):
         if x.dim() != 4:
@@ -394,36 +428,5 @@ def _check(query, key, value) -> None:
         )
     if not query.is_cuda and not interpreting():
         raise RuntimeError(unavailable_reason() or "CPU tensors need TRITON_INTERPRET=1 set before importing triton")
-
-
-def triton_attention(query, key, value, *, is_causal: bool = False, return_lse: bool = False):
-    """softmax(Q K^T / sqrt(head_dim)) V by the Triton kernels, equal to
-    ``torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=is_causal)``, and
-    differentiable: ``loss.backward()`` runs the Triton backward when an input requires grad.
-
-    query (batch, heads, query_len, head_dim), key (batch, heads, key_len, head_dim),
-    value (batch, heads, key_len, value_dim) -> (batch, heads, query_len, value_dim) in query's dtype, and with
-    ``return_lse`` the natural-log log-sum-exp of each query's scores, (batch, heads, query_len) float32 (not
-    differentiable). head_dim and value_dim up to 256, any lengths; ``is_causal`` counts from the top left (query i
-    sees keys 0..i), as SDPA does, also when query_len != key_len.
-
-    Scores and sums are accumulated in float32; P and dS are cast to the input's dtype before their matrix products,
-    as FlashAttention-2 does (on a GPU, float32 inputs go through TF32 in ``tl.dot``, so expect about 1e-3 error
-    there). Measured under the interpreter (exact float32 products), against PyTorch autograd of naive attention in
-    float64: outputs and gradients agree to about 2e-6 in float32 (tests/test_triton_attention.py allows 1e-5).
-    """
-    reason = unavailable_reason()
-    if reason is not None:
-        raise RuntimeError(reason)
-    _check(query, key, value)
     check_bool("is_causal", is_causal, "whether query i may attend only to keys 0..i")
     check_bool("return_lse", return_lse, "whether to return the log-sum-exp of each query too")
-    dtype = query.dtype
-    if not query.is_cuda and dtype == torch.bfloat16:  # the interpreter's bfloat16 is silently wrong
-        query, key, value = query.float(), key.float(), value.float()  # differentiable: grads come back in bfloat16
-    if torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value)):
-        out, lse = TritonAttention.apply(query, key, value, bool(is_causal))
-    else:
-        out, lse = _forward(query, key, value, bool(is_causal))
-    out = out.to(dtype)
-    return (out, lse) if return_lse else out

@@ -28,12 +28,13 @@ its own, with padding after every row and a guard region before and after (both 
 ``tl.load`` or ``tl.store`` touches (where its mask is True) before it happens: touching anything that is not an
 element of the tensor stops the kernel with a ``KernelMemoryError`` that says where, and what that usually means (a
 missing mask on the last, partial block; a stride used for the wrong axis; another row's offset). Checked by
-replacing the interpreter's native ``load``/``store`` for the time of one launch (Triton 3.6 to 3.9).
+replacing the interpreter's native ``load``/``store`` for the time of one launch (Triton 3.6 to 3.9), in
+``attnedu._triton_memory``. The launchers check their own arguments in one call at their top (the checks are at the
+end of this module).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
 import inspect
@@ -50,18 +51,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ._triton_memory import Buffer, KernelError, checked_memory, index_as_int
+from ._triton_memory import KernelMemoryError as KernelMemoryError  # raised by the launchers, caught by name
 from ._validate import check_positive_int, check_tensor, describe
 
-GUARD = 4096  # NaN elements before and after each tensor's rows: a missing mask reads them, not another tensor
 KERNEL_TYPES = ("InterpretedFunction", "JITFunction")
 RESTART = (
     "Restart the notebook's kernel (Kernel > Restart Kernel) and run the notebook from its first cell, which switches "
     "the interpreter on before anything imports triton."
 )
-
-
-class KernelError(RuntimeError):
-    """The kernel cannot be launched as it is; the message says why and what to do."""
 
 
 class TritonMissingError(KernelError):
@@ -70,10 +68,6 @@ class TritonMissingError(KernelError):
 
 class TritonModeError(KernelError):
     """Triton was imported in the wrong mode for this launch (compiled, where the interpreter is needed)."""
-
-
-class KernelMemoryError(KernelError):
-    """A load or store of the kernel touched memory that is not an element of the tensor it points into."""
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -120,228 +114,12 @@ def _ready(kernel, name: str) -> None:
         )
 
 
-# ------------------------------------------------------------------------------------------------------------
-# memory: each tensor in an allocation of its own, every address checked
-# ------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Buffer:
-    """One tensor the kernel sees: ``rows`` rows of ``cols`` float32 numbers, ``stride`` apart, in the middle of a
-    NaN allocation (GUARD, rows * stride, GUARD). The words are for messages."""
-
-    name: str  # as the kernel's signature names it, "X" or "K"
-    stride_name: str  # "stride_x"
-    rows: int
-    cols: int
-    stride: int
-    output: bool = False
-    row_word: str = "row"  # what a row is: "row", "key", "query"
-    rows_name: str = ""  # how the kernel knows the number of rows ("n_keys"); "" if each program has its own row
-    cols_name: str = "n_cols"  # how it knows the number of columns ("n_cols", "HEAD_DIM")
-    cols_partial: bool = False  # a block of columns may run past the last column (a row longer than the block)
-    own_row: bool = False  # program i works on row i
-
-    def __post_init__(self) -> None:
-        self.alloc = torch.full((GUARD + self.rows * self.stride + GUARD,), float("nan"), dtype=torch.float32)
-        self.base = self.alloc.data_ptr()
-        self.end = self.base + self.alloc.numel() * 4
-        self.first = self.base + GUARD * 4  # the address of element (0, 0)
-
-    @property
-    def view(self) -> torch.Tensor:
-        return self.alloc[GUARD : GUARD + self.rows * self.stride].view(self.rows, self.stride)[:, : self.cols]
-
-    @classmethod
-    def holding(cls, x: torch.Tensor, pad: int, **words) -> _Buffer:
-        buffer = cls(rows=x.shape[0], cols=x.shape[1], stride=x.shape[1] + pad, **words)
-        buffer.view.copy_(x)
-        return buffer
-
-
-def _span(values: np.ndarray) -> str:
-    low, high = int(values.min()), int(values.max())
-    return f"{low}" if low == high else f"{low} to {high}"
-
-
-class _MemoryCheck:
-    """Stands in for the interpreter's native module during one launch: every address a load or store touches (where
-    its mask is True) must be an element of one of ``buffers`` (and, for a store, of an output)."""
-
-    def __init__(self, native, buffers: list[_Buffer]):
-        self._native, self._buffers = native, buffers
-
-    def __getattr__(self, name):  # fma, the enums, ...: the native ones
-        return getattr(self._native, name)
-
-    def load(self, ptrs, mask, other, dtype):
-        self._check("load", ptrs, mask)
-        return self._native.load(ptrs, mask, other, dtype)
-
-    def store(self, ptrs, value, mask):
-        self._check("store", ptrs, mask)
-        return self._native.store(ptrs, value, mask)
-
-    def atomic_rmw(self, *args, **kwargs):
-        raise KernelMemoryError("this exercise needs no atomic operations (tl.atomic_*): use tl.load and tl.store")
-
-    atomic_cas = atomic_rmw
-
-    def _check(self, kind: str, ptrs, mask) -> None:
-        addresses = np.asarray(ptrs)
-        if np.asarray(mask).dtype == bool and np.asarray(mask).shape == addresses.shape:
-            addresses = addresses[np.asarray(mask)]
-        addresses = addresses.astype(np.int64).ravel()
-        if addresses.size == 0:
-            return
-        found = np.zeros(addresses.shape, dtype=bool)
-        for buffer in self._buffers:
-            inside = (addresses >= buffer.base) & (addresses < buffer.end)
-            found |= inside
-            if inside.any():
-                self._check_buffer(kind, buffer, addresses[inside])
-        if not found.all():
-            raise KernelMemoryError(self._far(kind, addresses[~found]))
-
-    def _check_buffer(self, kind: str, buffer: _Buffer, addresses: np.ndarray) -> None:
-        offsets = addresses - buffer.first
-        if (offsets % 4).any():
-            raise KernelMemoryError(f"{self._who()} {_verb(kind)} {buffer.name} at an address that is not the start "
-                                    "of a float32 number: offsets count elements, not bytes")  # fmt: skip
-        index = offsets // 4
-        rows, cols = index // buffer.stride, index % buffer.stride  # floor division: rows < 0 before the start
-        bad = (rows < 0) | (rows >= buffer.rows) | (cols >= buffer.cols)
-        if kind == "store" and not buffer.output:
-            raise KernelMemoryError(f"{self._who()} stored to {buffer.name}, an input: store only to the output")
-        if bad.any():
-            raise KernelMemoryError(self._explain(kind, buffer, rows[bad], cols[bad]))
-
-    @staticmethod
-    def _program():
-        from triton.runtime import interpreter
-
-        builder = getattr(interpreter, "interpreter_builder", None)
-        index = getattr(builder, "grid_idx", None)
-        return tuple(int(i) for i in index) if index is not None else None
-
-    def _who(self) -> str:
-        program = self._program()
-        return "your kernel" if program is None else f"your kernel (program {program[0]})"
-
-    def _explain(self, kind: str, buffer: _Buffer, rows: np.ndarray, cols: np.ndarray) -> str:
-        verb, who = _verb(kind), self._who()
-        op = "tl.load" if kind == "load" else "tl.store"
-        if (rows < 0).any():
-            return (f"{who} {verb} {buffer.name} before its first element ({buffer.name} + a negative offset): "
-                    "check the signs of the offsets")  # fmt: skip
-        past = rows >= buffer.rows
-        if past.any() and (rows[past] == buffer.rows).all():
-            return (
-                f"{who} {verb} {buffer.name} at {buffer.row_word} {buffer.rows}, one past the last "
-                f"({buffer.rows_name} = {buffer.rows}, so the last is {buffer.rows - 1}): is the mask "
-                f"`<= {buffer.rows_name}` where `< {buffer.rows_name}` was meant?"
-            )
-        if past.any():
-            last = buffer.rows - 1
-            return (
-                f"{who} {verb} {buffer.name} at {buffer.row_word}s {_span(rows[past])}, past the last one "
-                f"({buffer.rows_name} = {buffer.rows}, so the last is {last}): that memory is not part of "
-                f"{buffer.name}. The last block of {buffer.row_word}s is partial when {buffer.rows_name} is not a "
-                f"multiple of the block size, so its {op} needs a mask: `mask=... < {buffer.rows_name}`"
-                + (", and other= a value that does no harm" if kind == "load" else "")
-                + "."
-            )
-        program = self._program()
-        if buffer.own_row and program is not None and (rows != program[0]).any():
-            p = program[0]
-            return (
-                f"your kernel's program {p}, which works on row {p}, {verb} {buffer.name} in row "
-                f"{_span(rows[rows != p])}, at columns {_span(cols)}: rows are {buffer.stride_name} = {buffer.stride} "
-                f"numbers apart, more than the {buffer.cols} of a row ({buffer.cols_name}) when the tensor is a slice "
-                f"of a wider one. Row {p} starts at {buffer.name} + {p} * {buffer.stride_name}."
-            )
-        if buffer.cols_partial and (cols == buffer.cols).all():
-            return (
-                f"{who} {verb} {buffer.name} at row {_span(rows)}, column {buffer.cols}, one past the last "
-                f"({buffer.cols_name} = {buffer.cols}, so the last column is {buffer.cols - 1}): is the mask "
-                f"`cols <= {buffer.cols_name}` where `cols < {buffer.cols_name}` was meant?"
-            )
-        if buffer.cols_partial:
-            return (
-                f"{who} {verb} {buffer.name} at row {_span(rows)}, columns {_span(cols)}: past the end of the row "
-                f"({buffer.cols_name} = {buffer.cols}), in memory that is not part of {buffer.name}. A row longer "
-                f"than the block ends in a partial block, so each {op} needs a mask: `mask=cols < {buffer.cols_name}`"
-                + (" (and other= a value that changes nothing: -inf before a maximum)" if kind == "load" else "")
-                + "."
-            )
-        return (
-            f"{who} {verb} {buffer.name} at {buffer.row_word} {_span(rows)}, positions {_span(cols)}: past the "
-            f"{buffer.cols} numbers of a {buffer.row_word} ({buffer.cols_name} = {buffer.cols}), in memory that is not "
-            f"part of {buffer.name}. {buffer.row_word.capitalize()} j, dimension d is at {buffer.name} + j * "
-            f"{buffer.stride_name} + d: is a stride used for the wrong axis (the {buffer.row_word} and dimension "
-            "offsets swapped, as in a transposed read), or another tensor's stride?"
-        )
-
-    def _far(self, kind: str, addresses: np.ndarray) -> str:
-        nearest = min(self._buffers, key=lambda b: abs(int(addresses[0]) - b.first))
-        distance = (int(addresses[0]) - nearest.first) // 4
-        return (
-            f"{self._who()} {_verb(kind)} memory far outside every tensor ({distance:+d} elements from the start of "
-            f"{nearest.name}, which holds {nearest.rows * nearest.stride}). Stopped before it happened: on a GPU, or "
-            "in the interpreter unchecked, that ends the process. Is an offset multiplied twice, or a count of "
-            "blocks used where a position was meant?"
-        )
-
-
-def _verb(kind: str) -> str:
-    return "loaded from" if kind == "load" else "stored to"
-
-
-@contextlib.contextmanager
-def _checked(buffers: list[_Buffer]):
-    """Check every load and store of the kernels launched inside, against ``buffers``."""
-    from triton.runtime import interpreter
-
-    native = getattr(interpreter, "_interpreter", None)
-    if native is None or not hasattr(native, "load"):  # a Triton that does it otherwise: the guards alone protect
-        yield
-        return
-    interpreter._interpreter = _MemoryCheck(native, buffers)
-    try:
-        yield
-    finally:
-        interpreter._interpreter = native
-
-
-@contextlib.contextmanager
-def _index_as_int():
-    """Triton 3.6's interpreter turns a tensor of one number into an int with ``int(array)``, which NumPy 2.5
-    refuses for an array of shape (1,) (so ``range(0, n_cols, BLOCK)`` fails); Triton 3.9 squeezes it first. Do what
-    3.9 does, for the time of one launch."""
-    from triton.runtime import interpreter
-
-    patch_tensor = getattr(interpreter, "_patch_lang_tensor", None)
-    if patch_tensor is None:
-        yield
-        return
-
-    def patched(tensor, scope):
-        patch_tensor(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
-
-    interpreter._patch_lang_tensor = patched
-    try:
-        yield
-    finally:
-        interpreter._patch_lang_tensor = patch_tensor
-
-
-def _launch(kernel, name: str, grid: tuple, buffers: list[_Buffer], *args, **constants) -> None:
+def _launch(kernel, name: str, grid: tuple, buffers: list[Buffer], *args, **constants) -> None:
     """``kernel[grid](*args, **constants)`` under the interpreter, memory checked; the learner's own exceptions come
     out as they were raised in the kernel (not wrapped), NotImplementedError included."""
     _ready(kernel, name)
     try:
-        with _checked(buffers), _index_as_int(), np.errstate(all="ignore"):  # inf, NaN: the check reports them
+        with checked_memory(buffers), index_as_int(), np.errstate(all="ignore"):  # inf, NaN: the check reports them
             kernel[grid](*args, **constants)
     except Exception as error:
         cause = error
@@ -365,27 +143,17 @@ def _launch(kernel, name: str, grid: tuple, buffers: list[_Buffer], *args, **con
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _float_matrix(name: str, x) -> torch.Tensor:
-    check_tensor(name, x, 2, f"({name}_rows, {name}_cols)")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} should be a float tensor, got {describe(x)}")
-    return x.detach().to("cpu", torch.float32)
-
-
 def launch_softmax(kernel, x: torch.Tensor, block: int) -> torch.Tensor:
     """Run a row-softmax ``kernel`` (the signature in the module's docstring) on x (rows, n_cols): one program per
     row, ``BLOCK=block``; -> (rows, n_cols) float32. X and Y have rows of different, padded strides; the entries of Y
     the kernel never stores stay NaN."""
-    x = _float_matrix("x", x)
-    block = check_positive_int("block", block, "numbers per block, a power of two")
-    if block & (block - 1):
-        raise ValueError(f"block should be a power of two (tl.arange needs one), got {block}")
+    x, block = _check_launch_softmax(x, block)
     rows, n_cols = x.shape
     pad = block + 3  # wide enough that a block read past the end of a row lands in the row's own padding
     words = {"own_row": True, "cols_partial": True, "cols_name": "n_cols"}
-    source = _Buffer.holding(x, pad, name="X", stride_name="stride_x", **words)
-    out = _Buffer(name="Y", stride_name="stride_y", rows=rows, cols=n_cols, stride=n_cols + pad + 2, output=True,
-                  **words)  # fmt: skip
+    source = Buffer.holding(x, pad, name="X", stride_name="stride_x", **words)
+    out = Buffer(name="Y", stride_name="stride_y", rows=rows, cols=n_cols, stride=n_cols + pad + 2, output=True,
+                 **words)  # fmt: skip
     _launch(kernel, "softmax_kernel", (rows,), [source, out], source.view, out.view, n_cols, source.stride,
             out.stride, BLOCK=block)  # fmt: skip
     return out.view.clone()
@@ -395,22 +163,15 @@ def launch_attention(kernel, q, k, v, block_m: int, block_n: int) -> torch.Tenso
     """Run an attention ``kernel`` (the signature in the module's docstring) for one head: q (n_queries, head_dim),
     k and v (n_keys, head_dim), one program per block of ``block_m`` queries, ``sm_scale = 1 / sqrt(head_dim)``;
     -> (n_queries, head_dim) float32. Each tensor has its own padded row stride."""
-    q, k, v = _float_matrix("q", q), _float_matrix("k", k), _float_matrix("v", v)
+    q, k, v = _check_launch_attention(q, k, v, block_m, block_n)
     (n_q, head_dim), n_k = q.shape, k.shape[0]
-    if k.shape[1] != head_dim or v.shape != k.shape:
-        raise ValueError(f"k and v should be (n_keys, head_dim) with q's head_dim, got q {describe(q)}, "
-                         f"k {describe(k)}, v {describe(v)}")  # fmt: skip
-    for name, value in (("block_m", block_m), ("block_n", block_n), ("head_dim", head_dim)):
-        check_positive_int(name, value, "a block size")
-        if value & (value - 1):
-            raise ValueError(f"{name} should be a power of two (tl.arange needs one), got {value}")
     queries = {"row_word": "query", "rows_name": "n_queries", "cols_name": "HEAD_DIM"}
     keys = {"row_word": "key", "rows_name": "n_keys", "cols_name": "HEAD_DIM"}
     buffers = [
-        _Buffer.holding(q, 3, name="Q", stride_name="stride_q", **queries),
-        _Buffer.holding(k, 5, name="K", stride_name="stride_k", **keys),
-        _Buffer.holding(v, 7, name="V", stride_name="stride_v", **keys),
-        _Buffer(name="O", stride_name="stride_o", rows=n_q, cols=head_dim, stride=head_dim + 9, output=True, **queries),
+        Buffer.holding(q, 3, name="Q", stride_name="stride_q", **queries),
+        Buffer.holding(k, 5, name="K", stride_name="stride_k", **keys),
+        Buffer.holding(v, 7, name="V", stride_name="stride_v", **keys),
+        Buffer(name="O", stride_name="stride_o", rows=n_q, cols=head_dim, stride=head_dim + 9, output=True, **queries),
     ]
     views = [b.view for b in buffers]
     strides = [b.stride for b in buffers]
@@ -419,6 +180,40 @@ def launch_attention(kernel, q, k, v, block_m: int, block_n: int) -> torch.Tenso
     _launch(kernel, name, grid, buffers, *views, n_q, n_k, *strides, 1.0 / math.sqrt(head_dim),
             BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=head_dim)  # fmt: skip
     return buffers[-1].view.clone()
+
+
+# the launchers' input checks (one form of message: attnedu._validate)
+
+
+def _float_matrix(name: str, x) -> torch.Tensor:
+    """x as a float32 CPU copy the launcher owns, once checked to be a 2-D float tensor."""
+    check_tensor(name, x, 2, f"({name}_rows, {name}_cols)")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} should be a float tensor, got {describe(x)}")
+    return x.detach().to("cpu", torch.float32)
+
+
+def _check_launch_softmax(x, block) -> tuple[torch.Tensor, int]:
+    """x as float32 on the CPU, and block, once checked."""
+    x = _float_matrix("x", x)
+    block = check_positive_int("block", block, "numbers per block, a power of two")
+    if block & (block - 1):
+        raise ValueError(f"block should be a power of two (tl.arange needs one), got {block}")
+    return x, block
+
+
+def _check_launch_attention(q, k, v, block_m, block_n) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v as float32 on the CPU, once checked."""
+    q, k, v = _float_matrix("q", q), _float_matrix("k", k), _float_matrix("v", v)
+    head_dim = q.shape[1]
+    if k.shape[1] != head_dim or v.shape != k.shape:
+        raise ValueError(f"k and v should be (n_keys, head_dim) with q's head_dim, got q {describe(q)}, "
+                         f"k {describe(k)}, v {describe(v)}")  # fmt: skip
+    for name, value in (("block_m", block_m), ("block_n", block_n), ("head_dim", head_dim)):
+        check_positive_int(name, value, "a block size")
+        if value & (value - 1):
+            raise ValueError(f"{name} should be a power of two (tl.arange needs one), got {value}")
+    return q, k, v
 
 
 # ------------------------------------------------------------------------------------------------------------
