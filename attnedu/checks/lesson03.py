@@ -585,13 +585,8 @@ def _local_p_cases() -> list[Case]:
         case([0.5], 1, [6], kinds(ONE, UNPADDED), "p_t halfway between positions 0 and 1: halves round up"),
         case([1.2], 3, [3], kinds(ONE, UNPADDED), "a source shorter than the window: cut at both ends"),
         case([3.4, 0.0], 1, [8, 2], kinds(PADDED)),
-        case(
-            [5.5, 2.5],
-            3,
-            [12, 12],
-            kinds(UNPADDED),
-            "p_t halfway between two positions (5.5: the window inside the source; 2.5: reaching its start)",
-        ),
+        case([5.5, 2.5], 3, [12, 12], kinds(UNPADDED),
+             "p_t halfway between two positions (5.5: the window inside the source; 2.5: reaching its start)"),
         case([500.3, 1234.8], 100, [1000, 2000], kinds(LARGE, PADDED), "wide windows over long sources"),
     ]
 
