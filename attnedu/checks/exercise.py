@@ -68,6 +68,20 @@ class Variant:
         object.__setattr__(self, "diagnosis", diagnosis)
         object.__setattr__(self, "fns", fns)
 
+    @classmethod
+    def with_changes(cls, wrong: Callable, diagnosis: str, *changes: dict, **change) -> Variant:
+        """The variant whose versions are ``wrong(*args, **c)`` for each keyword dict ``c`` of ``changes`` (one
+        version with ``change`` alone when no dict is given): ``wrong`` is the reference with switches, each switch
+        one known mistake, as a lesson's ``_..._with`` functions are written."""
+
+        def version(c: dict) -> Callable:
+            def fn(*args):
+                return wrong(*args, **c)
+
+            return fn
+
+        return cls(diagnosis, *(version(c) for c in (changes or (change,))))
+
 
 @dataclass(frozen=True)
 class Exercise:
@@ -154,6 +168,15 @@ def generator(seed: int) -> torch.Generator:
 
 def randn(g: torch.Generator, *shape: int) -> torch.Tensor:
     return torch.randn(*shape, generator=g)
+
+
+def explicit_weights(g: torch.Generator, *modules: torch.nn.Module, scale: float = 1.0) -> None:
+    """Overwrite every parameter of ``modules``, in order, with ``scale`` times a draw from ``g``: a case's weights
+    come from its own seed, not from the global RNG that the modules' constructors drew from."""
+    with torch.no_grad():
+        for module in modules:
+            for p in module.parameters():
+                p.copy_(scale * randn(g, *p.shape))
 
 
 def bool_mask(rows: list[list[int]]) -> torch.Tensor:

@@ -14,7 +14,21 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ..masks import padding_mask
-from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn, tokens
+from .exercise import (
+    LARGE,
+    ONE,
+    PADDED,
+    UNPADDED,
+    Case,
+    Exercise,
+    Layout,
+    Variant,
+    explicit_weights,
+    generator,
+    kinds,
+    randn,
+    tokens,
+)
 
 LESSON = "01_rnn_bottleneck"
 
@@ -309,9 +323,8 @@ def _gru_outputs(g: torch.Generator, lengths: list[int], src_len: int, emb: int,
     """What a bidirectional GRU returns for a padded batch: pack, run, pad back (zeros at padding)."""
     with torch.random.fork_rng(devices=[]):  # the constructor draws from the global RNG: leave it as it was
         rnn = nn.GRU(emb, hidden, batch_first=True, bidirectional=True)
+    explicit_weights(g, rnn)
     with torch.no_grad():
-        for p in rnn.parameters():
-            p.copy_(randn(g, *p.shape))
         embedded = randn(g, len(lengths), src_len, emb)
         packed = pack_padded_sequence(embedded, torch.tensor(lengths), batch_first=True, enforce_sorted=False)
         out, _ = rnn(packed)

@@ -32,6 +32,7 @@ from .exercise import (
     Layout,
     Variant,
     bool_mask,
+    explicit_weights,
     generator,
     kinds,
     randn,
@@ -473,10 +474,8 @@ def _decoder_step_cases() -> list[Case]:
             attention = AdditiveAttention(hidden, enc, attn_dim=5)
             cell = nn.GRUCell(emb + enc, hidden)
             out = nn.Linear(hidden + enc + emb, 7)
+        explicit_weights(g, attention, cell, out, scale=0.5)  # v_a nonzero, so the attention is not uniform
         with torch.no_grad():
-            for module in (attention, cell, out):
-                for p in module.parameters():
-                    p.copy_(0.5 * randn(g, *p.shape))  # explicit weights; v_a nonzero so attention is not uniform
             attention.v_a.mul_(scale)
         args = (
             randn(g, batch, emb),

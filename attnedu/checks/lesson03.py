@@ -21,7 +21,20 @@ from torch import nn
 
 from ..attention import context_vector, general_score, local_p_uniform_sum, masked_softmax
 from ..masks import padding_mask
-from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Layout, Variant, generator, kinds, randn
+from .exercise import (
+    LARGE,
+    ONE,
+    PADDED,
+    UNPADDED,
+    Case,
+    Exercise,
+    Layout,
+    Variant,
+    explicit_weights,
+    generator,
+    kinds,
+    randn,
+)
 from .mistakes import TRANSPOSED_SCORES
 
 LESSON = "03_luong_attention"
@@ -419,10 +432,7 @@ def _general_decoder_step_cases() -> list[Case]:
             cell = nn.GRUCell(emb + hidden, hidden)
             combine = nn.Linear(enc + hidden, hidden, bias=False)
             out = nn.Linear(hidden, 7)
-        with torch.no_grad():
-            for module in (cell, combine, out):
-                for p in module.parameters():
-                    p.copy_(0.5 * randn(g, *p.shape))  # explicit weights, not the global RNG's
+        explicit_weights(g, cell, combine, out, scale=0.5)
         args = (
             randn(g, batch, emb),
             randn(g, batch, hidden),

@@ -117,10 +117,7 @@ def _grms(x, weight, groups, eps, *, order="consecutive", over=-1, size=None, ep
 
 
 def _group_variant(diagnosis: str, **changes) -> Variant:
-    def fn(x, weight, groups, eps):
-        return _grms(x, weight, groups, eps, **changes)
-
-    return Variant(diagnosis, fn)
+    return Variant.with_changes(_grms, diagnosis, **changes)
 
 
 def _group_layout(args: tuple) -> tuple[Layout]:
@@ -319,10 +316,7 @@ def _oss(x, W_in, W_down, alpha, limit, *, layout="interleaved", swap=False, slo
 
 
 def _oss_variant(diagnosis: str, **changes) -> Variant:
-    def fn(x, W_in, W_down, alpha, limit):
-        return _oss(x, W_in, W_down, alpha, limit, **changes)
-
-    return Variant(diagnosis, fn)
+    return Variant.with_changes(_oss, diagnosis, **changes)
 
 
 CLAMPED_SWIGLU = Exercise(
@@ -566,10 +560,7 @@ def _block_with(
 
 
 def _block_variant(diagnosis: str, **changes) -> Variant:
-    def fn(*args):
-        return _block_with(*args, **changes)
-
-    return Variant(diagnosis, fn)
+    return Variant.with_changes(_block_with, diagnosis, **changes)
 
 
 def _block_layout(args: tuple) -> tuple[Layout]:
@@ -827,10 +818,7 @@ def _l2_scores(q, k, g_q, g_k):
 
 
 def _qk_variant(diagnosis: str, **changes) -> Variant:
-    def fn(*args):
-        return _qk_with(*args, **changes)
-
-    return Variant(diagnosis, fn)
+    return Variant.with_changes(_qk_with, diagnosis, **changes)
 
 
 def _qk_layout(args: tuple) -> tuple[Layout]:
@@ -987,10 +975,7 @@ def _bound_with(q_weight, k_weight, *, factor="sqrt", combine="product", magnitu
 
 
 def _bound_variant(diagnosis: str, **changes) -> Variant:
-    def fn(q_weight, k_weight):
-        return _bound_with(q_weight, k_weight, **changes)
-
-    return Variant(diagnosis, fn)
+    return Variant.with_changes(_bound_with, diagnosis, **changes)
 
 
 LARGEST_QK_SCORE = Exercise(

@@ -110,13 +110,7 @@ def _chunk_with(q, k_new, v_new, k_cache, v_cache, *, offset=0, positions="chunk
 
 
 def _chunk_variant(diagnosis: str, *changes: dict) -> Variant:
-    def version(change):
-        def fn(*args):
-            return _chunk_with(*args, **change)
-
-        return fn
-
-    return Variant(diagnosis, *(version(c) for c in changes))
+    return Variant.with_changes(_chunk_with, diagnosis, *changes)
 
 
 KV_CACHE_CHUNK = Exercise(
@@ -331,13 +325,7 @@ def _paged_with(q, k_pool, v_pool, block_table, lengths, *, pairing="interleave"
 
 
 def _paged_variant(diagnosis: str, *changes: dict) -> Variant:
-    def version(change):
-        def fn(*args):
-            return _paged_with(*args, **change)
-
-        return fn
-
-    return Variant(diagnosis, *(version(c) for c in changes))
+    return Variant.with_changes(_paged_with, diagnosis, *changes)
 
 
 PAGED_DECODE = Exercise(
@@ -487,13 +475,7 @@ def _bytes_with(L, H, Hkv, d, b, s, n, w, *, heads="kv", kv=2, window="min", dty
 
 
 def _bytes_variant(diagnosis: str, *changes: dict, **change) -> Variant:
-    def version(c):
-        def fn(*args):
-            return _bytes_with(*args, **c)
-
-        return fn
-
-    return Variant(diagnosis, *(version(c) for c in (changes or (change,))))
+    return Variant.with_changes(_bytes_with, diagnosis, *changes, **change)
 
 
 CACHE_BYTES = Exercise(
@@ -667,13 +649,7 @@ def _rolling_with(q, k_new, v_new, k_buffer, v_buffer, position, *, slot="mod", 
 
 
 def _rolling_variant(diagnosis: str, *changes: dict) -> Variant:
-    def version(change):
-        def fn(*args):
-            return _rolling_with(*args, **change)
-
-        return fn
-
-    return Variant(diagnosis, *(version(c) for c in changes))
+    return Variant.with_changes(_rolling_with, diagnosis, *changes)
 
 
 ROLLING_STEP = Exercise(
