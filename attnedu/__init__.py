@@ -28,8 +28,9 @@ One concept per module; a lesson's library code lives in the module its concept 
     triton_basics      small Triton kernels run on the CPU under the interpreter, memory-checked: lesson 08's practice
     bench, bench_gpu   python -m attnedu.bench: time and memory of naive, tiled, SDPA and Triton attention;
                        bench_gpu holds the GPU suite of make gpu-bench (08); measurements, below both, the
-                       methods compared and the records they produce
-    plots, diagrams    attention heat maps and other figures; the diagram of each lesson's model
+                       methods compared and the records they produce; bench_report, their tables, figure and files
+    plots, diagrams    attention heat maps and other figures; the diagram of each lesson's model (diagrams/: one
+                       module per group of lessons)
     widgets            interactive controls for JupyterLab
     checks             the graded exercises: one module per lesson (lessonNN.py) and the machinery that checks them
     build_exercises    exercises/ generated from solutions/

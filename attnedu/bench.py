@@ -33,16 +33,16 @@ Method:
   before the call, minus what the call returned.
 Nothing here asserts a time: numbers are reported with the machine's load average, for a reader to judge.
 
-Three modules, each importing only those below it: ``attnedu.measurements`` (the methods, each called as
+Four modules, each importing only those below it: ``attnedu.measurements`` (the methods, each called as
 ``fn(q, k, v, is_causal=...)``, the inputs, ``Measurement`` and ``Benchmark``, provenance), ``attnedu.bench_gpu``
-(do_bench timing and the GPU suite) and this one (CPU timing and memory, the runs, the reports, the command).
+(do_bench timing and the GPU suite), ``attnedu.bench_report`` (the tables, the figure, the files) and this one (CPU
+timing and memory, the runs, the command).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import subprocess
@@ -56,18 +56,16 @@ import torch
 
 from . import bench_gpu
 from ._validate import check_bool, check_choice, check_int, check_number, check_positive_ints, describe
+from .bench_report import markdown, write
 from .measurements import (
     DEVICES,
     DTYPES,
     METHODS,
     MODES,
     Benchmark,
-    Measurement,
     MiB,
     check_device,
     check_run_arguments,
-    format_ms,
-    format_tflops,
     free_cache,
     is_out_of_memory,
     load_average,
@@ -312,145 +310,6 @@ def _run_cuda_shapes(bench, chosen, shapes, batch, heads, dtype, memory, memory_
             bench.results.append(make_measurement(name, method, n, head_dim, is_causal, mode, dtype, batch, heads, [],
                                               **result))  # fmt: skip
         del q, k, v, grad_out
-
-
-# ------------------------------------------------------------------------------------------------------------
-# the report
-# ------------------------------------------------------------------------------------------------------------
-
-
-def cpu_targets(bench: Benchmark, n: int = 4096, head_dim: int = 64) -> list[dict]:
-    """The CPU targets at (n, head_dim), not causal: the tiled PyTorch version within 1.5 times SDPA's fused kernel's
-    time, forward and (where measured) forward+backward; at least 1.5 times faster than naive attention, and at least
-    n / (4 head_dim) times less extra memory, forward. One row per target that the benchmark measured."""
-    rows = []
-    for mode in MODES:
-        tiled, sdpa = (bench.find(m, n, head_dim, False, ran=True, mode=mode) for m in ("tiled", "sdpa"))
-        if tiled and sdpa:
-            rows.append({"target": f"tiled time / SDPA time, {mode}", "value": tiled.median_ms / sdpa.median_ms,
-                         "bound": "<= 1.5"})  # fmt: skip
-    naive, tiled = (bench.find(m, n, head_dim, False, ran=True) for m in ("naive", "tiled"))
-    if naive and tiled:
-        rows.append({"target": "naive time / tiled time, forward", "value": naive.median_ms / tiled.median_ms,
-                     "bound": ">= 1.5"})  # fmt: skip
-        if naive.extra_mib is not None and tiled.extra_mib is not None and tiled.extra_mib >= 1.0:
-            memory = naive.extra_mib / tiled.extra_mib
-            bound = f">= {n / (4 * head_dim):g}"
-            rows.append({"target": "naive extra memory / tiled extra memory, forward", "value": memory, "bound": bound})
-    for row in rows:
-        op, bound = row["bound"].split()
-        row["met"] = row["value"] <= float(bound) if op == "<=" else row["value"] >= float(bound)
-    return rows
-
-
-def _spread(r: Measurement) -> str:
-    if r.q20_ms is not None and r.q80_ms is not None:
-        return f"{format_ms(r.q20_ms)}-{format_ms(r.q80_ms)}"
-    return f"{format_ms(r.min_ms)}-{format_ms(r.max_ms)}"
-
-
-def markdown(bench: Benchmark, note: str = "") -> str:
-    p = bench.provenance
-    lines = [f"# Attention benchmark: {p['device']}", ""]
-    lines += [f"- **{key}**: {value}" for key, value in p.items() if key not in ("methods",)]
-    lines += ["- **methods**: " + "; ".join(f"`{k}` = {v}" for k, v in p.get("methods", {}).items())]
-    spread = p.get("spread", "min-max over rounds")
-    for mode, dtype in dict.fromkeys((r.mode, r.dtype) for r in bench.results):
-        rows = [r for r in bench.results if (r.mode, r.dtype) == (mode, dtype)]
-        lines += ["", f"## {mode}, {dtype or p.get('dtype')}", ""]
-        lines += [f"| N | head_dim | causal | batch x heads | method | median ms | spread ms ({spread}) | TFLOP/s "
-                  "| first call ms | extra memory MiB |", "|---" * 10 + "|"]  # fmt: skip
-        for r in rows:
-            shape = f"| {r.n} | {r.head_dim} | {'yes' if r.causal else 'no'} | "
-            shape += f"{r.batch} x {r.heads} | " if r.batch else "- | "
-            shape += f"{r.label} | "
-            if r.error:
-                lines.append(shape + f"{r.error} | - | - | - | - |")
-                continue
-            first = "-" if r.first_call_ms is None else format_ms(r.first_call_ms)
-            memory = "-" if r.extra_mib is None else f"{r.extra_mib:,.1f}"
-            timing = f"{format_ms(r.median_ms)} | {_spread(r)} | {format_tflops(r.tflops)}"
-            lines.append(shape + f"{timing} | {first} | {memory} |")
-    ratios = bench.ratios()
-    keys = list(dict.fromkeys(k for row in ratios for k in row if k not in ("mode", "dtype", "n", "head_dim",
-                                                                             "causal")))  # fmt: skip
-    if keys:
-        lines += ["", "## Ratios", "", "| mode | dtype | N | head_dim | causal | " + " | ".join(keys) + " |",
-                  "|---" * (5 + len(keys)) + "|"]  # fmt: skip
-        for row in ratios:
-            cells = [f"{row[k]:.2f}" if k in row else "-" for k in keys]
-            shape = f"| {row['mode']} | {row['dtype'] or p.get('dtype')} | {row['n']} | {row['head_dim']} | "
-            lines.append(shape + f"{'yes' if row['causal'] else 'no'} | " + " | ".join(cells) + " |")
-    oom = bench.out_of_memory()
-    if oom:
-        lines += ["", "## Out of memory", "", "| method | mode | dtype | head_dim | causal | first N out of memory | "
-                  "longest N that ran |", "|---" * 7 + "|"]  # fmt: skip
-        lines += [f"| {o['method']} | {o['mode']} | {o['dtype']} | {o['head_dim']} | {'yes' if o['causal'] else 'no'} "
-                  f"| {o['first_n_out_of_memory']} | {o['longest_n_that_ran'] or '-'} |" for o in oom]  # fmt: skip
-    targets = cpu_targets(bench)
-    if targets and p["device_kind"] == "cpu":
-        lines += ["", "## CPU targets (N = 4096, head_dim = 64, not causal)", "", "| target | measured | bound | met |",
-                  "|---|---|---|---|"]  # fmt: skip
-        lines += [f"| {t['target']} | {t['value']:.2f} | {t['bound']} | {'yes' if t['met'] else 'no'} |"
-                  for t in targets]  # fmt: skip
-    if note:
-        lines += ["", note]
-    return "\n".join(lines) + "\n"
-
-
-def plot_benchmark(fig, bench: Benchmark, head_dim: int | None = None, causal: bool = False, *,
-                   mode: str | None = None, dtype: str | None = None):  # fmt: skip
-    """Two panels into ``fig``: median time against N (the spread as error bars), and extra memory against N, one
-    line per method, both on log scales; for one head_dim, causal setting, mode and dtype (by default the first
-    result's)."""
-    first = bench.results[0]
-    head_dim, mode = head_dim or first.head_dim, mode or first.mode
-    dtype = dtype or first.dtype
-    rows = [r for r in bench.results if (r.head_dim, r.causal, r.mode) == (head_dim, causal, mode)
-            and r.dtype in (None, dtype) and not r.error]  # fmt: skip
-    left, right = fig.subplots(1, 2)
-    for method in dict.fromkeys(r.method for r in rows):
-        mine = sorted((r for r in rows if r.method == method), key=lambda r: r.n)
-        ns = [r.n for r in mine]
-        medians = [r.median_ms for r in mine]
-        low = [r.q20_ms if r.q20_ms is not None else r.min_ms for r in mine]
-        high = [r.q80_ms if r.q80_ms is not None else r.max_ms for r in mine]
-        spread = [[m - lo for m, lo in zip(medians, low)], [hi - m for m, hi in zip(medians, high)]]
-        left.errorbar(ns, medians, yerr=spread, marker="o", capsize=3, label=mine[0].label)
-        measured = [(r.n, r.extra_mib) for r in mine if r.extra_mib is not None]
-        if measured:
-            right.plot(*zip(*[(n, max(m, 0.1)) for n, m in measured]), marker="o", label=mine[0].label)
-    kind = f"{dtype or bench.provenance.get('dtype')}, head_dim {head_dim}{', causal' if causal else ''}"
-    kind += ", forward+backward" if mode == "forward+backward" else ""
-    left.set(xscale="log", yscale="log", xlabel="sequence length N", ylabel="median time (ms)", title=f"time ({kind})")
-    right.set(xscale="log", yscale="log", xlabel="sequence length N", ylabel="extra memory (MiB)",
-              title="peak memory beyond inputs and output")  # fmt: skip
-    for ax in (left, right):
-        ax.set_xticks(sorted({r.n for r in rows}), labels=[str(n) for n in sorted({r.n for r in rows})])
-        ax.minorticks_off()
-        ax.grid(alpha=0.3)
-    left.legend(fontsize=8)
-    return left, right
-
-
-def write(bench: Benchmark, prefix: str | os.PathLike, note: str = "") -> list[Path]:
-    """``prefix``.json, .md and .png."""
-    from matplotlib.figure import Figure
-
-    prefix = Path(prefix)
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    paths = [prefix.with_suffix(".json"), prefix.with_suffix(".md"), prefix.with_suffix(".png")]
-    paths[0].write_text(json.dumps(bench.to_json(), indent=1) + "\n")
-    paths[1].write_text(markdown(bench, note))
-    if bench.provenance.get("suite"):
-        columns = len({(r.head_dim, r.causal) for r in bench.results})
-        fig = Figure(figsize=(3.6 * columns + 1, 3.3 * len({r.mode for r in bench.results})), layout="constrained")
-        bench_gpu.plot_throughput(fig, bench)
-    else:
-        fig = Figure(figsize=(11, 4), layout="constrained")
-        plot_benchmark(fig, bench)
-    fig.savefig(paths[2], dpi=100)
-    return paths
 
 
 # ------------------------------------------------------------------------------------------------------------

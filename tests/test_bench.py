@@ -12,7 +12,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from attnedu import bench, bench_gpu, measurements
+from attnedu import bench, bench_gpu, bench_report, measurements
 from attnedu.flash import attention_flops
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +84,7 @@ def test_forward_and_backward_on_the_cpu():
         flops = attention_flops(1, 2, 64, 64, 16) * (3.5 if r.mode == "forward+backward" else 1)
         assert r.tflops == pytest.approx(flops / (r.median_ms / 1000) / 1e12)
     assert {row["mode"] for row in run.ratios()} == set(bench.MODES)
-    assert "## forward+backward, float32" in bench.markdown(run)
+    assert "## forward+backward, float32" in bench_report.markdown(run)
 
 
 def test_memory_measurement_sees_the_score_matrices():
@@ -99,20 +99,20 @@ def test_memory_measurement_sees_the_score_matrices():
 
 def test_plot_and_targets_from_a_stored_benchmark():
     def m(method, n, ms, mib):
-        return bench.Measurement(method, method, n, 64, False, [ms], ms, ms, ms, 1.0, mib)
+        return measurements.Measurement(method, method, n, 64, False, [ms], ms, ms, ms, 1.0, mib)
 
     stored = bench.Benchmark({"dtype": "float32", "device_kind": "cpu", "device": "CPU: test", "methods": {}}, [
         m("naive", 4096, 900.0, 1024.0), m("tiled", 4096, 400.0, 16.0), m("sdpa", 4096, 300.0, 8.0),
     ])  # fmt: skip
-    targets = {t["target"]: t for t in bench.cpu_targets(stored)}
+    targets = {t["target"]: t for t in bench_report.cpu_targets(stored)}
     assert all(t["met"] for t in targets.values()) and len(targets) == 3  # no forward+backward measured
     assert targets["naive extra memory / tiled extra memory, forward"]["value"] == 64
     assert targets["tiled time / SDPA time, forward"]["value"] == 400 / 300
     slow = bench.Benchmark(stored.provenance, [m("tiled", 4096, 500.0, 16.0), m("sdpa", 4096, 300.0, 8.0)])
-    assert [t["met"] for t in bench.cpu_targets(slow)] == [False]  # 1.67 times SDPA misses the 1.5 bound
+    assert [t["met"] for t in bench_report.cpu_targets(slow)] == [False]  # 1.67 times SDPA misses the 1.5 bound
     again = bench.Benchmark.from_json(json.loads(json.dumps(stored.to_json())))
     assert again.find("tiled", 4096, 64, False).extra_mib == 16.0
-    left, right = bench.plot_benchmark(Figure(), stored)
+    left, right = bench_report.plot_benchmark(Figure(), stored)
     assert len(left.lines) >= 3 and len(right.lines) == 3
 
 
@@ -121,10 +121,10 @@ def test_the_stored_cpu_results_still_load():
     modes, causal and not, and every CPU target."""
     stored = bench.Benchmark.load(ROOT / "benchmarks" / "attention_cpu.json")
     assert {(r.mode, r.causal) for r in stored.results} == {(m, c) for m in bench.MODES for c in (False, True)}
-    assert len(bench.cpu_targets(stored)) == 4
+    assert len(bench_report.cpu_targets(stored)) == 4
     assert all("naive / tiled time" in row for row in stored.ratios())
-    bench.plot_benchmark(Figure(), stored)
-    assert "| N | head_dim |" in bench.markdown(stored)
+    bench_report.plot_benchmark(Figure(), stored)
+    assert "| N | head_dim |" in bench_report.markdown(stored)
 
 
 def test_a_method_that_runs_out_of_memory_is_recorded_not_fatal():
@@ -134,15 +134,15 @@ def test_a_method_that_runs_out_of_memory_is_recorded_not_fatal():
     times, errors = bench.time_methods({"fine": lambda: None, "naive": too_big}, "cpu", repeats=2, warmup=1,
                                        min_run_time=0.001)  # fmt: skip
     assert errors == {"naive": "out of memory"} and len(times["fine"]) == 2 and "naive" not in times
-    ok = bench.Measurement("tiled", "tiled", 8192, 64, False, [5.0], 5.0, 5.0, 5.0, 1.0, 4.0)
-    sdpa = bench.Measurement("sdpa", "SDPA-flash", 8192, 64, False, [2.0], 2.0, 2.0, 2.0, 2.0, 1.0)
-    failed = bench.Measurement("naive", "naive", 8192, 64, False, [], None, None, None, None, error="out of memory")
+    ok = measurements.Measurement("tiled", "tiled", 8192, 64, False, [5.0], 5.0, 5.0, 5.0, 1.0, 4.0)
+    sdpa = measurements.Measurement("sdpa", "SDPA-flash", 8192, 64, False, [2.0], 2.0, 2.0, 2.0, 2.0, 1.0)
+    failed = measurements.Measurement("naive", "naive", 8192, 64, False, [], None, None, None, None, error="out of memory")
     stored = bench.Benchmark({"dtype": "bfloat16", "device_kind": "cuda", "device": "GPU", "methods": {}},
                              [failed, ok, sdpa])  # fmt: skip
     shape = {"mode": "forward", "dtype": None, "n": 8192, "head_dim": 64, "causal": False}
     assert stored.ratios() == [{**shape, "tiled / sdpa time": 2.5}]
-    assert "| naive | out of memory |" in bench.markdown(stored)
-    left, _ = bench.plot_benchmark(Figure(), stored)
+    assert "| naive | out of memory |" in bench_report.markdown(stored)
+    left, _ = bench_report.plot_benchmark(Figure(), stored)
     assert len(left.lines) >= 2
 
 
@@ -216,13 +216,13 @@ def test_gpu_suite_table_ratios_and_throughput_with_a_fake_timer(fake_gpu, tmp_p
     assert ratios[("forward", True, 128)]["triton / sdpa_flash throughput"] == 2.0
     assert ratios[("forward+backward", False, 128)]["naive / triton time"] == 4.0
     assert "naive / triton time" not in ratios[("forward", False, 256)]  # naive did not run there
-    text = bench.markdown(suite)
+    text = bench_report.markdown(suite)
     for part in ("## forward, bfloat16", "## forward+backward, bfloat16", "| 128 | 16 | no | 8 x 4 | fake triton |",
                  "TFLOP/s", "first call ms", "## Out of memory", "not supported", "## Ratios"):  # fmt: skip
         assert part in text, part
     for key in ("shapes", "timing", "flops", "batch", "heads", "dtypes", "date", "torch", "seconds", "methods"):
         assert suite.provenance[key] is not None, key
-    paths = bench.write(suite, tmp_path / "suite")
+    paths = bench_report.write(suite, tmp_path / "suite")
     assert paths[2].stat().st_size > 1000 and bench.Benchmark.load(paths[0]).results == suite.results
 
 
@@ -287,7 +287,7 @@ def test_gpu_suite_runs_on_a_real_gpu(tmp_path):
         assert triton.first_call_ms >= triton.median_ms
     for key in ("gpu", "nvidia_smi", "cuda", "cudnn", "tf32_matmul", "l2", "triton_autotune"):
         assert key in suite.provenance, key
-    paths = bench.write(suite, tmp_path / "attention_cuda")
+    paths = bench_report.write(suite, tmp_path / "attention_cuda")
     assert all(p.exists() for p in paths)
 
 
