@@ -158,7 +158,7 @@ def test_heads_and_merge_are_forward_in_two_steps():
 
 def test_the_kv_cache_hook_equals_attention_over_the_whole_sequence():
     """_attend with a cache, fed 3 tokens then 1 at a time, gives what causal attention over the sequence gives."""
-    from attnedu.inference import KVCache
+    from attnedu.kv_cache import KVCache
 
     torch.manual_seed(2)
     attention = MultiHeadAttention(16, 4, bias=False, num_kv_heads=2)
