@@ -146,7 +146,8 @@ def test_head_gate_scales_each_head_before_w_o():
 
 
 def test_heads_and_merge_are_forward_in_two_steps():
-    """_heads (each head before W_o) then _merge (gate, concat, W_o): what ablation in attnedu.heads edits between."""
+    """_heads (each head before W_o) then _merge (gate, concat, W_o): what ablation in attnedu.induction_heads edits
+    between."""
     torch.manual_seed(1)
     attention = MultiHeadAttention(8, 2, num_kv_heads=1)
     x, y = torch.randn(3, 4, 8), torch.randn(3, 6, 8)
