@@ -163,14 +163,20 @@ def check_ablated_forward(model, tokens, removed, means, paths, PATHS) -> tuple[
     return removed, paths
 
 
-def check_induction_ablation(model, held_out, scored, removed, mean, paths, PATHS) -> tuple[list[tuple], tuple]:
-    """The checks ``induction_ablation`` made on its way (its data, ``head_means``'s, ``ablated_forward``'s), in the
-    same order. -> removed as checked (layer, head) pairs, paths as a tuple."""
+def check_induction_ablation(model, held_out, scored, mean) -> None:
+    """The checks ``induction_ablation`` makes before it measures the means: its data, and with ``mean``
+    ``head_means``'s."""
     check_repeats(held_out)
     check_tensor("scored", scored, 2, "(m, seq_len) token ids: held_out_varied()[0], the tokens, not the pair")
     if mean:
         check_head_means(model, scored)
-        if held_out.shape[1] != scored.shape[1]:
-            raise ValueError(f"held_out and scored should have one length for mean ablation (the means are per "
-                             f"position), got {describe(held_out)} and {describe(scored)}")  # fmt: skip
-    return check_ablated_forward(model, held_out, removed, None, paths, PATHS)
+
+
+def check_ablation_of(model, held_out, scored, removed, means, paths, PATHS) -> tuple[list[tuple], tuple]:
+    """The checks ``induction_ablation`` makes once the means are measured (a ``scored`` the model cannot read has
+    failed there first): one length for mean ablation, then ``ablated_forward``'s. -> removed as checked (layer, head)
+    pairs, paths as a tuple."""
+    if means is not None and held_out.shape[1] != scored.shape[1]:
+        raise ValueError(f"held_out and scored should have one length for mean ablation (the means are per "
+                         f"position), got {describe(held_out)} and {describe(scored)}")  # fmt: skip
+    return check_ablated_forward(model, held_out, removed, means, paths, PATHS)

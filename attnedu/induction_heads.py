@@ -34,6 +34,7 @@ from torch import nn
 
 from ._validate_induction_heads import (
     check_ablated_forward,
+    check_ablation_of,
     check_crossing_steps,
     check_head_means,
     check_in_context_losses,
@@ -400,8 +401,9 @@ def induction_ablation(
     ``held_out`` (n, 2 period), the mean of ``repeat_losses``'s per-sequence losses, and the prefix-matching score
     of every head on ``scored`` (m, seq_len) token ids (``held_out_varied``'s), (num_layers, num_heads). With
     ``removed`` empty, the trained model as it is."""
-    removed, paths = check_induction_ablation(model, held_out, scored, removed, mean, paths, PATHS)
-    means = _head_means(model, scored) if mean else None
+    check_induction_ablation(model, held_out, scored, mean)
+    means = _head_means(model, scored) if mean else None  # measured before the rest is checked
+    removed, paths = check_ablation_of(model, held_out, scored, removed, means, paths, PATHS)
     logits, _ = _ablated_forward(model, held_out, removed, means, paths)
     second = _repeat_loss(logits, held_out).mean().item()
     _, weights = _ablated_forward(model, scored, removed, means, paths)
