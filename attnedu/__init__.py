@@ -24,7 +24,7 @@ One concept per module; a lesson's library code lives in the module its concept 
     train              training loop, greedy translation, accuracy by length; training and scoring a language model
     analysis           attention maps, alignment accuracy, crossing rate, gradient paths
     head_scores        what heads do, measured: Clark et al.'s statistics, prefix matching, head gates (11)
-    induction_heads    induction heads trained live: the phase change, head scores over training, ablation (11)
+    induction          induction heads trained live: the phase change, head scores over training, ablation (11)
     pretrained         a pretrained BERT (all-MiniLM-L6-v2) read offline from its package into BertEncoder (11)
     flash              online softmax, tiles, tiled (Flash) attention in PyTorch, forward and backward (08)
     triton_attention   FlashAttention-2, forward and backward, as Triton kernels (GPU, or CPU interpreter) (08)

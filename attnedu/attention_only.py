@@ -1,5 +1,5 @@
 """An attention-only language model (lesson 11; Elhage et al. 2021, Olsson et al. 2022), where induction heads form
-(``attnedu.induction_heads.train_induction`` trains it, ``attnedu.head_scores`` and ``induction_heads`` measure and
+(``attnedu.induction.train_induction`` trains it, ``attnedu.head_scores`` and ``induction`` measure and
 ablate its heads)."""
 
 from __future__ import annotations

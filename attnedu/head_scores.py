@@ -22,7 +22,7 @@ weighting each query alike. Positions, heads and layers count from 0.
     max_entropy(n)                           ln n, the entropy of uniform weights over n keys
 
 The induction experiment of lesson 11 (training, held-out data, the phase change, ablation) is in
-``attnedu.induction_heads``. Each public function checks its arguments in one call (the checks are at the end of this
+``attnedu.induction``. Each public function checks its arguments in one call (the checks are at the end of this
 module), then the math; ``_induction_targets``, ``_prefix_matching`` and ``_head_gates`` are the unchecked versions
 the package's own callers use.
 """

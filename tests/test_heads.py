@@ -1,4 +1,4 @@
-"""Lesson 11's head statistics (attnedu.head_scores, attnedu.induction_heads) on attention patterns built by hand, where
+"""Lesson 11's head statistics (attnedu.head_scores, attnedu.induction) on attention patterns built by hand, where
 the right number is known; the repeated-token task; a short induction training run (the lesson asserts the trained
 effect itself)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnedu import head_scores, induction_heads
+from attnedu import head_scores, induction
 from attnedu.tasks import repeated_tokens
 
 
@@ -92,7 +92,7 @@ def test_prefix_matching_on_heads_built_by_hand():
     """An induction head scores 1 however it spreads over the earlier copies; heads that look by position alone, a
     uniform head and a previous-token head score low on sequences whose blocks differ in length, and never above
     best_positional_score; a fixed offset scores 1 when every block has the same length."""
-    tokens, periods = induction_heads.held_out_varied(64, seed=3)
+    tokens, periods = induction.held_out_varied(64, seed=3)
     batch, length = tokens.shape
     targets = head_scores.induction_targets(tokens)
 
@@ -134,7 +134,7 @@ def test_prefix_matching_on_heads_built_by_hand():
 
 def test_best_positional_score_is_the_best_head_by_position():
     """The bound is reached by the head that puts each row on its best key, and no offset head beats it."""
-    tokens, _ = induction_heads.held_out_varied(40, periods=(2, 5), length=12, vocab=6, seed=8)
+    tokens, _ = induction.held_out_varied(40, periods=(2, 5), length=12, vocab=6, seed=8)
     targets = head_scores.induction_targets(tokens).double()
     counted = targets.amax(-1).sum(-1)
     share = (targets / counted[:, None, None]).mean(0)
@@ -168,14 +168,14 @@ def test_prefix_matching_padding_and_bad_inputs():
 
 def test_crossing_steps():
     steps = [0, 10, 20, 30, 40]
-    assert induction_heads.crossing_steps(steps, [4.0, 3.9, 2.0, 1.0, 0.0], (0.1, 0.5, 0.9)) == [20, 20, 40]  # a fall
-    assert induction_heads.crossing_steps(steps, [0.1, 0.2, 0.5, 0.6, 0.9], (0.25, 0.5)) == [20, 20]  # a rise
+    assert induction.crossing_steps(steps, [4.0, 3.9, 2.0, 1.0, 0.0], (0.1, 0.5, 0.9)) == [20, 20, 40]  # a fall
+    assert induction.crossing_steps(steps, [0.1, 0.2, 0.5, 0.6, 0.9], (0.25, 0.5)) == [20, 20]  # a rise
     with pytest.raises(ValueError, match="should change"):
-        induction_heads.crossing_steps(steps, [1.0] * 5)
+        induction.crossing_steps(steps, [1.0] * 5)
     with pytest.raises(ValueError, match="equal length"):
-        induction_heads.crossing_steps(steps, [1.0, 2.0])
+        induction.crossing_steps(steps, [1.0, 2.0])
     with pytest.raises(ValueError, match="fractions"):
-        induction_heads.crossing_steps(steps, [0.0, 1, 2, 3, 4], (0.0,))
+        induction.crossing_steps(steps, [0.0, 1, 2, 3, 4], (0.0,))
 
 
 def test_in_context_losses():
@@ -185,7 +185,7 @@ def test_in_context_losses():
     logits[0, 3:, :] = -100.0  # from position 3 on, certain of the right next token
     for t in range(3, 5):
         logits[0, t, tokens[0, t + 1]] = 100.0
-    first, second = induction_heads.in_context_losses(logits, tokens, period)
+    first, second = induction.in_context_losses(logits, tokens, period)
     assert first == pytest.approx(math.log(vocab))
     assert second == pytest.approx(0.0, abs=1e-6)
 
@@ -212,14 +212,14 @@ def test_head_gates_and_strongest():
 
 def test_train_induction_short_run_is_reproducible():
     torch.set_num_threads(1)
-    held_out = induction_heads.held_out_repeats(16)
-    runs = [induction_heads.train_induction(2, held_out, seed=3, steps=20, every=10) for _ in range(2)]
+    held_out = induction.held_out_repeats(16)
+    runs = [induction.train_induction(2, held_out, seed=3, steps=20, every=10) for _ in range(2)]
     assert runs[0].steps == [0, 10, 20]
     assert runs[0].second == runs[1].second
-    prefix, previous = induction_heads.induction_scores(runs[0].model, held_out)
+    prefix, previous = induction.induction_scores(runs[0].model, held_out)
     assert prefix.shape == previous.shape == (2, 2)
     with pytest.raises(TypeError, match="unknown recipe keys"):
-        induction_heads.train_induction(1, held_out, step=3)
+        induction.train_induction(1, held_out, step=3)
 
 
 @pytest.mark.parametrize(
@@ -230,7 +230,7 @@ def test_train_induction_short_run_is_reproducible():
         (lambda: head_scores.previous_token_score(torch.ones(1, 1, 3, 3), torch.ones(1, 4, dtype=torch.bool)), "real"),
         (lambda: head_scores.prefix_matching(torch.ones(1, 1, 6, 6), torch.zeros(1, 5, dtype=torch.long)), "weights"),
         (
-            lambda: induction_heads.in_context_losses(torch.ones(1, 6, 4), torch.zeros(1, 5, dtype=torch.long), 3),
+            lambda: induction.in_context_losses(torch.ones(1, 6, 4), torch.zeros(1, 5, dtype=torch.long), 3),
             "2 \\* period",
         ),
     ],
@@ -241,13 +241,11 @@ def test_bad_inputs(call, message):
 
 
 def test_calibration_ranges_reads_the_file():
-    ranges = induction_heads.calibration_ranges()
+    ranges = induction.calibration_ranges()
     low, high = ranges[2, "prefix"]
     assert 0 < low <= high <= 1 and (1, "prefix") in ranges and (2, "rate_gap") in ranges
-    first_file = (
-        Path(induction_heads.__file__).resolve().parents[1] / "benchmarks" / induction_heads.CALIBRATION_FILES[0]
-    )
-    one = induction_heads.calibration_ranges(first_file)
+    first_file = Path(induction.__file__).resolve().parents[1] / "benchmarks" / induction.CALIBRATION_FILES[0]
+    one = induction.calibration_ranges(first_file)
     assert one[2, "prefix"][0] >= low and one[2, "prefix"][1] <= high  # the union over the files holds each file's
 
 
@@ -258,7 +256,7 @@ def test_the_removal_prediction_margin_separates_what_it_says():
     half; (b) one removed: the intact loss, the one-layer model's and "both removed" none."""
     from attnedu.checks.lesson11 import REMOVAL_MARGIN as m
 
-    ranges = induction_heads.calibration_ranges()
+    ranges = induction.calibration_ranges()
     low, high = ranges[2, "layer1_minus_uniform"]  # (a) minus ln 32, per run
     assert -m <= low and high <= m, (low, high)
     assert ranges[2, "layer1_minus_one_layer"][0] > 2 * m  # (a) minus the one-layer model's loss, per run
@@ -279,7 +277,7 @@ def test_attention_only_head_gates_remove_exactly_one_heads_output():
     """Gates of ones change nothing; a gate of 0 equals zeroing that head's columns of W_O (an independent route:
     the weights edited, no gates); a half gate halves the head's contribution; bad gates are refused by name."""
     model = _induction_model(layers=2, heads_per_layer=2, seed=1)
-    tokens = induction_heads.held_out_repeats(3, 6, 12)
+    tokens = induction.held_out_repeats(3, 6, 12)
     with torch.no_grad():
         plain, plain_weights = model(tokens)
         ones, ones_weights = model(tokens, head_scores.head_gates(2, 2))
@@ -300,52 +298,50 @@ def test_attention_only_head_gates_remove_exactly_one_heads_output():
 
 def test_repeat_losses_and_induction_ablation():
     model = _induction_model(layers=2, heads_per_layer=2, seed=2)
-    tokens = induction_heads.held_out_repeats(5, 6, 12)
+    tokens = induction.held_out_repeats(5, 6, 12)
     with torch.no_grad():
-        _, second = induction_heads.in_context_losses(model(tokens)[0], tokens, 6)
-    per_sequence = induction_heads.repeat_losses(model, tokens)
+        _, second = induction.in_context_losses(model(tokens)[0], tokens, 6)
+    per_sequence = induction.repeat_losses(model, tokens)
     assert per_sequence.shape == (5,) and math.isclose(per_sequence.mean().item(), second, rel_tol=1e-6)
     # by hand, for one sequence and one removed head: -ln p(token t + 1) at t = 6 .. 10
     with torch.no_grad():
         logits, _ = model(tokens, head_scores.head_gates(2, 2, [(1, 0)]))
     log_p = logits[0].log_softmax(-1)
     by_hand = -sum(log_p[t, tokens[0, t + 1]].item() for t in range(6, 11)) / 5
-    assert math.isclose(induction_heads.repeat_losses(model, tokens, [(1, 0)])[0].item(), by_hand, rel_tol=1e-5)
-    varied, _ = induction_heads.held_out_varied(8, length=12, periods=(2, 5), vocab=12)
-    loss, prefix = induction_heads.induction_ablation(model, tokens, varied, [(1, 0)])
-    assert math.isclose(loss, induction_heads.repeat_losses(model, tokens, [(1, 0)]).mean().item(), rel_tol=1e-6)
+    assert math.isclose(induction.repeat_losses(model, tokens, [(1, 0)])[0].item(), by_hand, rel_tol=1e-5)
+    varied, _ = induction.held_out_varied(8, length=12, periods=(2, 5), vocab=12)
+    loss, prefix = induction.induction_ablation(model, tokens, varied, [(1, 0)])
+    assert math.isclose(loss, induction.repeat_losses(model, tokens, [(1, 0)]).mean().item(), rel_tol=1e-6)
     gates = head_scores.head_gates(2, 2, [(1, 0)])
-    assert torch.equal(prefix, induction_heads.induction_scores(model, varied, head_gates=gates)[0])
+    assert torch.equal(prefix, induction.induction_scores(model, varied, head_gates=gates)[0])
     with pytest.raises(ValueError, match="tokens should be \\(n, 2 \\* period\\)"):
-        induction_heads.repeat_losses(model, tokens[:, :11])
+        induction.repeat_losses(model, tokens[:, :11])
     with pytest.raises(ValueError, match="head"):
-        induction_heads.repeat_losses(model, tokens, [(1, 2)])
+        induction.repeat_losses(model, tokens, [(1, 2)])
     with pytest.raises(TypeError, match="AttentionOnlyTransformer"):
-        induction_heads.repeat_losses(torch.nn.Linear(2, 2), tokens)
+        induction.repeat_losses(torch.nn.Linear(2, 2), tokens)
 
 
 def test_induction_rule_loss():
     """0 when every block's tokens are distinct; ln 2 at a token that occurred twice with two different followers."""
     distinct = torch.stack([torch.randperm(12, generator=torch.Generator().manual_seed(s))[:6] for s in range(3)])
-    assert induction_heads.induction_rule_loss(torch.cat([distinct, distinct], 1), 6) == 0.0
+    assert induction.induction_rule_loss(torch.cat([distinct, distinct], 1), 6) == 0.0
     block = torch.tensor([[1, 2, 1, 3]])  # token 1 twice, followed by 2 and by 3
     tokens = torch.cat([block, block], 1)  # positions 4 .. 6 predict 2, 1, 3: at 4 and 6 the current token is 1
     # t = 4 (token 1, followers so far 2 and 3: the right one is 2) -> ln 2; t = 5 (token 2, follower 1) -> 0;
     # t = 6 (token 1, earlier at 0, 2, 4: followers 2, 3, 2; the right one is 3) -> ln 3
-    assert math.isclose(induction_heads.induction_rule_loss(tokens, 4), (math.log(2) + math.log(3)) / 3)
+    assert math.isclose(induction.induction_rule_loss(tokens, 4), (math.log(2) + math.log(3)) / 3)
     # two tokens matched (nothing before position 0, so s = 0 matches on its own token): t = 4 (tokens 3, 1) matches
     # s = 0 only, not s = 2 (2, 1) -> 0; t = 5 (1, 2) at s = 1 -> 0; t = 6 (2, 1) at s = 0 and s = 2, followed by 2
     # and 3 -> ln 2
-    assert math.isclose(induction_heads.induction_rule_loss(tokens, 4, context=2), math.log(2) / 3)
-    assert induction_heads.induction_rule_loss(tokens, 4, context=2) == induction_heads.induction_rule_loss(
-        tokens, 4, context=4
-    )
+    assert math.isclose(induction.induction_rule_loss(tokens, 4, context=2), math.log(2) / 3)
+    assert induction.induction_rule_loss(tokens, 4, context=2) == induction.induction_rule_loss(tokens, 4, context=4)
     with pytest.raises(ValueError, match="tokens should be \\(n, 2 \\* period\\)"):
-        induction_heads.induction_rule_loss(tokens, 3)
+        induction.induction_rule_loss(tokens, 3)
     with pytest.raises(TypeError, match="integer token ids"):
-        induction_heads.induction_rule_loss(tokens.float(), 4)
+        induction.induction_rule_loss(tokens.float(), 4)
     with pytest.raises(ValueError, match="repeated once"):
-        induction_heads.induction_rule_loss(torch.tensor([[1, 2, 3, 4]]), 2)
+        induction.induction_rule_loss(torch.tensor([[1, 2, 3, 4]]), 2)
 
 
 def test_statistics_refuse_nan_in_real_rows_and_ignore_it_in_padding_rows():
@@ -379,16 +375,16 @@ def test_per_head_refuses_what_it_cannot_average():
 
 
 def test_induction_functions_refuse_the_old_pair_and_other_models():
-    held_out = induction_heads.held_out_repeats(4)
-    varied = induction_heads.held_out_varied(4)
+    held_out = induction.held_out_repeats(4)
+    varied = induction.held_out_varied(4)
     with pytest.raises(TypeError, match="scored"):
-        induction_heads.train_induction(
+        induction.train_induction(
             1, held_out, scored=varied, steps=1
         )  # the (tokens, periods) pair of the first edition
     with pytest.raises(TypeError, match="AttentionOnlyTransformer"):
-        induction_heads.induction_scores(torch.nn.Linear(2, 2), varied[0])
+        induction.induction_scores(torch.nn.Linear(2, 2), varied[0])
     with pytest.raises(ValueError, match="context"):
-        induction_heads.induction_rule_loss(torch.cat([held_out[:, :16]] * 2, 1), 16, context=0)
+        induction.induction_rule_loss(torch.cat([held_out[:, :16]] * 2, 1), 16, context=0)
 
 
 def test_statistics_refuse_what_is_not_attention_weights():
@@ -433,33 +429,31 @@ def test_best_positional_score_leaves_padding_out():
 
 def test_bad_calls_of_the_induction_helpers_are_refused_by_name():
     with pytest.raises(ValueError, match="steps should increase"):
-        induction_heads.crossing_steps([50, 0, 25, 75], [0.5, 0.0, 0.2, 1.0])
+        induction.crossing_steps([50, 0, 25, 75], [0.5, 0.0, 0.2, 1.0])
     with pytest.raises(ValueError, match="values should be finite"):
-        induction_heads.crossing_steps([0, 25, 50, 75], [0.0, float("nan"), 0.2, 1.0])
+        induction.crossing_steps([0, 25, 50, 75], [0.0, float("nan"), 0.2, 1.0])
     with pytest.raises(ValueError, match="no NaN"):
         head_scores.strongest(torch.tensor([[0.1, float("nan")], [0.5, 0.2]]))
     with pytest.raises(ValueError, match="a list of \\(layer, head\\) pairs"):
         head_scores.head_gates(2, 2, (0, 1))  # one pair, not a list of pairs
     model = _induction_model()
     with pytest.raises(ValueError, match="a list of \\(layer, head\\) pairs"):
-        induction_heads.repeat_losses(model, induction_heads.held_out_repeats(2, 6, 12), (1, 0))
-    varied, _ = induction_heads.held_out_varied(4, length=12, periods=(2, 5), vocab=12)
+        induction.repeat_losses(model, induction.held_out_repeats(2, 6, 12), (1, 0))
+    varied, _ = induction.held_out_varied(4, length=12, periods=(2, 5), vocab=12)
     with pytest.raises(ValueError, match="blocks repeated once"):
-        induction_heads.repeat_losses(model, varied)  # blocks of several lengths: no "repeat" to measure
+        induction.repeat_losses(model, varied)  # blocks of several lengths: no "repeat" to measure
 
 
 def test_induction_rule_losses_per_position():
     """The per-position losses average to induction_rule_loss, and are exactly 0 where the rule is certain."""
     block = torch.tensor([[1, 2, 1, 3]])
     tokens = torch.cat([block, block], 1)
-    losses = induction_heads.induction_rule_losses(tokens, 4)
+    losses = induction.induction_rule_losses(tokens, 4)
     torch.testing.assert_close(losses, torch.tensor([[math.log(2), 0.0, math.log(3)]], dtype=torch.float64))
-    held_out = induction_heads.held_out_repeats(16)
-    losses = induction_heads.induction_rule_losses(held_out, induction_heads.EVAL_PERIOD)
-    assert losses.shape == (16, induction_heads.EVAL_PERIOD - 1)
-    assert math.isclose(
-        losses.mean().item(), induction_heads.induction_rule_loss(held_out, induction_heads.EVAL_PERIOD)
-    )
+    held_out = induction.held_out_repeats(16)
+    losses = induction.induction_rule_losses(held_out, induction.EVAL_PERIOD)
+    assert losses.shape == (16, induction.EVAL_PERIOD - 1)
+    assert math.isclose(losses.mean().item(), induction.induction_rule_loss(held_out, induction.EVAL_PERIOD))
     certain = torch.tensor([[len({row[s + 1] for s in range(t) if row[s] == row[t]}) == 1 for t in range(16, 31)]
                             for row in held_out.tolist()])  # fmt: skip
     assert torch.equal(losses == 0, certain)
@@ -471,15 +465,15 @@ def test_rate_while_by_hand():
     steps = [0, 10, 20, 30, 40]
     reference = [0.0, 0.5, 0.5, 3.5, 4.0]
     sharp = [0.0, 0.0, 0.3, 1.0, 1.0]  # 25 % at step 20, 75 % at step 30
-    assert induction_heads.rate_while(steps, reference, sharp) == pytest.approx(0.75 / 0.1)
+    assert induction.rate_while(steps, reference, sharp) == pytest.approx(0.75 / 0.1)
     even = [0.0, 1.0, 2.0, 3.0, 4.0]  # 25 % at 10, 75 % at 30: the reference makes 3 of 4 in 20 steps
-    assert induction_heads.rate_while(steps, reference, even) == pytest.approx(0.75 / 0.2)
+    assert induction.rate_while(steps, reference, even) == pytest.approx(0.75 / 0.2)
     jump = [0.0, 0.0, 1.0, 1.0, 1.0]  # 25 % and 75 % both at step 20: a window of one interval, 10 steps
-    assert induction_heads.rate_while(steps, reference, jump) == pytest.approx(0.0 / 0.1)
+    assert induction.rate_while(steps, reference, jump) == pytest.approx(0.0 / 0.1)
     with pytest.raises(ValueError, match="fractions"):
-        induction_heads.rate_while(steps, reference, sharp, fractions=(0.75, 0.25))
+        induction.rate_while(steps, reference, sharp, fractions=(0.75, 0.25))
     with pytest.raises(ValueError, match="should change"):
-        induction_heads.rate_while(steps, [1.0] * 5, sharp)
+        induction.rate_while(steps, [1.0] * 5, sharp)
 
 
 def test_target_weight_by_distance_by_hand():
@@ -504,22 +498,20 @@ def test_ablated_forward_zero_mean_and_paths():
     sequence's own output (no change); a path the layer above does not read (its W_K zeroed) changes nothing; keys
     only, by hand."""
     model = _induction_model(layers=2, heads_per_layer=2, seed=4)
-    tokens = induction_heads.held_out_repeats(3, 6, 12)
+    tokens = induction.held_out_repeats(3, 6, 12)
     with torch.no_grad():
         plain, _ = model(tokens)
         gated, _ = model(tokens, head_scores.head_gates(2, 2, [(0, 1)]))
-    assert torch.equal(induction_heads.ablated_forward(model, tokens, [(0, 1)])[0], gated)
-    assert torch.equal(induction_heads.ablated_forward(model, tokens, [(0, 1)], paths=())[0], plain)
+    assert torch.equal(induction.ablated_forward(model, tokens, [(0, 1)])[0], gated)
+    assert torch.equal(induction.ablated_forward(model, tokens, [(0, 1)], paths=())[0], plain)
     one = tokens[:1]
-    own_means = induction_heads.head_means(model, one)
-    torch.testing.assert_close(induction_heads.ablated_forward(model, one, [(0, 1)], own_means)[0], plain[:1])
+    own_means = induction.head_means(model, one)
+    torch.testing.assert_close(induction.ablated_forward(model, one, [(0, 1)], own_means)[0], plain[:1])
     blind = _induction_model(layers=2, heads_per_layer=2, seed=4)
     with torch.no_grad():
         blind.layers[1].W_k.weight.zero_()  # layer 1's keys no longer read the residual stream
         blind_plain, _ = blind(tokens)
-    torch.testing.assert_close(
-        induction_heads.ablated_forward(blind, tokens, [(0, 0)], paths=("keys",))[0], blind_plain
-    )
+    torch.testing.assert_close(induction.ablated_forward(blind, tokens, [(0, 0)], paths=("keys",))[0], blind_plain)
     # keys only, by hand: layer 1 reads its keys from the stream without head 0 of layer 0, the rest from the intact one
     from attnedu.multihead import merge_heads, split_heads
 
@@ -535,18 +527,16 @@ def test_ablated_forward_zero_mean_and_paths():
         q, k, v = split_heads(layer1.W_q(full), 2), split_heads(layer1.W_k(cut), 2), split_heads(layer1.W_v(full), 2)
         h1 = ((q @ k.mT) / 2.0).masked_fill(~causal, -math.inf).softmax(-1) @ v
         by_hand = model.unembedding(full + layer1.W_o(merge_heads(h1)))
-    torch.testing.assert_close(induction_heads.ablated_forward(model, tokens, [(0, 0)], paths=("keys",))[0], by_hand)
+    torch.testing.assert_close(induction.ablated_forward(model, tokens, [(0, 0)], paths=("keys",))[0], by_hand)
     with pytest.raises(ValueError, match="one layer"):
-        induction_heads.ablated_forward(model, tokens, [(0, 0), (1, 0)], paths=("keys",))
+        induction.ablated_forward(model, tokens, [(0, 0), (1, 0)], paths=("keys",))
     with pytest.raises(ValueError, match="paths should name"):
-        induction_heads.ablated_forward(model, tokens, [(0, 0)], paths=("key",))
-    varied, _ = induction_heads.held_out_varied(8, length=12, periods=(2, 5), vocab=12)
-    loss, prefix = induction_heads.induction_ablation(model, tokens, varied, [(0, 0)], mean=True)
-    means = induction_heads.head_means(model, varied)
+        induction.ablated_forward(model, tokens, [(0, 0)], paths=("key",))
+    varied, _ = induction.held_out_varied(8, length=12, periods=(2, 5), vocab=12)
+    loss, prefix = induction.induction_ablation(model, tokens, varied, [(0, 0)], mean=True)
+    means = induction.head_means(model, varied)
     with torch.no_grad():
         expected = (
-            induction_heads._repeat_loss(induction_heads.ablated_forward(model, tokens, [(0, 0)], means)[0], tokens)
-            .mean()
-            .item()
+            induction._repeat_loss(induction.ablated_forward(model, tokens, [(0, 0)], means)[0], tokens).mean().item()
         )
     assert math.isclose(loss, expected, rel_tol=1e-6) and prefix.shape == (2, 2)

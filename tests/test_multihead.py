@@ -146,7 +146,7 @@ def test_head_gate_scales_each_head_before_w_o():
 
 
 def test_heads_and_merge_are_forward_in_two_steps():
-    """_heads (each head before W_o) then _merge (gate, concat, W_o): what ablation in attnedu.induction_heads edits
+    """_heads (each head before W_o) then _merge (gate, concat, W_o): what ablation in attnedu.induction edits
     between."""
     torch.manual_seed(1)
     attention = MultiHeadAttention(8, 2, num_kv_heads=1)

@@ -1,7 +1,7 @@
 """Lesson 11, 11_real_attention_heads: the galleries of ``previous_token_score``, ``attention_entropy``,
 ``prefix_matching_score``, ``gpt2_attention_weights`` and ``repeat_loss_without`` (CORRECT, MUTANTS, OFF_BY_ONE,
 KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes them); REFERENCE_USE: functions that
-are, or call, the package's own ``attnedu.head_scores``, ``attnedu.induction_heads`` or ``attnedu.pretrained``, or the
+are, or call, the package's own ``attnedu.head_scores``, ``attnedu.induction`` or ``attnedu.pretrained``, or the
 checks' own helpers, which the exercises forbid; and PREDICTIONS: the graded predictions ``predicted_causal_entropy``
 and ``predicted_repeat_losses``.
 
@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from attnedu import head_scores, induction_heads, pretrained
+from attnedu import head_scores, induction, pretrained
 from attnedu.checks import lesson11
 from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
 
@@ -170,7 +170,7 @@ REFERENCE_USE = [
     ("prefix_matching_score", head_scores.prefix_matching),
     ("prefix_matching_score", lambda w, t, r: (w * head_scores.induction_targets(t, r)[:, None]).sum(-1).mean(-1)),
     ("gpt2_attention_weights", pretrained.gpt2_attention_weights),
-    ("repeat_loss_without", induction_heads.repeat_losses),
+    ("repeat_loss_without", induction.repeat_losses),
     (
         "repeat_loss_without",
         lambda m, t, r: (
@@ -191,7 +191,7 @@ def _with_package_gates(model, tokens, removed):
     gates = head_scores.head_gates(len(model.layers), model.layers[0].num_heads, removed)
     period = tokens.shape[1] // 2
     logits, _ = model(tokens, gates)
-    return induction_heads.in_context_losses(logits, tokens, period)[1] * torch.ones(tokens.shape[0])
+    return induction.in_context_losses(logits, tokens, period)[1] * torch.ones(tokens.shape[0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -980,7 +980,7 @@ def rp_one_number():
 
 
 def rp_with_the_course_code():
-    induction_heads.held_out_repeats(2)  # any of the course's induction code: a measurement, not a prediction
+    induction.held_out_repeats(2)  # any of the course's induction code: a measurement, not a prediction
     return math.log(32), 1.8
 
 
@@ -1015,6 +1015,6 @@ PREDICTIONS = [
     ("predicted_repeat_losses", rp_all_gone, "partial", 0.5, "the other head still copies"),
     ("predicted_repeat_losses", rp_one_layer_for_b, "partial", 0.5, "further than twice 0.3 nats (no credit)"),
     ("predicted_repeat_losses", rp_one_number, "failed", 0.0, "should return a tuple of 2 values"),
-    ("predicted_repeat_losses", rp_with_the_course_code, "failed", 0.0, "`attnedu.induction_heads.held_out_repeats`"),
+    ("predicted_repeat_losses", rp_with_the_course_code, "failed", 0.0, "`attnedu.induction.held_out_repeats`"),
     ("predicted_repeat_losses", rp_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
 ]

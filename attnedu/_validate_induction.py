@@ -1,4 +1,4 @@
-"""The input checks of ``attnedu.induction_heads``: one ``check_<function>`` per public function there, which it calls
+"""The input checks of ``attnedu.induction``: one ``check_<function>`` per public function there, which it calls
 in its first line before its math, so that a caller's mistake is refused with a message that names the argument (in
 the one form of ``attnedu._validate``). The experiment's constants (``INDUCTION``, ``PATHS``) come as arguments: this
 module imports nothing of the experiment.

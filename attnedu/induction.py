@@ -18,7 +18,7 @@ its heads does (ablation).
     induction_ablation(model, ..., removed)  the repeat's loss and the prefix-matching scores with heads removed
 
 The scores on attention maps (prefix matching, previous token, head gates) are ``attnedu.head_scores``'. Each public
-function checks its arguments in one call (the checks are in ``attnedu._validate_induction_heads``), then the math;
+function checks its arguments in one call (the checks are in ``attnedu._validate_induction``), then the math;
 the private ``_in_context_losses``, ``_induction_scores``, ``_head_means``, ``_ablated_forward`` and
 ``_crossing_steps`` are the unchecked versions the functions of this module call.
 """
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ._validate_induction_heads import (
+from ._validate_induction import (
     check_ablated_forward,
     check_ablation_of,
     check_crossing_steps,
