@@ -108,7 +108,25 @@ class KVCache:
         return sum(t.numel() * t.element_size() for t in (*self.k, *self.v) if t is not None)
 
 
-class PreallocatedKVCache(KVCache):
+class _CountedKVCache(KVCache):
+    """A ``KVCache`` whose layers count the tokens they have processed in ``lengths``: what it stores is not that many
+    (a buffer reserved ahead, a window, blocks of a pool)."""
+
+    def __init__(self, num_layers: int):
+        super().__init__(num_layers)
+        self.lengths = [0] * self.num_layers
+
+    def _next_position(self, layer: int) -> int:
+        return self.lengths[layer]
+
+    def _rotated_into_buffers(self, layer, q, k, v, positions, slots: int):
+        """q and k rotated at their positions; the layer's buffers of ``slots`` tokens reserved at its first tokens."""
+        if self.k[layer] is None:
+            self.k[layer], self.v[layer] = _buffers(k, v, k.shape[0], slots)
+        return apply_rope(q, positions), apply_rope(k, positions)
+
+
+class PreallocatedKVCache(_CountedKVCache):
     """A ``KVCache`` without its copies: each layer's buffers ``k[layer]``, ``v[layer]`` (B, H_kv, max_length, d) are
     allocated once, at the layer's first tokens, and every new key and value is written in place, at positions
     m..m+n-1; attention reads the view ``[:, :, :m + n]`` (no copy). Storing a token costs that token, whatever the
@@ -120,15 +138,9 @@ class PreallocatedKVCache(KVCache):
     def __init__(self, num_layers: int, max_length: int):
         super().__init__(num_layers)
         self.max_length = check_positive_int("max_length", max_length, "tokens each buffer can hold")
-        self.lengths = [0] * self.num_layers
-
-    def _next_position(self, layer: int) -> int:
-        return self.lengths[layer]
 
     def _attend(self, layer, q, k, v, positions):
-        q, k = apply_rope(q, positions), apply_rope(k, positions)
-        if self.k[layer] is None:
-            self.k[layer], self.v[layer] = _buffers(k, v, k.shape[0], self.max_length)
+        q, k = self._rotated_into_buffers(layer, q, k, v, positions, self.max_length)
         start, end = self.lengths[layer], self.lengths[layer] + k.shape[2]
         self.k[layer][:, :, start:end] = k  # written in place: nothing else is copied
         self.v[layer][:, :, start:end] = v
@@ -175,7 +187,7 @@ class PagedKVCache:
         return self.num_blocks - len(self.free_blocks)
 
 
-class PagedSequence(KVCache):
+class PagedSequence(_CountedKVCache):
     """One sequence's cache in a ``PagedKVCache`` pool (made by ``pool.sequence()``): ``block_table`` lists its
     blocks; ``attend`` (batch 1) writes the new keys and values into their blocks, taking a free block when a token
     starts a new one, then attends over the sequence's blocks read through the table (``paged_attention``)."""
@@ -187,10 +199,6 @@ class PagedSequence(KVCache):
         super().__init__(pool.num_layers)
         self.pool = pool
         self.block_table: list[int] = []
-        self.lengths = [0] * pool.num_layers
-
-    def _next_position(self, layer: int) -> int:
-        return self.lengths[layer]
 
     def _stored(self, layer):
         return self.pool.k[layer]  # (num_blocks, H_kv, block_size, d): heads, head_dim and dtype; batch checked apart
@@ -252,7 +260,7 @@ def _paged_attention(q, k_pool, v_pool, block_table, lengths):
     return _grouped_attention(q, keys, values, mask[:, None])
 
 
-class RollingKVCache(KVCache):
+class RollingKVCache(_CountedKVCache):
     """A sliding-window cache of fixed memory (Mistral 7B's rolling buffer): ``window`` slots per layer; the key and
     value of position p are written to slot p % window, overwriting position p - window, so query p reads positions
     p - window + 1 .. p: the mask ``attnedu.masks.sliding_window_mask(length, window - 1, causal=True)``.
@@ -276,15 +284,10 @@ class RollingKVCache(KVCache):
         super().__init__(num_layers)
         self.window = check_positive_int("window", window, "slots in the buffer: keys each query may read")
         self.slot_positions: list[torch.Tensor | None] = [None] * num_layers
-        self.lengths = [0] * self.num_layers
-
-    def _next_position(self, layer: int) -> int:
-        return self.lengths[layer]
 
     def _attend(self, layer, q, k, v, positions):
-        q, k = apply_rope(q, positions), apply_rope(k, positions)
-        if self.k[layer] is None:
-            self.k[layer], self.v[layer] = _buffers(k, v, k.shape[0], self.window)
+        q, k = self._rotated_into_buffers(layer, q, k, v, positions, self.window)
+        if self.slot_positions[layer] is None:
             self.slot_positions[layer] = torch.full((self.window,), -1, dtype=torch.long, device=k.device)
         filled = self.slot_positions[layer] >= 0
         keys = torch.cat([self.k[layer][:, :, filled], k], dim=2)
@@ -301,7 +304,7 @@ class RollingKVCache(KVCache):
         return out
 
 
-class SinkCache(KVCache):
+class SinkCache(_CountedKVCache):
     """StreamingLLM's cache (Xiao et al. 2024): the first ``sinks`` tokens ("attention sinks") plus the most recent
     ``window`` tokens, the new one included; everything between is evicted. Keys are stored *before* RoPE and rotated
     by their slot in the cache (0, 1, ..., len - 1), the query by its own slot, so positions never exceed
@@ -314,10 +317,6 @@ class SinkCache(KVCache):
         super().__init__(num_layers)
         self.window = check_positive_int("window", window, "recent tokens kept")
         self.sinks = check_int("sinks", sinks, "first tokens always kept", minimum=0)
-        self.lengths = [0] * self.num_layers
-
-    def _next_position(self, layer: int) -> int:
-        return self.lengths[layer]
 
     def _attend(self, layer, q, k, v, positions):
         if self.k[layer] is not None:
