@@ -15,13 +15,16 @@ One concept per module; a lesson's library code lives in the module its concept 
     blocks             the Transformer blocks (post-norm, cross-attention, pre-norm), a decoder-only LM (09, 10)
     init_gradients     post-norm against pre-norm stacks: the gradients at initialisation (09)
     bert, attention_only   BERT's encoder; an attention-only LM, where induction heads form (11)
-    inference          KV caches (full, preallocated, paged, rolling window, sinks), cached generation, cache sizes,
-                       GQA on heads and MHA -> GQA pooling, latent attention (MLA) and its costs, FlexAttention
-                       mask_mods and block maps, linear attention (10)
+    kv_cache           KV caches: full, preallocated, paged, rolling window, sinks; a chunk and a rolling step (10)
+    decoding           a DecoderLM run through a cache: cached forward, greedy generation, streaming losses (10)
+    kv_sharing         GQA on heads, MHA -> GQA pooling, multi-head latent attention (MLA) (10)
+    cache_sizes        a cache's bytes and a decoding step's reads and multiply-adds; published configurations (10)
+    flex_masks         the mask ladder as FlexAttention mask_mods, eager FlexAttention on the CPU, block maps (10)
+    linear_attention   linear attention, its feature map, the causal running sums (10)
     train              training loop, greedy translation, accuracy by length; training and scoring a language model
     analysis           attention maps, alignment accuracy, crossing rate, gradient paths
-    heads              what heads do, measured: Clark et al.'s statistics, prefix matching, ablation; induction
-                       heads trained live (11)
+    head_scores        what heads do, measured: Clark et al.'s statistics, prefix matching, head gates (11)
+    induction          induction heads trained live: the phase change, head scores over training, ablation (11)
     pretrained         a pretrained BERT (all-MiniLM-L6-v2) read offline from its package into BertEncoder (11)
     flash              online softmax, tiles, tiled (Flash) attention in PyTorch, forward and backward (08)
     triton_attention   FlashAttention-2, forward and backward, as Triton kernels (GPU, or CPU interpreter) (08)

@@ -1,5 +1,6 @@
 """An attention-only language model (lesson 11; Elhage et al. 2021, Olsson et al. 2022), where induction heads form
-(``attnedu.heads.train_induction`` trains it, ``attnedu.heads`` measures and ablates its heads)."""
+(``attnedu.induction.train_induction`` trains it, ``attnedu.head_scores`` and ``induction`` measure and
+ablate its heads)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class AttentionOnlyTransformer(nn.Module):
     forward(tokens (batch, seq_len), head_gates=None (num_layers, num_heads)) -> logits (batch, seq_len,
     vocab_size), and each layer's attention weights (batch, heads, seq_len, seq_len). ``head_gates`` multiplies each
     head's output before the heads are concatenated and projected by W_O, as in ``BertEncoder``: 0 removes a head
-    (ablation, ``attnedu.heads.head_gates``), 1 keeps it:
+    (ablation, ``attnedu.head_scores.head_gates``), 1 keeps it:
 
         MultiHead_l(x) = concat_h(g_{l,h} * softmax(q_h k_h^T / sqrt(d_h) + causal) v_h) W_O
     """

@@ -216,7 +216,7 @@ class PreNormDecoderBlock(nn.Module):
 
     def _forward(self, x, rope_positions=None, mask=None, cache=None, layer=0):
         """``forward`` unchecked. mask (None: causal) 4-D as ``MultiHeadAttention`` takes it; ``cache`` and ``layer``:
-        the keys and values go through ``cache`` (``MultiHeadAttention._attend``; ``attnedu.inference.lm_forward``)."""
+        the keys and values go through ``cache`` (``MultiHeadAttention._attend``; ``attnedu.decoding.lm_forward``)."""
         normed = _rms_norm(x, self.attention_norm.weight, self.attention_norm.eps)
         if mask is None and cache is None:
             mask = causal_mask(x.shape[1], device=x.device)[None, None]
@@ -296,7 +296,7 @@ class DecoderLM(nn.Module):
         return self._forward(tokens, return_weights)
 
     def _forward(self, tokens: torch.Tensor, return_weights: bool = False, mask=None, cache=None):
-        """``forward`` unchecked; ``attnedu.inference.lm_forward`` passes a mask (1, 1, n, n) other than the causal
+        """``forward`` unchecked; ``attnedu.decoding.lm_forward`` passes a mask (1, 1, n, n) other than the causal
         one, or a KV cache: the tokens are then at positions cache.seen .. cache.seen + n - 1, and each block's keys
         and values go through the cache (its layer ``i`` for block ``i``)."""
         start = 0 if cache is None else cache.seen

@@ -218,7 +218,7 @@ def make_methods(device: str, dtype: torch.dtype, names: Sequence[str] = METHODS
             sdpa = torch.nn.functional.scaled_dot_product_attention
             methods[name] = Method(name, label, sdpa, functools.partial(sdpa_kernel, backend))
         elif name == "linear":  # lesson 10's linear attention (not softmax: compared for time and memory only)
-            methods[name] = Method(name, "linear attention (attnedu.inference)", _linear)
+            methods[name] = Method(name, "linear attention (attnedu.linear_attention)", _linear)
         elif name == "triton" and device == "cuda":
             from .triton_attention import triton_attention, unavailable_reason
 
@@ -229,8 +229,9 @@ def make_methods(device: str, dtype: torch.dtype, names: Sequence[str] = METHODS
 
 
 def _linear(q, k, v, *, is_causal=False):
-    """Lesson 10's linear attention as a method (``attnedu.inference.linear_attention`` names its flag ``causal``)."""
-    from .inference import linear_attention
+    """Lesson 10's linear attention as a method (``attnedu.linear_attention.linear_attention`` names its flag
+    ``causal``)."""
+    from .linear_attention import linear_attention
 
     return linear_attention(q, k, v, causal=is_causal)
 

@@ -73,7 +73,7 @@ def _grouped_attention(q, k, v, mask=None, bias=None):
     q (batch, H, query_len, head_dim); k, v (batch, H_kv, key_len, head_dim); mask and bias as
     ``scaled_dot_product_attention`` takes them -> heads (batch, H, query_len, head_dim), weights (batch, H,
     query_len, key_len). The one home of grouped-query attention: the functions and modules here, the decoder blocks
-    and ``attnedu.inference``'s caches all call it (unchecked; their public callers check)."""
+    and ``attnedu.kv_cache``'s caches all call it (unchecked; their public callers check)."""
     group = q.shape[1] // k.shape[1]  # query heads per key/value head (1: multi-head attention)
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (batch, H, key_len, head_dim)
     return scaled_dot_product_attention(q, k, v, mask, bias=bias)
@@ -235,7 +235,7 @@ class MultiHeadAttention(nn.Module):
                 rope_base=10000.0, head_gate=None, cache=None, layer=0):  # fmt: skip
         """``forward`` without its checks, for the models that call it in their own forward pass.
 
-        ``cache`` (an ``attnedu.inference`` KV cache) and ``layer``: the keys and values of this call, rotated by
+        ``cache`` (an ``attnedu.kv_cache`` KV cache) and ``layer``: the keys and values of this call, rotated by
         ``rope_positions``, are appended to the cache's ``layer``, and the queries attend over all it holds there
         (the cache decides what each query may read; ``mask`` is not used). -> output, and weights (None with a
         cache)."""

@@ -307,7 +307,7 @@ class MiniLM:
         (``runtime.in_parallel``). -> Encoded (all the
         sentences, in their order, padded to the longest), and per layer (n, heads, seq_len, seq_len): each batch's
         weights, padded with zeros to seq_len. As in ``run``, padding keys get weight 0 and the rows of padding
-        queries mean nothing; a statistic of ``attnedu.heads`` given ``Encoded.real`` leaves them out."""
+        queries mean nothing; a statistic of ``attnedu.head_scores`` given ``Encoded.real`` leaves them out."""
         from .runtime import in_parallel
 
         batch_size = check_int("batch_size", batch_size, "sentences per forward pass", minimum=1)

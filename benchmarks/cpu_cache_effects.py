@@ -39,7 +39,8 @@ sys.path.insert(0, str(HERE.parent))
 from attnedu.attention import scaled_dot_product_attention  # noqa: E402
 from attnedu.bench import provenance, time_methods  # noqa: E402
 from attnedu.blocks import DecoderLM  # noqa: E402
-from attnedu.inference import KVCache, lm_forward  # noqa: E402
+from attnedu.decoding import lm_forward  # noqa: E402
+from attnedu.kv_cache import KVCache  # noqa: E402
 
 LENGTHS = (64, 128, 256, 384, 512, 768, 1024)
 SCORE_LENGTHS = (128, 256, 512, 768, 1024)

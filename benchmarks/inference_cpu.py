@@ -6,7 +6,7 @@ torch's fused kernel) against linear attention as N grows.
     python benchmarks/inference_cpu.py [--threads 2] [--repeats 5]   # writes benchmarks/inference_cpu.{json,md}
 
 Whole models (``DecoderLM``, untrained: speed does not depend on the weights' values) decode one token after a
-context of t tokens already in a cache (``attnedu.inference.KVCache`` or ``RollingKVCache``); the same model
+context of t tokens already in a cache (``attnedu.kv_cache.KVCache`` or ``RollingKVCache``); the same model
 without a cache recomputes all t + 1 tokens. MLA has no model in the package, so it is timed as one attention layer's
 decoding step (``mla_attention``-style absorbed form over a cache of latents, and the explicit form that recomputes
 every cached token's keys and values from its latent) against the same layer's MHA step, with DeepSeek-V2's ratio of
@@ -33,18 +33,10 @@ sys.path.insert(0, str(HERE.parent))
 
 from attnedu.bench import measure_memory, provenance, time_methods  # noqa: E402
 from attnedu.blocks import DecoderLM  # noqa: E402
-from attnedu.inference import (  # noqa: E402
-    KVCache,
-    RollingKVCache,
-    causal_mod,
-    decode_step_costs,
-    document_mod,
-    flex_attention_cpu,
-    kv_cache_bytes,
-    lm_forward,
-    mla_cache_bytes,
-    sliding_window_mod,
-)
+from attnedu.cache_sizes import decode_step_costs, kv_cache_bytes, mla_cache_bytes  # noqa: E402
+from attnedu.decoding import lm_forward  # noqa: E402
+from attnedu.flex_masks import causal_mod, document_mod, flex_attention_cpu, sliding_window_mod  # noqa: E402
+from attnedu.kv_cache import KVCache, RollingKVCache  # noqa: E402
 
 D_MODEL, HEADS, LAYERS, VOCAB, WINDOW = 256, 8, 4, 100, 256
 LATENT = 4 * (D_MODEL // HEADS)  # d_c = 4 head_dim, DeepSeek-V2's ratio (512 = 4 x 128)
@@ -253,7 +245,7 @@ def main() -> None:
         f"{k} {v:,}" for k, v in formulas.items()) + ". The layer rows hold one layer's cache.", ""]  # fmt: skip
     lines.append(f"The MLA layer ({HEADS} heads of {head_dim}, latent {LATENT}), per cached token and step: "
                  + "; ".join(f"{name} reads {c['numbers read']} numbers and does {c['multiply-adds']:,} multiply-adds"
-                             for name, c in costs.items()) + " (attnedu.inference.decode_step_costs).")  # fmt: skip
+                             for name, c in costs.items()) + " (attnedu.cache_sizes.decode_step_costs).")  # fmt: skip
     lines += ["", f"FlexAttention on the CPU ({flex['shape']}; 1 warm-up, {args.repeats} interleaved rounds, median "
               "ms; compiled = torch.compile(flex_attention), its first call timed apart; SDPA = torch's fused "
               "scaled_dot_product_attention with the same mask as a dense bool tensor):", "",

@@ -10,8 +10,8 @@ Clark et al. (2019) gave BERT.
   (a sentence's embedding does not depend on the others in its batch).
 * **[SEP] on pairs.** Clark et al. fed BERT two segments, [CLS] A [SEP] B [SEP], with token types 0 and 1; the lesson
   feeds single sentences, [CLS] A [SEP]. Here: 150 pairs of consecutive sentences of the same 300, as pairs
-  (``pretrained.encode`` takes (a, b)), and each head's attention to the two [SEP] tokens (``heads.attention_to``,
-  ``heads.per_head``), with the uniform baseline (weights spread evenly over each pair's real tokens).
+  (``pretrained.encode`` takes (a, b)), and each head's attention to the two [SEP] tokens (``head_scores.attention_to``,
+  ``head_scores.per_head``), with the uniform baseline (weights spread evenly over each pair's real tokens).
 
 The lesson reads the file with ``pretrained.head_record()``; ``tests/test_pretrained.py`` measures parts of it again
 and compares. Re-run it when the model, the sentences (they vary a little with the Python version) or the encoder
@@ -26,7 +26,7 @@ import platform
 
 import torch
 
-from attnedu import heads, pretrained, setup_notebook
+from attnedu import head_scores, pretrained, setup_notebook
 
 sentences_digest = pretrained.sentences_digest  # the sha256 of the sentences, one per line (the lesson compares it)
 
@@ -48,10 +48,10 @@ def sep_on_pairs(minilm, pairs) -> tuple[torch.Tensor, float]:
     encoded, attention = minilm.attention(pairs)
     real = encoded.real
     sep = encoded.ids == minilm.tokenizer.token_to_id("[SEP]")
-    grid = torch.stack([heads.per_head(heads.attention_to(w, sep, real), real) for w in attention])
+    grid = torch.stack([head_scores.per_head(head_scores.attention_to(w, sep, real), real) for w in attention])
     length = real.shape[1]
     uniform = (real[:, None, None, :] / real.sum(1)[:, None, None, None]).expand(-1, 1, length, length)
-    return grid, heads.per_head(heads.attention_to(uniform, sep, real), real).item()
+    return grid, head_scores.per_head(head_scores.attention_to(uniform, sep, real), real).item()
 
 
 def main() -> None:

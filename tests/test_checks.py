@@ -1249,7 +1249,7 @@ def test_removal_prediction_is_measured_on_the_course_model(monkeypatch, fresh_p
     """Exercise 5's graded prediction measures with the course's training (here replaced by a small untrained model:
     the caches of the measurement are cleared before and after, so no other test sees it); the notebook's assert of
     the effect reads the same measurements, whatever the learner wrote."""
-    from attnedu import heads
+    from attnedu import induction
     from attnedu.attention_only import AttentionOnlyTransformer
     from attnedu.checks import lesson11
 
@@ -1258,14 +1258,14 @@ def test_removal_prediction_is_measured_on_the_course_model(monkeypatch, fresh_p
         checks.EXERCISES["predicted_repeat_losses"].prediction.measure.cache_clear()
 
     model = AttentionOnlyTransformer(32, 16, 2, 2, 32, seed=0).eval()
-    small = heads.held_out_repeats(count=8)
-    monkeypatch.setattr(heads, "held_out_repeats", lambda: small)
-    stand_in = heads.InductionRun(model=model, first=[4.0], second=[2.5])
-    monkeypatch.setattr(heads, "train_induction", lambda *a, **k: stand_in)
+    small = induction.held_out_repeats(count=8)
+    monkeypatch.setattr(induction, "held_out_repeats", lambda: small)
+    stand_in = induction.InductionRun(model=model, first=[4.0], second=[2.5])
+    monkeypatch.setattr(induction, "train_induction", lambda *a, **k: stand_in)
     forget()
     try:
         measured = lesson11.removal_measurements()
-        both = heads.repeat_losses(model, small, [(1, 0), (1, 1)]).mean().item()
+        both = induction.repeat_losses(model, small, [(1, 0), (1, 1)]).mean().item()
         assert measured["both layer-1 heads"] == both and measured["first block, intact"] == 4.0
         assert measured["one layer"] == 2.5  # the one-layer model's loss on the repeat (here the stand-in's)
         assert measured["one layer-1 head (mean)"] == (measured["layer-1 head 0"] + measured["layer-1 head 1"]) / 2

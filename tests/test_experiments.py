@@ -2,7 +2,7 @@
 benchmarks/calibrate.py drives) trains with the same package function and the same recipe as the lesson, so that the
 calibration measures the lesson's experiment and not a copy of it (docs/style.md, experiment rules, "one experiment,
 one function"). Lessons 04-07 pass their recipe, a dict of attnedu.transformer, by name; lesson 11's function takes
-its recipe (attnedu.heads.INDUCTION) as its default, which neither may override. The records the lessons read
+its recipe (attnedu.induction.INDUCTION) as its default, which neither may override. The records the lessons read
 (benchmarks/calibrationNN.json) state their recipe and margins: both must follow from the calibration module."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ EXPERIMENTS = [
 # (lesson's notebook, the module, its training function, the recipe that function takes as its default): the lesson
 # and its calibration call it and override no key of the recipe
 DEFAULT_RECIPES = [
-    ("11_real_attention_heads", "attnedu.heads", "train_induction", "INDUCTION"),
+    ("11_real_attention_heads", "attnedu.induction", "train_induction", "INDUCTION"),
 ]
 LESSONS = sorted({notebook for notebook, _, _ in EXPERIMENTS} | {notebook for notebook, *_ in DEFAULT_RECIPES})
 RECIPES = sorted({recipe for _, _, recipe in EXPERIMENTS})
@@ -195,12 +195,12 @@ def test_the_checks_catch_a_copy():
     assert recipe_problems(good.replace("import RECALL_04, ", "import "), "train_recall", "RECALL_04")
     assert recipe_problems(good + "def train_recall(*args):\n    pass\n", "train_recall", "RECALL_04")
     assert recipe_problems("x = 1\n", "train_recall", "RECALL_04")
-    good = "from attnedu.heads import train_induction\ntrain_induction(2, held_out, seed=0, scored=varied)\n"
-    args = ("attnedu.heads", "train_induction", "INDUCTION")
+    good = "from attnedu.induction import train_induction\ntrain_induction(2, held_out, seed=0, scored=varied)\n"
+    args = ("attnedu.induction", "train_induction", "INDUCTION")
     assert override_problems(good, *args) == []
     assert override_problems(good.replace("seed=0", "seed=0, steps=10"), *args)
     assert override_problems(good.replace("seed=0", "seed=0, **faster"), *args)
-    assert override_problems(good.replace("attnedu.heads", "my_heads", 1), *args)
+    assert override_problems(good.replace("attnedu.induction", "my_heads", 1), *args)
     assert override_problems(good + "def train_induction(*args):\n    pass\n", *args)
     assert override_problems("x = 1\n", *args)
 

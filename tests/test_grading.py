@@ -202,7 +202,7 @@ unchecked._launch = launch_unchecked
 """
 
 PREDICTED_WITH_THE_COURSE_CODE = """\
-from attnedu.inference import rolling_cache_step
+from attnedu.kv_cache import rolling_cache_step
 
 
 def predicted_slots():

@@ -1,9 +1,10 @@
-"""Lesson 10's library, attnedu/inference.py, against PyTorch and the package's own references (weights in, numbers
-out): a cached forward equals the full one (plain, preallocated and paged caches), generation with a cache gives the
-same tokens, GQA equals SDPA's enable_gqa, the absorbed MLA equals the explicit one and its costs equal torch's own
-count, a rolling buffer equals the sliding-window mask, FlexAttention's mask_mods equal lesson 06's masks and its
-block map the masks' blocks, linear attention equals its quadratic form; and every public function refuses bad input
-with an error that names the argument (BAD_CALLS)."""
+"""Lesson 10's library (attnedu/kv_cache.py, decoding.py, kv_sharing.py, cache_sizes.py, flex_masks.py,
+linear_attention.py) against PyTorch and the package's own references (weights in, numbers out): a cached forward equals
+the full one (plain, preallocated and paged caches), generation with a cache gives the same tokens, GQA equals SDPA's
+enable_gqa, the absorbed MLA equals the explicit one and its costs equal torch's own count, a rolling buffer equals the
+sliding-window mask, FlexAttention's mask_mods equal lesson 06's masks and its block map the masks' blocks, linear
+attention equals its quadratic form; and every public function refuses bad input with an error that names the argument
+(BAD_CALLS)."""
 
 from __future__ import annotations
 
@@ -13,43 +14,40 @@ import torch.nn.functional as F
 
 from attnedu.attention import scaled_dot_product_attention
 from attnedu.blocks import DecoderLM
-from attnedu.inference import (
+from attnedu.cache_sizes import (
     DEEPSEEK_V2,
-    EMPTY_BLOCK,
-    FULL_BLOCK,
     LLAMA2_7B_PARAMETERS,
     MODEL_CONFIGS,
+    decode_step_costs,
+    kv_cache_bytes,
+    mla_cache_bytes,
+)
+from attnedu.decoding import generate_greedy, lm_forward, streaming_losses, window_recompute_losses
+from attnedu.flex_masks import (
+    EMPTY_BLOCK,
+    FULL_BLOCK,
     PARTIAL_BLOCK,
+    alibi_score_mod,
+    block_map,
+    causal_mod,
+    document_mod,
+    flex_attention_cpu,
+    mask_from_mod,
+    prefix_lm_mod,
+    sliding_window_mod,
+)
+from attnedu.kv_cache import (
     KVCache,
     PagedKVCache,
     PreallocatedKVCache,
     RollingKVCache,
     SinkCache,
-    alibi_score_mod,
-    block_map,
     cache_chunk,
-    causal_mod,
-    decode_step_costs,
-    document_mod,
-    elu_feature_map,
-    flex_attention_cpu,
-    generate_greedy,
-    grouped_attention,
-    kv_cache_bytes,
-    linear_attention,
-    lm_forward,
-    mask_from_mod,
-    mean_pool_kv_heads,
-    mla_attention,
-    mla_cache_bytes,
     paged_attention,
-    prefix_lm_mod,
     rolling_cache_step,
-    sliding_window_mod,
-    streaming_losses,
-    to_grouped_query,
-    window_recompute_losses,
 )
+from attnedu.kv_sharing import grouped_attention, mean_pool_kv_heads, mla_attention, to_grouped_query
+from attnedu.linear_attention import elu_feature_map, linear_attention
 from attnedu.masks import causal_mask, document_mask, prefix_lm_mask, sliding_window_mask
 from attnedu.positional import alibi_bias, alibi_slopes, apply_rope
 

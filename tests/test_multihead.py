@@ -146,7 +146,8 @@ def test_head_gate_scales_each_head_before_w_o():
 
 
 def test_heads_and_merge_are_forward_in_two_steps():
-    """_heads (each head before W_o) then _merge (gate, concat, W_o): what ablation in attnedu.heads edits between."""
+    """_heads (each head before W_o) then _merge (gate, concat, W_o): what ablation in attnedu.induction edits
+    between."""
     torch.manual_seed(1)
     attention = MultiHeadAttention(8, 2, num_kv_heads=1)
     x, y = torch.randn(3, 4, 8), torch.randn(3, 6, 8)
@@ -158,7 +159,7 @@ def test_heads_and_merge_are_forward_in_two_steps():
 
 def test_the_kv_cache_hook_equals_attention_over_the_whole_sequence():
     """_attend with a cache, fed 3 tokens then 1 at a time, gives what causal attention over the sequence gives."""
-    from attnedu.inference import KVCache
+    from attnedu.kv_cache import KVCache
 
     torch.manual_seed(2)
     attention = MultiHeadAttention(16, 4, bias=False, num_kv_heads=2)

@@ -1,6 +1,6 @@
 """Checks for the exercises of lesson 10 (attention at inference).
 
-The references are the package's own (``attnedu.inference.cache_chunk``, ``paged_attention``, ``kv_cache_bytes``,
+The references are the package's own (``attnedu.kv_cache.cache_chunk``, ``paged_attention``, ``kv_cache_bytes``,
 ``rolling_cache_step``). Heads, lengths and widths differ from each other so that a transpose or a wrong axis shows.
 
 The chunk through a KV cache (a transfer: the lesson feeds one token at a time by hand and chunks only through the
@@ -20,14 +20,14 @@ full, just full and wrapped many times, and a window of 1; its variants include 
 early, the last slot written over and over once the buffer is full, the window one key short and the key rotated by
 its slot.
 
-Exercises 1, 3 and 4 each open with a graded prediction (``checks.prediction``), made before the function is written
-and measured with the course's own code: chunk_prediction (with an empty cache and a chunk of 3, the positions the
-first new token reads, and whether feeding the tokens one at a time changes anything), server_cache_gib (a server's
-cache in GiB, within 5%; a wrong guess that one known slip explains, query heads counted, GB for GiB or a 32-bit
-integer's wrap-around, with its sign or without, is told which) and predicted_slots (a transfer to Mistral's window of
-positions i - W .. i, which the spec of the exercise does not give: how many slots its rolling buffer needs, and which
-position the new token then writes over). The learner's functions, predictions included, may not run anything from
-``attnedu.inference``: the exercises ask for their own code, and a prediction computed with the course's code would be
+Exercises 1, 3 and 4 each open with a graded prediction (``checks.prediction``), made before the function is written and
+measured with the course's own code: chunk_prediction (with an empty cache and a chunk of 3, the positions the first new
+token reads, and whether feeding the tokens one at a time changes anything), server_cache_gib (a server's cache in GiB,
+within 5%; a wrong guess that one known slip explains, query heads counted, GB for GiB or a 32-bit integer's
+wrap-around, with its sign or without, is told which) and predicted_slots (a transfer to Mistral's window of positions
+i - W .. i, which the spec of the exercise does not give: how many slots its rolling buffer needs, and which position
+the new token then writes over). The learner's functions, predictions included, may not run anything from lesson 10's
+modules (``OWN_CODE``): the exercises ask for their own code, and a prediction computed with the course's code would be
 a measurement.
 """
 
@@ -37,13 +37,21 @@ import math
 
 import torch
 
-from ..inference import _cache_chunk, kv_cache_bytes, paged_attention, rolling_cache_step
+from ..cache_sizes import kv_cache_bytes
+from ..kv_cache import _cache_chunk, paged_attention, rolling_cache_step
 from ..positional import apply_rope
 from .exercise import LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Part, Variant, generator, kinds, randn
 from .prediction import prediction_exercise
 
 LESSON = "10_attention_at_inference"
-OWN_CODE = ("attnedu.inference",)
+OWN_CODE = (  # lesson 10's modules: the exercises ask for the learner's own code
+    "attnedu.kv_cache",
+    "attnedu.decoding",
+    "attnedu.kv_sharing",
+    "attnedu.cache_sizes",
+    "attnedu.flex_masks",
+    "attnedu.linear_attention",
+)
 SEQUENCES = ("sequence", "sequences", "batch index")  # what an index of an output's first axis is here
 
 # --------------------------------------------------------------------------------------------
@@ -785,7 +793,7 @@ def _chunk_prediction_inputs() -> tuple[torch.Tensor, ...]:
 
 
 def _chunk_prediction() -> tuple[frozenset, bool]:
-    """The course's measurement, with ``attnedu.inference``'s chunk: (the positions whose values make up the first
+    """The course's measurement, with ``attnedu.kv_cache``'s chunk: (the positions whose values make up the first
     new token's output, with an empty cache: the features that are not 0 when token p's value is e_p, for any of the
     queries; whether the outputs or the caches of the chunk differ from those of the 3 tokens fed one at a time, by
     more than 1e-9)."""

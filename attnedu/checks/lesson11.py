@@ -1,18 +1,18 @@
 """Checks for the exercises of lesson 11 (real attention heads).
 
-Attention weights are (batch, heads, query_len, key_len), each row a softmax over the keys; ``real`` (batch, seq_len)
-is True at real tokens. Exercises 1 to 3 take the lesson's statistics to a *decoder's* batch: causal weights (query i
-sees keys 0 .. i), padding before each sentence's tokens (a batch for generation) or after them; padding keys get
-weight exactly 0, and the rows of padding queries are garbage (spread evenly over the keys up to them, what a mask with
-a large negative number gives a row whose keys are all padding), which a statistic must leave out. Positions count
-from 0. The references are the package's (``attnedu.heads.previous_token_score``, ``attention_entropy``,
-``prefix_matching``, ``attnedu.pretrained.gpt2_attention_weights``). Batch, heads and lengths differ from each other
-so that a reduction over the wrong axis shows. The known-wrong variants include off-by-ones in both directions: the key
-two back and the query itself; the real queries counted one too many and one too few; the key on an earlier occurrence
-and two after it; GPT-2's fused columns shifted by one either way. The learner's functions may not run
-``attnedu.heads``, ``attnedu.pretrained`` or this module (``forbidden``). Two exercises are graded predictions
-(``checks.prediction``): exercise 2's, the entropy of a causal head spreading evenly (``predicted_causal_entropy``),
-and exercise 5's, the loss of the lesson's trained model with its layer-1 heads removed (``predicted_repeat_losses``,
+Attention weights are (batch, heads, query_len, key_len), each row a softmax over the keys; ``real`` (batch, seq_len) is
+True at real tokens. Exercises 1 to 3 take the lesson's statistics to a *decoder's* batch: causal weights (query i sees
+keys 0 .. i), padding before each sentence's tokens (a batch for generation) or after them; padding keys get weight
+exactly 0, and the rows of padding queries are garbage (spread evenly over the keys up to them, what a mask with a large
+negative number gives a row whose keys are all padding), which a statistic must leave out. Positions count from 0. The
+references are the package's (``attnedu.head_scores.previous_token_score``, ``attention_entropy``, ``prefix_matching``,
+``attnedu.pretrained.gpt2_attention_weights``). Batch, heads and lengths differ from each other so that a reduction over
+the wrong axis shows. The known-wrong variants include off-by-ones in both directions: the key two back and the query
+itself; the real queries counted one too many and one too few; the key on an earlier occurrence and two after it;
+GPT-2's fused columns shifted by one either way. The learner's functions may not run ``attnedu.head_scores``,
+``attnedu.induction``, ``attnedu.pretrained`` or this module (``forbidden``). Two exercises are graded predictions
+(``checks.prediction``): exercise 2's, the entropy of a causal head spreading evenly (``predicted_causal_entropy``), and
+exercise 5's, the loss of the lesson's trained model with its layer-1 heads removed (``predicted_repeat_losses``,
 measured by ``removal_measurements``, which the notebook also asserts through ``check_removal_effect``).
 """
 
@@ -24,7 +24,8 @@ import math
 import torch
 
 from ..attention_only import AttentionOnlyTransformer
-from ..heads import attention_entropy, prefix_matching, previous_token_score, repeat_losses
+from ..head_scores import attention_entropy, prefix_matching, previous_token_score
+from ..induction import repeat_losses
 from ..masks import padding_mask
 from ..pretrained import gpt2_attention_weights
 from ..tasks import repeated_tokens
@@ -33,7 +34,7 @@ from .prediction import prediction_exercise
 
 LESSON = "11_real_attention_heads"
 # the course's code the learner's functions may not run: the references, and this module (its variants compute them)
-OWN_CODE = ("attnedu.heads", "attnedu.pretrained", "attnedu.checks.lesson11")
+OWN_CODE = ("attnedu.head_scores", "attnedu.induction", "attnedu.pretrained", "attnedu.checks.lesson11")
 
 
 def _real(lengths, seq_len, side):
@@ -703,7 +704,8 @@ def _even_causal_head(n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _causal_entropy() -> tuple[float]:
-    """The course's measurement: ``heads.attention_entropy`` of the even causal head on ``ENTROPY_TOKENS`` tokens."""
+    """The course's measurement: ``head_scores.attention_entropy`` of the even causal head on ``ENTROPY_TOKENS``
+    tokens."""
     return (attention_entropy(*_even_causal_head(ENTROPY_TOKENS)).item(),)
 
 
@@ -790,14 +792,14 @@ REMOVAL_MARGIN = 0.3
 @functools.cache
 def removal_measurements() -> dict:
     """The course's measurements for exercise 5, made once per process: the lesson's two-layer induction model
-    (``heads.train_induction``, seed 0, as the lesson trains it), its loss on the repeat of the lesson's held-out
-    sequences (``heads.repeat_losses``) intact, with both layer-1 heads removed and with each alone, and around them:
-    the lesson's one-layer model's loss on the repeat (trained as the lesson trains it, seed 0);
-    the loss with both replaced by their mean output instead of 0 (``heads.induction_ablation``, mean ablation), the
-    probability the model then puts on tokens already in the context at the repeat's predictions and those tokens'
+    (``induction.train_induction``, seed 0, as the lesson trains it), its loss on the repeat of the lesson's
+    held-out sequences (``induction.repeat_losses``) intact, with both layer-1 heads removed and with each alone,
+    and around them: the lesson's one-layer model's loss on the repeat (trained as the lesson trains it, seed 0); the
+    loss with both replaced by their mean output instead of 0 (``induction.induction_ablation``, mean ablation),
+    the probability the model then puts on tokens already in the context at the repeat's predictions and those tokens'
     share of the vocabulary, and the intact model's loss on the first block. Tests that change the training must call
     ``removal_measurements.cache_clear()`` (and clear the exercise's own cache, ``prediction.measure``)."""
-    from .. import heads as course  # looked up when called: a test may replace its training
+    from .. import induction as course  # looked up when called: a test may replace its training
 
     held_out = course.held_out_repeats()  # the lesson's: 256 sequences of a 16-token block, repeated once
     steps = course.INDUCTION["steps"]
@@ -885,7 +887,7 @@ def _removal_credit(index: int, guess: float, measured: tuple) -> float:
     return 0.5 if index == 0 and _near_one_layer(guess) else 0.0
 
 
-INDUCTION_VOCAB = 32  # the lesson's vocabulary (heads.INDUCTION["vocab"]): a uniform guess costs ln 32 nats
+INDUCTION_VOCAB = 32  # the lesson's vocabulary (induction.INDUCTION["vocab"]): a uniform guess costs ln 32 nats
 
 
 PREDICTED_REPEAT_LOSSES = prediction_exercise(

@@ -1,5 +1,5 @@
 """Lesson 10's calibration: the lesson's language model (``attnedu.train.train_lm``), converted from multi-head to
-grouped-query and multi-query attention by pooling its K/V heads (``attnedu.inference.to_grouped_query``) and
+grouped-query and multi-query attention by pooling its K/V heads (``attnedu.kv_sharing.to_grouped_query``) and
 uptrained; streaming with a window cache, a rolling buffer and attention sinks. The lesson reads the record
 ``benchmarks/calibration10.json`` (``RECORD``) that ``--json`` writes, in its own format (``write_record``: one set
 of kernels, the recipe and every run).
@@ -39,14 +39,9 @@ def _lesson10() -> dict:
     import torch
 
     from attnedu.blocks import DecoderLM
-    from attnedu.inference import (
-        KVCache,
-        RollingKVCache,
-        SinkCache,
-        streaming_losses,
-        to_grouped_query,
-        window_recompute_losses,
-    )
+    from attnedu.decoding import streaming_losses, window_recompute_losses
+    from attnedu.kv_cache import KVCache, RollingKVCache, SinkCache
+    from attnedu.kv_sharing import to_grouped_query
     from attnedu.tasks import CharCorpus
     from attnedu.train import lm_loss, train_lm
 

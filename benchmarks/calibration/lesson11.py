@@ -1,7 +1,7 @@
 """Lesson 11's calibration: induction heads. Each seed trains the lesson's 1-layer and 2-layer models with
-``attnedu.heads.train_induction`` exactly as the lesson does (the recipe ``INDUCTION``) and measures what the lesson
-asserts. One table per set of CPU kernels (``attnedu.heads.CALIBRATION_FILES``; the lesson reads all three and asserts
-against their union):
+``attnedu.induction.train_induction`` exactly as the lesson does (the recipe ``INDUCTION``) and measures what the
+lesson asserts. One table per set of CPU kernels (``attnedu.induction.CALIBRATION_FILES``; the lesson reads all
+three and asserts against their union):
 
     python benchmarks/calibrate.py --lesson 11 --json benchmarks/calibration11.json > benchmarks/calibration11.md
     ATEN_CPU_CAPABILITY=avx2 python benchmarks/calibrate.py --lesson 11 > benchmarks/calibration11_avx2.md
@@ -42,7 +42,8 @@ def run(experiment: str, seed: int) -> dict:
     import torch
 
     from attnedu import setup_notebook
-    from attnedu.heads import (
+    from attnedu.head_scores import induction_targets, target_weight_by_distance
+    from attnedu.induction import (
         EVAL_PERIOD,
         INDUCTION,
         ablated_forward,
@@ -52,9 +53,7 @@ def run(experiment: str, seed: int) -> dict:
         induction_ablation,
         induction_rule_losses,
         induction_scores,
-        induction_targets,
         rate_while,
-        target_weight_by_distance,
         train_induction,
     )
 
@@ -201,7 +200,8 @@ def _report(results: list[dict], info) -> None:
 
     import torch
 
-    from attnedu.heads import INDUCTION, best_positional_score, held_out_repeats, held_out_varied
+    from attnedu.head_scores import best_positional_score
+    from attnedu.induction import INDUCTION, held_out_repeats, held_out_varied
 
     rows = [row for r in results for row in r["rows"]]
     held_out = held_out_repeats()
@@ -210,20 +210,23 @@ def _report(results: list[dict], info) -> None:
     print("# Calibration of lesson 11 (induction heads)\n")
     print(f"Measured {info.date} by `{info.command}` ({info.jobs} processes at once, 1 torch thread each). "
           f"Machine: {machine}; torch {torch.__version__}; Python {platform.python_version()}. "
-          f"Recipe: `attnedu.heads.INDUCTION` = {INDUCTION}. Held-out: `held_out_repeats()`, 256 sequences of a "
+          f"Recipe: `attnedu.induction.INDUCTION` = {INDUCTION}. Held-out: `held_out_repeats()`, 256 "
+          "sequences of a "
           "16-token block repeated once (the losses; 'fixed'), and `held_out_varied()`, 256 sequences each with its "
           "own block length, 4..16, repeated to 32 tokens (the head scores, unless 'fixed'). "
           "Seed = `ATTNEDU_SEED_OFFSET`; 1000.. are what the perturbed run gives. Losses in nats at the end of "
-          "training. Scores (`attnedu.heads.induction_scores`): prefix = the highest prefix-matching score "
+          "training. Scores (`attnedu.induction.induction_scores`): prefix = the highest prefix-matching score "
           "(`prefix_matching`: the weight on the keys after every earlier copy of the query's token) in the last "
           "layer; prefix fixed = the same on the fixed blocks; prefix below = the highest in layer 0 of the 2-layer "
           "model; previous = the highest previous-token score in layer 0. "
-          "The phase change (`attnedu.heads.crossing_steps`, measured every 25 steps): loss 10/50/90 = the first "
+          "The phase change (`attnedu.induction.crossing_steps`, measured every 25 steps): loss 10/50/90 = "
+          "the first "
           "steps at which the repeat's loss has made 10 %, 50 %, 90 % of its fall from step 0 to the end (its 10 % "
           "falls in an early drop that the one-layer model makes too); saving = the same for the one-layer model's "
           "repeat loss minus the two-layer model's (same seed, same steps: what the second layer buys); head = the "
           "same for the last layer's best prefix-matching score (its rise); previous = the same for the layer-0 "
-          "previous-token score; rate X (`attnedu.heads.rate_while`) = the fraction of the saving's whole rise that it "
+          "previous-token score; rate X (`attnedu.induction.rate_while`) = the fraction of the saving's "
+          "whole rise that it "
           "makes, per 100 steps, while curve X makes the middle half (25 % .. 75 %) of its change: X = head, the "
           "one-layer model's best prefix-matching score (prefix one) and repeat loss (repeat one), the two-layer "
           "model's layer-0 previous-token score (previous) and first-block loss (first); rate gap = rate head minus "

@@ -1,8 +1,8 @@
 """Lesson 10, 10_attention_at_inference: the galleries of ``kv_cache_chunk``, ``paged_decode``, ``cache_bytes`` and
 ``rolling_step`` (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py
-describes them), REFERENCE_USE: functions that are, or call, the package's own ``attnedu.inference``, which the
-exercises forbid, and PREDICTIONS: the graded predictions ``chunk_prediction``, ``server_cache_gib`` and
-``predicted_slots``.
+describes them), REFERENCE_USE: functions that are, or call, the package's own lesson 10 modules (``attnedu.kv_cache``,
+``cache_sizes``, ...), which the exercises forbid, and PREDICTIONS: the graded predictions ``chunk_prediction``,
+``server_cache_gib`` and ``predicted_slots``.
 
 The correct versions are written as a learner would: with torch's SDPA (enable_gqa), by hand, with einsum or loops.
 The KV-cache chunk and the rolling step read one sequence's cache (or buffer) and a cache-size calculator reads
@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attnedu import inference
+from attnedu import cache_sizes, kv_cache
 from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
 from attnedu.positional import apply_rope
 
@@ -168,7 +168,7 @@ CORRECT = {
 
 
 def _chunk_with_the_packages_cache(q, k_new, v_new, k_cache, v_cache):
-    cache = inference.KVCache(1)
+    cache = kv_cache.KVCache(1)
     cache.k[0], cache.v[0] = k_cache, v_cache
     m = k_cache.shape[2]
     out = cache.attend(0, q, k_new, v_new, torch.arange(m, m + q.shape[2]))
@@ -176,16 +176,16 @@ def _chunk_with_the_packages_cache(q, k_new, v_new, k_cache, v_cache):
 
 
 REFERENCE_USE = [
-    ("kv_cache_chunk", inference.cache_chunk),
+    ("kv_cache_chunk", kv_cache.cache_chunk),
     ("kv_cache_chunk", _chunk_with_the_packages_cache),
-    ("paged_decode", inference.paged_attention),
+    ("paged_decode", kv_cache.paged_attention),
     (
         "cache_bytes",
         lambda L, H, Hkv, d, b, s, n, w: torch.tensor(
-            [inference.kv_cache_bytes(*r) for r in zip(*(t.tolist() for t in (L, Hkv, d, b, s, n)))]
+            [cache_sizes.kv_cache_bytes(*r) for r in zip(*(t.tolist() for t in (L, Hkv, d, b, s, n)))]
         ),
     ),  # fmt: skip
-    ("rolling_step", inference.rolling_cache_step),
+    ("rolling_step", kv_cache.rolling_cache_step),
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -1035,7 +1035,7 @@ def cp_the_output_named():
 def cp_with_the_course_code():
     q = k = torch.randn(1, 1, 3, 4)
     empty = torch.zeros(1, 1, 0, 4)
-    out, _, _ = inference.cache_chunk(q, k, torch.eye(4)[:3][None, None], empty, empty)
+    out, _, _ = kv_cache.cache_chunk(q, k, torch.eye(4)[:3][None, None], empty, empty)
     return [int(p) for p in (out[0, 0, 0] > 0).nonzero().flatten()], False
 
 
@@ -1108,7 +1108,7 @@ def sc_in_gb_rounded():
 
 
 def sc_with_the_course_code():
-    return inference.kv_cache_bytes(48, 8, 128, 2, tokens=100_000, batch=4, window=8192) / 2**30
+    return cache_sizes.kv_cache_bytes(48, 8, 128, 2, tokens=100_000, batch=4, window=8192) / 2**30
 
 
 def sc_unwritten():
@@ -1171,7 +1171,7 @@ def ps_with_the_course_code():
     k_buffer = v_buffer = torch.zeros(1, 1, 5, 16)
     for p in range(9):
         x = torch.eye(16)[p].view(1, 1, 1, 16)
-        _, k_buffer, v_buffer = inference.rolling_cache_step(torch.zeros(1, 1, 1, 16), x, x, k_buffer, v_buffer, p)
+        _, k_buffer, v_buffer = kv_cache.rolling_cache_step(torch.zeros(1, 1, 1, 16), x, x, k_buffer, v_buffer, p)
     return 5, int(v_buffer[0, 0, 9 % 5].argmax())
 
 
@@ -1189,7 +1189,7 @@ PREDICTIONS = [
     ("chunk_prediction", cp_both_wrong, "failed", 0.0, "Score: 0 of 1"),
     ("chunk_prediction", cp_as_numbers, "failed", 0.0, "should return a tuple of 2 values: a list of whole numbers"),
     ("chunk_prediction", cp_the_output_named, "failed", 0.0, "should return a tuple of 2 values"),
-    ("chunk_prediction", cp_with_the_course_code, "failed", 0.0, "`attnedu.inference.cache_chunk`"),
+    ("chunk_prediction", cp_with_the_course_code, "failed", 0.0, "`attnedu.kv_cache.cache_chunk`"),
     ("chunk_prediction", cp_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
     ("server_cache_gib", sc_by_hand, "passed", 1.0, "within 5% of the measurement (full credit)"),
     ("server_cache_gib", sc_rounded, "passed", 1.0, "you predicted 6 GiB, measured 6 GiB"),
@@ -1207,7 +1207,7 @@ PREDICTIONS = [
     ("server_cache_gib", sc_int32_wrapped, "failed", 0.0, "it wraps around to -2,147,483,648, -2 GiB"),
     ("server_cache_gib", sc_int32_sign_dropped, "failed", 0.0, "holds it without its sign, which does not undo"),
     ("server_cache_gib", sc_in_gb_rounded, "partial", 0.5, "It is 1.067 times the measurement: GB (10^9 bytes)"),
-    ("server_cache_gib", sc_with_the_course_code, "failed", 0.0, "`attnedu.inference.kv_cache_bytes`"),
+    ("server_cache_gib", sc_with_the_course_code, "failed", 0.0, "`attnedu.cache_sizes.kv_cache_bytes`"),
     ("server_cache_gib", sc_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
     ("predicted_slots", ps_right, "passed", 1.0, "you predicted 5, measured 5: ✅ right"),
     ("predicted_slots", ps_as_tensors, "passed", 1.0, "Score: 1 of 1"),
@@ -1222,6 +1222,6 @@ PREDICTIONS = [
     ("predicted_slots", ps_as_floats, "failed", 0.0, "should return a tuple of 2 values: a whole number"),
     ("predicted_slots", ps_digits_as_text, "failed", 0.0, "should return a tuple of 2 values: a whole number"),
     ("predicted_slots", ps_one_answer, "failed", 0.0, "should return a tuple of 2 values"),
-    ("predicted_slots", ps_with_the_course_code, "failed", 0.0, "`attnedu.inference.rolling_cache_step`"),
+    ("predicted_slots", ps_with_the_course_code, "failed", 0.0, "`attnedu.kv_cache.rolling_cache_step`"),
     ("predicted_slots", ps_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
 ]

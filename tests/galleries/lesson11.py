@@ -1,9 +1,9 @@
 """Lesson 11, 11_real_attention_heads: the galleries of ``previous_token_score``, ``attention_entropy``,
 ``prefix_matching_score``, ``gpt2_attention_weights`` and ``repeat_loss_without`` (CORRECT, MUTANTS, OFF_BY_ONE,
-KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes them); REFERENCE_USE: functions
-that are, or call, the package's own ``attnedu.heads`` or ``attnedu.pretrained``, or the checks' own helpers, which
-the exercises forbid; and PREDICTIONS: the graded predictions ``predicted_causal_entropy`` and
-``predicted_repeat_losses``.
+KIND_MUTANTS, KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes them); REFERENCE_USE: functions that
+are, or call, the package's own ``attnedu.head_scores``, ``attnedu.induction`` or ``attnedu.pretrained``, or the
+checks' own helpers, which the exercises forbid; and PREDICTIONS: the graded predictions ``predicted_causal_entropy``
+and ``predicted_repeat_losses``.
 
 The correct versions are written as a learner would: with diagonals, gathers, loops or einsum. Exercises 1 to 3 run
 on a decoder's padded batches (causal weights, padding before or after the tokens). GPT-2's layout and the repeat's
@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from attnedu import heads, pretrained
+from attnedu import head_scores, induction, pretrained
 from attnedu.checks import lesson11
 from attnedu.checks.exercise import LARGE, PADDED, UNPADDED
 
@@ -164,13 +164,13 @@ CORRECT = {
 }
 
 REFERENCE_USE = [
-    ("previous_token_score", heads.previous_token_score),
-    ("previous_token_score", lambda w, r: heads.offset_attention(w, -1, r)),
-    ("attention_entropy", lambda w, r: heads.attention_entropy(w, r)),
-    ("prefix_matching_score", heads.prefix_matching),
-    ("prefix_matching_score", lambda w, t, r: (w * heads.induction_targets(t, r)[:, None]).sum(-1).mean(-1)),
+    ("previous_token_score", head_scores.previous_token_score),
+    ("previous_token_score", lambda w, r: head_scores.offset_attention(w, -1, r)),
+    ("attention_entropy", lambda w, r: head_scores.attention_entropy(w, r)),
+    ("prefix_matching_score", head_scores.prefix_matching),
+    ("prefix_matching_score", lambda w, t, r: (w * head_scores.induction_targets(t, r)[:, None]).sum(-1).mean(-1)),
     ("gpt2_attention_weights", pretrained.gpt2_attention_weights),
-    ("repeat_loss_without", heads.repeat_losses),
+    ("repeat_loss_without", induction.repeat_losses),
     (
         "repeat_loss_without",
         lambda m, t, r: (
@@ -188,10 +188,10 @@ REFERENCE_USE = [
 
 
 def _with_package_gates(model, tokens, removed):
-    gates = heads.head_gates(len(model.layers), model.layers[0].num_heads, removed)
+    gates = head_scores.head_gates(len(model.layers), model.layers[0].num_heads, removed)
     period = tokens.shape[1] // 2
     logits, _ = model(tokens, gates)
-    return heads.in_context_losses(logits, tokens, period)[1] * torch.ones(tokens.shape[0])
+    return induction.in_context_losses(logits, tokens, period)[1] * torch.ones(tokens.shape[0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -924,7 +924,7 @@ def ce_as_text():
 
 def ce_with_the_course_code():
     causal = torch.ones(8, 8).tril()
-    return heads.attention_entropy((causal / causal.sum(-1, keepdim=True))[None, None]).item()
+    return head_scores.attention_entropy((causal / causal.sum(-1, keepdim=True))[None, None]).item()
 
 
 def ce_unwritten():
@@ -980,7 +980,7 @@ def rp_one_number():
 
 
 def rp_with_the_course_code():
-    heads.held_out_repeats(2)  # any of the course's induction code: a measurement, not a prediction
+    induction.held_out_repeats(2)  # any of the course's induction code: a measurement, not a prediction
     return math.log(32), 1.8
 
 
@@ -1001,7 +1001,7 @@ PREDICTIONS = [
     ("predicted_causal_entropy", ce_certain, "failed", 0.0, "query that sees one key is certain"),
     ("predicted_causal_entropy", ce_nearly, "partial", 0.5, "within twice 0.05 nats"),
     ("predicted_causal_entropy", ce_as_text, "failed", 0.0, "should return a number"),
-    ("predicted_causal_entropy", ce_with_the_course_code, "failed", 0.0, "`attnedu.heads.attention_entropy`"),
+    ("predicted_causal_entropy", ce_with_the_course_code, "failed", 0.0, "`attnedu.head_scores.attention_entropy`"),
     ("predicted_causal_entropy", ce_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
     ("predicted_repeat_losses", rp_reasoned, "passed", 1.0, "Score: 1 of 1"),
     ("predicted_repeat_losses", rp_as_list, "passed", 1.0, "Score: 1 of 1"),
@@ -1015,6 +1015,6 @@ PREDICTIONS = [
     ("predicted_repeat_losses", rp_all_gone, "partial", 0.5, "the other head still copies"),
     ("predicted_repeat_losses", rp_one_layer_for_b, "partial", 0.5, "further than twice 0.3 nats (no credit)"),
     ("predicted_repeat_losses", rp_one_number, "failed", 0.0, "should return a tuple of 2 values"),
-    ("predicted_repeat_losses", rp_with_the_course_code, "failed", 0.0, "`attnedu.heads.held_out_repeats`"),
+    ("predicted_repeat_losses", rp_with_the_course_code, "failed", 0.0, "`attnedu.induction.held_out_repeats`"),
     ("predicted_repeat_losses", rp_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
 ]
