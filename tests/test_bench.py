@@ -136,7 +136,9 @@ def test_a_method_that_runs_out_of_memory_is_recorded_not_fatal():
     assert errors == {"naive": "out of memory"} and len(times["fine"]) == 2 and "naive" not in times
     ok = measurements.Measurement("tiled", "tiled", 8192, 64, False, [5.0], 5.0, 5.0, 5.0, 1.0, 4.0)
     sdpa = measurements.Measurement("sdpa", "SDPA-flash", 8192, 64, False, [2.0], 2.0, 2.0, 2.0, 2.0, 1.0)
-    failed = measurements.Measurement("naive", "naive", 8192, 64, False, [], None, None, None, None, error="out of memory")
+    failed = measurements.Measurement(
+        "naive", "naive", 8192, 64, False, [], None, None, None, None, error="out of memory"
+    )
     stored = bench.Benchmark({"dtype": "bfloat16", "device_kind": "cuda", "device": "GPU", "methods": {}},
                              [failed, ok, sdpa])  # fmt: skip
     shape = {"mode": "forward", "dtype": None, "n": 8192, "head_dim": 64, "causal": False}
