@@ -39,7 +39,8 @@ One concept per module; a lesson's library code lives in the module its concept 
     build_exercises    exercises/ generated from solutions/
     grade, grading     python -m attnedu.grade: batch grading of submissions in a sandbox
     _validate          the input checks every public function uses, one form of error message;
-                       _validate_attention, _validate_flash, _validate_pretrained: those modules' own checks
+                       _validate_attention, _validate_flash, _validate_pretrained, _validate_kv_cache,
+                       _validate_induction: those modules' own checks
     _triton_memory     triton_basics' memory check: every address a learner's kernel touches, checked
 """
 
