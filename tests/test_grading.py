@@ -2,10 +2,10 @@
 
 One grader run (``--jobs 2``) over a folder of:
 
-* honest work: each lesson's solution (full marks) and its exercise notebook as is (all "not
-  attempted"), a kernel that dies in its first cell, a cell that loops until interrupted, a file
-  that is not a notebook; graded predictions partly right (lessons 07, 10 and 11), and one of lesson 10's measured with
-  the course's code;
+* honest work: each lesson's solution (full marks) and three lessons' exercise notebooks as handed out (all "not
+  attempted"; ``STUB_LESSONS``, one of each kind of exercise), a kernel that dies in its first cell, a cell that
+  loops until interrupted, a file that is not a notebook; graded predictions partly right (lessons 07, 10 and 11),
+  and one of lesson 10's measured with the course's code;
 * forgeries: patching ``attnedu.checks.run_check`` and printing a forged grade line from a
   ``pre_run_cell`` hook (over stubs); the course's reference functions, imported plainly and
   through an obfuscated ``__import__`` (beside a careless mistake: softmax over the wrong axis);
