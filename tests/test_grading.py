@@ -640,10 +640,12 @@ def test_grader_time(graded):
     """Not a benchmark: every submission within its budget (past it, its sandbox is killed), and the class graded
     side by side (``--jobs 2``) with almost nothing after the last sandbox. The grader prints where its time went.
     Lesson 11's prediction was measured (two models trained) in the main thread when its first submission was
-    compared, and the comparisons of every later submission waited for it: 52 of a class's 116 s alone, and under
-    ``pytest -n 2`` (the other worker's tests on the same two cores) runs of 258 and 284 s, against 207 s of
-    sandboxes added up: most of it after the last sandbox. Now the measurements are made beside the sandboxes.
-    Shares, not seconds: under load every part takes longer."""
+    compared, and the comparisons of every later submission waited for it: 52 s of a class's 116 s alone (profiled;
+    alone, the sandboxes went on meanwhile, and the run ended with them). Under ``pytest -n 2`` (the other worker's
+    tests on the same two cores) two runs took 258 and 284 s against 207 s of sandboxes added up: time outside the
+    sandboxes, most likely those comparisons waiting on the measurement under load (not measured there). Now the
+    measurements are made beside the sandboxes, which the line names (the old grader fails here on that, alone);
+    the shares bound any time outside the sandboxes. Shares, not seconds: under load every part takes longer."""
     for name, row in graded["table"].items():
         if row["lesson"]:
             assert float(row["seconds"]) < budget(row["lesson"]), (name, row["seconds"])
