@@ -55,12 +55,13 @@ TIME_LIMIT = 2  # seconds per call of a learner's function: a call of an exercis
 # another test run on the same machine (another worktree, CI) cannot be mistaken for a survivor of this one
 MARKER = f"987.{os.getpid():07d}"
 BWRAP = sandbox.find_bwrap() is not None
-L01, L02, L07, L08 = "01_rnn_bottleneck", "02_bahdanau_attention", "07_positional_encoding", "08_flash_attention"
+L01, L02, L07 = "01_rnn_bottleneck", "02_bahdanau_attention", "07_positional_encoding"
+L08 = "08a_flash_attention_forward"  # lesson 08a: the Triton kernels
 # The exercise notebooks graded as handed out: one lesson of each kind of exercise (plain functions; Triton kernels,
 # which the kernel launches; graded predictions, in the lesson whose notebook trains models). For every lesson, make
 # test runs each exercise notebook top to bottom (its lax run), test_exercises checks that every solution is replaced
 # by `raise NotImplementedError()`, and test_checks that every exercise's function so written is not attempted; what
-# grading all eleven added was the same path eleven times, about 40 s of sandboxes.
+# grading all twelve added was the same path twelve times, about 40 s of sandboxes.
 STUB_LESSONS = (L01, L08, "11_real_attention_heads")
 L10 = "10_attention_at_inference"
 L11 = "11_real_attention_heads"
@@ -285,7 +286,7 @@ def write_submissions(folder: Path, out: Path, report: Path, target: tuple[str, 
     far = f"    q = tl.load(Q + (rows[:, None] * stride_q).to(tl.int64) * {2**40})\n"  # 4 TiB away: SIGSEGV
     prepend_to_body(kernels, "causal_attention_kernel", far)
     insert_after(kernels, "import triton.language as tl", UNCHECKED)
-    nbformat.write(kernels, folder / "08_kernels.ipynb")
+    nbformat.write(kernels, folder / "08a_kernels.ipynb")
 
     # the attacker (only where a sandbox will hold it: never run it loose on a machine)
     mounts = {"work"} | {p.relative_to("/tmp").parts[0] for p in sandbox.needed_paths() if Path("/tmp") in p.parents}
@@ -542,7 +543,7 @@ def test_triton_kernels_that_hang_or_read_far_away_cost_only_their_own_exercises
     """Under the interpreter, in the sandbox: a kernel that loops forever is stopped by its time limit; one that
     reads far out of bounds is stopped before the read, and told where; with that check sabotaged, the read ends the
     process running the calls, and the grader goes on."""
-    row = graded["table"]["08_kernels.ipynb"]
+    row = graded["table"]["08a_kernels.ipynb"]
     assert row["notebook"] == "ok", row
     statuses = dict(zip(LESSONS[L08], [row[f"{name}_status"] for name in LESSONS[L08]], strict=True))
     assert statuses.pop("softmax_kernel") == "timeout", row

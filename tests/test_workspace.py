@@ -315,3 +315,67 @@ def test_make_check_counts_a_prediction_partly_right(tmp_path, monkeypatch):
     assert not ok
     assert "🟡 wrong_layout_prediction: partly right (score 0.5)" in text
     assert "you predicted yes, measured no" in text and "1 partly right" in text and "(score 0.5 of 5)" in text
+
+
+# --------------------------------------------------------------------------------------------
+# a lesson split in two: the learner's notebook under the old name is kept, runs and is checked
+# --------------------------------------------------------------------------------------------
+
+# tests/former/ holds exercise notebooks as they were handed out before a split (lax nbval runs them with the suite:
+# a learner's copy must keep running against today's package)
+FORMER = ROOT / "tests" / "former"
+MERGE = """\
+    m = torch.maximum(m1, m2)
+    ref = torch.where(m == float("-inf"), 0.0, m)
+    a1, a2 = torch.exp(m1 - ref), torch.exp(m2 - ref)
+    return m, a1 * l1 + a2 * l2, a1[:, None] * o1 + a2[:, None] * o2"""
+
+
+def test_a_split_lesson_keeps_the_learners_notebook_and_says_what_changed(tmp_path):
+    lab = lab_module()
+    (old, (new, what)) = next(iter(lab.RENAMED.items()))
+    root = course(tmp_path, [Path(name).stem for name in new])
+    work = root / "work"
+    work.mkdir()
+    mine = work / old
+    shutil.copy(FORMER / old, mine)
+    solve(mine, "merge_softmax_states", MERGE)
+    before = mine.read_bytes()
+
+    done = lab.prepare_work(root)
+    assert mine.read_bytes() == before
+    assert sorted(p.name for p in work.iterdir()) == sorted([old, *new])
+    assert done == [f"new exercise: work/{name}" for name in new] + [f"note: {what}"]
+    assert lab.prepare_work(root) == []  # said once, when the new notebooks arrive
+
+    # the note names every exercise of the old notebook, in the new lesson that now holds it
+    from attnedu.checks import EXERCISES, FORMER_LESSONS, GRADED_LESSONS
+
+    moved = FORMER_LESSONS[Path(old).stem]
+    for name in moved:
+        lesson = EXERCISES[name].lesson
+        assert f"{name}" in what and lesson in [Path(n).stem for n in new], (name, lesson)
+    added = [name for n in new for name in GRADED_LESSONS[Path(n).stem] if name not in moved]
+    assert all(name in what for name in added), added
+
+    ran = check(root, Path(old).stem[:2])  # "08": the old notebook and the two new ones
+    out = ran.stdout
+    assert ran.returncode == 0, out + ran.stderr
+    assert all(f"{name} (" in out for name in [old, *new]), out
+    assert "✅ merge_softmax_states: passed" in out, out
+    assert out.count("merge_softmax_states: not attempted") == 1, out  # in 08a's copy, untouched
+
+
+def test_the_grader_knows_a_former_lessons_notebook():
+    from attnedu.checks import FORMER_LESSONS
+    from attnedu.grading.grader import exercises_of, lesson_of
+
+    for path in sorted(FORMER.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        assert lesson_of(nb, path.name) == path.stem
+        nb.metadata.pop("attnedu", None)
+        assert lesson_of(nb, path.name) == path.stem  # by its file name alone
+        assert exercises_of(path.stem) == FORMER_LESSONS[path.stem]
+        starts = ("def ", "@triton.jit\ndef ")
+        defined = {c.source.split("def ")[1].split("(")[0] for c in nb.cells if c.source.startswith(starts)}
+        assert set(FORMER_LESSONS[path.stem]) <= defined, defined

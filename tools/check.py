@@ -23,6 +23,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -70,14 +71,19 @@ class Run:
 
 
 def select(work: Path, lessons: list[str]) -> list[Path]:
-    """The notebooks of ``work`` to run: all, or those whose name starts with one of ``lessons`` ("04", "04_qu...")."""
+    """The notebooks of ``work`` to run: all, or those of ``lessons``: "04" (04_*), "08" (08_*, 08a_*, 08b_*: a lesson
+    split in two), "08a" (08a_*) or a name's start ("04_qu...")."""
     notebooks = sorted(p for p in work.glob("*.ipynb") if p.is_file())
     if not lessons:
         return notebooks
     chosen = []
     for lesson in lessons:
         prefix = Path(lesson).name.removesuffix(".ipynb")
-        matches = [p for p in notebooks if p.name.startswith(prefix if "_" in prefix else prefix + "_")]
+        if "_" in prefix:
+            matches = [p for p in notebooks if p.name.startswith(prefix)]
+        else:  # a number, with or without its letter: the number alone also takes the lessons split from it
+            pattern = re.escape(prefix) + ("" if prefix[-1:].isalpha() else "[a-z]?") + "_"
+            matches = [p for p in notebooks if re.match(pattern, p.name)]
         if not matches:
             names = ", ".join(p.name for p in notebooks) or "none"
             raise SystemExit(f"error: no notebook in {work}/ for lesson {lesson!r} (there: {names})")
@@ -216,9 +222,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {WORK}/{run.notebook.name}: {verdict} ({run.seconds:.0f} s)", flush=True)
             if run.failed_cells or not run.cells:
                 print(textwrap.indent(run.output.strip()[-6000:], "    | "))
-    from attnedu.checks import LESSONS  # after the runs: torch loads while nothing else waits
+    from attnedu.checks import GRADED_LESSONS  # after the runs: torch loads while nothing else waits
 
-    text, ok = report(runs, LESSONS)
+    text, ok = report(runs, GRADED_LESSONS)
     print(text)
     return 0 if ok else 1
 

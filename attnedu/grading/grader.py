@@ -33,7 +33,7 @@ from pathlib import Path
 import nbformat
 import torch
 
-from ..checks import EXERCISES, LESSONS
+from ..checks import EXERCISES, GRADED_LESSONS
 from ..checks.exercise import Case
 from ..checks.results import CRASHED, FAILED, NOT_ATTEMPTED, PARTIAL, PASSED, TIMEOUT
 from ..runtime import progress
@@ -124,7 +124,7 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
 
 
-def lesson_of(nb, filename: str, lessons=LESSONS) -> str | None:
+def lesson_of(nb, filename: str, lessons=GRADED_LESSONS) -> str | None:
     """The lesson a notebook belongs to: its metadata, else a file name starting with a lesson's 'NN_'."""
     meta = nb.metadata.get("attnedu", {})
     lesson = meta.get("lesson") if isinstance(meta, dict) else None
@@ -135,7 +135,7 @@ def lesson_of(nb, filename: str, lessons=LESSONS) -> str | None:
 
 
 def exercises_of(lesson: str | None) -> list[str]:
-    return list(LESSONS[lesson]) if lesson else list(EXERCISES)
+    return list(GRADED_LESSONS[lesson]) if lesson else list(EXERCISES)
 
 
 def budget(settings: Settings, cases: dict[str, list[Case]], exercises: list[str]) -> float:

@@ -23,7 +23,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from ..checks import LESSONS
+from ..checks import GRADED_LESSONS
 from ..checks.results import CRASHED, FAILED, ICONS, NOT_ATTEMPTED, PARTIAL, PASSED, TIMEOUT, hint_steps
 from .grader import FLAGGED, NOT_GRADED, STATUSES, Graded
 
@@ -47,12 +47,13 @@ FEEDBACK_TEXT = {
 }
 
 
-def exercise_names(graded: list[Graded], lessons: dict[str, list[str]] = LESSONS) -> list[str]:
+def exercise_names(graded: list[Graded], lessons: dict[str, list[str]] = GRADED_LESSONS) -> list[str]:
     used = {g.lesson for g in graded}
-    return [name for lesson, names in lessons.items() if lesson in used or None in used for name in names]
+    names = [name for lesson, names in lessons.items() if lesson in used or None in used for name in names]
+    return list(dict.fromkeys(names))  # once each: a former lesson's exercises are its successors'
 
 
-def rows(graded: list[Graded], lessons: dict[str, list[str]] = LESSONS) -> tuple[list[str], list[dict]]:
+def rows(graded: list[Graded], lessons: dict[str, list[str]] = GRADED_LESSONS) -> tuple[list[str], list[dict]]:
     """CSV header and rows: one row per submission; per exercise a score, a status and a message column."""
     exercises = exercise_names(graded, lessons)
     header = ["submission", "lesson"]
@@ -327,7 +328,7 @@ def plot(path: Path, summary: list[dict], graded: list[Graded], table: list[dict
     left.legend(fontsize=8, loc="lower right")
     for lesson in lessons:
         totals = [float(row["total"]) for g, row in zip(graded, table, strict=True) if g.lesson == lesson]
-        top = len(LESSONS[lesson])
+        top = len(GRADED_LESSONS[lesson])
         right.hist(totals, bins=[x / 2 - 0.25 for x in range(2 * top + 2)], alpha=0.6, label=lesson)  # halves too
     right.set_xlabel("total score")
     right.set_ylabel("submissions")
