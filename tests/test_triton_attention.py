@@ -51,9 +51,9 @@ def relative_error(got, expected) -> float:
     return (got.double() - expected).abs().max().item() / max(1.0, expected.abs().max().item())
 
 
-def check_grads(q, k, v, causal, tolerance):
+def check_grads(q, k, v, causal, tolerance, deterministic=None):
     grad_out = torch.randn(*q.shape[:-1], v.shape[-1], generator=torch.Generator().manual_seed(7)).to(q.dtype)
-    out = ta.triton_attention(q, k, v, is_causal=causal)
+    out = ta.triton_attention(q, k, v, is_causal=causal, deterministic=deterministic)
     out.backward(grad_out.to(q.device))
     expected_out, expected = reference_grads(q, k, v, grad_out.to(q.device), causal)
     assert relative_error(out, expected_out) <= tolerance
@@ -116,24 +116,62 @@ def test_causal_output_ignores_future_keys(interpreter, causal):
 
 
 @needs_triton
+@pytest.mark.parametrize("deterministic", [False, True], ids=["one-pass", "deterministic"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", [*SHAPES, (33, 33, 128, 128), (90, 40, 16, 16)])
-def test_interpreted_gradients_equal_autograd_of_naive_attention(interpreter, shape, causal):
+def test_interpreted_gradients_equal_autograd_of_naive_attention(interpreter, shape, causal, deterministic):
     """float32: dq, dk, dv equal PyTorch autograd of naive attention (float64) to 1e-5 (measured about 2e-6), for
     lengths off the block, n_q != n_k both ways (causal counted from the top left, as SDPA does), head_dim 16 to
-    128 and not a power of two, value_dim != head_dim, batch x heads = 4."""
-    check_grads(*qkv(*shape, torch.float32, requires_grad=True), causal, GRAD_TOLERANCE[torch.float32])
+    128 and not a power of two, value_dim != head_dim, batch x heads = 4; by both backwards (one pass with atomic dQ,
+    and the separate dQ kernel)."""
+    check_grads(*qkv(*shape, torch.float32, requires_grad=True), causal, GRAD_TOLERANCE[torch.float32], deterministic)
 
 
 @needs_triton
+@pytest.mark.parametrize("deterministic", [False, True], ids=["one-pass", "deterministic"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize(
     "shape, causal", [((37, 37, 16, 16), True), ((70, 50, 32, 32), False), ((64, 64, 64, 64), True)]
 )
-def test_interpreted_half_precision_gradients(interpreter, shape, causal, dtype):
-    """float16 runs in float16 (P and dS cast before their products); bfloat16 is computed in float32 by the
-    interpreter and its gradients come back in bfloat16."""
-    check_grads(*qkv(*shape, dtype, requires_grad=True), causal, GRAD_TOLERANCE[dtype])
+def test_interpreted_half_precision_gradients(interpreter, shape, causal, dtype, deterministic):
+    """float16 runs in float16 (P and dS cast before their products; the one-pass dQ accumulates in float32);
+    bfloat16 is computed in float32 by the interpreter and its gradients come back in bfloat16."""
+    check_grads(*qkv(*shape, dtype, requires_grad=True), causal, GRAD_TOLERANCE[dtype], deterministic)
+
+
+@needs_triton
+def test_the_deterministic_backward_is_bitwise_repeatable(interpreter):
+    """deterministic=True: two identical calls give bitwise the same gradients (no atomics: each dQ row is summed
+    by one program, in one order). The one-pass backward need not (atomic adds land in the order programs run, which
+    varies on a GPU); under the interpreter, which runs programs one after another, it happens to repeat too, so only
+    the deterministic one is held to it here."""
+    runs = []
+    for _ in range(2):
+        q, k, v = qkv(70, 70, 24, 24, torch.float32, requires_grad=True)
+        ta.triton_attention(q, k, v, is_causal=True, deterministic=True).backward(torch.ones(2, 2, 70, 24))
+        runs.append((q.grad, k.grad, v.grad))
+    for first, second in zip(*runs):
+        assert torch.equal(first, second)
+
+
+@needs_triton
+def test_deterministic_none_follows_pytorchs_switch(interpreter, monkeypatch):
+    """The default (None) runs the one-pass backward, as FlashAttention-2 and PyTorch's SDPA do, unless
+    torch.use_deterministic_algorithms(True) is set; True and False override it."""
+    kinds = []
+    launch = ta._launch
+    monkeypatch.setattr(ta, "_launch", lambda kind, *args: (kinds.append(kind), launch(kind, *args)))
+    q, k, v = qkv(20, 20, 16, 16, torch.float32, requires_grad=True)
+    before = torch.are_deterministic_algorithms_enabled()
+    try:
+        for switch, deterministic, expected in [(False, None, "dkdv_atomic"), (True, None, "dq"),
+                                                (True, False, "dkdv_atomic"), (False, True, "dq")]:  # fmt: skip
+            torch.use_deterministic_algorithms(switch)
+            kinds.clear()
+            ta.triton_attention(q, k, v, deterministic=deterministic).sum().backward()
+            assert expected in kinds and ("dq" in kinds) != ("dkdv_atomic" in kinds), (switch, deterministic, kinds)
+    finally:
+        torch.use_deterministic_algorithms(before)
 
 
 @needs_triton
@@ -147,10 +185,11 @@ def test_tiles_of_other_shapes_split_the_causal_stages_right(interpreter, config
     for causal in (False, True):
         expected_out, expected = reference_grads(q, k, v, grad_out, causal)
         out, lse = ta._forward(q, k, v, causal, config)
-        grads = ta._backward(q, k, v, out, lse, grad_out, causal, config, config)
         assert relative_error(out, expected_out) <= 1e-5
-        for got, e in zip(grads, expected):
-            assert relative_error(got, e) <= 1e-5
+        for deterministic in (False, True):
+            grads = ta._backward(q, k, v, out, lse, grad_out, causal, config, config, deterministic)
+            for got, e in zip(grads, expected):
+                assert relative_error(got, e) <= 1e-5, (causal, deterministic)
 
 
 @needs_triton
@@ -259,8 +298,10 @@ def test_candidates_that_cannot_fit_shared_memory_are_pruned(kind, head_dim, ele
 
 
 def test_sequence_buckets():
-    assert [ta._seq_bucket(n) for n in (1, 100, 129, 1000, 1024, 1025, 4096, 16384)] == [
-        128, 128, 256, 1024, 1024, 2048, 4096, 4096]  # fmt: skip
+    """Powers of two from 128 to 65536: 4096, 8192 and 16384 are three buckets (the tuning data at head_dim 64 pick
+    different tiles at 4k and 16k)."""
+    assert [ta._seq_bucket(n) for n in (1, 100, 129, 1000, 1024, 1025, 4096, 4097, 16384, 32768, 65536, 10**6)] == [
+        128, 128, 256, 1024, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 65536]  # fmt: skip
 
 
 def test_unavailable_reason_says_why(monkeypatch):
@@ -292,6 +333,8 @@ def test_bad_inputs_are_refused(interpreter):
         ta.triton_attention(q, k, v, is_causal=1)
     with pytest.raises(TypeError, match="return_lse .* should be True or False, got 'yes'"):
         ta.triton_attention(q, k, v, return_lse="yes")
+    with pytest.raises(TypeError, match="deterministic .* should be True or False, got 'no'"):
+        ta.triton_attention(q, k, v, deterministic="no")
     with pytest.raises(TypeError, match="query should be a torch.Tensor"):
         ta.triton_attention(q.tolist(), k, v)
 
