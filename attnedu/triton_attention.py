@@ -20,7 +20,7 @@ one number per query (a small kernel); then one of two schedules, chosen by ``tr
 * deterministic (``deterministic=True``): the same dK/dV kernel without the dQ product, then a second kernel, one
   program per block of queries, looping over the blocks of keys they see:  dQ_i += dS K_j / sqrt(head_dim).
   No float atomics, so the gradients are bitwise the same every run, at the cost of computing S and dP twice:
-  7 matrix products per tile (``backward_matmuls()`` counts them from the kernels' source).
+  7 matrix products per tile (``matrix_products()`` counts them in the kernels' source).
 
 Causal tiles above the diagonal are skipped and the diagonal ones masked, in every kernel. Causal programs are
 launched heaviest first: the forward's and dQ's programs of the last query blocks (which loop over the most key
@@ -593,6 +593,58 @@ def compile_kernel(kind: str, config: dict | None = None, *, head_dim: int = 64,
         raise RuntimeError(f"could not read registers and spills from ptxas -v: {log[-500:]}")
     return CompiledKernel(kind, dict(config), head_dim, dtype, is_causal, arch, int(registers.group(1)),
                           int(spills.group(1)), int(spills.group(2)), int(compiled.metadata.shared), ptx)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MatrixProduct:
+    """One ``tl.dot`` in a kernel's loop over tiles: where it is, its code, and what it computes (its comment)."""
+
+    function: str  # the jitted function whose loop body holds it
+    line: int  # in _triton_kernels.py
+    code: str
+    meaning: str
+
+
+# Which tile loops each path runs, once per (query block, key block) tile, with the constexpr flags they get.
+TILE_LOOPS = {
+    "forward": [("_forward_tiles", {})],
+    "one-pass backward": [("_dkdv_tiles", {"ATOMIC_DQ": True})],
+    "deterministic backward": [("_dkdv_tiles", {"ATOMIC_DQ": False}), ("_dq_tiles", {})],
+}
+
+
+def matrix_products(path: str, source: str | None = None) -> list[MatrixProduct]:
+    """The matrix products per tile of ``path`` ("forward", "one-pass backward" or "deterministic backward"),
+    counted in the kernels' source (``_triton_kernels.py``, or ``source``): each ``tl.dot`` call in the tile loops
+    that path runs (``TILE_LOOPS``), skipping the branches of ``if FLAG:`` that a constexpr flag turns off, each with
+    the comment on its line, which says what it computes. The one-pass backward has 5 per tile, the deterministic one
+    7 (its dQ kernel recomputes S and dP), the forward 2."""
+    import ast
+
+    if path not in TILE_LOOPS:
+        raise ValueError(f"path must be one of {tuple(TILE_LOOPS)}, got {path!r}")
+    if source is None:
+        source = Path(__file__).with_name("_triton_kernels.py").read_text()
+    lines = source.splitlines()
+    functions = {node.name: node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
+    found = []
+
+    def visit(node, function: str, flags: dict) -> None:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id in flags:
+            for child in node.body if flags[node.test.id] else node.orelse:
+                visit(child, function, flags)
+            return
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "dot"
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "tl"):  # fmt: skip
+            text = lines[node.lineno - 1]
+            code, _, comment = text.partition("#")
+            found.append(MatrixProduct(function, node.lineno, code.strip(), comment.strip()))
+        for child in ast.iter_child_nodes(node):
+            visit(child, function, flags)
+
+    for name, flags in TILE_LOOPS[path]:
+        visit(functions[name], name, flags)
+    return found  # in the order they run: functions as listed, calls in source order
 
 
 # the input checks of triton_attention (one form of message: attnedu._validate)

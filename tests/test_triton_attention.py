@@ -297,6 +297,46 @@ def test_candidates_that_cannot_fit_shared_memory_are_pruned(kind, head_dim, ele
         assert old not in ta.candidate_configs(kind, head_dim, head_dim, element_size, H100_SHARED)
 
 
+def test_matrix_products_per_tile_match_a_hand_count():
+    """Counted by hand in _triton_kernels.py: the forward's tile loop runs S = Q K^T and P V (2); the one-pass
+    backward's dK/dV loop runs S^T, P^T dO, dP^T, dS^T Q and, with ATOMIC_DQ, dS K (5); the deterministic backward runs
+    that loop without the last and the dQ loop's S, dP, dS K (4 + 3 = 7). Each comes with the comment that says what
+    it computes."""
+    meanings = {
+        path: [p.meaning.split(":")[0].split(",")[0] for p in ta.matrix_products(path)] for path in ta.TILE_LOOPS
+    }
+    assert meanings == {
+        "forward": ["S = Q_i K_j^T", "O_i += P V_j"],
+        "one-pass backward": ["S^T = K_j Q_i^T", "dV_j += P^T dO_i", "dP^T = V_j dO_i^T", "dK_j += dS^T Q_i",
+                              "dQ_i += dS K_j"],
+        "deterministic backward": ["S^T = K_j Q_i^T", "dV_j += P^T dO_i", "dP^T = V_j dO_i^T", "dK_j += dS^T Q_i",
+                                   "S = Q_i K_j^T", "dP = dO_i V_j^T", "dQ_i += dS K_j"],
+    }  # fmt: skip
+    products = ta.matrix_products("deterministic backward")
+    assert [p.function for p in products] == ["_dkdv_tiles"] * 4 + ["_dq_tiles"] * 3
+    assert all("tl.dot(" in p.code for p in products)
+
+
+def test_matrix_products_are_read_from_the_source_given():
+    """The count follows the source: a product added to the dK/dV loop counts in both backwards, one added under
+    ``if ATOMIC_DQ:`` only in the one-pass one, and a tl.dot outside the tile loops in neither."""
+    source = (Path(ta.__file__).with_name("_triton_kernels.py")).read_text()
+    line = "        dk += tl.dot(ds_t, q)  # dK_j += dS^T Q_i\n"
+    assert line in source
+    extra = source.replace(line, line + "        dv += tl.dot(p_t.to(do.dtype), do)  # again\n")
+    atomic = source.replace(
+        "        if ATOMIC_DQ:\n", "        if ATOMIC_DQ:\n            dq = tl.dot(ds_t, q)  # more\n"
+    )
+    outside = source + "\n\n@triton.jit\ndef _other(a, b):\n    return tl.dot(a, b)\n"
+    counts = {
+        name: [len(ta.matrix_products(path, text)) for path in ("one-pass backward", "deterministic backward")]
+        for name, text in (("source", source), ("extra", extra), ("atomic", atomic), ("outside", outside))
+    }
+    assert counts == {"source": [5, 7], "extra": [6, 8], "atomic": [6, 7], "outside": [5, 7]}
+    with pytest.raises(ValueError, match="path must be one of"):
+        ta.matrix_products("backward")
+
+
 def test_sequence_buckets():
     """Powers of two from 128 to 65536: 4096, 8192 and 16384 are three buckets (the tuning data at head_dim 64 pick
     different tiles at 4k and 16k)."""
