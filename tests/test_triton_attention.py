@@ -268,6 +268,74 @@ def test_the_tuning_script_runs_every_candidate_under_the_interpreter(interprete
 
 
 # ------------------------------------------------------------------------------------------------------------
+# compiled for an H100 (sm_90a) on the CPU: no GPU needed, only triton's compiler and its bundled ptxas
+# ------------------------------------------------------------------------------------------------------------
+
+
+@needs_triton
+def test_every_autotune_candidate_compiles_for_sm90a_without_spilling():
+    """Every configuration the autotuner can pick on an H100 or H200 (``candidate_configs`` with its shared memory),
+    for every kernel kind, at head_dim 64 and 128 in bfloat16, causal and not: compiled for sm_90a, ptxas must report
+    0 spill bytes, and every kernel must use wgmma. 48 compiles, in threads (Triton releases the GIL while it
+    compiles), in a child process when this one imported triton for its interpreter (tests/conftest.py does)."""
+    requests = [
+        {"kind": kind, "config": config, "head_dim": head_dim, "dtype": torch.bfloat16, "is_causal": causal}
+        for head_dim in (64, 128)
+        for kind in ta.KINDS
+        for config in ta.candidate_configs(kind, head_dim, head_dim, 2, ta.H100_SHARED_MEMORY)
+        for causal in (False, True)
+    ]
+    reports = ta.compile_kernels(requests)
+    spilled = [(r.kind, r.head_dim, r.is_causal, r.config, r.registers, r.spills) for r in reports if r.spills]
+    assert not spilled
+    assert all(r.arch == "sm_90a" and r.uses_wgmma and 0 < r.registers <= 255 for r in reports)
+
+
+@needs_triton
+def test_the_forward_uses_wgmma_and_fused_multiply_adds_on_sm90a():
+    """The claim lesson 08 checks without a GPU: compiled for an H100, the forward's matrix products are Hopper's
+    asynchronous warpgroup MMAs (wgmma.mma_async, not Ampere's mma.sync), and with FMA fusion set, its float32
+    arithmetic has fused multiply-adds."""
+    report = ta.compile_kernel("forward", head_dim=64)
+    assert report.config == ta.candidate_configs("forward", 64, 64, 2, ta.H100_SHARED_MEMORY)[0]
+    assert report.arch == "sm_90a" and ".target sm_90a" in report.ptx
+    assert report.uses_wgmma and report.ptx_lines("wgmma.mma_async")[0].startswith("wgmma.mma_async.sync.aligned")
+    assert not report.ptx_lines("mma.sync.aligned")
+    assert report.ptx_lines("fma.rn.f32") and report.spills == 0
+
+
+def test_every_launch_sets_fma_fusion(monkeypatch):
+    """Triton 3.9 warns that 3.10 stops fusing a * b + c by default: every compiled launch passes the option
+    itself (the forward, the three backward kernels, autotuned or with a configuration). Checked with stand-in
+    kernels that record their keyword arguments."""
+    calls = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: calls.append(kwargs)
+
+    kernels = ta._Kernels(None, {kind: Recorder() for kind in (*ta.KINDS, "delta")}, {k: Recorder() for k in ta.KINDS})
+    monkeypatch.setattr(ta, "_get_kernels", lambda interpret=None: kernels)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q, k, v = qkv(40, 40, 16, 16, torch.float32)
+    config = {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
+    for given in (None, config):
+        out, lse = ta._forward(q, k, v, True, given)
+        for deterministic in (False, True):
+            ta._backward(q, k, v, out, lse, torch.ones_like(out), True, given, given, deterministic)
+    assert len(calls) == 2 * (1 + 2 * 2) + 2 * 1  # forward; delta and dK/dV twice; dQ in the deterministic ones
+    assert all(call.get("enable_fp_fusion") is True for call in calls)
+
+
+@needs_triton
+def test_compile_kernel_refuses_what_it_cannot_compile():
+    with pytest.raises(ValueError, match="kind must be one of"):
+        ta.compile_kernel("backward")
+    with pytest.raises(TypeError, match="dtype must be one of"):
+        ta.compile_kernel("forward", dtype=torch.float64)
+
+
+# ------------------------------------------------------------------------------------------------------------
 # configurations, inputs, availability (no kernel runs)
 # ------------------------------------------------------------------------------------------------------------
 
@@ -281,7 +349,7 @@ def test_the_pre_autotuning_configuration_stays_first_among_the_candidates():
             assert first == {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": warps, "num_stages": 3}
 
 
-@pytest.mark.parametrize("kind", ["forward", "dkdv", "dq"])
+@pytest.mark.parametrize("kind", ta.KINDS)
 @pytest.mark.parametrize("head_dim, element_size", [(128, 4), (256, 2), (256, 4), (16, 2)])
 def test_candidates_that_cannot_fit_shared_memory_are_pruned(kind, head_dim, element_size):
     """float32 at head_dim 128 and bfloat16 at 256 would not fit 128 x 64 tiles in 3 stages: every remaining
