@@ -6,6 +6,7 @@ need only torch, triton, numpy and pytest.
 """
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -322,6 +323,9 @@ def test_every_autotune_candidate_compiles_for_sm90a_without_spilling():
     assert not spilled
     assert all(r.arch == "sm_90a" and r.uses_wgmma and 0 < r.registers <= 255 for r in reports)
     assert all(r.uses_tma == r.tma for r in reports)
+    # float atomics (red.global...add...f32, a reduction to global memory) in the one-pass dK/dV kernel, in no other
+    atomic = re.compile(r"^(@%p\d+\s+)?red\.global\.\S*add\S*f32\s")
+    assert all(any(map(atomic.match, r.ptx_lines("red."))) == (r.kind == "dkdv_atomic") for r in reports)
 
 
 @needs_triton
@@ -570,19 +574,41 @@ def test_gpu_gradients_at_head_dim_256_and_at_4k(compiled, causal):
 @needs_gpu
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_gpu_every_candidate_configuration_is_correct(compiled, head_dim):
-    """Each launch configuration autotuning may choose, run on its own: forward, dK/dV and dQ kernels."""
+    """Each launch configuration autotuning may choose, run on its own: the forward (with tensor descriptors where
+    the GPU has TMA, and with pointers), the dK/dV and dQ kernels of the deterministic backward, and the one-pass
+    dK/dV kernel."""
     limit = ta._shared_memory_limit(torch.cuda.current_device())
     q, k, v = qkv(300, 300, head_dim, head_dim, torch.bfloat16, device="cuda")
     grad_out = torch.randn(2, 2, 300, head_dim, device="cuda", dtype=torch.bfloat16)
     expected_out, expected = reference_grads(q, k, v, grad_out, True)
-    forward, dkdv, dq = (ta.candidate_configs(kind, head_dim, head_dim, 2, limit) for kind in ("forward", "dkdv", "dq"))
+    forward, dkdv, atomic, dq = (ta.candidate_configs(kind, head_dim, head_dim, 2, limit) for kind in ta.KINDS)
+    tma_values = (False, True) if torch.cuda.get_device_capability()[0] >= 9 else (False,)
     for config in forward:
-        assert relative_error(ta._forward(q, k, v, True, config)[0], expected_out) <= 2e-2, config
+        for tma in tma_values:
+            assert relative_error(ta._forward(q, k, v, True, config, tma)[0], expected_out) <= 2e-2, (config, tma)
     out, lse = ta._forward(q, k, v, True, forward[0])
     for i in range(max(len(dkdv), len(dq))):
         a, b = dkdv[min(i, len(dkdv) - 1)], dq[min(i, len(dq) - 1)]
-        for got, e in zip(ta._backward(q, k, v, out, lse, grad_out, True, a, b), expected):
+        for got, e in zip(ta._backward(q, k, v, out, lse, grad_out, True, a, b, True), expected):
             assert relative_error(got, e) <= 3e-2, (a, b)
+    for config in atomic:
+        for got, e in zip(ta._backward(q, k, v, out, lse, grad_out, True, config, None, False), expected):
+            assert relative_error(got, e) <= 3e-2, config
+
+
+@needs_gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_backwards_agree_and_the_deterministic_one_repeats_bitwise(compiled, causal):
+    """On a GPU, where programs add into dQ in an order that varies: deterministic=True gives bitwise the same
+    gradients twice; the one-pass backward agrees with it to rounding (its dK and dV are computed the same way)."""
+    q, k, v = qkv(2048, 2048, 64, 64, torch.bfloat16, device="cuda", batch=1, heads=4)
+    grad_out = torch.randn(1, 4, 2048, 64, device="cuda", dtype=torch.bfloat16)
+    out, lse = ta._forward(q, k, v, causal)
+    first, second = (ta._backward(q, k, v, out, lse, grad_out, causal, deterministic=True) for _ in range(2))
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    one_pass = ta._backward(q, k, v, out, lse, grad_out, causal, deterministic=False)
+    for got, e in zip(one_pass, first):
+        assert relative_error(got, e.double()) <= 1e-2
 
 
 @needs_gpu
