@@ -11,12 +11,13 @@ diagonal crosses (and a last, partial block of keys), with the mask. Blocks whol
 Backward, by recomputation from the saved log-sum-exp (P_ij = exp(s_ij - lse_i)). First D_i = rowsum(dO_i * O_i),
 one number per query (a small kernel); then one of two schedules, chosen by ``triton_attention(..., deterministic=)``:
 
-* one pass (``deterministic=False``, the default, as in FlashAttention-2 and PyTorch's SDPA): one program per block
-  of keys K_j, V_j, looping over the blocks of queries that see them:
+* one pass (``deterministic=False``; the default, unless ``torch.use_deterministic_algorithms(True)``, as in
+  FlashAttention-2 and PyTorch's flash SDPA): one program per block of keys K_j, V_j, looping over the blocks of
+  queries that see them:
       dV_j += P^T dO_i;   dS = P * (dO_i V_j^T - D_i);   dK_j += dS^T Q_i / sqrt(head_dim);
       dQ_i += dS K_j / sqrt(head_dim), added into a float32 dQ with atomic adds (``tl.atomic_add``),
   5 matrix products per tile. Programs of different key blocks add into the same rows of dQ in whatever order they
-  run, and float32 addition is not associative: dQ may differ in its last bits from run to run.
+  run, and float32 addition is not associative: dQ may differ in its last bits from run to run (dK and dV do not).
 * deterministic (``deterministic=True``): the same dK/dV kernel without the dQ product, then a second kernel, one
   program per block of queries, looping over the blocks of keys they see:  dQ_i += dS K_j / sqrt(head_dim).
   No float atomics, so the gradients are bitwise the same every run, at the cost of computing S and dP twice:
@@ -27,9 +28,11 @@ launched heaviest first: the forward's and dQ's programs of the last query block
 blocks) first, and the dK/dV programs of the first key blocks, which meet the most query blocks, come first already.
 
 Written with plain pointer arithmetic (``tl.arange`` offsets, masked ``tl.load``/``tl.store``, ``tl.dot``,
-``tl.exp2``, ``tl.where``), not block pointers or tensor descriptors, so it compiles on the Triton this course
-pins (3.9) and on older releases a GPU machine may carry (3.6 with torch 2.11): Triton 3.9 removed
-``tl.make_block_ptr``.
+``tl.exp2``, ``tl.where``), not block pointers (Triton 3.9 removed ``tl.make_block_ptr``), so it compiles on the
+Triton this course pins (3.9) and on older releases a GPU machine may carry (3.6 with torch 2.11). On a Hopper GPU
+(compute capability 9.0: H100, H200) the forward reads Q, K, V and writes O through tensor descriptors instead
+(``tl.make_tensor_descriptor``: the tensor memory accelerator, TMA, copies whole tiles between global and shared
+memory), where the tensors' strides and alignment allow it (``_use_tma``; ``ATTNEDU_TRITON_TMA=0`` turns it off).
 
 Block sizes, warps and pipeline stages are chosen by ``triton.autotune`` among a few candidates per head_dim
 (``FORWARD_CONFIGS``, ``DKDV_CONFIGS``, ``DKDV_ATOMIC_CONFIGS``, ``DQ_CONFIGS``), after dropping those whose tiles would
@@ -412,9 +415,10 @@ def _forward(query, key, value, is_causal: bool, config: dict | None = None, tma
 
 
 def default_deterministic() -> bool:
-    """What ``triton_attention(..., deterministic=None)`` uses: PyTorch's global switch,
-    ``torch.are_deterministic_algorithms_enabled()`` (off unless ``torch.use_deterministic_algorithms(True)``)."""
-    return torch.are_deterministic_algorithms_enabled()
+    """What ``triton_attention(..., deterministic=None)`` uses, decided as PyTorch's flash attention backward decides
+    (aten/src/ATen/native/transformers/cuda/attention_backward.cu): deterministic only after
+    ``torch.use_deterministic_algorithms(True)``, not with ``warn_only=True`` and not by default."""
+    return torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled()
 
 
 class _BackwardLaunch:
@@ -519,10 +523,13 @@ def triton_attention(query, key, value, *, is_causal: bool = False, return_lse: 
     float32 dQ with atomic adds (5 matrix products per tile); the order in which programs add differs from run to
     run, and float32 addition is not associative, so dQ may differ in its last bits between two identical calls
     (dK and dV do not). True: a separate dQ kernel, which recomputes the scores and dP (7 products per tile), and
-    whose gradients are bitwise the same every run. None (the default) follows PyTorch's global switch,
-    ``torch.use_deterministic_algorithms``, which is off unless set: the one-pass backward, the default of
-    FlashAttention-2 (``flash_attn_func(..., deterministic=False)``) and of PyTorch's own flash and efficient SDPA
-    backwards, which are nondeterministic unless that switch is on. The forward is deterministic either way.
+    whose gradients are bitwise the same every run. None (the default) decides as PyTorch's own flash attention
+    backward does (``default_deterministic``): the one-pass backward, FlashAttention-2's default too
+    (``flash_attn_func(..., deterministic=False)``), unless ``torch.use_deterministic_algorithms(True)`` was called
+    (without ``warn_only``). Why the one pass by default: it runs 5/7 of the other's matrix products, and dQ's
+    last bits changing from run to run do not matter to training; who needs bitwise repeatability (a test, a
+    debugging session) asks for it, with the switch that makes the rest of PyTorch deterministic too. The forward
+    is deterministic either way.
 
     Scores and sums are accumulated in float32; P and dS are cast to the input's dtype before their matrix products,
     as FlashAttention-2 does (on a GPU, float32 inputs go through TF32 in ``tl.dot``, so expect about 1e-3 error

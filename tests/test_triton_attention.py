@@ -186,22 +186,25 @@ def test_the_deterministic_backward_is_bitwise_repeatable(interpreter):
 
 @needs_triton
 def test_deterministic_none_follows_pytorchs_switch(interpreter, monkeypatch):
-    """The default (None) runs the one-pass backward, as FlashAttention-2 and PyTorch's SDPA do, unless
-    torch.use_deterministic_algorithms(True) is set; True and False override it."""
+    """The default (None) runs the one-pass backward, as FlashAttention-2 and PyTorch's flash SDPA do, unless
+    torch.use_deterministic_algorithms(True) is set (with warn_only=True PyTorch's flash backward stays
+    nondeterministic, and so does this one); True and False override it."""
     kinds = []
     launch = ta._launch
     monkeypatch.setattr(ta, "_launch", lambda kind, *args: (kinds.append(kind), launch(kind, *args)))
     q, k, v = qkv(20, 20, 16, 16, torch.float32, requires_grad=True)
-    before = torch.are_deterministic_algorithms_enabled()
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     try:
-        for switch, deterministic, expected in [(False, None, "dkdv_atomic"), (True, None, "dq"),
-                                                (True, False, "dkdv_atomic"), (False, True, "dq")]:  # fmt: skip
-            torch.use_deterministic_algorithms(switch)
+        for switch, warn_only, deterministic, expected in [
+            (False, False, None, "dkdv_atomic"), (True, False, None, "dq"), (True, True, None, "dkdv_atomic"),
+            (True, False, False, "dkdv_atomic"), (False, False, True, "dq"),
+        ]:  # fmt: skip
+            torch.use_deterministic_algorithms(switch, warn_only=warn_only)
             kinds.clear()
             ta.triton_attention(q, k, v, deterministic=deterministic).sum().backward()
             assert expected in kinds and ("dq" in kinds) != ("dkdv_atomic" in kinds), (switch, deterministic, kinds)
     finally:
-        torch.use_deterministic_algorithms(before)
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 @needs_triton
