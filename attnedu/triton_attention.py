@@ -88,8 +88,9 @@ FORWARD_CONFIGS = {
 # At head_dim 128 every tile of 64 queries compiled spills (with Triton 3.9's ptxas flags: 16-392 bytes) except
 # (64, 64, 8, 3), among them the two fastest measured, (64, 64, 4, 2) and (64, 128, 8, 2) (causal: 392 and 352 bytes;
 # dK and dV, 64 x 128 float32 each, alone take 128 registers a thread at 4 warps). They are replaced by the fastest
-# measured tiles of 32 queries (about 10% slower than the spilling ones on the H100) and (64, 64, 8, 3), not yet
-# timed (with 2 stages it measured twice as slow). benchmarks/triton_registers.txt has every tile's count.
+# measured tiles of 32 queries (in benchmarks/triton_tuning.txt, 1% slower than the spilling ones without a mask,
+# 11-13% causal) and by (64, 64, 8, 3), not yet timed (with 2 stages it measured twice as slow). Every tile's
+# registers and spills: benchmarks/triton_registers.txt.
 DKDV_CONFIGS = {
     64: [(32, 128, 4, 5), (32, 64, 4, 3), (64, 64, 4, 2)],
     128: [(32, 64, 4, 3), (32, 128, 8, 3), (64, 64, 8, 3)],
