@@ -1193,6 +1193,53 @@ if triton is not None:
             tl.store(Y + row * stride_x + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
 
     @triton.jit
+    def sk_block_max(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.max(x, 0)  # the block's own maximum replaces the running one
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_first_block_max(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        first = tl.arange(0, BLOCK)
+        m = tl.max(tl.load(X + row * stride_x + first, mask=first < n_cols, other=float("-inf")), 0)  # never updated
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            l += tl.sum(tl.exp2((x - m) * 1.4426950408889634), 0)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_max_from_zero(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.zeros([1], tl.float32)  # as if no number were below 0
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
     def sk_no_max(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
         row = tl.program_id(0)
         l = tl.zeros([1], tl.float32)
@@ -1335,6 +1382,38 @@ if triton is not None:
             tl.store(Y + pid * stride_y + idx, tl.exp2((x - m) * 0.6931471805599453) / l, mask=idx < n_cols)
 
     @triton.jit
+    def skb_newest_block_max(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        top = tl.full([1], float("-inf"), tl.float32)
+        total = tl.zeros([1], tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            block_top = tl.max(vals, 0)
+            total = total * tl.exp(top - block_top) + tl.sum(tl.exp(vals - block_top), 0)  # "the newest maximum"
+            top = block_top
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            tl.store(Y + pid * stride_y + idx, tl.exp(vals - top) / total, mask=idx < n_cols)
+
+    @triton.jit
+    def skb_max_from_minus_ten(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        top = tl.full([1], -10.0, tl.float32)  # "scores are never below -10"
+        total = tl.zeros([1], tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            new_top = tl.maximum(top, tl.max(vals, 0))
+            total = total * tl.exp(top - new_top) + tl.sum(tl.exp(vals - new_top), 0)
+            top = new_top
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            tl.store(Y + pid * stride_y + idx, tl.exp(vals - top) / total, mask=idx < n_cols)
+
+    @triton.jit
     def skb_loop_forever(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
         start = 0
         while start < n_cols:  # start never moves
@@ -1460,9 +1539,12 @@ if triton is not None:
                         RESCALE_ACC: tl.constexpr = True, EXP2: tl.constexpr = True, LOG2E: tl.constexpr = True,
                         SCALED: tl.constexpr = True, SCORE_MASK: tl.constexpr = True, BOUND: tl.constexpr = 0,
                         LOAD_MASK: tl.constexpr = True, Q_MASK: tl.constexpr = True, MAX: tl.constexpr = True,
-                        SWAP: tl.constexpr = False, FAST_PATH_BUG: tl.constexpr = False):  # fmt: skip
+                        SWAP: tl.constexpr = False, FAST_PATH_BUG: tl.constexpr = False,
+                        M_ZERO: tl.constexpr = False, RUNNING: tl.constexpr = True,
+                        MAX_BEFORE_MASK: tl.constexpr = False):  # fmt: skip
         """RULE: 0 no causal mask, 1 j <= i, 2 j < i, 3 j <= i + 1; HI: 0 every key block, 1 up to the block's last
-        query, 2 up to its first; BOUND: the key mask is keys < n_keys + BOUND."""
+        query, 2 up to its first; BOUND: the key mask is keys < n_keys + BOUND; M_ZERO: m starts at 0; RUNNING: False,
+        each block's maximum replaces m; MAX_BEFORE_MASK: the maximum of the scores before the mask, p masked."""
         start_m = tl.program_id(0) * BLOCK_M
         rows = start_m + tl.arange(0, BLOCK_M)
         dims = tl.arange(0, HEAD_DIM)
@@ -1471,6 +1553,8 @@ if triton is not None:
         else:
             q = tl.load(Q + rows[:, None] * stride_q + dims[None, :])
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        if M_ZERO:
+            m = tl.zeros([BLOCK_M], tl.float32)
         l = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
         factor = 1.0
@@ -1508,10 +1592,16 @@ if triton is not None:
                 valid = valid & (keys[None, :] < rows[:, None])
             if RULE == 3:
                 valid = valid & (keys[None, :] <= rows[:, None] + 1)
+            raw = s
             s = tl.where(valid, s, float("-inf"))
             m_new = tl.zeros([BLOCK_M], tl.float32)
             if MAX:
-                m_new = tl.maximum(m, tl.max(s, 1))
+                if MAX_BEFORE_MASK:
+                    m_new = tl.maximum(m, tl.max(raw, 1))
+                elif RUNNING:
+                    m_new = tl.maximum(m, tl.max(s, 1))
+                else:
+                    m_new = tl.max(s, 1)
             if EXP2:
                 p = tl.exp2(s - m_new[:, None])
                 alpha = tl.exp2(m - m_new)
@@ -1606,6 +1696,24 @@ if triton is not None:
                         BLOCK_N, HEAD_DIM, MAX=False)  # fmt: skip
 
     @triton.jit
+    def ak_max_from_zero(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, M_ZERO=True)  # fmt: skip
+
+    @triton.jit
+    def ak_block_max(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RUNNING=False)  # fmt: skip
+
+    @triton.jit
+    def ak_max_before_mask(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, MAX_BEFORE_MASK=True)  # fmt: skip
+
+    @triton.jit
     def ak_fast_path_without_rescale(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
                                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
         _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
@@ -1664,6 +1772,18 @@ if triton is not None:
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
         _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
                         BLOCK_N, HEAD_DIM, RULE=1, HI=1, LOAD_MASK=False)  # fmt: skip
+
+    @triton.jit
+    def ck_max_from_zero(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=1, M_ZERO=True)  # fmt: skip
+
+    @triton.jit
+    def ck_block_max(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=1, RUNNING=False)  # fmt: skip
 
     @triton.jit
     def ck_no_max(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
@@ -1797,6 +1917,143 @@ if triton is not None:
             sc = tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, float("-inf"))
             mx_new = tl.maximum(mx, tl.max(sc, 1))
             w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def akb_weights_masked_not_scores(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                      HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.dot(q, kt) * sm_scale
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.where(c[None, :] < n_keys, tl.exp(sc - mx_new[:, None]), 0.0)  # the weights masked, not the scores
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def akb_max_from_minus_hundred(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], -100.0, tl.float32)  # "lower than any score"
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def akb_first_block_unmasked(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        c = tl.arange(0, BLOCK_N)  # "the first block of keys is always full": it starts the state
+        sc = tl.dot(q, tl.load(K + c[None, :] * stride_k + d[:, None])) * sm_scale
+        mx = tl.max(sc, 1)
+        w = tl.exp(sc - mx[:, None])
+        den = tl.sum(w, 1)
+        num = tl.dot(w, tl.load(V + c[:, None] * stride_v + d[None, :]))
+        for j in range(BLOCK_N, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def akb_max_from_first_block(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        c = tl.arange(0, BLOCK_N)
+        k0 = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+        mx = tl.max(tl.where(c[None, :] < n_keys, tl.dot(q, k0) * sm_scale, float("-inf")), 1)  # kept for every block
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            w = tl.exp(tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, float("-inf")) - mx[:, None])
+            den += tl.sum(w, 1)
+            num += tl.dot(w, vv)
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def ckb_newest_block_max(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        start = tl.program_id(0) * BLOCK_M
+        r = start + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, tl.minimum(start + BLOCK_M, n_keys), BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where((c[None, :] < n_keys) & (c[None, :] <= r[:, None]), tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.max(sc, 1)  # this block's maximum
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def ckb_weights_masked_not_scores(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                      HEAD_DIM: tl.constexpr):  # fmt: skip
+        start = tl.program_id(0) * BLOCK_M
+        r = start + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, tl.minimum(start + BLOCK_M, n_keys), BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.dot(q, kt) * sm_scale
+            mx_new = tl.maximum(mx, tl.max(sc, 1))  # future keys count in the maximum
+            w = tl.where((c[None, :] < n_keys) & (c[None, :] <= r[:, None]), tl.exp(sc - mx_new[:, None]), 0.0)
             shrink = tl.exp(mx - mx_new)
             den = den * shrink + tl.sum(w, 1)
             num = num * shrink[:, None] + tl.dot(w, vv)
@@ -1963,6 +2220,9 @@ if triton is not None:
         ("softmax_kernel", sk_row_offset_n_cols, "rows are stride_x = "),
         ("softmax_kernel", sk_store_with_stride_x, "rows are stride_y = "),
         ("softmax_kernel", sk_no_max, "maximum was not subtracted"),
+        ("softmax_kernel", sk_block_max, "each block's own maximum replaced the running maximum"),
+        ("softmax_kernel", sk_first_block_max, "taken from the first block only"),
+        ("softmax_kernel", sk_max_from_zero, "did not start at -inf"),
         ("attention_kernel", ak_acc_not_rescaled, "running output acc was not rescaled"),
         ("attention_kernel", ak_l_not_rescaled, "running sum l was not rescaled"),
         ("attention_kernel", ak_nothing_rescaled, "neither l nor acc"),
@@ -1974,6 +2234,9 @@ if triton is not None:
         ("attention_kernel", ak_mask_one_long, "one past the last"),
         ("attention_kernel", ak_kv_unmasked, "needs a mask: `mask=... < n_keys`"),
         ("attention_kernel", ak_k_strides_swapped, "stride used for the wrong axis"),
+        ("attention_kernel", ak_max_from_zero, "did not start at -inf"),
+        ("attention_kernel", ak_block_max, "each block's own maximum replaced the running maximum"),
+        ("attention_kernel", ak_max_before_mask, "before the mask set any of them to -inf: a key past n_keys"),
         ("causal_attention_kernel", ck_strict, "one key too few"),
         ("causal_attention_kernel", ck_one_ahead, "one key too many"),
         ("causal_attention_kernel", ck_diagonal_unmasked, "no mask inside the tiles the diagonal crosses"),
@@ -1981,6 +2244,8 @@ if triton is not None:
         ("causal_attention_kernel", ck_not_causal, "no causal mask at all"),
         ("causal_attention_kernel", ck_acc_not_rescaled, "running output acc was not rescaled"),
         ("causal_attention_kernel", ck_exp2_without_log2e, "without the factor log2(e)"),
+        ("causal_attention_kernel", ck_max_from_zero, "did not start at -inf"),
+        ("causal_attention_kernel", ck_block_max, "each block's own maximum replaced the running maximum"),
     ]
     OFF_BY_ONE.update(
         softmax_kernel=(sk_mask_one_long, sk_mask_one_short),
@@ -2008,6 +2273,8 @@ if triton is not None:
         ("softmax_kernel", skb_sum_not_shifted, GENERIC),
         ("softmax_kernel", skb_ln2_instead_of_log2e, GENERIC),
         ("softmax_kernel", skb_loop_forever, "did not finish"),
+        ("softmax_kernel", skb_newest_block_max, "each block's own maximum replaced the running maximum"),
+        ("softmax_kernel", skb_max_from_minus_ten, "did not start at -inf"),
         ("softmax_kernel", skb_far_away, "far outside every tensor"),
         ("attention_kernel", akb_p_against_old_max, GENERIC),
         ("attention_kernel", akb_block_softmax, GENERIC),
@@ -2015,10 +2282,16 @@ if triton is not None:
         ("attention_kernel", akb_v_with_k_stride, "another tensor's stride"),
         ("attention_kernel", akb_unnormalised, GENERIC),
         ("attention_kernel", akb_stops_a_block_early, GENERIC),
+        ("attention_kernel", akb_weights_masked_not_scores, "before the mask set any of them to -inf"),
+        ("attention_kernel", akb_max_from_minus_hundred, "did not start at -inf"),
+        ("attention_kernel", akb_first_block_unmasked, "past the last one (n_keys = 12"),
+        ("attention_kernel", akb_max_from_first_block, GENERIC),
         ("causal_attention_kernel", ckb_mask_rows_in_block, GENERIC),
         ("causal_attention_kernel", ckb_masked_with_zero, GENERIC),
         ("causal_attention_kernel", ckb_future_only, GENERIC),
         ("causal_attention_kernel", ckb_loop_to_block_n, GENERIC),
         ("causal_attention_kernel", ckb_sqrt_missing, GENERIC),
         ("causal_attention_kernel", ckb_keys_loaded_unmasked_outside, GENERIC),
+        ("causal_attention_kernel", ckb_newest_block_max, "each block's own maximum replaced the running maximum"),
+        ("causal_attention_kernel", ckb_weights_masked_not_scores, GENERIC),
     ]
