@@ -35,10 +35,11 @@ from ..flash import (
     online_softmax,
     tile_backward,
 )
-from ..triton_basics import launch_attention, launch_softmax
+from ..triton_basics import launch_attention, launch_dv, launch_softmax
 from .exercise import EMPTY_ROW, LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Variant, generator, kinds, randn
 
 LESSON = "08_flash_attention"
+LESSON_BACKWARD = "08b_flash_attention_backward"
 QUERIES = ("query", "queries", "index")
 KEYS = ("key", "keys", "index")
 ROWS = ("row", "rows", "index")
@@ -1258,6 +1259,230 @@ def _attention_exercise(causal: bool) -> Exercise:
 ATTENTION_KERNEL = _attention_exercise(causal=False)
 CAUSAL_ATTENTION_KERNEL = _attention_exercise(causal=True)
 
+
+# --------------------------------------------------------------------------------------------
+# dv_kernel (Triton, under the interpreter): the backward's dV, keys outside
+# --------------------------------------------------------------------------------------------
+
+
+def _dv_cases() -> list[Case]:
+    g = generator(98)
+    head_dim = 16
+
+    def case(description, tags, n_q, n_k, block_m, block_n, causal, scale=1.0) -> Case:
+        q, k = scale * randn(g, n_q, head_dim), scale * randn(g, n_k, head_dim)
+        d_out = randn(g, n_q, head_dim)
+        s = q.double() @ k.double().T / math.sqrt(head_dim)
+        if causal:
+            s = s.masked_fill(torch.ones(n_q, n_k, dtype=torch.bool).triu(1), NEG_INF)
+        lse = torch.logsumexp(s, dim=1).float()  # what the forward saved: natural log, over the keys each query sees
+        return Case(description, (q, k, d_out, lse, block_m, block_n, causal), tags)
+
+    return [
+        case("32 queries, 32 keys, head_dim 16, BLOCK_M 16, BLOCK_N 16, not causal: full blocks", kinds(UNPADDED),
+             32, 32, 16, 16, False),
+        case("40 queries, 24 keys, BLOCK_M 16, BLOCK_N 16, not causal: the last query block holds 8 queries of 16, "
+             "the last key block 8 keys", kinds(PADDED), 40, 24, 16, 16, False),
+        case("48 queries and keys, causal, BLOCK_M 16, BLOCK_N 16: full blocks", kinds(UNPADDED), 48, 48, 16, 16,
+             True),
+        case("48 queries and keys, causal, BLOCK_M 32, BLOCK_N 16: the last query block holds 16 of 32, and key "
+             "block 1 (keys 16 to 31) starts inside query block 0", kinds(PADDED), 48, 48, 32, 16, True),
+        case("40 queries and keys, causal, BLOCK_M 16, BLOCK_N 32: the last query block holds 8, the last key block "
+             "8 of 32", kinds(PADDED), 40, 40, 16, 32, True),
+        case("one query and one key, causal, BLOCK_M 16, BLOCK_N 16", kinds(ONE, PADDED), 1, 1, 16, 16, True),
+        case("48 queries and keys, causal, BLOCK_M 16, BLOCK_N 16, scores in the hundreds (exp of a score "
+             "overflows)", kinds(LARGE, UNPADDED), 48, 48, 16, 16, True, scale=6.0),
+    ]  # fmt: skip
+
+
+def _dv(q, k, d_out, lse, block_m, block_n, causal):
+    """dV = P^T dO: the gradient that flows back to V through attention(q, k, v) (causal or not) from the output's
+    gradient d_out, by autograd through naive_attention in float64 (V's values do not enter it); lse is not needed."""
+    with torch.enable_grad():  # the checks compute references under no_grad
+        v = torch.zeros(k.shape, dtype=torch.float64, requires_grad=True)
+        naive_attention(q.double(), k.double(), v, is_causal=causal).backward(d_out.double())
+    return v.grad.float()
+
+
+def _dv_loop(p_rule="lse", scaled=True, pad_keys=True, lse_pad=0.0, transpose=True, accumulate=True,
+             rule=lambda i, j: j <= i, loop="diagonal", mask_layout="p_t"):  # fmt: skip
+    """What a dV kernel computes with one known mistake, block by block as it does (keys outside, BLOCK_M queries at a
+    time, padding rows of Q and dO loaded as 0, in float32): P^T rebuilt by ``p_rule`` ("lse": exp2(s qk_scale -
+    lse log2(e)); "lse_natural": lse not converted to base 2; "no_log2e": exp2(s sm_scale - lse); "exp_log2e": exp
+    of the base-2 numbers; "tile": a softmax over the tile's keys, the padding keys masked if ``pad_keys``); sm_scale
+    left out; the padding queries' lse loaded as ``lse_pad``; P not transposed (P dO, which runs only when BLOCK_M ==
+    BLOCK_N); dV set rather than added to (only the last query block counts); with causal, the mask ``rule(query,
+    key)``, built for P and applied to P^T (``mask_layout`` "p"), over the query blocks ``loop``: "diagonal", from
+    the block that holds the program's first key; "every", all of them; "block_number", from block number
+    program_id; "forward", those up to the program's last key (the forward's bound)."""
+
+    def dv_of(q, k, d_out, lse, block_m, block_n, causal):
+        n_q, head_dim = q.shape
+        n_k = k.shape[0]
+        scale = 1.0 / math.sqrt(head_dim) if scaled else 1.0
+        dv = torch.empty(n_k, head_dim)
+        for program, start_n in enumerate(range(0, n_k, block_n)):
+            keys = torch.arange(start_n, start_n + block_n)
+            kb = torch.zeros(block_n, head_dim)
+            kb[keys < n_k] = k[keys[keys < n_k]]
+            acc = torch.zeros(block_n, head_dim)
+            lo, hi = 0, n_q
+            if causal and loop == "diagonal":
+                lo = start_n // block_m * block_m
+            elif causal and loop == "block_number":
+                lo = program * block_m
+            elif causal and loop == "forward":
+                hi = min(start_n + block_n, n_q)
+            for start_m in range(lo, hi, block_m):
+                rows = torch.arange(start_m, start_m + block_m)
+                real = rows < n_q
+                qb, dob = torch.zeros(block_m, head_dim), torch.zeros(block_m, head_dim)
+                lb = torch.full((block_m,), lse_pad)
+                qb[real], dob[real], lb[real] = q[rows[real]], d_out[rows[real]], lse[rows[real]]
+                s_t = kb @ qb.T * scale  # (BLOCK_N, BLOCK_M)
+                allowed = torch.ones(block_n, block_m, dtype=torch.bool)
+                if causal and mask_layout == "p":
+                    allowed = rule(start_m + torch.arange(block_m)[:, None], start_n + torch.arange(block_n)[None, :])
+                elif causal:
+                    allowed = rule(rows[None, :], keys[:, None])
+                if p_rule == "tile":
+                    visible = allowed & ((keys < n_k)[:, None] if pad_keys else True)
+                    p_t = torch.softmax(s_t.masked_fill(~visible, NEG_INF), dim=0)
+                else:
+                    x = {"lse": (s_t * LOG2_E - lb[None, :] * LOG2_E, 2.0),
+                         "lse_natural": (s_t * LOG2_E - lb[None, :], 2.0),
+                         "no_log2e": (s_t - lb[None, :], 2.0),
+                         "exp_log2e": (s_t * LOG2_E - lb[None, :] * LOG2_E, math.e)}[p_rule]  # fmt: skip
+                    p_t = torch.where(allowed, torch.pow(x[1], x[0]), 0.0)
+                contribution = p_t @ dob if transpose else p_t.T @ dob
+                acc = acc + contribution if accumulate else contribution
+            dv[start_n : start_n + block_n] = acc[: min(block_n, n_k - start_n)]
+        return dv
+
+    return dv_of
+
+
+def _dv_variants() -> tuple[Variant, ...]:
+    def tile(**changes):
+        return tuple(_dv_loop(p_rule="tile", loop=loop, pad_keys=pad, **changes) for loop in ("diagonal", "every")
+                     for pad in (True, False))  # fmt: skip
+
+    return (
+        Variant(
+            "P was recomputed as a softmax over the tile's keys (its own maximum and sum), not rebuilt from lse: the "
+            "tile holds only BLOCK_N of each query's keys, so the weights sum to one over the wrong set. lse, the "
+            "log-sum-exp over all the keys a query sees, is what makes P_ij = exp(s_ij - lse_i) exact in every tile.",
+            *tile(),
+        ),
+        Variant(
+            "lse was used as it came, in natural units, next to scores in base 2: the kernel's exponent is a score "
+            "times sm_scale * log2(e) minus lse, but exp(s - lse) = exp2((s - lse) * log2(e)), so lse too must be "
+            "multiplied by log2(e).",
+            _dv_loop(p_rule="lse_natural"),
+        ),
+        Variant(
+            "tl.exp2 was used without the factor log2(e), on the score times sm_scale minus lse: that is 2 to the "
+            "power s - lse, not e to it. exp(z) = exp2(z * log2(e)), for the whole exponent.",
+            _dv_loop(p_rule="no_log2e"),
+        ),
+        Variant(
+            "the exponent was converted to base 2 (multiplied by log2(e)) and then given to tl.exp: the factor "
+            "log2(e) belongs with tl.exp2, exp(z) = exp2(z * log2(e)).",
+            _dv_loop(p_rule="exp_log2e"),
+        ),
+        Variant(
+            "the scores were not multiplied by sm_scale (1 / sqrt(HEAD_DIM)): lse is the log-sum-exp of the scaled "
+            "scores, so P = exp(s * sm_scale - lse) needs them scaled too.",
+            _dv_loop(scaled=False),
+        ),
+        Variant(
+            "P was not transposed: P dO adds each query's weights over keys to the rows of keys, and runs only when "
+            "BLOCK_M equals BLOCK_N. Key j's dV gathers over the queries, dV_j = sum over i of P_ij dO_i: that is "
+            "P^T dO, a (BLOCK_N, BLOCK_M) tile times a (BLOCK_M, HEAD_DIM) one.",
+            _dv_loop(transpose=False),
+        ),
+        Variant(
+            "dV keeps only the last block of queries: each block's product replaced the sum of the earlier ones "
+            "instead of adding to it. dV_j sums over every query that sees key j.",
+            _dv_loop(accumulate=False),
+        ),
+        Variant(
+            "the padding queries of the last, partial block (past n_queries) got infinite weight: their lse was "
+            "loaded as -inf, so exp2(s - lse) is inf, and inf times their dO rows (loaded as 0) is NaN. A padding "
+            "query must add nothing: either its weights or its dO row must come out 0, and inf * 0 is not 0.",
+            _dv_loop(lse_pad=NEG_INF),
+        ),
+        Variant(
+            "no causal mask at all: P was rebuilt for the keys in a query's future too, where exp(s - lse) is not a "
+            "weight at all (lse covers only the keys the query sees). Key j gets dV from the queries i >= j only.",
+            _dv_loop(rule=lambda i, j: j >= 0, loop="every"),
+        ),
+        Variant(
+            "the diagonal is off by one, one key too few: a query's weight on its own key was dropped. Query i sees "
+            "key j when j <= i, so key i too.",
+            _dv_loop(rule=lambda i, j: j < i),
+            _dv_loop(rule=lambda i, j: j < i, loop="every"),
+        ),
+        Variant(
+            "the diagonal is off by one, one key too many: each key also gets dV from the query just before it, "
+            "which does not see it. Query i sees key j when j <= i.",
+            _dv_loop(rule=lambda i, j: j <= i + 1),
+            _dv_loop(rule=lambda i, j: j <= i + 1, loop="every"),
+        ),
+        Variant(
+            "the loop over the queries took the forward's bound, in the wrong direction: it covers the query blocks "
+            "up to this program's last key, whose queries come before (or at) these keys and mostly do not see them, "
+            "and never reaches the queries after them, the ones that do. With the keys outside, the blocks to skip "
+            "are the first ones: a key is seen by the queries at or after it.",
+            _dv_loop(loop="forward"),
+        ),
+        Variant(
+            "the loop over the queries starts at query block number program_id, as if a key block and a query block "
+            "covered the same positions: right only when BLOCK_M equals BLOCK_N. The first query that sees this "
+            "program's keys is the one at position start_n, in the query block that holds it.",
+            _dv_loop(loop="block_number"),
+        ),
+        Variant(
+            "the causal mask was built for P, (BLOCK_M, BLOCK_N) with queries down and keys across, and applied to "
+            "P^T, (BLOCK_N, BLOCK_M) with keys down: it runs only when BLOCK_M equals BLOCK_N, and compares the "
+            "wrong positions. In P^T, row a is key start_n + a and column b is query start_m + b.",
+            _dv_loop(mask_layout="p"),
+            _dv_loop(mask_layout="p", loop="every"),
+        ),
+    )
+
+
+DV_KERNEL = Exercise(
+    name="dv_kernel",
+    lesson=LESSON_BACKWARD,
+    params=("q", "k", "d_out", "lse", "block_m", "block_n", "causal"),
+    returns=(("n_keys", "head_dim"),),
+    reference=_dv,
+    make_cases=_dv_cases,
+    units=(KEYS,),
+    launch=launch_dv,
+    variants=_dv_variants(),
+    large_note="This test case has large inputs: scores in the hundreds. exp of a score is inf in float32 above "
+    "about 88, so exp(s) / exp(lse) is inf / inf = NaN: rebuild P in one step, with the exponent s * sm_scale - lse, "
+    "which is at most 0.",
+    nan_note=KERNEL_NAN_NOTE,
+    hint=(
+        "This program owns BLOCK_N keys and must visit every query that sees them. The forward saved, per query, "
+        "what makes its weights exact without the other keys: which number, and in which units? With a causal mask, "
+        "which queries see key start_n, and which block of queries holds the first of them?",
+        "Per block of queries: rows = start_m + 0 .. BLOCK_M - 1, loads of Q, dO and LSE masked where rows >= "
+        "n_queries (dO as 0); P^T = exp2(K Q^T * sm_scale * log2(e) - lse * log2(e)), a (BLOCK_N, BLOCK_M) tile; "
+        "with CAUSAL, 0 where key > query, and the loop may start at the block that holds query start_n; "
+        "dV += P^T dO.",
+        "`lo = (start_n // BLOCK_M) * BLOCK_M if CAUSAL else 0` (or an `if CAUSAL:` block); in `for start_m in "
+        "range(lo, n_queries, BLOCK_M)`: `rows = start_m + tl.arange(0, BLOCK_M)`; `q = tl.load(Q + rows[:, None] * "
+        "stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)`, dO likewise with stride_do, `lse = "
+        "tl.load(LSE + rows, mask=rows < n_queries, other=0.0)`; `p_t = tl.exp2(tl.dot(k, tl.trans(q)) * sm_scale "
+        "* 1.4426950408889634 - lse[None, :] * 1.4426950408889634)`; with CAUSAL `p_t = tl.where(keys[:, None] <= "
+        "rows[None, :], p_t, 0.0)`; `dv += tl.dot(p_t, do)`.",
+    ),
+)
+
 EXERCISES = (
     MERGE_SOFTMAX_STATES,
     CAUSAL_TILES,
@@ -1267,4 +1492,5 @@ EXERCISES = (
     SOFTMAX_KERNEL,
     ATTENTION_KERNEL,
     CAUSAL_ATTENTION_KERNEL,
+    DV_KERNEL,
 )

@@ -21,7 +21,7 @@ from .common import GENERIC, batch_of_one
 NEG_INF = float("-inf")
 # A kernel's output is a buffer the launcher allocates: it cannot lose its batch axis, so its mistake of a batch of
 # one is another (common.batch_of_one leaves the kernels out).
-KERNEL_EXERCISES = ("softmax_kernel", "attention_kernel", "causal_attention_kernel")
+KERNEL_EXERCISES = ("softmax_kernel", "attention_kernel", "causal_attention_kernel", "dv_kernel")
 
 # --------------------------------------------------------------------------------------------
 # Correct versions, written as a learner would
@@ -2199,12 +2199,398 @@ if triton is not None:
             mx = mx_new
         tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
 
+    # ----------------------------------------------------------------------------------------
+    # dv_kernel (lesson 08b): correct versions
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def learner_dv_kernel(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                          CAUSAL: tl.constexpr):  # fmt: skip
+        start_n = tl.program_id(0) * BLOCK_N
+        keys = start_n + tl.arange(0, BLOCK_N)
+        dims = tl.arange(0, HEAD_DIM)
+        k = tl.load(K + keys[:, None] * stride_k + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+        dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        lo = 0
+        if CAUSAL:
+            lo = start_n  # the first query that sees key start_n; the blocks of queries need not be aligned
+        for start_m in range(lo, n_queries, BLOCK_M):
+            rows = start_m + tl.arange(0, BLOCK_M)
+            q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+            do = tl.load(DO + rows[:, None] * stride_do + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+            lse = tl.load(LSE + rows, mask=rows < n_queries, other=0.0)
+            s_t = tl.dot(k, tl.trans(q)) * (sm_scale * 1.4426950408889634) - lse[None, :] * 1.4426950408889634
+            if CAUSAL:
+                s_t = tl.where(keys[:, None] <= rows[None, :], s_t, float("-inf"))
+            dv += tl.dot(tl.exp2(s_t), do)
+        tl.store(DV + keys[:, None] * stride_dv + dims[None, :], dv, mask=keys[:, None] < n_keys)
+
+    @triton.jit
+    def learner_dv_kernel_every_block(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+                                      sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                                      CAUSAL: tl.constexpr):  # fmt: skip
+        offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, HEAD_DIM)
+        k = tl.load(K + offs_n[:, None] * stride_k + offs_d[None, :], mask=offs_n[:, None] < n_keys, other=0.0)
+        grad_v = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        for start in range(0, n_queries, BLOCK_M):  # every block of queries, the masked ones too
+            offs_m = start + tl.arange(0, BLOCK_M)
+            ok = offs_m < n_queries
+            q = tl.load(Q + offs_m[:, None] * stride_q + offs_d[None, :], mask=ok[:, None], other=0.0)
+            do = tl.load(DO + offs_m[:, None] * stride_do + offs_d[None, :], mask=ok[:, None], other=0.0)
+            lse = tl.load(LSE + offs_m, mask=ok, other=0.0)
+            p = tl.exp(tl.dot(q, tl.trans(k)) * sm_scale - lse[:, None])  # P: (BLOCK_M, BLOCK_N), natural exp
+            keep = ok[:, None]
+            if CAUSAL:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None])
+            p = tl.where(keep, p, 0.0)
+            grad_v += tl.dot(tl.trans(p), do)
+        tl.store(DV + offs_n[:, None] * stride_dv + offs_d[None, :], grad_v, mask=offs_n[:, None] < n_keys)
+
+    # ----------------------------------------------------------------------------------------
+    # dv_kernel: mutants, each one switch of one kernel
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+                 P_RULE: tl.constexpr = 0, SCALED: tl.constexpr = True, LSE_PAD: tl.constexpr = 0.0,
+                 TRANSPOSE: tl.constexpr = True, ACCUMULATE: tl.constexpr = True, RULE: tl.constexpr = 1,
+                 LOOP: tl.constexpr = 0, MASK_FOR_P: tl.constexpr = False, LAST: tl.constexpr = 0,
+                 FAST_PATH_BUG: tl.constexpr = False, EXP_OVER_EXP: tl.constexpr = False):  # fmt: skip
+        """P_RULE: 0 lse, 1 a softmax over the tile's keys, 2 lse not in base 2, 3 no log2(e), 4 tl.exp of base 2;
+        RULE: 0 no causal mask, 1 j <= i, 2 j < i, 3 j <= i + 1; LOOP: 0 from the diagonal's block, 1 every block,
+        2 from block number program_id, 3 up to the last key (the forward's bound); LAST: the loop ends at n_queries
+        - LAST; FAST_PATH_BUG: sm_scale left out when every block is full; EXP_OVER_EXP: exp(s) / exp(lse)."""
+        pid = tl.program_id(0)
+        start_n = pid * BLOCK_N
+        keys = start_n + tl.arange(0, BLOCK_N)
+        dims = tl.arange(0, HEAD_DIM)
+        k = tl.load(K + keys[:, None] * stride_k + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+        dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        scale = sm_scale
+        if not SCALED:
+            scale = 1.0
+        if FAST_PATH_BUG and (n_queries % BLOCK_M == 0) and (n_keys % BLOCK_N == 0):
+            scale = 1.0
+        lo = 0
+        hi = n_queries - LAST
+        if CAUSAL and LOOP == 0:
+            lo = (start_n // BLOCK_M) * BLOCK_M
+        if CAUSAL and LOOP == 2:
+            lo = pid * BLOCK_M
+        if CAUSAL and LOOP == 3:
+            hi = tl.minimum(start_n + BLOCK_N, n_queries)
+        for start_m in range(lo, hi, BLOCK_M):
+            rows = start_m + tl.arange(0, BLOCK_M)
+            q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+            do = tl.load(DO + rows[:, None] * stride_do + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+            lse = tl.load(LSE + rows, mask=rows < n_queries, other=LSE_PAD)
+            s_t = tl.dot(k, tl.trans(q)) * scale  # (BLOCK_N, BLOCK_M)
+            allowed = keys[:, None] >= 0
+            if CAUSAL:
+                if MASK_FOR_P:
+                    allowed = (keys[None, :] <= rows[:, None]) & (keys[None, :] >= 0)
+                elif RULE == 1:
+                    allowed = keys[:, None] <= rows[None, :]
+                elif RULE == 2:
+                    allowed = keys[:, None] < rows[None, :]
+                elif RULE == 3:
+                    allowed = keys[:, None] <= rows[None, :] + 1
+            if P_RULE == 1:
+                s_t = tl.where(allowed & (keys[:, None] < n_keys), s_t, float("-inf"))
+                e = tl.exp(s_t - tl.max(s_t, 0)[None, :])
+                p_t = e / tl.sum(e, 0)[None, :]
+            elif EXP_OVER_EXP:
+                p_t = tl.where(allowed, tl.exp(s_t) / tl.exp(lse)[None, :], 0.0)
+            elif P_RULE == 2:
+                p_t = tl.where(allowed, tl.exp2(s_t * 1.4426950408889634 - lse[None, :]), 0.0)
+            elif P_RULE == 3:
+                p_t = tl.where(allowed, tl.exp2(s_t - lse[None, :]), 0.0)
+            elif P_RULE == 4:
+                p_t = tl.where(allowed, tl.exp(s_t * 1.4426950408889634 - lse[None, :] * 1.4426950408889634), 0.0)
+            else:
+                p_t = tl.where(allowed, tl.exp2(s_t * 1.4426950408889634 - lse[None, :] * 1.4426950408889634), 0.0)
+            if TRANSPOSE:
+                contribution = tl.dot(p_t, do)
+            else:
+                contribution = tl.dot(tl.trans(p_t), do)
+            if ACCUMULATE:
+                dv += contribution
+            else:
+                dv = contribution
+        tl.store(DV + keys[:, None] * stride_dv + dims[None, :], dv, mask=keys[:, None] < n_keys)
+
+    @triton.jit
+    def dv_tile_softmax(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, P_RULE=1)  # fmt: skip
+
+    @triton.jit
+    def dv_lse_natural(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, P_RULE=2)  # fmt: skip
+
+    @triton.jit
+    def dv_exp2_without_log2e(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, P_RULE=3)  # fmt: skip
+
+    @triton.jit
+    def dv_exp_with_log2e(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, P_RULE=4)  # fmt: skip
+
+    @triton.jit
+    def dv_unscaled(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, SCALED=False)  # fmt: skip
+
+    @triton.jit
+    def dv_not_transposed(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, TRANSPOSE=False)  # fmt: skip
+
+    @triton.jit
+    def dv_not_accumulated(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, ACCUMULATE=False)  # fmt: skip
+
+    @triton.jit
+    def dv_padding_lse_minus_inf(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, LSE_PAD=float("-inf"))  # fmt: skip
+
+    @triton.jit
+    def dv_not_causal(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, RULE=0, LOOP=1)  # fmt: skip
+
+    @triton.jit
+    def dv_strict(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, RULE=2)  # fmt: skip
+
+    @triton.jit
+    def dv_one_ahead(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, RULE=3)  # fmt: skip
+
+    @triton.jit
+    def dv_forward_bound(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, LOOP=3)  # fmt: skip
+
+    @triton.jit
+    def dv_block_number(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, LOOP=2)  # fmt: skip
+
+    @triton.jit
+    def dv_mask_built_for_p(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, MASK_FOR_P=True)  # fmt: skip
+
+    @triton.jit
+    def dv_last_query_excluded(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, LAST=1)  # fmt: skip
+
+    @triton.jit
+    def dv_fast_path_unscaled(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, FAST_PATH_BUG=True)  # fmt: skip
+
+    @triton.jit
+    def dv_exp_over_exp(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, EXP_OVER_EXP=True)  # fmt: skip
+
+    # ----------------------------------------------------------------------------------------
+    # dv_kernel: independent bugs
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def dvb_softmax_per_tile(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                             CAUSAL: tl.constexpr):  # fmt: skip
+        c = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        d = tl.arange(0, HEAD_DIM)
+        kk = tl.load(K + c[:, None] * stride_k + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+        out = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        for i in range(0, n_queries, BLOCK_M):
+            r = i + tl.arange(0, BLOCK_M)
+            qq = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            g = tl.load(DO + r[:, None] * stride_do + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            sc = tl.dot(qq, tl.trans(kk)) * sm_scale
+            ok = c[None, :] < n_keys
+            if CAUSAL:
+                ok = ok & (c[None, :] <= r[:, None])
+            sc = tl.where(ok, sc, float("-inf"))
+            w = tl.exp(sc - tl.max(sc, 1)[:, None])
+            w = w / tl.sum(w, 1)[:, None]  # "the softmax, as in the forward"
+            out += tl.dot(tl.trans(w), g)
+        tl.store(DV + c[:, None] * stride_dv + d[None, :], out, mask=c[:, None] < n_keys)
+
+    @triton.jit
+    def dvb_lse_unmasked(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                         CAUSAL: tl.constexpr):  # fmt: skip
+        c = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        d = tl.arange(0, HEAD_DIM)
+        kk = tl.load(K + c[:, None] * stride_k + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+        out = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        for i in range(0, n_queries, BLOCK_M):
+            r = i + tl.arange(0, BLOCK_M)
+            qq = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            g = tl.load(DO + r[:, None] * stride_do + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            w = tl.exp(tl.dot(kk, tl.trans(qq)) * sm_scale - tl.load(LSE + r)[None, :])  # one number per query: no mask
+            if CAUSAL:
+                w = tl.where(c[:, None] <= r[None, :], w, 0.0)
+            out += tl.dot(w, g)
+        tl.store(DV + c[:, None] * stride_dv + d[None, :], out, mask=c[:, None] < n_keys)
+
+    @triton.jit
+    def dvb_do_with_q_stride(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                             CAUSAL: tl.constexpr):  # fmt: skip
+        c = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        d = tl.arange(0, HEAD_DIM)
+        kk = tl.load(K + c[:, None] * stride_k + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+        out = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        for i in range(0, n_queries, BLOCK_M):
+            r = i + tl.arange(0, BLOCK_M)
+            qq = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            g = tl.load(DO + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)  # dO "like Q"
+            lse = tl.load(LSE + r, mask=r < n_queries, other=0.0)
+            w = tl.exp(tl.dot(kk, tl.trans(qq)) * sm_scale - lse[None, :])
+            if CAUSAL:
+                w = tl.where(c[:, None] <= r[None, :], w, 0.0)
+            out += tl.dot(w, g)
+        tl.store(DV + c[:, None] * stride_dv + d[None, :], out, mask=c[:, None] < n_keys)
+
+    @triton.jit
+    def dvb_scale_on_weights(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                             CAUSAL: tl.constexpr):  # fmt: skip
+        c = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        d = tl.arange(0, HEAD_DIM)
+        kk = tl.load(K + c[:, None] * stride_k + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+        out = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        for i in range(0, n_queries, BLOCK_M):
+            r = i + tl.arange(0, BLOCK_M)
+            qq = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            g = tl.load(DO + r[:, None] * stride_do + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            lse = tl.load(LSE + r, mask=r < n_queries, other=0.0)
+            w = tl.exp(tl.dot(kk, tl.trans(qq)) - lse[None, :]) * sm_scale  # the scale on P, not on the scores
+            if CAUSAL:
+                w = tl.where(c[:, None] <= r[None, :], w, 0.0)
+            out += tl.dot(w, g)
+        tl.store(DV + c[:, None] * stride_dv + d[None, :], out, mask=c[:, None] < n_keys)
+
+    @triton.jit
+    def dvb_starts_after_diagonal(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+                                  sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                                  CAUSAL: tl.constexpr):  # fmt: skip
+        first = tl.program_id(0) * BLOCK_N
+        c = first + tl.arange(0, BLOCK_N)
+        d = tl.arange(0, HEAD_DIM)
+        kk = tl.load(K + c[:, None] * stride_k + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+        out = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        start = 0
+        if CAUSAL:
+            start = (first // BLOCK_M + 1) * BLOCK_M  # "the queries after this block of keys"
+        for i in range(start, n_queries, BLOCK_M):
+            r = i + tl.arange(0, BLOCK_M)
+            qq = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            g = tl.load(DO + r[:, None] * stride_do + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            lse = tl.load(LSE + r, mask=r < n_queries, other=0.0)
+            w = tl.exp(tl.dot(kk, tl.trans(qq)) * sm_scale - lse[None, :])
+            if CAUSAL:
+                w = tl.where(c[:, None] <= r[None, :], w, 0.0)
+            out += tl.dot(w, g)
+        tl.store(DV + c[:, None] * stride_dv + d[None, :], out, mask=c[:, None] < n_keys)
+
+    @triton.jit
+    def dvb_store_unmasked(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                           CAUSAL: tl.constexpr):  # fmt: skip
+        c = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        d = tl.arange(0, HEAD_DIM)
+        kk = tl.load(K + c[:, None] * stride_k + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+        out = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        for i in range(0, n_queries, BLOCK_M):
+            r = i + tl.arange(0, BLOCK_M)
+            qq = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            g = tl.load(DO + r[:, None] * stride_do + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            lse = tl.load(LSE + r, mask=r < n_queries, other=0.0)
+            w = tl.exp(tl.dot(kk, tl.trans(qq)) * sm_scale - lse[None, :])
+            if CAUSAL:
+                w = tl.where(c[:, None] <= r[None, :], w, 0.0)
+            out += tl.dot(w, g)
+        tl.store(DV + c[:, None] * stride_dv + d[None, :], out)  # "the padding keys' rows are never read"
+
+    @triton.jit
+    def dvb_sums_instead_of_product(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+                                    sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                                    CAUSAL: tl.constexpr):  # fmt: skip
+        c = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        d = tl.arange(0, HEAD_DIM)
+        kk = tl.load(K + c[:, None] * stride_k + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+        out = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        for i in range(0, n_queries, BLOCK_M):
+            r = i + tl.arange(0, BLOCK_M)
+            qq = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            g = tl.load(DO + r[:, None] * stride_do + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            lse = tl.load(LSE + r, mask=r < n_queries, other=0.0)
+            w = tl.exp(tl.dot(kk, tl.trans(qq)) * sm_scale - lse[None, :])
+            if CAUSAL:
+                w = tl.where(c[:, None] <= r[None, :], w, 0.0)
+            out += tl.sum(w, 1)[:, None] * tl.sum(g, 0)[None, :]  # each factor summed on its own
+        tl.store(DV + c[:, None] * stride_dv + d[None, :], out, mask=c[:, None] < n_keys)
+
     CORRECT.update(
         softmax_kernel=[learner_softmax_kernel, learner_softmax_kernel_three_passes, reference_kernel("softmax")],
         attention_kernel=[learner_attention_kernel, learner_attention_kernel_natural_exp,
                           reference_kernel("attention")],
         causal_attention_kernel=[learner_causal_attention_kernel, learner_causal_attention_kernel_every_block,
                                  reference_kernel("causal_attention")],
+        dv_kernel=[learner_dv_kernel, learner_dv_kernel_every_block, reference_kernel("dv")],
     )  # fmt: skip
     MUTANTS += [
         ("softmax_kernel", sk_no_rescale, "running sum l was not rescaled"),
@@ -2244,6 +2630,20 @@ if triton is not None:
         ("causal_attention_kernel", ck_not_causal, "no causal mask at all"),
         ("causal_attention_kernel", ck_acc_not_rescaled, "running output acc was not rescaled"),
         ("causal_attention_kernel", ck_exp2_without_log2e, "without the factor log2(e)"),
+        ("dv_kernel", dv_tile_softmax, "a softmax over the tile's keys"),
+        ("dv_kernel", dv_lse_natural, "lse was used as it came, in natural units"),
+        ("dv_kernel", dv_exp2_without_log2e, "tl.exp2 was used without the factor log2(e)"),
+        ("dv_kernel", dv_exp_with_log2e, "and then given to tl.exp"),
+        ("dv_kernel", dv_unscaled, "not multiplied by sm_scale"),
+        ("dv_kernel", dv_not_transposed, "P was not transposed"),
+        ("dv_kernel", dv_not_accumulated, "keeps only the last block of queries"),
+        ("dv_kernel", dv_padding_lse_minus_inf, "got infinite weight"),
+        ("dv_kernel", dv_not_causal, "no causal mask at all"),
+        ("dv_kernel", dv_strict, "one key too few"),
+        ("dv_kernel", dv_one_ahead, "one key too many"),
+        ("dv_kernel", dv_forward_bound, "the forward's bound, in the wrong direction"),
+        ("dv_kernel", dv_block_number, "starts at query block number program_id"),
+        ("dv_kernel", dv_mask_built_for_p, "the causal mask was built for P"),
         ("causal_attention_kernel", ck_max_from_zero, "did not start at -inf"),
         ("causal_attention_kernel", ck_block_max, "each block's own maximum replaced the running maximum"),
     ]
@@ -2251,6 +2651,7 @@ if triton is not None:
         softmax_kernel=(sk_mask_one_long, sk_mask_one_short),
         attention_kernel=(ak_mask_one_long, ak_mask_one_short),
         causal_attention_kernel=(ck_one_ahead, ck_strict),
+        dv_kernel=(dv_one_ahead, dv_strict),
     )
     KIND_MUTANTS += [
         ("softmax_kernel", sk_first_block_unmasked, ONE, "past the end of the row"),
@@ -2265,6 +2666,10 @@ if triton is not None:
         ("causal_attention_kernel", ck_kv_unmasked, PADDED, "past the last one (n_keys = "),
         ("causal_attention_kernel", ck_fast_path_without_rescale, UNPADDED, "differ from the reference"),
         ("causal_attention_kernel", ck_no_max, LARGE, "large inputs"),
+        ("dv_kernel", dv_last_query_excluded, ONE, "except the ones with a batch of one"),
+        ("dv_kernel", dv_padding_lse_minus_inf, PADDED, "got infinite weight"),
+        ("dv_kernel", dv_fast_path_unscaled, UNPADDED, "except the ones with no padding"),
+        ("dv_kernel", dv_exp_over_exp, LARGE, "large inputs"),
     ]
     BUGS += [
         ("softmax_kernel", skb_other_forgotten, "were read as 0"),
@@ -2294,4 +2699,11 @@ if triton is not None:
         ("causal_attention_kernel", ckb_keys_loaded_unmasked_outside, GENERIC),
         ("causal_attention_kernel", ckb_newest_block_max, "each block's own maximum replaced the running maximum"),
         ("causal_attention_kernel", ckb_weights_masked_not_scores, GENERIC),
+        ("dv_kernel", dvb_softmax_per_tile, "a softmax over the tile's keys"),
+        ("dv_kernel", dvb_lse_unmasked, "past the last one (n_queries = 40"),
+        ("dv_kernel", dvb_do_with_q_stride, "another tensor's stride"),
+        ("dv_kernel", dvb_scale_on_weights, GENERIC),
+        ("dv_kernel", dvb_starts_after_diagonal, GENERIC),
+        ("dv_kernel", dvb_store_unmasked, "stored to DV at keys"),
+        ("dv_kernel", dvb_sums_instead_of_product, GENERIC),
     ]
