@@ -1474,7 +1474,7 @@ DV_KERNEL = Exercise(
         "n_queries (dO as 0); P^T = exp2(K Q^T * sm_scale * log2(e) - lse * log2(e)), a (BLOCK_N, BLOCK_M) tile; "
         "with CAUSAL, 0 where key > query, and the loop may start at the block that holds query start_n; "
         "dV += P^T dO.",
-        "`lo = (start_n // BLOCK_M) * BLOCK_M if CAUSAL else 0` (or an `if CAUSAL:` block); in `for start_m in "
+        "`lo = 0`, and under `if CAUSAL:` `lo = (start_n // BLOCK_M) * BLOCK_M`; in `for start_m in "
         "range(lo, n_queries, BLOCK_M)`: `rows = start_m + tl.arange(0, BLOCK_M)`; `q = tl.load(Q + rows[:, None] * "
         "stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)`, dO likewise with stride_do, `lse = "
         "tl.load(LSE + rows, mask=rows < n_queries, other=0.0)`; `p_t = tl.exp2(tl.dot(k, tl.trans(q)) * sm_scale "
