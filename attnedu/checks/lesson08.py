@@ -4,7 +4,8 @@ Part A, the algorithm in PyTorch: merging two partial softmax states (split-K, f
 pass computes, the causal mask inside one tile, the backward of one tile from the saved log-sum-exp, and what a
 benchmark should report from a timing loop. Part B, Triton kernels, run on the CPU under Triton's interpreter by a
 launcher of the course (``attnedu.triton_basics``): a row-wise softmax, the FlashAttention forward of one head, and
-its causal version.
+its causal version; and, for the lesson on the backward (``LESSON_BACKWARD``), the backward's dV in a kernel with
+the keys outside, P rebuilt from the log-sum-exp the forward saved, causal or not.
 
 Here "padding" means what it means inside a FlashAttention kernel: a length that is not a multiple of the block, so
 that the last block is partial (a kernel pads it and masks the padding); for the merge, a query whose keys in one

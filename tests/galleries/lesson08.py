@@ -1,9 +1,9 @@
 """Lesson 08, 08_flash_attention: the galleries of its exercises (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS,
 KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes them): Part A, ``merge_softmax_states``,
 ``causal_tiles``, ``causal_block_update``, ``tile_backward`` and ``benchmark_median``; Part B, the Triton kernels
-``softmax_kernel``, ``attention_kernel`` and ``causal_attention_kernel`` (after Part A, and only where triton is
-installed). The attention mutants are switches of one kernel (``_attention_with``); the kernels of the independent
-gallery are written out.
+``softmax_kernel``, ``attention_kernel`` and ``causal_attention_kernel``, and lesson 08b's ``dv_kernel`` (after Part A,
+and only where triton is installed). The attention mutants are switches of one kernel (``_attention_with``), the dV
+ones of another (``_dv_with``); the kernels of the independent gallery are written out.
 """
 
 from __future__ import annotations
