@@ -1,6 +1,7 @@
-"""The Triton kernels of ``attnedu.triton_attention``: FlashAttention-2's forward and its backward (D = rowsum(dO * O),
-dK and dV per block of keys, dQ per block of queries). Read ``attnedu.triton_attention`` first: it says what each
-computes, chooses their launch configurations and wraps them in an autograd function.
+"""The Triton kernels of ``attnedu.triton_attention``: FlashAttention-2's forward and its backward (D = rowsum(dO * O);
+dK and dV per block of keys, which also adds dQ with atomics when ATOMIC_DQ; dQ per block of queries). Read
+``attnedu.triton_attention`` first: it says what each computes, chooses their launch configurations and wraps them in
+an autograd function.
 
 This module imports triton, so it is not imported by the package: ``attnedu.triton_attention`` loads it on first
 use, once per mode (compiled, or under Triton's interpreter when ``TRITON_INTERPRET=1``), since Triton reads that
@@ -50,7 +51,7 @@ def _forward_tiles(
             k_base + keys[None, :] * stride_kn + dims[:, None] * stride_kd,
             keys[None, :] < n_k, dims[:, None] < head_dim, MASKED, PAD_D,
         )  # fmt: skip
-        s = tl.dot(q, k_t)  # (BLOCK_M, BLOCK_N) raw scores, float32
+        s = tl.dot(q, k_t)  # S = Q_i K_j^T: (BLOCK_M, BLOCK_N) raw scores, float32
         if MASKED:
             valid = keys[None, :] < n_k
             if IS_CAUSAL:
@@ -71,7 +72,7 @@ def _forward_tiles(
             v_base + keys[:, None] * stride_vn + vdims[None, :] * stride_vd,
             keys[:, None] < n_k, vdims[None, :] < value_dim, MASKED, PAD_DV,
         )  # fmt: skip
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # P cast to the inputs' dtype, as FA2 does
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # O_i += P V_j, P cast to V's dtype as in FA2
         m_i = m_new
     return acc, l_i, m_i
 
@@ -90,6 +91,8 @@ def attention_forward_kernel(
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     block_m = tl.program_id(0)  # which block of queries
+    if IS_CAUSAL:  # heaviest first: the last query blocks, which loop over the most key blocks, are launched first
+        block_m = tl.num_programs(0) - 1 - block_m
     batch_head = tl.program_id(1)  # which (batch, head)
     batch, head = (batch_head // heads).to(tl.int64), (batch_head % heads).to(tl.int64)
     start_m = block_m * BLOCK_M
@@ -154,15 +157,17 @@ def attention_backward_delta_kernel(
 
 @triton.jit
 def _dkdv_tiles(
-    dk, dv, k, v, q_base, do_base, lse_base, delta_base,
-    stride_qm, stride_qd, stride_gm, stride_gd,
+    dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base,
+    stride_qm, stride_qd, stride_gm, stride_gd, stride_dqm, stride_dqd,
     keys, lo, hi, n_q, head_dim, value_dim, qk_scale,
-    MASKED: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr,
+    MASKED: tl.constexpr, ATOMIC_DQ: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):  # fmt: skip
     """Query blocks lo, lo + BLOCK_M, ... < hi into dK and dV of one block of keys, transposed (keys x queries)
     so that the key block stays in place. MASKED: the blocks the causal diagonal crosses. Query rows past n_q
-    read Q = dO = 0 and lse = D = 0, so they add exactly 0 (P^T dO = 0 and dS = P * (0 - 0) = 0)."""
+    read Q = dO = 0 and lse = D = 0, so they add exactly 0 (P^T dO = 0 and dS = P * (0 - 0) = 0).
+    ATOMIC_DQ: also add this tile's dS K_j (unscaled) into the float32 dQ buffer at dq_base with atomic adds, so
+    that no separate dQ pass is needed; the rows past n_q are masked out of the store."""
     dims = tl.arange(0, BLOCK_D)
     vdims = tl.arange(0, BLOCK_DV)
     for start_m in range(lo, hi, BLOCK_M):
@@ -171,35 +176,43 @@ def _dkdv_tiles(
         q = _load(q_base + rows[:, None] * stride_qm + dims[None, :] * stride_qd,
                   row_ok[:, None], dims[None, :] < head_dim, True, PAD_D)  # fmt: skip
         lse = tl.load(lse_base + rows, mask=row_ok, other=0.0) * 1.4426950408889634  # base 2
-        p_t = tl.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # P^T: (BLOCK_N, BLOCK_M)
+        p_t = tl.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # S^T = K_j Q_i^T: the scores, recomputed
         if MASKED:
             p_t = tl.where(keys[:, None] <= rows[None, :], p_t, 0.0)
         do = _load(do_base + rows[:, None] * stride_gm + vdims[None, :] * stride_gd,
                    row_ok[:, None], vdims[None, :] < value_dim, True, PAD_DV)  # fmt: skip
-        dv += tl.dot(p_t.to(do.dtype), do)
+        dv += tl.dot(p_t.to(do.dtype), do)  # dV_j += P^T dO_i
         delta = tl.load(delta_base + rows, mask=row_ok, other=0.0)
-        dp_t = tl.dot(v, tl.trans(do))  # (dO V^T)^T
-        ds_t = p_t * (dp_t - delta[None, :])
-        dk += tl.dot(ds_t.to(q.dtype), q)
+        dp_t = tl.dot(v, tl.trans(do))  # dP^T = V_j dO_i^T
+        ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+        dk += tl.dot(ds_t, q)  # dK_j += dS^T Q_i
+        if ATOMIC_DQ:
+            dq = tl.dot(tl.trans(ds_t), k)  # dQ_i += dS K_j, added to float32 dQ by atomics
+            tl.atomic_add(dq_base + rows[:, None] * stride_dqm + dims[None, :] * stride_dqd, dq,
+                          mask=row_ok[:, None] & (dims[None, :] < head_dim), sem="relaxed")  # fmt: skip
     return dk, dv
 
 
 @triton.jit
 def attention_backward_dkdv_kernel(
-    Q, K, V, DO, LSE, DELTA, DK, DV,
+    Q, K, V, DO, LSE, DELTA, DK, DV, DQ,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_gb, stride_gh, stride_gm, stride_gd,
     stride_dkb, stride_dkh, stride_dkn, stride_dkd,
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+    stride_dqb, stride_dqh, stride_dqm, stride_dqd,
     heads, n_q, n_k, head_dim, value_dim,
     qk_scale, sm_scale,
     SEQ_BUCKET,  # not read: the autotuning key
-    IS_CAUSAL: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
-    """One program per (block of BLOCK_N keys, batch x head): dK and dV of those keys."""
+    """One program per (block of BLOCK_N keys, batch x head), the first key blocks (which, causal, meet the most
+    query blocks) launched first: dK and dV of those keys; with ATOMIC_DQ, also their
+    share of dQ, added into DQ (float32, zeroed by the caller, unscaled: the caller multiplies by sm_scale). Without
+    it DQ is not touched."""
     batch_head = tl.program_id(1)
     batch, head = (batch_head // heads).to(tl.int64), (batch_head % heads).to(tl.int64)
     start_n = tl.program_id(0) * BLOCK_N
@@ -217,6 +230,7 @@ def attention_backward_dkdv_kernel(
     do_base = DO + batch * stride_gb + head * stride_gh
     lse_base = LSE + batch_head.to(tl.int64) * n_q
     delta_base = DELTA + batch_head.to(tl.int64) * n_q
+    dq_base = DQ + batch * stride_dqb + head * stride_dqh
     if IS_CAUSAL:
         # queries before start_n see none of these keys: start at the query block holding start_n. Query blocks
         # from the first multiple of BLOCK_M at or past start_n + BLOCK_N see all of them: no mask there.
@@ -226,12 +240,14 @@ def attention_backward_dkdv_kernel(
         lo = 0
         mid = 0
     dk, dv = _dkdv_tiles(  # the diagonal blocks, masked
-        dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_qd, stride_gm, stride_gd,
-        keys, lo, mid, n_q, head_dim, value_dim, qk_scale, True, PAD_D, PAD_DV, BLOCK_M, BLOCK_D, BLOCK_DV,
+        dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qm, stride_qd, stride_gm, stride_gd,
+        stride_dqm, stride_dqd, keys, lo, mid, n_q, head_dim, value_dim, qk_scale, True, ATOMIC_DQ, PAD_D, PAD_DV,
+        BLOCK_M, BLOCK_D, BLOCK_DV,
     )  # fmt: skip
     dk, dv = _dkdv_tiles(  # the blocks below the diagonal (all of them when not causal), no mask
-        dk, dv, k, v, q_base, do_base, lse_base, delta_base, stride_qm, stride_qd, stride_gm, stride_gd,
-        keys, mid, n_q, n_q, head_dim, value_dim, qk_scale, False, PAD_D, PAD_DV, BLOCK_M, BLOCK_D, BLOCK_DV,
+        dk, dv, k, v, q_base, do_base, lse_base, delta_base, dq_base, stride_qm, stride_qd, stride_gm, stride_gd,
+        stride_dqm, stride_dqd, keys, mid, n_q, n_q, head_dim, value_dim, qk_scale, False, ATOMIC_DQ, PAD_D, PAD_DV,
+        BLOCK_M, BLOCK_D, BLOCK_DV,
     )  # fmt: skip
     dk = dk * sm_scale  # dS was computed from scores without 1 / sqrt(head_dim)'s derivative: apply it once
     tl.store(DK + batch * stride_dkb + head * stride_dkh + keys[:, None] * stride_dkn + dims[None, :] * stride_dkd,
@@ -257,15 +273,15 @@ def _dq_tiles(
                   keys[:, None] < n_k, dims[None, :] < head_dim, MASKED, PAD_D)  # fmt: skip
         v = _load(v_base + keys[:, None] * stride_vn + vdims[None, :] * stride_vd,
                   keys[:, None] < n_k, vdims[None, :] < value_dim, MASKED, PAD_DV)  # fmt: skip
-        p = tl.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])  # (BLOCK_M, BLOCK_N)
+        p = tl.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])  # S = Q_i K_j^T: the scores, recomputed again
         if MASKED:
             valid = keys[None, :] < n_k
             if IS_CAUSAL:
                 valid = valid & (keys[None, :] <= rows[:, None])
             p = tl.where(valid, p, 0.0)
-        dp = tl.dot(do, tl.trans(v))
+        dp = tl.dot(do, tl.trans(v))  # dP = dO_i V_j^T, computed again
         ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k)
+        dq += tl.dot(ds.to(k.dtype), k)  # dQ_i += dS K_j
     return dq
 
 
@@ -287,7 +303,10 @@ def attention_backward_dq_kernel(
     Q = dO = 0 and lse = D = 0, so their (unstored) dQ is all that they touch."""
     batch_head = tl.program_id(1)
     batch, head = (batch_head // heads).to(tl.int64), (batch_head % heads).to(tl.int64)
-    start_m = tl.program_id(0) * BLOCK_M
+    block_m = tl.program_id(0)
+    if IS_CAUSAL:  # heaviest first, as in the forward
+        block_m = tl.num_programs(0) - 1 - block_m
+    start_m = block_m * BLOCK_M
     rows = start_m + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
     vdims = tl.arange(0, BLOCK_DV)

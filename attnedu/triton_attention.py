@@ -8,15 +8,23 @@ With a causal mask it runs in two stages, as the Triton tutorial (``python/tutor
 FlashAttention-2 do: first the key blocks wholly below the diagonal, with no mask at all, then the blocks the
 diagonal crosses (and a last, partial block of keys), with the mask. Blocks wholly above the diagonal are skipped.
 
-Backward, by recomputation from the saved log-sum-exp (P_ij = exp(s_ij - lse_i)), in three kernels:
-    1. D_i = rowsum(dO_i * O_i), one number per query;
-    2. one program per block of keys K_j, V_j, looping over the blocks of queries that see them:
-           dV_j += P^T dO_i;   dS = P * (dO_i V_j^T - D_i);   dK_j += dS^T Q_i / sqrt(head_dim)
-    3. one program per block of queries, looping over the blocks of keys they see:
-           dQ_i += dS K_j / sqrt(head_dim)
-    (a separate pass for dQ rather than atomic adds from kernel 2: no float atomics, so the result does not depend
-    on the order in which programs run, at the cost of computing P and dP twice). Causal tiles above the diagonal
-    are skipped and the diagonal ones masked, in both.
+Backward, by recomputation from the saved log-sum-exp (P_ij = exp(s_ij - lse_i)). First D_i = rowsum(dO_i * O_i),
+one number per query (a small kernel); then one of two schedules, chosen by ``triton_attention(..., deterministic=)``:
+
+* one pass (``deterministic=False``, the default, as in FlashAttention-2 and PyTorch's SDPA): one program per block
+  of keys K_j, V_j, looping over the blocks of queries that see them:
+      dV_j += P^T dO_i;   dS = P * (dO_i V_j^T - D_i);   dK_j += dS^T Q_i / sqrt(head_dim);
+      dQ_i += dS K_j / sqrt(head_dim), added into a float32 dQ with atomic adds (``tl.atomic_add``),
+  5 matrix products per tile. Programs of different key blocks add into the same rows of dQ in whatever order they
+  run, and float32 addition is not associative: dQ may differ in its last bits from run to run.
+* deterministic (``deterministic=True``): the same dK/dV kernel without the dQ product, then a second kernel, one
+  program per block of queries, looping over the blocks of keys they see:  dQ_i += dS K_j / sqrt(head_dim).
+  No float atomics, so the gradients are bitwise the same every run, at the cost of computing S and dP twice:
+  7 matrix products per tile (``matrix_products()`` counts them in the kernels' source).
+
+Causal tiles above the diagonal are skipped and the diagonal ones masked, in every kernel. Causal programs are
+launched heaviest first: the forward's and dQ's programs of the last query blocks (which loop over the most key
+blocks) first, and the dK/dV programs of the first key blocks, which meet the most query blocks, come first already.
 
 Written with plain pointer arithmetic (``tl.arange`` offsets, masked ``tl.load``/``tl.store``, ``tl.dot``,
 ``tl.exp2``, ``tl.where``), not block pointers or tensor descriptors, so it compiles on the Triton this course
@@ -24,9 +32,12 @@ pins (3.9) and on older releases a GPU machine may carry (3.6 with torch 2.11): 
 ``tl.make_block_ptr``.
 
 Block sizes, warps and pipeline stages are chosen by ``triton.autotune`` among a few candidates per head_dim
-(``FORWARD_CONFIGS``, ``DKDV_CONFIGS``, ``DQ_CONFIGS``), after dropping those whose tiles would not fit the GPU's
-shared memory or registers (float32 at head_dim 128, bfloat16 at 256); the choice is remembered per sequence-length
-bucket, head_dim, causal and dtype. ``ATTNEDU_TRITON_AUTOTUNE=0`` takes the first candidate that fits instead.
+(``FORWARD_CONFIGS``, ``DKDV_CONFIGS``, ``DKDV_ATOMIC_CONFIGS``, ``DQ_CONFIGS``), after dropping those whose tiles would
+not fit the GPU's shared memory or registers (float32 at head_dim 128, bfloat16 at 256); the choice is remembered per
+sequence-length bucket (powers of two up to 64k), head_dim, causal and dtype. ``ATTNEDU_TRITON_AUTOTUNE=0`` takes the
+first candidate that fits instead. Every launch sets FMA fusion explicitly (``COMPILE_OPTIONS``).
+``compile_kernel()`` compiles any kernel and candidate for an H100 (sm_90a) on a machine with no GPU, and reports the
+registers, spill bytes and whether the PTX uses Hopper's ``wgmma`` instructions.
 
 Where it runs:
 * on a CUDA GPU, compiled;
@@ -43,6 +54,8 @@ import functools
 import importlib.util
 import math
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -57,23 +70,37 @@ MAX_HEAD_DIM = 256
 AUTOTUNE_ENV = "ATTNEDU_TRITON_AUTOTUNE"
 
 # Candidate launch configurations (BLOCK_M queries, BLOCK_N keys, num_warps, num_stages), per head_dim class (the
-# padded head_dim: <= 64, <= 128, <= 256), fastest first. Head_dim 64 and 128 are ordered by what
-# benchmarks/tune_triton.py measured (benchmarks/triton_tuning.txt: an H100, bfloat16, N 4096 and 16384, causal and
-# not), keeping the candidates that came first for some shape; autotuning times them all again on the GPU at hand
-# and keeps the fastest. Head_dim 256 was not measured: its lists are guesses sized to fit the shared memory.
+# padded head_dim: <= 64, <= 128, <= 256), fastest first, three each at head_dim 64 and 128 (every one costs the
+# autotuner a compile and a timing on the GPU, and tests/test_triton_attention.py a compile on the CPU). Head_dim 64
+# and 128 are ordered by what benchmarks/tune_triton.py measured (benchmarks/triton_tuning.txt: an H100, Triton 3.6,
+# bfloat16, N 4096 and 16384, causal and not), keeping the candidates that came first for some shape, and none that
+# spills registers when compiled for sm_90a (compile_kernel; the test compiles them all): autotuning times them again
+# on the GPU at hand and keeps the fastest. Head_dim 256 was not measured: its lists are guesses sized to fit the
+# shared memory.
 FORWARD_CONFIGS = {
     64: [(128, 64, 4, 3), (128, 64, 4, 4), (64, 64, 4, 3)],
     128: [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)],
     256: [(128, 32, 8, 2), (64, 64, 4, 2), (64, 32, 4, 2)],
 }
+# At head_dim 128 the two fastest measured, (64, 64, 4, 2) and (64, 128, 8, 2), spill causal (255 registers and
+# 264 / 232 bytes with Triton 3.9): dK and dV (64 x 128 float32 each) alone take 128 registers a thread at 4 warps.
+# (64, 128, 8, 3), the second's tile with a third stage, does not; 8 warps on a 64 x 64 tile measured twice as slow.
 DKDV_CONFIGS = {
-    64: [(32, 128, 4, 5), (32, 64, 4, 3), (64, 64, 4, 2), (64, 128, 8, 3)],
-    128: [(64, 64, 4, 2), (64, 128, 8, 2), (32, 128, 8, 3), (32, 64, 4, 3)],
+    64: [(32, 128, 4, 5), (32, 64, 4, 3), (64, 64, 4, 2)],
+    128: [(64, 128, 8, 3), (32, 64, 4, 3), (32, 128, 8, 3)],
+    256: [(16, 64, 8, 2), (32, 64, 8, 2), (16, 32, 4, 2)],
+}
+# The one-pass backward's dK/dV kernel, which also adds dS K_j into a float32 dQ with atomics (deterministic=False):
+# one more product per tile and a (BLOCK_M x head_dim) float32 tile more to hold. Not yet timed on a GPU: chosen
+# among the tiles that do not spill (at head_dim 128, BLOCK_M = 64 spills at every warp and stage count but one).
+DKDV_ATOMIC_CONFIGS = {
+    64: [(64, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 2)],
+    128: [(32, 128, 8, 2), (32, 128, 8, 3), (16, 64, 4, 2)],
     256: [(16, 64, 8, 2), (32, 64, 8, 2), (16, 32, 4, 2)],
 }
 DQ_CONFIGS = {
-    64: [(128, 64, 8, 3), (64, 64, 4, 3), (64, 64, 4, 2), (128, 32, 4, 5)],
-    128: [(64, 64, 4, 2), (128, 32, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3)],
+    64: [(128, 64, 8, 3), (64, 64, 4, 3), (64, 64, 4, 2)],
+    128: [(64, 64, 4, 2), (128, 32, 8, 3), (128, 64, 8, 2)],
     256: [(64, 32, 8, 2), (32, 32, 4, 2), (64, 16, 4, 2)],
 }
 # Smaller configurations, added (those that fit) when fewer than two candidates fit, e.g. float32 at head_dim 128; the
@@ -82,6 +109,11 @@ FALLBACK_CONFIGS = [(64, 64, 4, 2), (64, 32, 4, 2), (32, 32, 4, 1), (16, 16, 4, 
 # Under the interpreter: one configuration, no autotuning (each program costs NumPy calls, so few big tiles).
 INTERPRETER_CONFIG = {"BLOCK_M": 64, "BLOCK_N": 64}
 DELTA_BLOCK = 128  # rows per program of the D = rowsum(dO * O) kernel (memory-bound, nothing to tune)
+MAX_SEQ_BUCKET = 65536  # the longest sequence-length bucket of the autotuning key (_seq_bucket)
+# Options passed to every compiled launch. FMA fusion (a * b + c in one instruction, rounded once) on: it is what
+# Triton did by default up to 3.9 (3.9 warns that 3.10 will stop) and what nvcc does (--fmad=true), so the kernels
+# compared against (FlashAttention, cuDNN) fuse too; it is faster and, one rounding instead of two, no less accurate.
+COMPILE_OPTIONS = {"enable_fp_fusion": True}
 
 
 def interpreting() -> bool:
@@ -138,6 +170,8 @@ def _resources(kind: str, config: dict, block_d: int, block_dv: int, element_siz
         return element_size * (bm * block_d + stages * bn * both), (bm * block_dv + bm * bn) / threads
     if kind == "dkdv":  # keeps K and V, streams Q and dO; dK and dV (bn x (d + dv)), P^T and dP^T (bn x bm)
         return element_size * (bn * both + stages * bm * both), (bn * both + 2 * bn * bm) / threads
+    if kind == "dkdv_atomic":  # the same, and the dQ tile it adds into the float32 dQ (bm x d)
+        return element_size * (bn * both + stages * bm * both), (bn * both + 2 * bn * bm + bm * block_d) / threads
     # dq: keeps Q and dO, streams K and V; dQ (bm x d), P and dP (bm x bn)
     return element_size * (bm * both + stages * bn * both), (bm * block_d + 2 * bm * bn) / threads
 
@@ -159,15 +193,20 @@ def _shared_memory_limit(device_index: int) -> int:
     return int(limit) - 8 * 1024
 
 
+H100_SHARED_MEMORY = 232448 - 8 * 1024  # what _shared_memory_limit returns on an H100 or H200 (227 KiB less 8)
 MAX_REGISTERS = 192  # float32 accumulator values per thread (of 255 registers) above which a program would spill
 
 
+CONFIG_TABLES = {"forward": FORWARD_CONFIGS, "dkdv": DKDV_CONFIGS, "dkdv_atomic": DKDV_ATOMIC_CONFIGS, "dq": DQ_CONFIGS}
+KINDS = tuple(CONFIG_TABLES)  # the kernels launched with a tuned configuration (the D = rowsum(dO * O) kernel is not)
+
+
 def candidate_configs(kind: str, block_d: int, block_dv: int, element_size: int, shared_memory: int) -> list[dict]:
-    """The launch configurations autotuning chooses among for one kernel (``kind``: "forward", "dkdv" or "dq"):
+    """The launch configurations autotuning chooses among for one kernel (``kind``: one of ``KINDS``):
     the candidates for this head_dim that fit ``shared_memory`` bytes and the register budget, in order of
     preference; small fallbacks are added so that at least two fit (the estimate is rough: a candidate that still
     runs out of resources when compiled is skipped by the autotuner, so the fallback must be there)."""
-    table = {"forward": FORWARD_CONFIGS, "dkdv": DKDV_CONFIGS, "dq": DQ_CONFIGS}[kind]
+    table = CONFIG_TABLES[kind]
 
     def fits(config: dict) -> bool:
         smem, registers = _resources(kind, config, block_d, block_dv, element_size)
@@ -183,10 +222,10 @@ def candidate_configs(kind: str, block_d: int, block_dv: int, element_size: int,
 
 
 def _seq_bucket(n: int) -> int:
-    """The sequence-length bucket autotuning is keyed on: the next power of two from 128 up to 4096, then one bucket
-    for every longer sequence (whose programs loop long enough that the best tile stops changing: an assumption
-    benchmarks/tune_triton.py can check)."""
-    return min(max(1 << (max(n, 1) - 1).bit_length(), 128), 4096)
+    """The sequence-length bucket autotuning is keyed on: the next power of two, from 128 up to 65536 (longer
+    sequences share the last bucket). benchmarks/triton_tuning.txt showed the best tile changing between 4096 and
+    16384 at head_dim 64, so long sequences are not one bucket."""
+    return min(max(1 << (max(n, 1) - 1).bit_length(), 128), MAX_SEQ_BUCKET)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -218,11 +257,20 @@ def _build_kernels(interpret: bool) -> _Kernels:
     spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_triton_kernels.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"  # this mode, whatever the caller's setting
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if saved is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
     raw = {
         "forward": module.attention_forward_kernel,
         "delta": module.attention_backward_delta_kernel,
         "dkdv": module.attention_backward_dkdv_kernel,
+        "dkdv_atomic": module.attention_backward_dkdv_kernel,  # the same kernel, with ATOMIC_DQ=True
         "dq": module.attention_backward_dq_kernel,
     }
     if interpret:
@@ -242,7 +290,7 @@ def _build_kernels(interpret: bool) -> _Kernels:
 
     tuned = {}
     key = ["SEQ_BUCKET", "BLOCK_D", "BLOCK_DV", "IS_CAUSAL"]  # and the tensors' dtype, which Triton adds itself
-    for kind, table in (("forward", FORWARD_CONFIGS), ("dkdv", DKDV_CONFIGS), ("dq", DQ_CONFIGS)):
+    for kind, table in CONFIG_TABLES.items():
         every = list(dict.fromkeys([c for configs in table.values() for c in configs] + FALLBACK_CONFIGS))
         configs = [
             triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages)
@@ -254,8 +302,9 @@ def _build_kernels(interpret: bool) -> _Kernels:
     return _Kernels(module, raw, tuned)
 
 
-def _get_kernels() -> _Kernels:
-    mode = interpreting()
+def _get_kernels(interpret: bool | None = None) -> _Kernels:
+    """The kernels of one mode: interpreted or compiled, by default as ``TRITON_INTERPRET`` says."""
+    mode = interpreting() if interpret is None else interpret
     if mode not in _kernels:
         _kernels[mode] = _build_kernels(mode)
     return _kernels[mode]
@@ -275,7 +324,8 @@ def _dims(head_dim: int, value_dim: int) -> tuple:
 
 def _launch(kind: str, args: tuple, n_rows: int, grid_block: str, batch_heads: int, config: dict | None) -> None:
     """Run kernel ``kind`` over ceil(n_rows / config[grid_block]) x batch_heads programs: autotuned when compiled
-    and no ``config`` is given, else with ``config`` (BLOCK_M, BLOCK_N and, compiled, num_warps, num_stages)."""
+    and no ``config`` is given, else with ``config`` (BLOCK_M, BLOCK_N and, compiled, num_warps, num_stages).
+    Every compiled launch passes ``COMPILE_OPTIONS`` (FMA fusion, set explicitly)."""
     kernels = _get_kernels()
     if kernels.tuned is None:  # the interpreter: one small configuration, launch options ignored
         config = {key: value for key, value in (config or INTERPRETER_CONFIG).items() if key.startswith("BLOCK")}
@@ -285,72 +335,105 @@ def _launch(kind: str, args: tuple, n_rows: int, grid_block: str, batch_heads: i
         candidates = candidate_configs(kind, args[-2], args[-1], q.element_size(), limit)
         for i, config in enumerate(candidates):
             try:
-                kernels.raw[kind][(-(-n_rows // config[grid_block]), batch_heads)](*args, **config)
+                kernels.raw[kind][(-(-n_rows // config[grid_block]), batch_heads)](*args, **config, **COMPILE_OPTIONS)
                 return
             except Exception as error:  # triton.runtime.errors.OutOfResources: too much shared memory
                 if type(error).__name__ != "OutOfResources" or i == len(candidates) - 1:
                     raise
     if config is None:
-        kernels.tuned[kind][lambda meta: (-(-n_rows // meta[grid_block]), batch_heads)](*args)
+        kernels.tuned[kind][lambda meta: (-(-n_rows // meta[grid_block]), batch_heads)](*args, **COMPILE_OPTIONS)
     else:
-        kernels.raw[kind][(-(-n_rows // config[grid_block]), batch_heads)](*args, **config)
+        kernels.raw[kind][(-(-n_rows // config[grid_block]), batch_heads)](*args, **config, **COMPILE_OPTIONS)
+
+
+def _forward_args(query, key, value, out, lse, is_causal: bool) -> tuple:
+    """The forward kernel's arguments before its BLOCK_M and BLOCK_N, in order."""
+    heads, n_q, head_dim = query.shape[1:]
+    n_k, value_dim = value.shape[-2:]
+    return (
+        query, key, value, out, lse, *query.stride(), *key.stride(), *value.stride(), *out.stride(),
+        heads, n_q, n_k, head_dim, value_dim, LOG2_E / math.sqrt(head_dim), _seq_bucket(max(n_q, n_k)),
+        is_causal, *_dims(head_dim, value_dim),
+    )  # fmt: skip
 
 
 def _forward(query, key, value, is_causal: bool, config: dict | None = None):
     """(output, lse): the kernel's output in query's dtype and the natural-log log-sum-exp, float32."""
     batch, heads, n_q, head_dim = query.shape
-    n_k, value_dim = value.shape[-2:]
+    value_dim = value.shape[-1]
     out = torch.empty(batch, heads, n_q, value_dim, dtype=query.dtype, device=query.device)
     lse = torch.empty(batch, heads, n_q, dtype=torch.float32, device=query.device)
-    args = (
-        query, key, value, out, lse, *query.stride(), *key.stride(), *value.stride(), *out.stride(),
-        heads, n_q, n_k, head_dim, value_dim, LOG2_E / math.sqrt(head_dim), _seq_bucket(max(n_q, n_k)),
-        is_causal, *_dims(head_dim, value_dim),
-    )  # fmt: skip
-    _launch("forward", args, n_q, "BLOCK_M", batch * heads, config)
+    _launch("forward", _forward_args(query, key, value, out, lse, is_causal), n_q, "BLOCK_M", batch * heads, config)
     return out, lse
 
 
-class _BackwardLaunch:
-    """The three backward kernels of one call, launchable one at a time (benchmarks/tune_triton.py times each):
-    ``delta()`` first, then ``dkdv(config)`` and ``dq(config)`` in either order; ``grads`` holds the results."""
+def default_deterministic() -> bool:
+    """What ``triton_attention(..., deterministic=None)`` uses: PyTorch's global switch,
+    ``torch.are_deterministic_algorithms_enabled()`` (off unless ``torch.use_deterministic_algorithms(True)``)."""
+    return torch.are_deterministic_algorithms_enabled()
 
-    def __init__(self, query, key, value, out, lse, grad_out, is_causal: bool):
+
+class _BackwardLaunch:
+    """The backward kernels of one call, launchable one at a time (benchmarks/tune_triton.py times each):
+    ``delta()`` first, then ``dkdv(config)`` and ``dq(config)`` in either order; ``grads`` holds the results.
+
+    ``deterministic=True``: ``dkdv`` computes dK and dV, ``dq`` runs the separate dQ kernel. ``deterministic=False``
+    (one pass): ``dkdv`` zeroes a float32 dQ buffer and runs the dK/dV kernel that also adds dS K_j into it with
+    atomics; ``dq`` (no configuration: nothing to tune) only scales that buffer by 1 / sqrt(head_dim) into dQ's
+    dtype. ``deterministic=None``: ``default_deterministic()``."""
+
+    def __init__(self, query, key, value, out, lse, grad_out, is_causal: bool, deterministic: bool | None = True):
         batch, heads, n_q, head_dim = query.shape
         n_k, value_dim = value.shape[-2:]
         grad_out = grad_out.contiguous()  # e.g. the stride-0 gradient of out.sum()
+        self.deterministic = default_deterministic() if deterministic is None else bool(deterministic)
         self.out, self.grad_out, self.delta_rows = out, grad_out, torch.empty_like(lse)
         self.grads = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
         self.batch_heads, self.n_q, self.n_k, self.heads, self.value_dim = batch * heads, n_q, n_k, heads, value_dim
         pad_d, pad_dv, block_d, block_dv = _dims(head_dim, value_dim)
         self.block_dv = block_dv
-        scale = 1.0 / math.sqrt(head_dim)
-        common = (heads, n_q, n_k, head_dim, value_dim, LOG2_E * scale, scale, _seq_bucket(max(n_q, n_k)), is_causal,
-                  pad_d, pad_dv, block_d, block_dv)  # fmt: skip
+        self.scale = scale = 1.0 / math.sqrt(head_dim)
+        before = (heads, n_q, n_k, head_dim, value_dim, LOG2_E * scale, scale, _seq_bucket(max(n_q, n_k)), is_causal)
+        after = (pad_d, pad_dv, block_d, block_dv)
         tensors = (query, key, value, grad_out, lse, self.delta_rows)
         strides = (*query.stride(), *key.stride(), *value.stride(), *grad_out.stride())
         d_query, d_key, d_value = self.grads
-        self.dkdv_args = (*tensors, d_key, d_value, *strides, *d_key.stride(), *d_value.stride(), *common)
-        self.dq_args = (*tensors, d_query, *strides, *d_query.stride(), *common)
+        # one pass: dQ accumulates in float32 (atomic adds of bfloat16 would lose most of the sum), unscaled
+        self.dq_accumulator = None if self.deterministic else torch.empty(d_query.shape, dtype=torch.float32,
+                                                                          device=query.device)  # fmt: skip
+        dq_target = d_query if self.deterministic else self.dq_accumulator  # not touched when deterministic
+        self.dkdv_args = (*tensors, d_key, d_value, dq_target, *strides, *d_key.stride(), *d_value.stride(),
+                          *dq_target.stride(), *before, not self.deterministic, *after)  # fmt: skip
+        self.dq_args = (*tensors, d_query, *strides, *d_query.stride(), *before, *after)
 
     def delta(self) -> None:
         """D = rowsum(dO * O), float32, one number per query."""
         block = INTERPRETER_CONFIG["BLOCK_M"] if interpreting() else DELTA_BLOCK
         _get_kernels().raw["delta"][(-(-self.n_q // block), self.batch_heads)](
             self.out, self.grad_out, self.delta_rows, *self.out.stride(), *self.grad_out.stride(), self.heads,
-            self.n_q, self.value_dim, BLOCK_M=block, BLOCK_DV=self.block_dv,
+            self.n_q, self.value_dim, BLOCK_M=block, BLOCK_DV=self.block_dv, **COMPILE_OPTIONS,
         )  # fmt: skip
 
     def dkdv(self, config: dict | None = None) -> None:
-        _launch("dkdv", self.dkdv_args, self.n_k, "BLOCK_N", self.batch_heads, config)
+        if self.deterministic:
+            _launch("dkdv", self.dkdv_args, self.n_k, "BLOCK_N", self.batch_heads, config)
+        else:
+            self.dq_accumulator.zero_()
+            _launch("dkdv_atomic", self.dkdv_args, self.n_k, "BLOCK_N", self.batch_heads, config)
 
     def dq(self, config: dict | None = None) -> None:
-        _launch("dq", self.dq_args, self.n_q, "BLOCK_M", self.batch_heads, config)
+        if self.deterministic:
+            _launch("dq", self.dq_args, self.n_q, "BLOCK_M", self.batch_heads, config)
+        else:
+            torch.mul(self.dq_accumulator, self.scale, out=self.dq_accumulator)
+            self.grads[0].copy_(self.dq_accumulator)
 
 
-def _backward(query, key, value, out, lse, grad_out, is_causal: bool, dkdv_config=None, dq_config=None):
-    """(d_query, d_key, d_value), each in its input's dtype, from the saved output and log-sum-exp."""
-    launch = _BackwardLaunch(query, key, value, out, lse, grad_out, is_causal)
+def _backward(query, key, value, out, lse, grad_out, is_causal: bool, dkdv_config=None, dq_config=None,
+              deterministic: bool | None = True):  # fmt: skip
+    """(d_query, d_key, d_value), each in its input's dtype, from the saved output and log-sum-exp (for
+    ``deterministic``, see ``_BackwardLaunch``; ``dq_config`` is not used by the one-pass backward)."""
+    launch = _BackwardLaunch(query, key, value, out, lse, grad_out, is_causal, deterministic)
     launch.delta()
     launch.dkdv(dkdv_config)
     launch.dq(dq_config)
@@ -362,20 +445,22 @@ class TritonAttention(torch.autograd.Function):
     log-sum-exp per query, never a (query_len, key_len) matrix. Returns (output, lse); lse is not differentiable."""
 
     @staticmethod
-    def forward(ctx, query, key, value, is_causal):
+    def forward(ctx, query, key, value, is_causal, deterministic):
         out, lse = _forward(query, key, value, is_causal)
         ctx.save_for_backward(query, key, value, out, lse)
-        ctx.is_causal = is_causal
+        ctx.is_causal, ctx.deterministic = is_causal, deterministic
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, grad_out, _grad_lse):
         query, key, value, out, lse = ctx.saved_tensors
-        return (*_backward(query, key, value, out, lse, grad_out, ctx.is_causal), None)
+        grads = _backward(query, key, value, out, lse, grad_out, ctx.is_causal, deterministic=ctx.deterministic)
+        return (*grads, None, None)
 
 
-def triton_attention(query, key, value, *, is_causal: bool = False, return_lse: bool = False):
+def triton_attention(query, key, value, *, is_causal: bool = False, return_lse: bool = False,
+                     deterministic: bool | None = None):  # fmt: skip
     """softmax(Q K^T / sqrt(head_dim)) V by the Triton kernels, equal to
     ``torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=is_causal)``, and
     differentiable: ``loss.backward()`` runs the Triton backward when an input requires grad.
@@ -386,27 +471,241 @@ def triton_attention(query, key, value, *, is_causal: bool = False, return_lse: 
     differentiable). head_dim and value_dim up to 256, any lengths; ``is_causal`` counts from the top left (query i
     sees keys 0..i), as SDPA does, also when query_len != key_len.
 
+    ``deterministic`` chooses the backward. False: one pass, the dK/dV kernel adding each tile's dS K_j into a
+    float32 dQ with atomic adds (5 matrix products per tile); the order in which programs add differs from run to
+    run, and float32 addition is not associative, so dQ may differ in its last bits between two identical calls
+    (dK and dV do not). True: a separate dQ kernel, which recomputes the scores and dP (7 products per tile), and
+    whose gradients are bitwise the same every run. None (the default) follows PyTorch's global switch,
+    ``torch.use_deterministic_algorithms``, which is off unless set: the one-pass backward, the default of
+    FlashAttention-2 (``flash_attn_func(..., deterministic=False)``) and of PyTorch's own flash and efficient SDPA
+    backwards, which are nondeterministic unless that switch is on. The forward is deterministic either way.
+
     Scores and sums are accumulated in float32; P and dS are cast to the input's dtype before their matrix products,
     as FlashAttention-2 does (on a GPU, float32 inputs go through TF32 in ``tl.dot``, so expect about 1e-3 error
     there). Measured under the interpreter (exact float32 products), against PyTorch autograd of naive attention in
     float64: outputs and gradients agree to about 2e-6 in float32 (tests/test_triton_attention.py allows 1e-5).
     """
-    _check_triton_attention(query, key, value, is_causal, return_lse)
+    _check_triton_attention(query, key, value, is_causal, return_lse, deterministic)
+    deterministic = default_deterministic() if deterministic is None else deterministic
     dtype = query.dtype
     if not query.is_cuda and dtype == torch.bfloat16:  # the interpreter's bfloat16 is silently wrong
         query, key, value = query.float(), key.float(), value.float()  # differentiable: grads come back in bfloat16
     if torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value)):
-        out, lse = TritonAttention.apply(query, key, value, bool(is_causal))
+        out, lse = TritonAttention.apply(query, key, value, bool(is_causal), deterministic)
     else:
         out, lse = _forward(query, key, value, bool(is_causal))
     out = out.to(dtype)
     return (out, lse) if return_lse else out
 
 
+# ------------------------------------------------------------------------------------------------------------
+# what the compiler makes of a kernel, without a GPU; what each backward costs, read from the kernels' source
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """One kernel compiled for a GPU that need not be here: what ptxas reports, and the PTX."""
+
+    kind: str  # one of KINDS
+    config: dict  # BLOCK_M, BLOCK_N, num_warps, num_stages
+    head_dim: int
+    dtype: torch.dtype
+    is_causal: bool
+    arch: str  # e.g. "sm_90a"
+    registers: int  # per thread, of at most 255
+    spill_stores: int  # bytes per thread written to local memory because the registers ran out
+    spill_loads: int
+    shared_memory: int  # bytes per program, as the compiler laid it out
+    ptx: str
+
+    @property
+    def spills(self) -> int:
+        return self.spill_stores + self.spill_loads
+
+    @property
+    def uses_wgmma(self) -> bool:
+        """Whether the matrix products use Hopper's asynchronous warpgroup instruction (``wgmma.mma_async``),
+        rather than Ampere's ``mma.sync``."""
+        return "wgmma.mma_async" in self.ptx
+
+    def ptx_lines(self, text: str) -> list[str]:
+        """The PTX lines that contain ``text`` (e.g. "wgmma.mma_async"), stripped."""
+        return [line.strip() for line in self.ptx.splitlines() if text in line]
+
+
+def compile_kernel(kind: str, config: dict | None = None, *, head_dim: int = 64, dtype: torch.dtype = torch.bfloat16,
+                   is_causal: bool = True, capability: int = 90, seq_len: int = 4096) -> CompiledKernel:  # fmt: skip
+    """Compile kernel ``kind`` (one of ``KINDS``) with launch configuration ``config`` (a dict as
+    ``candidate_configs`` returns; default: the first candidate on an H100) for a CUDA GPU of compute capability
+    ``capability`` (90: the H100/H200, for which Triton targets sm_90a, the architecture with wgmma and TMA), here,
+    with no GPU: Triton lowers the kernel to PTX and runs ptxas, both on the CPU. The arguments are specialized as a
+    launch on contiguous (1, 2, seq_len, head_dim) tensors would be (unit strides as constants, the others marked
+    divisible by 16), with the options every launch passes (``COMPILE_OPTIONS``). ptxas is run once more with -v
+    on the PTX to read the registers and spill bytes (Triton does not keep its log). About a second, plus a few
+    seconds to start a Python process where triton was imported for its interpreter (``compile_kernels``)."""
+    request = {"kind": kind, "config": config, "head_dim": head_dim, "dtype": dtype, "is_causal": is_causal,
+               "capability": capability, "seq_len": seq_len}  # fmt: skip
+    return compile_kernels([request])[0]
+
+
+def _can_compile_here() -> bool:
+    """False when triton was imported for its interpreter (TRITON_INTERPRET=1 then): its own jitted library (tl.sum,
+    tl.max, ...) is interpreted for good, and a kernel that calls it cannot be compiled in this process."""
+    import triton.language.standard as standard
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(getattr(standard, "sum", None), JITFunction)
+
+
+def compile_kernels(requests: list[dict], threads: int | None = None) -> list[CompiledKernel]:
+    """``compile_kernel(**request)`` for each request, in ``threads`` threads (default: one per CPU, at most 8;
+    Triton releases the GIL while it compiles): in this process if it can compile (``_can_compile_here``), else in
+    one child process, with TRITON_INTERPRET=0, which sends back the results."""
+    import pickle
+    import subprocess
+    import sys
+
+    for request in requests:
+        if request["kind"] not in CONFIG_TABLES:
+            raise ValueError(f"kind must be one of {KINDS}, got {request['kind']!r}")
+        if request.get("dtype", torch.bfloat16) not in GPU_DTYPES:
+            raise TypeError(f"dtype must be one of {GPU_DTYPES}, got {request['dtype']}")
+    threads = threads or max(1, min(8, os.cpu_count() or 1))
+    if _can_compile_here():
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(threads) as pool:
+            return list(pool.map(lambda request: _compile_here(**request), requests))
+    root = str(Path(__file__).resolve().parent.parent)  # this checkout's attnedu, installed or not
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "0",
+        "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+    }
+    code = "import sys, pickle; from attnedu import triton_attention as ta; " \
+           "sys.stdout.buffer.write(pickle.dumps(ta.compile_kernels(*pickle.load(sys.stdin.buffer))))"  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps((requests, threads)), capture_output=True,
+                          env=env, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"compiling in a child process failed: {done.stderr.decode(errors='replace')[-3000:]}")
+    return pickle.loads(done.stdout)
+
+
+def _compile_here(kind: str, config: dict | None = None, *, head_dim: int = 64, dtype: torch.dtype = torch.bfloat16,
+                  is_causal: bool = True, capability: int = 90, seq_len: int = 4096) -> CompiledKernel:  # fmt: skip
+    """compile_kernel, in this process (which must be able to: ``_can_compile_here``)."""
+    import subprocess
+    import tempfile
+
+    import triton
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia import compiler as nvidia
+    from triton.compiler import ASTSource
+
+    if config is None:
+        config = candidate_configs(kind, head_dim, head_dim, dtype.itemsize, H100_SHARED_MEMORY)[0]
+    q = torch.empty(1, 2, seq_len, head_dim, dtype=dtype)  # stand-ins: only their dtype, strides, alignment count
+    if kind == "forward":
+        args = _forward_args(q, q, q, q, torch.empty(1, 2, seq_len), is_causal)
+    else:
+        launch = _BackwardLaunch(q, q, q, q, torch.empty(1, 2, seq_len), q, is_causal, kind == "dq" or kind == "dkdv")
+        args = launch.dq_args if kind == "dq" else launch.dkdv_args
+    kernel = _get_kernels(interpret=False).raw[kind]
+    signature, constexprs, attrs = {}, {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"]}, {}
+    for i, (name, value) in enumerate(zip(kernel.arg_names, args)):
+        if kernel.params[i].is_constexpr:
+            signature[name], constexprs[name] = "constexpr", value
+            continue
+        kind_of, attribute = native_specialize_impl(nvidia.CUDABackend, value, False, True, True)  # as a launch does
+        if kind_of == "constexpr":  # an integer equal to 1
+            signature[name], constexprs[name] = "constexpr", attribute
+        else:
+            signature[name] = kind_of
+            if attribute:
+                attrs[(i,)] = nvidia.CUDABackend.parse_attr(attribute)
+    signature.update(BLOCK_M="constexpr", BLOCK_N="constexpr")
+    options = {"num_warps": config["num_warps"], "num_stages": config["num_stages"], **COMPILE_OPTIONS}
+    compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=GPUTarget("cuda", capability, 32),
+                              options=options)  # fmt: skip
+    ptx = compiled.asm["ptx"]
+    arch = nvidia.sm_arch_from_capability(capability)
+    try:
+        ptxas = nvidia.get_ptxas(capability).path
+    except TypeError:  # older Triton: get_ptxas() takes no architecture
+        ptxas = nvidia.get_ptxas().path
+    with tempfile.TemporaryDirectory() as folder:
+        source = Path(folder) / "kernel.ptx"
+        source.write_text(ptx)
+        fmad = [] if COMPILE_OPTIONS["enable_fp_fusion"] else ["--fmad=false"]
+        done = subprocess.run([ptxas, "-v", *fmad, f"--gpu-name={arch}", str(source), "-o", str(source) + ".o"],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+    log = done.stdout + done.stderr
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    registers = re.search(r"Used (\d+) registers", log)
+    if not (spills and registers):
+        raise RuntimeError(f"could not read registers and spills from ptxas -v: {log[-500:]}")
+    return CompiledKernel(kind, dict(config), head_dim, dtype, is_causal, arch, int(registers.group(1)),
+                          int(spills.group(1)), int(spills.group(2)), int(compiled.metadata.shared), ptx)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MatrixProduct:
+    """One ``tl.dot`` in a kernel's loop over tiles: where it is, its code, and what it computes (its comment)."""
+
+    function: str  # the jitted function whose loop body holds it
+    line: int  # in _triton_kernels.py
+    code: str
+    meaning: str
+
+
+# Which tile loops each path runs, once per (query block, key block) tile, with the constexpr flags they get.
+TILE_LOOPS = {
+    "forward": [("_forward_tiles", {})],
+    "one-pass backward": [("_dkdv_tiles", {"ATOMIC_DQ": True})],
+    "deterministic backward": [("_dkdv_tiles", {"ATOMIC_DQ": False}), ("_dq_tiles", {})],
+}
+
+
+def matrix_products(path: str, source: str | None = None) -> list[MatrixProduct]:
+    """The matrix products per tile of ``path`` ("forward", "one-pass backward" or "deterministic backward"),
+    counted in the kernels' source (``_triton_kernels.py``, or ``source``): each ``tl.dot`` call in the tile loops
+    that path runs (``TILE_LOOPS``), skipping the branches of ``if FLAG:`` that a constexpr flag turns off, each with
+    the comment on its line, which says what it computes. The one-pass backward has 5 per tile, the deterministic one
+    7 (its dQ kernel recomputes S and dP), the forward 2."""
+    import ast
+
+    if path not in TILE_LOOPS:
+        raise ValueError(f"path must be one of {tuple(TILE_LOOPS)}, got {path!r}")
+    if source is None:
+        source = Path(__file__).with_name("_triton_kernels.py").read_text()
+    lines = source.splitlines()
+    functions = {node.name: node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
+    found = []
+
+    def visit(node, function: str, flags: dict) -> None:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id in flags:
+            for child in node.body if flags[node.test.id] else node.orelse:
+                visit(child, function, flags)
+            return
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "dot"
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "tl"):  # fmt: skip
+            text = lines[node.lineno - 1]
+            code, _, comment = text.partition("#")
+            found.append(MatrixProduct(function, node.lineno, code.strip(), comment.strip()))
+        for child in ast.iter_child_nodes(node):
+            visit(child, function, flags)
+
+    for name, flags in TILE_LOOPS[path]:
+        visit(functions[name], name, flags)
+    return found  # in the order they run: functions as listed, calls in source order
+
+
 # the input checks of triton_attention (one form of message: attnedu._validate)
 
 
-def _check_triton_attention(query, key, value, is_causal, return_lse) -> None:
+def _check_triton_attention(query, key, value, is_causal, return_lse, deterministic) -> None:
     reason = unavailable_reason()
     if reason is not None:
         raise RuntimeError(reason)
@@ -430,3 +729,10 @@ def _check_triton_attention(query, key, value, is_causal, return_lse) -> None:
         raise RuntimeError(unavailable_reason() or "CPU tensors need TRITON_INTERPRET=1 set before importing triton")
     check_bool("is_causal", is_causal, "whether query i may attend only to keys 0..i")
     check_bool("return_lse", return_lse, "whether to return the log-sum-exp of each query too")
+    if deterministic is not None:
+        check_bool(
+            "deterministic",
+            deterministic,
+            "whether the backward must give bitwise the same gradients every "
+            "run; None follows torch.use_deterministic_algorithms",
+        )

@@ -51,9 +51,9 @@ def relative_error(got, expected) -> float:
     return (got.double() - expected).abs().max().item() / max(1.0, expected.abs().max().item())
 
 
-def check_grads(q, k, v, causal, tolerance):
+def check_grads(q, k, v, causal, tolerance, deterministic=None):
     grad_out = torch.randn(*q.shape[:-1], v.shape[-1], generator=torch.Generator().manual_seed(7)).to(q.dtype)
-    out = ta.triton_attention(q, k, v, is_causal=causal)
+    out = ta.triton_attention(q, k, v, is_causal=causal, deterministic=deterministic)
     out.backward(grad_out.to(q.device))
     expected_out, expected = reference_grads(q, k, v, grad_out.to(q.device), causal)
     assert relative_error(out, expected_out) <= tolerance
@@ -116,24 +116,62 @@ def test_causal_output_ignores_future_keys(interpreter, causal):
 
 
 @needs_triton
+@pytest.mark.parametrize("deterministic", [False, True], ids=["one-pass", "deterministic"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", [*SHAPES, (33, 33, 128, 128), (90, 40, 16, 16)])
-def test_interpreted_gradients_equal_autograd_of_naive_attention(interpreter, shape, causal):
+def test_interpreted_gradients_equal_autograd_of_naive_attention(interpreter, shape, causal, deterministic):
     """float32: dq, dk, dv equal PyTorch autograd of naive attention (float64) to 1e-5 (measured about 2e-6), for
     lengths off the block, n_q != n_k both ways (causal counted from the top left, as SDPA does), head_dim 16 to
-    128 and not a power of two, value_dim != head_dim, batch x heads = 4."""
-    check_grads(*qkv(*shape, torch.float32, requires_grad=True), causal, GRAD_TOLERANCE[torch.float32])
+    128 and not a power of two, value_dim != head_dim, batch x heads = 4; by both backwards (one pass with atomic dQ,
+    and the separate dQ kernel)."""
+    check_grads(*qkv(*shape, torch.float32, requires_grad=True), causal, GRAD_TOLERANCE[torch.float32], deterministic)
 
 
 @needs_triton
+@pytest.mark.parametrize("deterministic", [False, True], ids=["one-pass", "deterministic"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize(
     "shape, causal", [((37, 37, 16, 16), True), ((70, 50, 32, 32), False), ((64, 64, 64, 64), True)]
 )
-def test_interpreted_half_precision_gradients(interpreter, shape, causal, dtype):
-    """float16 runs in float16 (P and dS cast before their products); bfloat16 is computed in float32 by the
-    interpreter and its gradients come back in bfloat16."""
-    check_grads(*qkv(*shape, dtype, requires_grad=True), causal, GRAD_TOLERANCE[dtype])
+def test_interpreted_half_precision_gradients(interpreter, shape, causal, dtype, deterministic):
+    """float16 runs in float16 (P and dS cast before their products; the one-pass dQ accumulates in float32);
+    bfloat16 is computed in float32 by the interpreter and its gradients come back in bfloat16."""
+    check_grads(*qkv(*shape, dtype, requires_grad=True), causal, GRAD_TOLERANCE[dtype], deterministic)
+
+
+@needs_triton
+def test_the_deterministic_backward_is_bitwise_repeatable(interpreter):
+    """deterministic=True: two identical calls give bitwise the same gradients (no atomics: each dQ row is summed
+    by one program, in one order). The one-pass backward need not (atomic adds land in the order programs run, which
+    varies on a GPU); under the interpreter, which runs programs one after another, it happens to repeat too, so only
+    the deterministic one is held to it here."""
+    runs = []
+    for _ in range(2):
+        q, k, v = qkv(70, 70, 24, 24, torch.float32, requires_grad=True)
+        ta.triton_attention(q, k, v, is_causal=True, deterministic=True).backward(torch.ones(2, 2, 70, 24))
+        runs.append((q.grad, k.grad, v.grad))
+    for first, second in zip(*runs):
+        assert torch.equal(first, second)
+
+
+@needs_triton
+def test_deterministic_none_follows_pytorchs_switch(interpreter, monkeypatch):
+    """The default (None) runs the one-pass backward, as FlashAttention-2 and PyTorch's SDPA do, unless
+    torch.use_deterministic_algorithms(True) is set; True and False override it."""
+    kinds = []
+    launch = ta._launch
+    monkeypatch.setattr(ta, "_launch", lambda kind, *args: (kinds.append(kind), launch(kind, *args)))
+    q, k, v = qkv(20, 20, 16, 16, torch.float32, requires_grad=True)
+    before = torch.are_deterministic_algorithms_enabled()
+    try:
+        for switch, deterministic, expected in [(False, None, "dkdv_atomic"), (True, None, "dq"),
+                                                (True, False, "dkdv_atomic"), (False, True, "dq")]:  # fmt: skip
+            torch.use_deterministic_algorithms(switch)
+            kinds.clear()
+            ta.triton_attention(q, k, v, deterministic=deterministic).sum().backward()
+            assert expected in kinds and ("dq" in kinds) != ("dkdv_atomic" in kinds), (switch, deterministic, kinds)
+    finally:
+        torch.use_deterministic_algorithms(before)
 
 
 @needs_triton
@@ -147,10 +185,11 @@ def test_tiles_of_other_shapes_split_the_causal_stages_right(interpreter, config
     for causal in (False, True):
         expected_out, expected = reference_grads(q, k, v, grad_out, causal)
         out, lse = ta._forward(q, k, v, causal, config)
-        grads = ta._backward(q, k, v, out, lse, grad_out, causal, config, config)
         assert relative_error(out, expected_out) <= 1e-5
-        for got, e in zip(grads, expected):
-            assert relative_error(got, e) <= 1e-5
+        for deterministic in (False, True):
+            grads = ta._backward(q, k, v, out, lse, grad_out, causal, config, config, deterministic)
+            for got, e in zip(grads, expected):
+                assert relative_error(got, e) <= 1e-5, (causal, deterministic)
 
 
 @needs_triton
@@ -229,6 +268,74 @@ def test_the_tuning_script_runs_every_candidate_under_the_interpreter(interprete
 
 
 # ------------------------------------------------------------------------------------------------------------
+# compiled for an H100 (sm_90a) on the CPU: no GPU needed, only triton's compiler and its bundled ptxas
+# ------------------------------------------------------------------------------------------------------------
+
+
+@needs_triton
+def test_every_autotune_candidate_compiles_for_sm90a_without_spilling():
+    """Every configuration the autotuner can pick on an H100 or H200 (``candidate_configs`` with its shared memory),
+    for every kernel kind, at head_dim 64 and 128 in bfloat16, causal and not: compiled for sm_90a, ptxas must report
+    0 spill bytes, and every kernel must use wgmma. 48 compiles, in threads (Triton releases the GIL while it
+    compiles), in a child process when this one imported triton for its interpreter (tests/conftest.py does)."""
+    requests = [
+        {"kind": kind, "config": config, "head_dim": head_dim, "dtype": torch.bfloat16, "is_causal": causal}
+        for head_dim in (64, 128)
+        for kind in ta.KINDS
+        for config in ta.candidate_configs(kind, head_dim, head_dim, 2, ta.H100_SHARED_MEMORY)
+        for causal in (False, True)
+    ]
+    reports = ta.compile_kernels(requests)
+    spilled = [(r.kind, r.head_dim, r.is_causal, r.config, r.registers, r.spills) for r in reports if r.spills]
+    assert not spilled
+    assert all(r.arch == "sm_90a" and r.uses_wgmma and 0 < r.registers <= 255 for r in reports)
+
+
+@needs_triton
+def test_the_forward_uses_wgmma_and_fused_multiply_adds_on_sm90a():
+    """The claim lesson 08 checks without a GPU: compiled for an H100, the forward's matrix products are Hopper's
+    asynchronous warpgroup MMAs (wgmma.mma_async, not Ampere's mma.sync), and with FMA fusion set, its float32
+    arithmetic has fused multiply-adds."""
+    report = ta.compile_kernel("forward", head_dim=64)
+    assert report.config == ta.candidate_configs("forward", 64, 64, 2, ta.H100_SHARED_MEMORY)[0]
+    assert report.arch == "sm_90a" and ".target sm_90a" in report.ptx
+    assert report.uses_wgmma and report.ptx_lines("wgmma.mma_async")[0].startswith("wgmma.mma_async.sync.aligned")
+    assert not report.ptx_lines("mma.sync.aligned")
+    assert report.ptx_lines("fma.rn.f32") and report.spills == 0
+
+
+def test_every_launch_sets_fma_fusion(monkeypatch):
+    """Triton 3.9 warns that 3.10 stops fusing a * b + c by default: every compiled launch passes the option
+    itself (the forward, the three backward kernels, autotuned or with a configuration). Checked with stand-in
+    kernels that record their keyword arguments."""
+    calls = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: calls.append(kwargs)
+
+    kernels = ta._Kernels(None, {kind: Recorder() for kind in (*ta.KINDS, "delta")}, {k: Recorder() for k in ta.KINDS})
+    monkeypatch.setattr(ta, "_get_kernels", lambda interpret=None: kernels)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q, k, v = qkv(40, 40, 16, 16, torch.float32)
+    config = {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
+    for given in (None, config):
+        out, lse = ta._forward(q, k, v, True, given)
+        for deterministic in (False, True):
+            ta._backward(q, k, v, out, lse, torch.ones_like(out), True, given, given, deterministic)
+    assert len(calls) == 2 * (1 + 2 * 2) + 2 * 1  # forward; delta and dK/dV twice; dQ in the deterministic ones
+    assert all(call.get("enable_fp_fusion") is True for call in calls)
+
+
+@needs_triton
+def test_compile_kernel_refuses_what_it_cannot_compile():
+    with pytest.raises(ValueError, match="kind must be one of"):
+        ta.compile_kernel("backward")
+    with pytest.raises(TypeError, match="dtype must be one of"):
+        ta.compile_kernel("forward", dtype=torch.float64)
+
+
+# ------------------------------------------------------------------------------------------------------------
 # configurations, inputs, availability (no kernel runs)
 # ------------------------------------------------------------------------------------------------------------
 
@@ -242,7 +349,7 @@ def test_the_pre_autotuning_configuration_stays_first_among_the_candidates():
             assert first == {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": warps, "num_stages": 3}
 
 
-@pytest.mark.parametrize("kind", ["forward", "dkdv", "dq"])
+@pytest.mark.parametrize("kind", ta.KINDS)
 @pytest.mark.parametrize("head_dim, element_size", [(128, 4), (256, 2), (256, 4), (16, 2)])
 def test_candidates_that_cannot_fit_shared_memory_are_pruned(kind, head_dim, element_size):
     """float32 at head_dim 128 and bfloat16 at 256 would not fit 128 x 64 tiles in 3 stages: every remaining
@@ -258,9 +365,51 @@ def test_candidates_that_cannot_fit_shared_memory_are_pruned(kind, head_dim, ele
         assert old not in ta.candidate_configs(kind, head_dim, head_dim, element_size, H100_SHARED)
 
 
+def test_matrix_products_per_tile_match_a_hand_count():
+    """Counted by hand in _triton_kernels.py: the forward's tile loop runs S = Q K^T and P V (2); the one-pass
+    backward's dK/dV loop runs S^T, P^T dO, dP^T, dS^T Q and, with ATOMIC_DQ, dS K (5); the deterministic backward runs
+    that loop without the last and the dQ loop's S, dP, dS K (4 + 3 = 7). Each comes with the comment that says what
+    it computes."""
+    meanings = {
+        path: [p.meaning.split(":")[0].split(",")[0] for p in ta.matrix_products(path)] for path in ta.TILE_LOOPS
+    }
+    assert meanings == {
+        "forward": ["S = Q_i K_j^T", "O_i += P V_j"],
+        "one-pass backward": ["S^T = K_j Q_i^T", "dV_j += P^T dO_i", "dP^T = V_j dO_i^T", "dK_j += dS^T Q_i",
+                              "dQ_i += dS K_j"],
+        "deterministic backward": ["S^T = K_j Q_i^T", "dV_j += P^T dO_i", "dP^T = V_j dO_i^T", "dK_j += dS^T Q_i",
+                                   "S = Q_i K_j^T", "dP = dO_i V_j^T", "dQ_i += dS K_j"],
+    }  # fmt: skip
+    products = ta.matrix_products("deterministic backward")
+    assert [p.function for p in products] == ["_dkdv_tiles"] * 4 + ["_dq_tiles"] * 3
+    assert all("tl.dot(" in p.code for p in products)
+
+
+def test_matrix_products_are_read_from_the_source_given():
+    """The count follows the source: a product added to the dK/dV loop counts in both backwards, one added under
+    ``if ATOMIC_DQ:`` only in the one-pass one, and a tl.dot outside the tile loops in neither."""
+    source = (Path(ta.__file__).with_name("_triton_kernels.py")).read_text()
+    line = "        dk += tl.dot(ds_t, q)  # dK_j += dS^T Q_i\n"
+    assert line in source
+    extra = source.replace(line, line + "        dv += tl.dot(p_t.to(do.dtype), do)  # again\n")
+    atomic = source.replace(
+        "        if ATOMIC_DQ:\n", "        if ATOMIC_DQ:\n            dq = tl.dot(ds_t, q)  # more\n"
+    )
+    outside = source + "\n\n@triton.jit\ndef _other(a, b):\n    return tl.dot(a, b)\n"
+    counts = {
+        name: [len(ta.matrix_products(path, text)) for path in ("one-pass backward", "deterministic backward")]
+        for name, text in (("source", source), ("extra", extra), ("atomic", atomic), ("outside", outside))
+    }
+    assert counts == {"source": [5, 7], "extra": [6, 8], "atomic": [6, 7], "outside": [5, 7]}
+    with pytest.raises(ValueError, match="path must be one of"):
+        ta.matrix_products("backward")
+
+
 def test_sequence_buckets():
-    assert [ta._seq_bucket(n) for n in (1, 100, 129, 1000, 1024, 1025, 4096, 16384)] == [
-        128, 128, 256, 1024, 1024, 2048, 4096, 4096]  # fmt: skip
+    """Powers of two from 128 to 65536: 4096, 8192 and 16384 are three buckets (the tuning data at head_dim 64 pick
+    different tiles at 4k and 16k)."""
+    assert [ta._seq_bucket(n) for n in (1, 100, 129, 1000, 1024, 1025, 4096, 4097, 16384, 32768, 65536, 10**6)] == [
+        128, 128, 256, 1024, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 65536]  # fmt: skip
 
 
 def test_unavailable_reason_says_why(monkeypatch):
@@ -292,6 +441,8 @@ def test_bad_inputs_are_refused(interpreter):
         ta.triton_attention(q, k, v, is_causal=1)
     with pytest.raises(TypeError, match="return_lse .* should be True or False, got 'yes'"):
         ta.triton_attention(q, k, v, return_lse="yes")
+    with pytest.raises(TypeError, match="deterministic .* should be True or False, got 'no'"):
+        ta.triton_attention(q, k, v, deterministic="no")
     with pytest.raises(TypeError, match="query should be a torch.Tensor"):
         ta.triton_attention(q.tolist(), k, v)
 
