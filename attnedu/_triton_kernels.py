@@ -176,18 +176,18 @@ def _dkdv_tiles(
         q = _load(q_base + rows[:, None] * stride_qm + dims[None, :] * stride_qd,
                   row_ok[:, None], dims[None, :] < head_dim, True, PAD_D)  # fmt: skip
         lse = tl.load(lse_base + rows, mask=row_ok, other=0.0) * 1.4426950408889634  # base 2
-        p_t = tl.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # S^T = K Q^T, recomputed: P^T
+        p_t = tl.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # S^T = K_j Q_i^T: the scores, recomputed
         if MASKED:
             p_t = tl.where(keys[:, None] <= rows[None, :], p_t, 0.0)
         do = _load(do_base + rows[:, None] * stride_gm + vdims[None, :] * stride_gd,
                    row_ok[:, None], vdims[None, :] < value_dim, True, PAD_DV)  # fmt: skip
         dv += tl.dot(p_t.to(do.dtype), do)  # dV_j += P^T dO_i
         delta = tl.load(delta_base + rows, mask=row_ok, other=0.0)
-        dp_t = tl.dot(v, tl.trans(do))  # dP^T = V_j dO_i^T, recomputed from dO
+        dp_t = tl.dot(v, tl.trans(do))  # dP^T = V_j dO_i^T
         ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
         dk += tl.dot(ds_t, q)  # dK_j += dS^T Q_i
         if ATOMIC_DQ:
-            dq = tl.dot(tl.trans(ds_t), k)  # dQ_i += dS K_j, added into float32 dQ by atomics
+            dq = tl.dot(tl.trans(ds_t), k)  # dQ_i += dS K_j, added to float32 dQ by atomics
             tl.atomic_add(dq_base + rows[:, None] * stride_dqm + dims[None, :] * stride_dqd, dq,
                           mask=row_ok[:, None] & (dims[None, :] < head_dim), sem="relaxed")  # fmt: skip
     return dk, dv
@@ -273,13 +273,13 @@ def _dq_tiles(
                   keys[:, None] < n_k, dims[None, :] < head_dim, MASKED, PAD_D)  # fmt: skip
         v = _load(v_base + keys[:, None] * stride_vn + vdims[None, :] * stride_vd,
                   keys[:, None] < n_k, vdims[None, :] < value_dim, MASKED, PAD_DV)  # fmt: skip
-        p = tl.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])  # S = Q K^T, recomputed a second time: P
+        p = tl.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse[:, None])  # S = Q_i K_j^T: the scores, recomputed again
         if MASKED:
             valid = keys[None, :] < n_k
             if IS_CAUSAL:
                 valid = valid & (keys[None, :] <= rows[:, None])
             p = tl.where(valid, p, 0.0)
-        dp = tl.dot(do, tl.trans(v))  # dP = dO_i V_j^T, recomputed a second time
+        dp = tl.dot(do, tl.trans(v))  # dP = dO_i V_j^T, computed again
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k)  # dQ_i += dS K_j
     return dq

@@ -20,7 +20,7 @@ one number per query (a small kernel); then one of two schedules, chosen by ``tr
 * deterministic (``deterministic=True``): the same dK/dV kernel without the dQ product, then a second kernel, one
   program per block of queries, looping over the blocks of keys they see:  dQ_i += dS K_j / sqrt(head_dim).
   No float atomics, so the gradients are bitwise the same every run, at the cost of computing S and dP twice:
-  7 matrix products per tile (``backward_matmuls()`` counts them from the kernels' source).
+  7 matrix products per tile (``matrix_products()`` counts them in the kernels' source).
 
 Causal tiles above the diagonal are skipped and the diagonal ones masked, in every kernel. Causal programs are
 launched heaviest first: the forward's and dQ's programs of the last query blocks (which loop over the most key
@@ -70,30 +70,37 @@ MAX_HEAD_DIM = 256
 AUTOTUNE_ENV = "ATTNEDU_TRITON_AUTOTUNE"
 
 # Candidate launch configurations (BLOCK_M queries, BLOCK_N keys, num_warps, num_stages), per head_dim class (the
-# padded head_dim: <= 64, <= 128, <= 256), fastest first. Head_dim 64 and 128 are ordered by what
-# benchmarks/tune_triton.py measured (benchmarks/triton_tuning.txt: an H100, bfloat16, N 4096 and 16384, causal and
-# not), keeping the candidates that came first for some shape; autotuning times them all again on the GPU at hand
-# and keeps the fastest. Head_dim 256 was not measured: its lists are guesses sized to fit the shared memory.
+# padded head_dim: <= 64, <= 128, <= 256), fastest first, three each at head_dim 64 and 128 (every one costs the
+# autotuner a compile and a timing on the GPU, and tests/test_triton_attention.py a compile on the CPU). Head_dim 64
+# and 128 are ordered by what benchmarks/tune_triton.py measured (benchmarks/triton_tuning.txt: an H100, Triton 3.6,
+# bfloat16, N 4096 and 16384, causal and not), keeping the candidates that came first for some shape, and none that
+# spills registers when compiled for sm_90a (compile_kernel; the test compiles them all): autotuning times them again
+# on the GPU at hand and keeps the fastest. Head_dim 256 was not measured: its lists are guesses sized to fit the
+# shared memory.
 FORWARD_CONFIGS = {
     64: [(128, 64, 4, 3), (128, 64, 4, 4), (64, 64, 4, 3)],
     128: [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)],
     256: [(128, 32, 8, 2), (64, 64, 4, 2), (64, 32, 4, 2)],
 }
+# At head_dim 128 the two fastest measured, (64, 64, 4, 2) and (64, 128, 8, 2), spill causal (255 registers and
+# 264 / 232 bytes with Triton 3.9): dK and dV (64 x 128 float32 each) alone take 128 registers a thread at 4 warps.
+# (64, 128, 8, 3), the second's tile with a third stage, does not; 8 warps on a 64 x 64 tile measured twice as slow.
 DKDV_CONFIGS = {
-    64: [(32, 128, 4, 5), (32, 64, 4, 3), (64, 64, 4, 2), (64, 128, 8, 3)],
-    128: [(64, 64, 4, 2), (64, 128, 8, 2), (32, 128, 8, 3), (32, 64, 4, 3)],
+    64: [(32, 128, 4, 5), (32, 64, 4, 3), (64, 64, 4, 2)],
+    128: [(64, 128, 8, 3), (32, 64, 4, 3), (32, 128, 8, 3)],
     256: [(16, 64, 8, 2), (32, 64, 8, 2), (16, 32, 4, 2)],
 }
 # The one-pass backward's dK/dV kernel, which also adds dS K_j into a float32 dQ with atomics (deterministic=False):
-# one more product per tile and a (BLOCK_M x head_dim) float32 tile more to hold, so smaller BLOCK_M than DKDV_CONFIGS.
+# one more product per tile and a (BLOCK_M x head_dim) float32 tile more to hold. Not yet timed on a GPU: chosen
+# among the tiles that do not spill (at head_dim 128, BLOCK_M = 64 spills at every warp and stage count but one).
 DKDV_ATOMIC_CONFIGS = {
-    64: [(32, 128, 4, 3), (64, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 2)],
-    128: [(32, 128, 8, 2), (64, 128, 8, 2), (32, 64, 4, 2), (64, 64, 4, 2)],
+    64: [(64, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 2)],
+    128: [(32, 128, 8, 2), (32, 128, 8, 3), (16, 64, 4, 2)],
     256: [(16, 64, 8, 2), (32, 64, 8, 2), (16, 32, 4, 2)],
 }
 DQ_CONFIGS = {
-    64: [(128, 64, 8, 3), (64, 64, 4, 3), (64, 64, 4, 2), (128, 32, 4, 5)],
-    128: [(64, 64, 4, 2), (128, 32, 8, 3), (128, 64, 8, 2), (64, 64, 4, 3)],
+    64: [(128, 64, 8, 3), (64, 64, 4, 3), (64, 64, 4, 2)],
+    128: [(64, 64, 4, 2), (128, 32, 8, 3), (128, 64, 8, 2)],
     256: [(64, 32, 8, 2), (32, 32, 4, 2), (64, 16, 4, 2)],
 }
 # Smaller configurations, added (those that fit) when fewer than two candidates fit, e.g. float32 at head_dim 128; the
@@ -535,7 +542,59 @@ def compile_kernel(kind: str, config: dict | None = None, *, head_dim: int = 64,
     with no GPU: Triton lowers the kernel to PTX and runs ptxas, both on the CPU. The arguments are specialized as a
     launch on contiguous (1, 2, seq_len, head_dim) tensors would be (unit strides as constants, the others marked
     divisible by 16), with the options every launch passes (``COMPILE_OPTIONS``). ptxas is run once more with -v
-    on the PTX to read the registers and spill bytes (Triton does not keep its log). About a second per call."""
+    on the PTX to read the registers and spill bytes (Triton does not keep its log). About a second, plus a few
+    seconds to start a Python process where triton was imported for its interpreter (``compile_kernels``)."""
+    request = {"kind": kind, "config": config, "head_dim": head_dim, "dtype": dtype, "is_causal": is_causal,
+               "capability": capability, "seq_len": seq_len}  # fmt: skip
+    return compile_kernels([request])[0]
+
+
+def _can_compile_here() -> bool:
+    """False when triton was imported for its interpreter (TRITON_INTERPRET=1 then): its own jitted library (tl.sum,
+    tl.max, ...) is interpreted for good, and a kernel that calls it cannot be compiled in this process."""
+    import triton.language.standard as standard
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(getattr(standard, "sum", None), JITFunction)
+
+
+def compile_kernels(requests: list[dict], threads: int | None = None) -> list[CompiledKernel]:
+    """``compile_kernel(**request)`` for each request, in ``threads`` threads (default: one per CPU, at most 8;
+    Triton releases the GIL while it compiles): in this process if it can compile (``_can_compile_here``), else in
+    one child process, with TRITON_INTERPRET=0, which sends back the results."""
+    import pickle
+    import subprocess
+    import sys
+
+    for request in requests:
+        if request["kind"] not in CONFIG_TABLES:
+            raise ValueError(f"kind must be one of {KINDS}, got {request['kind']!r}")
+        if request.get("dtype", torch.bfloat16) not in GPU_DTYPES:
+            raise TypeError(f"dtype must be one of {GPU_DTYPES}, got {request['dtype']}")
+    threads = threads or max(1, min(8, os.cpu_count() or 1))
+    if _can_compile_here():
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(threads) as pool:
+            return list(pool.map(lambda request: _compile_here(**request), requests))
+    root = str(Path(__file__).resolve().parent.parent)  # this checkout's attnedu, installed or not
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "0",
+        "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+    }
+    code = "import sys, pickle; from attnedu import triton_attention as ta; " \
+           "sys.stdout.buffer.write(pickle.dumps(ta.compile_kernels(*pickle.load(sys.stdin.buffer))))"  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps((requests, threads)), capture_output=True,
+                          env=env, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"compiling in a child process failed: {done.stderr.decode(errors='replace')[-3000:]}")
+    return pickle.loads(done.stdout)
+
+
+def _compile_here(kind: str, config: dict | None = None, *, head_dim: int = 64, dtype: torch.dtype = torch.bfloat16,
+                  is_causal: bool = True, capability: int = 90, seq_len: int = 4096) -> CompiledKernel:  # fmt: skip
+    """compile_kernel, in this process (which must be able to: ``_can_compile_here``)."""
     import subprocess
     import tempfile
 
@@ -545,10 +604,6 @@ def compile_kernel(kind: str, config: dict | None = None, *, head_dim: int = 64,
     from triton.backends.nvidia import compiler as nvidia
     from triton.compiler import ASTSource
 
-    if kind not in CONFIG_TABLES:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    if dtype not in GPU_DTYPES:
-        raise TypeError(f"dtype must be one of {GPU_DTYPES}, got {dtype}")
     if config is None:
         config = candidate_configs(kind, head_dim, head_dim, dtype.itemsize, H100_SHARED_MEMORY)[0]
     q = torch.empty(1, 2, seq_len, head_dim, dtype=dtype)  # stand-ins: only their dtype, strides, alignment count
@@ -593,6 +648,58 @@ def compile_kernel(kind: str, config: dict | None = None, *, head_dim: int = 64,
         raise RuntimeError(f"could not read registers and spills from ptxas -v: {log[-500:]}")
     return CompiledKernel(kind, dict(config), head_dim, dtype, is_causal, arch, int(registers.group(1)),
                           int(spills.group(1)), int(spills.group(2)), int(compiled.metadata.shared), ptx)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MatrixProduct:
+    """One ``tl.dot`` in a kernel's loop over tiles: where it is, its code, and what it computes (its comment)."""
+
+    function: str  # the jitted function whose loop body holds it
+    line: int  # in _triton_kernels.py
+    code: str
+    meaning: str
+
+
+# Which tile loops each path runs, once per (query block, key block) tile, with the constexpr flags they get.
+TILE_LOOPS = {
+    "forward": [("_forward_tiles", {})],
+    "one-pass backward": [("_dkdv_tiles", {"ATOMIC_DQ": True})],
+    "deterministic backward": [("_dkdv_tiles", {"ATOMIC_DQ": False}), ("_dq_tiles", {})],
+}
+
+
+def matrix_products(path: str, source: str | None = None) -> list[MatrixProduct]:
+    """The matrix products per tile of ``path`` ("forward", "one-pass backward" or "deterministic backward"),
+    counted in the kernels' source (``_triton_kernels.py``, or ``source``): each ``tl.dot`` call in the tile loops
+    that path runs (``TILE_LOOPS``), skipping the branches of ``if FLAG:`` that a constexpr flag turns off, each with
+    the comment on its line, which says what it computes. The one-pass backward has 5 per tile, the deterministic one
+    7 (its dQ kernel recomputes S and dP), the forward 2."""
+    import ast
+
+    if path not in TILE_LOOPS:
+        raise ValueError(f"path must be one of {tuple(TILE_LOOPS)}, got {path!r}")
+    if source is None:
+        source = Path(__file__).with_name("_triton_kernels.py").read_text()
+    lines = source.splitlines()
+    functions = {node.name: node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
+    found = []
+
+    def visit(node, function: str, flags: dict) -> None:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id in flags:
+            for child in node.body if flags[node.test.id] else node.orelse:
+                visit(child, function, flags)
+            return
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "dot"
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "tl"):  # fmt: skip
+            text = lines[node.lineno - 1]
+            code, _, comment = text.partition("#")
+            found.append(MatrixProduct(function, node.lineno, code.strip(), comment.strip()))
+        for child in ast.iter_child_nodes(node):
+            visit(child, function, flags)
+
+    for name, flags in TILE_LOOPS[path]:
+        visit(functions[name], name, flags)
+    return found  # in the order they run: functions as listed, calls in source order
 
 
 # the input checks of triton_attention (one form of message: attnedu._validate)

@@ -268,6 +268,74 @@ def test_the_tuning_script_runs_every_candidate_under_the_interpreter(interprete
 
 
 # ------------------------------------------------------------------------------------------------------------
+# compiled for an H100 (sm_90a) on the CPU: no GPU needed, only triton's compiler and its bundled ptxas
+# ------------------------------------------------------------------------------------------------------------
+
+
+@needs_triton
+def test_every_autotune_candidate_compiles_for_sm90a_without_spilling():
+    """Every configuration the autotuner can pick on an H100 or H200 (``candidate_configs`` with its shared memory),
+    for every kernel kind, at head_dim 64 and 128 in bfloat16, causal and not: compiled for sm_90a, ptxas must report
+    0 spill bytes, and every kernel must use wgmma. 48 compiles, in threads (Triton releases the GIL while it
+    compiles), in a child process when this one imported triton for its interpreter (tests/conftest.py does)."""
+    requests = [
+        {"kind": kind, "config": config, "head_dim": head_dim, "dtype": torch.bfloat16, "is_causal": causal}
+        for head_dim in (64, 128)
+        for kind in ta.KINDS
+        for config in ta.candidate_configs(kind, head_dim, head_dim, 2, ta.H100_SHARED_MEMORY)
+        for causal in (False, True)
+    ]
+    reports = ta.compile_kernels(requests)
+    spilled = [(r.kind, r.head_dim, r.is_causal, r.config, r.registers, r.spills) for r in reports if r.spills]
+    assert not spilled
+    assert all(r.arch == "sm_90a" and r.uses_wgmma and 0 < r.registers <= 255 for r in reports)
+
+
+@needs_triton
+def test_the_forward_uses_wgmma_and_fused_multiply_adds_on_sm90a():
+    """The claim lesson 08 checks without a GPU: compiled for an H100, the forward's matrix products are Hopper's
+    asynchronous warpgroup MMAs (wgmma.mma_async, not Ampere's mma.sync), and with FMA fusion set, its float32
+    arithmetic has fused multiply-adds."""
+    report = ta.compile_kernel("forward", head_dim=64)
+    assert report.config == ta.candidate_configs("forward", 64, 64, 2, ta.H100_SHARED_MEMORY)[0]
+    assert report.arch == "sm_90a" and ".target sm_90a" in report.ptx
+    assert report.uses_wgmma and report.ptx_lines("wgmma.mma_async")[0].startswith("wgmma.mma_async.sync.aligned")
+    assert not report.ptx_lines("mma.sync.aligned")
+    assert report.ptx_lines("fma.rn.f32") and report.spills == 0
+
+
+def test_every_launch_sets_fma_fusion(monkeypatch):
+    """Triton 3.9 warns that 3.10 stops fusing a * b + c by default: every compiled launch passes the option
+    itself (the forward, the three backward kernels, autotuned or with a configuration). Checked with stand-in
+    kernels that record their keyword arguments."""
+    calls = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: calls.append(kwargs)
+
+    kernels = ta._Kernels(None, {kind: Recorder() for kind in (*ta.KINDS, "delta")}, {k: Recorder() for k in ta.KINDS})
+    monkeypatch.setattr(ta, "_get_kernels", lambda interpret=None: kernels)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q, k, v = qkv(40, 40, 16, 16, torch.float32)
+    config = {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
+    for given in (None, config):
+        out, lse = ta._forward(q, k, v, True, given)
+        for deterministic in (False, True):
+            ta._backward(q, k, v, out, lse, torch.ones_like(out), True, given, given, deterministic)
+    assert len(calls) == 2 * (1 + 2 * 2) + 2 * 1  # forward; delta and dK/dV twice; dQ in the deterministic ones
+    assert all(call.get("enable_fp_fusion") is True for call in calls)
+
+
+@needs_triton
+def test_compile_kernel_refuses_what_it_cannot_compile():
+    with pytest.raises(ValueError, match="kind must be one of"):
+        ta.compile_kernel("backward")
+    with pytest.raises(TypeError, match="dtype must be one of"):
+        ta.compile_kernel("forward", dtype=torch.float64)
+
+
+# ------------------------------------------------------------------------------------------------------------
 # configurations, inputs, availability (no kernel runs)
 # ------------------------------------------------------------------------------------------------------------
 
@@ -281,7 +349,7 @@ def test_the_pre_autotuning_configuration_stays_first_among_the_candidates():
             assert first == {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": warps, "num_stages": 3}
 
 
-@pytest.mark.parametrize("kind", ["forward", "dkdv", "dq"])
+@pytest.mark.parametrize("kind", ta.KINDS)
 @pytest.mark.parametrize("head_dim, element_size", [(128, 4), (256, 2), (256, 4), (16, 2)])
 def test_candidates_that_cannot_fit_shared_memory_are_pruned(kind, head_dim, element_size):
     """float32 at head_dim 128 and bfloat16 at 256 would not fit 128 x 64 tiles in 3 stages: every remaining
@@ -295,6 +363,46 @@ def test_candidates_that_cannot_fit_shared_memory_are_pruned(kind, head_dim, ele
     if kind == "forward" and (head_dim, element_size) in ((128, 4), (256, 2)):
         old = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
         assert old not in ta.candidate_configs(kind, head_dim, head_dim, element_size, H100_SHARED)
+
+
+def test_matrix_products_per_tile_match_a_hand_count():
+    """Counted by hand in _triton_kernels.py: the forward's tile loop runs S = Q K^T and P V (2); the one-pass
+    backward's dK/dV loop runs S^T, P^T dO, dP^T, dS^T Q and, with ATOMIC_DQ, dS K (5); the deterministic backward runs
+    that loop without the last and the dQ loop's S, dP, dS K (4 + 3 = 7). Each comes with the comment that says what
+    it computes."""
+    meanings = {
+        path: [p.meaning.split(":")[0].split(",")[0] for p in ta.matrix_products(path)] for path in ta.TILE_LOOPS
+    }
+    assert meanings == {
+        "forward": ["S = Q_i K_j^T", "O_i += P V_j"],
+        "one-pass backward": ["S^T = K_j Q_i^T", "dV_j += P^T dO_i", "dP^T = V_j dO_i^T", "dK_j += dS^T Q_i",
+                              "dQ_i += dS K_j"],
+        "deterministic backward": ["S^T = K_j Q_i^T", "dV_j += P^T dO_i", "dP^T = V_j dO_i^T", "dK_j += dS^T Q_i",
+                                   "S = Q_i K_j^T", "dP = dO_i V_j^T", "dQ_i += dS K_j"],
+    }  # fmt: skip
+    products = ta.matrix_products("deterministic backward")
+    assert [p.function for p in products] == ["_dkdv_tiles"] * 4 + ["_dq_tiles"] * 3
+    assert all("tl.dot(" in p.code for p in products)
+
+
+def test_matrix_products_are_read_from_the_source_given():
+    """The count follows the source: a product added to the dK/dV loop counts in both backwards, one added under
+    ``if ATOMIC_DQ:`` only in the one-pass one, and a tl.dot outside the tile loops in neither."""
+    source = (Path(ta.__file__).with_name("_triton_kernels.py")).read_text()
+    line = "        dk += tl.dot(ds_t, q)  # dK_j += dS^T Q_i\n"
+    assert line in source
+    extra = source.replace(line, line + "        dv += tl.dot(p_t.to(do.dtype), do)  # again\n")
+    atomic = source.replace(
+        "        if ATOMIC_DQ:\n", "        if ATOMIC_DQ:\n            dq = tl.dot(ds_t, q)  # more\n"
+    )
+    outside = source + "\n\n@triton.jit\ndef _other(a, b):\n    return tl.dot(a, b)\n"
+    counts = {
+        name: [len(ta.matrix_products(path, text)) for path in ("one-pass backward", "deterministic backward")]
+        for name, text in (("source", source), ("extra", extra), ("atomic", atomic), ("outside", outside))
+    }
+    assert counts == {"source": [5, 7], "extra": [6, 8], "atomic": [6, 7], "outside": [5, 7]}
+    with pytest.raises(ValueError, match="path must be one of"):
+        ta.matrix_products("backward")
 
 
 def test_sequence_buckets():
