@@ -1,6 +1,7 @@
 """The reference kernels of lesson 08's Triton exercises (``attnedu.triton_basics`` says what each computes and runs
-them): a row-wise softmax whose rows may be longer than a block, and the FlashAttention forward of one head, one
-program per block of queries, without and with a causal mask.
+them): a row-wise softmax whose rows may be longer than a block, the FlashAttention forward of one head, one
+program per block of queries, without and with a causal mask, and the part of its backward that gives dV, one program
+per block of keys.
 
 This module imports triton, so nothing imports it at package import: ``attnedu.triton_basics`` loads it on first use,
 once per mode (compiled, or under Triton's interpreter). Plain pointer arithmetic only (no block pointers, no tensor
@@ -89,3 +90,32 @@ def causal_attention_kernel(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, s
         acc = acc * alpha[:, None] + tl.dot(p, v)
         m = m_new
     tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
+
+@triton.jit
+def dv_kernel(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr):  # fmt: skip
+    """dV = P^T dO for one head, one program per block of BLOCK_N keys (keys outside), looping over the queries
+    BLOCK_M at a time: P^T is rebuilt from the log-sum-exp the forward saved (natural log, one per query),
+    P_ij = exp(s_ij * sm_scale - lse_i) = exp2(s_ij * sm_scale * log2(e) - lse_i * log2(e)). With CAUSAL, key j is seen
+    by queries i >= j only: the loop starts at the query block that holds query start_n, and masks inside the blocks
+    the diagonal crosses."""
+    start_n = tl.program_id(0) * BLOCK_N
+    keys = start_n + tl.arange(0, BLOCK_N)  # the keys of this program
+    dims = tl.arange(0, HEAD_DIM)
+    k = tl.load(K + keys[:, None] * stride_k + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    qk_scale = sm_scale * 1.4426950408889634  # scores in base 2
+    lo = 0
+    if CAUSAL:
+        lo = (start_n // BLOCK_M) * BLOCK_M  # the query blocks before it see none of these keys
+    for start_m in range(lo, n_queries, BLOCK_M):
+        rows = start_m + tl.arange(0, BLOCK_M)
+        q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        do = tl.load(DO + rows[:, None] * stride_do + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        lse = tl.load(LSE + rows, mask=rows < n_queries, other=0.0) * 1.4426950408889634  # base 2
+        p_t = tl.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse[None, :])  # P^T: (BLOCK_N, BLOCK_M)
+        if CAUSAL:
+            p_t = tl.where(keys[:, None] <= rows[None, :], p_t, 0.0)  # key j <= query i
+        dv += tl.dot(p_t, do)  # padding queries add 0: their dO rows were loaded as 0
+    tl.store(DV + keys[:, None] * stride_dv + dims[None, :], dv, mask=keys[:, None] < n_keys)

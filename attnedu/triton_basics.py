@@ -4,7 +4,9 @@ tensors by a launcher that owns the grid, the strides and the memory, under Trit
     triton_state()                                   "interpreted", "compiled" or "not imported"
     launch_softmax(kernel, x, block)                 a row-softmax kernel on x (rows, n_cols) -> (rows, n_cols)
     launch_attention(kernel, q, k, v, block_m, block_n)  an attention kernel for one head -> (n_queries, head_dim)
-    reference_kernel(name)                           the course's kernels: "softmax", "attention", "causal_attention"
+    launch_dv(kernel, q, k, d_out, lse, block_m, block_n, causal)  a dV kernel for one head -> (n_keys, head_dim)
+    reference_kernel(name)                           the course's kernels: "softmax", "attention", "causal_attention",
+                                                     "dv"
     compare_on_gpu({kind: kernel, ...})              on a CUDA GPU: the kernels compiled, timed against PyTorch
 
 The kernels' signatures (every tensor row-major, each with its own row stride, in elements):
@@ -13,6 +15,10 @@ The kernels' signatures (every tensor row-major, each with its own row stride, i
     attention_kernel(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr)
                                                      one program per block of BLOCK_M queries; so is the causal one
+    dv_kernel(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr)
+                                                     one program per block of BLOCK_N keys; LSE holds one number per
+                                                     query (n_queries of them, one apart), the natural log-sum-exp
 
 The interpreter. ``TRITON_INTERPRET=1`` makes ``@triton.jit`` return a function that runs each program in turn with
 NumPy, on CPU tensors: no GPU needed, ``print`` works, and it is hundreds of times slower (tiny sizes only). Triton
@@ -182,6 +188,40 @@ def launch_attention(kernel, q, k, v, block_m: int, block_n: int) -> torch.Tenso
     return buffers[-1].view.clone()
 
 
+def launch_dv(kernel, q, k, d_out, lse, block_m: int, block_n: int, causal: bool) -> torch.Tensor:
+    """Run a dV ``kernel`` (the signature in the module's docstring) for one head: q (n_queries, head_dim), k
+    (n_keys, head_dim), d_out (n_queries, head_dim) the gradient of the output, lse (n_queries,) each query's
+    log-sum-exp of its scaled scores (natural log, over the keys it may see); one program per block of ``block_n``
+    keys, ``sm_scale = 1 / sqrt(head_dim)``, ``CAUSAL=causal``; -> dV (n_keys, head_dim) float32. Q, K, DO and DV have
+    their own padded row strides; LSE is contiguous."""
+    q, k, d_out, lse, causal = _check_launch_dv(q, k, d_out, lse, block_m, block_n, causal)
+    (n_q, head_dim), n_k = q.shape, k.shape[0]
+    queries = {"row_word": "query", "rows_name": "n_queries", "cols_name": "HEAD_DIM"}
+    keys = {"row_word": "key", "rows_name": "n_keys", "cols_name": "HEAD_DIM"}
+    buffers = [
+        Buffer.holding(q, 3, name="Q", stride_name="stride_q", **queries),
+        Buffer.holding(k, 5, name="K", stride_name="stride_k", **keys),
+        Buffer.holding(d_out, 7, name="DO", stride_name="stride_do", **queries),
+        Buffer.holding(
+            lse[:, None],
+            0,
+            name="LSE",
+            stride_name="1",
+            row_word="query",
+            rows_name="n_queries",
+            cols_name="one number per query",
+        ),  # fmt: skip
+        Buffer(name="DV", stride_name="stride_dv", rows=n_k, cols=head_dim, stride=head_dim + 9, output=True, **keys),
+    ]
+    views = [b.view for b in buffers]
+    strides = [buffers[i].stride for i in (0, 1, 2, 4)]
+    grid = (-(-n_k // block_n),)
+    name = getattr(getattr(kernel, "fn", None), "__name__", "the kernel")
+    _launch(kernel, name, grid, buffers, *views, n_q, n_k, *strides, 1.0 / math.sqrt(head_dim),
+            BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=head_dim, CAUSAL=causal)  # fmt: skip
+    return buffers[-1].view.clone()
+
+
 # the launchers' input checks (one form of message: attnedu._validate)
 
 
@@ -216,12 +256,33 @@ def _check_launch_attention(q, k, v, block_m, block_n) -> tuple[torch.Tensor, to
     return q, k, v
 
 
+def _check_launch_dv(q, k, d_out, lse, block_m, block_n, causal):
+    """q, k, d_out, lse as float32 on the CPU, and causal as a bool, once checked."""
+    q, k, d_out = _float_matrix("q", q), _float_matrix("k", k), _float_matrix("d_out", d_out)
+    check_tensor("lse", lse, 1, "(n_queries,)")
+    if not lse.is_floating_point():
+        raise TypeError(f"lse should be a float tensor, got {describe(lse)}")
+    if k.shape[1] != q.shape[1] or d_out.shape != q.shape or lse.shape != q.shape[:1]:
+        raise ValueError(f"k should be (n_keys, head_dim) with q's head_dim, d_out q's shape and lse (n_queries,), got "
+                         f"q {describe(q)}, k {describe(k)}, d_out {describe(d_out)}, lse {describe(lse)}")  # fmt: skip
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal should be True or False, got {describe(causal)}")
+    if causal and q.shape[0] != k.shape[0]:
+        raise ValueError(f"a causal kernel is for self-attention: n_queries should equal n_keys, got q {describe(q)} "
+                         f"and k {describe(k)}")  # fmt: skip
+    for name, value in (("block_m", block_m), ("block_n", block_n), ("head_dim", q.shape[1])):
+        check_positive_int(name, value, "a block size")
+        if value & (value - 1):
+            raise ValueError(f"{name} should be a power of two (tl.arange needs one), got {value}")
+    return q, k, d_out, lse.detach().to("cpu", torch.float32), causal
+
+
 # ------------------------------------------------------------------------------------------------------------
 # the reference kernels
 # ------------------------------------------------------------------------------------------------------------
 
 REFERENCE_NAMES = {"softmax": "softmax_kernel", "attention": "attention_kernel",
-                   "causal_attention": "causal_attention_kernel"}  # fmt: skip
+                   "causal_attention": "causal_attention_kernel", "dv": "dv_kernel"}  # fmt: skip
 
 
 @functools.cache
@@ -236,7 +297,7 @@ def _kernels_module(mode: str):
 
 
 def reference_kernel(name: str):
-    """The course's kernel ``name`` ("softmax", "attention" or "causal_attention"), decorated in the mode triton
+    """The course's kernel ``name`` ("softmax", "attention", "causal_attention" or "dv"), decorated in the mode triton
     runs in here (interpreted where ``TRITON_INTERPRET=1`` was set before triton's first import)."""
     if name not in REFERENCE_NAMES:
         raise ValueError(f"name should be one of {tuple(REFERENCE_NAMES)}, got {name!r}")

@@ -91,6 +91,30 @@ def test_reference_attention_kernels_equal_naive_attention(causal, n_q, n_k, blo
     torch.testing.assert_close(out, naive_attention(q, k, v, is_causal=causal), atol=1e-5, rtol=1e-4)
 
 
+def _dv_by_autograd(q, k, d_out, causal):
+    """dV = P^T dO, as the gradient that reaches V through naive attention (float64)."""
+    v = torch.zeros(k.shape, dtype=torch.float64, requires_grad=True)
+    naive_attention(q.double(), k.double(), v, is_causal=causal).backward(d_out.double())
+    return v.grad.float()
+
+
+@needs_interpreter
+@pytest.mark.parametrize("n_q, n_k, block_m, block_n, causal", [
+    (32, 32, 16, 16, False), (40, 24, 16, 16, False), (48, 48, 32, 16, True), (40, 40, 16, 32, True),
+    (1, 1, 16, 16, True), (37, 37, 16, 16, True)])  # fmt: skip
+def test_reference_dv_kernel_equals_autograd(n_q, n_k, block_m, block_n, causal):
+    """The dV kernel, keys outside, P rebuilt from the saved log-sum-exp: equal to autograd's gradient of V, for
+    ragged lengths, blocks of either size larger, causal or not."""
+    g = torch.Generator().manual_seed(n_q + n_k)
+    q, k, d_out = (torch.randn(n, 16, generator=g) for n in (n_q, n_k, n_q))
+    s = q.double() @ k.double().T / 4
+    if causal:
+        s = s.masked_fill(torch.ones(n_q, n_k, dtype=torch.bool).triu(1), float("-inf"))
+    lse = torch.logsumexp(s, dim=1).float()
+    out = tb.launch_dv(tb.reference_kernel("dv"), q, k, d_out, lse, block_m, block_n, causal)
+    torch.testing.assert_close(out, _dv_by_autograd(q, k, d_out, causal), atol=1e-5, rtol=1e-4)
+
+
 @needs_interpreter
 def test_every_load_and_store_is_checked():
     x = torch.randn(3, 10)
@@ -128,6 +152,15 @@ def test_launchers_check_their_arguments():
         tb.launch_softmax(None, torch.ones(2, 8, dtype=torch.long), 8)
     with pytest.raises(ValueError, match="kernels should be a dict"):
         tb.compare_on_gpu({"matmul": None})
+    q, lse = torch.randn(4, 16), torch.randn(4)
+    with pytest.raises(ValueError, match="lse \\(n_queries,\\)"):
+        tb.launch_dv(None, q, torch.randn(4, 16), q, torch.randn(5), 16, 16, False)
+    with pytest.raises(ValueError, match="n_queries should equal n_keys"):
+        tb.launch_dv(None, q, torch.randn(6, 16), q, lse, 16, 16, True)
+    with pytest.raises(TypeError, match="causal should be True or False"):
+        tb.launch_dv(None, q, q, q, lse, 16, 16, 1)
+    with pytest.raises(ValueError, match="block_m should be a power of two"):
+        tb.launch_dv(None, q, q, q, lse, 12, 16, False)
 
 
 def test_a_triton_imported_compiled_gets_a_message_that_says_to_restart():

@@ -4,14 +4,20 @@ Part A, the algorithm in PyTorch: merging two partial softmax states (split-K, f
 pass computes, the causal mask inside one tile, the backward of one tile from the saved log-sum-exp, and what a
 benchmark should report from a timing loop. Part B, Triton kernels, run on the CPU under Triton's interpreter by a
 launcher of the course (``attnedu.triton_basics``): a row-wise softmax, the FlashAttention forward of one head, and
-its causal version.
+its causal version; and, for the lesson on the backward (``LESSON_BACKWARD``), the backward's dV in a kernel with
+the keys outside, P rebuilt from the log-sum-exp the forward saved, causal or not.
 
 Here "padding" means what it means inside a FlashAttention kernel: a length that is not a multiple of the block, so
 that the last block is partial (a kernel pads it and masks the padding); for the merge, a query whose keys in one
 split are all padding, so that its state there is empty; for the timing loop, shapes that got different numbers of
 calls (a partial last round). Rows are built so that the running maximum grows from one block to the next, which is
 when a missing or wrong rescale shows; "large inputs" are scores in the hundreds, where exp overflows (for the
-timing loop: a slow function, whose compilation hides in the noise).
+timing loop: a slow function, whose compilation hides in the noise). The kernels' large inputs also hold the rows
+where the running maximum does not grow, or must not be trusted: one number (or key) 100 above the rest in the first,
+a middle or the last block (a maximum replaced by each block's own, or kept from the first block, overflows), and
+queries whose scores are all about -400 (a maximum started at 0, or taken before the mask, underflows to 0 / 0); their
+scores are exact in float32 (entries on a grid of 1/8), and far from where exp2 turns subnormal, so that what a wrong
+kernel gives there does not depend on the machine's NumPy.
 """
 
 from __future__ import annotations
@@ -30,10 +36,11 @@ from ..flash import (
     online_softmax,
     tile_backward,
 )
-from ..triton_basics import launch_attention, launch_softmax
+from ..triton_basics import launch_attention, launch_dv, launch_softmax
 from .exercise import EMPTY_ROW, LARGE, ONE, PADDED, UNPADDED, Case, Exercise, Variant, generator, kinds, randn
 
 LESSON = "08_flash_attention"
+LESSON_BACKWARD = "08b_flash_attention_backward"
 QUERIES = ("query", "queries", "index")
 KEYS = ("key", "keys", "index")
 ROWS = ("row", "rows", "index")
@@ -766,6 +773,12 @@ def _softmax_kernel_cases() -> list[Case]:
         shift = torch.tensor([offset - (3.0 if r % 2 else 0.0) for r in range(count)])[:, None]
         return shift + spread * randn(g, count, n) + torch.linspace(0.0, 4.0, n)
 
+    def spiked() -> torch.Tensor:
+        """3 rows of 48 with no trend, each with one number 100 above the rest: in the first, middle, last block."""
+        x = 2.0 * randn(g, 3, 48)
+        x[0, 5], x[1, 24], x[2, 45] = 100.0, 100.0, 100.0
+        return x
+
     large = torch.cat([rows(1, 32, 30.0, 300.0), rows(1, 32, 30.0, -600.0)])
     return [
         Case("4 rows of 32 numbers, BLOCK = 16: two full blocks a row", (rows(4, 32), 16), kinds(UNPADDED)),
@@ -776,6 +789,9 @@ def _softmax_kernel_cases() -> list[Case]:
         Case("3 rows of 37 numbers, BLOCK = 8: five blocks, the last holds 5", (rows(3, 37), 8), kinds(PADDED)),
         Case("2 rows of 32 numbers around +300 and -600, BLOCK = 16, where exp overflows (or underflows to 0)",
              (large, 16), kinds(LARGE, UNPADDED)),
+        Case("3 rows of 48 numbers, BLOCK = 16, each with one number 100 above the rest of its row: in the first "
+             "block (row 0), the middle block (row 1), the last block (row 2); exp(100) overflows in float32",
+             (spiked(), 16), kinds(LARGE, UNPADDED)),
     ]  # fmt: skip
 
 
@@ -793,6 +809,27 @@ def _blockwise_softmax(rescale=lambda l, m, m_new: l * torch.exp(m - m_new), one
             m = m_new
             pieces.append(torch.exp(b - m[:, None]) / l[:, None])
         return torch.cat(pieces, dim=1) if one_pass else torch.exp(x - m[:, None]) / l[:, None]
+
+    return softmax
+
+
+def _measured_against(block_max: str):
+    """An online softmax whose reference maximum is not the running maximum of the row: ``"each"``, each block's own
+    maximum replaces it (the rescale still applied, so the last block's maximum is the one used); ``"first"``, the
+    first block's maximum, kept for the whole row; ``"zero"``, the running maximum started at 0, not -inf. Exact
+    unless an exp overflows or every one underflows (in float32, as the kernel)."""
+
+    def softmax(x, block):
+        m, l = torch.full((x.shape[0],), 0.0 if block_max == "zero" else NEG_INF), torch.zeros(x.shape[0])
+        for start in range(0, x.shape[1], block):
+            b = x[:, start : start + block]
+            if block_max == "zero":
+                m_new = torch.maximum(m, b.amax(dim=1))
+            else:
+                m_new = b.amax(dim=1) if block_max == "each" or start == 0 else m
+            l = l * torch.exp(m - m_new) + torch.exp(b - m_new[:, None]).sum(dim=1)  # l * exp(-inf) = 0 at first
+            m = m_new
+        return torch.exp(x - m[:, None]) / l[:, None]
 
     return softmax
 
@@ -890,15 +927,37 @@ SOFTMAX_KERNEL = Exercise(
             _last_column_left_out(True),
         ),
         Variant(
+            "each block's own maximum replaced the running maximum, so the numbers are measured against the maximum "
+            "of the last block read, not of the row: while the numbers rise from block to block that is harmless, "
+            "but a row whose largest number is in an earlier block (100 above the rest here) makes exp2((m_old - "
+            "m_new) * log2(e)) overflow to inf, and inf / inf is NaN. The running maximum can only grow: it is the "
+            "larger of the old one and the block's.",
+            _measured_against("each"),
+        ),
+        Variant(
+            "the maximum was taken from the first block only and never updated: a number in a later block that is "
+            "far above it (100 above the rest here) makes its exp2((x - m) * log2(e)) overflow to inf, and inf / inf "
+            "is NaN. Each block may raise the maximum, and the sum must follow it.",
+            _measured_against("first"),
+        ),
+        Variant(
+            "the running maximum did not start at -inf: it started at 0 (or another number above every number of a "
+            "row), so for a row whose numbers are all far below that (around -600 here) every exp2((x - m) * log2(e)) "
+            "underflows to 0, the sum stays 0, and 0 / 0 is NaN. Before the first block, no number has been read: "
+            "the maximum must start below every possible number.",
+            _measured_against("zero"),
+        ),
+        Variant(
             "the row's maximum was not subtracted before the exponential: exp2(x * log2(e)) overflows to inf for "
             "numbers above about 88, and inf / inf is NaN. Only differences x - m, with m the running maximum, may "
             "go into the exponential: they are at most 0, so it is at most 1.",
             _no_max,
         ),
     ),
-    large_note="This test case has large inputs: numbers around +300 and -600. exp2(x * log2(e)) is inf in float32 "
-    "for x above about 88, and 0 below about -104, so inf / inf or 0 / 0 gives NaN: subtract the row's running "
-    "maximum m first, exp2((x - m) * log2(e)), which is at most 1.",
+    large_note="This test case has large inputs: numbers around +300 and -600, or one number 100 above the rest of "
+    "its row. exp2(x * log2(e)) is inf in float32 for x above about 88, and 0 below about -104, so inf / inf or 0 / 0 "
+    "gives NaN: every exponent must be at most 0, a number minus a maximum at least as large (x - m), or an old "
+    "maximum minus the new one (m_old - m_new).",
     nan_note=KERNEL_NAN_NOTE,
     hint=(
         "Two passes over the row: the first to learn its maximum and sum (Exercise 1's state, without o), the "
@@ -929,6 +988,19 @@ def _attention_kernel_cases(causal: bool) -> list[Case]:
         k[:, 0] += scale * torch.linspace(-3.0, 3.0, n_k)
         return q, k, v
 
+    def extreme(n_q, n_k, low=(), spikes=()):
+        """q, k, v whose scores are exact in float32 (entries on a grid of 1/8, so every product and sum is): about
+        N(0, 0.9) for most pairs; about -400 for the queries of ``low``, against every key; and for each (queries,
+        key, height) of ``spikes``, those queries score that key ``height`` above the rest (dimensions 0 to 3 carry
+        these)."""
+        q, k = torch.round(8 * randn(g, n_q, head_dim)) / 8, torch.round(8 * randn(g, n_k, head_dim)) / 8
+        q[:, :4], k[:, :4] = 0.0, 0.0
+        k[:, 0] = 8.0
+        q[list(low), 0] = -200.0  # score (-200 * 8) / sqrt(16) = -400
+        for d, (queries, key, height) in enumerate(spikes, start=1):
+            k[key, d], q[list(queries), d] = 8.0, height / 2.0
+        return q, k, randn(g, n_k, head_dim)
+
     if causal:
         return [
             Case("64 queries and keys, head_dim 16, BLOCK_M 16, BLOCK_N 32: full blocks", (*qkv(64, 64), 16, 32),
@@ -941,6 +1013,10 @@ def _attention_kernel_cases(causal: bool) -> list[Case]:
                  kinds(PADDED)),
             Case("32 queries and keys with scores in the hundreds, BLOCK_M 16, BLOCK_N 32",
                  (*qkv(32, 32, scale=6.0), 16, 32), kinds(LARGE, UNPADDED)),
+            Case("48 queries and keys, BLOCK_M 16, BLOCK_N 16, scores far from 0: queries 0 to 14 score the keys they "
+                 "may see about -400, and queries 8 to 14 score key 15, in their future, 400 above that; queries 32 "
+                 "to 47 score key 3 100 above the rest", (*extreme(48, 48, low=range(15), spikes=[
+                     (range(8, 15), 15, 400.0), (range(32, 48), 3, 100.0)]), 16, 16), kinds(LARGE, UNPADDED)),
         ]  # fmt: skip
     return [
         Case("32 queries, 64 keys, head_dim 16, BLOCK_M 16, BLOCK_N 32: full blocks", (*qkv(32, 64), 16, 32),
@@ -954,6 +1030,13 @@ def _attention_kernel_cases(causal: bool) -> list[Case]:
              kinds(PADDED)),
         Case("16 queries, 64 keys with scores in the hundreds, BLOCK_M 16, BLOCK_N 32",
              (*qkv(16, 64, scale=6.0), 16, 32), kinds(LARGE, UNPADDED)),
+        Case("16 queries, 48 keys, BLOCK_M 16, BLOCK_N 16, scores far from 0: queries 0 to 3 score every key about "
+             "-400; queries 4 to 7, 8 to 11 and 12 to 15 score one key 100 above the rest, in the first, middle and "
+             "last key block", (*extreme(16, 48, low=range(4), spikes=[(range(4, 8), 2, 100.0),
+                                (range(8, 12), 21, 100.0), (range(12, 16), 45, 100.0)]), 16, 16),
+             kinds(LARGE, UNPADDED)),
+        Case("16 queries, 12 keys, BLOCK_M 16, BLOCK_N 16: fewer keys than one block; queries 0 to 7 score every key "
+             "about -400", (*extreme(16, 12, low=range(8)), 16, 16), kinds(LARGE, PADDED)),
     ]  # fmt: skip
 
 
@@ -966,12 +1049,15 @@ def _causal_attention(q, k, v, block_m, block_n):
 
 
 def _kernel_loop(rescale_l=True, rescale_acc=True, base=2.0, factor=LOG2_E, scaled=True, pad_score=None,
-                 drop_last_key=False, causal=None, hi="diagonal"):  # fmt: skip
+                 drop_last_key=False, causal=None, hi="diagonal", m_start=NEG_INF, running=True,
+                 max_before_mask=False):  # fmt: skip
     """What an attention kernel computes with one known mistake, block by block as the kernel does (BLOCK_N keys at
     a time, in float32): the rescale of l or acc missing; the exponential in ``base`` of the scores times ``factor``
     (2 and log2(e) when right); sm_scale left out; keys past the end scored ``pad_score`` (0 when the score mask is
     missing); the last key dropped; the causal rule ``causal(query, key)``, over the key blocks up to ``hi``
-    ("diagonal": those that hold keys up to the block's last query; "before": those before its first)."""
+    ("diagonal": those that hold keys up to the block's last query; "before": those before its first); the running
+    maximum started at ``m_start``, replaced by each block's own (not ``running``), or taken over the block's scores
+    before the mask set any to -inf (``max_before_mask``: a padding key scores 0, its K row loaded as 0)."""
 
     def attend(q, k, v, block_m, block_n):
         n_q, head_dim = q.shape
@@ -979,7 +1065,7 @@ def _kernel_loop(rescale_l=True, rescale_acc=True, base=2.0, factor=LOG2_E, scal
         out = torch.empty(n_q, v.shape[1])
         for start_m in range(0, n_q, block_m):
             rows = torch.arange(start_m, min(start_m + block_m, n_q))
-            m, l = torch.full((len(rows),), NEG_INF), torch.zeros(len(rows))
+            m, l = torch.full((len(rows),), m_start), torch.zeros(len(rows))
             acc = torch.zeros(len(rows), v.shape[1])
             end = k.shape[0]
             if causal is not None:
@@ -997,8 +1083,10 @@ def _kernel_loop(rescale_l=True, rescale_acc=True, base=2.0, factor=LOG2_E, scal
                 if pad_score is not None:
                     valid = valid | ~inside[None, :]
                     s = torch.where(inside[None, :], s, torch.full_like(s, pad_score))
+                raw = s
                 s = s.masked_fill(~valid, NEG_INF)
-                m_new = torch.maximum(m, s.amax(dim=1))
+                block_max = (raw if max_before_mask else s).amax(dim=1)
+                m_new = torch.maximum(m, block_max) if running else block_max
                 p = torch.pow(base, s - m_new[:, None])
                 alpha = torch.pow(base, m - m_new)
                 l = (l * alpha if rescale_l else l) + p.sum(dim=1)
@@ -1044,6 +1132,26 @@ def _attention_variants(causal: bool) -> tuple[Variant, ...]:
             "sqrt(HEAD_DIM) and the weights too sharp.",
             _kernel_loop(scaled=False, causal=rule),
         ),
+        Variant(
+            "the running maximum m did not start at -inf: it started at 0 (or another number above every score of a "
+            "query), so for a query whose scores are all far below that (about -400 here) every exp2(s - m_new) "
+            "underflows to 0, l stays 0, and acc / l is 0 / 0 = NaN. Before the first block no score has been read: "
+            "the maximum must start below every possible score.",
+            _kernel_loop(m_start=0.0, causal=rule),
+        ),
+        Variant(
+            "each block's own maximum replaced the running maximum: while the scores rise from block to block that "
+            "is harmless, but when a block's maximum is below an earlier one, alpha = exp2(m - m_new) is above 1, and "
+            + (
+                "far below (a key 100 above the rest in an earlier block here, or a query the mask hides a whole block "
+                "from: its maximum there is -inf) "
+                if causal
+                else "far below (a key 100 above the rest in an earlier block here) "
+            )
+            + "it overflows to inf or is NaN. The running maximum can only grow: it is the larger of the old one and "
+            "the block's.",
+            _kernel_loop(running=False, causal=rule),
+        ),
     )
     if causal:
         below = rule
@@ -1076,6 +1184,17 @@ def _attention_variants(causal: bool) -> tuple[Variant, ...]:
             ),
         )
     return common + (
+        # Not for the causal kernel: there a future key's score counts in such a maximum, and on the test case with
+        # random scores in the hundreds some query's own scores are 126 to 150 below it in base 2, where exp2 gives a
+        # subnormal number or 0 depending on the machine's NumPy (so whether the kernel gives NaN there does too).
+        Variant(
+            "the block's maximum was taken over the scores before the mask set any of them to -inf: a key past "
+            "n_keys (its K row loaded as 0, so its score is 0) then counts in the maximum though it gets no weight, "
+            "and for a query whose own scores are all far below 0 (about -400 here), every exp2(s - m_new) "
+            "underflows to 0, l stays 0, and acc / l is 0 / 0 = NaN. The maximum must be taken over the scores after "
+            "the mask.",
+            _kernel_loop(max_before_mask=True),
+        ),
         Variant(
             "keys past n_keys got weight: their K rows were loaded as 0 (the load was masked), so their score is "
             "0, not -inf, and exp2(0 - m) is not 0. A key past the end must get score -inf, whatever its K row holds.",
@@ -1101,9 +1220,10 @@ def _attention_exercise(causal: bool) -> Exercise:
         units=(QUERIES,),
         launch=launch_attention,
         variants=_attention_variants(causal),
-        large_note="This test case has large inputs: scores in the hundreds. exp2 of a score times log2(e) is inf "
-        "in float32 above about 88, so inf / inf gives NaN: subtract the running maximum before tl.exp2, "
-        "exp2(s - m_new) with s in base 2, which is at most 1.",
+        large_note="This test case has large inputs: scores in the hundreds, or about -400, or one key 100 above the "
+        "rest. exp of a score is inf in float32 above about 88 and 0 below about -104, so inf / inf or 0 / 0 gives "
+        "NaN: every exponent must be at most 0, a score minus a maximum at least as large (s - m_new), or an old "
+        "maximum minus the new one (m - m_new), and a query's largest score must give exp2(0) = 1.",
         nan_note=KERNEL_NAN_NOTE,
         hint=(
             (
@@ -1140,6 +1260,230 @@ def _attention_exercise(causal: bool) -> Exercise:
 ATTENTION_KERNEL = _attention_exercise(causal=False)
 CAUSAL_ATTENTION_KERNEL = _attention_exercise(causal=True)
 
+
+# --------------------------------------------------------------------------------------------
+# dv_kernel (Triton, under the interpreter): the backward's dV, keys outside
+# --------------------------------------------------------------------------------------------
+
+
+def _dv_cases() -> list[Case]:
+    g = generator(98)
+    head_dim = 16
+
+    def case(description, tags, n_q, n_k, block_m, block_n, causal, scale=1.0) -> Case:
+        q, k = scale * randn(g, n_q, head_dim), scale * randn(g, n_k, head_dim)
+        d_out = randn(g, n_q, head_dim)
+        s = q.double() @ k.double().T / math.sqrt(head_dim)
+        if causal:
+            s = s.masked_fill(torch.ones(n_q, n_k, dtype=torch.bool).triu(1), NEG_INF)
+        lse = torch.logsumexp(s, dim=1).float()  # what the forward saved: natural log, over the keys each query sees
+        return Case(description, (q, k, d_out, lse, block_m, block_n, causal), tags)
+
+    return [
+        case("32 queries, 32 keys, head_dim 16, BLOCK_M 16, BLOCK_N 16, not causal: full blocks", kinds(UNPADDED),
+             32, 32, 16, 16, False),
+        case("40 queries, 24 keys, BLOCK_M 16, BLOCK_N 16, not causal: the last query block holds 8 queries of 16, "
+             "the last key block 8 keys", kinds(PADDED), 40, 24, 16, 16, False),
+        case("48 queries and keys, causal, BLOCK_M 16, BLOCK_N 16: full blocks", kinds(UNPADDED), 48, 48, 16, 16,
+             True),
+        case("48 queries and keys, causal, BLOCK_M 32, BLOCK_N 16: the last query block holds 16 of 32, and key "
+             "block 1 (keys 16 to 31) starts inside query block 0", kinds(PADDED), 48, 48, 32, 16, True),
+        case("40 queries and keys, causal, BLOCK_M 16, BLOCK_N 32: the last query block holds 8, the last key block "
+             "8 of 32", kinds(PADDED), 40, 40, 16, 32, True),
+        case("one query and one key, causal, BLOCK_M 16, BLOCK_N 16", kinds(ONE, PADDED), 1, 1, 16, 16, True),
+        case("48 queries and keys, causal, BLOCK_M 16, BLOCK_N 16, scores in the hundreds (exp of a score "
+             "overflows)", kinds(LARGE, UNPADDED), 48, 48, 16, 16, True, scale=6.0),
+    ]  # fmt: skip
+
+
+def _dv(q, k, d_out, lse, block_m, block_n, causal):
+    """dV = P^T dO: the gradient that flows back to V through attention(q, k, v) (causal or not) from the output's
+    gradient d_out, by autograd through naive_attention in float64 (V's values do not enter it); lse is not needed."""
+    with torch.enable_grad():  # the checks compute references under no_grad
+        v = torch.zeros(k.shape, dtype=torch.float64, requires_grad=True)
+        naive_attention(q.double(), k.double(), v, is_causal=causal).backward(d_out.double())
+    return v.grad.float()
+
+
+def _dv_loop(p_rule="lse", scaled=True, pad_keys=True, lse_pad=0.0, transpose=True, accumulate=True,
+             rule=lambda i, j: j <= i, loop="diagonal", mask_layout="p_t"):  # fmt: skip
+    """What a dV kernel computes with one known mistake, block by block as it does (keys outside, BLOCK_M queries at a
+    time, padding rows of Q and dO loaded as 0, in float32): P^T rebuilt by ``p_rule`` ("lse": exp2(s qk_scale -
+    lse log2(e)); "lse_natural": lse not converted to base 2; "no_log2e": exp2(s sm_scale - lse); "exp_log2e": exp
+    of the base-2 numbers; "tile": a softmax over the tile's keys, the padding keys masked if ``pad_keys``); sm_scale
+    left out; the padding queries' lse loaded as ``lse_pad``; P not transposed (P dO, which runs only when BLOCK_M ==
+    BLOCK_N); dV set rather than added to (only the last query block counts); with causal, the mask ``rule(query,
+    key)``, built for P and applied to P^T (``mask_layout`` "p"), over the query blocks ``loop``: "diagonal", from
+    the block that holds the program's first key; "every", all of them; "block_number", from block number
+    program_id; "forward", those up to the program's last key (the forward's bound)."""
+
+    def dv_of(q, k, d_out, lse, block_m, block_n, causal):
+        n_q, head_dim = q.shape
+        n_k = k.shape[0]
+        scale = 1.0 / math.sqrt(head_dim) if scaled else 1.0
+        dv = torch.empty(n_k, head_dim)
+        for program, start_n in enumerate(range(0, n_k, block_n)):
+            keys = torch.arange(start_n, start_n + block_n)
+            kb = torch.zeros(block_n, head_dim)
+            kb[keys < n_k] = k[keys[keys < n_k]]
+            acc = torch.zeros(block_n, head_dim)
+            lo, hi = 0, n_q
+            if causal and loop == "diagonal":
+                lo = start_n // block_m * block_m
+            elif causal and loop == "block_number":
+                lo = program * block_m
+            elif causal and loop == "forward":
+                hi = min(start_n + block_n, n_q)
+            for start_m in range(lo, hi, block_m):
+                rows = torch.arange(start_m, start_m + block_m)
+                real = rows < n_q
+                qb, dob = torch.zeros(block_m, head_dim), torch.zeros(block_m, head_dim)
+                lb = torch.full((block_m,), lse_pad)
+                qb[real], dob[real], lb[real] = q[rows[real]], d_out[rows[real]], lse[rows[real]]
+                s_t = kb @ qb.T * scale  # (BLOCK_N, BLOCK_M)
+                allowed = torch.ones(block_n, block_m, dtype=torch.bool)
+                if causal and mask_layout == "p":
+                    allowed = rule(start_m + torch.arange(block_m)[:, None], start_n + torch.arange(block_n)[None, :])
+                elif causal:
+                    allowed = rule(rows[None, :], keys[:, None])
+                if p_rule == "tile":
+                    visible = allowed & ((keys < n_k)[:, None] if pad_keys else True)
+                    p_t = torch.softmax(s_t.masked_fill(~visible, NEG_INF), dim=0)
+                else:
+                    x = {"lse": (s_t * LOG2_E - lb[None, :] * LOG2_E, 2.0),
+                         "lse_natural": (s_t * LOG2_E - lb[None, :], 2.0),
+                         "no_log2e": (s_t - lb[None, :], 2.0),
+                         "exp_log2e": (s_t * LOG2_E - lb[None, :] * LOG2_E, math.e)}[p_rule]  # fmt: skip
+                    p_t = torch.where(allowed, torch.pow(x[1], x[0]), 0.0)
+                contribution = p_t @ dob if transpose else p_t.T @ dob
+                acc = acc + contribution if accumulate else contribution
+            dv[start_n : start_n + block_n] = acc[: min(block_n, n_k - start_n)]
+        return dv
+
+    return dv_of
+
+
+def _dv_variants() -> tuple[Variant, ...]:
+    def tile(**changes):
+        return tuple(_dv_loop(p_rule="tile", loop=loop, pad_keys=pad, **changes) for loop in ("diagonal", "every")
+                     for pad in (True, False))  # fmt: skip
+
+    return (
+        Variant(
+            "P was recomputed as a softmax over the tile's keys (its own maximum and sum), not rebuilt from lse: the "
+            "tile holds only BLOCK_N of each query's keys, so the weights sum to one over the wrong set. lse, the "
+            "log-sum-exp over all the keys a query sees, is what makes P_ij = exp(s_ij - lse_i) exact in every tile.",
+            *tile(),
+        ),
+        Variant(
+            "lse was used as it came, in natural units, next to scores in base 2: the kernel's exponent is a score "
+            "times sm_scale * log2(e) minus lse, but exp(s - lse) = exp2((s - lse) * log2(e)), so lse too must be "
+            "multiplied by log2(e).",
+            _dv_loop(p_rule="lse_natural"),
+        ),
+        Variant(
+            "tl.exp2 was used without the factor log2(e), on the score times sm_scale minus lse: that is 2 to the "
+            "power s - lse, not e to it. exp(z) = exp2(z * log2(e)), for the whole exponent.",
+            _dv_loop(p_rule="no_log2e"),
+        ),
+        Variant(
+            "the exponent was converted to base 2 (multiplied by log2(e)) and then given to tl.exp: the factor "
+            "log2(e) belongs with tl.exp2, exp(z) = exp2(z * log2(e)).",
+            _dv_loop(p_rule="exp_log2e"),
+        ),
+        Variant(
+            "the scores were not multiplied by sm_scale (1 / sqrt(HEAD_DIM)): lse is the log-sum-exp of the scaled "
+            "scores, so P = exp(s * sm_scale - lse) needs them scaled too.",
+            _dv_loop(scaled=False),
+        ),
+        Variant(
+            "P was not transposed: P dO adds each query's weights over keys to the rows of keys, and runs only when "
+            "BLOCK_M equals BLOCK_N. Key j's dV gathers over the queries, dV_j = sum over i of P_ij dO_i: that is "
+            "P^T dO, a (BLOCK_N, BLOCK_M) tile times a (BLOCK_M, HEAD_DIM) one.",
+            _dv_loop(transpose=False),
+        ),
+        Variant(
+            "dV keeps only the last block of queries: each block's product replaced the sum of the earlier ones "
+            "instead of adding to it. dV_j sums over every query that sees key j.",
+            _dv_loop(accumulate=False),
+        ),
+        Variant(
+            "the padding queries of the last, partial block (past n_queries) got infinite weight: their lse was "
+            "loaded as -inf, so exp2(s - lse) is inf, and inf times their dO rows (loaded as 0) is NaN. A padding "
+            "query must add nothing: either its weights or its dO row must come out 0, and inf * 0 is not 0.",
+            _dv_loop(lse_pad=NEG_INF),
+        ),
+        Variant(
+            "no causal mask at all: P was rebuilt for the keys in a query's future too, where exp(s - lse) is not a "
+            "weight at all (lse covers only the keys the query sees). Key j gets dV from the queries i >= j only.",
+            _dv_loop(rule=lambda i, j: j >= 0, loop="every"),
+        ),
+        Variant(
+            "the diagonal is off by one, one key too few: a query's weight on its own key was dropped. Query i sees "
+            "key j when j <= i, so key i too.",
+            _dv_loop(rule=lambda i, j: j < i),
+            _dv_loop(rule=lambda i, j: j < i, loop="every"),
+        ),
+        Variant(
+            "the diagonal is off by one, one key too many: each key also gets dV from the query just before it, "
+            "which does not see it. Query i sees key j when j <= i.",
+            _dv_loop(rule=lambda i, j: j <= i + 1),
+            _dv_loop(rule=lambda i, j: j <= i + 1, loop="every"),
+        ),
+        Variant(
+            "the loop over the queries took the forward's bound, in the wrong direction: it covers the query blocks "
+            "up to this program's last key, whose queries come before (or at) these keys and mostly do not see them, "
+            "and never reaches the queries after them, the ones that do. With the keys outside, the blocks to skip "
+            "are the first ones: a key is seen by the queries at or after it.",
+            _dv_loop(loop="forward"),
+        ),
+        Variant(
+            "the loop over the queries starts at query block number program_id, as if a key block and a query block "
+            "covered the same positions: right only when BLOCK_M equals BLOCK_N. The first query that sees this "
+            "program's keys is the one at position start_n, in the query block that holds it.",
+            _dv_loop(loop="block_number"),
+        ),
+        Variant(
+            "the causal mask was built for P, (BLOCK_M, BLOCK_N) with queries down and keys across, and applied to "
+            "P^T, (BLOCK_N, BLOCK_M) with keys down: it runs only when BLOCK_M equals BLOCK_N, and compares the "
+            "wrong positions. In P^T, row a is key start_n + a and column b is query start_m + b.",
+            _dv_loop(mask_layout="p"),
+            _dv_loop(mask_layout="p", loop="every"),
+        ),
+    )
+
+
+DV_KERNEL = Exercise(
+    name="dv_kernel",
+    lesson=LESSON_BACKWARD,
+    params=("q", "k", "d_out", "lse", "block_m", "block_n", "causal"),
+    returns=(("n_keys", "head_dim"),),
+    reference=_dv,
+    make_cases=_dv_cases,
+    units=(KEYS,),
+    launch=launch_dv,
+    variants=_dv_variants(),
+    large_note="This test case has large inputs: scores in the hundreds. exp of a score is inf in float32 above "
+    "about 88, so exp(s) / exp(lse) is inf / inf = NaN: rebuild P in one step, with the exponent s * sm_scale - lse, "
+    "which is at most 0.",
+    nan_note=KERNEL_NAN_NOTE,
+    hint=(
+        "This program owns BLOCK_N keys and must visit every query that sees them. The forward saved, per query, "
+        "what makes its weights exact without the other keys: which number, and in which units? With a causal mask, "
+        "which queries see key start_n, and which block of queries holds the first of them?",
+        "Per block of queries: rows = start_m + 0 .. BLOCK_M - 1, loads of Q, dO and LSE masked where rows >= "
+        "n_queries (dO as 0); P^T = exp2(K Q^T * sm_scale * log2(e) - lse * log2(e)), a (BLOCK_N, BLOCK_M) tile; "
+        "with CAUSAL, 0 where key > query, and the loop may start at the block that holds query start_n; "
+        "dV += P^T dO.",
+        "`lo = 0`, and under `if CAUSAL:` `lo = (start_n // BLOCK_M) * BLOCK_M`; in `for start_m in "
+        "range(lo, n_queries, BLOCK_M)`: `rows = start_m + tl.arange(0, BLOCK_M)`; `q = tl.load(Q + rows[:, None] * "
+        "stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)`, dO likewise with stride_do, `lse = "
+        "tl.load(LSE + rows, mask=rows < n_queries, other=0.0)`; `p_t = tl.exp2(tl.dot(k, tl.trans(q)) * sm_scale "
+        "* 1.4426950408889634 - lse[None, :] * 1.4426950408889634)`; with CAUSAL `p_t = tl.where(keys[:, None] <= "
+        "rows[None, :], p_t, 0.0)`; `dv += tl.dot(p_t, do)`.",
+    ),
+)
+
 EXERCISES = (
     MERGE_SOFTMAX_STATES,
     CAUSAL_TILES,
@@ -1149,4 +1493,5 @@ EXERCISES = (
     SOFTMAX_KERNEL,
     ATTENTION_KERNEL,
     CAUSAL_ATTENTION_KERNEL,
+    DV_KERNEL,
 )

@@ -1,9 +1,9 @@
 """Lesson 08, 08_flash_attention: the galleries of its exercises (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS,
 KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes them): Part A, ``merge_softmax_states``,
 ``causal_tiles``, ``causal_block_update``, ``tile_backward`` and ``benchmark_median``; Part B, the Triton kernels
-``softmax_kernel``, ``attention_kernel`` and ``causal_attention_kernel`` (after Part A, and only where triton is
-installed). The attention mutants are switches of one kernel (``_attention_with``); the kernels of the independent
-gallery are written out.
+``softmax_kernel``, ``attention_kernel`` and ``causal_attention_kernel``, and lesson 08b's ``dv_kernel`` (after Part A,
+and only where triton is installed). The attention mutants are switches of one kernel (``_attention_with``), the dV
+ones of another (``_dv_with``); the kernels of the independent gallery are written out.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from .common import GENERIC, batch_of_one
 NEG_INF = float("-inf")
 # A kernel's output is a buffer the launcher allocates: it cannot lose its batch axis, so its mistake of a batch of
 # one is another (common.batch_of_one leaves the kernels out).
-KERNEL_EXERCISES = ("softmax_kernel", "attention_kernel", "causal_attention_kernel")
+KERNEL_EXERCISES = ("softmax_kernel", "attention_kernel", "causal_attention_kernel", "dv_kernel")
 
 # --------------------------------------------------------------------------------------------
 # Correct versions, written as a learner would
@@ -1193,6 +1193,53 @@ if triton is not None:
             tl.store(Y + row * stride_x + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
 
     @triton.jit
+    def sk_block_max(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.max(x, 0)  # the block's own maximum replaces the running one
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_first_block_max(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        first = tl.arange(0, BLOCK)
+        m = tl.max(tl.load(X + row * stride_x + first, mask=first < n_cols, other=float("-inf")), 0)  # never updated
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            l += tl.sum(tl.exp2((x - m) * 1.4426950408889634), 0)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_max_from_zero(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.zeros([1], tl.float32)  # as if no number were below 0
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
     def sk_no_max(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
         row = tl.program_id(0)
         l = tl.zeros([1], tl.float32)
@@ -1335,6 +1382,38 @@ if triton is not None:
             tl.store(Y + pid * stride_y + idx, tl.exp2((x - m) * 0.6931471805599453) / l, mask=idx < n_cols)
 
     @triton.jit
+    def skb_newest_block_max(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        top = tl.full([1], float("-inf"), tl.float32)
+        total = tl.zeros([1], tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            block_top = tl.max(vals, 0)
+            total = total * tl.exp(top - block_top) + tl.sum(tl.exp(vals - block_top), 0)  # "the newest maximum"
+            top = block_top
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            tl.store(Y + pid * stride_y + idx, tl.exp(vals - top) / total, mask=idx < n_cols)
+
+    @triton.jit
+    def skb_max_from_minus_ten(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        top = tl.full([1], -10.0, tl.float32)  # "scores are never below -10"
+        total = tl.zeros([1], tl.float32)
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            new_top = tl.maximum(top, tl.max(vals, 0))
+            total = total * tl.exp(top - new_top) + tl.sum(tl.exp(vals - new_top), 0)
+            top = new_top
+        for s in range(0, n_cols, BLOCK):
+            idx = s + tl.arange(0, BLOCK)
+            vals = tl.load(X + pid * stride_x + idx, mask=idx < n_cols, other=float("-inf"))
+            tl.store(Y + pid * stride_y + idx, tl.exp(vals - top) / total, mask=idx < n_cols)
+
+    @triton.jit
     def skb_loop_forever(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
         start = 0
         while start < n_cols:  # start never moves
@@ -1460,9 +1539,12 @@ if triton is not None:
                         RESCALE_ACC: tl.constexpr = True, EXP2: tl.constexpr = True, LOG2E: tl.constexpr = True,
                         SCALED: tl.constexpr = True, SCORE_MASK: tl.constexpr = True, BOUND: tl.constexpr = 0,
                         LOAD_MASK: tl.constexpr = True, Q_MASK: tl.constexpr = True, MAX: tl.constexpr = True,
-                        SWAP: tl.constexpr = False, FAST_PATH_BUG: tl.constexpr = False):  # fmt: skip
+                        SWAP: tl.constexpr = False, FAST_PATH_BUG: tl.constexpr = False,
+                        M_ZERO: tl.constexpr = False, RUNNING: tl.constexpr = True,
+                        MAX_BEFORE_MASK: tl.constexpr = False):  # fmt: skip
         """RULE: 0 no causal mask, 1 j <= i, 2 j < i, 3 j <= i + 1; HI: 0 every key block, 1 up to the block's last
-        query, 2 up to its first; BOUND: the key mask is keys < n_keys + BOUND."""
+        query, 2 up to its first; BOUND: the key mask is keys < n_keys + BOUND; M_ZERO: m starts at 0; RUNNING: False,
+        each block's maximum replaces m; MAX_BEFORE_MASK: the maximum of the scores before the mask, p masked."""
         start_m = tl.program_id(0) * BLOCK_M
         rows = start_m + tl.arange(0, BLOCK_M)
         dims = tl.arange(0, HEAD_DIM)
@@ -1471,6 +1553,8 @@ if triton is not None:
         else:
             q = tl.load(Q + rows[:, None] * stride_q + dims[None, :])
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        if M_ZERO:
+            m = tl.zeros([BLOCK_M], tl.float32)
         l = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
         factor = 1.0
@@ -1508,10 +1592,16 @@ if triton is not None:
                 valid = valid & (keys[None, :] < rows[:, None])
             if RULE == 3:
                 valid = valid & (keys[None, :] <= rows[:, None] + 1)
+            raw = s
             s = tl.where(valid, s, float("-inf"))
             m_new = tl.zeros([BLOCK_M], tl.float32)
             if MAX:
-                m_new = tl.maximum(m, tl.max(s, 1))
+                if MAX_BEFORE_MASK:
+                    m_new = tl.maximum(m, tl.max(raw, 1))
+                elif RUNNING:
+                    m_new = tl.maximum(m, tl.max(s, 1))
+                else:
+                    m_new = tl.max(s, 1)
             if EXP2:
                 p = tl.exp2(s - m_new[:, None])
                 alpha = tl.exp2(m - m_new)
@@ -1606,6 +1696,24 @@ if triton is not None:
                         BLOCK_N, HEAD_DIM, MAX=False)  # fmt: skip
 
     @triton.jit
+    def ak_max_from_zero(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, M_ZERO=True)  # fmt: skip
+
+    @triton.jit
+    def ak_block_max(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RUNNING=False)  # fmt: skip
+
+    @triton.jit
+    def ak_max_before_mask(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, MAX_BEFORE_MASK=True)  # fmt: skip
+
+    @triton.jit
     def ak_fast_path_without_rescale(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
                                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
         _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
@@ -1664,6 +1772,18 @@ if triton is not None:
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
         _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
                         BLOCK_N, HEAD_DIM, RULE=1, HI=1, LOAD_MASK=False)  # fmt: skip
+
+    @triton.jit
+    def ck_max_from_zero(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=1, M_ZERO=True)  # fmt: skip
+
+    @triton.jit
+    def ck_block_max(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        _attention_with(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale, BLOCK_M,
+                        BLOCK_N, HEAD_DIM, RULE=1, HI=1, RUNNING=False)  # fmt: skip
 
     @triton.jit
     def ck_no_max(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
@@ -1797,6 +1917,143 @@ if triton is not None:
             sc = tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, float("-inf"))
             mx_new = tl.maximum(mx, tl.max(sc, 1))
             w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def akb_weights_masked_not_scores(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                      HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.dot(q, kt) * sm_scale
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.where(c[None, :] < n_keys, tl.exp(sc - mx_new[:, None]), 0.0)  # the weights masked, not the scores
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def akb_max_from_minus_hundred(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], -100.0, tl.float32)  # "lower than any score"
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def akb_first_block_unmasked(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        c = tl.arange(0, BLOCK_N)  # "the first block of keys is always full": it starts the state
+        sc = tl.dot(q, tl.load(K + c[None, :] * stride_k + d[:, None])) * sm_scale
+        mx = tl.max(sc, 1)
+        w = tl.exp(sc - mx[:, None])
+        den = tl.sum(w, 1)
+        num = tl.dot(w, tl.load(V + c[:, None] * stride_v + d[None, :]))
+        for j in range(BLOCK_N, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.maximum(mx, tl.max(sc, 1))
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def akb_max_from_first_block(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        c = tl.arange(0, BLOCK_N)
+        k0 = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+        mx = tl.max(tl.where(c[None, :] < n_keys, tl.dot(q, k0) * sm_scale, float("-inf")), 1)  # kept for every block
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, n_keys, BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            w = tl.exp(tl.where(c[None, :] < n_keys, tl.dot(q, kt) * sm_scale, float("-inf")) - mx[:, None])
+            den += tl.sum(w, 1)
+            num += tl.dot(w, vv)
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def ckb_newest_block_max(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        start = tl.program_id(0) * BLOCK_M
+        r = start + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, tl.minimum(start + BLOCK_M, n_keys), BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.where((c[None, :] < n_keys) & (c[None, :] <= r[:, None]), tl.dot(q, kt) * sm_scale, float("-inf"))
+            mx_new = tl.max(sc, 1)  # this block's maximum
+            w = tl.exp(sc - mx_new[:, None])
+            shrink = tl.exp(mx - mx_new)
+            den = den * shrink + tl.sum(w, 1)
+            num = num * shrink[:, None] + tl.dot(w, vv)
+            mx = mx_new
+        tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
+
+    @triton.jit
+    def ckb_weights_masked_not_scores(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                      HEAD_DIM: tl.constexpr):  # fmt: skip
+        start = tl.program_id(0) * BLOCK_M
+        r = start + tl.arange(0, BLOCK_M)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+        mx = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        den = tl.zeros([BLOCK_M], tl.float32)
+        num = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for j in range(0, tl.minimum(start + BLOCK_M, n_keys), BLOCK_N):
+            c = j + tl.arange(0, BLOCK_N)
+            kt = tl.load(K + c[None, :] * stride_k + d[:, None], mask=c[None, :] < n_keys, other=0.0)
+            vv = tl.load(V + c[:, None] * stride_v + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+            sc = tl.dot(q, kt) * sm_scale
+            mx_new = tl.maximum(mx, tl.max(sc, 1))  # future keys count in the maximum
+            w = tl.where((c[None, :] < n_keys) & (c[None, :] <= r[:, None]), tl.exp(sc - mx_new[:, None]), 0.0)
             shrink = tl.exp(mx - mx_new)
             den = den * shrink + tl.sum(w, 1)
             num = num * shrink[:, None] + tl.dot(w, vv)
@@ -1942,12 +2199,398 @@ if triton is not None:
             mx = mx_new
         tl.store(O + r[:, None] * stride_o + d[None, :], num / den[:, None], mask=r[:, None] < n_queries)
 
+    # ----------------------------------------------------------------------------------------
+    # dv_kernel (lesson 08b): correct versions
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def learner_dv_kernel(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                          CAUSAL: tl.constexpr):  # fmt: skip
+        start_n = tl.program_id(0) * BLOCK_N
+        keys = start_n + tl.arange(0, BLOCK_N)
+        dims = tl.arange(0, HEAD_DIM)
+        k = tl.load(K + keys[:, None] * stride_k + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+        dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        lo = 0
+        if CAUSAL:
+            lo = start_n  # the first query that sees key start_n; the blocks of queries need not be aligned
+        for start_m in range(lo, n_queries, BLOCK_M):
+            rows = start_m + tl.arange(0, BLOCK_M)
+            q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+            do = tl.load(DO + rows[:, None] * stride_do + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+            lse = tl.load(LSE + rows, mask=rows < n_queries, other=0.0)
+            s_t = tl.dot(k, tl.trans(q)) * (sm_scale * 1.4426950408889634) - lse[None, :] * 1.4426950408889634
+            if CAUSAL:
+                s_t = tl.where(keys[:, None] <= rows[None, :], s_t, float("-inf"))
+            dv += tl.dot(tl.exp2(s_t), do)
+        tl.store(DV + keys[:, None] * stride_dv + dims[None, :], dv, mask=keys[:, None] < n_keys)
+
+    @triton.jit
+    def learner_dv_kernel_every_block(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+                                      sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                                      CAUSAL: tl.constexpr):  # fmt: skip
+        offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_d = tl.arange(0, HEAD_DIM)
+        k = tl.load(K + offs_n[:, None] * stride_k + offs_d[None, :], mask=offs_n[:, None] < n_keys, other=0.0)
+        grad_v = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        for start in range(0, n_queries, BLOCK_M):  # every block of queries, the masked ones too
+            offs_m = start + tl.arange(0, BLOCK_M)
+            ok = offs_m < n_queries
+            q = tl.load(Q + offs_m[:, None] * stride_q + offs_d[None, :], mask=ok[:, None], other=0.0)
+            do = tl.load(DO + offs_m[:, None] * stride_do + offs_d[None, :], mask=ok[:, None], other=0.0)
+            lse = tl.load(LSE + offs_m, mask=ok, other=0.0)
+            p = tl.exp(tl.dot(q, tl.trans(k)) * sm_scale - lse[:, None])  # P: (BLOCK_M, BLOCK_N), natural exp
+            keep = ok[:, None]
+            if CAUSAL:
+                keep = keep & (offs_n[None, :] <= offs_m[:, None])
+            p = tl.where(keep, p, 0.0)
+            grad_v += tl.dot(tl.trans(p), do)
+        tl.store(DV + offs_n[:, None] * stride_dv + offs_d[None, :], grad_v, mask=offs_n[:, None] < n_keys)
+
+    # ----------------------------------------------------------------------------------------
+    # dv_kernel: mutants, each one switch of one kernel
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+                 P_RULE: tl.constexpr = 0, SCALED: tl.constexpr = True, LSE_PAD: tl.constexpr = 0.0,
+                 TRANSPOSE: tl.constexpr = True, ACCUMULATE: tl.constexpr = True, RULE: tl.constexpr = 1,
+                 LOOP: tl.constexpr = 0, MASK_FOR_P: tl.constexpr = False, LAST: tl.constexpr = 0,
+                 FAST_PATH_BUG: tl.constexpr = False, EXP_OVER_EXP: tl.constexpr = False):  # fmt: skip
+        """P_RULE: 0 lse, 1 a softmax over the tile's keys, 2 lse not in base 2, 3 no log2(e), 4 tl.exp of base 2;
+        RULE: 0 no causal mask, 1 j <= i, 2 j < i, 3 j <= i + 1; LOOP: 0 from the diagonal's block, 1 every block,
+        2 from block number program_id, 3 up to the last key (the forward's bound); LAST: the loop ends at n_queries
+        - LAST; FAST_PATH_BUG: sm_scale left out when every block is full; EXP_OVER_EXP: exp(s) / exp(lse)."""
+        pid = tl.program_id(0)
+        start_n = pid * BLOCK_N
+        keys = start_n + tl.arange(0, BLOCK_N)
+        dims = tl.arange(0, HEAD_DIM)
+        k = tl.load(K + keys[:, None] * stride_k + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+        dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        scale = sm_scale
+        if not SCALED:
+            scale = 1.0
+        if FAST_PATH_BUG and (n_queries % BLOCK_M == 0) and (n_keys % BLOCK_N == 0):
+            scale = 1.0
+        lo = 0
+        hi = n_queries - LAST
+        if CAUSAL and LOOP == 0:
+            lo = (start_n // BLOCK_M) * BLOCK_M
+        if CAUSAL and LOOP == 2:
+            lo = pid * BLOCK_M
+        if CAUSAL and LOOP == 3:
+            hi = tl.minimum(start_n + BLOCK_N, n_queries)
+        for start_m in range(lo, hi, BLOCK_M):
+            rows = start_m + tl.arange(0, BLOCK_M)
+            q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+            do = tl.load(DO + rows[:, None] * stride_do + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+            lse = tl.load(LSE + rows, mask=rows < n_queries, other=LSE_PAD)
+            s_t = tl.dot(k, tl.trans(q)) * scale  # (BLOCK_N, BLOCK_M)
+            allowed = keys[:, None] >= 0
+            if CAUSAL:
+                if MASK_FOR_P:
+                    allowed = (keys[None, :] <= rows[:, None]) & (keys[None, :] >= 0)
+                elif RULE == 1:
+                    allowed = keys[:, None] <= rows[None, :]
+                elif RULE == 2:
+                    allowed = keys[:, None] < rows[None, :]
+                elif RULE == 3:
+                    allowed = keys[:, None] <= rows[None, :] + 1
+            if P_RULE == 1:
+                s_t = tl.where(allowed & (keys[:, None] < n_keys), s_t, float("-inf"))
+                e = tl.exp(s_t - tl.max(s_t, 0)[None, :])
+                p_t = e / tl.sum(e, 0)[None, :]
+            elif EXP_OVER_EXP:
+                p_t = tl.where(allowed, tl.exp(s_t) / tl.exp(lse)[None, :], 0.0)
+            elif P_RULE == 2:
+                p_t = tl.where(allowed, tl.exp2(s_t * 1.4426950408889634 - lse[None, :]), 0.0)
+            elif P_RULE == 3:
+                p_t = tl.where(allowed, tl.exp2(s_t - lse[None, :]), 0.0)
+            elif P_RULE == 4:
+                p_t = tl.where(allowed, tl.exp(s_t * 1.4426950408889634 - lse[None, :] * 1.4426950408889634), 0.0)
+            else:
+                p_t = tl.where(allowed, tl.exp2(s_t * 1.4426950408889634 - lse[None, :] * 1.4426950408889634), 0.0)
+            if TRANSPOSE:
+                contribution = tl.dot(p_t, do)
+            else:
+                contribution = tl.dot(tl.trans(p_t), do)
+            if ACCUMULATE:
+                dv += contribution
+            else:
+                dv = contribution
+        tl.store(DV + keys[:, None] * stride_dv + dims[None, :], dv, mask=keys[:, None] < n_keys)
+
+    @triton.jit
+    def dv_tile_softmax(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, P_RULE=1)  # fmt: skip
+
+    @triton.jit
+    def dv_lse_natural(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, P_RULE=2)  # fmt: skip
+
+    @triton.jit
+    def dv_exp2_without_log2e(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, P_RULE=3)  # fmt: skip
+
+    @triton.jit
+    def dv_exp_with_log2e(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, P_RULE=4)  # fmt: skip
+
+    @triton.jit
+    def dv_unscaled(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, SCALED=False)  # fmt: skip
+
+    @triton.jit
+    def dv_not_transposed(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, TRANSPOSE=False)  # fmt: skip
+
+    @triton.jit
+    def dv_not_accumulated(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, ACCUMULATE=False)  # fmt: skip
+
+    @triton.jit
+    def dv_padding_lse_minus_inf(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, LSE_PAD=float("-inf"))  # fmt: skip
+
+    @triton.jit
+    def dv_not_causal(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, RULE=0, LOOP=1)  # fmt: skip
+
+    @triton.jit
+    def dv_strict(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, RULE=2)  # fmt: skip
+
+    @triton.jit
+    def dv_one_ahead(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, RULE=3)  # fmt: skip
+
+    @triton.jit
+    def dv_forward_bound(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, LOOP=3)  # fmt: skip
+
+    @triton.jit
+    def dv_block_number(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, LOOP=2)  # fmt: skip
+
+    @triton.jit
+    def dv_mask_built_for_p(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, MASK_FOR_P=True)  # fmt: skip
+
+    @triton.jit
+    def dv_last_query_excluded(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, LAST=1)  # fmt: skip
+
+    @triton.jit
+    def dv_fast_path_unscaled(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, FAST_PATH_BUG=True)  # fmt: skip
+
+    @triton.jit
+    def dv_exp_over_exp(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, EXP_OVER_EXP=True)  # fmt: skip
+
+    # ----------------------------------------------------------------------------------------
+    # dv_kernel: independent bugs
+    # ----------------------------------------------------------------------------------------
+
+    @triton.jit
+    def dvb_softmax_per_tile(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                             CAUSAL: tl.constexpr):  # fmt: skip
+        c = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        d = tl.arange(0, HEAD_DIM)
+        kk = tl.load(K + c[:, None] * stride_k + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+        out = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        for i in range(0, n_queries, BLOCK_M):
+            r = i + tl.arange(0, BLOCK_M)
+            qq = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            g = tl.load(DO + r[:, None] * stride_do + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            sc = tl.dot(qq, tl.trans(kk)) * sm_scale
+            ok = c[None, :] < n_keys
+            if CAUSAL:
+                ok = ok & (c[None, :] <= r[:, None])
+            sc = tl.where(ok, sc, float("-inf"))
+            w = tl.exp(sc - tl.max(sc, 1)[:, None])
+            w = w / tl.sum(w, 1)[:, None]  # "the softmax, as in the forward"
+            out += tl.dot(tl.trans(w), g)
+        tl.store(DV + c[:, None] * stride_dv + d[None, :], out, mask=c[:, None] < n_keys)
+
+    @triton.jit
+    def dvb_lse_unmasked(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                         CAUSAL: tl.constexpr):  # fmt: skip
+        c = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        d = tl.arange(0, HEAD_DIM)
+        kk = tl.load(K + c[:, None] * stride_k + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+        out = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        for i in range(0, n_queries, BLOCK_M):
+            r = i + tl.arange(0, BLOCK_M)
+            qq = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            g = tl.load(DO + r[:, None] * stride_do + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            w = tl.exp(tl.dot(kk, tl.trans(qq)) * sm_scale - tl.load(LSE + r)[None, :])  # one number per query: no mask
+            if CAUSAL:
+                w = tl.where(c[:, None] <= r[None, :], w, 0.0)
+            out += tl.dot(w, g)
+        tl.store(DV + c[:, None] * stride_dv + d[None, :], out, mask=c[:, None] < n_keys)
+
+    @triton.jit
+    def dvb_do_with_q_stride(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                             CAUSAL: tl.constexpr):  # fmt: skip
+        c = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        d = tl.arange(0, HEAD_DIM)
+        kk = tl.load(K + c[:, None] * stride_k + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+        out = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        for i in range(0, n_queries, BLOCK_M):
+            r = i + tl.arange(0, BLOCK_M)
+            qq = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            g = tl.load(DO + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)  # dO "like Q"
+            lse = tl.load(LSE + r, mask=r < n_queries, other=0.0)
+            w = tl.exp(tl.dot(kk, tl.trans(qq)) * sm_scale - lse[None, :])
+            if CAUSAL:
+                w = tl.where(c[:, None] <= r[None, :], w, 0.0)
+            out += tl.dot(w, g)
+        tl.store(DV + c[:, None] * stride_dv + d[None, :], out, mask=c[:, None] < n_keys)
+
+    @triton.jit
+    def dvb_scale_on_weights(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                             CAUSAL: tl.constexpr):  # fmt: skip
+        c = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        d = tl.arange(0, HEAD_DIM)
+        kk = tl.load(K + c[:, None] * stride_k + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+        out = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        for i in range(0, n_queries, BLOCK_M):
+            r = i + tl.arange(0, BLOCK_M)
+            qq = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            g = tl.load(DO + r[:, None] * stride_do + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            lse = tl.load(LSE + r, mask=r < n_queries, other=0.0)
+            w = tl.exp(tl.dot(kk, tl.trans(qq)) - lse[None, :]) * sm_scale  # the scale on P, not on the scores
+            if CAUSAL:
+                w = tl.where(c[:, None] <= r[None, :], w, 0.0)
+            out += tl.dot(w, g)
+        tl.store(DV + c[:, None] * stride_dv + d[None, :], out, mask=c[:, None] < n_keys)
+
+    @triton.jit
+    def dvb_starts_after_diagonal(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+                                  sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                                  CAUSAL: tl.constexpr):  # fmt: skip
+        first = tl.program_id(0) * BLOCK_N
+        c = first + tl.arange(0, BLOCK_N)
+        d = tl.arange(0, HEAD_DIM)
+        kk = tl.load(K + c[:, None] * stride_k + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+        out = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        start = 0
+        if CAUSAL:
+            start = (first // BLOCK_M + 1) * BLOCK_M  # "the queries after this block of keys"
+        for i in range(start, n_queries, BLOCK_M):
+            r = i + tl.arange(0, BLOCK_M)
+            qq = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            g = tl.load(DO + r[:, None] * stride_do + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            lse = tl.load(LSE + r, mask=r < n_queries, other=0.0)
+            w = tl.exp(tl.dot(kk, tl.trans(qq)) * sm_scale - lse[None, :])
+            if CAUSAL:
+                w = tl.where(c[:, None] <= r[None, :], w, 0.0)
+            out += tl.dot(w, g)
+        tl.store(DV + c[:, None] * stride_dv + d[None, :], out, mask=c[:, None] < n_keys)
+
+    @triton.jit
+    def dvb_store_unmasked(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                           CAUSAL: tl.constexpr):  # fmt: skip
+        c = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        d = tl.arange(0, HEAD_DIM)
+        kk = tl.load(K + c[:, None] * stride_k + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+        out = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        for i in range(0, n_queries, BLOCK_M):
+            r = i + tl.arange(0, BLOCK_M)
+            qq = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            g = tl.load(DO + r[:, None] * stride_do + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            lse = tl.load(LSE + r, mask=r < n_queries, other=0.0)
+            w = tl.exp(tl.dot(kk, tl.trans(qq)) * sm_scale - lse[None, :])
+            if CAUSAL:
+                w = tl.where(c[:, None] <= r[None, :], w, 0.0)
+            out += tl.dot(w, g)
+        tl.store(DV + c[:, None] * stride_dv + d[None, :], out)  # "the padding keys' rows are never read"
+
+    @triton.jit
+    def dvb_sums_instead_of_product(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+                                    sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                                    CAUSAL: tl.constexpr):  # fmt: skip
+        c = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        d = tl.arange(0, HEAD_DIM)
+        kk = tl.load(K + c[:, None] * stride_k + d[None, :], mask=c[:, None] < n_keys, other=0.0)
+        out = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+        for i in range(0, n_queries, BLOCK_M):
+            r = i + tl.arange(0, BLOCK_M)
+            qq = tl.load(Q + r[:, None] * stride_q + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            g = tl.load(DO + r[:, None] * stride_do + d[None, :], mask=r[:, None] < n_queries, other=0.0)
+            lse = tl.load(LSE + r, mask=r < n_queries, other=0.0)
+            w = tl.exp(tl.dot(kk, tl.trans(qq)) * sm_scale - lse[None, :])
+            if CAUSAL:
+                w = tl.where(c[:, None] <= r[None, :], w, 0.0)
+            out += tl.sum(w, 1)[:, None] * tl.sum(g, 0)[None, :]  # each factor summed on its own
+        tl.store(DV + c[:, None] * stride_dv + d[None, :], out, mask=c[:, None] < n_keys)
+
     CORRECT.update(
         softmax_kernel=[learner_softmax_kernel, learner_softmax_kernel_three_passes, reference_kernel("softmax")],
         attention_kernel=[learner_attention_kernel, learner_attention_kernel_natural_exp,
                           reference_kernel("attention")],
         causal_attention_kernel=[learner_causal_attention_kernel, learner_causal_attention_kernel_every_block,
                                  reference_kernel("causal_attention")],
+        dv_kernel=[learner_dv_kernel, learner_dv_kernel_every_block, reference_kernel("dv")],
     )  # fmt: skip
     MUTANTS += [
         ("softmax_kernel", sk_no_rescale, "running sum l was not rescaled"),
@@ -1963,6 +2606,9 @@ if triton is not None:
         ("softmax_kernel", sk_row_offset_n_cols, "rows are stride_x = "),
         ("softmax_kernel", sk_store_with_stride_x, "rows are stride_y = "),
         ("softmax_kernel", sk_no_max, "maximum was not subtracted"),
+        ("softmax_kernel", sk_block_max, "each block's own maximum replaced the running maximum"),
+        ("softmax_kernel", sk_first_block_max, "taken from the first block only"),
+        ("softmax_kernel", sk_max_from_zero, "did not start at -inf"),
         ("attention_kernel", ak_acc_not_rescaled, "running output acc was not rescaled"),
         ("attention_kernel", ak_l_not_rescaled, "running sum l was not rescaled"),
         ("attention_kernel", ak_nothing_rescaled, "neither l nor acc"),
@@ -1974,6 +2620,9 @@ if triton is not None:
         ("attention_kernel", ak_mask_one_long, "one past the last"),
         ("attention_kernel", ak_kv_unmasked, "needs a mask: `mask=... < n_keys`"),
         ("attention_kernel", ak_k_strides_swapped, "stride used for the wrong axis"),
+        ("attention_kernel", ak_max_from_zero, "did not start at -inf"),
+        ("attention_kernel", ak_block_max, "each block's own maximum replaced the running maximum"),
+        ("attention_kernel", ak_max_before_mask, "before the mask set any of them to -inf: a key past n_keys"),
         ("causal_attention_kernel", ck_strict, "one key too few"),
         ("causal_attention_kernel", ck_one_ahead, "one key too many"),
         ("causal_attention_kernel", ck_diagonal_unmasked, "no mask inside the tiles the diagonal crosses"),
@@ -1981,11 +2630,28 @@ if triton is not None:
         ("causal_attention_kernel", ck_not_causal, "no causal mask at all"),
         ("causal_attention_kernel", ck_acc_not_rescaled, "running output acc was not rescaled"),
         ("causal_attention_kernel", ck_exp2_without_log2e, "without the factor log2(e)"),
+        ("dv_kernel", dv_tile_softmax, "a softmax over the tile's keys"),
+        ("dv_kernel", dv_lse_natural, "lse was used as it came, in natural units"),
+        ("dv_kernel", dv_exp2_without_log2e, "tl.exp2 was used without the factor log2(e)"),
+        ("dv_kernel", dv_exp_with_log2e, "and then given to tl.exp"),
+        ("dv_kernel", dv_unscaled, "not multiplied by sm_scale"),
+        ("dv_kernel", dv_not_transposed, "P was not transposed"),
+        ("dv_kernel", dv_not_accumulated, "keeps only the last block of queries"),
+        ("dv_kernel", dv_padding_lse_minus_inf, "got infinite weight"),
+        ("dv_kernel", dv_not_causal, "no causal mask at all"),
+        ("dv_kernel", dv_strict, "one key too few"),
+        ("dv_kernel", dv_one_ahead, "one key too many"),
+        ("dv_kernel", dv_forward_bound, "the forward's bound, in the wrong direction"),
+        ("dv_kernel", dv_block_number, "starts at query block number program_id"),
+        ("dv_kernel", dv_mask_built_for_p, "the causal mask was built for P"),
+        ("causal_attention_kernel", ck_max_from_zero, "did not start at -inf"),
+        ("causal_attention_kernel", ck_block_max, "each block's own maximum replaced the running maximum"),
     ]
     OFF_BY_ONE.update(
         softmax_kernel=(sk_mask_one_long, sk_mask_one_short),
         attention_kernel=(ak_mask_one_long, ak_mask_one_short),
         causal_attention_kernel=(ck_one_ahead, ck_strict),
+        dv_kernel=(dv_one_ahead, dv_strict),
     )
     KIND_MUTANTS += [
         ("softmax_kernel", sk_first_block_unmasked, ONE, "past the end of the row"),
@@ -2000,6 +2666,10 @@ if triton is not None:
         ("causal_attention_kernel", ck_kv_unmasked, PADDED, "past the last one (n_keys = "),
         ("causal_attention_kernel", ck_fast_path_without_rescale, UNPADDED, "differ from the reference"),
         ("causal_attention_kernel", ck_no_max, LARGE, "large inputs"),
+        ("dv_kernel", dv_last_query_excluded, ONE, "except the ones with a batch of one"),
+        ("dv_kernel", dv_padding_lse_minus_inf, PADDED, "got infinite weight"),
+        ("dv_kernel", dv_fast_path_unscaled, UNPADDED, "except the ones with no padding"),
+        ("dv_kernel", dv_exp_over_exp, LARGE, "large inputs"),
     ]
     BUGS += [
         ("softmax_kernel", skb_other_forgotten, "were read as 0"),
@@ -2008,6 +2678,8 @@ if triton is not None:
         ("softmax_kernel", skb_sum_not_shifted, GENERIC),
         ("softmax_kernel", skb_ln2_instead_of_log2e, GENERIC),
         ("softmax_kernel", skb_loop_forever, "did not finish"),
+        ("softmax_kernel", skb_newest_block_max, "each block's own maximum replaced the running maximum"),
+        ("softmax_kernel", skb_max_from_minus_ten, "did not start at -inf"),
         ("softmax_kernel", skb_far_away, "far outside every tensor"),
         ("attention_kernel", akb_p_against_old_max, GENERIC),
         ("attention_kernel", akb_block_softmax, GENERIC),
@@ -2015,10 +2687,23 @@ if triton is not None:
         ("attention_kernel", akb_v_with_k_stride, "another tensor's stride"),
         ("attention_kernel", akb_unnormalised, GENERIC),
         ("attention_kernel", akb_stops_a_block_early, GENERIC),
+        ("attention_kernel", akb_weights_masked_not_scores, "before the mask set any of them to -inf"),
+        ("attention_kernel", akb_max_from_minus_hundred, "did not start at -inf"),
+        ("attention_kernel", akb_first_block_unmasked, "past the last one (n_keys = 12"),
+        ("attention_kernel", akb_max_from_first_block, GENERIC),
         ("causal_attention_kernel", ckb_mask_rows_in_block, GENERIC),
         ("causal_attention_kernel", ckb_masked_with_zero, GENERIC),
         ("causal_attention_kernel", ckb_future_only, GENERIC),
         ("causal_attention_kernel", ckb_loop_to_block_n, GENERIC),
         ("causal_attention_kernel", ckb_sqrt_missing, GENERIC),
         ("causal_attention_kernel", ckb_keys_loaded_unmasked_outside, GENERIC),
+        ("causal_attention_kernel", ckb_newest_block_max, "each block's own maximum replaced the running maximum"),
+        ("causal_attention_kernel", ckb_weights_masked_not_scores, GENERIC),
+        ("dv_kernel", dvb_softmax_per_tile, "a softmax over the tile's keys"),
+        ("dv_kernel", dvb_lse_unmasked, "past the last one (n_queries = 40"),
+        ("dv_kernel", dvb_do_with_q_stride, "another tensor's stride"),
+        ("dv_kernel", dvb_scale_on_weights, GENERIC),
+        ("dv_kernel", dvb_starts_after_diagonal, GENERIC),
+        ("dv_kernel", dvb_store_unmasked, "stored to DV at keys"),
+        ("dv_kernel", dvb_sums_instead_of_product, GENERIC),
     ]
