@@ -5,8 +5,9 @@ an autograd function.
 
 This module imports triton, so it is not imported by the package: ``attnedu.triton_attention`` loads it on first
 use, once per mode (compiled, or under Triton's interpreter when ``TRITON_INTERPRET=1``), since Triton reads that
-setting when ``@triton.jit`` decorates a function. Plain pointer arithmetic only (no block pointers or tensor
-descriptors), so that the same code runs on Triton 3.6 and 3.9.
+setting when ``@triton.jit`` decorates a function. Plain pointer arithmetic (no block pointers, which Triton 3.9
+removed), so that the same code runs on Triton 3.6 and 3.9; the forward can also read and write through tensor
+descriptors (``tl.make_tensor_descriptor``, TMA on sm_90), where ``attnedu.triton_attention`` chooses to.
 """
 
 import triton
@@ -37,20 +38,25 @@ def _load(ptrs, row_ok, col_ok, CHECK_ROWS: tl.constexpr, CHECK_COLS: tl.constex
 def _forward_tiles(
     acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd,
     rows, lo, hi, n_k, head_dim, value_dim, qk_scale,
-    MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr,
+    MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):  # fmt: skip
     """Key blocks lo, lo + BLOCK_N, ... < hi into the running (acc, l, m) of one block of queries. MASKED: the
-    blocks the diagonal crosses, or past the last key; otherwise every (query, key) pair is valid."""
+    blocks the diagonal crosses, or past the last key; otherwise every (query, key) pair is valid. USE_TMA: k_base
+    and v_base are tensor descriptors of this head's K and V (the tiles are copied by the GPU's tensor memory
+    accelerator, zeros past n_k and head_dim); otherwise pointers to them."""
     cols = tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
     vdims = tl.arange(0, BLOCK_DV)
     for start_n in range(lo, hi, BLOCK_N):
         keys = start_n + cols
-        k_t = _load(  # K^T tile: (BLOCK_D, BLOCK_N)
-            k_base + keys[None, :] * stride_kn + dims[:, None] * stride_kd,
-            keys[None, :] < n_k, dims[:, None] < head_dim, MASKED, PAD_D,
-        )  # fmt: skip
+        if USE_TMA:
+            k_t = tl.trans(k_base.load([start_n, 0]))
+        else:
+            k_t = _load(  # K^T tile: (BLOCK_D, BLOCK_N)
+                k_base + keys[None, :] * stride_kn + dims[:, None] * stride_kd,
+                keys[None, :] < n_k, dims[:, None] < head_dim, MASKED, PAD_D,
+            )  # fmt: skip
         s = tl.dot(q, k_t)  # S = Q_i K_j^T: (BLOCK_M, BLOCK_N) raw scores, float32
         if MASKED:
             valid = keys[None, :] < n_k
@@ -68,10 +74,13 @@ def _forward_tiles(
             p = tl.exp2(s * qk_scale - m_new[:, None])
             alpha = tl.exp2(m_i - m_new)  # rescale of the old sum and output
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = _load(
-            v_base + keys[:, None] * stride_vn + vdims[None, :] * stride_vd,
-            keys[:, None] < n_k, vdims[None, :] < value_dim, MASKED, PAD_DV,
-        )  # fmt: skip
+        if USE_TMA:
+            v = v_base.load([start_n, 0])
+        else:
+            v = _load(
+                v_base + keys[:, None] * stride_vn + vdims[None, :] * stride_vd,
+                keys[:, None] < n_k, vdims[None, :] < value_dim, MASKED, PAD_DV,
+            )  # fmt: skip
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # O_i += P V_j, P cast to V's dtype as in FA2
         m_i = m_new
     return acc, l_i, m_i
@@ -87,9 +96,11 @@ def attention_forward_kernel(
     heads, n_q, n_k, head_dim, value_dim,
     qk_scale,  # 1 / sqrt(head_dim) * log2(e): scores in base 2
     SEQ_BUCKET,  # not read: the autotuning key
-    IS_CAUSAL: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, USE_TMA: tl.constexpr, PAD_D: tl.constexpr, PAD_DV: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
+    """One program per (block of BLOCK_M queries, batch x head). USE_TMA: Q, K, V and O are read and written through
+    tensor descriptors (TMA, sm_90 and later; the caller checks their alignment), else by pointers."""
     block_m = tl.program_id(0)  # which block of queries
     if IS_CAUSAL:  # heaviest first: the last query blocks, which loop over the most key blocks, are launched first
         block_m = tl.num_programs(0) - 1 - block_m
@@ -100,12 +111,16 @@ def attention_forward_kernel(
     dims = tl.arange(0, BLOCK_D)  # head_dim, padded to a power of two
     vdims = tl.arange(0, BLOCK_DV)
 
-    q = _load(
-        Q + batch * stride_qb + head * stride_qh + rows[:, None] * stride_qm + dims[None, :] * stride_qd,
-        rows[:, None] < n_q, dims[None, :] < head_dim, True, PAD_D,
-    )  # fmt: skip
+    q_base = Q + batch * stride_qb + head * stride_qh
     k_base = K + batch * stride_kb + head * stride_kh
     v_base = V + batch * stride_vb + head * stride_vh
+    if USE_TMA:  # this head's matrices as tensor descriptors: whole tiles copied, zeros past the edges
+        q = tl.make_tensor_descriptor(q_base, [n_q, head_dim], [stride_qm, 1], [BLOCK_M, BLOCK_D]).load([start_m, 0])
+        k_base = tl.make_tensor_descriptor(k_base, [n_k, head_dim], [stride_kn, 1], [BLOCK_N, BLOCK_D])
+        v_base = tl.make_tensor_descriptor(v_base, [n_k, value_dim], [stride_vn, 1], [BLOCK_N, BLOCK_DV])
+    else:
+        q = _load(q_base + rows[:, None] * stride_qm + dims[None, :] * stride_qd,
+                  rows[:, None] < n_q, dims[None, :] < head_dim, True, PAD_D)  # fmt: skip
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max (base 2)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum
@@ -119,15 +134,20 @@ def attention_forward_kernel(
         hi = n_k
     acc, l_i, m_i = _forward_tiles(  # stage 1: every pair valid, no mask
         acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd, rows, 0, mid, n_k,
-        head_dim, value_dim, qk_scale, False, IS_CAUSAL, PAD_D, PAD_DV, BLOCK_N, BLOCK_D, BLOCK_DV,
+        head_dim, value_dim, qk_scale, False, IS_CAUSAL, USE_TMA, PAD_D, PAD_DV, BLOCK_N, BLOCK_D, BLOCK_DV,
     )  # fmt: skip
     acc, l_i, m_i = _forward_tiles(  # stage 2: the diagonal blocks and the last, partial block, masked
         acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd, rows, mid, hi, n_k,
-        head_dim, value_dim, qk_scale, True, IS_CAUSAL, PAD_D, PAD_DV, BLOCK_N, BLOCK_D, BLOCK_DV,
+        head_dim, value_dim, qk_scale, True, IS_CAUSAL, USE_TMA, PAD_D, PAD_DV, BLOCK_N, BLOCK_D, BLOCK_DV,
     )  # fmt: skip
     acc = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a row with no valid key at all: 0, not NaN
-    o_ptrs = O + batch * stride_ob + head * stride_oh + rows[:, None] * stride_om + vdims[None, :] * stride_od
-    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(rows[:, None] < n_q) & (vdims[None, :] < value_dim))
+    o_base = O + batch * stride_ob + head * stride_oh
+    if USE_TMA:  # rows past n_q and columns past value_dim are not written
+        o_desc = tl.make_tensor_descriptor(o_base, [n_q, value_dim], [stride_om, 1], [BLOCK_M, BLOCK_DV])
+        o_desc.store([start_m, 0], acc.to(O.dtype.element_ty))
+    else:
+        o_ptrs = o_base + rows[:, None] * stride_om + vdims[None, :] * stride_od
+        tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(rows[:, None] < n_q) & (vdims[None, :] < value_dim))
     # natural-log log-sum-exp per query, what the backward needs: (m + log2 l) * ln(2)
     tl.store(LSE + batch_head.to(tl.int64) * n_q + rows, (m_i + tl.log2(l_i)) * 0.6931471805599453,
              mask=rows < n_q)  # fmt: skip

@@ -11,12 +11,13 @@ diagonal crosses (and a last, partial block of keys), with the mask. Blocks whol
 Backward, by recomputation from the saved log-sum-exp (P_ij = exp(s_ij - lse_i)). First D_i = rowsum(dO_i * O_i),
 one number per query (a small kernel); then one of two schedules, chosen by ``triton_attention(..., deterministic=)``:
 
-* one pass (``deterministic=False``, the default, as in FlashAttention-2 and PyTorch's SDPA): one program per block
-  of keys K_j, V_j, looping over the blocks of queries that see them:
+* one pass (``deterministic=False``; the default, unless ``torch.use_deterministic_algorithms(True)``, as in
+  FlashAttention-2 and PyTorch's flash SDPA): one program per block of keys K_j, V_j, looping over the blocks of
+  queries that see them:
       dV_j += P^T dO_i;   dS = P * (dO_i V_j^T - D_i);   dK_j += dS^T Q_i / sqrt(head_dim);
       dQ_i += dS K_j / sqrt(head_dim), added into a float32 dQ with atomic adds (``tl.atomic_add``),
   5 matrix products per tile. Programs of different key blocks add into the same rows of dQ in whatever order they
-  run, and float32 addition is not associative: dQ may differ in its last bits from run to run.
+  run, and float32 addition is not associative: dQ may differ in its last bits from run to run (dK and dV do not).
 * deterministic (``deterministic=True``): the same dK/dV kernel without the dQ product, then a second kernel, one
   program per block of queries, looping over the blocks of keys they see:  dQ_i += dS K_j / sqrt(head_dim).
   No float atomics, so the gradients are bitwise the same every run, at the cost of computing S and dP twice:
@@ -27,9 +28,11 @@ launched heaviest first: the forward's and dQ's programs of the last query block
 blocks) first, and the dK/dV programs of the first key blocks, which meet the most query blocks, come first already.
 
 Written with plain pointer arithmetic (``tl.arange`` offsets, masked ``tl.load``/``tl.store``, ``tl.dot``,
-``tl.exp2``, ``tl.where``), not block pointers or tensor descriptors, so it compiles on the Triton this course
-pins (3.9) and on older releases a GPU machine may carry (3.6 with torch 2.11): Triton 3.9 removed
-``tl.make_block_ptr``.
+``tl.exp2``, ``tl.where``), not block pointers (Triton 3.9 removed ``tl.make_block_ptr``), so it compiles on the
+Triton this course pins (3.9) and on older releases a GPU machine may carry (3.6 with torch 2.11). On a Hopper GPU
+(compute capability 9.0: H100, H200) the forward reads Q, K, V and writes O through tensor descriptors instead
+(``tl.make_tensor_descriptor``: the tensor memory accelerator, TMA, copies whole tiles between global and shared
+memory), where the tensors' strides and alignment allow it (``_use_tma``; ``ATTNEDU_TRITON_TMA=0`` turns it off).
 
 Block sizes, warps and pipeline stages are chosen by ``triton.autotune`` among a few candidates per head_dim
 (``FORWARD_CONFIGS``, ``DKDV_CONFIGS``, ``DKDV_ATOMIC_CONFIGS``, ``DQ_CONFIGS``), after dropping those whose tiles would
@@ -82,17 +85,20 @@ FORWARD_CONFIGS = {
     128: [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3)],
     256: [(128, 32, 8, 2), (64, 64, 4, 2), (64, 32, 4, 2)],
 }
-# At head_dim 128 the two fastest measured, (64, 64, 4, 2) and (64, 128, 8, 2), spill causal (255 registers and
-# 264 / 232 bytes with Triton 3.9): dK and dV (64 x 128 float32 each) alone take 128 registers a thread at 4 warps.
-# (64, 128, 8, 3), the second's tile with a third stage, does not; 8 warps on a 64 x 64 tile measured twice as slow.
+# At head_dim 128 every tile of 64 queries compiled spills (with Triton 3.9's ptxas flags: 16-392 bytes) except
+# (64, 64, 8, 3), among them the two fastest measured, (64, 64, 4, 2) and (64, 128, 8, 2) (causal: 392 and 352 bytes;
+# dK and dV, 64 x 128 float32 each, alone take 128 registers a thread at 4 warps). They are replaced by the fastest
+# measured tiles of 32 queries (in benchmarks/triton_tuning.txt, 1% slower than the spilling ones without a mask,
+# 11-13% causal) and by (64, 64, 8, 3), not yet timed (with 2 stages it measured twice as slow). Every tile's
+# registers and spills: benchmarks/triton_registers.txt.
 DKDV_CONFIGS = {
     64: [(32, 128, 4, 5), (32, 64, 4, 3), (64, 64, 4, 2)],
-    128: [(64, 128, 8, 3), (32, 64, 4, 3), (32, 128, 8, 3)],
+    128: [(32, 64, 4, 3), (32, 128, 8, 3), (64, 64, 8, 3)],
     256: [(16, 64, 8, 2), (32, 64, 8, 2), (16, 32, 4, 2)],
 }
 # The one-pass backward's dK/dV kernel, which also adds dS K_j into a float32 dQ with atomics (deterministic=False):
 # one more product per tile and a (BLOCK_M x head_dim) float32 tile more to hold. Not yet timed on a GPU: chosen
-# among the tiles that do not spill (at head_dim 128, BLOCK_M = 64 spills at every warp and stage count but one).
+# among the tiles that do not spill (at head_dim 128, the tiles of 64 queries compiled spill, and 32 x 64 at 4 warps).
 DKDV_ATOMIC_CONFIGS = {
     64: [(64, 128, 8, 2), (32, 64, 4, 3), (64, 64, 4, 2)],
     128: [(32, 128, 8, 2), (32, 128, 8, 3), (16, 64, 4, 2)],
@@ -114,6 +120,7 @@ MAX_SEQ_BUCKET = 65536  # the longest sequence-length bucket of the autotuning k
 # Triton did by default up to 3.9 (3.9 warns that 3.10 will stop) and what nvcc does (--fmad=true), so the kernels
 # compared against (FlashAttention, cuDNN) fuse too; it is faster and, one rounding instead of two, no less accurate.
 COMPILE_OPTIONS = {"enable_fp_fusion": True}
+TMA_ENV = "ATTNEDU_TRITON_TMA"  # 0: the forward uses pointers even where tensor descriptors (TMA) could run
 
 
 def interpreting() -> bool:
@@ -346,31 +353,73 @@ def _launch(kind: str, args: tuple, n_rows: int, grid_block: str, batch_heads: i
         kernels.raw[kind][(-(-n_rows // config[grid_block]), batch_heads)](*args, **config, **COMPILE_OPTIONS)
 
 
-def _forward_args(query, key, value, out, lse, is_causal: bool) -> tuple:
+def _forward_args(query, key, value, out, lse, is_causal: bool, use_tma: bool = False) -> tuple:
     """The forward kernel's arguments before its BLOCK_M and BLOCK_N, in order."""
     heads, n_q, head_dim = query.shape[1:]
     n_k, value_dim = value.shape[-2:]
     return (
         query, key, value, out, lse, *query.stride(), *key.stride(), *value.stride(), *out.stride(),
         heads, n_q, n_k, head_dim, value_dim, LOG2_E / math.sqrt(head_dim), _seq_bucket(max(n_q, n_k)),
-        is_causal, *_dims(head_dim, value_dim),
+        is_causal, use_tma, *_dims(head_dim, value_dim),
     )  # fmt: skip
 
 
-def _forward(query, key, value, is_causal: bool, config: dict | None = None):
-    """(output, lse): the kernel's output in query's dtype and the natural-log log-sum-exp, float32."""
+def _tma_aligned(*tensors) -> bool:
+    """Whether tensor descriptors can address these (batch, heads, n, dim) tensors, one (n, dim) matrix per batch
+    and head: unit stride along dim, and the start of every matrix and of every row on a 16-byte boundary."""
+    for x in tensors:
+        size = x.element_size()
+        if x.stride(-1) != 1 or x.data_ptr() % 16:
+            return False
+        if any(stride * size % 16 for stride, length in zip(x.stride()[:-1], x.shape[:-1]) if length > 1):
+            return False
+    return True
+
+
+def _use_tma(query, key, value, out) -> bool:
+    """The forward reads and writes through tensor descriptors (TMA) when compiled for a GPU of compute capability
+    9.0 or more (Hopper: the H100, H200), with a Triton that has ``tl.make_tensor_descriptor``, on tensors they can
+    address (``_tma_aligned``), unless ``ATTNEDU_TRITON_TMA=0``; otherwise by pointers, as under the interpreter."""
+    if not query.is_cuda or os.environ.get(TMA_ENV, "1") in ("", "0"):
+        return False
+    if torch.cuda.get_device_capability(query.device)[0] < 9:
+        return False
+    import triton
+    import triton.language as tl
+
+    if not (hasattr(tl, "make_tensor_descriptor") and hasattr(triton, "set_allocator")):
+        return False
+    return _tma_aligned(query, key, value, out)
+
+
+def _tma_scratch(size: int, alignment: int, stream):
+    """Global memory in which the kernel writes its tensor descriptors (``triton.set_allocator``)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _forward(query, key, value, is_causal: bool, config: dict | None = None, tma: bool | None = None):
+    """(output, lse): the kernel's output in query's dtype and the natural-log log-sum-exp, float32. ``tma``: read
+    and write through tensor descriptors; None: ``_use_tma`` decides (tests set it, to run both under the
+    interpreter)."""
     batch, heads, n_q, head_dim = query.shape
     value_dim = value.shape[-1]
     out = torch.empty(batch, heads, n_q, value_dim, dtype=query.dtype, device=query.device)
     lse = torch.empty(batch, heads, n_q, dtype=torch.float32, device=query.device)
-    _launch("forward", _forward_args(query, key, value, out, lse, is_causal), n_q, "BLOCK_M", batch * heads, config)
+    use_tma = _use_tma(query, key, value, out) if tma is None else bool(tma)
+    if use_tma and query.is_cuda:
+        import triton
+
+        triton.set_allocator(_tma_scratch)
+    args = _forward_args(query, key, value, out, lse, is_causal, use_tma)
+    _launch("forward", args, n_q, "BLOCK_M", batch * heads, config)
     return out, lse
 
 
 def default_deterministic() -> bool:
-    """What ``triton_attention(..., deterministic=None)`` uses: PyTorch's global switch,
-    ``torch.are_deterministic_algorithms_enabled()`` (off unless ``torch.use_deterministic_algorithms(True)``)."""
-    return torch.are_deterministic_algorithms_enabled()
+    """What ``triton_attention(..., deterministic=None)`` uses, decided as PyTorch's flash attention backward decides
+    (aten/src/ATen/native/transformers/cuda/attention_backward.cu): deterministic only after
+    ``torch.use_deterministic_algorithms(True)``, not with ``warn_only=True`` and not by default."""
+    return torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled()
 
 
 class _BackwardLaunch:
@@ -475,10 +524,13 @@ def triton_attention(query, key, value, *, is_causal: bool = False, return_lse: 
     float32 dQ with atomic adds (5 matrix products per tile); the order in which programs add differs from run to
     run, and float32 addition is not associative, so dQ may differ in its last bits between two identical calls
     (dK and dV do not). True: a separate dQ kernel, which recomputes the scores and dP (7 products per tile), and
-    whose gradients are bitwise the same every run. None (the default) follows PyTorch's global switch,
-    ``torch.use_deterministic_algorithms``, which is off unless set: the one-pass backward, the default of
-    FlashAttention-2 (``flash_attn_func(..., deterministic=False)``) and of PyTorch's own flash and efficient SDPA
-    backwards, which are nondeterministic unless that switch is on. The forward is deterministic either way.
+    whose gradients are bitwise the same every run. None (the default) decides as PyTorch's own flash attention
+    backward does (``default_deterministic``): the one-pass backward, FlashAttention-2's default too
+    (``flash_attn_func(..., deterministic=False)``), unless ``torch.use_deterministic_algorithms(True)`` was called
+    (without ``warn_only``). Why the one pass by default: it runs 5/7 of the other's matrix products, and dQ's
+    last bits changing from run to run do not matter to training; who needs bitwise repeatability (a test, a
+    debugging session) asks for it, with the switch that makes the rest of PyTorch deterministic too. The forward
+    is deterministic either way.
 
     Scores and sums are accumulated in float32; P and dS are cast to the input's dtype before their matrix products,
     as FlashAttention-2 does (on a GPU, float32 inputs go through TF32 in ``tl.dot``, so expect about 1e-3 error
@@ -512,6 +564,7 @@ class CompiledKernel:
     head_dim: int
     dtype: torch.dtype
     is_causal: bool
+    tma: bool  # the forward compiled to read and write through tensor descriptors
     arch: str  # e.g. "sm_90a"
     registers: int  # per thread, of at most 255
     spill_stores: int  # bytes per thread written to local memory because the registers ran out
@@ -529,23 +582,30 @@ class CompiledKernel:
         rather than Ampere's ``mma.sync``."""
         return "wgmma.mma_async" in self.ptx
 
+    @property
+    def uses_tma(self) -> bool:
+        """Whether tiles are copied by Hopper's tensor memory accelerator (``cp.async.bulk.tensor``)."""
+        return "cp.async.bulk.tensor" in self.ptx
+
     def ptx_lines(self, text: str) -> list[str]:
         """The PTX lines that contain ``text`` (e.g. "wgmma.mma_async"), stripped."""
         return [line.strip() for line in self.ptx.splitlines() if text in line]
 
 
 def compile_kernel(kind: str, config: dict | None = None, *, head_dim: int = 64, dtype: torch.dtype = torch.bfloat16,
-                   is_causal: bool = True, capability: int = 90, seq_len: int = 4096) -> CompiledKernel:  # fmt: skip
-    """Compile kernel ``kind`` (one of ``KINDS``) with launch configuration ``config`` (a dict as
+                   is_causal: bool = True, capability: int = 90, seq_len: int = 4096, tma: bool = False,
+                   ) -> CompiledKernel:  # fmt: skip
+    """Compile kernel ``kind`` (one of ``KINDS``; the forward with tensor descriptors when ``tma``, as it runs on a
+    Hopper GPU, else with pointers) with launch configuration ``config`` (a dict as
     ``candidate_configs`` returns; default: the first candidate on an H100) for a CUDA GPU of compute capability
     ``capability`` (90: the H100/H200, for which Triton targets sm_90a, the architecture with wgmma and TMA), here,
     with no GPU: Triton lowers the kernel to PTX and runs ptxas, both on the CPU. The arguments are specialized as a
     launch on contiguous (1, 2, seq_len, head_dim) tensors would be (unit strides as constants, the others marked
-    divisible by 16), with the options every launch passes (``COMPILE_OPTIONS``). ptxas is run once more with -v
-    on the PTX to read the registers and spill bytes (Triton does not keep its log). About a second, plus a few
-    seconds to start a Python process where triton was imported for its interpreter (``compile_kernels``)."""
+    divisible by 16), with the options every launch passes (``COMPILE_OPTIONS``). Registers and spill bytes are
+    those of the binary Triton made (``_resource_usage``). About a second, plus a few seconds to start a Python
+    process where triton was imported for its interpreter (``compile_kernels``)."""
     request = {"kind": kind, "config": config, "head_dim": head_dim, "dtype": dtype, "is_causal": is_causal,
-               "capability": capability, "seq_len": seq_len}  # fmt: skip
+               "capability": capability, "seq_len": seq_len, "tma": tma}  # fmt: skip
     return compile_kernels([request])[0]
 
 
@@ -571,6 +631,10 @@ def compile_kernels(requests: list[dict], threads: int | None = None) -> list[Co
             raise ValueError(f"kind must be one of {KINDS}, got {request['kind']!r}")
         if request.get("dtype", torch.bfloat16) not in GPU_DTYPES:
             raise TypeError(f"dtype must be one of {GPU_DTYPES}, got {request['dtype']}")
+        if request.get("tma") and request["kind"] != "forward":
+            raise ValueError(
+                f"tma=True is for the forward only (the backward kernels use pointers), got {request['kind']!r}"
+            )
     threads = threads or max(1, min(8, os.cpu_count() or 1))
     if _can_compile_here():
         from concurrent.futures import ThreadPoolExecutor
@@ -593,10 +657,9 @@ def compile_kernels(requests: list[dict], threads: int | None = None) -> list[Co
 
 
 def _compile_here(kind: str, config: dict | None = None, *, head_dim: int = 64, dtype: torch.dtype = torch.bfloat16,
-                  is_causal: bool = True, capability: int = 90, seq_len: int = 4096) -> CompiledKernel:  # fmt: skip
+                  is_causal: bool = True, capability: int = 90, seq_len: int = 4096, tma: bool = False,
+                  ) -> CompiledKernel:  # fmt: skip
     """compile_kernel, in this process (which must be able to: ``_can_compile_here``)."""
-    import subprocess
-    import tempfile
 
     import triton
     from triton._C.libtriton import native_specialize_impl
@@ -608,7 +671,7 @@ def _compile_here(kind: str, config: dict | None = None, *, head_dim: int = 64, 
         config = candidate_configs(kind, head_dim, head_dim, dtype.itemsize, H100_SHARED_MEMORY)[0]
     q = torch.empty(1, 2, seq_len, head_dim, dtype=dtype)  # stand-ins: only their dtype, strides, alignment count
     if kind == "forward":
-        args = _forward_args(q, q, q, q, torch.empty(1, 2, seq_len), is_causal)
+        args = _forward_args(q, q, q, q, torch.empty(1, 2, seq_len), is_causal, tma)
     else:
         launch = _BackwardLaunch(q, q, q, q, torch.empty(1, 2, seq_len), q, is_causal, kind == "dq" or kind == "dkdv")
         args = launch.dq_args if kind == "dq" else launch.dkdv_args
@@ -631,23 +694,49 @@ def _compile_here(kind: str, config: dict | None = None, *, head_dim: int = 64, 
                               options=options)  # fmt: skip
     ptx = compiled.asm["ptx"]
     arch = nvidia.sm_arch_from_capability(capability)
-    try:
-        ptxas = nvidia.get_ptxas(capability).path
-    except TypeError:  # older Triton: get_ptxas() takes no architecture
-        ptxas = nvidia.get_ptxas().path
+    registers, spills = _resource_usage(compiled.asm["cubin"], ptx, arch, capability)
+    return CompiledKernel(kind, dict(config), head_dim, dtype, is_causal, tma, arch, registers, *spills,
+                          int(compiled.metadata.shared), ptx)  # fmt: skip
+
+
+def _resource_usage(cubin: bytes, ptx: str, arch: str, capability: int) -> tuple[int, tuple[int, int]]:
+    """(registers, (spill store bytes, spill load bytes)) of a kernel Triton compiled. The registers and the stack
+    frame are read from the binary Triton made (``cuobjdump -res-usage``: milliseconds); spills live in the stack
+    frame, so a frame of 0 bytes means no spill. Otherwise (or without cuobjdump), ptxas -v is run again on the PTX
+    with the flags Triton gives it, for the spill bytes (Triton does not keep its log)."""
+    import subprocess
+    import tempfile
+
+    from triton import knobs
+    from triton.backends.nvidia import compiler as nvidia
+
     with tempfile.TemporaryDirectory() as folder:
+        binary = Path(folder) / "kernel.cubin"
+        binary.write_bytes(cubin)
+        try:
+            usage = subprocess.run([knobs.nvidia.cuobjdump.path, "-res-usage", str(binary)], capture_output=True,
+                                   text=True, check=True).stdout  # fmt: skip
+            found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
+        except Exception:  # no cuobjdump with this triton
+            found = None
+        if found and int(found.group(2)) == 0:
+            return int(found.group(1)), (0, 0)
+        try:
+            ptxas = nvidia.get_ptxas(capability).path
+        except TypeError:  # older Triton: get_ptxas() takes no architecture
+            ptxas = nvidia.get_ptxas().path
         source = Path(folder) / "kernel.ptx"
         source.write_text(ptx)
         fmad = [] if COMPILE_OPTIONS["enable_fp_fusion"] else ["--fmad=false"]
-        done = subprocess.run([ptxas, "-v", *fmad, f"--gpu-name={arch}", str(source), "-o", str(source) + ".o"],
-                              capture_output=True, text=True, check=True)  # fmt: skip
+        flags = ["-lineinfo", *fmad, "-v", "--regAllocOptLevel=2", f"--gpu-name={arch}"]  # as Triton 3.9 runs it
+        done = subprocess.run([ptxas, *flags, str(source), "-o", str(source) + ".o"], capture_output=True, text=True,
+                              check=True)  # fmt: skip
     log = done.stdout + done.stderr
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     registers = re.search(r"Used (\d+) registers", log)
     if not (spills and registers):
         raise RuntimeError(f"could not read registers and spills from ptxas -v: {log[-500:]}")
-    return CompiledKernel(kind, dict(config), head_dim, dtype, is_causal, arch, int(registers.group(1)),
-                          int(spills.group(1)), int(spills.group(2)), int(compiled.metadata.shared), ptx)  # fmt: skip
+    return int(registers.group(1)), (int(spills.group(1)), int(spills.group(2)))
 
 
 @dataclass(frozen=True)

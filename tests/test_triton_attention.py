@@ -6,6 +6,7 @@ need only torch, triton, numpy and pytest.
 """
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +91,35 @@ def test_interpreted_kernel_equals_sdpa(interpreter, shape, causal, dtype):
 
 
 @needs_triton
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [*SHAPES, (33, 33, 128, 128)])
+def test_interpreted_forward_through_tensor_descriptors_equals_sdpa(interpreter, shape, causal):
+    """The forward's TMA path (tensor descriptors, what a Hopper GPU runs) under the interpreter: ragged lengths,
+    n_q != n_k, head_dim and value_dim not powers of two (the descriptors zero-fill past the edges and clip the
+    store), with the interpreter's configuration and with blocks of other shapes."""
+    q, k, v = qkv(*shape, torch.float32)
+    expected = sdpa(q.double(), k.double(), v.double(), is_causal=causal)
+    for config in (None, {"BLOCK_M": 16, "BLOCK_N": 32}, {"BLOCK_M": 32, "BLOCK_N": 16}):
+        out, lse = ta._forward(q, k, v, causal, config, tma=True)
+        assert (out.double() - expected).abs().max().item() <= TOLERANCE[torch.float32], config
+        pointers = ta._forward(q, k, v, causal, config, tma=False)
+        torch.testing.assert_close(lse, pointers[1], rtol=0, atol=1e-6)
+
+
+def test_tensor_descriptors_are_used_only_where_they_can_address_the_tensors():
+    """TMA copies need a unit stride along head_dim and every matrix and row on a 16-byte boundary; the forward
+    falls back to pointers otherwise (and always on the CPU)."""
+    x = torch.zeros(2, 3, 40, 64, dtype=torch.bfloat16)
+    assert ta._tma_aligned(x, x)
+    assert not ta._tma_aligned(torch.zeros(2, 3, 40, 20, dtype=torch.bfloat16))  # rows of 40 bytes
+    assert ta._tma_aligned(torch.zeros(1, 1, 40, 24, dtype=torch.bfloat16))  # rows of 48 bytes
+    assert not ta._tma_aligned(x.transpose(-1, -2))  # head_dim not contiguous
+    assert not ta._tma_aligned(x[..., 1:])  # rows start 2 bytes past a boundary
+    assert not ta._tma_aligned(torch.zeros(8 * 40 * 64 + 1, dtype=torch.bfloat16)[1:].view(2, 4, 40, 64))
+    assert not ta._use_tma(x, x, x, x)  # not on the GPU
+
+
+@needs_triton
 def test_interpreted_kernel_equals_the_pytorch_tiled_version(interpreter):
     from attnedu.flash import tiled_attention
 
@@ -156,22 +186,25 @@ def test_the_deterministic_backward_is_bitwise_repeatable(interpreter):
 
 @needs_triton
 def test_deterministic_none_follows_pytorchs_switch(interpreter, monkeypatch):
-    """The default (None) runs the one-pass backward, as FlashAttention-2 and PyTorch's SDPA do, unless
-    torch.use_deterministic_algorithms(True) is set; True and False override it."""
+    """The default (None) runs the one-pass backward, as FlashAttention-2 and PyTorch's flash SDPA do, unless
+    torch.use_deterministic_algorithms(True) is set (with warn_only=True PyTorch's flash backward stays
+    nondeterministic, and so does this one); True and False override it."""
     kinds = []
     launch = ta._launch
     monkeypatch.setattr(ta, "_launch", lambda kind, *args: (kinds.append(kind), launch(kind, *args)))
     q, k, v = qkv(20, 20, 16, 16, torch.float32, requires_grad=True)
-    before = torch.are_deterministic_algorithms_enabled()
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     try:
-        for switch, deterministic, expected in [(False, None, "dkdv_atomic"), (True, None, "dq"),
-                                                (True, False, "dkdv_atomic"), (False, True, "dq")]:  # fmt: skip
-            torch.use_deterministic_algorithms(switch)
+        for switch, warn_only, deterministic, expected in [
+            (False, False, None, "dkdv_atomic"), (True, False, None, "dq"), (True, True, None, "dkdv_atomic"),
+            (True, False, False, "dkdv_atomic"), (False, False, True, "dq"),
+        ]:  # fmt: skip
+            torch.use_deterministic_algorithms(switch, warn_only=warn_only)
             kinds.clear()
             ta.triton_attention(q, k, v, deterministic=deterministic).sum().backward()
             assert expected in kinds and ("dq" in kinds) != ("dkdv_atomic" in kinds), (switch, deterministic, kinds)
     finally:
-        torch.use_deterministic_algorithms(before)
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 @needs_triton
@@ -242,11 +275,11 @@ def _first_tile_masked_probe(Q, K, V, O, qk_scale):
     m = tl.full([16], float("-inf"), dtype=tl.float32)
     l = tl.zeros([16], dtype=tl.float32)
     acc = tl.zeros([16, 16], dtype=tl.float32)
-    # keys 16..31 first (all after every query: wholly masked), then keys 0..15; MASKED, IS_CAUSAL, no padding
+    # keys 16..31 first (all after every query: wholly masked), then keys 0..15; MASKED, IS_CAUSAL, pointers, no padding
     acc, l, m = kernels._forward_tiles(acc, l, m, q, K, V, 16, 1, 16, 1, rows, 16, 32, 32, 16, 16, qk_scale,  # noqa: F821
-                                       True, True, False, False, 16, 16, 16)  # fmt: skip
+                                       True, True, False, False, False, 16, 16, 16)  # fmt: skip
     acc, l, m = kernels._forward_tiles(acc, l, m, q, K, V, 16, 1, 16, 1, rows, 0, 16, 32, 16, 16, qk_scale,  # noqa: F821
-                                       True, True, False, False, 16, 16, 16)  # fmt: skip
+                                       True, True, False, False, False, 16, 16, 16)  # fmt: skip
     tl.store(O + rows[:, None] * 16 + dims[None, :], acc / l[:, None])
 
 
@@ -275,20 +308,27 @@ def test_the_tuning_script_runs_every_candidate_under_the_interpreter(interprete
 @needs_triton
 def test_every_autotune_candidate_compiles_for_sm90a_without_spilling():
     """Every configuration the autotuner can pick on an H100 or H200 (``candidate_configs`` with its shared memory),
-    for every kernel kind, at head_dim 64 and 128 in bfloat16, causal and not: compiled for sm_90a, ptxas must report
-    0 spill bytes, and every kernel must use wgmma. 48 compiles, in threads (Triton releases the GIL while it
-    compiles), in a child process when this one imported triton for its interpreter (tests/conftest.py does)."""
+    for every kernel kind, at head_dim 64 and 128 in bfloat16, causal and not, the forward with tensor descriptors
+    and with pointers: compiled for sm_90a, ptxas must report 0 spill bytes, and every kernel must use wgmma; the
+    forward with descriptors must copy its tiles with TMA, and the one with pointers not. 60 compiles, in threads
+    (Triton releases the GIL while it compiles), in a child process when this one imported triton for its
+    interpreter (tests/conftest.py does)."""
     requests = [
-        {"kind": kind, "config": config, "head_dim": head_dim, "dtype": torch.bfloat16, "is_causal": causal}
+        {"kind": kind, "config": config, "head_dim": head_dim, "dtype": torch.bfloat16, "is_causal": causal, "tma": tma}
         for head_dim in (64, 128)
         for kind in ta.KINDS
         for config in ta.candidate_configs(kind, head_dim, head_dim, 2, ta.H100_SHARED_MEMORY)
         for causal in (False, True)
+        for tma in ((False, True) if kind == "forward" else (False,))
     ]
     reports = ta.compile_kernels(requests)
     spilled = [(r.kind, r.head_dim, r.is_causal, r.config, r.registers, r.spills) for r in reports if r.spills]
     assert not spilled
     assert all(r.arch == "sm_90a" and r.uses_wgmma and 0 < r.registers <= 255 for r in reports)
+    assert all(r.uses_tma == r.tma for r in reports)
+    # float atomics (red.global...add...f32, a reduction to global memory) in the one-pass dK/dV kernel, in no other
+    atomic = re.compile(r"^(@%p\d+\s+)?red\.global\.\S*add\S*f32\s")
+    assert all(any(map(atomic.match, r.ptx_lines("red."))) == (r.kind == "dkdv_atomic") for r in reports)
 
 
 @needs_triton
@@ -302,6 +342,17 @@ def test_the_forward_uses_wgmma_and_fused_multiply_adds_on_sm90a():
     assert report.uses_wgmma and report.ptx_lines("wgmma.mma_async")[0].startswith("wgmma.mma_async.sync.aligned")
     assert not report.ptx_lines("mma.sync.aligned")
     assert report.ptx_lines("fma.rn.f32") and report.spills == 0
+
+
+@needs_triton
+def test_the_forward_through_tensor_descriptors_copies_tiles_with_tma_on_sm90a():
+    """With tensor descriptors the forward's loads and its store are TMA bulk copies (cp.async.bulk.tensor, global
+    to shared and back), which the pointer version, compiled the same way, does not have."""
+    report = ta.compile_kernel("forward", head_dim=128, tma=True)
+    copies = report.ptx_lines("cp.async.bulk.tensor")
+    assert report.uses_tma and report.uses_wgmma and report.spills == 0
+    assert any("shared::cta.global" in line for line in copies)  # loads: global memory to shared
+    assert any("global.shared::cta" in line for line in copies)  # the store of O: shared to global
 
 
 def test_every_launch_sets_fma_fusion(monkeypatch):
@@ -526,19 +577,41 @@ def test_gpu_gradients_at_head_dim_256_and_at_4k(compiled, causal):
 @needs_gpu
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_gpu_every_candidate_configuration_is_correct(compiled, head_dim):
-    """Each launch configuration autotuning may choose, run on its own: forward, dK/dV and dQ kernels."""
+    """Each launch configuration autotuning may choose, run on its own: the forward (with tensor descriptors where
+    the GPU has TMA, and with pointers), the dK/dV and dQ kernels of the deterministic backward, and the one-pass
+    dK/dV kernel."""
     limit = ta._shared_memory_limit(torch.cuda.current_device())
     q, k, v = qkv(300, 300, head_dim, head_dim, torch.bfloat16, device="cuda")
     grad_out = torch.randn(2, 2, 300, head_dim, device="cuda", dtype=torch.bfloat16)
     expected_out, expected = reference_grads(q, k, v, grad_out, True)
-    forward, dkdv, dq = (ta.candidate_configs(kind, head_dim, head_dim, 2, limit) for kind in ("forward", "dkdv", "dq"))
+    forward, dkdv, atomic, dq = (ta.candidate_configs(kind, head_dim, head_dim, 2, limit) for kind in ta.KINDS)
+    tma_values = (False, True) if torch.cuda.get_device_capability()[0] >= 9 else (False,)
     for config in forward:
-        assert relative_error(ta._forward(q, k, v, True, config)[0], expected_out) <= 2e-2, config
+        for tma in tma_values:
+            assert relative_error(ta._forward(q, k, v, True, config, tma)[0], expected_out) <= 2e-2, (config, tma)
     out, lse = ta._forward(q, k, v, True, forward[0])
     for i in range(max(len(dkdv), len(dq))):
         a, b = dkdv[min(i, len(dkdv) - 1)], dq[min(i, len(dq) - 1)]
-        for got, e in zip(ta._backward(q, k, v, out, lse, grad_out, True, a, b), expected):
+        for got, e in zip(ta._backward(q, k, v, out, lse, grad_out, True, a, b, True), expected):
             assert relative_error(got, e) <= 3e-2, (a, b)
+    for config in atomic:
+        for got, e in zip(ta._backward(q, k, v, out, lse, grad_out, True, config, None, False), expected):
+            assert relative_error(got, e) <= 3e-2, config
+
+
+@needs_gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_backwards_agree_and_the_deterministic_one_repeats_bitwise(compiled, causal):
+    """On a GPU, where programs add into dQ in an order that varies: deterministic=True gives bitwise the same
+    gradients twice; the one-pass backward agrees with it to rounding (its dK and dV are computed the same way)."""
+    q, k, v = qkv(2048, 2048, 64, 64, torch.bfloat16, device="cuda", batch=1, heads=4)
+    grad_out = torch.randn(1, 4, 2048, 64, device="cuda", dtype=torch.bfloat16)
+    out, lse = ta._forward(q, k, v, causal)
+    first, second = (ta._backward(q, k, v, out, lse, grad_out, causal, deterministic=True) for _ in range(2))
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    one_pass = ta._backward(q, k, v, out, lse, grad_out, causal, deterministic=False)
+    for got, e in zip(one_pass, first):
+        assert relative_error(got, e.double()) <= 1e-2
 
 
 @needs_gpu
