@@ -165,19 +165,27 @@ def launch_softmax(kernel, x: torch.Tensor, block: int) -> torch.Tensor:
     return out.view.clone()
 
 
+# what a row of each tensor is, for the memory check's messages
+_QUERIES = {"row_word": "query", "rows_name": "n_queries", "cols_name": "HEAD_DIM"}
+_KEYS = {"row_word": "key", "rows_name": "n_keys", "cols_name": "HEAD_DIM"}
+
+
+def _query_and_key_buffers(q: torch.Tensor, k: torch.Tensor) -> list[Buffer]:
+    """Q and K, each in memory of its own with a row stride of its own (3 and 5 past the row's end)."""
+    return [Buffer.holding(q, 3, name="Q", stride_name="stride_q", **_QUERIES),
+            Buffer.holding(k, 5, name="K", stride_name="stride_k", **_KEYS)]  # fmt: skip
+
+
 def launch_attention(kernel, q, k, v, block_m: int, block_n: int) -> torch.Tensor:
     """Run an attention ``kernel`` (the signature in the module's docstring) for one head: q (n_queries, head_dim),
     k and v (n_keys, head_dim), one program per block of ``block_m`` queries, ``sm_scale = 1 / sqrt(head_dim)``;
     -> (n_queries, head_dim) float32. Each tensor has its own padded row stride."""
     q, k, v = _check_launch_attention(q, k, v, block_m, block_n)
     (n_q, head_dim), n_k = q.shape, k.shape[0]
-    queries = {"row_word": "query", "rows_name": "n_queries", "cols_name": "HEAD_DIM"}
-    keys = {"row_word": "key", "rows_name": "n_keys", "cols_name": "HEAD_DIM"}
     buffers = [
-        Buffer.holding(q, 3, name="Q", stride_name="stride_q", **queries),
-        Buffer.holding(k, 5, name="K", stride_name="stride_k", **keys),
-        Buffer.holding(v, 7, name="V", stride_name="stride_v", **keys),
-        Buffer(name="O", stride_name="stride_o", rows=n_q, cols=head_dim, stride=head_dim + 9, output=True, **queries),
+        *_query_and_key_buffers(q, k),
+        Buffer.holding(v, 7, name="V", stride_name="stride_v", **_KEYS),
+        Buffer(name="O", stride_name="stride_o", rows=n_q, cols=head_dim, stride=head_dim + 9, output=True, **_QUERIES),
     ]
     views = [b.view for b in buffers]
     strides = [b.stride for b in buffers]
@@ -196,22 +204,12 @@ def launch_dv(kernel, q, k, d_out, lse, block_m: int, block_n: int, causal: bool
     their own padded row strides; LSE is contiguous."""
     q, k, d_out, lse, causal = _check_launch_dv(q, k, d_out, lse, block_m, block_n, causal)
     (n_q, head_dim), n_k = q.shape, k.shape[0]
-    queries = {"row_word": "query", "rows_name": "n_queries", "cols_name": "HEAD_DIM"}
-    keys = {"row_word": "key", "rows_name": "n_keys", "cols_name": "HEAD_DIM"}
+    lse_words = {"row_word": "query", "rows_name": "n_queries", "cols_name": "one number per query"}
     buffers = [
-        Buffer.holding(q, 3, name="Q", stride_name="stride_q", **queries),
-        Buffer.holding(k, 5, name="K", stride_name="stride_k", **keys),
-        Buffer.holding(d_out, 7, name="DO", stride_name="stride_do", **queries),
-        Buffer.holding(
-            lse[:, None],
-            0,
-            name="LSE",
-            stride_name="1",
-            row_word="query",
-            rows_name="n_queries",
-            cols_name="one number per query",
-        ),  # fmt: skip
-        Buffer(name="DV", stride_name="stride_dv", rows=n_k, cols=head_dim, stride=head_dim + 9, output=True, **keys),
+        *_query_and_key_buffers(q, k),
+        Buffer.holding(d_out, 7, name="DO", stride_name="stride_do", **_QUERIES),
+        Buffer.holding(lse[:, None], 0, name="LSE", stride_name="1", **lse_words),
+        Buffer(name="DV", stride_name="stride_dv", rows=n_k, cols=head_dim, stride=head_dim + 9, output=True, **_KEYS),
     ]
     views = [b.view for b in buffers]
     strides = [buffers[i].stride for i in (0, 1, 2, 4)]

@@ -15,9 +15,10 @@ when a missing or wrong rescale shows; "large inputs" are scores in the hundreds
 timing loop: a slow function, whose compilation hides in the noise). The kernels' large inputs also hold the rows
 where the running maximum does not grow, or must not be trusted: one number (or key) 100 above the rest in the first,
 a middle or the last block (a maximum replaced by each block's own, or kept from the first block, overflows), and
-queries whose scores are all about -400 (a maximum started at 0, or taken before the mask, underflows to 0 / 0); their
-scores are exact in float32 (entries on a grid of 1/8), and far from where exp2 turns subnormal, so that what a wrong
-kernel gives there does not depend on the machine's NumPy.
+queries whose scores are all about -400 (a maximum started at 0, or taken before the mask, underflows to 0 / 0). The
+attention kernels' such scores are exact in float32 (entries on a grid of 1/8), and every case stays far from where
+exp2 turns subnormal for the known mistakes (tests/test_checks.py checks it), so that what a wrong kernel gives there
+does not depend on the machine's NumPy.
 """
 
 from __future__ import annotations
