@@ -1,4 +1,4 @@
-"""Lesson 08, 08_flash_attention: the galleries of its exercises (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS,
+"""Lesson 08 (08a and 08b): the galleries of its exercises (CORRECT, MUTANTS, OFF_BY_ONE, KIND_MUTANTS,
 KINDS_NOT_APPLICABLE, BUGS, as tests/galleries/__init__.py describes them): Part A, ``merge_softmax_states``,
 ``causal_tiles``, ``causal_block_update``, ``tile_backward`` and ``benchmark_median``; Part B, the Triton kernels
 ``softmax_kernel``, ``attention_kernel`` and ``causal_attention_kernel``, and lesson 08b's ``dv_kernel`` (after Part A,
