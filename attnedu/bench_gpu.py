@@ -69,10 +69,11 @@ GPU_SUITE = {
     "hidden": 2048,  # heads x head_dim
     "rounds": 20,  # timed calls per (method, shape), one per round
     "warmup": 3,  # untimed rounds after the first call and the memory call
+    "oom_probe": (32768,),  # where naive attention ran at every N: one untimed call here, to show where it runs out
 }
 # The dry run (--dry-run): the suite's loop on the CPU at tiny shapes, stand-in methods, timer, memory and nvidia-smi.
 DRY_RUN = {"lengths": (64, 128, 256), "head_dims": (16, 32), "tokens": 512, "hidden": 64, "rounds": 5, "warmup": 1,
-           "memory_mib": 2.0}  # fmt: skip
+           "oom_probe": (512,), "memory_mib": 2.0}  # fmt: skip
 L2_FLUSH_BYTES = 256 * MiB  # more than any GPU's L2 (50 MB on an H100, 60 MB on an H200), as do_bench flushes
 SPIN_CYCLES = 200_000  # torch.cuda._sleep: about 0.1 ms at 2 GHz, longer than launching a call from Python
 SMI_INTERVAL_MS = 100
@@ -537,13 +538,15 @@ def run_gpu_suite(
     on_shape: Callable[[Benchmark], None] | None = None,
     time_limit_s: float | None = None,
     dry_run: bool = False,
+    oom_probe: Sequence[int] | None = None,
 ) -> Benchmark:
     """The GPU comparison (module docstring): every (dtype, head_dim, causal, mode, N) with batch = tokens // N and
     heads = hidden // head_dim. A method that runs out of memory at some N is recorded so there, and not tried at
-    longer N of the same series (its memory only grows with N at constant tokens). ``on_shape(bench)`` after each
-    shape (the command writes the JSON there: a run cut off leaves what it measured); ``time_limit_s``: no shape
-    after the first is started past it. ``dry_run``: on the CPU, with the stand-ins (module docstring). Refuses to run without a
-    CUDA GPU otherwise."""
+    longer N of the same series (its memory only grows with N at constant tokens); where naive attention ran at
+    every N, one untimed call at each ``oom_probe`` length (by default the plan's) finds where it runs out.
+    ``on_shape(bench)`` after each shape (the command writes the JSON there: a run cut off leaves what it measured);
+    ``time_limit_s``: no shape after the first is started past it. ``dry_run``: on the CPU, with the stand-ins
+    (module docstring). Refuses to run without a CUDA GPU otherwise."""
     _check_suite(lengths, head_dims, dtypes, causal, modes, methods, tokens, hidden, rounds, warmup)
     if dry_run:
         memory = StandInMemory(DRY_RUN["memory_mib"])
@@ -565,8 +568,9 @@ def run_gpu_suite(
     if dry_run:
         torch.set_num_threads(1)  # tiny shapes: more threads only wait for each other on a shared machine
     try:
+        probe = (DRY_RUN if dry_run else GPU_SUITE)["oom_probe"] if oom_probe is None else oom_probe
         return _run_suite(lengths, head_dims, dtypes, causal, modes, make, tokens, hidden, rounds, warmup, log,
-                          device, smi, track, on_shape, time_limit_s, methods)  # fmt: skip
+                          device, smi, track, on_shape, time_limit_s, methods, probe)  # fmt: skip
     finally:
         torch.set_num_threads(threads)
 
@@ -584,8 +588,34 @@ def _check_suite(lengths, head_dims, dtypes, causal, modes, methods, tokens, hid
     check_int("warmup", warmup, "untimed rounds per shape", minimum=0)
 
 
+def _probe_out_of_memory(bench, naive, lengths, dtype, head_dim, is_causal, mode, tokens, hidden, device, track,
+                         log) -> None:  # fmt: skip
+    """Naive attention ran at every N of a series: one untimed call at each of ``lengths`` (longer), until it runs
+    out of memory, so that the table and the figure show where it does. A probe that ran is recorded as such."""
+    heads = hidden // head_dim
+    for n in lengths:
+        batch = max(1, tokens // n)
+        backward = mode == "forward+backward"
+        q, k, v = make_inputs(batch, heads, n, head_dim, DTYPES[dtype], device.kind, requires_grad=backward)
+        grad_out = torch.randn_like(q) if backward else None
+        for x in (q, k, v, grad_out) if track else ():
+            if x is not None:
+                track(x)
+        found = _prepare(naive, make_call(naive.fn, q, k, v, is_causal, mode, grad_out), device, 0, False)
+        error = found.get("error") or "not timed: it ran (one call, probing where it runs out of memory)"
+        if error.startswith("out of memory"):
+            error = "out of memory (probe: one call)"
+        bench.results.append(make_measurement("naive", naive, n, head_dim, is_causal, mode, dtype, batch, heads, [],
+                                              error=error))  # fmt: skip
+        log(f"  probe: naive {mode} {dtype} head_dim={head_dim} causal={is_causal} N={n}: {error}")
+        del q, k, v, grad_out
+        device.free_cache()
+        if "out of memory" in error:
+            break
+
+
 def _run_suite(lengths, head_dims, dtypes, causal, modes, make_methods, tokens, hidden, rounds, warmup, log, device,
-               smi, track, on_shape, time_limit_s, names) -> Benchmark:  # fmt: skip
+               smi, track, on_shape, time_limit_s, names, oom_probe=()) -> Benchmark:  # fmt: skip
     """The suite's loop on ``device`` (a CudaDevice, or the dry run's and the tests' stand-ins)."""
     log = log or (lambda line: None)
     info = provenance(device.kind, ", ".join(dtypes), 0, 0, torch.get_num_threads(), rounds, warmup)
@@ -669,6 +699,11 @@ def _run_suite(lengths, head_dims, dtypes, causal, modes, make_methods, tokens, 
                     on_shape(bench)
             if "stopped" in info:
                 break
+            if "naive" in chosen and "naive" not in ran_out:
+                _probe_out_of_memory(bench, chosen["naive"], oom_probe, dtype, head_dim, is_causal, mode, tokens,
+                                     hidden, device, track, log)  # fmt: skip
+                if on_shape:
+                    on_shape(bench)
     info["methods"] = labels
     info["skipped"] = {name: "cannot run here" for name in names if name not in labels}
     info["load_average_after"] = load_average()

@@ -7,6 +7,7 @@ No time is asserted.
 
 import contextlib
 import gc
+import importlib.util
 import json
 import time
 import types
@@ -464,3 +465,45 @@ def test_steady_medians_drop_each_shapes_first_call():
         steady_medians(torch.tensor([0.0, 0.0]), torch.tensor([1.0, 2.0]))
     with pytest.raises(ValueError, match="one time per call"):
         steady_medians(torch.tensor([0, 0]), torch.tensor([1.0]))
+
+
+def test_the_tuning_script_checks_the_suites_configurations_with_the_same_timer(tmp_path, monkeypatch):
+    """benchmarks/tune_triton.py --against: each Triton forward row of a suite's JSON that recorded its
+    configuration is timed again at that configuration (by the suite's timing function on a GPU; a fake one here)
+    and compared with the suite's median; rows over 3% apart are flagged."""
+    spec = importlib.util.spec_from_file_location("tune_triton", ROOT / "benchmarks" / "tune_triton.py")
+    tune_triton = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tune_triton)
+    suite = run_dry_suite(lengths=(64, 128), causal=(False,), modes=bench.MODES, methods=("triton", "naive"))
+    for r in suite.results:
+        if r.method == "triton":
+            r.config = {"forward": {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}}
+            r.median_ms = {64: 1.0, 128: 2.0}[r.n]
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps(suite.to_json()))
+    launched = []
+    monkeypatch.setattr(tune_triton.ta, "_forward", lambda q, k, v, causal, config: launched.append(config))
+    rows = tune_triton.check_against(
+        path, timer=lambda fn: 1.02 if fn() is None else 0, device="cpu", log=lambda line: None
+    )
+    assert [(row["n"], round(row["difference"], 3), row["failed"]) for row in rows] == [(64, 0.02, False),
+                                                                                        (128, -0.49, True)]  # fmt: skip
+    assert launched[0] == {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+    assert (
+        tune_triton.check_against(path, [128], timer=lambda fn: 2.0, device="cpu", log=lambda line: None)[0][
+            "difference"
+        ]
+        == 0.0
+    )
+
+
+def test_where_naive_attention_never_ran_out_a_probe_finds_where_it_does():
+    suite = run_dry_suite(lengths=(64, 128), head_dims=(32,), causal=(False,), modes=("forward",),
+                          methods=("triton", "naive"))  # fmt: skip
+    naive = {r.n: r.error for r in suite.results if r.method == "naive"}
+    assert naive == {64: None, 128: None, 512: "out of memory (probe: one call)"}
+    expected = {"method": "naive", "mode": "forward", "dtype": "bfloat16", "head_dim": 32, "causal": False,
+                "first_n_out_of_memory": 512, "longest_n_that_ran": 128}  # fmt: skip
+    assert suite.out_of_memory() == [expected]
+    axes = bench_gpu.plot_throughput(Figure(), suite)
+    assert 512 in axes[0][0].get_xticks() and "naive: out of memory, ran to N=128" in axes[0][0].texts[0].get_text()
