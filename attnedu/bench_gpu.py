@@ -365,28 +365,39 @@ def round_order(keys: Sequence, round_index: int) -> list:
     return order[::-1] if round_index % 2 else order
 
 
-def time_interleaved(calls: dict, device, rounds: int, warmup: int = 0,
-                     contexts: dict | None = None) -> dict[object, list[float]]:  # fmt: skip
+def time_interleaved(calls: dict, device, rounds: int, warmup: int = 0, contexts: dict | None = None,
+                     errors: dict | None = None) -> dict[object, list[float]]:  # fmt: skip
     """Milliseconds of each of ``rounds`` timed calls per key of ``calls`` (zero-argument callables), after
     ``warmup`` untimed rounds: each round calls every key once in ``round_order``, each call preceded by
     ``device.before_call()`` (L2 flush, spin) and between two ``device.stamp()``; one synchronize per round. A key's
-    context (``contexts``, e.g. a pinned SDPA backend) is entered around each of its calls, outside the stamps."""
+    context (``contexts``, e.g. a pinned SDPA backend) is entered around each of its calls, outside the stamps. With
+    ``errors`` (a dict), a key whose call runs out of memory is recorded there and left out of the later rounds (its
+    times dropped) instead of stopping the others."""
     rounds = check_int("rounds", rounds, "timed calls per key", minimum=1)
     warmup = check_int("warmup", warmup, "untimed rounds", minimum=0)
     contexts = contexts or {}
     times: dict[object, list[float]] = {key: [] for key in calls}
     for index in range(warmup + rounds):
         stamps = []
-        for key in round_order(calls, index):
+        for key in round_order([key for key in calls if key not in (errors or {})], index):
             with contexts.get(key, contextlib.nullcontext)():
                 device.before_call()
                 start = device.stamp()
-                calls[key]()
+                try:
+                    calls[key]()
+                except Exception as error:
+                    if errors is None or not is_out_of_memory(error):
+                        raise
+                    errors[key] = "out of memory (in the timed rounds)"
+                    times.pop(key, None)
+                    device.free_cache()
+                    continue
                 stamps.append((key, start, device.stamp()))
         device.synchronize()
         if index >= warmup:
             for key, start, end in stamps:
-                times[key].append(device.elapsed_ms(start, end))
+                if key in times:
+                    times[key].append(device.elapsed_ms(start, end))
     return times
 
 
@@ -499,11 +510,15 @@ def measure_shape(methods: dict[str, Method], q, k, v, is_causal: bool, mode: st
             results[name] = _prepare(method, calls[name], device, inputs_bytes, memory)
     ready = {name: calls[name] for name in methods if "error" not in results[name]}
     if ready:
+        errors: dict[str, str] = {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the pinned backends warn only when they refuse: they did not here
-            times = time_interleaved(ready, device, rounds, warmup, {name: methods[name].context for name in ready})
+            contexts = {name: methods[name].context for name in ready}
+            times = time_interleaved(ready, device, rounds, warmup, contexts, errors)
         for name, ms in times.items():
             results[name].update(summarize(ms), times=ms)
+        for name, error in errors.items():
+            results[name] = {"error": error}
     return results
 
 

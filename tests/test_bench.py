@@ -507,3 +507,19 @@ def test_where_naive_attention_never_ran_out_a_probe_finds_where_it_does():
     assert suite.out_of_memory() == [expected]
     axes = bench_gpu.plot_throughput(Figure(), suite)
     assert 512 in axes[0][0].get_xticks() and "naive: out of memory, ran to N=128" in axes[0][0].texts[0].get_text()
+
+
+def test_a_method_that_runs_out_of_memory_in_the_rounds_is_dropped_not_fatal():
+    state = {"calls": 0}
+
+    def flaky():
+        state["calls"] += 1
+        if state["calls"] == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
+
+    errors = {}
+    times = bench_gpu.time_interleaved({"a": lambda: None, "b": flaky}, bench_gpu.StandInDevice(), 4, 0, None, errors)
+    assert errors == {"b": "out of memory (in the timed rounds)"} and list(times) == ["a"] and len(times["a"]) == 4
+    with pytest.raises(torch.OutOfMemoryError):
+        state["calls"] = 2
+        bench_gpu.time_interleaved({"b": flaky}, bench_gpu.StandInDevice(), 2)
