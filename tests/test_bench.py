@@ -9,6 +9,8 @@ import contextlib
 import gc
 import importlib.util
 import json
+import os
+import sys
 import time
 import types
 from pathlib import Path
@@ -523,3 +525,63 @@ def test_a_method_that_runs_out_of_memory_in_the_rounds_is_dropped_not_fatal():
     with pytest.raises(torch.OutOfMemoryError):
         state["calls"] = 2
         bench_gpu.time_interleaved({"b": flaky}, bench_gpu.StandInDevice(), 2)
+
+
+def test_the_cuda_device_calls_what_torch_cuda_offers(monkeypatch):
+    """CudaDevice's methods, run against stand-ins of torch.cuda's (no GPU here): the flush buffer zeroed and the
+    spin queued before each call, events recorded and read, the allocator's counters and cache."""
+    seen = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            self.at = None
+
+        def record(self):
+            self.at = len(seen)
+            seen.append("record")
+
+        def elapsed_time(self, end):
+            return float(end.at - self.at)
+
+    for name, value in {"Event": Event, "synchronize": lambda: seen.append("sync"),
+                        "_sleep": lambda cycles: seen.append(f"sleep {cycles}"),
+                        "memory_allocated": lambda: 7, "max_memory_allocated": lambda: 9,
+                        "reset_peak_memory_stats": lambda: seen.append("reset"),
+                        "empty_cache": lambda: seen.append("empty")}.items():  # fmt: skip
+        monkeypatch.setattr(torch.cuda, name, value, raising=False)
+    device = object.__new__(bench_gpu.CudaDevice)
+    device._flush, device.spin = torch.ones(4, dtype=torch.int32), True
+    times = bench_gpu.time_interleaved({"a": lambda: seen.append("call")}, device, rounds=2)
+    assert device._flush.sum() == 0 and times == {"a": [2.0, 2.0]}  # record, call, record
+    assert seen[:5] == [f"sleep {bench_gpu.SPIN_CYCLES}", "record", "call", "record", "sync"]
+    returned, fields = bench_gpu.measure_memory(lambda: torch.zeros(2), device, inputs_bytes=0)
+    assert "reset" in seen and fields["peak_mib"] == 9 / bench_gpu.MiB and fields["retained_mib"] == -8 / bench_gpu.MiB
+    device.free_cache()
+    assert seen[-1] == "empty" and "CUDA events" in device.describe()
+
+
+def test_the_nvidia_smi_query_falls_back_to_the_renamed_field(tmp_path, monkeypatch):
+    """Newer drivers call the throttle reasons clocks_event_reasons: the query tries the old name, then the new, and
+    the monitor runs what worked, sampling every -lms milliseconds."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import sys, time\n"
+        "query = [a for a in sys.argv if a.startswith('--query-gpu=')][0]\n"
+        "if 'throttle' in query: sys.exit(2)\n"
+        "loop = '-lms' in sys.argv\n"
+        "while True:\n"
+        "    print('1755, 2619, 690.10, 61, 0x0000000000000004', flush=True)\n"
+        "    if not loop: break\n"
+        "    time.sleep(0.02)\n"
+    )  # fmt: skip
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    command = bench_gpu.smi_command(index=0)
+    assert command[-1].endswith("clocks_event_reasons.active") and "-i" in command
+    with bench_gpu.GpuMonitor(command, interval_ms=20) as monitor:
+        start = time.perf_counter()
+        time.sleep(0.2)
+        state = monitor.window(start, time.perf_counter())
+    assert state["sm_mhz"] == [1755.0] * 3 and state["throttle"] == ["SwPowerCap"] and state["temperature_c"][1] == 61
