@@ -655,6 +655,9 @@ def _run_suite(lengths, head_dims, dtypes, causal, modes, make_methods, tokens, 
     )
     info["suite"], info["finished"] = True, False
     info["dry_run"] = device.kind != "cuda"
+    if info["dry_run"]:
+        info["memory"] = ("dry run: a stand-in allocator's counters (StandInMemory: the inputs and outputs registered, "
+                          "each stand-in method's working memory declared), measured as on a GPU")  # fmt: skip
     info["modes"] = list(modes)
     bench = Benchmark(info)
     series = [(dtype, d, c, mode) for dtype in dtypes for d in head_dims for c in causal for mode in modes]

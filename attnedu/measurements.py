@@ -45,8 +45,9 @@ MEMORY_METHOD_CPU = (
     "MALLOC_MMAP_THRESHOLD_=65536 so that freed blocks go back to the system"
 )
 MEMORY_METHOD_CUDA = (
-    "torch.cuda.max_memory_allocated after reset_peak_memory_stats, minus memory before the call (the inputs) and "
-    "what the call returned (the output, or the gradients); 'peak' is max_memory_allocated itself"
+    "gc.collect(), then torch.cuda.max_memory_allocated after reset_peak_memory_stats, minus memory before the call "
+    "(the inputs) and what the call returned (the output, or the gradients): 'extra'; 'memory' = inputs + returned + "
+    "extra; 'peak' is max_memory_allocated itself"
 )
 
 
