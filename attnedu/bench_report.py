@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from . import bench_gpu
-from .measurements import MODES, Benchmark, Measurement, format_ms, format_tflops
+from .measurements import BACKWARD_FLOPS, MODES, Benchmark, Measurement, format_ms, format_tflops, mode_flops
 
 
 def cpu_targets(bench: Benchmark, n: int = 4096, head_dim: int = 64) -> list[dict]:
@@ -33,6 +33,56 @@ def cpu_targets(bench: Benchmark, n: int = 4096, head_dim: int = 64) -> list[dic
     for row in rows:
         op, bound = row["bound"].split()
         row["met"] = row["value"] <= float(bound) if op == "<=" else row["value"] >= float(bound)
+    return rows
+
+
+def gpu_goals(bench: Benchmark, dtype: str = "bfloat16") -> list[dict]:
+    """Issue 32's GPU goals, from a suite's rows in ``dtype`` (one row per goal the run measured): Triton's forward
+    throughput over SDPA-cuDNN's at every N >= 2048 (the smallest, per head_dim), >= 0.85; its forward TFLOP/s at
+    head_dim 128, N = 16384, not causal, >= 500; its causal over non-causal forward throughput at N = 16384 (the
+    smaller of head_dim 64 and 128), >= 0.97; its backward's TFLOP/s at head_dim 128, N = 16384, not causal, >= 480
+    (a backward counts 2.5 forwards of FLOPs, over forward+backward's median minus forward's: derived, not timed
+    alone); its forward+backward throughput over cuDNN's at every N >= 2048, >= 0.85."""
+    rows = []
+
+    def find(method, n, head_dim, causal, mode):
+        return bench.find(method, n, head_dim, causal, ran=True, mode=mode, dtype=dtype)
+
+    def ratios(mode, head_dims):
+        found = []
+        for r in bench.results:
+            if (r.method, r.mode, r.dtype) == ("triton", mode, dtype) and r.n >= 2048 and r.head_dim in head_dims:
+                other = find("sdpa_cudnn", r.n, r.head_dim, r.causal, mode)
+                if not r.error and other:
+                    found.append(other.median_ms / r.median_ms)
+        return found
+
+    for head_dim in (64, 128):
+        found = ratios("forward", (head_dim,))
+        if found:
+            rows.append({"goal": f"forward, Triton / SDPA-cuDNN throughput, every N >= 2k, head_dim {head_dim} (min)",
+                         "value": min(found), "bound": ">= 0.85"})  # fmt: skip
+    forward = find("triton", 16384, 128, False, "forward")
+    if forward:
+        rows.append({"goal": "forward TFLOP/s, head_dim 128, N = 16k, not causal", "value": forward.tflops,
+                     "bound": ">= 500"})  # fmt: skip
+    pairs = [(find("triton", 16384, d, True, "forward"), find("triton", 16384, d, False, "forward")) for d in (64, 128)]
+    found = [c.tflops / f.tflops for c, f in pairs if c and f]
+    if found:
+        goal = "forward, causal / non-causal throughput, N = 16k (min over head_dim)"
+        rows.append({"goal": goal, "value": min(found), "bound": ">= 0.97"})
+    both = find("triton", 16384, 128, False, "forward+backward")
+    if forward and both and both.median_ms > forward.median_ms:
+        flops = mode_flops(both.batch, both.heads, 16384, 128, False, "forward") * BACKWARD_FLOPS
+        seconds = (both.median_ms - forward.median_ms) / 1000
+        goal = "backward TFLOP/s, head_dim 128, N = 16k, not causal (forward+backward - forward)"
+        rows.append({"goal": goal, "value": flops / seconds / 1e12, "bound": ">= 480"})
+    found = ratios("forward+backward", (64, 128))
+    if found:
+        rows.append({"goal": "forward+backward, Triton / SDPA-cuDNN throughput, every N >= 2k (min)",
+                     "value": min(found), "bound": ">= 0.85"})  # fmt: skip
+    for row in rows:
+        row["met"] = row["value"] >= float(row["bound"].split()[1])
     return rows
 
 
@@ -83,6 +133,10 @@ def markdown(bench: Benchmark, note: str = "") -> str:
                   "longest N that ran |", "|---" * 7 + "|"]  # fmt: skip
         lines += [f"| {o['method']} | {o['mode']} | {o['dtype']} | {o['head_dim']} | {'yes' if o['causal'] else 'no'} "
                   f"| {o['first_n_out_of_memory']} | {o['longest_n_that_ran'] or '-'} |" for o in oom]  # fmt: skip
+    goals = gpu_goals(bench) if p.get("suite") else []
+    if goals:
+        lines += ["", "## Goals (issue 32), bfloat16", "", "| goal | measured | bound | met |", "|---|---|---|---|"]
+        lines += [f"| {g['goal']} | {g['value']:.2f} | {g['bound']} | {'yes' if g['met'] else 'no'} |" for g in goals]
     lines += _gpu_details(bench)
     targets = cpu_targets(bench)
     if targets and p["device_kind"] == "cpu":

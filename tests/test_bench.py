@@ -585,3 +585,16 @@ def test_the_nvidia_smi_query_falls_back_to_the_renamed_field(tmp_path, monkeypa
         time.sleep(0.2)
         state = monitor.window(start, time.perf_counter())
     assert state["sm_mhz"] == [1755.0] * 3 and state["throttle"] == ["SwPowerCap"] and state["temperature_c"][1] == 61
+
+
+def test_the_gpu_goals_read_from_the_stored_run_match_issue_32s_figures():
+    """Issue 32 read from the stored H100 run, by hand: forward 473 TFLOP/s at head_dim 128, 16k; backward 388
+    counted TFLOP/s there (forward+backward minus forward); forward 0.74-0.87 of cuDNN at head_dim 128;
+    forward+backward 0.71-0.78. gpu_goals computes the same from the JSON, and says which goals are met."""
+    stored = bench.Benchmark.load(ROOT / "benchmarks" / "attention_cuda.json")
+    goals = bench_report.gpu_goals(stored)
+    found = {g["goal"].split(",")[0] + (" 128" if "head_dim 128 (min)" in g["goal"] else ""): g for g in goals}
+    assert round(found["forward TFLOP/s"]["value"]) == 473 and round(found["backward TFLOP/s"]["value"]) == 388
+    assert round(found["forward 128"]["value"], 2) == 0.74 and round(found["forward+backward"]["value"], 2) == 0.71
+    assert [g["met"] for g in goals] == [True, False, False, False, False, False]
+    assert "## Goals (issue 32), bfloat16" in bench_report.markdown(stored)
