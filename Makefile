@@ -98,12 +98,25 @@ cuda: $(READY)
 	$(BIN)/python -m pip uninstall --quiet -y torch
 	$(BIN)/python -m pip install --quiet $(TORCH) --index-url https://pypi.org/simple
 
-# After `make cuda`, on a machine with an NVIDIA GPU: the Triton kernels against SDPA's flash, cuDNN and efficient
-# backends and naive attention, forward and forward+backward, N 1k..16k, head_dim 64 and 128, causal and not,
-# bfloat16 and float16 -> benchmarks/attention_cuda.{json,md,png} (estimated 4-7 minutes on an H100; see
-# benchmarks/gpu_bench.md). It refuses to run without a CUDA GPU.
+# After `make cuda`, on a machine with an NVIDIA GPU (see benchmarks/gpu_bench.md): the GPU suite (the Triton kernels
+# against SDPA's cuDNN and flash backends and naive attention, bfloat16, forward and forward+backward, N 1k..16k,
+# head_dim 64 and 128, causal and not, 20 interleaved timed calls per method and shape) run twice back to back, the two
+# runs compared (fails where a median moved by more than 3%), and the suite's autotuned forward configurations timed
+# alone by benchmarks/tune_triton.py (fails above 3% from the suite) -> benchmarks/attention_cuda.{json,md,png},
+# attention_cuda_repeat.*, attention_cuda_compare.md, triton_tuning_check.txt. About 4-5 minutes on an H100 (the
+# estimate in gpu_bench.md). It refuses to run without a CUDA GPU; `python -m attnedu.bench --gpu-suite --dry-run`
+# runs the same pipeline on the CPU with stand-ins.
+GPU_SUITE_RUN = $(BIN)/python -m attnedu.bench --gpu-suite --time-limit 300
 gpu-bench: $(READY)
-	$(BIN)/python -m attnedu.bench --gpu-suite --out benchmarks/attention_cuda
+	$(GPU_SUITE_RUN) --out benchmarks/attention_cuda
+	$(GPU_SUITE_RUN) --out benchmarks/attention_cuda_repeat
+	$(BIN)/python -m attnedu.bench --compare benchmarks/attention_cuda.json benchmarks/attention_cuda_repeat.json \
+		> benchmarks/attention_cuda_compare.md; repeat=$$?; \
+	$(BIN)/python benchmarks/tune_triton.py --against benchmarks/attention_cuda.json --lengths 4096 16384 \
+		> benchmarks/triton_tuning_check.txt; tuning=$$?; \
+	cat benchmarks/attention_cuda_compare.md benchmarks/triton_tuning_check.txt; \
+	echo "repeatable within 3%: $$([ $$repeat = 0 ] && echo yes || echo NO); tuning script within 3% of the suite: \
+	$$([ $$tuning = 0 ] && echo yes || echo NO)"; [ $$repeat = 0 ] && [ $$tuning = 0 ]
 
 clean:
 	rm -rf $(VENV) book/_build .pytest_cache

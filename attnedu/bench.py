@@ -6,19 +6,24 @@ its backend pinned and named, and on a CUDA GPU the Triton kernels; the forward 
     python -m attnedu.bench --gpu-suite             # CUDA GPU: the suite below -> benchmarks/attention_cuda.*
     python -m attnedu.bench --gpu-suite --lengths 4096 --head-dims 64 --dtypes bfloat16 --out /tmp/x  # a subset
     python -m attnedu.bench --quick --out /tmp/b    # seconds: what the test command runs
+    python -m attnedu.bench --gpu-suite --dry-run --out /tmp/d   # the GPU suite's whole pipeline on the CPU
+    python -m attnedu.bench --compare A.json B.json # two runs, per (method, shape): fails above 3% apart
+    python -m attnedu.bench --gpu-suite --estimate benchmarks/attention_cuda.json   # its run time, from a stored run
 
 The GPU suite (``make gpu-bench``): forward and forward+backward, N = 1k..16k, head_dim 64 and 128, causal and
-not, bfloat16 and float16; Triton against SDPA's FLASH_ATTENTION, CUDNN_ATTENTION and EFFICIENT_ATTENTION
-backends (each pinned; a backend that refuses a shape is recorded as refusing it) and naive attention (recorded as
-out of memory where it runs out). Constant tokens, as FlashAttention-2's benchmark: batch x N = 16384 and
-heads x head_dim = 2048 (batch 16 at N = 1k ... 1 at 16k; 32 heads of 64, 16 of 128).
+not, bfloat16 (``--dtypes`` adds float16); Triton against SDPA's CUDNN_ATTENTION and FLASH_ATTENTION backends
+(each pinned; a backend that refuses a shape is recorded as refusing it; ``--methods`` adds sdpa_efficient) and
+naive attention (recorded as out of memory where it runs out). Constant tokens, as FlashAttention-2's benchmark:
+batch x N = 16384 and heads x head_dim = 2048 (batch 16 at N = 1k ... 1 at 16k; 32 heads of 64, 16 of 128).
 
 Method:
-* GPU time: ``triton.testing.do_bench``, which zeroes a 256 MB buffer before every timed call (so the inputs are
-  not served from the L2 cache), records CUDA events around each call and synchronizes once at the end; median,
-  20th-80th percentiles, min and max. The SDPA backend is selected (``sdpa_kernel``) and every check is made
-  outside the timed call. The first call of each method at each shape, which pays for Triton's compilation and
-  autotuning, is timed apart ("first call ms").
+* GPU time: ``attnedu.bench_gpu``'s protocol: per shape, each method's first call timed apart ("first call ms":
+  Triton's compilation and autotuning), then rounds in which every method is timed once, in an order that changes
+  from round to round (20 timed calls per method and shape); before each call the L2 cache is flushed (256 MB
+  zeroed) and a spin kernel queued (the host's launch cost hidden), CUDA events around it; median, 20th-80th
+  percentiles, min and max. Triton's autotuned configuration, and the GPU's clocks, power, temperature and
+  throttle reasons (nvidia-smi) are recorded per shape. The SDPA backend is selected (``sdpa_kernel``) and every
+  check is made outside the timed call.
 * CPU time: ``torch.utils.benchmark.Timer.blocked_autorange`` (its own warm-up call, blocks of calls long enough
   for the timer's cost to vanish, the thread count set), in rounds in which every (shape, method) runs once in
   turn, so that a burst of load on a shared machine, or a slow drift, hits all of them alike; median, min and max
@@ -26,7 +31,9 @@ Method:
 * FLOPs: 4 * batch * heads * N^2 * head_dim per forward, halved when causal (``attnedu.flash.attention_flops``);
   a backward counts 2.5 times a forward, so forward+backward 3.5 times. TFLOP = 1e12.
 * memory, "extra": the peak beyond the inputs and what the call returns (the output; the gradients for
-  forward+backward). On CUDA, ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``. On the CPU,
+  forward+backward); "memory": inputs + returned + extra, what the call needs in all, which the GPU's memory ratios
+  compare. On CUDA, ``torch.cuda.max_memory_allocated`` after ``gc.collect()`` and ``reset_peak_memory_stats``. On
+  the CPU,
   tracemalloc cannot see torch's buffers, and a process's pages are reused, so each (method, shape) runs in a fresh
   Python process: after making the inputs and one tiny warm-up call it resets the peak resident size (writing 5 to
   ``/proc/self/clear_refs``, Linux), calls the method once, and reports the peak ``VmHWM`` minus the resident size
@@ -35,7 +42,8 @@ Nothing here asserts a time: numbers are reported with the machine's load averag
 
 Four modules, each importing only those below it: ``attnedu.measurements`` (the methods, each called as
 ``fn(q, k, v, is_causal=...)``, the inputs, ``Measurement`` and ``Benchmark``, provenance), ``attnedu.bench_gpu``
-(do_bench timing and the GPU suite), ``attnedu.bench_report`` (the tables, the figure, the files) and this one (CPU
+(GPU timing, the GPU suite and its dry run), ``attnedu.bench_report`` (the tables, the figure, the files) and this one
+(CPU
 timing and memory, the runs, the command).
 """
 
@@ -43,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
 import subprocess
@@ -56,7 +65,7 @@ import torch
 
 from . import bench_gpu
 from ._validate import check_bool, check_choice, check_int, check_number, check_positive_ints, describe
-from .bench_report import markdown, write
+from .bench_report import compare, compare_markdown, markdown, write
 from .measurements import (
     DEVICES,
     DTYPES,
@@ -187,7 +196,7 @@ def measure_memory(method: str, batch: int, heads: int, n: int, head_dim: int, d
         backward = mode == "forward+backward"
         q, k, v = make_inputs(batch, heads, n, head_dim, DTYPES[dtype], "cuda", requires_grad=backward)
         grad_out = torch.ones_like(q) if backward else None
-        measured = bench_gpu.measure(chosen, q, k, v, is_causal, mode, "cuda", grad_out, warmup_ms=1, rep_ms=1)
+        measured = bench_gpu.measure(chosen, q, k, v, is_causal, mode, "cuda", grad_out, rounds=1, warmup=0)
         return measured.get("extra_mib")
     if not Path("/proc/self/clear_refs").exists():
         return None  # not Linux: no reliable way to reset the peak resident size
@@ -347,7 +356,7 @@ def steady_medians(shape_ids: torch.Tensor, times_ms: torch.Tensor, warmup: int 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    GPU_SUITE, run_gpu_suite = bench_gpu.GPU_SUITE, bench_gpu.run_gpu_suite
+    GPU_SUITE = bench_gpu.GPU_SUITE
     parser = argparse.ArgumentParser(prog="python -m attnedu.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpu-suite", action="store_true", help="the GPU comparison -> benchmarks/attention_cuda.*")
     parser.add_argument("--device", choices=("auto", *DEVICES), default="auto")
@@ -364,8 +373,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=None, help="CPU: warm-up calls per method and shape")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--min-run-time", type=float, default=0.05, help="CPU: seconds per Timer measurement")
-    parser.add_argument("--warmup-ms", type=float, default=GPU_SUITE["warmup_ms"], help="GPU: do_bench warm-up")
-    parser.add_argument("--rep-ms", type=float, default=GPU_SUITE["rep_ms"], help="GPU: do_bench timing per shape")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help=f"suite: timed rounds per shape, a call of each method in each ({GPU_SUITE['rounds']})",
+    )
+    parser.add_argument("--warmup-rounds", type=int, default=None,
+                        help=f"suite: untimed rounds per shape ({GPU_SUITE['warmup']})")  # fmt: skip
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="suite: its pipeline on the CPU, tiny shapes, stand-in methods, timer and nvidia-smi",
+    )
+    parser.add_argument("--time-limit", type=float, default=None, help="suite: start no shape after these seconds")
+    parser.add_argument("--estimate", metavar="STORED_JSON", default=None,
+                        help="suite: print how long it would take, from a stored run's timings, and stop")  # fmt: skip
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A_JSON", "B_JSON"),
+        default=None,
+        help="two runs: per (method, shape) the relative difference of medians; exit 1 above 3%%",
+    )
+    parser.add_argument("--tolerance", type=float, default=0.03, help="--compare: the largest relative difference")
     parser.add_argument("--tokens", type=int, default=GPU_SUITE["tokens"], help="suite: batch x N")
     parser.add_argument("--hidden", type=int, default=GPU_SUITE["hidden"], help="suite: heads x head_dim")
     parser.add_argument("--no-autotune", action="store_true",
@@ -384,28 +415,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         method, batch, heads, n, head_dim, dtype, is_causal, mode = args.child_memory
         print(_child_memory(method, int(batch), int(heads), int(n), int(head_dim), dtype, bool(int(is_causal)), mode))
         return
+    if args.compare:
+        first, second = (Benchmark.load(path) for path in args.compare)
+        result = compare(first, second, args.tolerance)
+        print(compare_markdown(result, *args.compare))
+        sys.exit(1 if result["failed"] else 0)
     causal_choice = {"no": [False], "yes": [True], "both": [False, True], None: None}[args.causal]
     if args.no_autotune:
         from .triton_attention import AUTOTUNE_ENV
 
         os.environ[AUTOTUNE_ENV] = "0"
     if args.gpu_suite:
-        try:
-            bench = run_gpu_suite(
-                args.lengths or GPU_SUITE["lengths"], args.head_dims or GPU_SUITE["head_dims"],
-                args.dtypes or GPU_SUITE["dtypes"], causal_choice or GPU_SUITE["causal"],
-                args.modes or GPU_SUITE["modes"], args.methods or GPU_SUITE["methods"], tokens=args.tokens,
-                hidden=args.hidden, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
-                log=lambda line: print(line, flush=True),
-            )  # fmt: skip
-        except RuntimeError as error:
-            if torch.cuda.is_available():
-                raise
-            sys.exit(f"python -m attnedu.bench --gpu-suite: {error}")
-        bench.provenance["command"] = command
-        paths = write(bench, args.out or "benchmarks/attention_cuda", args.note)
-        print(markdown(bench, args.note))
-        print("wrote", ", ".join(map(str, paths)))
+        _gpu_suite_command(args, causal_choice, command)
         return
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     if args.dtypes and len(args.dtypes) > 1:
@@ -431,6 +452,52 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.quick:
         default = Path(tempfile.gettempdir()) / "attnedu_bench_quick" / "attention"
     paths = write(bench, args.out or default, args.note)  # --quick never overwrites the recorded results
+    print(markdown(bench, args.note))
+    print("wrote", ", ".join(map(str, paths)))
+
+
+def _gpu_suite_command(args, causal_choice, command: str) -> None:
+    """--gpu-suite: the suite (or its dry run, or its estimate), the JSON rewritten after every shape, then the
+    Markdown report and the figure."""
+    suite = bench_gpu.GPU_SUITE
+    plan = bench_gpu.DRY_RUN if args.dry_run else suite
+    options = {
+        "lengths": args.lengths or plan["lengths"], "head_dims": args.head_dims or plan["head_dims"],
+        "dtypes": args.dtypes or suite["dtypes"], "causal": causal_choice or suite["causal"],
+        "modes": args.modes or suite["modes"], "methods": args.methods or suite["methods"],
+        "rounds": args.rounds or plan["rounds"],
+        "warmup": plan["warmup"] if args.warmup_rounds is None else args.warmup_rounds,
+    }  # fmt: skip
+    tokens = plan["tokens"] if args.dry_run and args.tokens == suite["tokens"] else args.tokens
+    hidden = plan["hidden"] if args.dry_run and args.hidden == suite["hidden"] else args.hidden
+    if args.estimate:
+        reference = Benchmark.load(args.estimate)
+        for runs_before, what in ((0, "first run (cold Triton cache)"), (1, "a later run (kernels compiled)")):
+            found = bench_gpu.estimate_seconds(reference, **options, runs_before=runs_before)
+            calls = found["calls_per_method_and_shape"]
+            print(f"{what}: {found['total_s']:.0f} s = timing {found['timing_s']:.0f} s ({calls} calls per method "
+                  f"and shape) + first calls {found['first_calls_s']:.0f} s; "
+                  f"{len(found['missing'])} (method, shape) not in {args.estimate}")  # fmt: skip
+        return
+    out = Path(args.out or ("/tmp/attnedu_dry_run/attention_cuda" if args.dry_run else "benchmarks/attention_cuda"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save(bench: Benchmark) -> None:  # after every shape: a run cut off leaves what it measured
+        bench.provenance["command"] = command
+        partial = out.with_suffix(".json.partial")
+        partial.write_text(json.dumps(bench.to_json(), indent=1) + "\n")
+        partial.replace(out.with_suffix(".json"))
+
+    try:
+        bench = bench_gpu.run_gpu_suite(**options, tokens=tokens, hidden=hidden, on_shape=save,
+                                        log=lambda line: print(line, flush=True), time_limit_s=args.time_limit,
+                                        dry_run=args.dry_run)  # fmt: skip
+    except RuntimeError as error:
+        if torch.cuda.is_available() or args.dry_run:
+            raise
+        sys.exit(f"python -m attnedu.bench --gpu-suite: {error}")
+    bench.provenance["command"] = command
+    paths = write(bench, out, args.note)
     print(markdown(bench, args.note))
     print("wrote", ", ".join(map(str, paths)))
 

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from . import bench_gpu
-from .measurements import MODES, Benchmark, Measurement, format_ms, format_tflops
+from .measurements import BACKWARD_FLOPS, MODES, Benchmark, Measurement, format_ms, format_tflops, mode_flops
 
 
 def cpu_targets(bench: Benchmark, n: int = 4096, head_dim: int = 64) -> list[dict]:
@@ -36,6 +36,56 @@ def cpu_targets(bench: Benchmark, n: int = 4096, head_dim: int = 64) -> list[dic
     return rows
 
 
+def gpu_goals(bench: Benchmark, dtype: str = "bfloat16") -> list[dict]:
+    """Issue 32's GPU goals, from a suite's rows in ``dtype`` (one row per goal the run measured): Triton's forward
+    throughput over SDPA-cuDNN's at every N >= 2048 (the smallest, per head_dim), >= 0.85; its forward TFLOP/s at
+    head_dim 128, N = 16384, not causal, >= 500; its causal over non-causal forward throughput at N = 16384 (the
+    smaller of head_dim 64 and 128), >= 0.97; its backward's TFLOP/s at head_dim 128, N = 16384, not causal, >= 480
+    (a backward counts 2.5 forwards of FLOPs, over forward+backward's median minus forward's: derived, not timed
+    alone); its forward+backward throughput over cuDNN's at every N >= 2048, >= 0.85."""
+    rows = []
+
+    def find(method, n, head_dim, causal, mode):
+        return bench.find(method, n, head_dim, causal, ran=True, mode=mode, dtype=dtype)
+
+    def ratios(mode, head_dims):
+        found = []
+        for r in bench.results:
+            if (r.method, r.mode, r.dtype) == ("triton", mode, dtype) and r.n >= 2048 and r.head_dim in head_dims:
+                other = find("sdpa_cudnn", r.n, r.head_dim, r.causal, mode)
+                if not r.error and other:
+                    found.append(other.median_ms / r.median_ms)
+        return found
+
+    for head_dim in (64, 128):
+        found = ratios("forward", (head_dim,))
+        if found:
+            rows.append({"goal": f"forward, Triton / SDPA-cuDNN throughput, every N >= 2k, head_dim {head_dim} (min)",
+                         "value": min(found), "bound": ">= 0.85"})  # fmt: skip
+    forward = find("triton", 16384, 128, False, "forward")
+    if forward:
+        rows.append({"goal": "forward TFLOP/s, head_dim 128, N = 16k, not causal", "value": forward.tflops,
+                     "bound": ">= 500"})  # fmt: skip
+    pairs = [(find("triton", 16384, d, True, "forward"), find("triton", 16384, d, False, "forward")) for d in (64, 128)]
+    found = [c.tflops / f.tflops for c, f in pairs if c and f]
+    if found:
+        goal = "forward, causal / non-causal throughput, N = 16k (min over head_dim)"
+        rows.append({"goal": goal, "value": min(found), "bound": ">= 0.97"})
+    both = find("triton", 16384, 128, False, "forward+backward")
+    if forward and both and both.median_ms > forward.median_ms:
+        flops = mode_flops(both.batch, both.heads, 16384, 128, False, "forward") * BACKWARD_FLOPS
+        seconds = (both.median_ms - forward.median_ms) / 1000
+        goal = "backward TFLOP/s, head_dim 128, N = 16k, not causal (forward+backward - forward)"
+        rows.append({"goal": goal, "value": flops / seconds / 1e12, "bound": ">= 480"})
+    found = ratios("forward+backward", (64, 128))
+    if found:
+        rows.append({"goal": "forward+backward, Triton / SDPA-cuDNN throughput, every N >= 2k (min)",
+                     "value": min(found), "bound": ">= 0.85"})  # fmt: skip
+    for row in rows:
+        row["met"] = row["value"] >= float(row["bound"].split()[1])
+    return rows
+
+
 def _spread(r: Measurement) -> str:
     if r.q20_ms is not None and r.q80_ms is not None:
         return f"{format_ms(r.q20_ms)}-{format_ms(r.q80_ms)}"
@@ -45,6 +95,8 @@ def _spread(r: Measurement) -> str:
 def markdown(bench: Benchmark, note: str = "") -> str:
     p = bench.provenance
     lines = [f"# Attention benchmark: {p['device']}", ""]
+    if p.get("finished") is False:
+        lines += ["**Unfinished run**: the results below are those measured before it stopped.", ""]
     lines += [f"- **{key}**: {value}" for key, value in p.items() if key not in ("methods",)]
     lines += ["- **methods**: " + "; ".join(f"`{k}` = {v}" for k, v in p.get("methods", {}).items())]
     spread = p.get("spread", "min-max over rounds")
@@ -52,18 +104,19 @@ def markdown(bench: Benchmark, note: str = "") -> str:
         rows = [r for r in bench.results if (r.mode, r.dtype) == (mode, dtype)]
         lines += ["", f"## {mode}, {dtype or p.get('dtype')}", ""]
         lines += [f"| N | head_dim | causal | batch x heads | method | median ms | spread ms ({spread}) | TFLOP/s "
-                  "| first call ms | extra memory MiB |", "|---" * 10 + "|"]  # fmt: skip
+                  "| first call ms | extra memory MiB | memory MiB |", "|---" * 11 + "|"]  # fmt: skip
         for r in rows:
             shape = f"| {r.n} | {r.head_dim} | {'yes' if r.causal else 'no'} | "
             shape += f"{r.batch} x {r.heads} | " if r.batch else "- | "
             shape += f"{r.label} | "
             if r.error:
-                lines.append(shape + f"{r.error} | - | - | - | - |")
+                lines.append(shape + f"{r.error} | - | - | - | - | - |")
                 continue
             first = "-" if r.first_call_ms is None else format_ms(r.first_call_ms)
-            memory = "-" if r.extra_mib is None else f"{r.extra_mib:,.1f}"
+            extra = "-" if r.extra_mib is None else f"{r.extra_mib:,.1f}"
+            memory = "-" if r.memory_mib is None else f"{r.memory_mib:,.1f}"
             timing = f"{format_ms(r.median_ms)} | {_spread(r)} | {format_tflops(r.tflops)}"
-            lines.append(shape + f"{timing} | {first} | {memory} |")
+            lines.append(shape + f"{timing} | {first} | {extra} | {memory} |")
     ratios = bench.ratios()
     keys = list(dict.fromkeys(k for row in ratios for k in row if k not in ("mode", "dtype", "n", "head_dim",
                                                                              "causal")))  # fmt: skip
@@ -80,6 +133,11 @@ def markdown(bench: Benchmark, note: str = "") -> str:
                   "longest N that ran |", "|---" * 7 + "|"]  # fmt: skip
         lines += [f"| {o['method']} | {o['mode']} | {o['dtype']} | {o['head_dim']} | {'yes' if o['causal'] else 'no'} "
                   f"| {o['first_n_out_of_memory']} | {o['longest_n_that_ran'] or '-'} |" for o in oom]  # fmt: skip
+    goals = gpu_goals(bench) if p.get("suite") else []
+    if goals:
+        lines += ["", "## Goals (issue 32), bfloat16", "", "| goal | measured | bound | met |", "|---|---|---|---|"]
+        lines += [f"| {g['goal']} | {g['value']:.2f} | {g['bound']} | {'yes' if g['met'] else 'no'} |" for g in goals]
+    lines += _gpu_details(bench)
     targets = cpu_targets(bench)
     if targets and p["device_kind"] == "cpu":
         lines += ["", "## CPU targets (N = 4096, head_dim = 64, not causal)", "", "| target | measured | bound | met |",
@@ -88,6 +146,107 @@ def markdown(bench: Benchmark, note: str = "") -> str:
                   for t in targets]  # fmt: skip
     if note:
         lines += ["", note]
+    return "\n".join(lines) + "\n"
+
+
+def _config_text(config: dict | None) -> str:
+    if not config:
+        return "-"
+    short = {"BLOCK_M": "M", "BLOCK_N": "N", "num_warps": "w", "num_stages": "s"}
+    return "; ".join(f"{kind} " + (" ".join(f"{short.get(k, k)}{v}" for k, v in c.items()) if isinstance(c, dict)
+                                   else str(c)) for kind, c in config.items())  # fmt: skip
+
+
+def _gpu_details(bench: Benchmark) -> list[str]:
+    """The suite's per-shape records: Triton's configurations, the GPU's state, memory notes (absent in old runs)."""
+    rows = [r for r in bench.results if r.config or r.gpu_state or r.memory_note]
+    if not rows:
+        return []
+    lines = ["", "## Per shape: Triton's configuration and the GPU's state", "",
+             "Configuration: the autotuned choice per kernel (M = BLOCK_M, N = BLOCK_N, w = warps, s = stages). GPU: "
+             "SM clock min-max MHz, memory clock MHz, power median/max W, temperature max C, throttle reasons, over "
+             "the shape's timing (nvidia-smi samples).", "",
+             "| mode | dtype | N | head_dim | causal | timed calls | Triton configuration | SM MHz | memory MHz | "
+             "power W | temperature C | throttle reasons |", "|---" * 12 + "|"]  # fmt: skip
+    seen = set()
+    for r in bench.results:
+        shape = (r.mode, r.dtype, r.n, r.head_dim, r.causal)
+        if shape in seen or r.error:
+            continue
+        seen.add(shape)
+        triton = bench.find("triton", r.n, r.head_dim, r.causal, ran=True, mode=r.mode, dtype=r.dtype)
+        state = r.gpu_state or {}
+        sm = "-" if "sm_mhz" not in state else f"{state['sm_mhz'][0]:.0f}-{state['sm_mhz'][2]:.0f}"
+        mem = "-" if "mem_mhz" not in state else f"{state['mem_mhz'][0]:.0f}-{state['mem_mhz'][1]:.0f}"
+        power = "-" if "power_w" not in state else f"{state['power_w'][0]:.0f}/{state['power_w'][1]:.0f}"
+        temperature = "-" if "temperature_c" not in state else f"{state['temperature_c'][1]:.0f}"
+        throttle = ", ".join(state.get("throttle", [])) or ("none" if "throttle" in state else "-")
+        lines.append(f"| {r.mode} | {r.dtype} | {r.n} | {r.head_dim} | {'yes' if r.causal else 'no'} | "
+                     f"{r.rounds or '-'} | {_config_text(triton.config if triton else None)} | {sm} | {mem} | "
+                     f"{power} | {temperature} | {throttle} |")  # fmt: skip
+    notes = [r for r in bench.results if r.memory_note or (r.retained_mib is not None and abs(r.retained_mib) > 1)]
+    if notes:
+        lines += ["", "Memory notes: " + "; ".join(
+            f"{r.method} {r.mode} {r.dtype} N={r.n} head_dim={r.head_dim}{' causal' if r.causal else ''}: retained "
+            f"{r.retained_mib:,.1f} MiB, garbage collected before {r.gc_freed_mib or 0:,.1f} MiB"
+            + (f" ({r.memory_note})" if r.memory_note else "") for r in notes)]  # fmt: skip
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------------------
+# two runs compared (repeatability)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _key(r: Measurement) -> tuple:
+    return (r.method, r.mode, r.dtype, r.n, r.head_dim, r.causal)
+
+
+def compare(first: Benchmark, second: Benchmark, tolerance: float = 0.03) -> dict:
+    """Per (method, mode, dtype, N, head_dim, causal) measured in both runs: the relative difference of medians
+    (second / first - 1), whether Triton's configuration changed, and the throttle reasons either run saw there.
+    ``failed``: the rows over ``tolerance``, and every shape that ran in one run and not in the other."""
+    theirs = {_key(r): r for r in second.results}
+    rows, changed = [], []
+    for mine in first.results:
+        other = theirs.get(_key(mine))
+        if other is None:
+            continue
+        if bool(mine.error) != bool(other.error):
+            changed.append({"key": _key(mine), "first": mine.error or "ran", "second": other.error or "ran"})
+            continue
+        if mine.error:
+            continue
+        throttle = set()
+        for r in (mine, other):
+            throttle |= set((r.gpu_state or {}).get("throttle", [])) - {"GpuIdle"}
+        rows.append({"key": _key(mine), "first_ms": mine.median_ms, "second_ms": other.median_ms,
+                     "difference": other.median_ms / mine.median_ms - 1, "config_changed": mine.config != other.config,
+                     "throttle": sorted(throttle)})  # fmt: skip
+    rows.sort(key=lambda row: -abs(row["difference"]))
+    failed = [row for row in rows if abs(row["difference"]) > tolerance]
+    only = sorted({_key(r) for r in first.results} ^ set(theirs))
+    return {"rows": rows, "failed": failed + changed, "changed": changed, "only_in_one": only, "tolerance": tolerance}
+
+
+def compare_markdown(result: dict, first_name: str = "first", second_name: str = "second") -> str:
+    rows, tolerance = result["rows"], result["tolerance"]
+    worst = max((abs(row["difference"]) for row in rows), default=0.0)
+    over = [row for row in rows if abs(row["difference"]) > tolerance]
+    lines = [f"# {first_name} vs {second_name}", "",
+             f"{len(rows)} (method, shape) measured in both; largest relative difference of medians {worst:.1%}; "
+             f"{len(over)} over {tolerance:.0%}; {len(result['changed'])} ran in one run only; "
+             f"{len(result['only_in_one'])} measured in one run only.", "",
+             "| method | mode | dtype | N | head_dim | causal | first ms | second ms | difference "
+             "| Triton config changed | throttle reasons |", "|---" * 11 + "|"]  # fmt: skip
+    for row in rows:
+        method, mode, dtype, n, head_dim, causal = row["key"]
+        mark = " **over**" if abs(row["difference"]) > tolerance else ""
+        lines.append(f"| {method} | {mode} | {dtype} | {n} | {head_dim} | {'yes' if causal else 'no'} | "
+                     f"{format_ms(row['first_ms'])} | {format_ms(row['second_ms'])} | {row['difference']:+.1%}{mark} | "
+                     f"{'yes' if row['config_changed'] else 'no'} | {', '.join(row['throttle']) or '-'} |")  # fmt: skip
+    for change in result["changed"]:
+        lines.append(f"\n- {change['key']}: {change['first']} in the first run, {change['second']} in the second")
     return "\n".join(lines) + "\n"
 
 

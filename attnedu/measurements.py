@@ -45,17 +45,27 @@ MEMORY_METHOD_CPU = (
     "MALLOC_MMAP_THRESHOLD_=65536 so that freed blocks go back to the system"
 )
 MEMORY_METHOD_CUDA = (
-    "torch.cuda.max_memory_allocated after reset_peak_memory_stats, minus memory before the call (the inputs) and "
-    "what the call returned (the output, or the gradients); 'peak' is max_memory_allocated itself"
+    "gc.collect(), then torch.cuda.max_memory_allocated after reset_peak_memory_stats, minus memory before the call "
+    "(the inputs) and what the call returned (the output, or the gradients): 'extra'; 'memory' = inputs + returned + "
+    "extra; 'peak' is max_memory_allocated itself"
 )
 
 
 @dataclass
 class Measurement:
-    """One method at one shape: times in ms, throughput, and extra memory in MiB (None if not measured).
+    """One method at one shape: times in ms, throughput, and memory in MiB (None if not measured).
     ``error`` says why a method could not run at this shape ("out of memory", "not supported: ..."); its numbers
-    are then None. ``times_ms`` holds one median per round on the CPU; on a GPU, do_bench's spread is in
-    ``q20_ms``/``q80_ms`` (and ``min_ms``/``max_ms``). ``first_call_ms``: the first call's time (compilation)."""
+    are then None. ``times_ms`` holds one median per round on the CPU, and every timed call on a GPU (``rounds``
+    of them), whose 20th-80th percentiles are ``q20_ms``/``q80_ms``. ``first_call_ms``: the first call's time
+    (compilation, autotuning).
+
+    Memory: ``extra_mib``, the peak beyond the inputs and what the call returned; ``memory_mib``, what the call
+    needs in all (inputs + returned + extra: the comparison between methods, naive attention's N x N matrices
+    against the inputs and output every method holds); on a GPU also ``peak_mib`` (the allocator's peak),
+    ``retained_mib`` (memory the call kept or freed besides its result; about 0), ``gc_freed_mib`` (garbage of
+    earlier calls collected before it) and ``memory_note``. ``config``: the launch configuration autotuning chose
+    for each Triton kernel the call ran. ``gpu_state``: the GPU's clocks, power, temperature and throttle reasons
+    over the shape's timing (``attnedu.bench_gpu.GpuMonitor.window``)."""
 
     method: str
     label: str
@@ -77,9 +87,19 @@ class Measurement:
     q80_ms: float | None = None
     first_call_ms: float | None = None
     peak_mib: float | None = None
+    memory_mib: float | None = None
+    retained_mib: float | None = None
+    gc_freed_mib: float | None = None
+    memory_note: str | None = None
+    config: dict | None = None
+    rounds: int | None = None
+    gpu_state: dict | None = None
 
 
-RATIOS = [  # (a, b, what): "a / b time" = a's time over b's; "throughput" = a's TFLOP/s over b's; memory likewise
+RATIOS = [  # (a, b, what): "a / b time" = a's time over b's; "throughput" = a's TFLOP/s over b's; "extra memory"
+    # = a's extra_mib over b's (the CPU's tiled attention holds tiles: a denominator worth dividing by), "memory" =
+    # a's memory_mib (inputs + returned + extra) over b's (a GPU kernel's extra is a few MiB of log-sum-exp: a
+    # ratio over it would compare naive's N x N matrices with a bookkeeping buffer)
     ("naive", "tiled", "time"),
     ("naive", "tiled", "extra memory"),
     ("naive", "sdpa", "time"),
@@ -89,7 +109,7 @@ RATIOS = [  # (a, b, what): "a / b time" = a's time over b's; "throughput" = a's
     ("triton", "sdpa_cudnn", "throughput"),
     ("triton", "sdpa_efficient", "throughput"),
     ("naive", "triton", "time"),
-    ("naive", "triton", "extra memory"),
+    ("naive", "triton", "memory"),
 ]
 
 
@@ -116,9 +136,9 @@ class Benchmark:
     def ratios(self) -> list[dict]:
         """Per shape: how many times slower naive is than tiled and than SDPA, tiled's time over SDPA's, how many
         times more extra memory naive needs than tiled, Triton's throughput over each SDPA backend's, and naive's
-        time and memory over Triton's. A method that did not run at a shape (out of memory, refused) is left out of
-        that shape's ratios, and so is a memory ratio whose denominator measured under 1 MiB (at that size the
-        difference of two allocator readings is noise, and can even come out negative)."""
+        time and memory (inputs + returned + extra) over Triton's. A method that did not run at a shape (out of
+        memory, refused) is left out of that shape's ratios, and so is an extra-memory ratio whose denominator
+        measured under 1 MiB (at that size the difference of two allocator readings is noise)."""
         rows = []
         for mode, dtype, n, head_dim, causal in self.shapes():
             row = {"mode": mode, "dtype": dtype, "n": n, "head_dim": head_dim, "causal": causal}
@@ -130,6 +150,9 @@ class Benchmark:
                     row[f"{a} / {b} time"] = x.median_ms / y.median_ms
                 elif what == "throughput":
                     row[f"{a} / {b} throughput"] = y.median_ms / x.median_ms
+                elif what == "memory":
+                    if x.memory_mib is not None and y.memory_mib:
+                        row[f"{a} / {b} memory"] = x.memory_mib / y.memory_mib
                 elif x.extra_mib is not None and y.extra_mib is not None and y.extra_mib >= 1.0:
                     row[f"{a} / {b} extra memory"] = x.extra_mib / y.extra_mib
             rows.append(row)
@@ -182,12 +205,15 @@ def mode_flops(batch: int, heads: int, n: int, head_dim: int, is_causal: bool, m
 class Method:
     """A way to compute attention: ``fn(q, k, v, is_causal=...)`` (the flag named as PyTorch's SDPA and the course's
     attention functions name it, so that they are methods as they are), called inside ``context()`` (which selects
-    an SDPA backend; entered once around a whole measurement, never inside the timed call)."""
+    an SDPA backend; entered around a measurement or a call, never inside the timed region). ``configs(call)``,
+    where a method is autotuned: calls ``call`` once and returns what it returned and the launch configuration of
+    each kernel it ran."""
 
     name: str
     label: str
     fn: Callable
     context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    configs: Callable[[Callable[[], object]], tuple[object, dict]] | None = None  # call -> (returned, configurations)
 
 
 def make_methods(device: str, dtype: torch.dtype, names: Sequence[str] = METHODS) -> dict[str, Method]:
@@ -224,8 +250,28 @@ def make_methods(device: str, dtype: torch.dtype, names: Sequence[str] = METHODS
 
             if unavailable_reason() is None:
                 label = "Triton (attnedu.triton_attention)"
-                methods[name] = Method(name, label, triton_attention)
+                methods[name] = Method(name, label, triton_attention, configs=triton_configs)
     return methods
+
+
+def triton_configs(call: Callable[[], object]) -> tuple[object, dict]:
+    """Calls ``call`` once; returns what it returned and, for each autotuned Triton kernel the call launched, the
+    configuration autotuning chose for it (BLOCK_M, BLOCK_N, num_warps, num_stages, ...): Triton's ``Autotuner``
+    sets ``best_config`` at each launch, so it is cleared first and read after."""
+    from . import triton_attention as ta
+
+    if not ta.autotuning():
+        return call(), {"autotune": f"off ({ta.AUTOTUNE_ENV}=0): the first candidate configuration that fits"}
+    tuners = ta._get_kernels().tuned or {}  # the autotuned kernels by kind (None under the interpreter)
+    for tuner in tuners.values():
+        tuner.best_config = None
+    returned = call()
+    chosen = {}
+    for kind, tuner in tuners.items():
+        config = getattr(tuner, "best_config", None)
+        if config is not None:
+            chosen[kind] = {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
+    return returned, chosen
 
 
 def _linear(q, k, v, *, is_causal=False):
@@ -320,9 +366,10 @@ def provenance(device: str, dtype: str, batch: int, heads: int, threads: int, re
             f"is measured once in turn by torch.utils.benchmark.Timer.blocked_autorange(min_run_time={min_run_time}) "
             f"with {threads} thread(s); median, min, max over rounds"
             if device == "cpu"
-            else "triton.testing.do_bench per method and shape: L2 flushed before every call, CUDA events, median"
+            else f"attnedu.bench_gpu.time_interleaved: {warmup} untimed and {repeats} timed rounds per shape, each "
+            "call after an L2 flush, between CUDA events; median"
         ),
-        "spread": "min-max over rounds" if device == "cpu" else "20th-80th percentile of do_bench's calls",
+        "spread": "min-max over rounds" if device == "cpu" else "20th-80th percentile of the timed calls",
         "memory": MEMORY_METHOD_CUDA if device == "cuda" else MEMORY_METHOD_CPU,
         "environment": {
             k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS") if k in os.environ
@@ -364,7 +411,7 @@ def cuda_provenance() -> dict:
         "cudnn": torch.backends.cudnn.version(),
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,
-        "l2": "flushed before every timed call (do_bench zeroes a 256 MB buffer)",
+        "l2": "flushed before every timed call (a 256 MiB buffer zeroed)",
         "first_call": "the first call of each method at each shape, synchronized, by the wall clock: it pays for "
         "Triton's compilation and autotuning, cuDNN's plan, the allocator's growth",  # fmt: skip
         "triton_autotune": f"{'on' if autotuning() else 'off'} ({AUTOTUNE_ENV})",

@@ -5,12 +5,17 @@ are chosen. From the repository root, without installing anything but torch and 
     python3 benchmarks/tune_triton.py                 # bfloat16, N 4096 and 16384, head_dim 64 and 128, causal both
     python3 benchmarks/tune_triton.py --lengths 4096 --head-dims 128 --dtypes float16 float32 --causal yes
     python3 benchmarks/tune_triton.py --explore       # a wider grid: minutes per shape (every config compiles)
+    python3 benchmarks/tune_triton.py --against benchmarks/attention_cuda.json --lengths 4096 16384
+        # the suite's check: its forward at the configuration the suite's autotuning chose, timed alone; exit 1 where
+        # the two medians differ by more than 3%
 
 Per shape (constant tokens, as the GPU suite: batch = 16384 // N, heads = 2048 // head_dim) and per kernel (the
 forward; dK/dV; dQ), every configuration in the candidate list for that head_dim, plus the fallbacks (with
 --explore, a grid of block sizes, warps and stages), that fits the shared-memory and register estimate is compiled,
-checked against PyTorch (outputs or gradients; "WRONG" marks a failure) and timed with triton.testing.do_bench
-(median; L2 flushed before every call). TFLOP/s counts each kernel's own matrix products (forward 2, dK/dV 4
+checked against PyTorch (outputs or gradients; "WRONG" marks a failure) and timed by the GPU suite's own timing
+function, ``attnedu.bench_gpu.gpu_time`` (``time_interleaved``: untimed and timed rounds, the L2 flushed and a spin
+kernel queued before each call, CUDA events; the median of 20 calls), so that a configuration measures the same
+here and in the suite. TFLOP/s counts each kernel's own matrix products (forward 2, dK/dV 4
 including the recomputed Q K^T, dQ 3). The last table gives, per (kernel, head_dim, dtype, causal), the candidates
 ordered by their total time over the lengths, as Python to paste into the candidate lists.
 """
@@ -67,21 +72,17 @@ def tune(
     tokens=16384,
     hidden=2048,
     explore=False,
-    warmup_ms=10.0,
-    rep_ms=50.0,
+    rounds=20,
+    warmup=3,
     device="cuda",
     timer=None,
     limit=None,
     log=print,
 ) -> dict:
     """Time the configurations (module docstring); returns {(kernel, head_dim, dtype, causal): {config: total ms}}.
-    ``timer(fn) -> ms`` and ``limit`` (shared memory bytes) default to do_bench and the GPU's; the test runs this
-    on the CPU under Triton's interpreter with a fake timer."""
-    if timer is None:
-        from triton.testing import do_bench
-
-        def timer(fn):
-            return do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
+    ``timer(fn) -> ms`` and ``limit`` (shared memory bytes) default to the suite's timing (``suite_timer``) and the
+    GPU's; the test runs this on the CPU under Triton's interpreter with a fake timer."""
+    timer = timer or suite_timer(rounds, warmup)
 
     limit = limit or ta._shared_memory_limit(torch.cuda.current_device())
     totals: dict[tuple, dict[tuple, float]] = defaultdict(lambda: defaultdict(float))
@@ -100,6 +101,55 @@ def tune(
         ordered = sorted(by_config, key=by_config.get)
         log(f"{kind:<8} head_dim={head_dim:<4} {dtype_name:<9} causal={causal!s:<5} {ordered}")
     return totals
+
+
+def suite_timer(rounds=20, warmup=3):
+    """fn -> median ms by ``attnedu.bench_gpu.gpu_time``: the GPU suite's protocol for one callable."""
+    from attnedu.bench_gpu import gpu_time
+
+    return lambda fn: gpu_time(fn, rounds, warmup)["median"]
+
+
+def check_against(suite_path, lengths=None, *, timer=None, tolerance=0.03, device="cuda", log=print) -> list[dict]:
+    """The suite and this script agree: for every Triton forward row of the suite's JSON (at ``lengths``, or all)
+    that recorded its autotuned configuration, the forward kernel at that configuration and shape, timed here by
+    the same function, against the suite's median. Returns one row per shape (and logs a table); ``failed`` rows
+    differ by more than ``tolerance``. The forward only: the suite's forward+backward also times autograd and the
+    delta kernel, which no single kernel here does."""
+    from attnedu.measurements import Benchmark
+
+    timer = timer or suite_timer()
+    suite = Benchmark.load(suite_path)
+    rows = []
+    log(
+        f"{'dtype':<9}{'head_dim':>9}{'causal':>7}{'N':>7}  config (M, N, warps, stages)  suite ms  here ms  difference"
+    )
+    for r in suite.results:
+        config = (r.config or {}).get("forward")
+        if r.method != "triton" or r.mode != "forward" or r.error or not isinstance(config, dict):
+            continue
+        if lengths and r.n not in lengths:
+            continue
+        dtype = DTYPES[r.dtype]
+        q, k, v = make_inputs(r.batch, r.heads, r.n, r.head_dim, dtype, device)
+        launch = {key: config[key] for key in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages") if key in config}
+        fn = functools.partial(ta._forward, q, k, v, r.causal, launch)
+        fn()
+        ms = timer(fn)
+        difference = ms / r.median_ms - 1
+        rows.append({"dtype": r.dtype, "head_dim": r.head_dim, "causal": r.causal, "n": r.n, "config": launch,
+                     "suite_ms": r.median_ms, "here_ms": ms, "difference": difference,
+                     "failed": abs(difference) > tolerance})  # fmt: skip
+        shown = tuple(launch.values())
+        log(f"{r.dtype:<9}{r.head_dim:>9}{r.causal!s:>7}{r.n:>7}  {shown!s:<28}{r.median_ms:>10.3f}{ms:>9.3f}"
+            f"{difference:>+11.1%}{'  over' if abs(difference) > tolerance else ''}")  # fmt: skip
+        del q, k, v
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    worst = max((abs(row["difference"]) for row in rows), default=0.0)
+    failed = sum(row["failed"] for row in rows)
+    log(f"{len(rows)} shapes; largest difference {worst:.1%}; {failed} over {tolerance:.0%}")
+    return rows
 
 
 def tune_shape(shape, dtype_name, causal, kernels, explore, device, timer, limit, log) -> list[tuple]:
@@ -160,7 +210,7 @@ def tune_shape(shape, dtype_name, causal, kernels, explore, device, timer, limit
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[4096, 16384])
+    parser.add_argument("--lengths", type=int, nargs="+", default=None, help="4096 16384; --against: all")
     parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--dtypes", choices=sorted(DTYPES), nargs="+", default=["bfloat16"])
     parser.add_argument("--causal", choices=("no", "yes", "both"), default="both")
@@ -168,8 +218,15 @@ def main(argv=None) -> None:
     parser.add_argument("--tokens", type=int, default=16384, help="batch x N")
     parser.add_argument("--hidden", type=int, default=2048, help="heads x head_dim")
     parser.add_argument("--explore", action="store_true", help="a wider grid of configurations (slow: each compiles)")
-    parser.add_argument("--warmup-ms", type=float, default=10)
-    parser.add_argument("--rep-ms", type=float, default=50)
+    parser.add_argument("--rounds", type=int, default=20, help="timed calls per configuration")
+    parser.add_argument("--warmup-rounds", type=int, default=3)
+    parser.add_argument(
+        "--against",
+        metavar="SUITE_JSON",
+        default=None,
+        help="time the suite's autotuned forward configurations alone; exit 1 above 3%% apart",
+    )
+    parser.add_argument("--tolerance", type=float, default=0.03)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available() or ta.interpreting():
         sys.exit("tune_triton.py needs a CUDA GPU, and TRITON_INTERPRET unset")
@@ -178,9 +235,13 @@ def main(argv=None) -> None:
     limit = ta._shared_memory_limit(torch.cuda.current_device())
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, shared memory "
           f"per program {limit} B (the device's, less an 8 KiB margin)", flush=True)  # fmt: skip
+    if args.against:
+        rows = check_against(args.against, args.lengths, timer=suite_timer(args.rounds, args.warmup_rounds),
+                             tolerance=args.tolerance, log=lambda line: print(line, flush=True))  # fmt: skip
+        sys.exit(1 if not rows or any(row["failed"] for row in rows) else 0)
     causal_values = {"no": [False], "yes": [True], "both": [False, True]}[args.causal]
-    tune(args.lengths, args.head_dims, args.dtypes, causal_values, args.kernels, tokens=args.tokens,
-         hidden=args.hidden, explore=args.explore, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms,
+    tune(args.lengths or [4096, 16384], args.head_dims, args.dtypes, causal_values, args.kernels, tokens=args.tokens,
+         hidden=args.hidden, explore=args.explore, rounds=args.rounds, warmup=args.warmup_rounds,
          log=lambda line: print(line, flush=True))  # fmt: skip
 
 

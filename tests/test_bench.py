@@ -1,10 +1,17 @@
 """attnedu.bench (with attnedu.measurements and attnedu.bench_gpu): the benchmark command runs at small scale and
-writes its reports; its GPU suite's logic runs on the CPU with a fake timer; its arguments are checked; every method
-is called as fn(q, k, v, is_causal=...) and computes attention. No time is asserted.
+writes its reports; its GPU suite's whole pipeline runs on the CPU as a dry run (stand-in methods, timer, memory and
+nvidia-smi); its arguments are checked; every method is called as fn(q, k, v, is_causal=...) and computes attention.
+No time is asserted.
 
 ``test_gpu_suite_runs_on_a_real_gpu`` runs only with a CUDA GPU (``pytest tests/test_bench.py -k gpu``)."""
 
+import contextlib
+import gc
+import importlib.util
 import json
+import os
+import sys
+import time
 import types
 from pathlib import Path
 
@@ -149,83 +156,234 @@ def test_a_method_that_runs_out_of_memory_is_recorded_not_fatal():
 
 
 # ------------------------------------------------------------------------------------------------------------
-# the GPU suite's logic, on the CPU with a fake timer
+# the GPU suite's logic, on the CPU: its dry run (stand-in methods, timer, memory and nvidia-smi)
 # ------------------------------------------------------------------------------------------------------------
 
-FAKE_MS = {"triton": 1.0, "sdpa_flash": 2.0, "naive": 4.0}
+
+class RecordingDevice(bench_gpu.StandInDevice):
+    """A stand-in device that records what the protocol asks of it, in order."""
+
+    def __init__(self):
+        super().__init__()
+        self.events = []
+
+    def synchronize(self):
+        self.events.append("sync")
+
+    def before_call(self):
+        self.events.append("flush")
 
 
-@pytest.fixture
-def fake_gpu(monkeypatch):
-    """Methods that say which of them ran, a naive attention that runs out of memory from N = 256 on, SDPA pinned
-    to cuDNN (which refuses CPU tensors, as a backend refuses a shape), and a timer that returns a fixed time per
-    method after calling it once."""
-    last = {}
+def test_rounds_time_every_method_once_each_in_a_changing_order():
+    """After the untimed rounds, each timed round calls every key once, each call after a flush; the order rotates
+    and reverses, so that each key is first equally often; one synchronize per round; a key's context is entered
+    around each of its calls."""
+    device, calls, entered = RecordingDevice(), [], []
 
-    def fake_method(name, out_of_memory_from=None):
-        def fn(q, k, v, *, is_causal=False):
-            if out_of_memory_from and q.shape[-2] >= out_of_memory_from:
-                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
-            last["name"] = name
-            return q * 1.0 + (k.sum() + v.sum()) * 0
+    def call(key):
+        return lambda: calls.append(key)
 
-        return measurements.Method(name, f"fake {name}", fn)
+    @contextlib.contextmanager
+    def context():
+        entered.append(1)
+        yield
 
-    real = measurements.make_methods
-
-    def make_methods(device, dtype, names=measurements.METHODS):
-        methods = {"triton": fake_method("triton"), "sdpa_flash": fake_method("sdpa_flash"),
-                   "naive": fake_method("naive", out_of_memory_from=256)}  # fmt: skip
-        methods.update(real(device, dtype, ["sdpa_cudnn"]))
-        return {name: methods[name] for name in names if name in methods}
-
-    def gpu_time(fn, warmup_ms=25, rep_ms=100):
-        fn()
-        ms = FAKE_MS[last["name"]]
-        return {"median": ms, "q20": 0.9 * ms, "q80": 1.2 * ms, "min": 0.8 * ms, "max": 1.5 * ms}
-
-    monkeypatch.setattr(measurements, "make_methods", make_methods)
-    monkeypatch.setattr(bench_gpu, "gpu_time", gpu_time)
+    keys = ["a", "b", "c"]
+    times = bench_gpu.time_interleaved({k: call(k) for k in keys}, device, rounds=6, warmup=2, contexts={"b": context})
+    assert {k: len(v) for k, v in times.items()} == {"a": 6, "b": 6, "c": 6} and len(entered) == 8
+    rounds = [calls[i : i + 3] for i in range(0, len(calls), 3)]
+    assert all(sorted(r) == keys for r in rounds) and len({tuple(r) for r in rounds}) == 6  # no two rounds alike
+    firsts = [r[0] for r in rounds[2:]]  # the timed rounds
+    assert sorted(firsts) == ["a", "a", "b", "b", "c", "c"]
+    assert device.events.count("sync") == 8 and device.events.count("flush") == 24
+    assert bench_gpu.summarize([4.0, 1.0, 2.0, 3.0, 5.0]) == {"median": 3.0, "q20": 1.8, "q80": 4.2, "min": 1.0,
+                                                              "max": 5.0}  # fmt: skip
 
 
-def run_fake_suite(**overrides):
-    options = {"lengths": (128, 256, 512), "head_dims": (16,), "dtypes": ("bfloat16",), "causal": (False, True),
-               "modes": bench.MODES, "methods": ("triton", "sdpa_flash", "sdpa_cudnn", "naive"), "tokens": 1024,
-               "hidden": 64, "warmup_ms": 1, "rep_ms": 1, "log": None, "device": "cpu"}  # fmt: skip
+def test_memory_is_measured_after_garbage_of_earlier_calls_is_collected():
+    """The H100 run's -122 MiB: an earlier call's result held by a reference cycle is counted in ``before``, then
+    collected inside the measured call, so peak - before - returned comes out negative. Collecting first gives the
+    call's own working memory; the stand-in allocator reproduces the failure without the collection."""
+    memory = bench_gpu.StandInMemory()
+    device = bench_gpu.StandInDevice(memory)
+    work = bench_gpu.MiB
+
+    def method():  # a garbage collection inside the call (as Python may run one), 1 MiB of work, a 2 MiB result
+        gc.collect()
+        memory.alloc(work)
+        out = memory.track(torch.zeros(2 * 2**20 // 4))
+        memory.free(work)
+        return out
+
+    def leave_garbage():  # a result kept alive by a reference cycle: freed only when the collector runs
+        cycle = {"result": method()}
+        cycle["self"] = cycle
+
+    gc.disable()
+    try:
+        leave_garbage()
+        before = memory.allocated
+        memory.peak = before
+        returned = method()
+        assert (memory.peak - before - memory.held(returned)) / bench_gpu.MiB < 0  # the bug, reproduced
+        del returned
+        leave_garbage()
+        returned, fields = bench_gpu.measure_memory(method, device, inputs_bytes=bench_gpu.MiB)
+    finally:
+        gc.enable()
+    assert fields["extra_mib"] == 1.0 and fields["retained_mib"] == 0.0 and fields["gc_freed_mib"] == 2.0
+    assert fields["memory_mib"] == 1.0 + 2.0 + 1.0  # inputs + returned + extra
+
+
+def test_a_call_that_frees_what_it_did_not_allocate_is_measured_again():
+    """A method that frees a cache left by its previous call (memory ``before`` counted) is flagged and measured
+    once more: the recorded extra memory is the second call's, never negative."""
+    memory = bench_gpu.StandInMemory()
+    device = bench_gpu.StandInDevice(memory)
+    cache = {}
+
+    def fn(q, k, v, *, is_causal=False):
+        if "old" in cache:
+            memory.free(cache.pop("old"))  # the previous call's cache goes, once
+            cache["gone"] = True
+        elif "gone" not in cache:
+            memory.alloc(4 * bench_gpu.MiB)
+            cache["old"] = 4 * bench_gpu.MiB
+        return memory.track(q * 1.0)
+
+    q = torch.zeros(2**18)  # 1 MiB
+    result = bench_gpu._prepare(measurements.Method("m", "m", fn), lambda: fn(q, q, q), device, 0, True)
+    assert result["memory_note"].startswith("measured twice") and result["extra_mib"] == 0.0
+    assert result["retained_mib"] == 0.0
+
+
+def run_dry_suite(**overrides):
+    options = {"lengths": (64, 128, 256), "head_dims": (16,), "dtypes": ("bfloat16",), "causal": (False, True),
+               "modes": bench.MODES, "methods": ("triton", "sdpa_flash", "sdpa_cudnn", "naive"), "tokens": 512,
+               "hidden": 64, "rounds": 3, "warmup": 1, "log": None, "dry_run": True}  # fmt: skip
     options.update(overrides)
-    return bench_gpu._run_suite(**options)
+    return bench_gpu.run_gpu_suite(**options)
 
 
-def test_gpu_suite_table_ratios_and_throughput_with_a_fake_timer(fake_gpu, tmp_path):
-    lines = []
-    suite = run_fake_suite(log=lines.append)
+def test_gpu_suite_dry_run_records_rounds_configuration_state_memory_and_out_of_memory(tmp_path):
+    lines, saved = [], []
+    suite = run_dry_suite(log=lines.append, on_shape=lambda b: saved.append(len(b.results)))
     assert len(lines) == 2 * 2 * 3 and lines[0].startswith("[1/12")  # progress: one line per shape
+    assert saved == [4 * i for i in range(1, 13)]  # after every shape, what was measured so far
     assert len(suite.results) == 2 * 2 * 3 * 4  # (causal, mode, N, method)
     for r in suite.results:
-        assert (r.batch, r.heads, r.dtype) == (1024 // r.n, 64 // 16, "bfloat16")  # constant tokens and width
-        if r.method in FAKE_MS and not r.error:
-            flops = attention_flops(r.batch, r.heads, r.n, r.n, 16, r.causal) * (3.5 if r.mode != "forward" else 1)
-            assert r.median_ms == FAKE_MS[r.method] and r.tflops == pytest.approx(flops / (r.median_ms / 1e3) / 1e12)
-            assert (r.q20_ms, r.q80_ms) == (0.9 * r.median_ms, 1.2 * r.median_ms) and r.first_call_ms >= 0
-    cudnn = [r for r in suite.results if r.method == "sdpa_cudnn"]
-    assert cudnn and all(r.error.startswith("not supported") for r in cudnn)  # refused, recorded, not fatal
+        assert (r.batch, r.heads, r.dtype) == (512 // r.n, 64 // 16, "bfloat16")  # constant tokens and width
+        if r.error:
+            continue
+        flops = attention_flops(r.batch, r.heads, r.n, r.n, 16, r.causal) * (3.5 if r.mode != "forward" else 1)
+        assert r.tflops == pytest.approx(flops / (r.median_ms / 1e3) / 1e12) and r.first_call_ms > 0
+        assert r.rounds == len(r.times_ms) == 3 and r.min_ms <= r.q20_ms <= r.median_ms <= r.q80_ms <= r.max_ms
+        assert r.extra_mib >= 0 and r.memory_mib > r.extra_mib and r.retained_mib == 0
+        assert r.gpu_state["samples"] >= 1 and len(r.gpu_state["sm_mhz"]) == 3 and "throttle" in r.gpu_state
+        assert (r.config is not None) == (r.method == "triton")
     naive = {(r.mode, r.causal, r.n): r.error for r in suite.results if r.method == "naive"}
     assert naive[("forward", False, 128)] is None and naive[("forward", False, 256)] == "out of memory"
-    assert naive[("forward", False, 512)].startswith("out of memory (not run")  # not tried again at longer N
     oom = suite.out_of_memory()
     assert len(oom) == 4 and all(o["first_n_out_of_memory"] == 256 and o["longest_n_that_ran"] == 128 for o in oom)
     ratios = {(row["mode"], row["causal"], row["n"]): row for row in suite.ratios()}
-    assert ratios[("forward", True, 128)]["triton / sdpa_flash throughput"] == 2.0
-    assert ratios[("forward+backward", False, 128)]["naive / triton time"] == 4.0
-    assert "naive / triton time" not in ratios[("forward", False, 256)]  # naive did not run there
+    row = ratios[("forward", False, 128)]
+    naive_128 = suite.find("naive", 128, 16, False)
+    assert row["naive / triton memory"] == naive_128.memory_mib / suite.find("triton", 128, 16, False).memory_mib
+    assert not any("naive / triton extra memory" in r for r in ratios.values())
+    assert suite.provenance["finished"] and suite.provenance["dry_run"] and suite.provenance["rounds"] == 3
     text = bench_report.markdown(suite)
-    for part in ("## forward, bfloat16", "## forward+backward, bfloat16", "| 128 | 16 | no | 8 x 4 | fake triton |",
-                 "TFLOP/s", "first call ms", "## Out of memory", "not supported", "## Ratios"):  # fmt: skip
+    for part in ("## forward, bfloat16", "## Out of memory", "## Ratios", "memory MiB |", "naive / triton memory",
+                 "## Per shape: Triton's configuration", "forward M256 N512"):  # fmt: skip
         assert part in text, part
-    for key in ("shapes", "timing", "flops", "batch", "heads", "dtypes", "date", "torch", "seconds", "methods"):
-        assert suite.provenance[key] is not None, key
     paths = bench_report.write(suite, tmp_path / "suite")
     assert paths[2].stat().st_size > 1000 and bench.Benchmark.load(paths[0]).results == suite.results
+    axes = bench_gpu.plot_throughput(Figure(), suite)
+    marked = [line for ax in axes.flat for line in ax.lines if line.get_color() == "red"]
+    assert len(marked) == 4 * 2  # a vertical line and a cross per series where naive ran out of memory
+
+
+def test_gpu_suite_command_dry_run_writes_as_it_goes_and_stops_at_a_time_limit(tmp_path, capsys):
+    out = tmp_path / "dry" / "attention_cuda"
+    bench.main(["--gpu-suite", "--dry-run", "--lengths", "64", "128", "--head-dims", "16", "--causal", "no",
+                "--rounds", "2", "--time-limit", "0", "--out", str(out)])  # fmt: skip
+    stored = bench.Benchmark.load(out.with_suffix(".json"))
+    assert {r.n for r in stored.results} == {64} and not stored.provenance["finished"]
+    assert "time limit" in stored.provenance["stopped"] and "--time-limit 0" in stored.provenance["command"]
+    assert "**Unfinished run**" in out.with_suffix(".md").read_text() and out.with_suffix(".png").exists()
+
+
+def test_compare_two_runs_fails_above_the_tolerance(tmp_path, capsys):
+    suite = run_dry_suite(lengths=(64, 128), causal=(False,), modes=("forward",))
+    first = tmp_path / "a.json"
+    first.write_text(json.dumps(suite.to_json()))
+    data = suite.to_json()
+    for r in data["results"]:
+        if r["method"] == "triton" and r["n"] == 128:
+            r["median_ms"] *= 1.05
+            r["config"] = {"forward": {"BLOCK_M": 64}}
+    second = tmp_path / "b.json"
+    second.write_text(json.dumps(data))
+    result = bench_report.compare(bench.Benchmark.load(first), bench.Benchmark.load(second), 0.03)
+    assert [row["key"][:4] for row in result["failed"]] == [("triton", "forward", "bfloat16", 128)]
+    assert result["failed"][0]["difference"] == pytest.approx(0.05) and result["failed"][0]["config_changed"]
+    with pytest.raises(SystemExit) as same:
+        bench.main(["--compare", str(first), str(first)])
+    assert same.value.code == 0 and "largest relative difference of medians 0.0%" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as apart:
+        bench.main(["--compare", str(first), str(second)])
+    assert apart.value.code == 1 and "+5.0% **over**" in capsys.readouterr().out
+
+
+def test_the_gpu_monitor_summarises_nvidia_smi_samples_over_a_window():
+    with bench_gpu.GpuMonitor(bench_gpu.stand_in_smi_command(), interval_ms=20) as monitor:
+        start = time.perf_counter()
+        time.sleep(0.3)
+        state = monitor.window(start, time.perf_counter())
+    assert state["samples"] >= 3 and 1900 <= state["sm_mhz"][0] <= state["sm_mhz"][2] <= 1980
+    assert state["mem_mhz"] == [2619.0, 2619.0] and 650 <= state["power_w"][0] <= state["power_w"][1]
+    assert set(state["throttle"]) <= {"SwPowerCap"}
+    assert bench_gpu.GpuMonitor(None).window(0, 1) is None  # no nvidia-smi: nothing recorded, nothing fails
+
+
+def test_triton_configs_reads_what_the_autotuner_chose_for_this_call(monkeypatch):
+    """Triton's Autotuner sets best_config at each launch: cleared first, so a kernel this call did not launch
+    (the backward's, in a forward) is not reported with a stale choice."""
+    from attnedu import triton_attention as ta
+
+    config = types.SimpleNamespace(kwargs={"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=3)
+    tuners = {"forward": types.SimpleNamespace(best_config=None), "dq": types.SimpleNamespace(best_config=config)}
+    monkeypatch.setattr(ta, "_get_kernels", lambda: types.SimpleNamespace(tuned=tuners))
+    monkeypatch.setenv(ta.AUTOTUNE_ENV, "1")
+
+    def forward():
+        tuners["forward"].best_config = config
+        return "out"
+
+    returned, chosen = measurements.triton_configs(forward)
+    assert returned == "out"
+    assert chosen == {"forward": {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}}
+    monkeypatch.setenv(ta.AUTOTUNE_ENV, "0")
+    assert measurements.triton_configs(forward)[1]["autotune"].startswith("off")
+
+
+def test_the_suite_fits_the_device_budget_by_the_stored_run():
+    """The run-time estimate from the stored H100 run: the default suite, twice, within ~8 minutes of device
+    time (the GPU session's 10 for the suite and the tuning check, less start-up); every (method, shape) found."""
+    stored = bench.Benchmark.load(ROOT / "benchmarks" / "attention_cuda.json")
+    plan = {k: bench_gpu.GPU_SUITE[k] for k in ("lengths", "head_dims", "dtypes", "causal", "modes", "methods",
+                                                "rounds", "warmup")}  # fmt: skip
+    cold = bench_gpu.estimate_seconds(stored, **plan)
+    warm = bench_gpu.estimate_seconds(stored, **plan, runs_before=1)
+    assert not cold["missing"] and cold["calls_per_method_and_shape"] >= 2 + 20
+    assert warm["total_s"] < cold["total_s"] and cold["total_s"] + warm["total_s"] < 8 * 60
+
+
+def test_the_stored_gpu_results_still_load():
+    """benchmarks/attention_cuda*.json, written before the memory column and the rounds: read, tabled, drawn."""
+    for name in ("attention_cuda.json", "attention_cuda_32k.json"):
+        stored = bench.Benchmark.load(ROOT / "benchmarks" / name)
+        assert stored.results and "| N | head_dim |" in bench_report.markdown(stored)
+        bench_gpu.plot_throughput(Figure(), stored)
 
 
 def test_gpu_provenance_records_the_machine(monkeypatch):
@@ -267,7 +425,7 @@ def test_the_gpu_suite_refuses_to_run_without_a_gpu(capsys):
         (lambda: bench.run_benchmark(threads=0), ValueError, r"threads"),
         (lambda: bench_gpu.run_gpu_suite(dtypes="bfloat16"), TypeError, r"dtypes should be a list of names"),
         (lambda: bench_gpu.run_gpu_suite(head_dims=[64, 96], hidden=2048), ValueError, r"hidden=2048 .* head_dim=96"),
-        (lambda: bench_gpu.run_gpu_suite(rep_ms=0), ValueError, r"rep_ms"),
+        (lambda: bench_gpu.run_gpu_suite(rounds=0), ValueError, r"rounds"),
         (lambda: bench_gpu.run_gpu_suite(methods=["triton", "sdpa-flash"]), ValueError, r"did you mean 'sdpa_flash'"),
     ],
 )
@@ -279,14 +437,14 @@ def test_bad_arguments_are_refused_naming_the_argument(call, error, message):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here")
 def test_gpu_suite_runs_on_a_real_gpu(tmp_path):
     """A one-shape suite on the GPU: every method measured (or refused/out of memory, recorded), files written."""
-    suite = bench_gpu.run_gpu_suite(lengths=[1024], head_dims=[64], dtypes=["bfloat16"], causal=[True], warmup_ms=5,
-                                rep_ms=20, log=print)  # fmt: skip
+    suite = bench_gpu.run_gpu_suite(lengths=[1024], head_dims=[64], dtypes=["bfloat16"], causal=[True], rounds=5,
+                                    warmup=1, log=print)  # fmt: skip
     found = {(r.method, r.mode): r for r in suite.results}
     assert len(found) == len(bench_gpu.GPU_SUITE["methods"]) * 2
     for mode in bench.MODES:
         triton = found[("triton", mode)]
-        assert triton.error is None and triton.tflops > 0 and triton.extra_mib is not None
-        assert triton.first_call_ms >= triton.median_ms
+        assert triton.error is None and triton.tflops > 0 and triton.extra_mib is not None and triton.config
+        assert triton.first_call_ms >= triton.median_ms and triton.rounds == 5 and triton.memory_mib > 0
     for key in ("gpu", "nvidia_smi", "cuda", "cudnn", "tf32_matmul", "l2", "triton_autotune"):
         assert key in suite.provenance, key
     paths = bench_report.write(suite, tmp_path / "attention_cuda")
@@ -309,3 +467,134 @@ def test_steady_medians_drop_each_shapes_first_call():
         steady_medians(torch.tensor([0.0, 0.0]), torch.tensor([1.0, 2.0]))
     with pytest.raises(ValueError, match="one time per call"):
         steady_medians(torch.tensor([0, 0]), torch.tensor([1.0]))
+
+
+def test_the_tuning_script_checks_the_suites_configurations_with_the_same_timer(tmp_path, monkeypatch):
+    """benchmarks/tune_triton.py --against: each Triton forward row of a suite's JSON that recorded its
+    configuration is timed again at that configuration (by the suite's timing function on a GPU; a fake one here)
+    and compared with the suite's median; rows over 3% apart are flagged."""
+    spec = importlib.util.spec_from_file_location("tune_triton", ROOT / "benchmarks" / "tune_triton.py")
+    tune_triton = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tune_triton)
+    suite = run_dry_suite(lengths=(64, 128), causal=(False,), modes=bench.MODES, methods=("triton", "naive"))
+    for r in suite.results:
+        if r.method == "triton":
+            r.config = {"forward": {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}}
+            r.median_ms = {64: 1.0, 128: 2.0}[r.n]
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps(suite.to_json()))
+    launched = []
+    monkeypatch.setattr(tune_triton.ta, "_forward", lambda q, k, v, causal, config: launched.append(config))
+    rows = tune_triton.check_against(
+        path, timer=lambda fn: 1.02 if fn() is None else 0, device="cpu", log=lambda line: None
+    )
+    assert [(row["n"], round(row["difference"], 3), row["failed"]) for row in rows] == [(64, 0.02, False),
+                                                                                        (128, -0.49, True)]  # fmt: skip
+    assert launched[0] == {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+    assert (
+        tune_triton.check_against(path, [128], timer=lambda fn: 2.0, device="cpu", log=lambda line: None)[0][
+            "difference"
+        ]
+        == 0.0
+    )
+
+
+def test_where_naive_attention_never_ran_out_a_probe_finds_where_it_does():
+    suite = run_dry_suite(lengths=(64, 128), head_dims=(32,), causal=(False,), modes=("forward",),
+                          methods=("triton", "naive"))  # fmt: skip
+    naive = {r.n: r.error for r in suite.results if r.method == "naive"}
+    assert naive == {64: None, 128: None, 512: "out of memory (probe: one call)"}
+    expected = {"method": "naive", "mode": "forward", "dtype": "bfloat16", "head_dim": 32, "causal": False,
+                "first_n_out_of_memory": 512, "longest_n_that_ran": 128}  # fmt: skip
+    assert suite.out_of_memory() == [expected]
+    axes = bench_gpu.plot_throughput(Figure(), suite)
+    assert 512 in axes[0][0].get_xticks() and "naive: out of memory, ran to N=128" in axes[0][0].texts[0].get_text()
+
+
+def test_a_method_that_runs_out_of_memory_in_the_rounds_is_dropped_not_fatal():
+    state = {"calls": 0}
+
+    def flaky():
+        state["calls"] += 1
+        if state["calls"] == 3:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
+
+    errors = {}
+    times = bench_gpu.time_interleaved({"a": lambda: None, "b": flaky}, bench_gpu.StandInDevice(), 4, 0, None, errors)
+    assert errors == {"b": "out of memory (in the timed rounds)"} and list(times) == ["a"] and len(times["a"]) == 4
+    with pytest.raises(torch.OutOfMemoryError):
+        state["calls"] = 2
+        bench_gpu.time_interleaved({"b": flaky}, bench_gpu.StandInDevice(), 2)
+
+
+def test_the_cuda_device_calls_what_torch_cuda_offers(monkeypatch):
+    """CudaDevice's methods, run against stand-ins of torch.cuda's (no GPU here): the flush buffer zeroed and the
+    spin queued before each call, events recorded and read, the allocator's counters and cache."""
+    seen = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            self.at = None
+
+        def record(self):
+            self.at = len(seen)
+            seen.append("record")
+
+        def elapsed_time(self, end):
+            return float(end.at - self.at)
+
+    for name, value in {"Event": Event, "synchronize": lambda: seen.append("sync"),
+                        "_sleep": lambda cycles: seen.append(f"sleep {cycles}"),
+                        "memory_allocated": lambda: 7, "max_memory_allocated": lambda: 9,
+                        "reset_peak_memory_stats": lambda: seen.append("reset"),
+                        "empty_cache": lambda: seen.append("empty")}.items():  # fmt: skip
+        monkeypatch.setattr(torch.cuda, name, value, raising=False)
+    device = object.__new__(bench_gpu.CudaDevice)
+    device._flush, device.spin = torch.ones(4, dtype=torch.int32), True
+    times = bench_gpu.time_interleaved({"a": lambda: seen.append("call")}, device, rounds=2)
+    assert device._flush.sum() == 0 and times == {"a": [2.0, 2.0]}  # record, call, record
+    assert seen[:5] == [f"sleep {bench_gpu.SPIN_CYCLES}", "record", "call", "record", "sync"]
+    returned, fields = bench_gpu.measure_memory(lambda: torch.zeros(2), device, inputs_bytes=0)
+    assert "reset" in seen and fields["peak_mib"] == 9 / bench_gpu.MiB and fields["retained_mib"] == -8 / bench_gpu.MiB
+    device.free_cache()
+    assert seen[-1] == "empty" and "CUDA events" in device.describe()
+
+
+def test_the_nvidia_smi_query_falls_back_to_the_renamed_field(tmp_path, monkeypatch):
+    """Newer drivers call the throttle reasons clocks_event_reasons: the query tries the old name, then the new, and
+    the monitor runs what worked, sampling every -lms milliseconds."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import sys, time\n"
+        "query = [a for a in sys.argv if a.startswith('--query-gpu=')][0]\n"
+        "if 'throttle' in query: sys.exit(2)\n"
+        "loop = '-lms' in sys.argv\n"
+        "while True:\n"
+        "    print('1755, 2619, 690.10, 61, 0x0000000000000004', flush=True)\n"
+        "    if not loop: break\n"
+        "    time.sleep(0.02)\n"
+    )  # fmt: skip
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    command = bench_gpu.smi_command(index=0)
+    assert command[-1].endswith("clocks_event_reasons.active") and "-i" in command
+    with bench_gpu.GpuMonitor(command, interval_ms=20) as monitor:
+        start = time.perf_counter()
+        time.sleep(0.2)
+        state = monitor.window(start, time.perf_counter())
+    assert state["sm_mhz"] == [1755.0] * 3 and state["throttle"] == ["SwPowerCap"] and state["temperature_c"][1] == 61
+
+
+def test_the_gpu_goals_read_from_the_stored_run_match_issue_32s_figures():
+    """Issue 32 read from the stored H100 run, by hand: forward 473 TFLOP/s at head_dim 128, 16k; backward 388
+    counted TFLOP/s there (forward+backward minus forward); forward 0.74-0.87 of cuDNN at head_dim 128;
+    forward+backward 0.71-0.78. gpu_goals computes the same from the JSON, and says which goals are met."""
+    stored = bench.Benchmark.load(ROOT / "benchmarks" / "attention_cuda.json")
+    goals = bench_report.gpu_goals(stored)
+    found = {g["goal"].split(",")[0] + (" 128" if "head_dim 128 (min)" in g["goal"] else ""): g for g in goals}
+    assert round(found["forward TFLOP/s"]["value"]) == 473 and round(found["backward TFLOP/s"]["value"]) == 388
+    assert round(found["forward 128"]["value"], 2) == 0.74 and round(found["forward+backward"]["value"], 2) == 0.71
+    assert [g["met"] for g in goals] == [True, False, False, False, False, False]
+    assert "## Goals (issue 32), bfloat16" in bench_report.markdown(stored)
