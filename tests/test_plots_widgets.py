@@ -135,4 +135,5 @@ def test_gpu_throughput_plot_marks_out_of_memory():
     gpu = Benchmark.load(Path(__file__).parent.parent / "benchmarks" / "attention_cuda.json")
     axes = plot_throughput(Figure(figsize=(14, 6)), gpu, dtype="bfloat16")
     marked = [(ax.get_title(), t.get_text()) for row in axes for ax in row for t in ax.texts]
-    assert marked == [("forward+backward, head_dim 64, causal", "naive: out of memory")]  # the one stored OOM
+    # the one stored OOM, with the longest N that ran (from the stored errors: out of memory at 16384)
+    assert marked == [("forward+backward, head_dim 64, causal", "naive: out of memory, ran to N=8192")]
