@@ -19,6 +19,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from attnedu import triton_attention as ta  # noqa: E402
+from attnedu import triton_inspect as ti  # noqa: E402
 
 GRIDS = {
     "forward": [(m, n, w, s) for m in (64, 128) for n in (32, 64, 128) for w in (4, 8) for s in (2, 3)],
@@ -44,7 +45,7 @@ def main(path: Path = OUTPUT) -> None:
                         requests.append({"kind": kind, "config": config, "head_dim": head_dim,
                                          "dtype": torch.bfloat16, "is_causal": causal, "tma": tma})  # fmt: skip
     table = defaultdict(dict)
-    for r in ta.compile_kernels(requests):
+    for r in ti.compile_kernels(requests):
         table[(r.kind, r.head_dim, tuple(r.config.values()), r.tma)][r.is_causal] = r
     lines = [f"Triton {triton.__version__}, sm_90a, bfloat16; registers / spill bytes (stores + loads) per thread, "
              "causal and not. '*': a candidate of attnedu.triton_attention. Written by benchmarks/triton_registers.py",

@@ -16,6 +16,7 @@ import torch
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 from attnedu import triton_attention as ta
+from attnedu import triton_inspect as ti
 from attnedu.flash import naive_attention
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
@@ -321,7 +322,7 @@ def test_every_autotune_candidate_compiles_for_sm90a_without_spilling():
         for causal in (False, True)
         for tma in ((False, True) if kind == "forward" else (False,))
     ]
-    reports = ta.compile_kernels(requests)
+    reports = ti.compile_kernels(requests)
     spilled = [(r.kind, r.head_dim, r.is_causal, r.config, r.registers, r.spills) for r in reports if r.spills]
     assert not spilled
     assert all(r.arch == "sm_90a" and r.uses_wgmma and 0 < r.registers <= 255 for r in reports)
@@ -336,7 +337,7 @@ def test_the_forward_uses_wgmma_and_fused_multiply_adds_on_sm90a():
     """The claim lesson 08 checks without a GPU: compiled for an H100, the forward's matrix products are Hopper's
     asynchronous warpgroup MMAs (wgmma.mma_async, not Ampere's mma.sync), and with FMA fusion set, its float32
     arithmetic has fused multiply-adds."""
-    report = ta.compile_kernel("forward", head_dim=64)
+    report = ti.compile_kernel("forward", head_dim=64)
     assert report.config == ta.candidate_configs("forward", 64, 64, 2, ta.H100_SHARED_MEMORY)[0]
     assert report.arch == "sm_90a" and ".target sm_90a" in report.ptx
     assert report.uses_wgmma and report.ptx_lines("wgmma.mma_async")[0].startswith("wgmma.mma_async.sync.aligned")
@@ -348,7 +349,7 @@ def test_the_forward_uses_wgmma_and_fused_multiply_adds_on_sm90a():
 def test_the_forward_through_tensor_descriptors_copies_tiles_with_tma_on_sm90a():
     """With tensor descriptors the forward's loads and its store are TMA bulk copies (cp.async.bulk.tensor, global
     to shared and back), which the pointer version, compiled the same way, does not have."""
-    report = ta.compile_kernel("forward", head_dim=128, tma=True)
+    report = ti.compile_kernel("forward", head_dim=128, tma=True)
     copies = report.ptx_lines("cp.async.bulk.tensor")
     assert report.uses_tma and report.uses_wgmma and report.spills == 0
     assert any("shared::cta.global" in line for line in copies)  # loads: global memory to shared
@@ -381,9 +382,9 @@ def test_every_launch_sets_fma_fusion(monkeypatch):
 @needs_triton
 def test_compile_kernel_refuses_what_it_cannot_compile():
     with pytest.raises(ValueError, match="kind must be one of"):
-        ta.compile_kernel("backward")
+        ti.compile_kernel("backward")
     with pytest.raises(TypeError, match="dtype must be one of"):
-        ta.compile_kernel("forward", dtype=torch.float64)
+        ti.compile_kernel("forward", dtype=torch.float64)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -422,7 +423,7 @@ def test_matrix_products_per_tile_match_a_hand_count():
     that loop without the last and the dQ loop's S, dP, dS K (4 + 3 = 7). Each comes with the comment that says what
     it computes."""
     meanings = {
-        path: [p.meaning.split(":")[0].split(",")[0] for p in ta.matrix_products(path)] for path in ta.TILE_LOOPS
+        path: [p.meaning.split(":")[0].split(",")[0] for p in ti.matrix_products(path)] for path in ti.TILE_LOOPS
     }
     assert meanings == {
         "forward": ["S = Q_i K_j^T", "O_i += P V_j"],
@@ -431,7 +432,7 @@ def test_matrix_products_per_tile_match_a_hand_count():
         "deterministic backward": ["S^T = K_j Q_i^T", "dV_j += P^T dO_i", "dP^T = V_j dO_i^T", "dK_j += dS^T Q_i",
                                    "S = Q_i K_j^T", "dP = dO_i V_j^T", "dQ_i += dS K_j"],
     }  # fmt: skip
-    products = ta.matrix_products("deterministic backward")
+    products = ti.matrix_products("deterministic backward")
     assert [p.function for p in products] == ["_dkdv_tiles"] * 4 + ["_dq_tiles"] * 3
     assert all("tl.dot(" in p.code for p in products)
 
@@ -448,12 +449,12 @@ def test_matrix_products_are_read_from_the_source_given():
     )
     outside = source + "\n\n@triton.jit\ndef _other(a, b):\n    return tl.dot(a, b)\n"
     counts = {
-        name: [len(ta.matrix_products(path, text)) for path in ("one-pass backward", "deterministic backward")]
+        name: [len(ti.matrix_products(path, text)) for path in ("one-pass backward", "deterministic backward")]
         for name, text in (("source", source), ("extra", extra), ("atomic", atomic), ("outside", outside))
     }
     assert counts == {"source": [5, 7], "extra": [6, 8], "atomic": [6, 7], "outside": [5, 7]}
     with pytest.raises(ValueError, match="path must be one of"):
-        ta.matrix_products("backward")
+        ti.matrix_products("backward")
 
 
 def test_sequence_buckets():
