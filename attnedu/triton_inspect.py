@@ -265,3 +265,34 @@ def matrix_products(path: str, source: str | None = None) -> list[MatrixProduct]
     for name, flags in TILE_LOOPS[path]:
         visit(functions[name], name, flags)
     return found  # in the order they run: functions as listed, calls in source order
+
+
+def kernel_source(name: str, first: str | None = None, until: str | None = None, through: str | None = None) -> str:
+    """Lines of function ``name`` of ``_triton_kernels.py`` as the lessons print them, headed by the file's line
+    numbers: from the first line that contains ``first`` (default: the ``def`` line) up to, not including, the next
+    that contains ``until``, or including the next that contains ``through``, or to the end; dedented. Read from the
+    file, so it needs no triton (the same text ``inspect.getsource`` gives where triton imports). A marker no line
+    holds raises ``ValueError``: the kernel has changed, and so must the lesson that prints it."""
+    import ast
+    import textwrap
+
+    if until is not None and through is not None:
+        raise ValueError("give until or through, not both")
+    path = Path(__file__).with_name("_triton_kernels.py")
+    text = path.read_text()
+    node = next((n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    if node is None:
+        raise ValueError(f"{path.name} has no function {name!r}")
+    lines = text.splitlines()[node.lineno - 1 : node.end_lineno]
+    begin = 0 if first is None else next((i for i, line in enumerate(lines) if first in line), None)
+    if begin is None:
+        raise ValueError(f"{name}: no line holds {first!r}: has the kernel changed?")
+    marker = until if until is not None else through
+    end = len(lines)
+    if marker is not None:
+        found = next((i for i in range(begin + 1, len(lines)) if marker in lines[i]), None)
+        if found is None:
+            raise ValueError(f"{name}: no line after {first!r} holds {marker!r}: has the kernel changed?")
+        end = found if until is not None else found + 1
+    body = textwrap.dedent("\n".join(lines[begin:end])).rstrip()
+    return f"# {path.name}, {name}, lines {node.lineno + begin}-{node.lineno + end - 1}\n{body}"
