@@ -26,8 +26,10 @@ One concept per module; a lesson's library code lives in the module its concept 
     head_scores        what heads do, measured: Clark et al.'s statistics, prefix matching, head gates (11)
     induction          induction heads trained live: the phase change, head scores over training, ablation (11)
     pretrained         a pretrained BERT (all-MiniLM-L6-v2) read offline from its package into BertEncoder (11)
-    flash              online softmax, tiles, tiled (Flash) attention in PyTorch, forward and backward (08)
-    triton_attention   FlashAttention-2, forward and backward, as Triton kernels (GPU, or CPU interpreter) (08)
+    flash              online softmax, tiles, tiled (Flash) attention in PyTorch, forward and backward (08a, 08b)
+    triton_attention   FlashAttention-2, forward and backward, as Triton kernels (GPU, or CPU interpreter) (08a, 08b)
+    triton_inspect     those kernels read without a GPU: compiled for an H100 on the CPU (registers, spills, wgmma,
+                       TMA), their matrix products per tile counted, their lines as the lessons print them (08a, 08b)
     triton_basics      small Triton kernels run on the CPU under the interpreter, memory-checked: lesson 08's practice
     bench, bench_gpu   python -m attnedu.bench: time and memory of naive, tiled, SDPA and Triton attention;
                        bench_gpu holds the GPU suite of make gpu-bench (08); measurements, below both, the
