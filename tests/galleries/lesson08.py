@@ -1528,6 +1528,109 @@ if triton is not None:
             m = m_new
         tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
 
+    # Scaled before the product, not after: q once, before the loop (the Triton tutorial's older form), or each K
+    # tile. Equal in exact arithmetic; in float32 the scores round in another order, by about |s| * 2^-24 (the expert
+    # review of 08a/08b: these were refused on the case with scores of -400).
+    @triton.jit
+    def learner_attention_kernel_scaled_q(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o,
+                                          sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                          HEAD_DIM: tl.constexpr):  # fmt: skip
+        start_m = tl.program_id(0) * BLOCK_M
+        rows = start_m + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        q = q * (sm_scale * 1.4426950408889634)  # scores in base 2, scaled once
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for start_n in range(0, n_keys, BLOCK_N):
+            keys = start_n + tl.arange(0, BLOCK_N)
+            k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
+            v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+            s = tl.where(keys[None, :] < n_keys, tl.dot(q, k_t), float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
+    @triton.jit
+    def learner_attention_kernel_scaled_k(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o,
+                                          sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                          HEAD_DIM: tl.constexpr):  # fmt: skip
+        start_m = tl.program_id(0) * BLOCK_M
+        rows = start_m + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for start_n in range(0, n_keys, BLOCK_N):
+            keys = start_n + tl.arange(0, BLOCK_N)
+            k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
+            v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+            s = tl.dot(q, k_t * (sm_scale * 1.4426950408889634))  # the K tile scaled
+            s = tl.where(keys[None, :] < n_keys, s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
+    @triton.jit
+    def learner_causal_attention_kernel_scaled_q(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v,
+                                                 stride_o, sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                                 HEAD_DIM: tl.constexpr):  # fmt: skip
+        start_m = tl.program_id(0) * BLOCK_M
+        rows = start_m + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        q = q * (sm_scale * 1.4426950408889634)
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for start_n in range(0, tl.minimum(start_m + BLOCK_M, n_keys), BLOCK_N):
+            keys = start_n + tl.arange(0, BLOCK_N)
+            k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
+            v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+            s = tl.where((keys[None, :] < n_keys) & (keys[None, :] <= rows[:, None]), tl.dot(q, k_t), float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
+    @triton.jit
+    def learner_causal_attention_kernel_scaled_k(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v,
+                                                 stride_o, sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                                 HEAD_DIM: tl.constexpr):  # fmt: skip
+        start_m = tl.program_id(0) * BLOCK_M
+        rows = start_m + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for start_n in range(0, tl.minimum(start_m + BLOCK_M, n_keys), BLOCK_N):
+            keys = start_n + tl.arange(0, BLOCK_N)
+            k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
+            v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+            s = tl.dot(q, k_t * (sm_scale * 1.4426950408889634))
+            s = tl.where((keys[None, :] < n_keys) & (keys[None, :] <= rows[:, None]), s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
     # ----------------------------------------------------------------------------------------
     # attention_kernel and causal_attention_kernel: mutants, each one switch of one kernel
     # ----------------------------------------------------------------------------------------
@@ -2587,8 +2690,10 @@ if triton is not None:
     CORRECT.update(
         softmax_kernel=[learner_softmax_kernel, learner_softmax_kernel_three_passes, reference_kernel("softmax")],
         attention_kernel=[learner_attention_kernel, learner_attention_kernel_natural_exp,
+                          learner_attention_kernel_scaled_q, learner_attention_kernel_scaled_k,
                           reference_kernel("attention")],
         causal_attention_kernel=[learner_causal_attention_kernel, learner_causal_attention_kernel_every_block,
+                                 learner_causal_attention_kernel_scaled_q, learner_causal_attention_kernel_scaled_k,
                                  reference_kernel("causal_attention")],
         dv_kernel=[learner_dv_kernel, learner_dv_kernel_every_block, reference_kernel("dv")],
     )  # fmt: skip
