@@ -1193,6 +1193,38 @@ if triton is not None:
             tl.store(Y + row * stride_x + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
 
     @triton.jit
+    def sk_load_with_stride_y(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_y + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_mask_without_start(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            offsets = tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + start + offsets, mask=offsets < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
     def sk_block_max(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
         row = tl.program_id(0)
         m = tl.full([1], float("-inf"), tl.float32)
@@ -2710,6 +2742,13 @@ if triton is not None:
         ("softmax_kernel", sk_no_mask, "needs a mask: `mask=cols < n_cols`"),
         ("softmax_kernel", sk_row_offset_n_cols, "rows are stride_x = "),
         ("softmax_kernel", sk_store_with_stride_x, "rows are stride_y = "),
+        (
+            "softmax_kernel",
+            sk_load_with_stride_y,
+            "has a mask on n_cols and row 0 ran it without this: so it is where "
+            "the row starts that is off. Rows of X are stride_x = ",
+        ),
+        ("softmax_kernel", sk_mask_without_start, "needs a mask"),
         ("softmax_kernel", sk_no_max, "maximum was not subtracted"),
         ("softmax_kernel", sk_block_max, "each block's own maximum replaced the running maximum"),
         ("softmax_kernel", sk_first_block_max, "taken from the first block only"),
