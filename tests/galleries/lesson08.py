@@ -2394,8 +2394,9 @@ if triton is not None:
                  TRANSPOSE: tl.constexpr = True, ACCUMULATE: tl.constexpr = True, RULE: tl.constexpr = 1,
                  LOOP: tl.constexpr = 0, MASK_FOR_P: tl.constexpr = False, LAST: tl.constexpr = 0,
                  FAST_PATH_BUG: tl.constexpr = False, EXP_OVER_EXP: tl.constexpr = False):  # fmt: skip
-        """P_RULE: 0 lse, 1 a softmax over the tile's keys, 2 lse not in base 2, 3 no log2(e), 4 tl.exp of base 2;
-        RULE: 0 no causal mask, 1 j <= i, 2 j < i, 3 j <= i + 1; LOOP: 0 from the diagonal's block, 1 every block,
+        """P_RULE: 0 lse, 1 a softmax over the tile's keys, 2 lse not in base 2, 3 no log2(e), 4 tl.exp of base 2,
+        5 as 1, guarded (0, not NaN, where a query sees none of the tile's keys); RULE: 0 no causal mask, 1 j <= i,
+        2 j < i, 3 j <= i + 1; LOOP: 0 from the diagonal's block, 1 every block,
         2 from block number program_id, 3 up to the last key (the forward's bound); LAST: the loop ends at n_queries
         - LAST; FAST_PATH_BUG: sm_scale left out when every block is full; EXP_OVER_EXP: exp(s) / exp(lse)."""
         pid = tl.program_id(0)
@@ -2437,6 +2438,12 @@ if triton is not None:
                 s_t = tl.where(allowed & (keys[:, None] < n_keys), s_t, float("-inf"))
                 e = tl.exp(s_t - tl.max(s_t, 0)[None, :])
                 p_t = e / tl.sum(e, 0)[None, :]
+            elif P_RULE == 5:  # the same, guarded: a query that sees none of the tile's keys gets weights 0, not NaN
+                s_t = tl.where(allowed & (keys[:, None] < n_keys), s_t, float("-inf"))
+                top = tl.max(s_t, 0)
+                e = tl.exp(s_t - tl.where(top == float("-inf"), 0.0, top)[None, :])
+                total = tl.sum(e, 0)
+                p_t = e / tl.where(total > 0, total, 1.0)[None, :]
             elif EXP_OVER_EXP:
                 p_t = tl.where(allowed, tl.exp(s_t) / tl.exp(lse)[None, :], 0.0)
             elif P_RULE == 2:
@@ -2463,6 +2470,13 @@ if triton is not None:
     ):  # fmt: skip
         _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
                  BLOCK_N, HEAD_DIM, CAUSAL, P_RULE=1)  # fmt: skip
+
+    @triton.jit
+    def dv_tile_softmax_guarded(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, P_RULE=5)  # fmt: skip
 
     @triton.jit
     def dv_lse_natural(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
@@ -2775,6 +2789,7 @@ if triton is not None:
         ("causal_attention_kernel", ck_acc_not_rescaled, "running output acc was not rescaled"),
         ("causal_attention_kernel", ck_exp2_without_log2e, "without the factor log2(e)"),
         ("dv_kernel", dv_tile_softmax, "a softmax over the tile's keys"),
+        ("dv_kernel", dv_tile_softmax_guarded, "a softmax over the tile's keys"),
         ("dv_kernel", dv_lse_natural, "lse was used as it came, in natural units"),
         ("dv_kernel", dv_exp2_without_log2e, "tl.exp2 was used without the factor log2(e)"),
         ("dv_kernel", dv_exp_with_log2e, "and then given to tl.exp"),
