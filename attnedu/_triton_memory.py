@@ -8,7 +8,11 @@ with a ``KernelMemoryError`` that says where, and what that usually means.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import inspect
+import sys
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +41,7 @@ class Buffer:
     stride: int
     output: bool = False
     row_word: str = "row"  # what a row is: "row", "key", "query"
+    row_plural: str = ""  # its plural where not row_word + "s" ("queries")
     rows_name: str = ""  # how the kernel knows the number of rows ("n_keys"); "" if each program has its own row
     cols_name: str = "n_cols"  # how it knows the number of columns ("n_cols", "HEAD_DIM")
     cols_partial: bool = False  # a block of columns may run past the last column (a row longer than the block)
@@ -47,6 +52,15 @@ class Buffer:
         self.base = self.alloc.data_ptr()
         self.end = self.base + self.alloc.numel() * 4
         self.first = self.base + GUARD * 4  # the address of element (0, 0)
+
+    def rows_text(self, rows: np.ndarray) -> str:
+        """ "key 5" or "keys 5 to 7": the rows (``row_word``) ``rows`` spans."""
+        one = int(rows.min()) == int(rows.max())
+        return f"{self.row_word if one else self.row_words} {_span(rows)}"
+
+    @property
+    def row_words(self) -> str:
+        return self.row_plural or f"{self.row_word}s"
 
     @property
     def view(self) -> torch.Tensor:
@@ -68,8 +82,8 @@ class MemoryCheck:
     """Stands in for the interpreter's native module during one launch: every address a load or store touches (where
     its mask is True) must be an element of one of ``buffers`` (and, for a store, of an output)."""
 
-    def __init__(self, native, buffers: list[Buffer]):
-        self._native, self._buffers = native, buffers
+    def __init__(self, native, buffers: list[Buffer], fn=None):
+        self._native, self._buffers, self._fn = native, buffers, fn  # fn: the kernel's Python function, if known
 
     def __getattr__(self, name):  # fma, the enums, ...: the native ones
         return getattr(self._native, name)
@@ -144,9 +158,9 @@ class MemoryCheck:
         if past.any():
             last = buffer.rows - 1
             return (
-                f"{who} {verb} {buffer.name} at {buffer.row_word}s {_span(rows[past])}, past the last one "
+                f"{who} {verb} {buffer.name} at {buffer.rows_text(rows[past])}, past the last one "
                 f"({buffer.rows_name} = {buffer.rows}, so the last is {last}): that memory is not part of "
-                f"{buffer.name}. The last block of {buffer.row_word}s is partial when {buffer.rows_name} is not a "
+                f"{buffer.name}. The last block of {buffer.row_words} is partial when {buffer.rows_name} is not a "
                 f"multiple of the block size, so its {op} needs a mask: `mask=... < {buffer.rows_name}`"
                 + (", and other= a value that does no harm" if kind == "load" else "")
                 + "."
@@ -166,6 +180,17 @@ class MemoryCheck:
                 f"({buffer.cols_name} = {buffer.cols}, so the last column is {buffer.cols - 1}): is the mask "
                 f"`cols <= {buffer.cols_name}` where `cols < {buffer.cols_name}` was meant?"
             )
+        # A mask on the columns, and row 0's program ran the same line without this (row 0 starts at offset 0
+        # whatever the stride): the columns are right, the row's start is not. A wrong mask fails in row 0 already.
+        if buffer.cols_partial and program is not None and program[0] > 0 and self._mask_names(op, buffer.cols_name):
+            return (
+                f"{who} {verb} {buffer.name} at row {_span(rows)}, columns {_span(cols)}: past the end of the row "
+                f"({buffer.cols_name} = {buffer.cols}), in memory that is not part of {buffer.name}, though this "
+                f"{op} has a mask on {buffer.cols_name} and row 0 ran it without this: so it is where the row starts "
+                f"that is off. Rows of {buffer.name} are {buffer.stride_name} = {buffer.stride} numbers apart (the "
+                f"launcher gives each tensor its own, wider than a row, as a slice of a wider tensor has): is the row "
+                f"offset computed with another tensor's stride, or with {buffer.cols_name}?"
+            )
         if buffer.cols_partial:
             return (
                 f"{who} {verb} {buffer.name} at row {_span(rows)}, columns {_span(cols)}: past the end of the row "
@@ -175,12 +200,39 @@ class MemoryCheck:
                 + "."
             )
         return (
-            f"{who} {verb} {buffer.name} at {buffer.row_word} {_span(rows)}, positions {_span(cols)}: past the "
+            f"{who} {verb} {buffer.name} at {buffer.rows_text(rows)}, positions {_span(cols)}: past the "
             f"{buffer.cols} numbers of a {buffer.row_word} ({buffer.cols_name} = {buffer.cols}), in memory that is not "
             f"part of {buffer.name}. {buffer.row_word.capitalize()} j, dimension d is at {buffer.name} + j * "
             f"{buffer.stride_name} + d: is a stride used for the wrong axis (the {buffer.row_word} and dimension "
             "offsets swapped, as in a transposed read), or another tensor's stride?"
         )
+
+    def _mask_names(self, op: str, name: str) -> bool:
+        """Whether the kernel's statement being run holds a ``op`` (tl.load, tl.store) whose ``mask=`` mentions
+        ``name``: read from the kernel's source, at the line its frame is on; False when that cannot be found."""
+        code = getattr(self._fn, "__code__", None)
+        frame = sys._getframe()
+        while frame is not None and code is not None and not _same_code(frame.f_code, code):
+            frame = frame.f_back
+        if frame is None or code is None:
+            return False
+        try:
+            lines, first = inspect.getsourcelines(self._fn)
+            tree = ast.parse(textwrap.dedent("".join(lines)))
+        except (OSError, TypeError, SyntaxError):
+            return False
+        line = frame.f_lineno - first + 1
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and f"tl.{node.func.attr}" == op
+                and node.lineno <= line <= node.end_lineno
+            ):
+                masks = [k.value for k in node.keywords if k.arg == "mask"]
+                if any(isinstance(n, ast.Name) and n.id == name for m in masks for n in ast.walk(m)):
+                    return True
+        return False
 
     def _far(self, kind: str, addresses: np.ndarray) -> str:
         nearest = min(self._buffers, key=lambda b: abs(int(addresses[0]) - b.first))
@@ -193,20 +245,27 @@ class MemoryCheck:
         )
 
 
+def _same_code(a, b) -> bool:
+    """The same function's code: the interpreter runs a rewritten copy (its first line the ``def``, not the
+    decorator), with the lines of the original file."""
+    return a is b or (a.co_filename, a.co_name) == (b.co_filename, b.co_name)
+
+
 def _verb(kind: str) -> str:
     return "loaded from" if kind == "load" else "stored to"
 
 
 @contextlib.contextmanager
-def checked_memory(buffers: list[Buffer]):
-    """Check every load and store of the kernels launched inside, against ``buffers``."""
+def checked_memory(buffers: list[Buffer], kernel=None):
+    """Check every load and store of the kernels launched inside, against ``buffers`` (``kernel``: the one launched,
+    whose source a message may read)."""
     from triton.runtime import interpreter
 
     native = getattr(interpreter, "_interpreter", None)
     if native is None or not hasattr(native, "load"):  # a Triton that does it otherwise: the guards alone protect
         yield
         return
-    interpreter._interpreter = MemoryCheck(native, buffers)
+    interpreter._interpreter = MemoryCheck(native, buffers, getattr(kernel, "fn", None))
     try:
         yield
     finally:

@@ -21,7 +21,10 @@ one number per query (a small kernel); then one of two schedules, chosen by ``tr
 * deterministic (``deterministic=True``): the same dK/dV kernel without the dQ product, then a second kernel, one
   program per block of queries, looping over the blocks of keys they see:  dQ_i += dS K_j / sqrt(head_dim).
   No float atomics, so the gradients are bitwise the same every run, at the cost of computing S and dP twice:
-  7 matrix products per tile (``matrix_products()`` counts them in the kernels' source).
+  7 matrix products per tile (``matrix_products()`` counts them in the kernels' source). "Every run" includes runs in
+  other processes: the block sizes set the order of the sums, and the autotuner picks them by timing (near-ties can
+  go either way in a fresh process), so a deterministic call launches every kernel, its forward too, with a fixed
+  configuration (the first candidate that fits), never the autotuner's.
 
 Causal tiles above the diagonal are skipped and the diagonal ones masked, in every kernel. Causal programs are
 launched heaviest first: the forward's and dQ's programs of the last query blocks (which loop over the most key
@@ -38,7 +41,9 @@ Block sizes, warps and pipeline stages are chosen by ``triton.autotune`` among a
 (``FORWARD_CONFIGS``, ``DKDV_CONFIGS``, ``DKDV_ATOMIC_CONFIGS``, ``DQ_CONFIGS``), after dropping those whose tiles would
 not fit the GPU's shared memory or registers (float32 at head_dim 128, bfloat16 at 256); the choice is remembered per
 sequence-length bucket (powers of two up to 64k), head_dim, causal and dtype. ``ATTNEDU_TRITON_AUTOTUNE=0`` takes the
-first candidate that fits instead. Every launch sets FMA fusion explicitly (``COMPILE_OPTIONS``).
+first candidate that fits instead, as a deterministic call always does. The autotuner zeroes the one-pass backward's
+dQ accumulator around its timing launches (``RESET_TO_ZERO``), which would otherwise stay added into it. Every
+launch sets FMA fusion explicitly (``COMPILE_OPTIONS``).
 ``attnedu.triton_inspect`` reads these kernels without a GPU: compiled for an H100 (sm_90a) on the CPU (registers,
 spill bytes, Hopper's ``wgmma`` and TMA instructions in the PTX), and their matrix products per tile counted.
 
@@ -256,8 +261,6 @@ def _build_kernels(interpret: bool) -> _Kernels:
     import importlib.util
     import sys
 
-    import triton
-
     name = f"{__package__}._triton_kernels_{'interpreted' if interpret else 'compiled'}"
     spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_triton_kernels.py"))
     module = importlib.util.module_from_spec(spec)
@@ -280,31 +283,41 @@ def _build_kernels(interpret: bool) -> _Kernels:
     }
     if interpret:
         return _Kernels(module, raw, None)
+    return _Kernels(module, raw, {kind: _autotune(kind, raw[kind]) for kind in KINDS})
 
-    def pruner(kind):
-        def prune(configs, named_args, **kwargs):
-            # every argument is passed by position, so named_args holds them all (the prune hook's keyword
-            # arguments differ between Triton releases)
-            args = {**named_args, **kwargs}
-            allowed = candidate_configs(kind, args["BLOCK_D"], args["BLOCK_DV"], args["Q"].element_size(),
-                                        _shared_memory_limit(args["Q"].device.index or 0))  # fmt: skip
-            kept = [c for c in configs if {**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages} in allowed]
-            return kept or configs[:1]
 
-        return prune
+AUTOTUNE_KEY = ["SEQ_BUCKET", "BLOCK_D", "BLOCK_DV", "IS_CAUSAL"]  # and the tensors' dtype, which Triton adds itself
+# Arguments the autotuner zeroes before each of its timing launches and once more before the launch it keeps (Triton's
+# ``reset_to_zero``): the one-pass backward adds into the float32 dQ with atomics, so without this every timing launch
+# (hundreds, on a cache miss) would stay summed into the dQ of the call that triggered the tuning.
+RESET_TO_ZERO = {"dkdv_atomic": ["DQ"]}
 
-    tuned = {}
-    key = ["SEQ_BUCKET", "BLOCK_D", "BLOCK_DV", "IS_CAUSAL"]  # and the tensors' dtype, which Triton adds itself
-    for kind, table in CONFIG_TABLES.items():
-        every = list(dict.fromkeys([c for configs in table.values() for c in configs] + FALLBACK_CONFIGS))
-        configs = [
-            triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages)
-            for bm, bn, warps, stages in every
-        ]
-        tuned[kind] = triton.autotune(configs, key=key, prune_configs_by={"early_config_prune": pruner(kind)})(
-            raw[kind]
-        )
-    return _Kernels(module, raw, tuned)
+
+def _autotune(kind: str, kernel):
+    """``kernel`` wrapped in ``triton.autotune``: every configuration of ``CONFIG_TABLES[kind]`` and the fallbacks,
+    pruned at each launch to ``candidate_configs(kind, ...)`` for the arguments at hand, keyed on ``AUTOTUNE_KEY``,
+    zeroing ``RESET_TO_ZERO[kind]`` before each timing launch and before the launch it keeps."""
+    import triton
+
+    table = CONFIG_TABLES[kind]
+    every = list(dict.fromkeys([c for configs in table.values() for c in configs] + FALLBACK_CONFIGS))
+    configs = [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps, num_stages=stages)
+        for bm, bn, warps, stages in every
+    ]
+
+    def prune(configs, named_args, **kwargs):
+        # every argument is passed by position, so named_args holds them all (the prune hook's keyword arguments
+        # differ between Triton releases)
+        args = {**named_args, **kwargs}
+        allowed = candidate_configs(kind, args["BLOCK_D"], args["BLOCK_DV"], args["Q"].element_size(),
+                                    _shared_memory_limit(args["Q"].device.index or 0))  # fmt: skip
+        kept = [c for c in configs if {**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages} in allowed]
+        return kept or configs[:1]
+
+    return triton.autotune(
+        configs, key=AUTOTUNE_KEY, reset_to_zero=RESET_TO_ZERO.get(kind), prune_configs_by={"early_config_prune": prune}
+    )(kernel)
 
 
 def _get_kernels(interpret: bool | None = None) -> _Kernels:
@@ -327,14 +340,16 @@ def _dims(head_dim: int, value_dim: int) -> tuple:
     return head_dim != block_d, value_dim != block_dv, block_d, block_dv
 
 
-def _launch(kind: str, args: tuple, n_rows: int, grid_block: str, batch_heads: int, config: dict | None) -> None:
+def _launch(kind: str, args: tuple, n_rows: int, grid_block: str, batch_heads: int, config: dict | None,
+            fixed: bool = False) -> None:  # fmt: skip
     """Run kernel ``kind`` over ceil(n_rows / config[grid_block]) x batch_heads programs: autotuned when compiled
     and no ``config`` is given, else with ``config`` (BLOCK_M, BLOCK_N and, compiled, num_warps, num_stages).
-    Every compiled launch passes ``COMPILE_OPTIONS`` (FMA fusion, set explicitly)."""
+    ``fixed`` (or ``ATTNEDU_TRITON_AUTOTUNE=0``) without a ``config``: the first candidate that compiles, never the
+    autotuner, whose choice depends on timings. Every compiled launch passes ``COMPILE_OPTIONS`` (FMA fusion)."""
     kernels = _get_kernels()
     if kernels.tuned is None:  # the interpreter: one small configuration, launch options ignored
         config = {key: value for key, value in (config or INTERPRETER_CONFIG).items() if key.startswith("BLOCK")}
-    elif config is None and not autotuning():  # the first candidate that compiles (the estimate is rough)
+    elif config is None and (fixed or not autotuning()):  # the first candidate that compiles (the estimate is rough)
         q = args[0]
         limit = _shared_memory_limit(q.device.index or 0)
         candidates = candidate_configs(kind, args[-2], args[-1], q.element_size(), limit)
@@ -395,10 +410,11 @@ def _tma_scratch(size: int, alignment: int, stream):
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
 
-def _forward(query, key, value, is_causal: bool, config: dict | None = None, tma: bool | None = None):
+def _forward(query, key, value, is_causal: bool, config: dict | None = None, tma: bool | None = None,
+             fixed: bool = False):  # fmt: skip
     """(output, lse): the kernel's output in query's dtype and the natural-log log-sum-exp, float32. ``tma``: read
     and write through tensor descriptors; None: ``_use_tma`` decides (tests set it, to run both under the
-    interpreter)."""
+    interpreter). ``fixed``: the first candidate configuration, not the autotuner's (``_launch``)."""
     batch, heads, n_q, head_dim = query.shape
     value_dim = value.shape[-1]
     out = torch.empty(batch, heads, n_q, value_dim, dtype=query.dtype, device=query.device)
@@ -409,7 +425,7 @@ def _forward(query, key, value, is_causal: bool, config: dict | None = None, tma
 
         triton.set_allocator(_tma_scratch)
     args = _forward_args(query, key, value, out, lse, is_causal, use_tma)
-    _launch("forward", args, n_q, "BLOCK_M", batch * heads, config)
+    _launch("forward", args, n_q, "BLOCK_M", batch * heads, config, fixed)
     return out, lse
 
 
@@ -424,7 +440,8 @@ class _BackwardLaunch:
     """The backward kernels of one call, launchable one at a time (benchmarks/tune_triton.py times each):
     ``delta()`` first, then ``dkdv(config)`` and ``dq(config)`` in either order; ``grads`` holds the results.
 
-    ``deterministic=True``: ``dkdv`` computes dK and dV, ``dq`` runs the separate dQ kernel. ``deterministic=False``
+    ``deterministic=True``: ``dkdv`` computes dK and dV, ``dq`` runs the separate dQ kernel, both with a fixed
+    configuration when none is given (the first candidate that fits, not the autotuner's). ``deterministic=False``
     (one pass): ``dkdv`` zeroes a float32 dQ buffer and runs the dK/dV kernel that also adds dS K_j into it with
     atomics; ``dq`` (no configuration: nothing to tune) only scales that buffer by 1 / sqrt(head_dim) into dQ's
     dtype. ``deterministic=None``: ``default_deterministic()``."""
@@ -463,14 +480,14 @@ class _BackwardLaunch:
 
     def dkdv(self, config: dict | None = None) -> None:
         if self.deterministic:
-            _launch("dkdv", self.dkdv_args, self.n_k, "BLOCK_N", self.batch_heads, config)
+            _launch("dkdv", self.dkdv_args, self.n_k, "BLOCK_N", self.batch_heads, config, fixed=True)
         else:
             self.dq_accumulator.zero_()
             _launch("dkdv_atomic", self.dkdv_args, self.n_k, "BLOCK_N", self.batch_heads, config)
 
     def dq(self, config: dict | None = None) -> None:
         if self.deterministic:
-            _launch("dq", self.dq_args, self.n_q, "BLOCK_M", self.batch_heads, config)
+            _launch("dq", self.dq_args, self.n_q, "BLOCK_M", self.batch_heads, config, fixed=True)
         else:
             torch.mul(self.dq_accumulator, self.scale, out=self.dq_accumulator)
             self.grads[0].copy_(self.dq_accumulator)
@@ -493,7 +510,7 @@ class TritonAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, query, key, value, is_causal, deterministic):
-        out, lse = _forward(query, key, value, is_causal)
+        out, lse = _forward(query, key, value, is_causal, fixed=deterministic)
         ctx.save_for_backward(query, key, value, out, lse)
         ctx.is_causal, ctx.deterministic = is_causal, deterministic
         ctx.mark_non_differentiable(lse)
@@ -522,13 +539,16 @@ def triton_attention(query, key, value, *, is_causal: bool = False, return_lse: 
     float32 dQ with atomic adds (5 matrix products per tile); the order in which programs add differs from run to
     run, and float32 addition is not associative, so dQ may differ in its last bits between two identical calls
     (dK and dV do not). True: a separate dQ kernel, which recomputes the scores and dP (7 products per tile), and
-    whose gradients are bitwise the same every run. None (the default) decides as PyTorch's own flash attention
-    backward does (``default_deterministic``): the one-pass backward, FlashAttention-2's default too
+    whose gradients are bitwise the same every run, in this process or another: a deterministic call launches its
+    kernels (the forward's too) with a fixed configuration, the first candidate that fits, never the autotuner's,
+    which picks by timing and so could pick other block sizes, another order of the sums, in another process
+    (``ATTNEDU_TRITON_AUTOTUNE=0`` fixes every call's configuration). None (the default) decides as PyTorch's own
+    flash attention backward does (``default_deterministic``): the one-pass backward, FlashAttention-2's default too
     (``flash_attn_func(..., deterministic=False)``), unless ``torch.use_deterministic_algorithms(True)`` was called
     (without ``warn_only``). Why the one pass by default: it runs 5/7 of the other's matrix products, and dQ's
     last bits changing from run to run do not matter to training; who needs bitwise repeatability (a test, a
     debugging session) asks for it, with the switch that makes the rest of PyTorch deterministic too. The forward
-    is deterministic either way.
+    has no atomics: the same every run either way once its configuration is chosen (fixed when deterministic).
 
     Scores and sums are accumulated in float32; P and dS are cast to the input's dtype before their matrix products,
     as FlashAttention-2 does (on a GPU, float32 inputs go through TF32 in ``tl.dot``, so expect about 1e-3 error
@@ -543,7 +563,7 @@ def triton_attention(query, key, value, *, is_causal: bool = False, return_lse: 
     if torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value)):
         out, lse = TritonAttention.apply(query, key, value, bool(is_causal), deterministic)
     else:
-        out, lse = _forward(query, key, value, bool(is_causal))
+        out, lse = _forward(query, key, value, bool(is_causal), fixed=deterministic)
     out = out.to(dtype)
     return (out, lse) if return_lse else out
 

@@ -125,7 +125,8 @@ def _launch(kernel, name: str, grid: tuple, buffers: list[Buffer], *args, **cons
     out as they were raised in the kernel (not wrapped), NotImplementedError included."""
     _ready(kernel, name)
     try:
-        with checked_memory(buffers), index_as_int(), np.errstate(all="ignore"):  # inf, NaN: the check reports them
+        # inf, NaN: the check reports them
+        with checked_memory(buffers, kernel), index_as_int(), np.errstate(all="ignore"):
             kernel[grid](*args, **constants)
     except Exception as error:
         cause = error
@@ -166,7 +167,7 @@ def launch_softmax(kernel, x: torch.Tensor, block: int) -> torch.Tensor:
 
 
 # what a row of each tensor is, for the memory check's messages
-_QUERIES = {"row_word": "query", "rows_name": "n_queries", "cols_name": "HEAD_DIM"}
+_QUERIES = {"row_word": "query", "row_plural": "queries", "rows_name": "n_queries", "cols_name": "HEAD_DIM"}
 _KEYS = {"row_word": "key", "rows_name": "n_keys", "cols_name": "HEAD_DIM"}
 
 
@@ -204,7 +205,12 @@ def launch_dv(kernel, q, k, d_out, lse, block_m: int, block_n: int, causal: bool
     their own padded row strides; LSE is contiguous."""
     q, k, d_out, lse, causal = _check_launch_dv(q, k, d_out, lse, block_m, block_n, causal)
     (n_q, head_dim), n_k = q.shape, k.shape[0]
-    lse_words = {"row_word": "query", "rows_name": "n_queries", "cols_name": "one number per query"}
+    lse_words = {
+        "row_word": "query",
+        "row_plural": "queries",
+        "rows_name": "n_queries",
+        "cols_name": "one number per query",
+    }
     buffers = [
         *_query_and_key_buffers(q, k),
         Buffer.holding(d_out, 7, name="DO", stride_name="stride_do", **_QUERIES),

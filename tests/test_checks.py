@@ -209,12 +209,18 @@ def test_distinct_mistakes_give_distinct_outputs():
         reference = _outputs(exercise.reference, cases)
         versions = [(v, fn) for v in exercise.variants for fn in v.fns]
         outputs = [_outputs(fn, cases) for _, fn in versions]
+        tolerances = [case.tolerance for case in cases]
         for (variant, _), mine in zip(versions, outputs, strict=True):
-            assert any(o is not None and not same(r, o) for o, r in zip(mine, reference, strict=True)), variant
+            assert any(
+                o is not None and not same(r, o, t) for o, r, t in zip(mine, reference, tolerances, strict=True)
+            ), variant
             for (other, _), theirs in zip(versions, outputs, strict=True):
                 if other.diagnosis == variant.diagnosis:
                     continue
-                shadowed = all(t is None or (m is not None and same(t, m)) for m, t in zip(mine, theirs, strict=True))
+                shadowed = all(
+                    t is None or (m is not None and same(t, m, tol))
+                    for m, t, tol in zip(mine, theirs, tolerances, strict=True)
+                )
                 assert not shadowed, (name, variant.diagnosis, "would also be", other.diagnosis)
 
 
@@ -254,7 +260,7 @@ def test_kernel_variants_do_not_depend_on_how_exp_underflows(monkeypatch):
                         outputs[mode] = _outputs(fn, cases)
                 for mode in ("flushed", "float64"):
                     for number, (a, b) in enumerate(zip(outputs["as is"], outputs[mode], strict=True), start=1):
-                        assert (a is None) == (b is None) and (a is None or same(a, b)), (
+                        assert (a is None) == (b is None) and (a is None or same(a, b, cases[number - 1].tolerance)), (
                             name, variant.diagnosis[:60], mode, number)  # fmt: skip
 
 
@@ -288,7 +294,7 @@ def test_each_kind_of_case_catches_a_mistake_the_others_miss(name, mutant, tag, 
     failing = [
         case
         for case, got, expected in zip(cases, got_outputs, _outputs(exercise.reference, cases), strict=True)
-        if got is None or not same(expected, got)
+        if got is None or not same(expected, got, case.tolerance)
     ]
     assert failing and all(tag in case.tags for case in failing), [c.description for c in failing]
     result = checks.check(name, mutant)

@@ -192,7 +192,7 @@ def test_deterministic_none_follows_pytorchs_switch(interpreter, monkeypatch):
     nondeterministic, and so does this one); True and False override it."""
     kinds = []
     launch = ta._launch
-    monkeypatch.setattr(ta, "_launch", lambda kind, *args: (kinds.append(kind), launch(kind, *args)))
+    monkeypatch.setattr(ta, "_launch", lambda kind, *args, **kw: (kinds.append(kind), launch(kind, *args, **kw)))
     q, k, v = qkv(20, 20, 16, 16, torch.float32, requires_grad=True)
     before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     try:
@@ -368,6 +368,7 @@ def test_every_launch_sets_fma_fusion(monkeypatch):
 
     kernels = ta._Kernels(None, {kind: Recorder() for kind in (*ta.KINDS, "delta")}, {k: Recorder() for k in ta.KINDS})
     monkeypatch.setattr(ta, "_get_kernels", lambda interpret=None: kernels)
+    monkeypatch.setattr(ta, "_shared_memory_limit", lambda index: H100_SHARED)  # deterministic: the first candidate
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     q, k, v = qkv(40, 40, 16, 16, torch.float32)
     config = {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
@@ -377,6 +378,92 @@ def test_every_launch_sets_fma_fusion(monkeypatch):
             ta._backward(q, k, v, out, lse, torch.ones_like(out), True, given, given, deterministic)
     assert len(calls) == 2 * (1 + 2 * 2) + 2 * 1  # forward; delta and dK/dV twice; dQ in the deterministic ones
     assert all(call.get("enable_fp_fusion") is True for call in calls)
+
+
+def interpreted_autotuned_kernels(monkeypatch, bench):
+    """The interpreted kernels wrapped as the compiled ones are (``ta._autotune``: the course's configurations,
+    pruning, key and ``reset_to_zero``), with ``bench`` standing in for Triton's ``do_bench`` (which on a GPU
+    launches the kernel for ~125 ms per configuration), installed as the kernels ``triton_attention`` launches."""
+    monkeypatch.setattr(ta, "_shared_memory_limit", lambda index: H100_SHARED)  # the pruning asks the GPU otherwise
+    monkeypatch.setenv(ta.AUTOTUNE_ENV, "1")
+    base = ta._get_kernels(interpret=True)
+    tuned = {kind: ta._autotune(kind, base.raw[kind]) for kind in ta.KINDS}
+    for autotuner in tuned.values():
+        autotuner._do_bench = bench
+    monkeypatch.setitem(ta._kernels, True, ta._Kernels(base.module, base.raw, tuned))
+    return tuned
+
+
+@needs_triton
+def test_autotuning_leaves_no_timing_launch_in_the_one_pass_dq(interpreter, monkeypatch):
+    """The one-pass backward adds into a float32 dQ with atomics. On a GPU, the first call for each autotuning key
+    times every candidate configuration by launching the kernel many times on the call's own arguments; unless the
+    autotuner zeroes dQ before each of those launches and before the one it keeps (``RESET_TO_ZERO``), they all
+    stay summed into dQ (the expert review of 08a/08b: 11 x the right dQ with 2 configurations and 5 launches
+    each). Simulated on the CPU: the interpreted kernels in the course's autotune wrapping, timed by 3 launches."""
+    launches = []
+
+    def bench(kernel_call, quantiles=None):
+        for _ in range(3):
+            kernel_call()
+            launches.append(1)
+        return [1.0, 1.0, 1.0]
+
+    tuned = interpreted_autotuned_kernels(monkeypatch, bench)
+    q, k, v = qkv(64, 64, 16, 16, torch.float32, batch=1, heads=1)
+    grad_out = torch.randn(1, 1, 64, 16, generator=torch.Generator().manual_seed(3))
+    _, expected = reference_grads(q, k, v, grad_out, False)
+    for call in range(2):  # the first call tunes (a cache miss), the second takes the cached choice
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = ta.triton_attention(*leaves, deterministic=False)
+        grads = torch.autograd.grad(out, leaves, grad_out)
+        if call == 0:
+            assert launches and len(tuned["dkdv_atomic"].cache) == 1  # the autotuner did time several candidates
+        for name, got, e in zip(("dq", "dk", "dv"), grads, expected):
+            assert relative_error(got, e) <= GRAD_TOLERANCE[torch.float32], (call, name)
+
+
+def test_a_deterministic_call_never_asks_the_autotuner(monkeypatch):
+    """The autotuner picks block sizes by timing, so two processes can pick differently, and the block sizes set
+    the order of the sums: a deterministic call (the argument, or torch.use_deterministic_algorithms) launches its
+    forward and backward kernels with the first candidate that fits, as ATTNEDU_TRITON_AUTOTUNE=0 does, whatever
+    the autotuner would choose. Checked with stand-in kernels that record their launches."""
+    calls = []
+
+    class Recorder:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: calls.append(
+                (self.name, {k: v for k, v in kwargs.items() if k != "enable_fp_fusion"})
+            )
+
+    kernels = ta._Kernels(None, {kind: Recorder(("raw", kind)) for kind in (*ta.KINDS, "delta")},
+                          {kind: Recorder(("tuned", kind)) for kind in ta.KINDS})  # fmt: skip
+    monkeypatch.setattr(ta, "_get_kernels", lambda interpret=None: kernels)
+    monkeypatch.setattr(ta, "_check_triton_attention", lambda *args: None)  # CPU tensors, not interpreted
+    monkeypatch.setattr(ta, "_shared_memory_limit", lambda index: H100_SHARED)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setenv(ta.AUTOTUNE_ENV, "1")
+    first = {kind: ta.candidate_configs(kind, 128, 128, 2, H100_SHARED)[0] for kind in ta.KINDS}
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        for switch, deterministic, expected in [
+            (False, True, [("forward", True), ("dkdv", True), ("dq", True)]),
+            (True, None, [("forward", True), ("dkdv", True), ("dq", True)]),
+            (False, False, [("forward", False), ("dkdv_atomic", False)]),  # the contrast: autotuned
+        ]:
+            torch.use_deterministic_algorithms(switch)
+            calls.clear()
+            q, k, v = qkv(300, 300, 128, 128, torch.float16, requires_grad=True, batch=1, heads=1)
+            ta.triton_attention(q, k, v, is_causal=True, deterministic=deterministic).sum().backward()
+            launched = [(name, config) for name, config in calls if name[1] != "delta"]
+            assert [(kind, where == "raw") for (where, kind), _ in launched] == expected, (switch, deterministic)
+            for (where, kind), config in launched:
+                assert config == (first[kind] if where == "raw" else {}), (kind, config)
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 @needs_triton
@@ -619,8 +706,11 @@ def test_gpu_backwards_agree_and_the_deterministic_one_repeats_bitwise(compiled,
 @pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 64), (torch.float32, 128), (torch.bfloat16, 256)])
 def test_gpu_autotuned_kernels_run_and_are_correct(monkeypatch, dtype, head_dim):
     """The autotuned path, with its pruning: float32 at head_dim 128 and bfloat16 at 256 must not run out of
-    shared memory."""
+    shared memory. Each parameter set is the first call of its autotuning key in this process (no other test
+    autotunes), so the autotuner times its candidates on this call's arguments: the one-pass dQ must come out right
+    all the same (its accumulator is zeroed around the timing launches)."""
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.setenv(ta.AUTOTUNE_ENV, "1")
-    check_grads(*qkv(1000, 1000, head_dim, head_dim, dtype, device="cuda", requires_grad=True), True,
-                GPU_GRAD_TOLERANCE[dtype])  # fmt: skip
+    for deterministic in (False, True):
+        check_grads(*qkv(1000, 1000, head_dim, head_dim, dtype, device="cuda", requires_grad=True), True,
+                    GPU_GRAD_TOLERANCE[dtype], deterministic)  # fmt: skip

@@ -48,6 +48,14 @@ if HAS_TRITON:
         tl.store(Y + cols, tl.load(X + cols))
 
     @triton.jit
+    def queries_unmasked(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o, sm_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+        rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + rows[:, None] * stride_q + dims[None, :])  # no mask: the last block of queries is partial
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], q, mask=rows[:, None] < n_queries)
+
+    @triton.jit
     def unfinished(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
         row = tl.program_id(0)  # noqa: F841
         # YOUR CODE HERE
@@ -125,6 +133,17 @@ def test_every_load_and_store_is_checked():
     with pytest.raises(tb.KernelMemoryError, match="far outside every tensor"):
         tb.launch_softmax(reads_far_away, x, 16)  # stopped before the read: this process lives on
     assert torch.isfinite(tb.launch_softmax(unmasked_softmax, torch.randn(3, 16), 16)).all()  # full rows: fine
+
+
+@needs_interpreter
+def test_memory_messages_name_rows_in_the_exercises_words():
+    """The rows of Q are queries, in the singular and the plural (not "querys")."""
+    q, k = torch.randn(20, 16), torch.randn(16, 16)
+    with pytest.raises(tb.KernelMemoryError, match="at queries 20 to 31, past the last one") as error:
+        tb.launch_attention(queries_unmasked, q, k, k, 16, 16)
+    assert "The last block of queries is partial" in str(error.value) and "querys" not in str(error.value)
+    with pytest.raises(tb.KernelMemoryError, match="at query 31, one past the last"):
+        tb.launch_attention(queries_unmasked, torch.randn(31, 16), k, k, 32, 16)
 
 
 @needs_interpreter

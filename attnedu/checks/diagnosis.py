@@ -34,29 +34,32 @@ from .results import CRASHED, FAILED, NOT_ATTEMPTED, PASSED, TIMEOUT, CheckResul
 ATOL, RTOL = 1e-5, 1e-4  # ATOL scales with the largest value of the reference (inputs around ±1000 round more)
 
 
-def _atol(expected: torch.Tensor) -> float:
+def _atol(expected: torch.Tensor, tolerance: float = 0.0) -> float:
     finite = expected.detach()[torch.isfinite(expected)]
-    return ATOL * max(1.0, float(finite.abs().max())) if finite.numel() else ATOL
+    atol = max(ATOL, tolerance)
+    return atol * max(1.0, float(finite.abs().max())) if finite.numel() else atol
 
 
-def _close(expected: torch.Tensor, got: torch.Tensor) -> torch.Tensor:
-    """Entry by entry: equal (floats within tolerance, NaN equal to NaN). Same shape and dtype assumed."""
+def _close(expected: torch.Tensor, got: torch.Tensor, tolerance: float = 0.0) -> torch.Tensor:
+    """Entry by entry: equal (floats within tolerance, NaN equal to NaN). Same shape and dtype assumed.
+    ``tolerance``: a test case's own (``Case.tolerance``), where larger than ATOL and RTOL."""
     if expected.is_floating_point():
-        return torch.isclose(got, expected, atol=_atol(expected), rtol=RTOL, equal_nan=True)
+        rtol = max(RTOL, tolerance)
+        return torch.isclose(got, expected, atol=_atol(expected, tolerance), rtol=rtol, equal_nan=True)
     return got == expected
 
 
-def same(expected, got) -> bool:
+def same(expected, got, tolerance: float = 0.0) -> bool:
     """Same structure, dtype, shape and values (floats within tolerance, NaN equal to NaN)."""
     if isinstance(expected, tuple):
         return (
             isinstance(got, (tuple, list))
             and len(got) == len(expected)
-            and all(same(e, g) for e, g in zip(expected, got, strict=True))
+            and all(same(e, g, tolerance) for e, g in zip(expected, got, strict=True))
         )
     if not isinstance(got, torch.Tensor) or got.dtype != expected.dtype or got.shape != expected.shape:
         return False
-    return bool(_close(expected, got).all())
+    return bool(_close(expected, got, tolerance).all())
 
 
 def describe(x) -> str:
@@ -293,6 +296,7 @@ def _output_problem(
     large: bool,
     exercise: Exercise | None = None,
     output: int = 0,
+    tolerance: float = 0.0,
 ) -> tuple[str, list[str]]:
     """What is wrong with one output, and the kinds of finding it states ("type", "dtype", "shape", "nonfinite",
     "where", "count")."""
@@ -319,7 +323,7 @@ def _output_problem(
                 text += " They are " + "; ".join(where) + "."
             text += " " + _note(exercise, large)
             return text, ["nonfinite"] + (["where"] if where else [])
-    wrong = ~_close(expected, got)
+    wrong = ~_close(expected, got, tolerance)
     text = f"{what}: {_first_difference(expected, got, wrong)}"
     where = _where(wrong, layout, unit, _zero_at_padding(expected, got, layout))
     if where:
@@ -460,7 +464,7 @@ def run_check(
             if outcome.hard is None:
                 with torch.no_grad():
                     outcome.expected = exercise.reference(*copy.deepcopy(case.args))
-                outcome.ok = same(outcome.expected, call.value)
+                outcome.ok = same(outcome.expected, call.value, case.tolerance)
                 # a NaN put in the inputs on purpose tests that it shows in the values; the gradients are NaN
                 # wherever it reaches, in a pattern that says nothing about training
                 if outcome.ok and exercise.gradients and NAN_INPUT not in case.tags:
@@ -859,7 +863,9 @@ def _explains(fn: Callable, outcomes: list[_Outcome]) -> tuple[int, _Outcome | N
                 return 0, None  # wrong values that this mistake cannot explain: it cannot even run here
             continue  # the case says nothing about this mistake
         gradient_only = _gradient_only(outcome)  # right values: a known-wrong version may still give them
-        if (outcome.hard is not None and not gradient_only) or not same(wrong, outcome.call.value):
+        if (outcome.hard is not None and not gradient_only) or not same(
+            wrong, outcome.call.value, outcome.case.tolerance
+        ):
             return 0, None
         ran += 1
         if not outcome.ok and not gradient_only and at is None:
@@ -922,11 +928,11 @@ def _observed(exercise: Exercise, outcome: _Outcome) -> tuple[str, list[str]]:
     for output, (output_name, names, e, g, layout) in enumerate(
         zip(exercise.output_names, exercise.returns, expected_parts, got_parts, layouts, strict=True)
     ):
-        if same(e, g):
+        if same(e, g, outcome.case.tolerance):
             right.append(f"`{output_name}`")
             continue
         what = "your output" if single else f"`{output_name}`"
-        text, kinds = _output_problem(e, g, names, what, layout, large, exercise, output)
+        text, kinds = _output_problem(e, g, names, what, layout, large, exercise, output, outcome.case.tolerance)
         if kinds == ["shape"] and shaped.get(text.removeprefix(what)):  # the same wrong shape: said once
             shaped[text.removeprefix(what)].append(what)
             continue

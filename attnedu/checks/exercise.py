@@ -51,6 +51,11 @@ class Case:
     description: str
     args: tuple
     tags: frozenset[str] = frozenset()
+    # The difference allowed in each output entry, relative to the output's largest entry (at least 1) and to the entry
+    # itself, where it is larger than the check's default (diagnosis.ATOL, RTOL): for inputs whose size makes every
+    # correct order of operations round by more, e.g. attention scores of -400, whose rounding moves exp(s) by about
+    # |s| * 2^-24 of itself whatever the order. Values only (not gradients).
+    tolerance: float = 0.0
 
 
 @dataclass(frozen=True, init=False)

@@ -1193,6 +1193,38 @@ if triton is not None:
             tl.store(Y + row * stride_x + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
 
     @triton.jit
+    def sk_load_with_stride_y(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_y + cols, mask=cols < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
+    def sk_mask_without_start(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        m = tl.full([1], float("-inf"), tl.float32)
+        l = tl.zeros([1], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            offsets = tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + start + offsets, mask=offsets < n_cols, other=float("-inf"))
+            m_new = tl.maximum(m, tl.max(x, 0))
+            l = l * tl.exp2((m - m_new) * 1.4426950408889634) + tl.sum(tl.exp2((x - m_new) * 1.4426950408889634), 0)
+            m = m_new
+        for start in range(0, n_cols, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            x = tl.load(X + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+            tl.store(Y + row * stride_y + cols, tl.exp2((x - m) * 1.4426950408889634) / l, mask=cols < n_cols)
+
+    @triton.jit
     def sk_block_max(X, Y, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
         row = tl.program_id(0)
         m = tl.full([1], float("-inf"), tl.float32)
@@ -1519,6 +1551,109 @@ if triton is not None:
             k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
             v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
             s = tl.dot(q, k_t) * (sm_scale * 1.4426950408889634)
+            s = tl.where((keys[None, :] < n_keys) & (keys[None, :] <= rows[:, None]), s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
+    # Scaled before the product, not after: q once, before the loop (the Triton tutorial's older form), or each K
+    # tile. Equal in exact arithmetic; in float32 the scores round in another order, by about |s| * 2^-24 (the expert
+    # review of 08a/08b: these were refused on the case with scores of -400).
+    @triton.jit
+    def learner_attention_kernel_scaled_q(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o,
+                                          sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                          HEAD_DIM: tl.constexpr):  # fmt: skip
+        start_m = tl.program_id(0) * BLOCK_M
+        rows = start_m + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        q = q * (sm_scale * 1.4426950408889634)  # scores in base 2, scaled once
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for start_n in range(0, n_keys, BLOCK_N):
+            keys = start_n + tl.arange(0, BLOCK_N)
+            k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
+            v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+            s = tl.where(keys[None, :] < n_keys, tl.dot(q, k_t), float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
+    @triton.jit
+    def learner_attention_kernel_scaled_k(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v, stride_o,
+                                          sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                          HEAD_DIM: tl.constexpr):  # fmt: skip
+        start_m = tl.program_id(0) * BLOCK_M
+        rows = start_m + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for start_n in range(0, n_keys, BLOCK_N):
+            keys = start_n + tl.arange(0, BLOCK_N)
+            k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
+            v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+            s = tl.dot(q, k_t * (sm_scale * 1.4426950408889634))  # the K tile scaled
+            s = tl.where(keys[None, :] < n_keys, s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
+    @triton.jit
+    def learner_causal_attention_kernel_scaled_q(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v,
+                                                 stride_o, sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                                 HEAD_DIM: tl.constexpr):  # fmt: skip
+        start_m = tl.program_id(0) * BLOCK_M
+        rows = start_m + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        q = q * (sm_scale * 1.4426950408889634)
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for start_n in range(0, tl.minimum(start_m + BLOCK_M, n_keys), BLOCK_N):
+            keys = start_n + tl.arange(0, BLOCK_N)
+            k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
+            v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+            s = tl.where((keys[None, :] < n_keys) & (keys[None, :] <= rows[:, None]), tl.dot(q, k_t), float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m - m_new)
+            l = l * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p, v)
+            m = m_new
+        tl.store(O + rows[:, None] * stride_o + dims[None, :], acc / l[:, None], mask=rows[:, None] < n_queries)
+
+    @triton.jit
+    def learner_causal_attention_kernel_scaled_k(Q, K, V, O, n_queries, n_keys, stride_q, stride_k, stride_v,
+                                                 stride_o, sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                                 HEAD_DIM: tl.constexpr):  # fmt: skip
+        start_m = tl.program_id(0) * BLOCK_M
+        rows = start_m + tl.arange(0, BLOCK_M)
+        dims = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + rows[:, None] * stride_q + dims[None, :], mask=rows[:, None] < n_queries, other=0.0)
+        m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+        for start_n in range(0, tl.minimum(start_m + BLOCK_M, n_keys), BLOCK_N):
+            keys = start_n + tl.arange(0, BLOCK_N)
+            k_t = tl.load(K + keys[None, :] * stride_k + dims[:, None], mask=keys[None, :] < n_keys, other=0.0)
+            v = tl.load(V + keys[:, None] * stride_v + dims[None, :], mask=keys[:, None] < n_keys, other=0.0)
+            s = tl.dot(q, k_t * (sm_scale * 1.4426950408889634))
             s = tl.where((keys[None, :] < n_keys) & (keys[None, :] <= rows[:, None]), s, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, 1))
             p = tl.exp2(s - m_new[:, None])
@@ -2259,8 +2394,9 @@ if triton is not None:
                  TRANSPOSE: tl.constexpr = True, ACCUMULATE: tl.constexpr = True, RULE: tl.constexpr = 1,
                  LOOP: tl.constexpr = 0, MASK_FOR_P: tl.constexpr = False, LAST: tl.constexpr = 0,
                  FAST_PATH_BUG: tl.constexpr = False, EXP_OVER_EXP: tl.constexpr = False):  # fmt: skip
-        """P_RULE: 0 lse, 1 a softmax over the tile's keys, 2 lse not in base 2, 3 no log2(e), 4 tl.exp of base 2;
-        RULE: 0 no causal mask, 1 j <= i, 2 j < i, 3 j <= i + 1; LOOP: 0 from the diagonal's block, 1 every block,
+        """P_RULE: 0 lse, 1 a softmax over the tile's keys, 2 lse not in base 2, 3 no log2(e), 4 tl.exp of base 2,
+        5 as 1, guarded (0, not NaN, where a query sees none of the tile's keys); RULE: 0 no causal mask, 1 j <= i,
+        2 j < i, 3 j <= i + 1; LOOP: 0 from the diagonal's block, 1 every block,
         2 from block number program_id, 3 up to the last key (the forward's bound); LAST: the loop ends at n_queries
         - LAST; FAST_PATH_BUG: sm_scale left out when every block is full; EXP_OVER_EXP: exp(s) / exp(lse)."""
         pid = tl.program_id(0)
@@ -2302,6 +2438,12 @@ if triton is not None:
                 s_t = tl.where(allowed & (keys[:, None] < n_keys), s_t, float("-inf"))
                 e = tl.exp(s_t - tl.max(s_t, 0)[None, :])
                 p_t = e / tl.sum(e, 0)[None, :]
+            elif P_RULE == 5:  # the same, guarded: a query that sees none of the tile's keys gets weights 0, not NaN
+                s_t = tl.where(allowed & (keys[:, None] < n_keys), s_t, float("-inf"))
+                top = tl.max(s_t, 0)
+                e = tl.exp(s_t - tl.where(top == float("-inf"), 0.0, top)[None, :])
+                total = tl.sum(e, 0)
+                p_t = e / tl.where(total > 0, total, 1.0)[None, :]
             elif EXP_OVER_EXP:
                 p_t = tl.where(allowed, tl.exp(s_t) / tl.exp(lse)[None, :], 0.0)
             elif P_RULE == 2:
@@ -2328,6 +2470,13 @@ if triton is not None:
     ):  # fmt: skip
         _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
                  BLOCK_N, HEAD_DIM, CAUSAL, P_RULE=1)  # fmt: skip
+
+    @triton.jit
+    def dv_tile_softmax_guarded(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
+            sm_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
+    ):  # fmt: skip
+        _dv_with(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv, sm_scale, BLOCK_M,
+                 BLOCK_N, HEAD_DIM, CAUSAL, P_RULE=5)  # fmt: skip
 
     @triton.jit
     def dv_lse_natural(Q, K, DO, LSE, DV, n_queries, n_keys, stride_q, stride_k, stride_do, stride_dv,
@@ -2587,8 +2736,10 @@ if triton is not None:
     CORRECT.update(
         softmax_kernel=[learner_softmax_kernel, learner_softmax_kernel_three_passes, reference_kernel("softmax")],
         attention_kernel=[learner_attention_kernel, learner_attention_kernel_natural_exp,
+                          learner_attention_kernel_scaled_q, learner_attention_kernel_scaled_k,
                           reference_kernel("attention")],
         causal_attention_kernel=[learner_causal_attention_kernel, learner_causal_attention_kernel_every_block,
+                                 learner_causal_attention_kernel_scaled_q, learner_causal_attention_kernel_scaled_k,
                                  reference_kernel("causal_attention")],
         dv_kernel=[learner_dv_kernel, learner_dv_kernel_every_block, reference_kernel("dv")],
     )  # fmt: skip
@@ -2605,6 +2756,13 @@ if triton is not None:
         ("softmax_kernel", sk_no_mask, "needs a mask: `mask=cols < n_cols`"),
         ("softmax_kernel", sk_row_offset_n_cols, "rows are stride_x = "),
         ("softmax_kernel", sk_store_with_stride_x, "rows are stride_y = "),
+        (
+            "softmax_kernel",
+            sk_load_with_stride_y,
+            "has a mask on n_cols and row 0 ran it without this: so it is where "
+            "the row starts that is off. Rows of X are stride_x = ",
+        ),
+        ("softmax_kernel", sk_mask_without_start, "needs a mask"),
         ("softmax_kernel", sk_no_max, "maximum was not subtracted"),
         ("softmax_kernel", sk_block_max, "each block's own maximum replaced the running maximum"),
         ("softmax_kernel", sk_first_block_max, "taken from the first block only"),
@@ -2631,6 +2789,7 @@ if triton is not None:
         ("causal_attention_kernel", ck_acc_not_rescaled, "running output acc was not rescaled"),
         ("causal_attention_kernel", ck_exp2_without_log2e, "without the factor log2(e)"),
         ("dv_kernel", dv_tile_softmax, "a softmax over the tile's keys"),
+        ("dv_kernel", dv_tile_softmax_guarded, "a softmax over the tile's keys"),
         ("dv_kernel", dv_lse_natural, "lse was used as it came, in natural units"),
         ("dv_kernel", dv_exp2_without_log2e, "tl.exp2 was used without the factor log2(e)"),
         ("dv_kernel", dv_exp_with_log2e, "and then given to tl.exp"),
