@@ -197,7 +197,7 @@ _launch = unchecked._launch
 
 def launch_unchecked(kernel, *args, **kwargs):  # the causal kernel runs without the memory check
     if "causal" in kernel.fn.__name__:
-        unchecked.checked_memory = lambda buffers: contextlib.nullcontext()
+        unchecked.checked_memory = lambda *args, **kwargs: contextlib.nullcontext()
     return _launch(kernel, *args, **kwargs)
 
 
