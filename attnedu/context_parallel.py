@@ -139,9 +139,14 @@ def run_ranks(fn, world_size: int, *args, timeout: float = DEFAULT_TIMEOUT_S) ->
         raise TypeError(f"fn should be a function fn(rank, world_size, *args), got {describe(fn)}")
     try:
         pickle.dumps(fn)
+        problem = ""
     except Exception as exc:
+        problem = str(exc)
+    if not problem and fn.__module__ == "__main__" and not getattr(sys.modules["__main__"], "__file__", None):
+        problem = "it was defined in a notebook or an interactive session, which a new process cannot import"
+    if problem:
         raise ValueError(f"fn should be defined at the top level of a module (each process imports it), got {fn!r}: "
-                         f"{exc}; move it out of the function or notebook cell into a module") from None  # fmt: skip
+                         f"{problem}; move it into a .py module and import it from there") from None  # fmt: skip
     world_size = check_int("world_size", world_size, "how many processes to start", minimum=1)
     timeout = check_number("timeout", timeout, "seconds before the processes are killed", 0.0, strict=True)
     context = multiprocessing.get_context("spawn")
@@ -409,10 +414,11 @@ def ring_attention_backward(query, key, value, out, lse, grad_out, *, is_causal:
                 d_query[..., qs, :] += dq
                 grads[0][..., ks, :] += dk
                 grads[1][..., ks, :] += dv
-        requests, received = _exchange(grads, rank, world_size)  # to rank + 1, which holds this block next
-        for request in requests:
-            request.wait()
-        grads = tuple(received)
+        if world_size > 1:  # to rank + 1, which holds this block next (with one process it is already home)
+            requests, received = _exchange(grads, rank, world_size)
+            for request in requests:
+                request.wait()
+            grads = tuple(received)
         if pending is not None:
             requests, received = pending
             for request in requests:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import time
+import types
 
 import pytest
 import torch
@@ -125,6 +127,32 @@ def test_score_blocks_by_hand():
             assert sum(r["diagonal"] for r in counts) == c
 
 
+def test_one_process_is_plain_attention():
+    """P = 1 in this process (a one-rank group needs no second process): no transfer, the whole sequence at home."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for seed, (is_causal, layout) in enumerate(CASES):
+            out, lse, grads = _full_attention(seed, (1, 2, 6, 4), is_causal)
+            q, k, v, d_out = _inputs(seed, (1, 2, 6, 4))
+            ring_out, ring_lse = cp.ring_attention_forward(q, k, v, is_causal=is_causal, layout=layout)
+            ring_grads = cp.ring_attention_backward(
+                q, k, v, ring_out, ring_lse, d_out, is_causal=is_causal, layout=layout
+            )
+            positions = cp.shard_positions(6, 0, 1, layout)
+            torch.testing.assert_close(ring_out, out[..., positions, :], rtol=0, atol=1e-12)
+            torch.testing.assert_close(ring_lse, lse[..., positions], rtol=0, atol=1e-12)
+            for mine, expected in zip(ring_grads, grads):
+                torch.testing.assert_close(mine, expected[..., positions, :], rtol=0, atol=1e-12)
+        with pytest.raises(ValueError, match="layout"):
+            cp.ring_attention_forward(q, k, v, layout="striped")
+        with pytest.raises(ValueError, match="two equal chunks|2 equal chunks"):
+            cp.ring_attention_forward(q[..., :5, :], k[..., :5, :], v[..., :5, :], layout="zigzag")
+        with pytest.raises(ValueError, match="lse should have shape"):
+            cp.ring_attention_backward(q, k, v, ring_out, ring_lse[..., :5], d_out)
+    finally:
+        dist.destroy_process_group()
+
+
 def test_unequal_shards_are_refused_on_every_rank(ring):
     world_size, per_rank = ring
     for rank, r in enumerate(per_rank):
@@ -143,7 +171,7 @@ def test_layouts_shard_and_gather():
         assert sorted(positions.tolist()) == list(range(16))
 
 
-def test_bad_arguments_are_refused():
+def test_bad_arguments_are_refused(monkeypatch):
     x = torch.zeros(1, 10, 2)
     with pytest.raises(ValueError, match="seq_len should be a multiple of 4"):
         cp.shard_sequence(x, 0, 4)
@@ -157,6 +185,11 @@ def test_bad_arguments_are_refused():
         cp.ring_attention_forward(x, x, x)
     with pytest.raises(ValueError, match="top level of a module"):
         cp.run_ranks(lambda rank, world_size: rank, 2)
+    notebook = types.ModuleType("__main__")  # a notebook's __main__: no file, which a spawned process could import
+    exec("def work(rank, world_size):\n    return rank", notebook.__dict__)
+    monkeypatch.setitem(sys.modules, "__main__", notebook)
+    with pytest.raises(ValueError, match="notebook"):
+        cp.run_ranks(notebook.work, 2)
     with pytest.raises(ValueError, match="world_size"):
         cp.run_ranks(_returns_rank, 0)
     with pytest.raises(ValueError, match="timeout"):
