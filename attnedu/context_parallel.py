@@ -1,0 +1,453 @@
+"""Attention across devices (lesson 12): the sequence split over P processes, each holding its shard of Q, K and V,
+and attention computed exactly as if one process held it all.
+
+Ring attention (Liu, Zaharia and Abbeel 2023). Rank r holds the queries Q_r and the keys and values K_r, V_r of its
+shard. Every query needs every key, so the K/V blocks travel around a ring: at step t = 0 .. P-1 rank r holds the
+block of rank (r - t) mod P, computes its queries against it while sending it on to rank r + 1 and receiving the
+next from rank r - 1 (P - 1 transfers). Each step gives a partial attention over one block of keys, as a softmax
+state (out_t, lse_t) with lse_t = log sum_{j in block t} exp(s_ij); lesson 08's merge combines them exactly:
+
+    lse = log(exp(lse_a) + exp(lse_b)),    out = exp(lse_a - lse) out_a + exp(lse_b - lse) out_b
+
+(``merge_softmax_states`` with m = lse, l = 1, o = out), so after P steps out = softmax(Q_r K^T / sqrt(d)) V over
+all N keys and lse is each query's log-sum-exp over all of them.
+
+The backward carries gradients home around the same ring: with the global out and lse (from the forward),
+P_ij = exp(s_ij - lse_i) is rebuilt exactly for any block of keys (lesson 08's recomputation), so each step adds the
+block's share to dQ_r (kept at home) and to dK, dV of the block it holds, which travel with the block; after P
+steps and P transfers each dK_s, dV_s arrives back at rank s complete.
+
+Causal attention (query i sees keys j <= i, positions counted in the whole sequence): the sequence is cut into
+chunks of equal length; a (query chunk a, key chunk b) pair is computed in full when b < a, with the causal mask
+when b == a (the diagonal block), and skipped when b > a (wholly in the future). Two layouts:
+
+    contiguous  P chunks; rank r holds chunk r. Rank r computes r full blocks and one diagonal block: the work
+                grows with r (rank 0 does one diagonal block, rank P - 1 does P - 1 blocks and a diagonal).
+    zigzag      2P chunks; rank r holds chunks r and 2P - 1 - r (Llama 3's context parallelism; Brandon et al.
+                2023 stripe finer). Every rank computes 2P - 1 full chunk pairs and 2 diagonal ones.
+
+Processes are started by ``run_ranks``: ``torch.distributed`` with the gloo backend on the loopback interface
+(127.0.0.1), the same API that runs on NCCL across GPUs. Shapes: query, key, value as lesson 08's
+(batch, heads, seq_len, head_dim), each rank passing its own shard (seq_len = N / P, the same on every rank).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import queue as queue_module
+import socket
+import sys
+import time
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from ._validate import check_bool, check_choice, check_int, check_number, check_tensor, describe
+from ._validate_flash import check_qkv
+from .flash import merge_softmax_states, tiled_attention_backward, tiled_attention_forward
+
+LAYOUTS = ("contiguous", "zigzag")
+LOOPBACK = "127.0.0.1"
+# gloo picks its network interface from the host name unless told: on the loopback interface nothing leaves the machine
+LOOPBACK_INTERFACE = {"linux": "lo", "darwin": "lo0"}
+DEFAULT_TIMEOUT_S = 120.0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The launcher: P processes on one machine, one torch.distributed rank each
+# ------------------------------------------------------------------------------------------------------------
+
+
+class RankError(RuntimeError):
+    """A rank of ``run_ranks`` raised, died, or did not finish in time. ``ranks``: which; ``pids``: the processes,
+    all of them ended (killed where needed) before this is raised."""
+
+    def __init__(self, message: str, ranks: list[int], pids: list[int]):
+        super().__init__(message)
+        self.ranks, self.pids = ranks, pids
+
+
+def free_port() -> int:
+    """A TCP port of the loopback interface that no one listens on now (the operating system's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def _rank_main(fn, rank: int, world_size: int, port: int, args: tuple, results, timeout_s: float) -> None:
+    """What each spawned process runs: join the process group, call fn, report (rank, ok, pickled result or the
+    traceback) on the queue, leave the group."""
+    torch.set_num_threads(1)
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://{LOOPBACK}:{port}", rank=rank, world_size=world_size,
+                                timeout=timedelta(seconds=timeout_s))  # fmt: skip
+        result = pickle.dumps(fn(rank, world_size, *args))
+    except BaseException:  # noqa: BLE001 - every failure goes back to the caller, named by its rank
+        # reported before this process leaves the group: the peers it strands fail after it (their errors come second)
+        results.put((rank, False, traceback.format_exc()))
+        return
+    results.put((rank, True, result))
+    dist.destroy_process_group()
+
+
+def _failure(results, processes, done: dict, first, grace_s: float = 0.5) -> RankError | None:
+    """The error to raise once a rank has raised (``first`` = (rank, traceback)) or ended without a result: the reports
+    that arrive within ``grace_s`` are read too, since one failure strands its peers (they raise a connection error
+    soon after). A rank that died without a word is the cause named first; otherwise the first rank that raised, with
+    its traceback; the others follow, one line each. None if every rank that ended turns out to have reported."""
+    errors = [first] if first is not None else []
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            rank, ok, payload = results.get(timeout=max(deadline - time.monotonic(), 0.01))
+        except queue_module.Empty:
+            break
+        if ok:
+            done[rank] = pickle.loads(payload)
+        else:
+            errors.append((rank, payload))
+    world_size = len(processes)
+    raised = [rank for rank, _ in errors]
+    dead = [r for r, p in enumerate(processes) if r not in done and r not in raised and p.exitcode is not None]
+    lines = [f"rank {r} of {world_size} died without a result (exit code {processes[r].exitcode})" for r in dead]
+    if not lines and errors:
+        rank, payload = errors.pop(0)
+        lines.append(f"rank {rank} of {world_size} raised; its traceback:\n{payload.rstrip()}")
+    elif not lines:
+        return None
+    for rank, payload in errors:
+        last = payload.strip().splitlines()[-1]
+        lines.append(f"rank {rank} raised after it: {last if len(last) <= 200 else last[:197] + '...'}")
+    return RankError("\n".join(lines), dead or [raised[0]], [])
+
+
+def run_ranks(fn, world_size: int, *args, timeout: float = DEFAULT_TIMEOUT_S) -> list:
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` new processes, one ``torch.distributed`` rank each
+    (gloo backend, 127.0.0.1 on a free port, one torch thread per process), and return their results in rank order.
+
+    fn must be defined at the top level of a module (the processes are started with "spawn": they import it), and
+    args and the results must be picklable. If a rank raises, every process is ended and a ``RankError`` names the
+    rank and shows its traceback; if a rank dies without a word, the error gives its exit code; if the ranks have not
+    all finished ``timeout`` seconds after the call (starting them included), all are killed and the error names
+    those that did not finish. No process started here outlives the call.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn should be a function fn(rank, world_size, *args), got {describe(fn)}")
+    try:
+        pickle.dumps(fn)
+        problem = ""
+    except Exception as exc:
+        problem = str(exc)
+    if not problem and fn.__module__ == "__main__" and not getattr(sys.modules["__main__"], "__file__", None):
+        problem = "it was defined in a notebook or an interactive session, which a new process cannot import"
+    if problem:
+        raise ValueError(f"fn should be defined at the top level of a module (each process imports it), got {fn!r}: "
+                         f"{problem}; move it into a .py module and import it from there") from None  # fmt: skip
+    world_size = check_int("world_size", world_size, "how many processes to start", minimum=1)
+    timeout = check_number("timeout", timeout, "seconds before the processes are killed", 0.0, strict=True)
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    port = free_port()
+    interface = LOOPBACK_INTERFACE.get(sys.platform)
+    saved = os.environ.get("GLOO_SOCKET_IFNAME")
+    if interface and saved is None:
+        os.environ["GLOO_SOCKET_IFNAME"] = interface  # inherited by the spawned processes
+    processes = [context.Process(target=_rank_main, args=(fn, rank, world_size, port, args, results, timeout),
+                                 name=f"attnedu-rank-{rank}", daemon=True) for rank in range(world_size)]  # fmt: skip
+    try:
+        for process in processes:
+            process.start()
+    finally:
+        if interface and saved is None:
+            del os.environ["GLOO_SOCKET_IFNAME"]
+    deadline = time.monotonic() + timeout
+    done: dict[int, object] = {}
+    failure = None
+    try:
+        while len(done) < world_size and failure is None:
+            try:
+                rank, ok, payload = results.get(timeout=0.05)
+            except queue_module.Empty:
+                if any(r not in done and p.exitcode is not None for r, p in enumerate(processes)):
+                    failure = _failure(results, processes, done, None)  # a rank ended without a word
+                elif time.monotonic() > deadline:
+                    late = [r for r in range(world_size) if r not in done]
+                    names = ", ".join(str(r) for r in late)
+                    failure = RankError(f"rank{'s' if len(late) > 1 else ''} {names} of {world_size} did not finish "
+                                        f"within timeout={timeout:g} s; all {world_size} processes were killed", late,
+                                        [])  # fmt: skip
+                continue
+            if ok:
+                done[rank] = pickle.loads(payload)
+            else:
+                failure = _failure(results, processes, done, (rank, payload))
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+        for process in processes:
+            process.join()
+        results.close()
+        results.join_thread()
+    if failure is not None:
+        failure.pids = [p.pid for p in processes]
+        raise failure
+    return [done[rank] for rank in range(world_size)]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Layouts: which positions of the sequence each rank holds
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _check_layout(layout: str, world_size: int) -> int:
+    check_choice("layout", layout, LAYOUTS)
+    return world_size if layout == "contiguous" else 2 * world_size
+
+
+def rank_chunks(rank: int, world_size: int, layout: str = "contiguous") -> list[int]:
+    """The chunks of the sequence rank ``rank`` holds, in order: contiguous [r] of P chunks, zigzag [r, 2P-1-r]
+    of 2P."""
+    world_size = check_int("world_size", world_size, "how many processes share the sequence", minimum=1)
+    rank = check_int("rank", rank, "which process", minimum=0, maximum=world_size - 1)
+    _check_layout(layout, world_size)
+    return [rank] if layout == "contiguous" else [rank, 2 * world_size - 1 - rank]
+
+
+def shard_positions(seq_len: int, rank: int, world_size: int, layout: str = "contiguous") -> torch.Tensor:
+    """The positions (0 .. seq_len - 1, in the whole sequence) of the shard rank ``rank`` holds, in its order. seq_len
+    must split into equal chunks: a multiple of P (contiguous) or of 2P (zigzag)."""
+    chunks = rank_chunks(rank, world_size, layout)
+    n_chunks = _check_layout(layout, world_size)
+    seq_len = check_int("seq_len", seq_len, "the length of the whole sequence", minimum=1)
+    if seq_len % n_chunks:
+        raise ValueError(f"seq_len should be a multiple of {n_chunks} (the {layout} layout cuts the sequence into "
+                         f"{n_chunks} equal chunks for world_size={world_size}), got {seq_len}; pad the sequence "
+                         "(and mask the padding) or choose another length")  # fmt: skip
+    size = seq_len // n_chunks
+    return torch.cat([torch.arange(c * size, (c + 1) * size) for c in chunks])
+
+
+def shard_sequence(x: torch.Tensor, rank: int, world_size: int, layout: str = "contiguous") -> torch.Tensor:
+    """Rank ``rank``'s shard of x (..., seq_len, dim) along the sequence (dimension -2), by ``shard_positions``."""
+    check_tensor("x", x, range(2, 9), "(..., seq_len, dim)")
+    return x[..., shard_positions(x.shape[-2], rank, world_size, layout), :]
+
+
+def gather_sequence(shards, layout: str = "contiguous") -> torch.Tensor:
+    """The inverse of ``shard_sequence``: the shards of ranks 0 .. P-1 (a list, in rank order) put back in sequence
+    order along dimension -2."""
+    if not isinstance(shards, (list, tuple)) or not shards:
+        raise TypeError(f"shards should be a non-empty list of tensors in rank order, got {describe(shards)}")
+    for i, s in enumerate(shards):
+        check_tensor(f"shards[{i}]", s, range(2, 9), "(..., shard_len, dim)")
+    world_size = len(shards)
+    seq_len = sum(s.shape[-2] for s in shards)
+    out = torch.empty(*shards[0].shape[:-2], seq_len, shards[0].shape[-1], dtype=shards[0].dtype)
+    for rank, s in enumerate(shards):
+        positions = shard_positions(seq_len, rank, world_size, layout)
+        if s.shape[-2] != len(positions) or s.shape[:-2] != shards[0].shape[:-2] or s.shape[-1] != out.shape[-1]:
+            raise ValueError(f"shards[{rank}] should have shape {(*out.shape[:-2], len(positions), out.shape[-1])} "
+                             f"(its part of a {layout} sequence of {seq_len}), got {describe(s)}")  # fmt: skip
+        out[..., positions, :] = s
+    return out
+
+
+def _pair(query_chunk: int, key_chunk: int, is_causal: bool) -> str:
+    """What a (query chunk, key chunk) pair costs: 'full', 'diagonal' (masked) or 'skip' (wholly in the future)."""
+    if not is_causal or key_chunk < query_chunk:
+        return "full"
+    return "diagonal" if key_chunk == query_chunk else "skip"
+
+
+def score_blocks(world_size: int, layout: str = "contiguous", is_causal: bool = True) -> list[dict[str, int]]:
+    """Work per rank in a ring pass: for each rank, how many (query chunk, key chunk) score blocks it computes in full
+    and how many on the diagonal (with the mask: about half a block of work), counted from the same rule the ring
+    follows. A block is (N / C) x (N / C) scores for C chunks (C = P contiguous, 2P zigzag)."""
+    world_size = check_int("world_size", world_size, "how many processes share the sequence", minimum=1)
+    is_causal = check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i")
+    counts = []
+    for rank in range(world_size):
+        count = {"full": 0, "diagonal": 0, "skip": 0}
+        for step in range(world_size):
+            source = (rank - step) % world_size
+            for a in rank_chunks(rank, world_size, layout):
+                for b in rank_chunks(source, world_size, layout):
+                    count[_pair(a, b, is_causal)] += 1
+        counts.append({"full": count["full"], "diagonal": count["diagonal"]})
+    return counts
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Ring attention, run inside a rank
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _check_ring(query, key, value, is_causal, layout, extra=()):
+    """Inputs one rank can honour, and the same contract on every rank (one small all_gather_object)."""
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("ring attention runs inside a torch.distributed process group: start the ranks with "
+                           "attnedu.context_parallel.run_ranks (or call dist.init_process_group first)")  # fmt: skip
+    check_qkv(query, key, value)
+    is_causal = check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i")
+    world_size, rank = dist.get_world_size(), dist.get_rank()
+    n_chunks = _check_layout(layout, world_size)
+    if query.shape[-2] != key.shape[-2]:
+        raise ValueError(f"query and key should hold the same positions of the sequence (the rank's shard), got "
+                         f"{query.shape[-2]} queries and {key.shape[-2]} keys")  # fmt: skip
+    chunks = n_chunks // world_size
+    if query.shape[-2] % chunks:
+        raise ValueError(f"query should hold {chunks} equal chunks of the sequence in the {layout} layout (an even "
+                         f"shard length), got {query.shape[-2]} positions; shard with shard_sequence")  # fmt: skip
+    contract = (tuple(query.shape), tuple(key.shape), tuple(value.shape), str(query.dtype), is_causal, layout,
+                *(tuple(t.shape) for t in extra))  # fmt: skip
+    everyone = [None] * world_size
+    dist.all_gather_object(everyone, contract)
+    for other, theirs in enumerate(everyone):
+        if theirs != contract:
+            raise ValueError(f"every rank should call ring attention with the same shapes, dtype, is_causal and layout "
+                             f"(equal shards), got {contract} on rank {rank} and {theirs} on rank {other}; shard the "
+                             "sequence with shard_sequence")  # fmt: skip
+    return is_causal, rank, world_size
+
+
+def _exchange(tensors, rank: int, world_size: int):
+    """Post the ring's transfer: send each tensor to rank + 1, receive its counterpart from rank - 1. Returns the
+    requests to wait on and the buffers the received tensors land in."""
+    received = [torch.empty_like(t) for t in tensors]
+    ops = [dist.P2POp(dist.isend, t, (rank + 1) % world_size) for t in tensors]
+    ops += [dist.P2POp(dist.irecv, b, (rank - 1) % world_size) for b in received]
+    return dist.batch_isend_irecv(ops), received
+
+
+def _chunk_slices(length: int, rank: int, world_size: int, layout: str):
+    ids = rank_chunks(rank, world_size, layout)
+    size = length // len(ids)
+    return [(c, slice(i * size, (i + 1) * size)) for i, c in enumerate(ids)]
+
+
+def ring_attention_forward(query, key, value, *, is_causal: bool = False, layout: str = "contiguous"):
+    """Ring attention's forward, called by every rank with its shard: ``(out, lse)`` of its queries against all N
+    keys, as ``tiled_attention_forward`` over the whole sequence would give for these positions.
+
+    For t = 0 .. P-1, rank r holds the K/V block of rank s = (r - t) mod P; it posts the transfer of that block to
+    r + 1 (and the receipt of the next from r - 1) with ``dist.batch_isend_irecv``, computes each
+    (query chunk, key chunk) pair of the block with ``tiled_attention_forward`` (full, with the causal mask on the
+    diagonal, or not at all when wholly in the future; see the module's docstring), merges the partial (out, lse)
+    into its running state with ``merge_softmax_states``, then waits for the transfer. P - 1 transfers in all.
+
+    query, key (batch, heads, shard_len, head_dim), value (batch, heads, shard_len, value_dim): this rank's shard
+    (``shard_sequence``), the same shapes on every rank -> out (batch, heads, shard_len, value_dim) in query's dtype,
+    lse (batch, heads, shard_len) in float32 (float64 for float64 inputs).
+    """
+    is_causal, rank, world_size = _check_ring(query, key, value, is_causal, layout)
+    q_chunks = _chunk_slices(query.shape[-2], rank, world_size, layout)
+    work = torch.float64 if query.dtype == torch.float64 else torch.float32
+    states = []  # one (m, l, o) per query chunk; m = -inf, l = 0, o = 0: the state over no keys
+    for _, qs in q_chunks:
+        m = torch.full((*query.shape[:-2], qs.stop - qs.start), float("-inf"), dtype=work)
+        states.append((m, torch.zeros_like(m), torch.zeros(*m.shape, value.shape[-1], dtype=work)))
+    block = (key.contiguous(), value.contiguous())
+    for step in range(world_size):
+        source = (rank - step) % world_size
+        pending = _exchange(block, rank, world_size) if step < world_size - 1 else None
+        for i, (a, qs) in enumerate(q_chunks):
+            for b, ks in _chunk_slices(key.shape[-2], source, world_size, layout):
+                kind = _pair(a, b, is_causal)
+                if kind == "skip":
+                    continue
+                out, lse = tiled_attention_forward(query[..., qs, :], block[0][..., ks, :], block[1][..., ks, :],
+                                                   is_causal=kind == "diagonal")  # fmt: skip
+                # a finished (out, lse) is the state m = lse, l = 1, o = out: o / l = out, m + log l = lse
+                states[i] = merge_softmax_states(*states[i], lse.to(work), torch.ones_like(lse, dtype=work),
+                                                 out.to(work))  # fmt: skip
+        if pending is not None:
+            requests, received = pending
+            for request in requests:
+                request.wait()
+            block = tuple(received)
+    out = torch.cat([o / l[..., None] for m, l, o in states], dim=-2)
+    lse = torch.cat([m + torch.log(l) for m, l, o in states], dim=-1)
+    return out.to(query.dtype), lse
+
+
+def ring_attention_backward(query, key, value, out, lse, grad_out, *, is_causal: bool = False,
+                            layout: str = "contiguous"):  # fmt: skip
+    """Ring attention's backward, called by every rank with its shard: ``(d_query, d_key, d_value)`` of its shard.
+
+    out and lse are what ``ring_attention_forward`` returned on this rank (the global softmax state of its queries),
+    grad_out has out's shape. Rank r keeps dQ_r at home; the K/V block of rank s travels the ring as in the forward,
+    and with it the partial dK_s, dV_s. At each step, each computed (query chunk, key chunk) pair adds its share with
+    ``tiled_attention_backward`` (P rebuilt from the global lse, D_i = rowsum(dO_i * O_i) from the global out):
+
+        dV_s += P^T dO_r;   dS = P * (dO_r V_s^T - D);   dQ_r += dS K_s / sqrt(d);   dK_s += dS^T Q_r / sqrt(d)
+
+    The next K/V block travels while the step computes; the block's dK, dV are sent on after it (they are not ready
+    before), P transfers in all, so that the last one brings each dK_s, dV_s home to rank s.
+    """
+    is_causal, rank, world_size = _check_ring(query, key, value, is_causal, layout, (out, lse, grad_out))
+    if out.shape != (*query.shape[:-1], value.shape[-1]) or grad_out.shape != out.shape:
+        raise ValueError(f"out and grad_out should have shape {(*query.shape[:-1], value.shape[-1])} (the forward's "
+                         f"output), got out {describe(out)} and grad_out {describe(grad_out)}")  # fmt: skip
+    if lse.shape != query.shape[:-1]:
+        raise ValueError(f"lse should have shape {tuple(query.shape[:-1])} (one per query, from the forward), "
+                         f"got {describe(lse)}")  # fmt: skip
+    q_chunks = _chunk_slices(query.shape[-2], rank, world_size, layout)
+    d_query = torch.zeros_like(query)
+    block = (key.contiguous(), value.contiguous())
+    grads = (torch.zeros_like(block[0]), torch.zeros_like(block[1]))  # dK_s, dV_s of the block held, travelling
+    for step in range(world_size):
+        source = (rank - step) % world_size
+        pending = _exchange(block, rank, world_size) if step < world_size - 1 else None
+        for a, qs in q_chunks:
+            for b, ks in _chunk_slices(key.shape[-2], source, world_size, layout):
+                kind = _pair(a, b, is_causal)
+                if kind == "skip":
+                    continue
+                dq, dk, dv = tiled_attention_backward(query[..., qs, :], block[0][..., ks, :], block[1][..., ks, :],
+                                                      out[..., qs, :], lse[..., qs], grad_out[..., qs, :],
+                                                      is_causal=kind == "diagonal")  # fmt: skip
+                d_query[..., qs, :] += dq
+                grads[0][..., ks, :] += dk
+                grads[1][..., ks, :] += dv
+        if world_size > 1:  # to rank + 1, which holds this block next (with one process it is already home)
+            requests, received = _exchange(grads, rank, world_size)
+            for request in requests:
+                request.wait()
+            grads = tuple(received)
+        if pending is not None:
+            requests, received = pending
+            for request in requests:
+                request.wait()
+            block = tuple(received)
+    return d_query, grads[0], grads[1]
+
+
+class RingAttention(torch.autograd.Function):
+    """Ring attention with its ring backward: saves the shard's inputs, out and lse (no score matrix)."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, is_causal, layout):
+        out, lse = ring_attention_forward(query, key, value, is_causal=is_causal, layout=layout)
+        ctx.save_for_backward(query, key, value, out, lse)
+        ctx.options = (is_causal, layout)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        query, key, value, out, lse = ctx.saved_tensors
+        is_causal, layout = ctx.options
+        grads = ring_attention_backward(query, key, value, out, lse, grad_out.contiguous(), is_causal=is_causal,
+                                        layout=layout)  # fmt: skip
+        return (*grads, None, None)
+
+
+def ring_attention(query, key, value, *, is_causal: bool = False, layout: str = "contiguous"):
+    """softmax(Q K^T / sqrt(head_dim)) V for this rank's shard of queries against the whole sequence's keys, the
+    sequence sharded over the ranks (``ring_attention_forward``); differentiable, by ``ring_attention_backward``.
+    Every rank must call it (it communicates), and every rank must call backward on its output."""
+    return RingAttention.apply(query, key, value, is_causal, layout)

@@ -1,0 +1,271 @@
+"""Lesson 12's package: the launcher (errors and hangs of a rank reach the caller, no process survives) and ring
+attention equal to full attention, forward and backward, on 2 and 4 processes, causal and not, both layouts.
+
+Each launch starts processes that import torch (seconds on a slow machine): the equalities of one world size run in
+one launch (``_ring_cases``), whose results the tests below share.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import time
+import types
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import attnedu.context_parallel as cp
+from attnedu.flash import naive_attention
+
+# (is_causal, layout) of every equality; seeds are fixed per case
+CASES = [(False, "contiguous"), (True, "contiguous"), (True, "zigzag"), (False, "zigzag")]
+SHAPE = {2: (1, 2, 12, 4), 4: (1, 2, 16, 4)}  # (batch, heads, N, head_dim): N a multiple of 2P, for zigzag
+
+
+def _inputs(seed: int, shape, dtype=torch.float64):
+    generator = torch.Generator().manual_seed(seed)
+    q, k, v, d_out = (torch.randn(shape, generator=generator, dtype=dtype) for _ in range(4))
+    return q, k, v, d_out
+
+
+def _ring_cases(rank: int, world_size: int, shape) -> dict:
+    """Every rank: for each case, its shard's forward and backward (the explicit functions and autograd through
+    ring_attention), the tiles it computed (counted by wrapping the tile function), and the refusal of unequal
+    shards."""
+    calls = {"full": 0, "diagonal": 0}
+    tile = cp.tiled_attention_forward
+
+    def counting(*args, is_causal):
+        calls["diagonal" if is_causal else "full"] += 1
+        return tile(*args, is_causal=is_causal)
+
+    results = {}
+    for seed, (is_causal, layout) in enumerate(CASES):
+        q, k, v, d_out = (cp.shard_sequence(x, rank, world_size, layout) for x in _inputs(seed, shape))
+        calls.update(full=0, diagonal=0)
+        cp.tiled_attention_forward = counting
+        try:
+            out, lse = cp.ring_attention_forward(q, k, v, is_causal=is_causal, layout=layout)
+        finally:
+            cp.tiled_attention_forward = tile
+        grads = cp.ring_attention_backward(q, k, v, out, lse, d_out, is_causal=is_causal, layout=layout)
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        auto_out = cp.ring_attention(*leaves, is_causal=is_causal, layout=layout)
+        auto_out.backward(d_out)
+        results[(is_causal, layout)] = {
+            "out": out, "lse": lse, "grads": grads, "tiles": dict(calls),
+            "auto_out": auto_out.detach(), "auto_grads": [x.grad for x in leaves],
+        }  # fmt: skip
+    # float32, as a model trains: causal, zigzag, against SDPA
+    q, k, v, _ = (cp.shard_sequence(x, rank, world_size, "zigzag") for x in _inputs(10, shape, torch.float32))
+    results["float32"] = cp.ring_attention_forward(q, k, v, is_causal=True, layout="zigzag")[0]
+    # unequal shards: rank 0 one position short; every rank must refuse, none may hang
+    q, k, v, _ = (cp.shard_sequence(x, rank, world_size) for x in _inputs(0, shape))
+    if rank == 0:
+        q, k, v = q[..., 1:, :], k[..., 1:, :], v[..., 1:, :]
+    try:
+        cp.ring_attention_forward(q, k, v)
+        results["unequal"] = None
+    except ValueError as error:
+        results["unequal"] = str(error)
+    return results
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def ring(request):
+    world_size = request.param
+    return world_size, cp.run_ranks(_ring_cases, world_size, SHAPE[world_size], timeout=120)
+
+
+def _full_attention(seed, shape, is_causal):
+    q, k, v, d_out = (x.requires_grad_(i < 3) for i, x in enumerate(_inputs(seed, shape)))
+    out = naive_attention(q, k, v, is_causal=is_causal)
+    out.backward(d_out)
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    if is_causal:
+        n = shape[-2]
+        scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+    return out.detach(), torch.logsumexp(scores, dim=-1).detach(), [x.grad for x in (q, k, v)]
+
+
+@pytest.mark.parametrize("is_causal, layout", CASES)
+def test_ring_attention_equals_full_attention_forward_and_backward(ring, is_causal, layout):
+    world_size, per_rank = ring
+    shape = SHAPE[world_size]
+    seed = CASES.index((is_causal, layout))
+    out, lse, grads = _full_attention(seed, shape, is_causal)
+    mine = [r[(is_causal, layout)] for r in per_rank]
+    gathered = cp.gather_sequence([r["out"] for r in mine], layout)
+    torch.testing.assert_close(gathered, out, rtol=0, atol=1e-12)
+    gathered_lse = cp.gather_sequence([r["lse"][..., None] for r in mine], layout)[..., 0]
+    torch.testing.assert_close(gathered_lse, lse, rtol=0, atol=1e-12)
+    for i, name in enumerate(("d_query", "d_key", "d_value")):
+        ring_grad = cp.gather_sequence([r["grads"][i] for r in mine], layout)
+        torch.testing.assert_close(ring_grad, grads[i], rtol=0, atol=1e-12, msg=f"{name} differs")
+        auto_grad = cp.gather_sequence([r["auto_grads"][i] for r in mine], layout)
+        torch.testing.assert_close(auto_grad, grads[i], rtol=0, atol=1e-12, msg=f"{name} (autograd) differs")
+    torch.testing.assert_close(cp.gather_sequence([r["auto_out"] for r in mine], layout), out, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("is_causal, layout", CASES)
+def test_ring_computes_the_blocks_score_blocks_counts(ring, is_causal, layout):
+    world_size, per_rank = ring
+    assert [r[(is_causal, layout)]["tiles"] for r in per_rank] == cp.score_blocks(world_size, layout, is_causal)
+
+
+def test_ring_attention_in_float32_equals_sdpa(ring):
+    world_size, per_rank = ring
+    q, k, v, _ = _inputs(10, SHAPE[world_size], torch.float32)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    gathered = cp.gather_sequence([r["float32"] for r in per_rank], "zigzag")
+    assert gathered.dtype == torch.float32
+    # float32 rounding only: the largest difference over seeds 10-39 was 4.8e-7 (P = 4; 3.6e-7 with
+    # ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE), for outputs of order 1
+    torch.testing.assert_close(gathered, expected, rtol=0, atol=2e-6)
+
+
+def test_score_blocks_by_hand():
+    # contiguous causal: rank r sees r whole blocks before it and its diagonal; zigzag: 2P - 1 and 2 on every rank
+    assert cp.score_blocks(4, "contiguous") == [{"full": r, "diagonal": 1} for r in range(4)]
+    assert cp.score_blocks(4, "zigzag") == [{"full": 7, "diagonal": 2}] * 4
+    assert cp.score_blocks(3, "contiguous", is_causal=False) == [{"full": 3, "diagonal": 0}] * 3
+    assert cp.score_blocks(3, "zigzag", is_causal=False) == [{"full": 12, "diagonal": 0}] * 3
+    for layout in cp.LAYOUTS:  # every pair of the causal triangle is computed once: C (C - 1) / 2 + C diagonal
+        for p in (1, 2, 5):
+            counts = cp.score_blocks(p, layout)
+            c = p if layout == "contiguous" else 2 * p
+            assert sum(r["full"] for r in counts) == c * (c - 1) // 2
+            assert sum(r["diagonal"] for r in counts) == c
+
+
+def test_one_process_is_plain_attention():
+    """P = 1 in this process (a one-rank group needs no second process): no transfer, the whole sequence at home."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for seed, (is_causal, layout) in enumerate(CASES):
+            out, lse, grads = _full_attention(seed, (1, 2, 6, 4), is_causal)
+            q, k, v, d_out = _inputs(seed, (1, 2, 6, 4))
+            ring_out, ring_lse = cp.ring_attention_forward(q, k, v, is_causal=is_causal, layout=layout)
+            ring_grads = cp.ring_attention_backward(
+                q, k, v, ring_out, ring_lse, d_out, is_causal=is_causal, layout=layout
+            )
+            positions = cp.shard_positions(6, 0, 1, layout)
+            torch.testing.assert_close(ring_out, out[..., positions, :], rtol=0, atol=1e-12)
+            torch.testing.assert_close(ring_lse, lse[..., positions], rtol=0, atol=1e-12)
+            for mine, expected in zip(ring_grads, grads):
+                torch.testing.assert_close(mine, expected[..., positions, :], rtol=0, atol=1e-12)
+        with pytest.raises(ValueError, match="layout"):
+            cp.ring_attention_forward(q, k, v, layout="striped")
+        with pytest.raises(ValueError, match="two equal chunks|2 equal chunks"):
+            cp.ring_attention_forward(q[..., :5, :], k[..., :5, :], v[..., :5, :], layout="zigzag")
+        with pytest.raises(ValueError, match="lse should have shape"):
+            cp.ring_attention_backward(q, k, v, ring_out, ring_lse[..., :5], d_out)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_unequal_shards_are_refused_on_every_rank(ring):
+    world_size, per_rank = ring
+    for rank, r in enumerate(per_rank):
+        assert r["unequal"] is not None, f"rank {rank} accepted unequal shards"
+        assert "same shapes" in r["unequal"] and "rank 0" in r["unequal"]
+
+
+def test_layouts_shard_and_gather():
+    x = torch.arange(16.0).reshape(1, 16, 1)
+    assert cp.shard_sequence(x, 1, 4, "contiguous").flatten().tolist() == [4, 5, 6, 7]
+    assert cp.shard_sequence(x, 1, 4, "zigzag").flatten().tolist() == [2, 3, 12, 13]  # chunks 1 and 6 of 8
+    for layout in cp.LAYOUTS:
+        shards = [cp.shard_sequence(x, r, 4, layout) for r in range(4)]
+        assert torch.equal(cp.gather_sequence(shards, layout), x)
+        positions = torch.cat([cp.shard_positions(16, r, 4, layout) for r in range(4)])
+        assert sorted(positions.tolist()) == list(range(16))
+
+
+def test_bad_arguments_are_refused(monkeypatch):
+    x = torch.zeros(1, 10, 2)
+    with pytest.raises(ValueError, match="seq_len should be a multiple of 4"):
+        cp.shard_sequence(x, 0, 4)
+    with pytest.raises(ValueError, match="seq_len should be a multiple of 8"):
+        cp.shard_sequence(torch.zeros(1, 12, 2), 0, 4, "zigzag")
+    with pytest.raises(ValueError, match="layout"):
+        cp.shard_sequence(torch.zeros(1, 8, 2), 0, 4, "striped")
+    with pytest.raises(ValueError, match="rank"):
+        cp.shard_sequence(torch.zeros(1, 8, 2), 4, 4)
+    with pytest.raises(RuntimeError, match="process group"):
+        cp.ring_attention_forward(x, x, x)
+    with pytest.raises(ValueError, match="top level of a module"):
+        cp.run_ranks(lambda rank, world_size: rank, 2)
+    notebook = types.ModuleType("__main__")  # a notebook's __main__: no file, which a spawned process could import
+    exec("def work(rank, world_size):\n    return rank", notebook.__dict__)
+    monkeypatch.setitem(sys.modules, "__main__", notebook)
+    with pytest.raises(ValueError, match="notebook"):
+        cp.run_ranks(notebook.work, 2)
+    with pytest.raises(ValueError, match="world_size"):
+        cp.run_ranks(_returns_rank, 0)
+    with pytest.raises(ValueError, match="timeout"):
+        cp.run_ranks(_returns_rank, 2, timeout=0)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The launcher
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _returns_rank(rank, world_size):
+    return rank, world_size
+
+
+def _raises_on_rank_1(rank, world_size):
+    if rank == 1:
+        raise ArithmeticError("boom on purpose")
+    dist.barrier()  # rank 0 waits for rank 1 forever: the launcher must end it
+
+
+def _hangs_on_rank_1(rank, world_size):
+    if rank == 1:
+        time.sleep(600)
+    return os.getpid()
+
+
+def _dies_on_rank_0(rank, world_size):
+    if rank == 0:
+        os._exit(3)
+    dist.barrier()
+
+
+def _all_gone(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        return False
+    return not multiprocessing.active_children()
+
+
+def test_a_rank_that_raises_is_named_with_its_traceback_and_no_process_survives():
+    with pytest.raises(cp.RankError) as caught:
+        cp.run_ranks(_raises_on_rank_1, 2, timeout=60)
+    message = str(caught.value)
+    assert "rank 1 of 2 raised" in message and "ArithmeticError: boom on purpose" in message
+    assert "_raises_on_rank_1" in message  # the traceback, with the function's frame
+    assert caught.value.ranks == [1] and len(caught.value.pids) == 2 and _all_gone(caught.value.pids)
+
+
+def test_a_rank_that_hangs_is_killed_after_the_timeout_and_named():
+    start = time.monotonic()
+    with pytest.raises(cp.RankError) as caught:
+        cp.run_ranks(_hangs_on_rank_1, 2, timeout=8)
+    assert time.monotonic() - start < 30  # the 600 s sleep was not waited for
+    assert "rank 1 of 2 did not finish within timeout=8 s" in str(caught.value)
+    assert caught.value.ranks == [1] and _all_gone(caught.value.pids)
+
+
+def test_a_rank_that_dies_silently_is_named_with_its_exit_code():
+    with pytest.raises(cp.RankError, match=r"rank 0 of 2 died without a result \(exit code 3\)") as caught:
+        cp.run_ranks(_dies_on_rank_0, 2, timeout=60)
+    assert _all_gone(caught.value.pids)
