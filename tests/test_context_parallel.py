@@ -261,8 +261,9 @@ def test_a_rank_that_hangs_is_killed_after_the_timeout_and_named():
     with pytest.raises(cp.RankError) as caught:
         cp.run_ranks(_hangs_on_rank_1, 2, timeout=8)
     assert time.monotonic() - start < 30  # the 600 s sleep was not waited for
-    assert "rank 1 of 2 did not finish within timeout=8 s" in str(caught.value)
-    assert caught.value.ranks == [1] and _all_gone(caught.value.pids)
+    # rank 1 hangs; on a slow or busy machine rank 0 may not have finished its start-up within 8 s either
+    assert "of 2 did not finish within timeout=8 s" in str(caught.value), caught.value
+    assert 1 in caught.value.ranks and set(caught.value.ranks) <= {0, 1} and _all_gone(caught.value.pids)
 
 
 def test_a_rank_that_dies_silently_is_named_with_its_exit_code():
