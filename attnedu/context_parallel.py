@@ -501,10 +501,12 @@ def ulysses_attention(query, key, value, *, is_causal: bool = False, layout: str
     (causal as well: every position is at home); a second all-to-all sends each head group's output back to the ranks
     that own the tokens. The backward is the same two all-to-alls of the gradients, in reverse order.
 
-    heads must be divisible by P (each rank takes a whole group of heads), and query, key and value have the same
-    heads: with grouped-query attention (H_kv < H key/value heads) the K/V heads must be repeated up to a multiple of
-    P before the exchange (``repeat_interleave`` on dim 1), so that P can never usefully exceed the number of heads and
-    GQA's saving on K/V communication shrinks (fully lost when H_kv divides P; ring attention has no such limit).
+    heads must be divisible by P (each rank takes a whole group of heads), so P can never exceed the number of heads
+    (ring attention has no such limit). Query, key and value have the same heads here: with grouped-query attention
+    (H_kv < H key/value heads) repeat the K/V heads first (``key.repeat_interleave(H // H_kv, dim=1)``, likewise
+    value), which sends H heads of K/V, so GQA's saving on communication is lost. An exchange that knows GQA sends the
+    H_kv heads as they are when P divides H_kv, and must still repeat them up to P heads when H_kv < P (each rank needs
+    the K/V head of its query heads): K/V traffic P / H_kv times GQA's own.
 
     query, key (batch, heads, shard_len, head_dim), value (batch, heads, shard_len, value_dim): this rank's shard
     (``shard_sequence`` with ``layout``), the same shapes on every rank -> (batch, heads, shard_len, value_dim).
