@@ -26,6 +26,19 @@ when b == a (the diagonal block), and skipped when b > a (wholly in the future).
     zigzag      2P chunks; rank r holds chunks r and 2P - 1 - r (Llama 3's context parallelism; Brandon et al.
                 2023 stripe finer). Every rank computes 2P - 1 full chunk pairs and 2 diagonal ones.
 
+All-to-all sequence parallelism (Jacobs et al. 2023, DeepSpeed-Ulysses) moves heads instead of keys: one
+all-to-all turns "my N/P tokens, all H heads" into "all N tokens, my H/P heads" for Q, K and V, each rank runs
+ordinary attention for its heads over the whole sequence, and a second all-to-all turns the output back
+(``ulysses_attention``; H must be divisible by P).
+
+Bytes each rank sends per layer (``ring_bytes``, ``ulysses_bytes``; both functions also count what they send into a
+``sent`` list): with S = batch * H * (N/P) * head_dim * bytes per number the size of one shard of Q (or K, V),
+
+    ring      forward 2 (P - 1) S (K and V, P - 1 times);  backward 2 (P - 1) S + 2 P S (dK and dV travel home)
+    Ulysses   forward 4 (P - 1) / P S (Q, K, V and the output);  backward the same (their gradients)
+
+so the ring's traffic per rank approaches 2 N tokens of K/V as P grows, while Ulysses' falls as 1 / P.
+
 Processes are started by ``run_ranks``: ``torch.distributed`` with the gloo backend on the loopback interface
 (127.0.0.1), the same API that runs on NCCL across GPUs. Shapes: query, key, value as lesson 08's
 (batch, heads, seq_len, head_dim), each rank passing its own shard (seq_len = N / P, the same on every rank).
