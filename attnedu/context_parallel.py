@@ -26,6 +26,19 @@ when b == a (the diagonal block), and skipped when b > a (wholly in the future).
     zigzag      2P chunks; rank r holds chunks r and 2P - 1 - r (Llama 3's context parallelism; Brandon et al.
                 2023 stripe finer). Every rank computes 2P - 1 full chunk pairs and 2 diagonal ones.
 
+All-to-all sequence parallelism (Jacobs et al. 2023, DeepSpeed-Ulysses) moves heads instead of keys: one
+all-to-all turns "my N/P tokens, all H heads" into "all N tokens, my H/P heads" for Q, K and V, each rank runs
+ordinary attention for its heads over the whole sequence, and a second all-to-all turns the output back
+(``ulysses_attention``; H must be divisible by P).
+
+Bytes each rank sends per layer (``ring_bytes``, ``ulysses_bytes``; both functions also count what they send into a
+``sent`` list): with S = batch * H * (N/P) * head_dim * bytes per number the size of one shard of Q (or K, V),
+
+    ring      forward 2 (P - 1) S (K and V, P - 1 times);  backward 2 (P - 1) S + 2 P S (dK and dV travel home)
+    Ulysses   forward 4 (P - 1) / P S (Q, K, V and the output);  backward the same (their gradients)
+
+so the ring's traffic per rank approaches 2 N tokens of K/V as P grows, while Ulysses' falls as 1 / P.
+
 Processes are started by ``run_ranks``: ``torch.distributed`` with the gloo backend on the loopback interface
 (127.0.0.1), the same API that runs on NCCL across GPUs. Shapes: query, key, value as lesson 08's
 (batch, heads, seq_len, head_dim), each rank passing its own shard (seq_len = N / P, the same on every rank).
@@ -287,10 +300,10 @@ def score_blocks(world_size: int, layout: str = "contiguous", is_causal: bool = 
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _check_ring(query, key, value, is_causal, layout, extra=()):
+def _check_ring(query, key, value, is_causal, layout, extra=(), name="ring attention"):
     """Inputs one rank can honour, and the same contract on every rank (one small all_gather_object)."""
     if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError("ring attention runs inside a torch.distributed process group: start the ranks with "
+        raise RuntimeError(f"{name} runs inside a torch.distributed process group: start the ranks with "
                            "attnedu.context_parallel.run_ranks (or call dist.init_process_group first)")  # fmt: skip
     check_qkv(query, key, value)
     is_causal = check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i")
@@ -309,15 +322,18 @@ def _check_ring(query, key, value, is_causal, layout, extra=()):
     dist.all_gather_object(everyone, contract)
     for other, theirs in enumerate(everyone):
         if theirs != contract:
-            raise ValueError(f"every rank should call ring attention with the same shapes, dtype, is_causal and layout "
+            raise ValueError(f"every rank should call {name} with the same shapes, dtype, is_causal and layout "
                              f"(equal shards), got {contract} on rank {rank} and {theirs} on rank {other}; shard the "
                              "sequence with shard_sequence")  # fmt: skip
     return is_causal, rank, world_size
 
 
-def _exchange(tensors, rank: int, world_size: int):
+def _exchange(tensors, rank: int, world_size: int, sent=None):
     """Post the ring's transfer: send each tensor to rank + 1, receive its counterpart from rank - 1. Returns the
-    requests to wait on and the buffers the received tensors land in."""
+    requests to wait on and the buffers the received tensors land in. ``sent``: a list each sent tensor's nbytes is
+    appended to (None: not counted)."""
+    if sent is not None:
+        sent.extend(t.nbytes for t in tensors)
     received = [torch.empty_like(t) for t in tensors]
     ops = [dist.P2POp(dist.isend, t, (rank + 1) % world_size) for t in tensors]
     ops += [dist.P2POp(dist.irecv, b, (rank - 1) % world_size) for b in received]
@@ -330,7 +346,8 @@ def _chunk_slices(length: int, rank: int, world_size: int, layout: str):
     return [(c, slice(i * size, (i + 1) * size)) for i, c in enumerate(ids)]
 
 
-def ring_attention_forward(query, key, value, *, is_causal: bool = False, layout: str = "contiguous"):
+def ring_attention_forward(query, key, value, *, is_causal: bool = False, layout: str = "contiguous",
+                           sent: list | None = None):  # fmt: skip
     """Ring attention's forward, called by every rank with its shard: ``(out, lse)`` of its queries against all N
     keys, as ``tiled_attention_forward`` over the whole sequence would give for these positions.
 
@@ -342,7 +359,8 @@ def ring_attention_forward(query, key, value, *, is_causal: bool = False, layout
 
     query, key (batch, heads, shard_len, head_dim), value (batch, heads, shard_len, value_dim): this rank's shard
     (``shard_sequence``), the same shapes on every rank -> out (batch, heads, shard_len, value_dim) in query's dtype,
-    lse (batch, heads, shard_len) in float32 (float64 for float64 inputs).
+    lse (batch, heads, shard_len) in float32 (float64 for float64 inputs). ``sent``: a list each tensor this rank
+    sends is counted into (its nbytes appended; ``ring_bytes`` gives the total by formula).
     """
     is_causal, rank, world_size = _check_ring(query, key, value, is_causal, layout)
     q_chunks = _chunk_slices(query.shape[-2], rank, world_size, layout)
@@ -354,7 +372,7 @@ def ring_attention_forward(query, key, value, *, is_causal: bool = False, layout
     block = (key.contiguous(), value.contiguous())
     for step in range(world_size):
         source = (rank - step) % world_size
-        pending = _exchange(block, rank, world_size) if step < world_size - 1 else None
+        pending = _exchange(block, rank, world_size, sent) if step < world_size - 1 else None
         for i, (a, qs) in enumerate(q_chunks):
             for b, ks in _chunk_slices(key.shape[-2], source, world_size, layout):
                 kind = _pair(a, b, is_causal)
@@ -376,7 +394,7 @@ def ring_attention_forward(query, key, value, *, is_causal: bool = False, layout
 
 
 def ring_attention_backward(query, key, value, out, lse, grad_out, *, is_causal: bool = False,
-                            layout: str = "contiguous"):  # fmt: skip
+                            layout: str = "contiguous", sent: list | None = None):  # fmt: skip
     """Ring attention's backward, called by every rank with its shard: ``(d_query, d_key, d_value)`` of its shard.
 
     out and lse are what ``ring_attention_forward`` returned on this rank (the global softmax state of its queries),
@@ -387,7 +405,8 @@ def ring_attention_backward(query, key, value, out, lse, grad_out, *, is_causal:
         dV_s += P^T dO_r;   dS = P * (dO_r V_s^T - D);   dQ_r += dS K_s / sqrt(d);   dK_s += dS^T Q_r / sqrt(d)
 
     The next K/V block travels while the step computes; the block's dK, dV are sent on after it (they are not ready
-    before), P transfers in all, so that the last one brings each dK_s, dV_s home to rank s.
+    before), P transfers in all, so that the last one brings each dK_s, dV_s home to rank s. ``sent`` counts the
+    bytes sent as in ``ring_attention_forward``.
     """
     is_causal, rank, world_size = _check_ring(query, key, value, is_causal, layout, (out, lse, grad_out))
     if out.shape != (*query.shape[:-1], value.shape[-1]) or grad_out.shape != out.shape:
@@ -402,7 +421,7 @@ def ring_attention_backward(query, key, value, out, lse, grad_out, *, is_causal:
     grads = (torch.zeros_like(block[0]), torch.zeros_like(block[1]))  # dK_s, dV_s of the block held, travelling
     for step in range(world_size):
         source = (rank - step) % world_size
-        pending = _exchange(block, rank, world_size) if step < world_size - 1 else None
+        pending = _exchange(block, rank, world_size, sent) if step < world_size - 1 else None
         for a, qs in q_chunks:
             for b, ks in _chunk_slices(key.shape[-2], source, world_size, layout):
                 kind = _pair(a, b, is_causal)
@@ -415,7 +434,7 @@ def ring_attention_backward(query, key, value, out, lse, grad_out, *, is_causal:
                 grads[0][..., ks, :] += dk
                 grads[1][..., ks, :] += dv
         if world_size > 1:  # to rank + 1, which holds this block next (with one process it is already home)
-            requests, received = _exchange(grads, rank, world_size)
+            requests, received = _exchange(grads, rank, world_size, sent)
             for request in requests:
                 request.wait()
             grads = tuple(received)
@@ -431,23 +450,155 @@ class RingAttention(torch.autograd.Function):
     """Ring attention with its ring backward: saves the shard's inputs, out and lse (no score matrix)."""
 
     @staticmethod
-    def forward(ctx, query, key, value, is_causal, layout):
-        out, lse = ring_attention_forward(query, key, value, is_causal=is_causal, layout=layout)
+    def forward(ctx, query, key, value, is_causal, layout, sent):
+        out, lse = ring_attention_forward(query, key, value, is_causal=is_causal, layout=layout, sent=sent)
         ctx.save_for_backward(query, key, value, out, lse)
-        ctx.options = (is_causal, layout)
+        ctx.options = (is_causal, layout, sent)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         query, key, value, out, lse = ctx.saved_tensors
-        is_causal, layout = ctx.options
+        is_causal, layout, sent = ctx.options
         grads = ring_attention_backward(query, key, value, out, lse, grad_out.contiguous(), is_causal=is_causal,
-                                        layout=layout)  # fmt: skip
-        return (*grads, None, None)
+                                        layout=layout, sent=sent)  # fmt: skip
+        return (*grads, None, None, None)
 
 
-def ring_attention(query, key, value, *, is_causal: bool = False, layout: str = "contiguous"):
+def ring_attention(query, key, value, *, is_causal: bool = False, layout: str = "contiguous",
+                   sent: list | None = None):  # fmt: skip
     """softmax(Q K^T / sqrt(head_dim)) V for this rank's shard of queries against the whole sequence's keys, the
     sequence sharded over the ranks (``ring_attention_forward``); differentiable, by ``ring_attention_backward``.
-    Every rank must call it (it communicates), and every rank must call backward on its output."""
-    return RingAttention.apply(query, key, value, is_causal, layout)
+    Every rank must call it (it communicates), and every rank must call backward on its output. ``sent``: a list the
+    nbytes of each tensor sent are appended to, forward and backward."""
+    return RingAttention.apply(query, key, value, is_causal, layout, sent)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# All-to-all sequence parallelism (DeepSpeed-Ulysses), run inside a rank
+# ------------------------------------------------------------------------------------------------------------
+
+
+class _AllToAll(torch.autograd.Function):
+    """x (P, ...) on every rank -> y with y[p] = rank p's x[my rank]: chunk p goes to rank p. With equal chunks this
+    exchange is its own inverse (applied twice, every chunk is back where it started) and, being a permutation of the
+    numbers across ranks, its own transpose: the backward is the same all-to-all of the gradient."""
+
+    @staticmethod
+    def forward(ctx, x, sent):
+        ctx.sent = sent
+        return _all_to_all(x, sent)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_to_all(grad, ctx.sent), None
+
+
+def _all_to_all(x, sent):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    dist.all_to_all_single(y, x)
+    if sent is not None:  # the chunk for this rank itself stays here: (P - 1) / P of x leaves
+        sent.append(x.nbytes // x.shape[0] * (x.shape[0] - 1))
+    return y
+
+
+def ulysses_attention(query, key, value, *, is_causal: bool = False, layout: str = "contiguous",
+                      sent: list | None = None):  # fmt: skip
+    """All-to-all sequence parallelism (Jacobs et al. 2023, DeepSpeed-Ulysses), called by every rank with its shard:
+    this rank's queries' softmax(Q K^T / sqrt(head_dim)) V over the whole sequence; differentiable.
+
+    Rank r holds its tokens for all H heads, (batch, H, N/P, d). One all-to-all (``dist.all_to_all_single``) sends
+    head group g (heads g H/P .. (g + 1) H/P - 1) of its tokens to rank g, so that rank r then holds all N tokens of
+    its H/P heads, (batch, H/P, N, d), for q, k and v; ordinary attention (SDPA) runs per head over the whole sequence
+    (causal as well: every position is at home); a second all-to-all sends each head group's output back to the ranks
+    that own the tokens. The backward is the same two all-to-alls of the gradients, in reverse order.
+
+    heads must be divisible by P (each rank takes a whole group of heads), so P can never exceed the number of heads
+    (ring attention has no such limit). Query, key and value have the same heads here: with grouped-query attention
+    (H_kv < H key/value heads) repeat the K/V heads first (``key.repeat_interleave(H // H_kv, dim=1)``, likewise
+    value), which sends H heads of K/V, so GQA's saving on communication is lost. An exchange that knows GQA sends the
+    H_kv heads as they are when P divides H_kv, and must still repeat them up to P heads when H_kv < P (each rank needs
+    the K/V head of its query heads): K/V traffic P / H_kv times GQA's own.
+
+    query, key (batch, heads, shard_len, head_dim), value (batch, heads, shard_len, value_dim): this rank's shard
+    (``shard_sequence`` with ``layout``), the same shapes on every rank -> (batch, heads, shard_len, value_dim).
+    ``sent``: a list the bytes each all-to-all sends to other ranks are appended to (``ulysses_bytes``: by formula).
+    """
+    is_causal, rank, world_size = _check_ring(query, key, value, is_causal, layout, name="ulysses_attention")
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if x.dim() != 4:
+            raise ValueError(f"{name} should have 4 dimensions (batch, heads, shard_len, dim), got {describe(x)}")
+    batch, heads, shard_len, _ = query.shape
+    if heads % world_size:
+        raise ValueError(f"heads (dimension 1 of query, key and value) should be divisible by world_size="
+                         f"{world_size}: each rank takes heads / world_size whole heads, got {heads} heads; use "
+                         "ring_attention, or a world size that divides the heads")  # fmt: skip
+    group = heads // world_size
+    seq_len = shard_len * world_size
+    positions = torch.cat([shard_positions(seq_len, r, world_size, layout) for r in range(world_size)])
+    order = torch.argsort(positions)  # rank order -> sequence order
+
+    def to_heads(x):  # (batch, H, n, d), my tokens -> (batch, H/P, N, d), my heads, in sequence order
+        x = x.reshape(batch, world_size, group, shard_len, x.shape[-1]).transpose(0, 1)
+        y = _AllToAll.apply(x, sent)  # y[p]: rank p's tokens of my heads
+        return y.permute(1, 2, 0, 3, 4).reshape(batch, group, seq_len, x.shape[-1])[..., order, :]
+
+    out = torch.nn.functional.scaled_dot_product_attention(to_heads(query), to_heads(key), to_heads(value),
+                                                           is_causal=is_causal)  # fmt: skip
+    dim = out.shape[-1]
+    out = out[..., positions, :].reshape(batch, group, world_size, shard_len, dim).permute(2, 0, 1, 3, 4)
+    back = _AllToAll.apply(out, sent)  # back[g]: head group g of my tokens
+    return back.transpose(0, 1).reshape(batch, heads, shard_len, dim)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Communication by formula: bytes each rank sends per attention layer
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _check_sizes(batch, heads, seq_len, head_dim, world_size, bytes_per_number):
+    sizes = [check_int(name, value, what, minimum=1) for name, value, what in (
+        ("batch", batch, "sequences per batch"), ("heads", heads, "attention heads"),
+        ("seq_len", seq_len, "the length of the whole sequence"), ("head_dim", head_dim, "numbers per head"),
+        ("world_size", world_size, "how many processes share the sequence"),
+        ("bytes_per_number", bytes_per_number, "2 for bfloat16, 4 for float32"))]  # fmt: skip
+    if sizes[2] % sizes[4]:
+        raise ValueError(f"seq_len should be a multiple of world_size={world_size} (equal shards), got {seq_len}")
+    return sizes
+
+
+def ring_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world_size: int,
+               bytes_per_number: int) -> dict[str, int]:  # fmt: skip
+    """Bytes one rank sends per layer in ring attention (``ring_attention_forward`` and ``_backward``), value_dim =
+    head_dim. A K (or V) block is B = batch * heads * (seq_len / P) * head_dim * bytes_per_number bytes.
+
+        forward   (P - 1) transfers of K and V:                          2 (P - 1) B
+        backward  (P - 1) transfers of K and V, then P of dK and dV:     2 (P - 1) B + 2 P B     (0 for P = 1)
+
+    The same for both layouts, and for every rank; it does not shrink as P grows (about 2 N/P * P = 2 N tokens of
+    K/V pass through each rank): only the time to compute each block, (N/P)^2, does."""
+    batch, heads, seq_len, head_dim, world_size, size = _check_sizes(batch, heads, seq_len, head_dim, world_size,
+                                                                     bytes_per_number)  # fmt: skip
+    block = batch * heads * (seq_len // world_size) * head_dim * size
+    forward = 2 * (world_size - 1) * block
+    return {"forward": forward, "backward": forward + (2 * world_size * block if world_size > 1 else 0)}
+
+
+def ulysses_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world_size: int,
+                  bytes_per_number: int) -> dict[str, int]:  # fmt: skip
+    """Bytes one rank sends per layer in ``ulysses_attention``, value_dim = head_dim. A shard of q (or k, v, out) is
+    S = batch * heads * (seq_len / P) * head_dim * bytes_per_number bytes, of which an all-to-all sends (P - 1) / P
+    (the part for this rank itself stays):
+
+        forward   all-to-alls of q, k, v, then of out:                   4 (P - 1) / P S
+        backward  all-to-alls of d_out, then of dq, dk, dv:              4 (P - 1) / P S
+
+    S falls as 1 / P, so each rank sends less as P grows (unlike the ring), while heads % P == 0 bounds P."""
+    batch, heads, seq_len, head_dim, world_size, size = _check_sizes(batch, heads, seq_len, head_dim, world_size,
+                                                                     bytes_per_number)  # fmt: skip
+    if heads % world_size:
+        raise ValueError(f"heads should be divisible by world_size={world_size} (Ulysses splits the heads), got "
+                         f"{heads}")  # fmt: skip
+    per_tensor = batch * (heads // world_size) * (seq_len // world_size) * head_dim * size * (world_size - 1)
+    return {"forward": 4 * per_tensor, "backward": 4 * per_tensor}

@@ -1,5 +1,6 @@
-"""Lesson 12's package: the launcher (errors and hangs of a rank reach the caller, no process survives) and ring
-attention equal to full attention, forward and backward, on 2 and 4 processes, causal and not, both layouts.
+"""Lesson 12's package: the launcher (errors and hangs of a rank reach the caller, no process survives), ring
+attention and Ulysses (all-to-all) attention equal to full attention, forward and backward, on 2 and 4 processes,
+causal and not, both layouts, and the bytes each rank sends, counted, equal to the formulas.
 
 Each launch starts processes that import torch (seconds on a slow machine): the equalities of one world size run in
 one launch (``_ring_cases``), whose results the tests below share.
@@ -23,6 +24,7 @@ from attnedu.flash import naive_attention
 # (is_causal, layout) of every equality; seeds are fixed per case
 CASES = [(False, "contiguous"), (True, "contiguous"), (True, "zigzag"), (False, "zigzag")]
 SHAPE = {2: (1, 2, 12, 4), 4: (1, 2, 16, 4)}  # (batch, heads, N, head_dim): N a multiple of 2P, for zigzag
+ULYSSES_SHAPE = {2: (2, 4, 12, 3), 4: (1, 8, 16, 4)}  # heads 2P: two heads per rank after the all-to-all
 
 
 def _inputs(seed: int, shape, dtype=torch.float64):
@@ -33,8 +35,8 @@ def _inputs(seed: int, shape, dtype=torch.float64):
 
 def _ring_cases(rank: int, world_size: int, shape) -> dict:
     """Every rank: for each case, its shard's forward and backward (the explicit functions and autograd through
-    ring_attention), the tiles it computed (counted by wrapping the tile function), and the refusal of unequal
-    shards."""
+    ring_attention), the tiles it computed (counted by wrapping the tile function), the bytes it sent; the same for
+    ulysses_attention; and the refusals of unequal shards and of heads that P does not divide."""
     calls = {"full": 0, "diagonal": 0}
     tile = cp.tiled_attention_forward
 
@@ -47,18 +49,39 @@ def _ring_cases(rank: int, world_size: int, shape) -> dict:
         q, k, v, d_out = (cp.shard_sequence(x, rank, world_size, layout) for x in _inputs(seed, shape))
         calls.update(full=0, diagonal=0)
         cp.tiled_attention_forward = counting
+        sent = []
         try:
-            out, lse = cp.ring_attention_forward(q, k, v, is_causal=is_causal, layout=layout)
+            out, lse = cp.ring_attention_forward(q, k, v, is_causal=is_causal, layout=layout, sent=sent)
         finally:
             cp.tiled_attention_forward = tile
-        grads = cp.ring_attention_backward(q, k, v, out, lse, d_out, is_causal=is_causal, layout=layout)
+        forward_bytes = sum(sent)
+        grads = cp.ring_attention_backward(q, k, v, out, lse, d_out, is_causal=is_causal, layout=layout, sent=sent)
         leaves = [x.clone().requires_grad_() for x in (q, k, v)]
         auto_out = cp.ring_attention(*leaves, is_causal=is_causal, layout=layout)
         auto_out.backward(d_out)
         results[(is_causal, layout)] = {
             "out": out, "lse": lse, "grads": grads, "tiles": dict(calls),
             "auto_out": auto_out.detach(), "auto_grads": [x.grad for x in leaves],
+            "sent": {"forward": forward_bytes, "backward": sum(sent) - forward_bytes},
         }  # fmt: skip
+        # Ulysses, autograd through both all-to-alls, counting what it sends
+        inputs = _inputs(20 + seed, ULYSSES_SHAPE[world_size])
+        leaves = [cp.shard_sequence(x, rank, world_size, layout).requires_grad_() for x in inputs[:3]]
+        sent = []
+        out = cp.ulysses_attention(*leaves, is_causal=is_causal, layout=layout, sent=sent)
+        forward_bytes, forward_calls = sum(sent), len(sent)
+        out.backward(cp.shard_sequence(inputs[3], rank, world_size, layout))
+        results[("ulysses", is_causal, layout)] = {
+            "out": out.detach(), "grads": [x.grad for x in leaves], "calls": (forward_calls, len(sent) - forward_calls),
+            "sent": {"forward": forward_bytes, "backward": sum(sent) - forward_bytes},
+        }  # fmt: skip
+    # heads that P does not divide: every rank refuses before any all-to-all
+    q = torch.zeros(1, world_size + 1, 2 * world_size, 4, dtype=torch.float64)
+    try:
+        cp.ulysses_attention(q, q, q)
+        results["heads"] = None
+    except ValueError as error:
+        results["heads"] = str(error)
     # float32, as a model trains: causal, zigzag, against SDPA
     q, k, v, _ = (cp.shard_sequence(x, rank, world_size, "zigzag") for x in _inputs(10, shape, torch.float32))
     results["float32"] = cp.ring_attention_forward(q, k, v, is_causal=True, layout="zigzag")[0]
@@ -111,6 +134,55 @@ def test_ring_attention_equals_full_attention_forward_and_backward(ring, is_caus
 
 
 @pytest.mark.parametrize("is_causal, layout", CASES)
+def test_ulysses_attention_equals_full_attention_forward_and_backward(ring, is_causal, layout):
+    world_size, per_rank = ring
+    out, _, grads = _full_attention(20 + CASES.index((is_causal, layout)), ULYSSES_SHAPE[world_size], is_causal)
+    mine = [r[("ulysses", is_causal, layout)] for r in per_rank]
+    torch.testing.assert_close(cp.gather_sequence([r["out"] for r in mine], layout), out, rtol=0, atol=1e-12)
+    for i, name in enumerate(("d_query", "d_key", "d_value")):
+        gathered = cp.gather_sequence([r["grads"][i] for r in mine], layout)
+        torch.testing.assert_close(gathered, grads[i], rtol=0, atol=1e-12, msg=f"{name} differs")
+    assert all(r["calls"] == (4, 4) for r in mine)  # q, k, v and out; then d_out, dq, dk, dv
+
+
+@pytest.mark.parametrize("is_causal, layout", CASES)
+def test_bytes_sent_equal_the_formulas(ring, is_causal, layout):
+    world_size, per_rank = ring
+    batch, heads, seq_len, head_dim = SHAPE[world_size]
+    expected = cp.ring_bytes(batch, heads, seq_len, head_dim, world_size, 8)  # float64
+    assert [r[(is_causal, layout)]["sent"] for r in per_rank] == [expected] * world_size
+    batch, heads, seq_len, head_dim = ULYSSES_SHAPE[world_size]
+    expected = cp.ulysses_bytes(batch, heads, seq_len, head_dim, world_size, 8)
+    assert [r[("ulysses", is_causal, layout)]["sent"] for r in per_rank] == [expected] * world_size
+
+
+def test_heads_that_world_size_does_not_divide_are_refused_on_every_rank(ring):
+    world_size, per_rank = ring
+    for rank, r in enumerate(per_rank):
+        assert r["heads"] is not None and "heads" in r["heads"], f"rank {rank}: {r['heads']}"
+        assert f"got {world_size + 1} heads" in r["heads"]
+
+
+def test_byte_formulas_by_hand():
+    # a K block: 1 * 2 heads * 8 / 4 tokens * 4 numbers * 2 bytes = 32 bytes; 3 transfers of K and V forward, then
+    # 3 of K and V and 4 of dK and dV backward
+    assert cp.ring_bytes(1, 2, 8, 4, 4, 2) == {"forward": 6 * 32, "backward": 6 * 32 + 8 * 32}
+    assert cp.ring_bytes(1, 2, 8, 4, 1, 2) == {"forward": 0, "backward": 0}
+    # Ulysses: a q shard is 1 * 4 heads * 2 tokens * 4 * 2 = 64 bytes, 3/4 of it leaves, for q, k, v and out
+    assert cp.ulysses_bytes(1, 4, 8, 4, 4, 2) == {"forward": 4 * 48, "backward": 4 * 48}
+    # as P grows at fixed N, the ring's bytes per rank stay near 2 N tokens' K/V (forward), Ulysses' fall as 1 / P
+    ring = [cp.ring_bytes(1, 64, 2**16, 128, p, 2)["forward"] for p in (2, 4, 8, 16, 32, 64)]
+    ulysses = [cp.ulysses_bytes(1, 64, 2**16, 128, p, 2)["forward"] for p in (2, 4, 8, 16, 32, 64)]
+    assert all(a < b for a, b in zip(ring, ring[1:])) and all(a > b for a, b in zip(ulysses, ulysses[1:]))
+    with pytest.raises(ValueError, match="heads should be divisible"):
+        cp.ulysses_bytes(1, 6, 8, 4, 4, 2)
+    with pytest.raises(ValueError, match="seq_len should be a multiple"):
+        cp.ring_bytes(1, 2, 10, 4, 4, 2)
+    with pytest.raises(ValueError, match="bytes_per_number"):
+        cp.ring_bytes(1, 2, 8, 4, 4, 0)
+
+
+@pytest.mark.parametrize("is_causal, layout", CASES)
 def test_ring_computes_the_blocks_score_blocks_counts(ring, is_causal, layout):
     world_size, per_rank = ring
     assert [r[(is_causal, layout)]["tiles"] for r in per_rank] == cp.score_blocks(world_size, layout, is_causal)
@@ -157,6 +229,14 @@ def test_one_process_is_plain_attention():
             torch.testing.assert_close(ring_lse, lse[..., positions], rtol=0, atol=1e-12)
             for mine, expected in zip(ring_grads, grads):
                 torch.testing.assert_close(mine, expected[..., positions, :], rtol=0, atol=1e-12)
+            sent = []
+            leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+            ulysses_out = cp.ulysses_attention(*leaves, is_causal=is_causal, layout=layout, sent=sent)
+            ulysses_out.backward(d_out)
+            torch.testing.assert_close(ulysses_out, out[..., positions, :], rtol=0, atol=1e-12)
+            for leaf, expected in zip(leaves, grads):
+                torch.testing.assert_close(leaf.grad, expected[..., positions, :], rtol=0, atol=1e-12)
+            assert sent == [0] * 8  # every all-to-all keeps its one chunk at home
         with pytest.raises(ValueError, match="layout"):
             cp.ring_attention_forward(q, k, v, layout="striped")
         with pytest.raises(ValueError, match="two equal chunks|2 equal chunks"):
@@ -197,6 +277,8 @@ def test_bad_arguments_are_refused(monkeypatch):
         cp.shard_sequence(torch.zeros(1, 8, 2), 4, 4)
     with pytest.raises(RuntimeError, match="process group"):
         cp.ring_attention_forward(x, x, x)
+    with pytest.raises(RuntimeError, match="ulysses_attention runs inside"):
+        cp.ulysses_attention(x, x, x)
     with pytest.raises(ValueError, match="top level of a module"):
         cp.run_ranks(lambda rank, world_size: rank, 2)
     notebook = types.ModuleType("__main__")  # a notebook's __main__: no file, which a spawned process could import
