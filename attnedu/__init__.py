@@ -31,8 +31,9 @@ One concept per module; a lesson's library code lives in the module its concept 
     triton_inspect     those kernels read without a GPU: compiled for an H100 on the CPU (registers, spills, wgmma,
                        TMA), their matrix products per tile counted, their lines as the lessons print them (08a, 08b)
     triton_basics      small Triton kernels run on the CPU under the interpreter, memory-checked: lesson 08's practice
-    context_parallel   attention across processes (torch.distributed, gloo): a launcher, ring attention forward and
-                       backward, contiguous and zigzag layouts, score blocks per rank (12, the lesson in progress)
+    context_parallel   attention across processes (torch.distributed, gloo): a launcher, ring attention and
+                       all-to-all (Ulysses) attention, forward and backward, contiguous and zigzag layouts, score
+                       blocks per rank, bytes sent by formula and counted (12, the lesson in progress)
     bench, bench_gpu   python -m attnedu.bench: time and memory of naive, tiled, SDPA and Triton attention;
                        bench_gpu holds the GPU suite of make gpu-bench (08); measurements, below both, the
                        methods compared and the records they produce; bench_report, their tables, figure and files
