@@ -602,3 +602,247 @@ def ulysses_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world_siz
                          f"{heads}")  # fmt: skip
     per_tensor = batch * (heads // world_size) * (seq_len // world_size) * head_dim * size * (world_size - 1)
     return {"forward": 4 * per_tensor, "backward": 4 * per_tensor}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Time per rank: the work each rank computes, counted, beside the time it takes, measured
+# ------------------------------------------------------------------------------------------------------------
+
+# this section's imports stay with it (the sections above are edited by others at the same time)
+import math  # noqa: E402
+import statistics  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from ._validate import check_instance, check_items, check_positive_int  # noqa: E402
+
+
+def score_entries(world_size: int, seq_len: int, layout: str = "contiguous", is_causal: bool = True) -> list[float]:
+    """Work per rank as a share of the N x N score matrix: the scores each rank computes in a ring pass (counted from
+    ``score_blocks``), divided by N^2. A full block is c^2 scores and a diagonal (masked) block c (c + 1) / 2, for the
+    chunk length c = N / C (C = P contiguous, 2P zigzag); the ranks' shares sum to 1 (not causal) or N (N + 1) / 2 / N^2
+    (causal)."""
+    counts = score_blocks(world_size, layout, is_causal)
+    n_chunks = _check_layout(layout, world_size)
+    seq_len = check_int("seq_len", seq_len, "the length of the whole sequence", minimum=1)
+    if seq_len % n_chunks:
+        raise ValueError(f"seq_len should be a multiple of {n_chunks} (the {layout} layout's chunks for world_size="
+                         f"{world_size}), got {seq_len}")  # fmt: skip
+    c = seq_len // n_chunks
+    return [(r["full"] * c * c + r["diagonal"] * c * (c + 1) / 2) / seq_len**2 for r in counts]
+
+
+@dataclass(frozen=True)
+class RankTimes:
+    """One layout's measurements in ``time_ring``, per rank (lists in rank order; times in seconds, one per timed
+    repeat):
+
+        blocks         score blocks by rule (``score_blocks``): {"full": ..., "diagonal": ...} per rank
+        tiles          the tile calls each rank made in the forward, counted by the timing hook (equal to blocks)
+        backward_tiles the same in the backward (all 0 when the backward was not timed)
+        work           the scores each rank computes as a share of N^2 (``score_entries``)
+        wall_s         the ring call on each rank: from the barrier that starts the repeat to its return
+        compute_s      the part of it spent inside the tile computations (wall clock)
+        compute_cpu_s  the same as CPU time of the rank's thread: what the rank itself computed, whether or not
+                       another process held its core meanwhile
+    """
+
+    layout: str
+    blocks: list
+    tiles: list
+    backward_tiles: list
+    work: list
+    wall_s: list
+    compute_s: list
+    compute_cpu_s: list
+
+    def median(self, kind: str = "compute") -> list[float]:
+        """Each rank's median over the repeats of ``kind``: 'wall', 'compute' or 'compute_cpu'."""
+        return [statistics.median(times) for times in self._times(kind)]
+
+    def quartiles(self, kind: str = "compute") -> list[tuple[float, float]]:
+        """Each rank's (first, third) quartile over the repeats of ``kind`` (the spread; both equal the value for a
+        single repeat)."""
+        return [(float(np.quantile(t, 0.25)), float(np.quantile(t, 0.75))) for t in self._times(kind)]
+
+    def _times(self, kind: str) -> list:
+        check_choice("kind", kind, ("wall", "compute", "compute_cpu"))
+        return {"wall": self.wall_s, "compute": self.compute_s, "compute_cpu": self.compute_cpu_s}[kind]
+
+
+@dataclass(frozen=True)
+class RingTiming:
+    """What ``time_ring`` measured: the configuration, one ``RankTimes`` per layout (``layouts[name]``), and the
+    launch: ``launch_s`` seconds from the call until the last rank had started (spawn, import torch, join the group),
+    ``total_s`` for the whole call."""
+
+    world_size: int
+    seq_len: int
+    batch: int
+    heads: int
+    head_dim: int
+    is_causal: bool
+    backward: bool
+    repeats: int
+    warmup: int
+    layouts: dict
+    launch_s: float
+    total_s: float
+
+
+def _timed_tile(tile, clock: dict, name: str):
+    """tile wrapped so that each call adds its wall and thread CPU time to clock and counts itself."""
+
+    def timed(*args, is_causal, **kwargs):
+        start, start_cpu = time.perf_counter(), time.thread_time()
+        try:
+            return tile(*args, is_causal=is_causal, **kwargs)
+        finally:
+            clock["compute"] += time.perf_counter() - start
+            clock["compute_cpu"] += time.thread_time() - start_cpu
+            clock[name]["diagonal" if is_causal else "full"] += 1
+
+    return timed
+
+
+def _time_ring_rank(rank: int, world_size: int, config: dict) -> dict:
+    """Run by each rank of ``time_ring``: the ring on this rank's shards, timed per repeat, layouts interleaved."""
+    entered = time.time()
+    generator = torch.Generator().manual_seed(config["seed"])
+    shape = (config["batch"], config["heads"], config["seq_len"], config["head_dim"])
+    tensors = [torch.randn(shape, generator=generator) for _ in range(4)]  # q, k, v, d_out: the same on every rank
+    shards = {layout: [shard_sequence(x, rank, world_size, layout) for x in tensors] for layout in config["layouts"]}
+    results = {layout: {"wall_s": [], "compute_s": [], "compute_cpu_s": []} for layout in config["layouts"]}
+    clock = {}
+    module = globals()  # the ring looks its tile functions up here: wrap them for the timing (this process only)
+    saved = module["tiled_attention_forward"], module["tiled_attention_backward"]
+    module["tiled_attention_forward"] = _timed_tile(saved[0], clock, "forward")
+    module["tiled_attention_backward"] = _timed_tile(saved[1], clock, "backward")
+    try:
+        for repeat in range(config["warmup"] + config["repeats"]):
+            order = config["layouts"] if repeat % 2 == 0 else config["layouts"][::-1]  # neither always goes first
+            for layout in order:
+                q, k, v, d_out = shards[layout]
+                clock.update(compute=0.0, compute_cpu=0.0, forward={"full": 0, "diagonal": 0},
+                             backward={"full": 0, "diagonal": 0})  # fmt: skip
+                dist.barrier()
+                start = time.perf_counter()
+                out, lse = ring_attention_forward(q, k, v, is_causal=config["is_causal"], layout=layout)
+                if config["backward"]:
+                    ring_attention_backward(q, k, v, out, lse, d_out, is_causal=config["is_causal"], layout=layout)
+                wall = time.perf_counter() - start
+                if repeat >= config["warmup"]:
+                    results[layout]["wall_s"].append(wall)
+                    results[layout]["compute_s"].append(clock["compute"])
+                    results[layout]["compute_cpu_s"].append(clock["compute_cpu"])
+                results[layout]["tiles"] = dict(clock["forward"])
+                results[layout]["backward_tiles"] = dict(clock["backward"])
+    finally:
+        module["tiled_attention_forward"], module["tiled_attention_backward"] = saved
+    return {"entered": entered, "layouts": results}
+
+
+def time_ring(world_size: int, seq_len: int, *, batch: int = 1, heads: int = 2, head_dim: int = 32,
+              is_causal: bool = True, layouts=LAYOUTS, repeats: int = 5, warmup: int = 1, backward: bool = False,
+              seed: int = 0, timeout: float = DEFAULT_TIMEOUT_S) -> RingTiming:  # fmt: skip
+    """Time ring attention on each rank: one launch of ``world_size`` processes (``run_ranks``) runs every layout
+    ``warmup + repeats`` times, the layouts interleaved (alternating which goes first), each repeat started together
+    (``dist.barrier()``); the first ``warmup`` repeats are not kept.
+
+    Each rank measures its own wall time of the ring call (forward, and backward with ``backward=True``) and, with a
+    hook around the tile computations (``tiled_attention_forward`` and ``_backward``, wrapped in that process only:
+    the ring's numerics are untouched), the time it spends computing: wall clock and its thread's CPU time. Wall
+    times hide the imbalance of causal attention: at every step each rank waits for the block its neighbour sends,
+    so the idle ranks wait for the busy ones; the compute times show it. The hook also counts the tiles computed,
+    which must equal ``score_blocks``.
+
+    Inputs: float32 (batch, heads, seq_len, head_dim) standard normal from ``seed``, the same on every rank, each rank
+    taking its shard. seq_len must split into each layout's chunks (a multiple of 2P for zigzag). -> ``RingTiming``.
+    Timings vary from run to run and machine to machine: they are shown, never asserted.
+    """
+    world_size = check_int("world_size", world_size, "how many processes to start", minimum=1)
+    layouts = check_items("layouts", layouts, str, "layout names")
+    for layout in layouts:
+        check_choice("layouts[...]", layout, LAYOUTS)
+    if len(set(layouts)) != len(layouts):
+        raise ValueError(f"layouts should name each layout once, got {layouts}")
+    seq_len = check_int("seq_len", seq_len, "the length of the whole sequence", minimum=1)
+    for layout in layouts:
+        shard_positions(seq_len, 0, world_size, layout)  # refuses a length the layout cannot split
+    config = {
+        "seq_len": seq_len, "layouts": layouts, "seed": check_int("seed", seed, "the inputs' seed", minimum=0),
+        "batch": check_positive_int("batch", batch, "sequences"), "heads": check_positive_int("heads", heads, "heads"),
+        "head_dim": check_positive_int("head_dim", head_dim, "numbers per head"),
+        "is_causal": check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i"),
+        "repeats": check_positive_int("repeats", repeats, "timed repeats of each layout"),
+        "warmup": check_int("warmup", warmup, "untimed repeats first", minimum=0),
+        "backward": check_bool("backward", backward, "whether the backward is timed with the forward"),
+    }  # fmt: skip
+    start = time.time()
+    per_rank = run_ranks(_time_ring_rank, world_size, config, timeout=timeout)
+    total = time.time() - start
+    results = {}
+    for layout in layouts:
+        mine = [r["layouts"][layout] for r in per_rank]
+        results[layout] = RankTimes(
+            layout=layout, blocks=score_blocks(world_size, layout, config["is_causal"]),
+            tiles=[m["tiles"] for m in mine], backward_tiles=[m["backward_tiles"] for m in mine],
+            work=score_entries(world_size, seq_len, layout, config["is_causal"]),
+            wall_s=[m["wall_s"] for m in mine], compute_s=[m["compute_s"] for m in mine],
+            compute_cpu_s=[m["compute_cpu_s"] for m in mine])  # fmt: skip
+    return RingTiming(world_size=world_size, seq_len=seq_len, batch=config["batch"], heads=config["heads"],
+                      head_dim=config["head_dim"], is_causal=config["is_causal"], backward=config["backward"],
+                      repeats=config["repeats"], warmup=config["warmup"], layouts=results,
+                      launch_s=max(r["entered"] for r in per_rank) - start, total_s=total)  # fmt: skip
+
+
+def plot_rank_timing(fig, timing: RingTiming, kinds=("compute", "wall")):
+    """Counted work beside measured time, per rank: one column per layout; top, the scores each rank computes as a
+    share of N^2 (counted: full blocks and diagonal blocks stacked); bottom, the median seconds of each of ``kinds``
+    ('compute', 'compute_cpu', 'wall') per rank, with bars from the first to the third quartile of the repeats. Rows
+    share their scale across layouts, so the layouts compare by eye. Returns the axes (2, layouts)."""
+    import matplotlib.pyplot as plt  # only where a picture is drawn (the ranks never import it)
+
+    check_instance("timing", timing, RingTiming, "a RingTiming (what time_ring returns)")
+    kinds = check_items("kinds", kinds, str, "time kinds")
+    for kind in kinds:
+        check_choice("kinds[...]", kind, ("compute", "compute_cpu", "wall"))
+    layouts = list(timing.layouts)
+    axes = fig.subplots(2, len(layouts), squeeze=False, sharey="row")
+    colours = {"compute": "tab:blue", "compute_cpu": "tab:cyan", "wall": "tab:grey"}
+    labels = {"compute": "computing (wall clock)", "compute_cpu": "computing (CPU time)", "wall": "whole ring call"}
+    ranks = np.arange(timing.world_size)
+    for column, layout in enumerate(layouts):
+        times = timing.layouts[layout]
+        c = timing.seq_len / (timing.world_size if layout == "contiguous" else 2 * timing.world_size)
+        full = np.array([b["full"] * c * c for b in times.blocks]) / timing.seq_len**2
+        diagonal = np.array(times.work) - full
+        top = axes[0, column]
+        top.bar(ranks, full, color="tab:orange", label="full blocks")
+        top.bar(ranks, diagonal, bottom=full, color="tab:orange", alpha=0.45, hatch="//", label="diagonal blocks")
+        for r, b in enumerate(times.blocks):
+            top.annotate(f"{b['full']}+{b['diagonal']}d", (r, full[r] + diagonal[r]), ha="center", va="bottom",
+                         fontsize=8)  # fmt: skip
+        top.set_title(f"{layout}: work counted", fontsize=10)
+        top.set_xticks(ranks)
+        bottom = axes[1, column]
+        width = 0.8 / len(kinds)
+        for i, kind in enumerate(kinds):
+            median = np.array(times.median(kind))
+            low, high = (np.array(q) for q in zip(*times.quartiles(kind)))
+            x = ranks - 0.4 + width * (i + 0.5)
+            bottom.bar(x, median, width, color=colours[kind], label=labels[kind])
+            bottom.errorbar(x, median, yerr=[median - low, high - median], fmt="none", ecolor="black", capsize=2)
+        bottom.set_title(f"{layout}: time measured", fontsize=10)
+        bottom.set_xticks(ranks)
+        bottom.set_xlabel("rank")
+    axes[0, 0].set_ylabel("scores computed / N²")
+    axes[1, 0].set_ylabel("seconds (median of repeats)")
+    axes[0, -1].legend(fontsize=8)
+    axes[1, -1].legend(fontsize=8)
+    what = "forward and backward" if timing.backward else "forward"
+    fig.suptitle(f"Ring attention {what}, P = {timing.world_size}, N = {timing.seq_len}"
+                 f"{', causal' if timing.is_causal else ''}", fontsize=11)  # fmt: skip
+    plt.setp([ax.get_xticklabels() for ax in axes.flat], fontsize=8)
+    return axes
