@@ -31,6 +31,24 @@ all-to-all turns "my N/P tokens, all H heads" into "all N tokens, my H/P heads" 
 ordinary attention for its heads over the whole sequence, and a second all-to-all turns the output back
 (``ulysses_attention``; H must be divisible by P).
 
+Measured here, and modelled for many GPUs (L layers, H query heads, H_kv key/value heads of d numbers, s bytes per
+number, b sequences of N tokens, chunk c = N / P per rank, F FLOP/s per GPU):
+
+    memory    K/V of all layers 2 L H_kv d s N bytes; one layer's Q, K, V and O (2 H + 2 H_kv) d s N; each / P when
+              the sequence is sharded (``memory_per_device``)
+    time      each rank's wall time of the ring call and its time inside the tile computations (``time_ring``): a
+              ring's waits even out the wall times, the compute times show each rank's work; with more processes
+              than cores they also take turns on the cores (``oversubscription_cost``)
+    model     a transfer of B bytes takes alpha + B / beta (``transfer_time``). A ring step computes one block pair,
+              4 b H c^2 d FLOPs (half of that per step for causal zigzag), while one K/V block, 2 b H_kv c d s bytes,
+              travels: step = max(compute, transfer), so computation hides communication for c >= c*
+              (``ring_overlap_chunk``; c* = F / beta for multi-head attention in bfloat16, Liu et al. 2023's
+              condition); Ulysses: two all-to-alls, then 4 b (H / P) N^2 d FLOPs, not overlapped (``ring_model``,
+              ``ulysses_model``, ``scaling_model``: published H100 / NVLink / InfiniBand figures, assumed latencies)
+
+PyTorch's own ``torch.distributed.tensor.experimental.context_parallel`` refuses the CPU (its SDPA kernel has no
+sharding rule): ``try_torch_context_parallel`` shows it.
+
 Bytes each rank sends per layer (``ring_bytes``, ``ulysses_bytes``; both functions also count what they send into a
 ``sent`` list): with S = batch * H * (N/P) * head_dim * bytes per number the size of one shard of Q (or K, V),
 
@@ -1087,7 +1105,8 @@ def scaling_model(seq_len: int, world_sizes=(8, 16, 32, 64, 128, 256, 512, 1024)
     ulysses_comm (NaN where P does not divide the heads); and crossover: the P at which the ring's transfers stop
     being hidden, N / c* for the link in use there (``ring_overlap_chunk``; None if they stay hidden or never are
     within the range)."""
-    world_sizes = np.asarray(check_items("world_sizes", world_sizes, int, "GPU counts"))
+    world_sizes = np.asarray(check_items("world_sizes", list(np.asarray(world_sizes).ravel().tolist()), int,
+                                         "GPU counts"))  # fmt: skip
     layout = config.pop("layout", "zigzag")
     ulysses_config = {k: v for k, v in config.items()}
     ring = ring_model(seq_len, world_sizes, layout=layout, **config)
