@@ -636,6 +636,12 @@ import numpy as np  # noqa: E402
 from ._validate import check_instance, check_items, check_positive_int  # noqa: E402
 
 
+def _counts(name: str, values, meaning: str) -> list[int]:
+    """A non-empty list of whole numbers >= 1 (a list, a tuple or a NumPy array of them), or the error naming it."""
+    values = check_items(name, values.tolist() if isinstance(values, np.ndarray) else values, int, meaning)
+    return [check_int(f"{name}[{i}]", v, meaning, minimum=1) for i, v in enumerate(values)]
+
+
 def score_entries(world_size: int, seq_len: int, layout: str = "contiguous", is_causal: bool = True) -> list[float]:
     """Work per rank as a share of the N x N score matrix: the scores each rank computes in a ring pass (counted from
     ``score_blocks``), divided by N^2. A full block is c^2 scores and a diagonal (masked) block c (c + 1) / 2, for the
@@ -899,9 +905,7 @@ def oversubscription_cost(chunk: int = 512, *, world_sizes=(2, 4), heads: int = 
     never asserted.
     """
     chunk = check_positive_int("chunk", chunk, "positions per rank (one block is chunk x chunk scores)")
-    world_sizes = check_items("world_sizes", world_sizes, int, "process counts")
-    for i, p in enumerate(world_sizes):
-        check_int(f"world_sizes[{i}]", p, "how many processes to start", minimum=1)
+    world_sizes = _counts("world_sizes", world_sizes, "how many processes to start")
     per_size, timings = {}, {}
     for p in world_sizes:
         timing = time_ring(p, p * chunk, heads=heads, head_dim=head_dim, is_causal=False, layouts=("contiguous",),
@@ -1105,8 +1109,7 @@ def scaling_model(seq_len: int, world_sizes=(8, 16, 32, 64, 128, 256, 512, 1024)
     ulysses_comm (NaN where P does not divide the heads); and crossover: the P at which the ring's transfers stop
     being hidden, N / c* for the link in use there (``ring_overlap_chunk``; None if they stay hidden or never are
     within the range)."""
-    world_sizes = np.asarray(check_items("world_sizes", list(np.asarray(world_sizes).ravel().tolist()), int,
-                                         "GPU counts"))  # fmt: skip
+    world_sizes = np.asarray(_counts("world_sizes", world_sizes, "GPU counts"))
     layout = config.pop("layout", "zigzag")
     ulysses_config = {k: v for k, v in config.items()}
     ring = ring_model(seq_len, world_sizes, layout=layout, **config)
@@ -1157,9 +1160,7 @@ def memory_per_device(model="Llama-3-8B (GQA-8)", seq_len: int = 2**20, world_si
     else:
         raise TypeError(f"model should be a name of cache_sizes.MODEL_CONFIGS or a dict, got {describe(model)}")
     seq_len = check_positive_int("seq_len", seq_len, "tokens of context")
-    world_sizes = check_items("world_sizes", world_sizes, int, "device counts")
-    for i, p in enumerate(world_sizes):
-        check_int(f"world_sizes[{i}]", p, "devices", minimum=1)
+    world_sizes = _counts("world_sizes", world_sizes, "devices")
     device_bytes = check_number("device_bytes", device_bytes, "bytes of one device's memory", 0.0, strict=True)
     kv = kv_cache_bytes(config["num_layers"], config["num_kv_heads"], config["head_dim"], bytes_per_number, seq_len)
     qkvo = (2 * config["num_heads"] + 2 * config["num_kv_heads"]) * config["head_dim"] * bytes_per_number * seq_len

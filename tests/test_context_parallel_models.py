@@ -195,6 +195,9 @@ def test_scaling_model_finds_where_the_ring_stops_hiding_its_transfers():
     # Ulysses: only where P divides the 32 heads
     assert np.isnan(m["ulysses"]).tolist() == [p > 32 for p in m["world_size"]]
     assert cp.scaling_model(2**30, [8, 16])["crossover"] is None  # long enough to stay hidden
+    assert np.array_equal(cp.scaling_model(2**20, np.array([8, 256]))["ring"], m["ring"][[0, 5]])  # arrays too
+    with pytest.raises(ValueError, match="world_sizes"):
+        cp.scaling_model(2**20, [8, 0])
 
 
 def test_model_arguments_are_checked():
