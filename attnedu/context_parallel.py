@@ -1101,31 +1101,31 @@ def ulysses_model(seq_len, world_size, *, batch: int = 1, heads: int = 32, kv_he
 
 
 def scaling_model(seq_len: int, world_sizes=(8, 16, 32, 64, 128, 256, 512, 1024), **config) -> dict:
-    """Ring vs Ulysses vs compute alone, one layer's forward per rank, over ``world_sizes`` at a fixed sequence:
-    ``ring_model`` and ``ulysses_model`` with the same ``config`` (batch, heads, kv_heads, head_dim,
+    """Ring vs Ulysses vs compute alone, one layer's forward per rank, over ``world_sizes`` at a fixed sequence of N
+    tokens: ``ring_model`` and ``ulysses_model`` with the same ``config`` (batch, heads, kv_heads, head_dim,
     bytes_per_number, is_causal, flops, nvlink, network, gpus_per_node; ``layout`` for the ring). A model, labelled
     as one wherever it is shown. -> dict of arrays over world_size: world_size, chunk, compute (the ring's busiest
     rank computing with free communication), ring, ring_comm_step, ring_compute_step, ring_hidden, ulysses,
-    ulysses_comm (NaN where P does not divide the heads); and crossover: the P at which the ring's transfers stop
-    being hidden, N / c* for the link in use there (``ring_overlap_chunk``; None if they stay hidden or never are
-    within the range)."""
+    ulysses_comm (NaN where P does not divide the heads); and crossover, the P (a real number) beyond which the
+    ring's transfers are no longer hidden: the ring hides them while c = N / P >= c* of its link
+    (``ring_overlap_chunk``), NVLink up to gpus_per_node GPUs, InfiniBand beyond, so crossover = N / c*_NVLink if
+    that is below gpus_per_node, else N / c*_InfiniBand if that is above it, else gpus_per_node (the transfers stop
+    being hidden where the ring leaves the node)."""
     world_sizes = np.asarray(_counts("world_sizes", world_sizes, "GPU counts"))
     layout = config.pop("layout", "zigzag")
-    ulysses_config = {k: v for k, v in config.items()}
     ring = ring_model(seq_len, world_sizes, layout=layout, **config)
-    ulysses = ulysses_model(seq_len, world_sizes, **ulysses_config)
-    crossover = None
-    hidden = ring["hidden"]
-    if hidden.any() and not hidden.all():
-        i = int(np.argmin(hidden))  # the first P whose transfers are not hidden
-        keys = ("batch", "heads", "kv_heads", "head_dim", "bytes_per_number", "is_causal", "flops")
-        link = config.get("nvlink", NVLINK4) if world_sizes[i] <= config.get("gpus_per_node", GPUS_PER_NODE) \
-            else config.get("network", INFINIBAND_NDR)  # fmt: skip
-        crossover = float(seq_len) / ring_overlap_chunk(layout=layout, link=link,
-                                                        **{k: config[k] for k in keys if k in config})  # fmt: skip
+    ulysses = ulysses_model(seq_len, world_sizes, **config)
+    keys = ("batch", "heads", "kv_heads", "head_dim", "bytes_per_number", "is_causal", "flops")
+    chunk_config = {k: config[k] for k in keys if k in config}
+    in_node = float(seq_len) / ring_overlap_chunk(layout=layout, link=config.get("nvlink", NVLINK4), **chunk_config)
+    across = float(seq_len) / ring_overlap_chunk(layout=layout, link=config.get("network", INFINIBAND_NDR),
+                                                 **chunk_config)  # fmt: skip
+    node = config.get("gpus_per_node", GPUS_PER_NODE)
+    crossover = in_node if in_node < node else across if across > node else float(node)
     return {"world_size": world_sizes, "chunk": ring["chunk"], "compute": ring["compute"], "ring": ring["ring"],
-            "ring_comm_step": ring["comm_step"], "ring_compute_step": ring["compute_step"], "ring_hidden": hidden,
-            "ulysses": ulysses["ulysses"], "ulysses_comm": ulysses["comm"], "crossover": crossover}  # fmt: skip
+            "ring_comm_step": ring["comm_step"], "ring_compute_step": ring["compute_step"],
+            "ring_hidden": ring["hidden"], "ulysses": ulysses["ulysses"], "ulysses_comm": ulysses["comm"],
+            "crossover": crossover}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------------------

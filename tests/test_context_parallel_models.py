@@ -194,7 +194,14 @@ def test_scaling_model_finds_where_the_ring_stops_hiding_its_transfers():
     assert np.array_equal(m["ring_hidden"], m["world_size"] < crossover)
     # Ulysses: only where P divides the 32 heads
     assert np.isnan(m["ulysses"]).tolist() == [p > 32 for p in m["world_size"]]
-    assert cp.scaling_model(2**30, [8, 16])["crossover"] is None  # long enough to stay hidden
+    assert cp.scaling_model(2**30, [8, 16])["crossover"] > 16  # long enough to stay hidden over the whole range
+    # where the link changes: hidden on NVLink at 8 GPUs, not over InfiniBand at any P > 8
+    c_nvlink, c_network = cp.ring_overlap_chunk(link=cp.NVLINK4), cp.ring_overlap_chunk()
+    n = 4 * c_network  # N / c*_InfiniBand = 4 < 8 < N / c*_NVLink
+    assert n / c_nvlink > 8 and cp.scaling_model(n, [4, 8, 16])["crossover"] == 8
+    assert cp.scaling_model(n, [4, 8, 16])["ring_hidden"].tolist() == [True, True, False]
+    n = 4 * c_nvlink  # hidden only up to 4 GPUs
+    assert cp.scaling_model(n, [2, 4, 8])["crossover"] == pytest.approx(4)
     assert np.array_equal(cp.scaling_model(2**20, np.array([8, 256]))["ring"], m["ring"][[0, 5]])  # arrays too
     with pytest.raises(ValueError, match="world_sizes"):
         cp.scaling_model(2**20, [8, 0])
