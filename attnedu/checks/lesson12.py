@@ -22,9 +22,10 @@ r H/P .. (r + 1) H/P - 1), in sequence order (contiguous shards). The variants: 
 missing before the exchange or after it, the tokens in striped order, no exchange, the head group one rank off either
 way.
 
-The prediction (``predicted_imbalance``): before the lesson measures it, the busiest rank's causal work over the idlest
-rank's, P = 4, contiguous and zigzag, counted in score blocks of the ring (a diagonal block half a full one, its mask
-leaves half its scores), measured with ``score_blocks``. The learner's functions may not run the course's
+The prediction (``predicted_imbalance``, a transfer of the lesson's count of score blocks): the busiest rank's causal
+work over the idlest rank's, P = 8 and 64 tokens, contiguous, zigzag and striped, in scores (query, key <= query), so
+that a diagonal block of 8 tokens is 36 of 64 scores, not half; counted from the causal mask and the positions each
+rank holds. The learner's functions may not run the course's
 ``attnedu.context_parallel`` or ``attnedu.flash`` (``OWN_CODE``).
 """
 
@@ -478,87 +479,118 @@ ULYSSES_ALL_TO_ALL = Exercise(
 )
 
 # --------------------------------------------------------------------------------------------
-# predicted_imbalance (prediction): the busiest rank's causal work over the idlest's, P = 4
+# predicted_imbalance (prediction): the busiest rank's causal work over the idlest's, P = 8, three layouts
 # --------------------------------------------------------------------------------------------
 
-IMBALANCE_P = 4
-IMBALANCE_MARGINS = (0.5, 0.1)  # contiguous: 7 (3.5 blocks / 0.5); zigzag: 1. Counted, so no machine moves them
+IMBALANCE = dict(world_size=8, seq_len=64)  # shards of 8 tokens: the diagonal's n (n + 1) / 2 is not n^2 / 2
+IMBALANCE_LAYOUTS = ("contiguous", "zigzag", "striped")
+IMBALANCE_MARGINS = (0.05, 0.05, 0.05)  # contiguous: relative (about 13); zigzag, striped: absolute (near 1)
 
 
-def _work(world_size: int, layout: str) -> list[float]:
-    """Score blocks per rank, a diagonal block as half a full one (its mask leaves n (n + 1) / 2 of n^2 scores: half
-    as n grows), counted with the course's ``score_blocks``."""
-    from ..context_parallel import score_blocks
+def _rank_positions(layout: str, rank: int, world_size: int, seq_len: int) -> torch.Tensor:
+    if layout == "striped":  # token t on rank t mod P (Brandon et al. 2023)
+        return torch.arange(rank, seq_len, world_size)
+    from ..context_parallel import shard_positions
 
-    return [c["full"] + c["diagonal"] / 2 for c in score_blocks(world_size, layout, is_causal=True)]
+    return shard_positions(seq_len, rank, world_size, layout)
 
 
-def _predicted_imbalance() -> tuple[float, float]:
-    """The course's count: busiest over idlest rank's work, contiguous then zigzag (P = 4, causal)."""
-    return tuple(max(w) / min(w) for w in (_work(IMBALANCE_P, "contiguous"), _work(IMBALANCE_P, "zigzag")))
+def _imbalance_work(layout: str) -> list[int]:
+    """Scores each rank computes in causal attention (query i, key j <= i), counted from the whole sequence's causal
+    mask and the positions each rank holds (the course's ``shard_positions``; striped: t mod P)."""
+    p, n = IMBALANCE["world_size"], IMBALANCE["seq_len"]
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    return [int(causal[_rank_positions(layout, r, p, n)].sum()) for r in range(p)]
+
+
+def _predicted_imbalance() -> tuple[float, float, float]:
+    """The course's count: busiest over idlest rank's scores, contiguous, zigzag and striped."""
+    return tuple(max(w) / min(w) for w in map(_imbalance_work, IMBALANCE_LAYOUTS))
 
 
 def _imbalance_details(measured: tuple) -> str:
-    contiguous, zigzag = _work(IMBALANCE_P, "contiguous"), _work(IMBALANCE_P, "zigzag")
+    p, n = IMBALANCE["world_size"], IMBALANCE["seq_len"]
+    rows = [
+        f"{layout}: {', '.join(map(str, _imbalance_work(layout)))} (busiest over idlest {ratio:.4g})"
+        for layout, ratio in zip(IMBALANCE_LAYOUTS, measured, strict=True)
+    ]
     return (
-        f"Counted with the course's score_blocks (a diagonal block as half a full one), per rank 0..{IMBALANCE_P - 1}:"
-        f" contiguous {', '.join(f'{w:g}' for w in contiguous)} blocks of (N/{IMBALANCE_P})^2 scores, busiest over "
-        f"idlest {measured[0]:g}; zigzag {', '.join(f'{w:g}' for w in zigzag)} blocks of (N/{2 * IMBALANCE_P})^2, "
-        f"{measured[1]:g}. The lesson then times them: a rank's time follows its count only roughly (each score "
-        "block also pays fixed costs, and the ring's waits)."
+        f"Counted from the causal mask of the {n} positions and the positions each of the {p} ranks holds, the "
+        f"scores (query, key <= query) per rank 0..{p - 1}: " + "; ".join(rows) + f". In all, {n * (n + 1) // 2} "
+        "scores. The lesson times the ranks: their times follow these counts only roughly (fixed costs per block, "
+        "and the waits of the ring)."
     )
 
 
+def _near(guess: float, value: float, within: float = 0.02) -> bool:
+    return abs(guess - value) <= within * max(1.0, abs(value))
+
+
 def _imbalance_diagnosis(index: int, guess: float, measured: tuple) -> str:
-    p = IMBALANCE_P
+    p, n = IMBALANCE["world_size"], IMBALANCE["seq_len"] // IMBALANCE["world_size"]
     if index == 0:
-        if abs(guess - p) < 0.25:
+        if _near(guess, 2 * p - 1):
+            return (
+                f"{2 * p - 1} is ({p} - 1/2) / (1/2): each diagonal block counted as half a block, which it is for "
+                f"long shards; with shards of {n} tokens, a diagonal block lets n (n + 1) / 2 = {n * (n + 1) // 2} of "
+                f"its {n * n} scores through"
+            )
+        if _near(guess, p):
             return (
                 f"{p} is ({p - 1} + 1) / (0 + 1): the diagonal block counted as a whole one. Its causal mask leaves "
-                "about half of its scores, so rank 0's work is half a block"
+                "about half of its scores"
             )
-        if abs(guess - (p - 1)) < 0.25 or abs(guess - 2 * p) < 0.25:
-            return (
-                f"rank 0 computes its diagonal block only (half a block's scores), rank {p - 1} the {p - 1} chunks "
-                "before its own and its diagonal"
-            )
-        if guess <= 1.25:
+        if guess <= 1.5:
             return (
                 "with contiguous chunks the ranks do not do equal work: rank 0's queries come first and see only "
                 f"their own chunk, rank {p - 1}'s see the whole sequence"
             )
         return ""
-    if guess > 1.25:
+    if index == 1:
+        if guess > 1.1:
+            return (
+                f"zigzag gives rank r chunks r and {2 * p - 1} - r of {2 * p}: an early chunk, with little to read, "
+                "and a late one, with much; their scores add up to the same on every rank"
+            )
+        return ""
+    if guess < 1.1:
         return (
-            f"zigzag gives rank r chunks r and {2 * p - 1} - r of {2 * p}: an early chunk, with little to read, and "
-            "a late one, with much; their work adds up to the same on every rank"
+            "striped is balanced only as the shards grow: against its own shard and those of earlier ranks a rank's "
+            f"queries read j <= i, n (n + 1) / 2 scores each, and against later ranks' only j < i, n (n - 1) / 2; the "
+            f"last rank has {p} of the first kind, rank 0 one"
         )
     return ""
+
+
+def _imbalance_credit(index: int, guess: float, measured: tuple) -> float:
+    """Half credit for the contiguous ratio of long shards, 2P - 1 (its line says where that route runs out)."""
+    return 0.5 if index == 0 and _near(guess, 2 * IMBALANCE["world_size"] - 1) else 0.0
 
 
 PREDICTED_IMBALANCE = prediction_exercise(
     name="predicted_imbalance",
     lesson=LESSON,
     question=(
-        f"causal ring attention on P = {IMBALANCE_P} ranks: the busiest rank's work over the idlest rank's, in score "
-        "blocks (a diagonal block half a full one), with contiguous chunks and with zigzag chunks"
+        f"causal attention over {IMBALANCE['seq_len']} tokens on P = {IMBALANCE['world_size']} ranks: the busiest "
+        "rank's scores over the idlest rank's, with contiguous, zigzag and striped shards"
     ),
-    parts=(
-        Part("busiest over idlest, contiguous", margin=IMBALANCE_MARGINS[0]),
-        Part("busiest over idlest, zigzag", margin=IMBALANCE_MARGINS[1]),
+    parts=tuple(
+        Part(f"busiest over idlest, {layout}", margin=margin, relative=layout == "contiguous")
+        for layout, margin in zip(IMBALANCE_LAYOUTS, IMBALANCE_MARGINS, strict=True)
     ),
     measure=_predicted_imbalance,
     details=_imbalance_details,
     diagnose=_imbalance_diagnosis,
-    forbidden=OWN_CODE,  # a prediction, not a count made with the course's score_blocks
+    credit=_imbalance_credit,
+    forbidden=OWN_CODE,  # a prediction, not a count made with the course's code
     hint=(
-        f"With contiguous chunks rank r holds chunk r of {IMBALANCE_P}: which key chunks do its queries need, and "
-        "which of them is masked? Do the same for zigzag, where rank r holds chunks r and "
-        f"{2 * IMBALANCE_P - 1} - r of {2 * IMBALANCE_P}.",
-        "Contiguous: rank r computes r full blocks (the chunks before its own) and its diagonal, r + 1/2 blocks; rank "
-        "0 has 1/2, the last rank P - 1/2. Zigzag: chunk a needs a full blocks and a diagonal, so rank r has "
-        "r + (2P - 1 - r) = 2P - 1 full blocks and 2 diagonals, the same on every rank.",
-        f"`return ({IMBALANCE_P} - 0.5) / 0.5, 1.0`, worked out by hand.",
+        "Count scores, not blocks: a query reads the keys at or before its position. With shards of n = 8 tokens, "
+        "how many scores does a full (query chunk, key chunk) pair give, and a diagonal one? Which pairs does the "
+        "first rank have, and the last, in each layout?",
+        "Full pair n^2 = 64, diagonal n (n + 1) / 2 = 36. Contiguous: rank r has r full pairs and one diagonal. "
+        "Zigzag (chunks of 4, rank r holding chunks r and 15 - r): every rank 15 full pairs of 16 and 2 diagonals "
+        "of 10. Striped: against ranks s <= r, j <= i (36 each); against s > r, j < i (28 each).",
+        "`return (7 * 64 + 36) / 36, 1.0, (8 * 36) / (36 + 7 * 28)`, worked out by hand.",
     ),
 )
 

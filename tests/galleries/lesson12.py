@@ -145,12 +145,6 @@ def _ring_step_with_the_packages_merge(out, lse, query, key, value, diagonal):
     return o / torch.exp(total - m)[..., None], total
 
 
-def _imbalance_with_the_course_code():
-    work = [[c["full"] + c["diagonal"] / 2 for c in context_parallel.score_blocks(4, layout)]
-            for layout in ("contiguous", "zigzag")]  # fmt: skip
-    return max(work[0]) / min(work[0]), max(work[1]) / min(work[1])
-
-
 def _striped_with_the_packages_positions(query_ranks, key_ranks, world_size, shard_len):
     positions = context_parallel.shard_positions(world_size * shard_len, 0, 1)  # 0 .. N - 1, one rank
     pos = positions.reshape(shard_len, world_size).T  # rank r's positions, striped
@@ -591,51 +585,71 @@ BUGS = [
 
 
 def pi_right():
-    return 7.0, 1.0
+    return 484 / 36, 1.0, 288 / 232
 
 
-def pi_by_fractions():
-    return 3.5 / 0.5, 8 / 8
+def pi_by_hand():
+    full, diagonal, strict = 8 * 8, 8 * 9 // 2, 8 * 7 // 2
+    return (
+        (7 * full + diagonal) / diagonal,
+        (15 * 16 + 2 * 10) / (15 * 16 + 2 * 10),
+        8 * diagonal / (diagonal + 7 * strict),
+    )
 
 
 def pi_as_tensors():
-    return torch.tensor(7.0), torch.tensor(1)
+    return torch.tensor(13.44), torch.tensor(1), torch.tensor(1.24)
 
 
 def pi_nearly():
-    return 6.8, 1.05
+    return 13.0, 1.02, 1.2
 
 
 def pi_roughly():
-    return 7.8, 1.0  # within twice the margin on the contiguous part: half of it
+    return 14.5, 1.0, 1.24  # 8% off on the contiguous part: within twice its margin
+
+
+def pi_blocks_of_long_shards():
+    return 15.0, 1.0, 1.24  # 2P - 1: a diagonal block as half a block, right for long shards only
 
 
 def pi_diagonal_whole():
-    return 4.0, 1.0  # (3 + 1) / (0 + 1): the diagonal counted as a whole block
+    return 8.0, 1.0, 1.24
+
+
+def pi_striped_balanced():
+    return 13.44, 1.0, 1.0
 
 
 def pi_zigzag_unequal():
-    return 7.0, 2.0
+    return 13.44, 2.0, 1.24
 
 
-def pi_balanced_everywhere():
-    return 1.0, 1.0
+def pi_contiguous_balanced():
+    return 1.0, 1.0, 1.24
 
 
-def pi_both_wrong():
-    return 4.0, 2.0
+def pi_all_wrong():
+    return 8.0, 2.0, 1.0
 
 
-def pi_one_number():
-    return 7.0
+def pi_two_numbers():
+    return 13.44, 1.0
 
 
 def pi_as_text():
-    return "7", "1"
+    return "13", "1", "1.2"
 
 
 def pi_with_the_course_code():
-    return _imbalance_with_the_course_code()
+    n, p = 64, 8
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    ratios = []
+    for layout in ("contiguous", "zigzag"):
+        work = [int(causal[context_parallel.shard_positions(n, r, p, layout)].sum()) for r in range(p)]
+        ratios.append(max(work) / min(work))
+    striped = [int(causal[torch.arange(r, n, p)].sum()) for r in range(p)]
+    return ratios[0], ratios[1], max(striped) / min(striped)
 
 
 def pi_unwritten():
@@ -643,17 +657,19 @@ def pi_unwritten():
 
 
 PREDICTIONS = [
-    ("predicted_imbalance", pi_right, "passed", 1.0, "you predicted 7, measured 7"),
-    ("predicted_imbalance", pi_by_fractions, "passed", 1.0, "Score: 1 of 1"),
+    ("predicted_imbalance", pi_right, "passed", 1.0, "measured 13.44"),
+    ("predicted_imbalance", pi_by_hand, "passed", 1.0, "Score: 1 of 1"),
     ("predicted_imbalance", pi_as_tensors, "passed", 1.0, "full credit"),
-    ("predicted_imbalance", pi_nearly, "passed", 1.0, "within 0.5 (full credit)"),
-    ("predicted_imbalance", pi_roughly, "partial", 0.75, "within twice"),
-    ("predicted_imbalance", pi_diagonal_whole, "partial", 0.5, "the diagonal block counted as a whole one"),
-    ("predicted_imbalance", pi_zigzag_unequal, "partial", 0.5, "their work adds up to the same on every rank"),
-    ("predicted_imbalance", pi_balanced_everywhere, "partial", 0.5, "the ranks do not do equal work"),
-    ("predicted_imbalance", pi_both_wrong, "failed", 0.0, "Score: 0 of 1"),
-    ("predicted_imbalance", pi_one_number, "failed", 0.0, "should return a tuple of 2 values"),
-    ("predicted_imbalance", pi_as_text, "failed", 0.0, "should return a tuple of 2 values"),
-    ("predicted_imbalance", pi_with_the_course_code, "failed", 0.0, "`attnedu.context_parallel.score_blocks`"),
+    ("predicted_imbalance", pi_nearly, "passed", 1.0, "(full credit)"),
+    ("predicted_imbalance", pi_roughly, "partial", 5 / 6, "within twice"),
+    ("predicted_imbalance", pi_blocks_of_long_shards, "partial", 5 / 6, "which it is for long shards"),
+    ("predicted_imbalance", pi_diagonal_whole, "partial", 2 / 3, "the diagonal block counted as a whole one"),
+    ("predicted_imbalance", pi_striped_balanced, "partial", 2 / 3, "balanced only as the shards grow"),
+    ("predicted_imbalance", pi_zigzag_unequal, "partial", 2 / 3, "their scores add up to the same on every rank"),
+    ("predicted_imbalance", pi_contiguous_balanced, "partial", 2 / 3, "the ranks do not do equal work"),
+    ("predicted_imbalance", pi_all_wrong, "failed", 0.0, "Score: 0 of 1"),
+    ("predicted_imbalance", pi_two_numbers, "failed", 0.0, "should return a tuple of 3 values"),
+    ("predicted_imbalance", pi_as_text, "failed", 0.0, "should return a tuple of 3 values"),
+    ("predicted_imbalance", pi_with_the_course_code, "failed", 0.0, "`attnedu.context_parallel.shard_positions`"),
     ("predicted_imbalance", pi_unwritten, "not_attempted", 0.0, "still raises NotImplementedError"),
 ]
