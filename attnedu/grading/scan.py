@@ -35,7 +35,11 @@ SAFE_HELPERS = {
     # exercise 12 plugs the learner's ring_step into a real ring of processes (the check forbids these, and all of
     # attnedu.context_parallel, inside the learner's functions)
     "attnedu.context_parallel": {
-        "run_ranks", "RankError", "shard_sequence", "gather_sequence", "ring_attention_forward",
+        "run_ranks",
+        "RankError",
+        "shard_sequence",
+        "gather_sequence",
+        "ring_attention_forward",
     },  # fmt: skip
 }
 # (recorded_prediction: the learner's own first prediction of the session, which an exercise cell waits for before it
