@@ -40,7 +40,7 @@ SAFE_HELPERS = {
         "shard_sequence",
         "gather_sequence",
         "ring_attention_forward",
-    },  # fmt: skip
+    },
 }
 # (recorded_prediction: the learner's own first prediction of the session, which an exercise cell waits for before it
 # shows a measurement; it gives nothing of the measurement away)
