@@ -389,9 +389,10 @@ def ring_attention_forward(query, key, value, *, is_causal: bool = False, layout
     the running state of the query chunk (its output normalised over the keys seen so far and their log-sum-exp; the
     state over no keys is out = 0, lse = -inf), query (..., n, head_dim) the chunk's queries, key and value the chunk
     of keys just received, diagonal whether this is the causal diagonal pair (key j after query i, in the chunk's
-    own positions, is masked); it returns the state over the keys seen so far and these. Its tensors are in float32
-    (float64 for float64 inputs), and so must its results be, of the state's shapes, without NaN (every pair gives
-    each query at least one key). The state after the last pair is what this returns (lse as the step computed it).
+    own positions, is masked); it returns the state over the keys seen so far and these. Its tensors are copies, in
+    float32 (float64 for float64 inputs), and so must its results be, of the state's shapes, without NaN (every pair
+    gives each query at least one key). The state after the last pair is what this returns (lse as the step computed
+    it).
     """
     is_causal, rank, world_size = _check_ring(query, key, value, is_causal, layout)
     if step is not None and not callable(step):
@@ -415,9 +416,10 @@ def ring_attention_forward(query, key, value, *, is_causal: bool = False, layout
                 if kind == "skip":
                     continue
                 if step is not None:
-                    kv = (block[0][..., ks, :].to(work), block[1][..., ks, :].to(work))
-                    states[i] = _hook_step(step, states[i], query[..., qs, :].to(work), *kv, kind == "diagonal",
-                                           (rank, t, a, b))  # fmt: skip
+                    # copies: a step that changes its inputs in place cannot touch the block the ring is sending
+                    q, k, v = (x.to(work, copy=True) for x in (query[..., qs, :], block[0][..., ks, :],
+                                                               block[1][..., ks, :]))  # fmt: skip
+                    states[i] = _hook_step(step, states[i], q, k, v, kind == "diagonal", (rank, t, a, b))
                     continue
                 out, lse = tiled_attention_forward(query[..., qs, :], block[0][..., ks, :], block[1][..., ks, :],
                                                    is_causal=kind == "diagonal")  # fmt: skip
