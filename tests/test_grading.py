@@ -65,6 +65,7 @@ L08 = "08a_flash_attention_forward"  # lesson 08a: the Triton kernels
 STUB_LESSONS = (L01, L08, "11_real_attention_heads")
 L10 = "10_attention_at_inference"
 L11 = "11_real_attention_heads"
+L12 = "12_attention_across_devices"
 
 
 def read(path: Path):
@@ -254,6 +255,10 @@ def write_submissions(folder: Path, out: Path, report: Path, target: tuple[str, 
     replace_solution(removal, "predicted_causal_entropy", "def predicted_causal_entropy():\n    return 2.079\n")
     replace_solution(removal, "predicted_repeat_losses", "def predicted_repeat_losses():\n    return 2.53, 1.8\n")
     nbformat.write(removal, folder / "11_predictions.ipynb")
+    # lesson 12's ring cell starts two processes (run_ranks) that talk over the sandbox's loopback; the cell reports a
+    # ring that stopped without raising, so a cell after it asserts that the ring ran and gave full attention
+    ring = insert_after(solution(L12), "run_ranks(ring_with_step, 2", "assert same, 'the ring is not full attention'")
+    nbformat.write(ring, folder / "12_ring.ipynb")
 
     # forgeries
     nbformat.write(insert_after(stub(L01), "from attnedu.checks import", FORGER), folder / "01_forger.ipynb")
@@ -445,6 +450,15 @@ def test_table_layout_and_careless_submissions(graded):
 
     broken = table["broken.ipynb"]
     assert broken["notebook"] == "unreadable" and broken["total"] == "0"
+
+
+def test_lesson_12s_ring_of_processes_runs_in_the_sandbox(graded):
+    """Two ranks started from the notebook (spawned processes, a queue whose locks live in /dev/shm, gloo over the
+    loopback interface, the only one there: test_no_network_no_privileges_and_limits) within the sandbox's process
+    limit: the cell after the ring finds it ran and equalled full attention, and the exercises score full marks."""
+    row = graded["table"]["12_ring.ipynb"]
+    assert row["lesson"] == L12 and row["notebook"] == "ok", row
+    assert int(row["total"]) == int(row["max_total"]) == len(LESSONS[L12]), row
 
 
 def test_a_prediction_half_right_scores_half_in_its_column(graded):
@@ -989,6 +1003,7 @@ def test_sandbox_hides_outputs_that_lie_inside_what_it_shows(tmp_path):
     ]
     assert str(hidden_outside) not in argv  # not in the sandbox at all: nothing to hide
     assert "--unshare-net" in argv and "--unshare-pid" in argv and "--die-with-parent" in argv
+    assert argv[argv.index("/dev/shm") - 1] == "--tmpfs"  # its own, for multiprocessing's semaphores (lesson 12)
     assert argv[argv.index("--bind") + 1 : argv.index("--bind") + 3] == [str(tmp_path), sandbox.WORK]
 
 

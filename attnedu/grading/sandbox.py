@@ -3,15 +3,16 @@ plain subprocess with a loud warning.
 
 The sandbox builds a new root from a short list of paths instead of hiding things from the real
 one: the system directories (``/usr``, ``/etc``, ...) and the Python, virtual environment and
-``attnedu`` package the grader itself runs on, all read-only; a private ``/tmp``; and one
+``attnedu`` package the grader itself runs on, all read-only; a private ``/tmp`` and ``/dev/shm`` (where
+multiprocessing keeps its semaphores: lesson 12 starts processes from the notebook); and one
 writable folder, the submission's work folder, at :data:`WORK`. Nothing else of the machine is
 there: not the submissions folder, not the output files, not the grader's other work folders,
 not ``/root`` or ``/home``, not ``/run`` (with its sockets). Should one of those lie inside a path
 that is there (say, the submissions inside the virtual environment), it is hidden again.
 
 It also gets new PID, network, IPC and UTS namespaces: no network but its own loopback (the
-kernel and its client talk over it), and its own process tree, which dies with its first
-process, so nothing outlives it. And an unprivileged user:
+kernel and its client talk over it, and lesson 12's ranks, gloo on ``lo``), and its own process
+tree, which dies with its first process, so nothing outlives it. And an unprivileged user:
 
 * grader run by a normal user: a new user namespace maps that user to ``nobody`` (65534) inside,
   with no capabilities outside (``--unshare-user --uid 65534 --disable-userns``);
@@ -48,6 +49,7 @@ SANDBOX_UID = SANDBOX_GID = 65534  # nobody, as the sandbox's processes see them
 ROOT_MODE_UIDS = POOL
 WORK = "/tmp/work"  # the submission's work folder, inside the sandbox
 TMP_BYTES = 256 << 20  # the private /tmp
+SHM_BYTES = 16 << 20  # the private /dev/shm: semaphores, a few bytes each (run_ranks sends no tensor through it)
 WORKER = Path(__file__).with_name("worker.py")
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc")
 
@@ -57,7 +59,10 @@ class Limits:
     """Caps applied by the worker to itself and so to the kernel it starts (setrlimit, per process)."""
 
     memory_bytes: int = 4 << 30  # RLIMIT_AS: a kernel with torch imported maps about 1.4 GiB
-    processes: int = 64  # RLIMIT_NPROC, threads included: a kernel and its client use about 20
+    # RLIMIT_NPROC, threads included: a kernel and its client use about 20; lesson 12's ring cell, two ranks started
+    # from the notebook (run_ranks: torch, gloo), passed from 30 up and failed at 28, and with four ranks passed at 40
+    # and failed at 36 (solution 12 graded as root, 2026-11-29): 64 leaves room for both, so it stays
+    processes: int = 64
     file_bytes: int = 256 << 20  # RLIMIT_FSIZE: the largest file it may write
     cpu_seconds: int = 600  # RLIMIT_CPU, per process: stops processes that spin on in the background
 
@@ -148,6 +153,11 @@ class Sandbox:
             elif path.is_dir():
                 argv += ["--ro-bind", str(path), str(path)]
         argv += ["--dev", "/dev", "--proc", "/proc"]
+        # a private /dev/shm, writable by the sandbox's user: multiprocessing's locks and queues are POSIX semaphores
+        # there (lesson 12 starts its ranks from the notebook with run_ranks); bwrap's own /dev/shm is root's
+        if self._supports("--size"):
+            argv += ["--perms", "1777", "--size", str(SHM_BYTES)]
+        argv += ["--tmpfs", "/dev/shm"]
         if self._supports("--size"):
             argv += ["--perms", "1777", "--size", str(TMP_BYTES)]
         argv += ["--tmpfs", "/tmp"]
