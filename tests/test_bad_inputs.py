@@ -24,6 +24,7 @@ from attnedu import (
     bench,
     block_parts,
     blocks,
+    context_parallel,
     data,
     init_gradients,
     masks,
@@ -962,6 +963,23 @@ BAD_CALLS = [
      ValueError, r"min_run_time \(seconds per measurement\) should be a number > 0, got 0"),
     ("time_methods/calls-list", lambda: bench.time_methods([lambda: None], "cpu", 1, 0), TypeError,
      r"calls should be a dict of key -> callable \(or Call\), got a list"),
+    # ---- context_parallel (lesson 12): refused before any process starts -------------------------------------
+    ("run_ranks/world_size-0", lambda: context_parallel.run_ranks(print, 0), ValueError,
+     r"world_size \(how many processes to start\) should be an int with 1 <= world_size, got 0"),
+    ("shard_positions/layout", lambda: context_parallel.shard_positions(16, 0, 2, "diag"), ValueError,
+     r"layout should be one of \('contiguous', 'zigzag'\), got 'diag'.*did you mean 'zigzag'"),
+    ("shard_positions/rank", lambda: context_parallel.shard_positions(16, 2, 2), ValueError,
+     r"rank \(which process\) should be an int with 0 <= rank <= 1, got 2"),
+    ("time_ring/seq_len", lambda: context_parallel.time_ring(2, 10, layouts=("zigzag",)), ValueError,
+     r"seq_len should be a multiple of 4 \(the zigzag layout cuts the sequence into 4 equal chunks"),
+    ("ring_model/world_size-0", lambda: context_parallel.ring_model(1024, 0), ValueError,
+     r"world_size should be a number >= 1"),
+    ("ulysses_model/kv_heads", lambda: context_parallel.ulysses_model(1024, 8, heads=32, kv_heads=5), ValueError,
+     r"kv_heads should divide heads"),
+    ("transfer_time/link", lambda: context_parallel.transfer_time(10, 450e9), TypeError,
+     r"link should be a Link \(NVLINK4, INFINIBAND_NDR or your own\)"),
+    ("memory_per_device/model", lambda: context_parallel.memory_per_device("Llama-9"), ValueError,
+     r"model should be one of \('Llama-2-7B \(MHA\)'"),
 ]  # fmt: skip
 
 
