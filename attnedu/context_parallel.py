@@ -56,6 +56,7 @@ import time
 import traceback
 from datetime import timedelta
 
+import cloudpickle
 import torch
 import torch.distributed as dist
 
@@ -91,11 +92,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _rank_main(fn, rank: int, world_size: int, port: int, args: tuple, results, timeout_s: float) -> None:
-    """What each spawned process runs: join the process group, call fn, report (rank, ok, pickled result or the
-    traceback) on the queue, leave the group."""
+def _rank_main(payload: bytes, rank: int, world_size: int, port: int, results, timeout_s: float) -> None:
+    """What each spawned process runs: load (fn, args) (pickled by value with cloudpickle in the parent), join the
+    process group, call fn, report (rank, ok, pickled result or the traceback) on the queue, leave the group."""
     torch.set_num_threads(1)
     try:
+        fn, args = pickle.loads(payload)  # cloudpickle's output is read by pickle (cloudpickle is imported as needed)
         dist.init_process_group("gloo", init_method=f"tcp://{LOOPBACK}:{port}", rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=timeout_s))  # fmt: skip
         result = pickle.dumps(fn(rank, world_size, *args))
@@ -105,6 +107,32 @@ def _rank_main(fn, rank: int, world_size: int, port: int, args: tuple, results, 
         return
     results.put((rank, True, result))
     dist.destroy_process_group()
+
+
+def _by_value(fn, args: tuple) -> bytes:
+    """(fn, args) pickled for the spawned processes with cloudpickle: a function defined in a notebook cell, a lambda
+    or a closure (and such a function passed in args) travels by value, its code and the globals it uses; a function
+    of an importable module travels by name, as pickle sends it. What cannot be pickled at all (an open file, a lock,
+    a generator, ...) is refused here, naming fn or the argument and why."""
+    try:
+        return cloudpickle.dumps((fn, args))
+    except Exception:  # which part, and why: below
+        pass
+    try:
+        cloudpickle.dumps(fn)
+    except Exception as exc:
+        raise ValueError(f"fn should be a function each new process can receive (pickled with cloudpickle), got "
+                         f"{fn!r}, which cannot be pickled: {type(exc).__name__}: {exc}; a function that uses an "
+                         "open file, a lock, a generator or a process group cannot travel: create such things "
+                         "inside fn") from None  # fmt: skip
+    for i, arg in enumerate(args):
+        try:
+            cloudpickle.dumps(arg)
+        except Exception as exc:
+            raise ValueError(f"args[{i}] (passed to fn after rank and world_size) should be picklable (each process "
+                             f"receives a copy), got {describe(arg)}, which cannot be pickled: {type(exc).__name__}: "
+                             f"{exc}; pass the data it is made from and build it inside fn") from None  # fmt: skip
+    return cloudpickle.dumps((fn, args))  # each part pickles alone: let the error of the whole show
 
 
 def _failure(results, processes, done: dict, first, grace_s: float = 0.5) -> RankError | None:
@@ -142,26 +170,20 @@ def run_ranks(fn, world_size: int, *args, timeout: float = DEFAULT_TIMEOUT_S) ->
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` new processes, one ``torch.distributed`` rank each
     (gloo backend, 127.0.0.1 on a free port, one torch thread per process), and return their results in rank order.
 
-    fn must be defined at the top level of a module (the processes are started with "spawn": they import it), and
-    args and the results must be picklable. If a rank raises, every process is ended and a ``RankError`` names the
-    rank and shows its traceback; if a rank dies without a word, the error gives its exit code; if the ranks have not
-    all finished ``timeout`` seconds after the call (starting them included), all are killed and the error names
-    those that did not finish. No process started here outlives the call.
+    The processes are started with "spawn" (fresh interpreters): fn and args reach them pickled with cloudpickle, by
+    value where they cannot be imported (a function defined in a notebook cell, a lambda, a closure, and such a
+    function passed in args), by name otherwise; the results come back with pickle.
+
+    If a rank raises, every process is ended and a ``RankError`` names the rank and shows its traceback; if a rank
+    dies without a word, the error gives its exit code; if the ranks have not all finished ``timeout`` seconds after
+    the call (starting them included), all are killed and the error names those that did not finish. No
+    process started here outlives the call.
     """
     if not callable(fn):
         raise TypeError(f"fn should be a function fn(rank, world_size, *args), got {describe(fn)}")
-    try:
-        pickle.dumps(fn)
-        problem = ""
-    except Exception as exc:
-        problem = str(exc)
-    if not problem and fn.__module__ == "__main__" and not getattr(sys.modules["__main__"], "__file__", None):
-        problem = "it was defined in a notebook or an interactive session, which a new process cannot import"
-    if problem:
-        raise ValueError(f"fn should be defined at the top level of a module (each process imports it), got {fn!r}: "
-                         f"{problem}; move it into a .py module and import it from there") from None  # fmt: skip
     world_size = check_int("world_size", world_size, "how many processes to start", minimum=1)
     timeout = check_number("timeout", timeout, "seconds before the processes are killed", 0.0, strict=True)
+    payload = _by_value(fn, args)
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     port = free_port()
@@ -169,7 +191,7 @@ def run_ranks(fn, world_size: int, *args, timeout: float = DEFAULT_TIMEOUT_S) ->
     saved = os.environ.get("GLOO_SOCKET_IFNAME")
     if interface and saved is None:
         os.environ["GLOO_SOCKET_IFNAME"] = interface  # inherited by the spawned processes
-    processes = [context.Process(target=_rank_main, args=(fn, rank, world_size, port, args, results, timeout),
+    processes = [context.Process(target=_rank_main, args=(payload, rank, world_size, port, results, timeout),
                                  name=f"attnedu-rank-{rank}", daemon=True) for rank in range(world_size)]  # fmt: skip
     try:
         for process in processes:
@@ -347,7 +369,7 @@ def _chunk_slices(length: int, rank: int, world_size: int, layout: str):
 
 
 def ring_attention_forward(query, key, value, *, is_causal: bool = False, layout: str = "contiguous",
-                           sent: list | None = None):  # fmt: skip
+                           sent: list | None = None, step=None):  # fmt: skip
     """Ring attention's forward, called by every rank with its shard: ``(out, lse)`` of its queries against all N
     keys, as ``tiled_attention_forward`` over the whole sequence would give for these positions.
 
@@ -361,22 +383,41 @@ def ring_attention_forward(query, key, value, *, is_causal: bool = False, layout
     (``shard_sequence``), the same shapes on every rank -> out (batch, heads, shard_len, value_dim) in query's dtype,
     lse (batch, heads, shard_len) in float32 (float64 for float64 inputs). ``sent``: a list each tensor this rank
     sends is counted into (its nbytes appended; ``ring_bytes`` gives the total by formula).
+
+    ``step``: None (the computation above), or a function that replaces it, one (query chunk, key chunk) pair at a
+    time: ``step(out, lse, query, key, value, diagonal) -> (out, lse)``. out (..., n, value_dim) and lse (..., n) are
+    the running state of the query chunk (its output normalised over the keys seen so far and their log-sum-exp; the
+    state over no keys is out = 0, lse = -inf), query (..., n, head_dim) the chunk's queries, key and value the chunk
+    of keys just received, diagonal whether this is the causal diagonal pair (key j after query i, in the chunk's
+    own positions, is masked); it returns the state over the keys seen so far and these. Its tensors are in float32
+    (float64 for float64 inputs), and so must its results be, of the state's shapes, without NaN (every pair gives
+    each query at least one key). The state after the last pair is what this returns (lse as the step computed it).
     """
     is_causal, rank, world_size = _check_ring(query, key, value, is_causal, layout)
+    if step is not None and not callable(step):
+        raise TypeError(f"step should be None or a function step(out, lse, query, key, value, diagonal) -> (out, lse), "
+                        f"got {describe(step)}")  # fmt: skip
     q_chunks = _chunk_slices(query.shape[-2], rank, world_size, layout)
     work = torch.float64 if query.dtype == torch.float64 else torch.float32
     states = []  # one (m, l, o) per query chunk; m = -inf, l = 0, o = 0: the state over no keys
     for _, qs in q_chunks:
         m = torch.full((*query.shape[:-2], qs.stop - qs.start), float("-inf"), dtype=work)
         states.append((m, torch.zeros_like(m), torch.zeros(*m.shape, value.shape[-1], dtype=work)))
+    if step is not None:  # the hook's state: (out, lse), from out = 0, lse = -inf
+        states = [(o, m) for m, _, o in states]
     block = (key.contiguous(), value.contiguous())
-    for step in range(world_size):
-        source = (rank - step) % world_size
-        pending = _exchange(block, rank, world_size, sent) if step < world_size - 1 else None
+    for t in range(world_size):
+        source = (rank - t) % world_size
+        pending = _exchange(block, rank, world_size, sent) if t < world_size - 1 else None
         for i, (a, qs) in enumerate(q_chunks):
             for b, ks in _chunk_slices(key.shape[-2], source, world_size, layout):
                 kind = _pair(a, b, is_causal)
                 if kind == "skip":
+                    continue
+                if step is not None:
+                    kv = (block[0][..., ks, :].to(work), block[1][..., ks, :].to(work))
+                    states[i] = _hook_step(step, states[i], query[..., qs, :].to(work), *kv, kind == "diagonal",
+                                           (rank, t, a, b))  # fmt: skip
                     continue
                 out, lse = tiled_attention_forward(query[..., qs, :], block[0][..., ks, :], block[1][..., ks, :],
                                                    is_causal=kind == "diagonal")  # fmt: skip
@@ -388,9 +429,36 @@ def ring_attention_forward(query, key, value, *, is_causal: bool = False, layout
             for request in requests:
                 request.wait()
             block = tuple(received)
+    if step is not None:
+        out = torch.cat([o for o, _ in states], dim=-2)
+        lse = torch.cat([lse for _, lse in states], dim=-1)
+        return out.to(query.dtype), lse
     out = torch.cat([o / l[..., None] for m, l, o in states], dim=-2)
     lse = torch.cat([m + torch.log(l) for m, l, o in states], dim=-1)
     return out.to(query.dtype), lse
+
+
+def _hook_step(step, state, query, key, value, diagonal: bool, where) -> tuple[torch.Tensor, torch.Tensor]:
+    """One call of ring_attention_forward's ``step`` hook, its result checked: a clear error naming step (and where in
+    the ring it was called) instead of a wrong number further on."""
+    out, lse = state
+    rank, t, a, b = where
+    place = (f"on rank {rank}, ring step {t}, query chunk {a} against key chunk {b}"
+             f"{' (the diagonal pair)' if diagonal else ''}")  # fmt: skip
+    result = step(out.clone(), lse.clone(), query, key, value, diagonal)
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise TypeError(f"step should return the new state (out, lse), two tensors, got {describe(result)} {place}")
+    for name, new, old in (("out", result[0], out), ("lse", result[1], lse)):
+        if not isinstance(new, torch.Tensor):
+            raise TypeError(f"step should return (out, lse) as tensors, got {name} = {describe(new)} {place}")
+        if new.shape != old.shape or new.dtype != old.dtype:
+            raise ValueError(f"step should return {name} of shape {tuple(old.shape)} and dtype {old.dtype} (the "
+                             f"state's), got {describe(new)} {place}")  # fmt: skip
+        if torch.isnan(new).any():
+            raise ValueError(f"step returned NaN in {name} {place}: every pair gives each query at least one key, so "
+                             "the state after it is finite (the state over no keys has lse = -inf and out = 0: "
+                             "exp(-inf) is 0, but -inf - (-inf) is NaN)")  # fmt: skip
+    return result[0], result[1]
 
 
 def ring_attention_backward(query, key, value, out, lse, grad_out, *, is_causal: bool = False,
@@ -450,8 +518,8 @@ class RingAttention(torch.autograd.Function):
     """Ring attention with its ring backward: saves the shard's inputs, out and lse (no score matrix)."""
 
     @staticmethod
-    def forward(ctx, query, key, value, is_causal, layout, sent):
-        out, lse = ring_attention_forward(query, key, value, is_causal=is_causal, layout=layout, sent=sent)
+    def forward(ctx, query, key, value, is_causal, layout, sent, step):
+        out, lse = ring_attention_forward(query, key, value, is_causal=is_causal, layout=layout, sent=sent, step=step)
         ctx.save_for_backward(query, key, value, out, lse)
         ctx.options = (is_causal, layout, sent)
         return out
@@ -462,16 +530,17 @@ class RingAttention(torch.autograd.Function):
         is_causal, layout, sent = ctx.options
         grads = ring_attention_backward(query, key, value, out, lse, grad_out.contiguous(), is_causal=is_causal,
                                         layout=layout, sent=sent)  # fmt: skip
-        return (*grads, None, None, None)
+        return (*grads, None, None, None, None)
 
 
 def ring_attention(query, key, value, *, is_causal: bool = False, layout: str = "contiguous",
-                   sent: list | None = None):  # fmt: skip
+                   sent: list | None = None, step=None):  # fmt: skip
     """softmax(Q K^T / sqrt(head_dim)) V for this rank's shard of queries against the whole sequence's keys, the
     sequence sharded over the ranks (``ring_attention_forward``); differentiable, by ``ring_attention_backward``.
     Every rank must call it (it communicates), and every rank must call backward on its output. ``sent``: a list the
-    nbytes of each tensor sent are appended to, forward and backward."""
-    return RingAttention.apply(query, key, value, is_causal, layout, sent)
+    nbytes of each tensor sent are appended to, forward and backward. ``step``: the forward's hook
+    (``ring_attention_forward``); the backward is the package's, from the out and lse the forward returned."""
+    return RingAttention.apply(query, key, value, is_causal, layout, sent, step)
 
 
 # ------------------------------------------------------------------------------------------------------------

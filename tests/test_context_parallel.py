@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import threading
 import time
 import types
 
@@ -31,6 +32,20 @@ def _inputs(seed: int, shape, dtype=torch.float64):
     generator = torch.Generator().manual_seed(seed)
     q, k, v, d_out = (torch.randn(shape, generator=generator, dtype=dtype) for _ in range(4))
     return q, k, v, d_out
+
+
+def _merge_step(out, lse, query, key, value, diagonal):
+    """A step for ring_attention_forward's hook written as a learner would: the pair's scores, its (out, lse), merged
+    into the running state with the log-sum-exp."""
+    scores = query @ key.transpose(-2, -1) / query.shape[-1] ** 0.5
+    if diagonal:
+        n = scores.shape[-1]
+        scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+    block_lse = torch.logsumexp(scores, dim=-1)
+    block_out = torch.softmax(scores, dim=-1) @ value
+    new_lse = torch.logaddexp(lse, block_lse)
+    new_out = torch.exp(lse - new_lse)[..., None] * out + torch.exp(block_lse - new_lse)[..., None] * block_out
+    return new_out, new_lse
 
 
 def _ring_cases(rank: int, world_size: int, shape) -> dict:
@@ -59,10 +74,23 @@ def _ring_cases(rank: int, world_size: int, shape) -> dict:
         leaves = [x.clone().requires_grad_() for x in (q, k, v)]
         auto_out = cp.ring_attention(*leaves, is_causal=is_causal, layout=layout)
         auto_out.backward(d_out)
+        # the step hook: a learner-style step in place of the package's, forward; the backward stays the package's
+        steps = []
+
+        def counted_step(*a, steps=steps):
+            steps.append(a[-1])
+            return _merge_step(*a)
+
+        hooked = cp.ring_attention_forward(q, k, v, is_causal=is_causal, layout=layout, step=counted_step)
+        hooked_leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        hooked_auto = cp.ring_attention(*hooked_leaves, is_causal=is_causal, layout=layout, step=_merge_step)
+        hooked_auto.backward(d_out)
         results[(is_causal, layout)] = {
             "out": out, "lse": lse, "grads": grads, "tiles": dict(calls),
             "auto_out": auto_out.detach(), "auto_grads": [x.grad for x in leaves],
             "sent": {"forward": forward_bytes, "backward": sum(sent) - forward_bytes},
+            "hooked": hooked, "hooked_auto": (hooked_auto.detach(), [x.grad for x in hooked_leaves]),
+            "steps": {"full": steps.count(False), "diagonal": steps.count(True)},
         }  # fmt: skip
         # Ulysses, autograd through both all-to-alls, counting what it sends
         inputs = _inputs(20 + seed, ULYSSES_SHAPE[world_size])
@@ -131,6 +159,24 @@ def test_ring_attention_equals_full_attention_forward_and_backward(ring, is_caus
         auto_grad = cp.gather_sequence([r["auto_grads"][i] for r in mine], layout)
         torch.testing.assert_close(auto_grad, grads[i], rtol=0, atol=1e-12, msg=f"{name} (autograd) differs")
     torch.testing.assert_close(cp.gather_sequence([r["auto_out"] for r in mine], layout), out, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("is_causal, layout", CASES)
+def test_a_step_hook_takes_the_place_of_the_packages_step(ring, is_causal, layout):
+    """ring_attention_forward(step=...) with a learner-style step: equal to full attention (out and lse), called once
+    per computed pair with diagonal set as score_blocks counts, and ring_attention's backward from its out and lse."""
+    world_size, per_rank = ring
+    seed = CASES.index((is_causal, layout))
+    out, lse, grads = _full_attention(seed, SHAPE[world_size], is_causal)
+    mine = [r[(is_causal, layout)] for r in per_rank]
+    torch.testing.assert_close(cp.gather_sequence([r["hooked"][0] for r in mine], layout), out, rtol=0, atol=1e-12)
+    gathered_lse = cp.gather_sequence([r["hooked"][1][..., None] for r in mine], layout)[..., 0]
+    torch.testing.assert_close(gathered_lse, lse, rtol=0, atol=1e-12)
+    assert [r["steps"] for r in mine] == cp.score_blocks(world_size, layout, is_causal)
+    torch.testing.assert_close(cp.gather_sequence([r["hooked_auto"][0] for r in mine], layout), out, rtol=0, atol=1e-12)
+    for i, name in enumerate(("d_query", "d_key", "d_value")):
+        gathered = cp.gather_sequence([r["hooked_auto"][1][i] for r in mine], layout)
+        torch.testing.assert_close(gathered, grads[i], rtol=0, atol=1e-12, msg=f"{name} differs")
 
 
 @pytest.mark.parametrize("is_causal, layout", CASES)
@@ -243,6 +289,25 @@ def test_one_process_is_plain_attention():
             cp.ring_attention_forward(q[..., :5, :], k[..., :5, :], v[..., :5, :], layout="zigzag")
         with pytest.raises(ValueError, match="lse should have shape"):
             cp.ring_attention_backward(q, k, v, ring_out, ring_lse[..., :5], d_out)
+        # the step hook at P = 1: the pairs of one rank; the default's numbers unchanged by the hook's existence
+        for is_causal, layout in CASES:
+            hooked = cp.ring_attention_forward(q, k, v, is_causal=is_causal, layout=layout, step=_merge_step)
+            default = cp.ring_attention_forward(q, k, v, is_causal=is_causal, layout=layout)
+            torch.testing.assert_close(hooked[0], default[0], rtol=0, atol=1e-12)
+            torch.testing.assert_close(hooked[1], default[1], rtol=0, atol=1e-12)
+        float32 = [x.float() for x in (q, k, v)]
+        hooked = cp.ring_attention_forward(*float32, is_causal=True, step=_merge_step)
+        assert hooked[0].dtype == hooked[1].dtype == torch.float32
+        with pytest.raises(TypeError, match="step should be None or a function"):
+            cp.ring_attention_forward(q, k, v, step="merge")
+        with pytest.raises(TypeError, match="step should return the new state"):
+            cp.ring_attention_forward(q, k, v, step=lambda out, lse, *rest: out)
+        with pytest.raises(ValueError, match=r"step should return out of shape \(1, 2, 6, 4\).*rank 0, ring step 0"):
+            cp.ring_attention_forward(q, k, v, step=lambda out, lse, *rest: (out[..., :1], lse))
+        with pytest.raises(ValueError, match="step should return lse of shape .* and dtype torch.float64"):
+            cp.ring_attention_forward(q, k, v, step=lambda out, lse, *rest: (out, lse.float()))
+        with pytest.raises(ValueError, match="step returned NaN in out .*the diagonal pair"):
+            cp.ring_attention_forward(q, k, v, is_causal=True, step=lambda out, lse, *rest: (out * lse[..., None], lse))
     finally:
         dist.destroy_process_group()
 
@@ -265,7 +330,7 @@ def test_layouts_shard_and_gather():
         assert sorted(positions.tolist()) == list(range(16))
 
 
-def test_bad_arguments_are_refused(monkeypatch):
+def test_bad_arguments_are_refused():
     x = torch.zeros(1, 10, 2)
     with pytest.raises(ValueError, match="seq_len should be a multiple of 4"):
         cp.shard_sequence(x, 0, 4)
@@ -279,13 +344,16 @@ def test_bad_arguments_are_refused(monkeypatch):
         cp.ring_attention_forward(x, x, x)
     with pytest.raises(RuntimeError, match="ulysses_attention runs inside"):
         cp.ulysses_attention(x, x, x)
-    with pytest.raises(ValueError, match="top level of a module"):
-        cp.run_ranks(lambda rank, world_size: rank, 2)
-    notebook = types.ModuleType("__main__")  # a notebook's __main__: no file, which a spawned process could import
-    exec("def work(rank, world_size):\n    return rank", notebook.__dict__)
-    monkeypatch.setitem(sys.modules, "__main__", notebook)
-    with pytest.raises(ValueError, match="notebook"):
-        cp.run_ranks(notebook.work, 2)
+    lock = threading.Lock()  # what cannot be pickled at all is refused before any process starts, saying why
+
+    def uses_a_lock(rank, world_size):
+        return lock.locked()
+
+    with pytest.raises(ValueError, match=r"fn should be a function each new process can receive.*cannot be pickled: "
+                                         r"TypeError: cannot pickle '_thread.lock'"):  # fmt: skip
+        cp.run_ranks(uses_a_lock, 2)
+    with pytest.raises(ValueError, match=r"args\[1\] \(passed to fn after rank and world_size\) should be picklable"):
+        cp.run_ranks(_returns_rank, 2, 1, lock)
     with pytest.raises(ValueError, match="world_size"):
         cp.run_ranks(_returns_rank, 0)
     with pytest.raises(ValueError, match="timeout"):
@@ -327,6 +395,43 @@ def _all_gone(pids):
             continue
         return False
     return not multiprocessing.active_children()
+
+
+NOTEBOOK_CELL = """
+import os
+import torch
+import attnedu.context_parallel as cp
+
+def notebook_step(out, lse, query, key, value, diagonal):
+    scores = query @ key.transpose(-2, -1) / query.shape[-1] ** 0.5
+    if diagonal:
+        scores = scores + torch.full(scores.shape[-2:], float("-inf"), dtype=scores.dtype).triu(1)
+    new_lse = torch.logaddexp(lse, torch.logsumexp(scores, dim=-1))
+    weights = torch.exp(scores - new_lse[..., None])
+    return torch.exp(lse - new_lse)[..., None] * out + weights @ value, new_lse
+
+def work(rank, world_size, step, inputs, transform):
+    q, k, v = (cp.shard_sequence(x, rank, world_size, "zigzag") for x in inputs)
+    out, lse = cp.ring_attention_forward(q, k, v, is_causal=True, layout="zigzag", step=step)
+    return os.getpid(), out, transform(rank)
+"""
+
+
+def test_functions_defined_in_a_notebook_reach_the_ranks(monkeypatch):
+    """A notebook's functions live in a __main__ without a file, which a spawned process cannot import: run_ranks
+    sends them by value (cloudpickle), the function it calls and one passed as an argument (the learner's step), and
+    a lambda closing over a local variable."""
+    notebook = types.ModuleType("__main__")
+    exec(NOTEBOOK_CELL, notebook.__dict__)
+    monkeypatch.setitem(sys.modules, "__main__", notebook)
+    assert notebook.work.__module__ == "__main__"
+    offset = 10
+    inputs = _inputs(0, SHAPE[2])[:3]
+    results = cp.run_ranks(notebook.work, 2, notebook.notebook_step, inputs, lambda rank: rank + offset, timeout=120)
+    assert [r[2] for r in results] == [10, 11]
+    assert all(pid != os.getpid() for pid, _, _ in results) and results[0][0] != results[1][0]
+    expected = _full_attention(0, SHAPE[2], is_causal=True)[0]
+    torch.testing.assert_close(cp.gather_sequence([r[1] for r in results], "zigzag"), expected, rtol=0, atol=1e-12)
 
 
 def test_a_rank_that_raises_is_named_with_its_traceback_and_no_process_survives():
