@@ -671,3 +671,586 @@ def ulysses_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world_siz
                          f"{heads}")  # fmt: skip
     per_tensor = batch * (heads // world_size) * (seq_len // world_size) * head_dim * size * (world_size - 1)
     return {"forward": 4 * per_tensor, "backward": 4 * per_tensor}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Time per rank: the work each rank computes, counted, beside the time it takes, measured
+# ------------------------------------------------------------------------------------------------------------
+
+# this section's imports stay with it (the sections above are edited by others at the same time)
+import math  # noqa: E402
+import statistics  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from ._validate import check_instance, check_items, check_positive_int  # noqa: E402
+
+
+def score_entries(world_size: int, seq_len: int, layout: str = "contiguous", is_causal: bool = True) -> list[float]:
+    """Work per rank as a share of the N x N score matrix: the scores each rank computes in a ring pass (counted from
+    ``score_blocks``), divided by N^2. A full block is c^2 scores and a diagonal (masked) block c (c + 1) / 2, for the
+    chunk length c = N / C (C = P contiguous, 2P zigzag); the ranks' shares sum to 1 (not causal) or N (N + 1) / 2 / N^2
+    (causal)."""
+    counts = score_blocks(world_size, layout, is_causal)
+    n_chunks = _check_layout(layout, world_size)
+    seq_len = check_int("seq_len", seq_len, "the length of the whole sequence", minimum=1)
+    if seq_len % n_chunks:
+        raise ValueError(f"seq_len should be a multiple of {n_chunks} (the {layout} layout's chunks for world_size="
+                         f"{world_size}), got {seq_len}")  # fmt: skip
+    c = seq_len // n_chunks
+    return [(r["full"] * c * c + r["diagonal"] * c * (c + 1) / 2) / seq_len**2 for r in counts]
+
+
+@dataclass(frozen=True)
+class RankTimes:
+    """One layout's measurements in ``time_ring``, per rank (lists in rank order; times in seconds, one per timed
+    repeat):
+
+        blocks         score blocks by rule (``score_blocks``): {"full": ..., "diagonal": ...} per rank
+        tiles          the tile calls each rank made in the forward, counted by the timing hook (equal to blocks)
+        backward_tiles the same in the backward (all 0 when the backward was not timed)
+        work           the scores each rank computes as a share of N^2 (``score_entries``)
+        wall_s         the ring call on each rank: from the barrier that starts the repeat to its return
+        compute_s      the part of it spent inside the tile computations (wall clock)
+        compute_cpu_s  the same as CPU time of the rank's thread: what the rank itself computed, whether or not
+                       another process held its core meanwhile
+    """
+
+    layout: str
+    blocks: list
+    tiles: list
+    backward_tiles: list
+    work: list
+    wall_s: list
+    compute_s: list
+    compute_cpu_s: list
+
+    def median(self, kind: str = "compute") -> list[float]:
+        """Each rank's median over the repeats of ``kind``: 'wall', 'compute' or 'compute_cpu'."""
+        return [statistics.median(times) for times in self._times(kind)]
+
+    def quartiles(self, kind: str = "compute") -> list[tuple[float, float]]:
+        """Each rank's (first, third) quartile over the repeats of ``kind`` (the spread; both equal the value for a
+        single repeat)."""
+        return [(float(np.quantile(t, 0.25)), float(np.quantile(t, 0.75))) for t in self._times(kind)]
+
+    def _times(self, kind: str) -> list:
+        check_choice("kind", kind, ("wall", "compute", "compute_cpu"))
+        return {"wall": self.wall_s, "compute": self.compute_s, "compute_cpu": self.compute_cpu_s}[kind]
+
+
+@dataclass(frozen=True)
+class RingTiming:
+    """What ``time_ring`` measured: the configuration, one ``RankTimes`` per layout (``layouts[name]``), and the
+    launch: ``launch_s`` seconds from the call until the last rank had started (spawn, import torch, join the group),
+    ``total_s`` for the whole call."""
+
+    world_size: int
+    seq_len: int
+    batch: int
+    heads: int
+    head_dim: int
+    is_causal: bool
+    backward: bool
+    repeats: int
+    warmup: int
+    layouts: dict
+    launch_s: float
+    total_s: float
+
+
+def _timed_tile(tile, clock: dict, name: str):
+    """tile wrapped so that each call adds its wall and thread CPU time to clock and counts itself."""
+
+    def timed(*args, is_causal, **kwargs):
+        start, start_cpu = time.perf_counter(), time.thread_time()
+        try:
+            return tile(*args, is_causal=is_causal, **kwargs)
+        finally:
+            clock["compute"] += time.perf_counter() - start
+            clock["compute_cpu"] += time.thread_time() - start_cpu
+            clock[name]["diagonal" if is_causal else "full"] += 1
+
+    return timed
+
+
+def _time_ring_rank(rank: int, world_size: int, config: dict) -> dict:
+    """Run by each rank of ``time_ring``: the ring on this rank's shards, timed per repeat, layouts interleaved."""
+    entered = time.time()
+    generator = torch.Generator().manual_seed(config["seed"])
+    shape = (config["batch"], config["heads"], config["seq_len"], config["head_dim"])
+    tensors = [torch.randn(shape, generator=generator) for _ in range(4)]  # q, k, v, d_out: the same on every rank
+    shards = {layout: [shard_sequence(x, rank, world_size, layout) for x in tensors] for layout in config["layouts"]}
+    results = {layout: {"wall_s": [], "compute_s": [], "compute_cpu_s": []} for layout in config["layouts"]}
+    clock = {}
+    module = globals()  # the ring looks its tile functions up here: wrap them for the timing (this process only)
+    saved = module["tiled_attention_forward"], module["tiled_attention_backward"]
+    module["tiled_attention_forward"] = _timed_tile(saved[0], clock, "forward")
+    module["tiled_attention_backward"] = _timed_tile(saved[1], clock, "backward")
+    try:
+        for repeat in range(config["warmup"] + config["repeats"]):
+            order = config["layouts"] if repeat % 2 == 0 else config["layouts"][::-1]  # neither always goes first
+            for layout in order:
+                q, k, v, d_out = shards[layout]
+                clock.update(compute=0.0, compute_cpu=0.0, forward={"full": 0, "diagonal": 0},
+                             backward={"full": 0, "diagonal": 0})  # fmt: skip
+                dist.barrier()
+                start = time.perf_counter()
+                out, lse = ring_attention_forward(q, k, v, is_causal=config["is_causal"], layout=layout)
+                if config["backward"]:
+                    ring_attention_backward(q, k, v, out, lse, d_out, is_causal=config["is_causal"], layout=layout)
+                wall = time.perf_counter() - start
+                if repeat >= config["warmup"]:
+                    results[layout]["wall_s"].append(wall)
+                    results[layout]["compute_s"].append(clock["compute"])
+                    results[layout]["compute_cpu_s"].append(clock["compute_cpu"])
+                results[layout]["tiles"] = dict(clock["forward"])
+                results[layout]["backward_tiles"] = dict(clock["backward"])
+    finally:
+        module["tiled_attention_forward"], module["tiled_attention_backward"] = saved
+    return {"entered": entered, "layouts": results}
+
+
+def time_ring(world_size: int, seq_len: int, *, batch: int = 1, heads: int = 2, head_dim: int = 32,
+              is_causal: bool = True, layouts=LAYOUTS, repeats: int = 5, warmup: int = 1, backward: bool = False,
+              seed: int = 0, timeout: float = DEFAULT_TIMEOUT_S) -> RingTiming:  # fmt: skip
+    """Time ring attention on each rank: one launch of ``world_size`` processes (``run_ranks``) runs every layout
+    ``warmup + repeats`` times, the layouts interleaved (alternating which goes first), each repeat started together
+    (``dist.barrier()``); the first ``warmup`` repeats are not kept.
+
+    Each rank measures its own wall time of the ring call (forward, and backward with ``backward=True``) and, with a
+    hook around the tile computations (``tiled_attention_forward`` and ``_backward``, wrapped in that process only:
+    the ring's numerics are untouched), the time it spends computing: wall clock and its thread's CPU time. Wall
+    times hide the imbalance of causal attention: at every step each rank waits for the block its neighbour sends,
+    so the idle ranks wait for the busy ones; the compute times show it. The hook also counts the tiles computed,
+    which must equal ``score_blocks``.
+
+    Inputs: float32 (batch, heads, seq_len, head_dim) standard normal from ``seed``, the same on every rank, each rank
+    taking its shard. seq_len must split into each layout's chunks (a multiple of 2P for zigzag). -> ``RingTiming``.
+    Timings vary from run to run and machine to machine: they are shown, never asserted.
+    """
+    world_size = check_int("world_size", world_size, "how many processes to start", minimum=1)
+    layouts = check_items("layouts", layouts, str, "layout names")
+    for layout in layouts:
+        check_choice("layouts[...]", layout, LAYOUTS)
+    if len(set(layouts)) != len(layouts):
+        raise ValueError(f"layouts should name each layout once, got {layouts}")
+    seq_len = check_int("seq_len", seq_len, "the length of the whole sequence", minimum=1)
+    for layout in layouts:
+        shard_positions(seq_len, 0, world_size, layout)  # refuses a length the layout cannot split
+    config = {
+        "seq_len": seq_len, "layouts": layouts, "seed": check_int("seed", seed, "the inputs' seed", minimum=0),
+        "batch": check_positive_int("batch", batch, "sequences"), "heads": check_positive_int("heads", heads, "heads"),
+        "head_dim": check_positive_int("head_dim", head_dim, "numbers per head"),
+        "is_causal": check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i"),
+        "repeats": check_positive_int("repeats", repeats, "timed repeats of each layout"),
+        "warmup": check_int("warmup", warmup, "untimed repeats first", minimum=0),
+        "backward": check_bool("backward", backward, "whether the backward is timed with the forward"),
+    }  # fmt: skip
+    start = time.time()
+    per_rank = run_ranks(_time_ring_rank, world_size, config, timeout=timeout)
+    total = time.time() - start
+    results = {}
+    for layout in layouts:
+        mine = [r["layouts"][layout] for r in per_rank]
+        results[layout] = RankTimes(
+            layout=layout, blocks=score_blocks(world_size, layout, config["is_causal"]),
+            tiles=[m["tiles"] for m in mine], backward_tiles=[m["backward_tiles"] for m in mine],
+            work=score_entries(world_size, seq_len, layout, config["is_causal"]),
+            wall_s=[m["wall_s"] for m in mine], compute_s=[m["compute_s"] for m in mine],
+            compute_cpu_s=[m["compute_cpu_s"] for m in mine])  # fmt: skip
+    return RingTiming(world_size=world_size, seq_len=seq_len, batch=config["batch"], heads=config["heads"],
+                      head_dim=config["head_dim"], is_causal=config["is_causal"], backward=config["backward"],
+                      repeats=config["repeats"], warmup=config["warmup"], layouts=results,
+                      launch_s=max(r["entered"] for r in per_rank) - start, total_s=total)  # fmt: skip
+
+
+def plot_rank_timing(fig, timing: RingTiming, kinds=("compute", "wall")):
+    """Counted work beside measured time, per rank: one column per layout; top, the scores each rank computes as a
+    share of N^2 (counted: full blocks and diagonal blocks stacked); bottom, the median seconds of each of ``kinds``
+    ('compute', 'compute_cpu', 'wall') per rank, with bars from the first to the third quartile of the repeats. Rows
+    share their scale across layouts, so the layouts compare by eye. Returns the axes (2, layouts)."""
+    import matplotlib.pyplot as plt  # only where a picture is drawn (the ranks never import it)
+
+    check_instance("timing", timing, RingTiming, "a RingTiming (what time_ring returns)")
+    kinds = check_items("kinds", kinds, str, "time kinds")
+    for kind in kinds:
+        check_choice("kinds[...]", kind, ("compute", "compute_cpu", "wall"))
+    layouts = list(timing.layouts)
+    axes = fig.subplots(2, len(layouts), squeeze=False, sharey="row")
+    colours = {"compute": "tab:blue", "compute_cpu": "tab:cyan", "wall": "tab:grey"}
+    labels = {"compute": "computing (wall clock)", "compute_cpu": "computing (CPU time)", "wall": "whole ring call"}
+    ranks = np.arange(timing.world_size)
+    for column, layout in enumerate(layouts):
+        times = timing.layouts[layout]
+        c = timing.seq_len / (timing.world_size if layout == "contiguous" else 2 * timing.world_size)
+        full = np.array([b["full"] * c * c for b in times.blocks]) / timing.seq_len**2
+        diagonal = np.array(times.work) - full
+        top = axes[0, column]
+        top.bar(ranks, full, color="tab:orange", label="full blocks")
+        top.bar(ranks, diagonal, bottom=full, color="tab:orange", alpha=0.45, hatch="//", label="diagonal blocks")
+        for r, b in enumerate(times.blocks):
+            top.annotate(f"{b['full']}+{b['diagonal']}d", (r, full[r] + diagonal[r]), ha="center", va="bottom",
+                         fontsize=8)  # fmt: skip
+        top.set_title(f"{layout}: work counted", fontsize=10)
+        top.set_xticks(ranks)
+        bottom = axes[1, column]
+        width = 0.8 / len(kinds)
+        for i, kind in enumerate(kinds):
+            median = np.array(times.median(kind))
+            low, high = (np.array(q) for q in zip(*times.quartiles(kind)))
+            x = ranks - 0.4 + width * (i + 0.5)
+            bottom.bar(x, median, width, color=colours[kind], label=labels[kind])
+            bottom.errorbar(x, median, yerr=[median - low, high - median], fmt="none", ecolor="black", capsize=2)
+        bottom.set_title(f"{layout}: time measured", fontsize=10)
+        bottom.set_xticks(ranks)
+        bottom.set_xlabel("rank")
+    axes[0, 0].set_ylabel("scores computed / N²")
+    axes[1, 0].set_ylabel("seconds (median of repeats)")
+    axes[0, -1].legend(fontsize=8)
+    axes[1, -1].legend(fontsize=8)
+    what = "forward and backward" if timing.backward else "forward"
+    fig.suptitle(f"Ring attention {what}, P = {timing.world_size}, N = {timing.seq_len}"
+                 f"{', causal' if timing.is_causal else ''}", fontsize=11)  # fmt: skip
+    plt.setp([ax.get_xticklabels() for ax in axes.flat], fontsize=8)
+    return axes
+
+
+# ------------------------------------------------------------------------------------------------------------
+# What oversubscription costs: more processes than cores
+# ------------------------------------------------------------------------------------------------------------
+
+
+def usable_cpus() -> int:
+    """The cores this process may run on (its affinity where the system reports one, else ``os.cpu_count()``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no sched_getaffinity
+        return os.cpu_count() or 1
+
+
+def oversubscription_cost(chunk: int = 512, *, world_sizes=(2, 4), heads: int = 2, head_dim: int = 32,
+                          repeats: int = 5, warmup: int = 1, timeout: float = DEFAULT_TIMEOUT_S) -> dict:  # fmt: skip
+    """The same work per score block at each of ``world_sizes`` processes on this machine: one ``time_ring`` launch
+    per world size P, not causal, contiguous, sequence P * chunk, so every rank computes P blocks of chunk x chunk
+    scores, the same block at every P. Per P (medians over ranks of each rank's median over repeats):
+
+        block_s       seconds inside the tile computations per block (wall clock: includes waiting for a core)
+        block_cpu_s   CPU seconds per block (the work itself; the same at every P if nothing else changes)
+        ring_s        the ring call (the slowest rank's median)
+        ring_block_s  ring_s / P: the ring's wall time per block each rank computes (computing and waiting)
+        cores_s       the least time the P * P blocks could take on this machine's cores: P * P * block_cpu_s /
+                      min(P, usable cores), transfers left out
+        launch_s      from the call until the last rank had started (spawn, import torch, join the group)
+
+    Processes take turns on the cores: with more processes than cores a rank waits for a core as well as for its
+    neighbour's block, so ring_s grows faster than the work per rank (P blocks) while block_cpu_s stays put.
+    -> {"cpu_count", "usable_cpus", "world_sizes": {P: {...}}, "timings": {P: RingTiming}}. Timings vary: shown,
+    never asserted.
+    """
+    chunk = check_positive_int("chunk", chunk, "positions per rank (one block is chunk x chunk scores)")
+    world_sizes = check_items("world_sizes", world_sizes, int, "process counts")
+    for i, p in enumerate(world_sizes):
+        check_int(f"world_sizes[{i}]", p, "how many processes to start", minimum=1)
+    per_size, timings = {}, {}
+    for p in world_sizes:
+        timing = time_ring(p, p * chunk, heads=heads, head_dim=head_dim, is_causal=False, layouts=("contiguous",),
+                           repeats=repeats, warmup=warmup, timeout=timeout)  # fmt: skip
+        times = timing.layouts["contiguous"]
+        blocks = [b["full"] for b in times.blocks]  # P on every rank
+        per_size[p] = {
+            "block_s": statistics.median(t / n for t, n in zip(times.median("compute"), blocks)),
+            "block_cpu_s": statistics.median(t / n for t, n in zip(times.median("compute_cpu"), blocks)),
+            "ring_s": max(times.median("wall")),
+            "launch_s": timing.launch_s,
+        }
+        per_size[p].update({
+            "ring_block_s": per_size[p]["ring_s"] / p,
+            "cores_s": p * p * per_size[p]["block_cpu_s"] / min(p, usable_cpus()),
+        })  # fmt: skip
+        timings[p] = timing
+    return {"cpu_count": os.cpu_count(), "usable_cpus": usable_cpus(), "world_sizes": per_size, "timings": timings}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# An alpha-beta model of scaling to many GPUs (a model: nothing here is measured)
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link in the alpha-beta model: a transfer of b bytes takes ``latency + b / bandwidth`` seconds
+    (``bandwidth`` in bytes per second, one direction, per GPU)."""
+
+    name: str
+    bandwidth: float
+    latency: float
+
+
+# Published figures (checked against the sources named; the latencies are assumptions of the model, not published):
+# - NVIDIA H100 product page (nvidia.com/en-us/data-center/h100, Product Specifications, H100 SXM): "FP16/BF16 Tensor
+#   Core 1,979 teraFLOPS" with the footnote "with sparsity": dense BF16 is half, 989 teraFLOP/s; "NVIDIA NVLink
+#   900GB/s", the sum over both directions: 450 GB/s each way (NVIDIA/nccl issue #1264 measures 380 GB/s one way
+#   with NVIDIA's p2pBandwidthLatencyTest on H100 SXM: a peak is an upper bound); "GPU Memory 80GB".
+# - InfiniBand NDR: 400 Gb/s per port (NVIDIA's ConnectX-7 / Quantum-2 documentation) = 50 GB/s each way; one such
+#   NIC per GPU, as in 8-GPU H100 nodes (DGX H100), is the model's assumption.
+# - Latency (alpha) per transfer: 5 us on NVLink, 10 us over InfiniBand: assumed orders of magnitude, not measured.
+H100_BF16_DENSE_FLOPS = 989e12
+H100_MEMORY_BYTES = 80 * 10**9
+GPUS_PER_NODE = 8
+NVLINK4 = Link("NVLink 4 (H100 SXM)", bandwidth=450e9, latency=5e-6)
+INFINIBAND_NDR = Link("InfiniBand NDR (400 Gb/s per GPU)", bandwidth=50e9, latency=10e-6)
+
+
+def transfer_time(nbytes, link: Link):
+    """alpha + bytes / beta: the model's seconds to send ``nbytes`` (a number or an array) over ``link``."""
+    check_instance("link", link, Link, "a Link (NVLINK4, INFINIBAND_NDR or your own)")
+    nbytes = np.asarray(nbytes, dtype=float)
+    if np.any(nbytes < 0) or not np.all(np.isfinite(nbytes)):
+        raise ValueError(f"nbytes should be finite numbers >= 0, got {nbytes}")
+    return link.latency + nbytes / link.bandwidth
+
+
+def _model_args(seq_len, world_size, batch, heads, kv_heads, head_dim, bytes_per_number, flops):
+    seq_len = np.asarray(seq_len, dtype=float)
+    world_size = np.asarray(world_size)
+    for name, value in (("seq_len", seq_len), ("world_size", world_size)):
+        if value.size == 0 or not np.all(np.isfinite(value)) or np.any(value < 1):
+            raise ValueError(f"{name} should be a number >= 1 or an array of them, got {value}")
+    if not np.issubdtype(world_size.dtype, np.integer) and np.any(world_size != np.round(world_size)):
+        raise ValueError(f"world_size should be whole numbers of GPUs, got {world_size}")
+    world_size = world_size.astype(np.int64)
+    sizes = [check_positive_int(name, value, what) for name, value, what in (
+        ("batch", batch, "sequences"), ("heads", heads, "query heads"), ("kv_heads", kv_heads, "key/value heads"),
+        ("head_dim", head_dim, "numbers per head"), ("bytes_per_number", bytes_per_number, "2 for bf16"))]  # fmt: skip
+    if sizes[1] % sizes[2]:
+        raise ValueError(f"kv_heads should divide heads (each K/V head serves heads / kv_heads query heads), got "
+                         f"heads={heads}, kv_heads={kv_heads}")  # fmt: skip
+    flops = check_number("flops", flops, "floating-point operations per second of one GPU", 0.0, strict=True)
+    return seq_len, world_size, *sizes, flops
+
+
+def _step_work(is_causal: bool, layout: str) -> tuple[float, float]:
+    """Ring compute at the first step and at each later one, as a fraction of a full block pair, on the busiest rank:
+    not causal 1, 1; causal zigzag 1/2, 1/2 (every rank, every step); causal contiguous 1/2 (the diagonal), then 1
+    (the last rank computes a whole block at every later step, and the others wait for it)."""
+    is_causal = check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i")
+    check_choice("layout", layout, LAYOUTS)
+    if not is_causal:
+        return 1.0, 1.0
+    return (0.5, 0.5) if layout == "zigzag" else (0.5, 1.0)
+
+
+def ring_model(seq_len, world_size, *, batch: int = 1, heads: int = 32, kv_heads: int = 8, head_dim: int = 128,
+               bytes_per_number: int = 2, is_causal: bool = True, layout: str = "zigzag",
+               flops: float = H100_BF16_DENSE_FLOPS, nvlink: Link = NVLINK4, network: Link = INFINIBAND_NDR,
+               gpus_per_node: int = GPUS_PER_NODE) -> dict:  # fmt: skip
+    """A model (not a measurement) of one layer's ring attention forward on P GPUs, per rank, in seconds; seq_len N
+    and world_size P may be arrays (broadcast). Chunk c = N / P tokens per rank.
+
+        compute of one full block pair   4 b H c^2 d / F          (Q K^T and P V: 2 c^2 d multiply-adds per head)
+        one K/V block's transfer         alpha + 2 b H_kv c d s / beta     (K and V, s bytes per number)
+
+    At step t a rank computes on the block it holds while that block travels on: step time = max(compute_t, comm),
+    the last step computing only; ring = the sum over the P steps, compute = the sum of the compute terms alone (the
+    time with free communication). compute_t is a full block pair (not causal), half of one (causal zigzag: every
+    rank computes half a block at every step) or, causal contiguous, half at step 0 and a whole block afterwards on
+    the busiest rank, which sets the pace. The link: NVLink while the ring stays in one node (P <= gpus_per_node),
+    else InfiniBand, whose hop is the slowest in the ring. -> dict of arrays: chunk, compute_step (the later steps'),
+    comm_step, ring, compute, hidden (comm_step <= compute_step: the transfers cost nothing extra), link_bandwidth.
+    """
+    seq_len, world_size, batch, heads, kv_heads, head_dim, size, flops = _model_args(
+        seq_len, world_size, batch, heads, kv_heads, head_dim, bytes_per_number, flops)  # fmt: skip
+    check_instance("nvlink", nvlink, Link, "a Link")
+    check_instance("network", network, Link, "a Link")
+    gpus_per_node = check_positive_int("gpus_per_node", gpus_per_node, "GPUs joined by NVLink")
+    first, later = _step_work(is_causal, layout)
+    seq_len, world_size = np.broadcast_arrays(seq_len, world_size)
+    chunk = seq_len / world_size
+    full = 4 * batch * heads * chunk**2 * head_dim / flops
+    in_node = world_size <= gpus_per_node
+    bandwidth = np.where(in_node, nvlink.bandwidth, network.bandwidth)
+    latency = np.where(in_node, nvlink.latency, network.latency)
+    comm = np.where(world_size > 1, latency + 2 * batch * kv_heads * chunk * head_dim * size / bandwidth, 0.0)
+    compute_first, compute_later = first * full, later * full
+    ring = np.where(world_size > 1, np.maximum(compute_first, comm) + (world_size - 2).clip(0) *
+                    np.maximum(compute_later, comm) + compute_later, compute_first)  # fmt: skip
+    compute = compute_first + (world_size - 1) * compute_later
+    return {"chunk": chunk, "compute_step": compute_later, "comm_step": comm, "ring": ring, "compute": compute,
+            "hidden": comm <= compute_later, "link_bandwidth": bandwidth}  # fmt: skip
+
+
+def ring_overlap_chunk(*, batch: int = 1, heads: int = 32, kv_heads: int = 8, head_dim: int = 128,
+                       bytes_per_number: int = 2, is_causal: bool = True, layout: str = "zigzag",
+                       flops: float = H100_BF16_DENSE_FLOPS, link: Link = INFINIBAND_NDR) -> float:  # fmt: skip
+    """c*, the chunk (tokens per rank) at which a ring step's compute equals its transfer in ``ring_model``:
+
+        w 4 b H c^2 d / F = alpha + 2 b H_kv c d s / beta     ->   c* = (k1 + sqrt(k1^2 + 4 k2 alpha)) / (2 k2)
+
+    with k2 = w 4 b H d / F, k1 = 2 b H_kv d s / beta, w the fraction of a block computed per step (``ring_model``).
+    Above c* computation hides communication; a sequence of N tokens keeps it hidden up to P = N / c* GPUs. With no
+    latency, c* = w^-1 (H_kv / H) (s / 2) F / beta: for multi-head attention (H_kv = H) in bfloat16 (s = 2), not
+    causal, c* = F / beta, Liu et al. 2023's condition (section 3.2: block size c >= F / B, F the FLOPS and B the
+    bandwidth of a host)."""
+    _, _, batch, heads, kv_heads, head_dim, size, flops = _model_args(1, 1, batch, heads, kv_heads, head_dim,
+                                                                      bytes_per_number, flops)  # fmt: skip
+    check_instance("link", link, Link, "a Link")
+    _, work = _step_work(is_causal, layout)
+    k2 = work * 4 * batch * heads * head_dim / flops
+    k1 = 2 * batch * kv_heads * head_dim * size / link.bandwidth
+    return (k1 + math.sqrt(k1 * k1 + 4 * k2 * link.latency)) / (2 * k2)
+
+
+def ulysses_model(seq_len, world_size, *, batch: int = 1, heads: int = 32, kv_heads: int = 8, head_dim: int = 128,
+                  bytes_per_number: int = 2, is_causal: bool = True, flops: float = H100_BF16_DENSE_FLOPS,
+                  nvlink: Link = NVLINK4, network: Link = INFINIBAND_NDR,
+                  gpus_per_node: int = GPUS_PER_NODE) -> dict:  # fmt: skip
+    """A model (not a measurement) of one layer's Ulysses (all-to-all) attention forward on P GPUs, per rank, in
+    seconds; arrays broadcast as in ``ring_model``. NaN where P does not divide the heads (Ulysses cannot run).
+
+    Two all-to-alls, not overlapped with compute in the simple scheme: q, k, v in, the output back. Each rank holds
+    S = b h (N / P) d s bytes of a tensor with h heads and sends (P - 1) / P of it (``ulysses_bytes`` for h_kv = H).
+    K and V go with H_kv heads when P divides H_kv, else repeated up to P heads (P divides H_kv ... H: each rank
+    needs the K/V head of its query heads), else H. An all-to-all takes alpha + its bytes / beta on NVLink within a
+    node (P <= gpus_per_node); across nodes, (gpus_per_node - 1) / P of S stays on NVLink and (P - gpus_per_node) / P
+    crosses InfiniBand, both at once: alpha_IB + max(NVLink part, InfiniBand part). Compute: ordinary attention for
+    H / P heads over all N tokens, 4 b (H / P) N^2 d / F (halved when causal: all positions are at home).
+    -> dict of arrays: comm, compute, ulysses (comm + compute), bytes (sent per rank, both all-to-alls).
+    """
+    seq_len, world_size, batch, heads, kv_heads, head_dim, size, flops = _model_args(
+        seq_len, world_size, batch, heads, kv_heads, head_dim, bytes_per_number, flops)  # fmt: skip
+    check_instance("nvlink", nvlink, Link, "a Link")
+    check_instance("network", network, Link, "a Link")
+    gpus_per_node = check_positive_int("gpus_per_node", gpus_per_node, "GPUs joined by NVLink")
+    is_causal = check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i")
+    seq_len, world_size = np.broadcast_arrays(seq_len, world_size)
+    p = world_size.astype(float)
+    valid = heads % world_size == 0
+    kv_sent = np.where(kv_heads % world_size == 0, kv_heads, np.where(world_size % kv_heads == 0, world_size, heads))
+    per_head = batch * (seq_len / p) * head_dim * size  # one head of one tensor, this rank's tokens
+    shards = [(heads + 2 * kv_sent) * per_head, heads * per_head]  # q, k, v; then out
+
+    def all_to_all(shard):
+        sent = shard * (p - 1) / p
+        in_node = nvlink.latency + sent / nvlink.bandwidth
+        crossing = network.latency + np.maximum(shard * (gpus_per_node - 1) / p / nvlink.bandwidth,
+                                                shard * (p - gpus_per_node) / p / network.bandwidth)  # fmt: skip
+        seconds = np.where(world_size <= gpus_per_node, in_node, crossing)
+        return np.where(world_size > 1, seconds, 0.0), sent
+
+    (t_in, b_in), (t_out, b_out) = all_to_all(shards[0]), all_to_all(shards[1])
+    compute = 4 * batch * (heads / p) * seq_len**2 * head_dim / flops * (0.5 if is_causal else 1.0)
+    comm = t_in + t_out
+    nan = np.full(seq_len.shape, np.nan)
+    return {"comm": np.where(valid, comm, nan), "compute": np.where(valid, compute, nan),
+            "ulysses": np.where(valid, comm + compute, nan), "bytes": np.where(valid, b_in + b_out, nan)}  # fmt: skip
+
+
+def scaling_model(seq_len: int, world_sizes=(8, 16, 32, 64, 128, 256, 512, 1024), **config) -> dict:
+    """Ring vs Ulysses vs compute alone, one layer's forward per rank, over ``world_sizes`` at a fixed sequence:
+    ``ring_model`` and ``ulysses_model`` with the same ``config`` (batch, heads, kv_heads, head_dim,
+    bytes_per_number, is_causal, flops, nvlink, network, gpus_per_node; ``layout`` for the ring). A model, labelled
+    as one wherever it is shown. -> dict of arrays over world_size: world_size, chunk, compute (the ring's busiest
+    rank computing with free communication), ring, ring_comm_step, ring_compute_step, ring_hidden, ulysses,
+    ulysses_comm (NaN where P does not divide the heads); and crossover: the P at which the ring's transfers stop
+    being hidden, N / c* for the link in use there (``ring_overlap_chunk``; None if they stay hidden or never are
+    within the range)."""
+    world_sizes = np.asarray(check_items("world_sizes", world_sizes, int, "GPU counts"))
+    layout = config.pop("layout", "zigzag")
+    ulysses_config = {k: v for k, v in config.items()}
+    ring = ring_model(seq_len, world_sizes, layout=layout, **config)
+    ulysses = ulysses_model(seq_len, world_sizes, **ulysses_config)
+    crossover = None
+    hidden = ring["hidden"]
+    if hidden.any() and not hidden.all():
+        i = int(np.argmin(hidden))  # the first P whose transfers are not hidden
+        keys = ("batch", "heads", "kv_heads", "head_dim", "bytes_per_number", "is_causal", "flops")
+        link = config.get("nvlink", NVLINK4) if world_sizes[i] <= config.get("gpus_per_node", GPUS_PER_NODE) \
+            else config.get("network", INFINIBAND_NDR)  # fmt: skip
+        crossover = float(seq_len) / ring_overlap_chunk(layout=layout, link=link,
+                                                        **{k: config[k] for k in keys if k in config})  # fmt: skip
+    return {"world_size": world_sizes, "chunk": ring["chunk"], "compute": ring["compute"], "ring": ring["ring"],
+            "ring_comm_step": ring["comm_step"], "ring_compute_step": ring["compute_step"], "ring_hidden": hidden,
+            "ulysses": ulysses["ulysses"], "ulysses_comm": ulysses["comm"], "crossover": crossover}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Memory per device, by formula
+# ------------------------------------------------------------------------------------------------------------
+
+
+def memory_per_device(model="Llama-3-8B (GQA-8)", seq_len: int = 2**20, world_sizes=(1, 2, 4, 8, 16, 32, 64), *,
+                      bytes_per_number: int = 2, device_bytes: float = H100_MEMORY_BYTES) -> dict:  # fmt: skip
+    """What a long context needs, by formula, whole and divided over P devices (sequence sharded: each holds N / P
+    tokens). ``model``: a name of ``cache_sizes.MODEL_CONFIGS`` or a dict with num_layers, num_heads, num_kv_heads,
+    head_dim. With L layers, H query heads, H_kv K/V heads of d numbers, s bytes per number, N tokens:
+
+        kv_all_layers     2 L H_kv d s N        (``cache_sizes.kv_cache_bytes``: K and V of every layer)
+        qkvo_one_layer    (2 H + 2 H_kv) d s N  (one layer's Q, K, V and attention output O)
+
+    -> {"config", "seq_len", "device_bytes", "kv_all_layers", "qkvo_one_layer", "world_size" (array), and per P:
+    "kv_per_device", "qkvo_per_device", "fits" (kv_per_device + qkvo_per_device <= device_bytes)}. Weights, the
+    other activations and the optimizer are left out: a device needs more than this."""
+    from .cache_sizes import MODEL_CONFIGS, kv_cache_bytes
+
+    if isinstance(model, str):
+        if model not in MODEL_CONFIGS:
+            check_choice("model", model, tuple(MODEL_CONFIGS))
+        config = MODEL_CONFIGS[model]
+    elif isinstance(model, dict):
+        config = model
+        missing = [k for k in ("num_layers", "num_heads", "num_kv_heads", "head_dim") if k not in config]
+        if missing:
+            raise ValueError(f"model should have num_layers, num_heads, num_kv_heads and head_dim, got a dict "
+                             f"without {', '.join(missing)}")  # fmt: skip
+    else:
+        raise TypeError(f"model should be a name of cache_sizes.MODEL_CONFIGS or a dict, got {describe(model)}")
+    seq_len = check_positive_int("seq_len", seq_len, "tokens of context")
+    world_sizes = check_items("world_sizes", world_sizes, int, "device counts")
+    for i, p in enumerate(world_sizes):
+        check_int(f"world_sizes[{i}]", p, "devices", minimum=1)
+    device_bytes = check_number("device_bytes", device_bytes, "bytes of one device's memory", 0.0, strict=True)
+    kv = kv_cache_bytes(config["num_layers"], config["num_kv_heads"], config["head_dim"], bytes_per_number, seq_len)
+    qkvo = (2 * config["num_heads"] + 2 * config["num_kv_heads"]) * config["head_dim"] * bytes_per_number * seq_len
+    p = np.asarray(world_sizes)
+    return {"config": dict(config), "seq_len": seq_len, "device_bytes": device_bytes, "kv_all_layers": kv,
+            "qkvo_one_layer": qkvo, "world_size": p, "kv_per_device": kv / p, "qkvo_per_device": qkvo / p,
+            "fits": (kv + qkvo) / p <= device_bytes}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------------------
+# PyTorch's own context parallelism, tried on the CPU
+# ------------------------------------------------------------------------------------------------------------
+
+
+def torch_context_parallel_rank(rank: int, world_size: int, is_causal: bool = True) -> dict:
+    """Run inside a rank (``run_ranks``): F.scaled_dot_product_attention under PyTorch's
+    ``torch.distributed.tensor.experimental.context_parallel`` on a CPU DeviceMesh over all ranks, q, k, v of shape
+    (1, 2, 8 P, 4) sharded along the sequence by it. -> {"ok": True, "shape": ...} if it ran, else {"ok": False,
+    "error": the exception's type, "message": its first line}. Every failure is caught: the caller shows it."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 8 * world_size, 4, generator=generator) for _ in range(3))
+    try:
+        mesh = init_device_mesh("cpu", (world_size,))
+        with context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+        return {"ok": True, "shape": tuple(out.shape), "rank": rank}
+    except Exception as error:  # noqa: BLE001 - what PyTorch raises is the result
+        lines = str(error).strip().splitlines()
+        return {"ok": False, "error": type(error).__name__, "message": lines[0] if lines else "", "rank": rank}
+
+
+def try_torch_context_parallel(world_size: int = 2, *, is_causal: bool = True,
+                               timeout: float = DEFAULT_TIMEOUT_S) -> list[dict]:  # fmt: skip
+    """PyTorch's ``context_parallel`` tried on ``world_size`` gloo ranks on the CPU (``torch_context_parallel_rank``
+    in each): what each rank got, in rank order. On torch 2.13's CPU build every rank gets NotImplementedError
+    ("Operator aten._scaled_dot_product_flash_attention_for_cpu.default does not have a sharding strategy
+    registered."): the CPU's SDPA kernel has no context-parallel rule; on CUDA it dispatches the flash, efficient or
+    cuDNN kernel to a ring."""
+    world_size = check_int("world_size", world_size, "how many processes to start", minimum=1)
+    is_causal = check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i")
+    return run_ranks(torch_context_parallel_rank, world_size, is_causal, timeout=timeout)
