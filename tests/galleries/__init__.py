@@ -62,6 +62,7 @@ LESSON_MODULES = (
     "lesson09",
     "lesson10",
     "lesson11",
+    "lesson12",
 )
 LESSONS = [import_module(f".{name}", __name__) for name in LESSON_MODULES]
 
