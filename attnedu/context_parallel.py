@@ -31,6 +31,24 @@ all-to-all turns "my N/P tokens, all H heads" into "all N tokens, my H/P heads" 
 ordinary attention for its heads over the whole sequence, and a second all-to-all turns the output back
 (``ulysses_attention``; H must be divisible by P).
 
+Measured here, and modelled for many GPUs (L layers, H query heads, H_kv key/value heads of d numbers, s bytes per
+number, b sequences of N tokens, chunk c = N / P per rank, F FLOP/s per GPU):
+
+    memory    K/V of all layers 2 L H_kv d s N bytes; one layer's Q, K, V and O (2 H + 2 H_kv) d s N; each / P when
+              the sequence is sharded (``memory_per_device``)
+    time      each rank's wall time of the ring call and its time inside the tile computations (``time_ring``): a
+              ring's waits even out the wall times, the compute times show each rank's work; with more processes
+              than cores they also take turns on the cores (``oversubscription_cost``)
+    model     a transfer of B bytes takes alpha + B / beta (``transfer_time``). A ring step computes one block pair,
+              4 b H c^2 d FLOPs (half of that per step for causal zigzag), while one K/V block, 2 b H_kv c d s bytes,
+              travels: step = max(compute, transfer), so computation hides communication for c >= c*
+              (``ring_overlap_chunk``; c* = F / beta for multi-head attention in bfloat16, Liu et al. 2023's
+              condition); Ulysses: two all-to-alls, then 4 b (H / P) N^2 d FLOPs, not overlapped (``ring_model``,
+              ``ulysses_model``, ``scaling_model``: published H100 / NVLink / InfiniBand figures, assumed latencies)
+
+PyTorch's own ``torch.distributed.tensor.experimental.context_parallel`` refuses the CPU (its SDPA kernel has no
+sharding rule): ``try_torch_context_parallel`` shows it.
+
 Bytes each rank sends per layer (``ring_bytes``, ``ulysses_bytes``; both functions also count what they send into a
 ``sent`` list): with S = batch * H * (N/P) * head_dim * bytes per number the size of one shard of Q (or K, V),
 
@@ -687,6 +705,12 @@ import numpy as np  # noqa: E402
 from ._validate import check_instance, check_items, check_positive_int  # noqa: E402
 
 
+def _counts(name: str, values, meaning: str) -> list[int]:
+    """A non-empty list of whole numbers >= 1 (a list, a tuple or a NumPy array of them), or the error naming it."""
+    values = check_items(name, values.tolist() if isinstance(values, np.ndarray) else values, int, meaning)
+    return [check_int(f"{name}[{i}]", v, meaning, minimum=1) for i, v in enumerate(values)]
+
+
 def score_entries(world_size: int, seq_len: int, layout: str = "contiguous", is_causal: bool = True) -> list[float]:
     """Work per rank as a share of the N x N score matrix: the scores each rank computes in a ring pass (counted from
     ``score_blocks``), divided by N^2. A full block is c^2 scores and a diagonal (masked) block c (c + 1) / 2, for the
@@ -950,9 +974,7 @@ def oversubscription_cost(chunk: int = 512, *, world_sizes=(2, 4), heads: int = 
     never asserted.
     """
     chunk = check_positive_int("chunk", chunk, "positions per rank (one block is chunk x chunk scores)")
-    world_sizes = check_items("world_sizes", world_sizes, int, "process counts")
-    for i, p in enumerate(world_sizes):
-        check_int(f"world_sizes[{i}]", p, "how many processes to start", minimum=1)
+    world_sizes = _counts("world_sizes", world_sizes, "how many processes to start")
     per_size, timings = {}, {}
     for p in world_sizes:
         timing = time_ring(p, p * chunk, heads=heads, head_dim=head_dim, is_causal=False, layouts=("contiguous",),
@@ -1148,31 +1170,31 @@ def ulysses_model(seq_len, world_size, *, batch: int = 1, heads: int = 32, kv_he
 
 
 def scaling_model(seq_len: int, world_sizes=(8, 16, 32, 64, 128, 256, 512, 1024), **config) -> dict:
-    """Ring vs Ulysses vs compute alone, one layer's forward per rank, over ``world_sizes`` at a fixed sequence:
-    ``ring_model`` and ``ulysses_model`` with the same ``config`` (batch, heads, kv_heads, head_dim,
+    """Ring vs Ulysses vs compute alone, one layer's forward per rank, over ``world_sizes`` at a fixed sequence of N
+    tokens: ``ring_model`` and ``ulysses_model`` with the same ``config`` (batch, heads, kv_heads, head_dim,
     bytes_per_number, is_causal, flops, nvlink, network, gpus_per_node; ``layout`` for the ring). A model, labelled
     as one wherever it is shown. -> dict of arrays over world_size: world_size, chunk, compute (the ring's busiest
     rank computing with free communication), ring, ring_comm_step, ring_compute_step, ring_hidden, ulysses,
-    ulysses_comm (NaN where P does not divide the heads); and crossover: the P at which the ring's transfers stop
-    being hidden, N / c* for the link in use there (``ring_overlap_chunk``; None if they stay hidden or never are
-    within the range)."""
-    world_sizes = np.asarray(check_items("world_sizes", world_sizes, int, "GPU counts"))
+    ulysses_comm (NaN where P does not divide the heads); and crossover, the P (a real number) beyond which the
+    ring's transfers are no longer hidden: the ring hides them while c = N / P >= c* of its link
+    (``ring_overlap_chunk``), NVLink up to gpus_per_node GPUs, InfiniBand beyond, so crossover = N / c*_NVLink if
+    that is below gpus_per_node, else N / c*_InfiniBand if that is above it, else gpus_per_node (the transfers stop
+    being hidden where the ring leaves the node)."""
+    world_sizes = np.asarray(_counts("world_sizes", world_sizes, "GPU counts"))
     layout = config.pop("layout", "zigzag")
-    ulysses_config = {k: v for k, v in config.items()}
     ring = ring_model(seq_len, world_sizes, layout=layout, **config)
-    ulysses = ulysses_model(seq_len, world_sizes, **ulysses_config)
-    crossover = None
-    hidden = ring["hidden"]
-    if hidden.any() and not hidden.all():
-        i = int(np.argmin(hidden))  # the first P whose transfers are not hidden
-        keys = ("batch", "heads", "kv_heads", "head_dim", "bytes_per_number", "is_causal", "flops")
-        link = config.get("nvlink", NVLINK4) if world_sizes[i] <= config.get("gpus_per_node", GPUS_PER_NODE) \
-            else config.get("network", INFINIBAND_NDR)  # fmt: skip
-        crossover = float(seq_len) / ring_overlap_chunk(layout=layout, link=link,
-                                                        **{k: config[k] for k in keys if k in config})  # fmt: skip
+    ulysses = ulysses_model(seq_len, world_sizes, **config)
+    keys = ("batch", "heads", "kv_heads", "head_dim", "bytes_per_number", "is_causal", "flops")
+    chunk_config = {k: config[k] for k in keys if k in config}
+    in_node = float(seq_len) / ring_overlap_chunk(layout=layout, link=config.get("nvlink", NVLINK4), **chunk_config)
+    across = float(seq_len) / ring_overlap_chunk(layout=layout, link=config.get("network", INFINIBAND_NDR),
+                                                 **chunk_config)  # fmt: skip
+    node = config.get("gpus_per_node", GPUS_PER_NODE)
+    crossover = in_node if in_node < node else across if across > node else float(node)
     return {"world_size": world_sizes, "chunk": ring["chunk"], "compute": ring["compute"], "ring": ring["ring"],
-            "ring_comm_step": ring["comm_step"], "ring_compute_step": ring["compute_step"], "ring_hidden": hidden,
-            "ulysses": ulysses["ulysses"], "ulysses_comm": ulysses["comm"], "crossover": crossover}  # fmt: skip
+            "ring_comm_step": ring["comm_step"], "ring_compute_step": ring["compute_step"],
+            "ring_hidden": ring["hidden"], "ulysses": ulysses["ulysses"], "ulysses_comm": ulysses["comm"],
+            "crossover": crossover}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -1207,9 +1229,7 @@ def memory_per_device(model="Llama-3-8B (GQA-8)", seq_len: int = 2**20, world_si
     else:
         raise TypeError(f"model should be a name of cache_sizes.MODEL_CONFIGS or a dict, got {describe(model)}")
     seq_len = check_positive_int("seq_len", seq_len, "tokens of context")
-    world_sizes = check_items("world_sizes", world_sizes, int, "device counts")
-    for i, p in enumerate(world_sizes):
-        check_int(f"world_sizes[{i}]", p, "devices", minimum=1)
+    world_sizes = _counts("world_sizes", world_sizes, "devices")
     device_bytes = check_number("device_bytes", device_bytes, "bytes of one device's memory", 0.0, strict=True)
     kv = kv_cache_bytes(config["num_layers"], config["num_kv_heads"], config["head_dim"], bytes_per_number, seq_len)
     qkvo = (2 * config["num_heads"] + 2 * config["num_kv_heads"]) * config["head_dim"] * bytes_per_number * seq_len
