@@ -158,3 +158,48 @@ def test_the_induction_diagram_names_both_heads():
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels == ["tokens", "after layer 0", "after layer 1", "next-token prediction"]
     plt.close("all")
+
+
+def test_lesson_12_diagrams_draw_what_the_ranks_hold_and_compute():
+    from matplotlib.colors import to_hex
+
+    from attnedu.context_parallel import score_blocks
+    from attnedu.diagrams import RANK_COLOURS, layout_diagram, layouts_diagram, ring_diagram, ulysses_diagram
+
+    ax = ring_diagram(4)
+    texts = _texts(ax)
+    blocks = [t for t in texts if t.startswith("$K_")]
+    assert len(blocks) == 16 and blocks[:4] == ["$K_{0}V_{0}$", "$K_{1}V_{1}$", "$K_{2}V_{2}$", "$K_{3}V_{3}$"]
+    assert blocks[4:8] == ["$K_{3}V_{3}$", "$K_{0}V_{0}$", "$K_{1}V_{1}$", "$K_{2}V_{2}$"]  # step 1: (r - 1) mod 4
+    assert texts.count("rank 0") == 2 and sum(t.startswith("step ") for t in texts) == 4
+    plt.close("all")
+    for world_size in (2, 4):
+        axes = layouts_diagram(world_size)
+        for ax, layout in zip(axes, ("contiguous", "zigzag")):
+            chunks = world_size if layout == "contiguous" else 2 * world_size
+            cells = [p for p in ax.patches if p.get_width() < 1]
+            assert len(cells) == chunks * chunks
+            skipped = [p for p in cells if to_hex(p.get_facecolor()) == "#ffffff"]
+            diagonal = [p for p in cells if p.get_hatch()]
+            assert len(skipped) == chunks * (chunks - 1) // 2 and len(diagonal) == chunks
+            for rank, counted in enumerate(score_blocks(world_size, layout)):  # the colours are the counted work
+                mine = [p for p in cells if to_hex(p.get_facecolor()) == to_hex(RANK_COLOURS[rank])]
+                assert len(mine) == counted["full"] + counted["diagonal"], (layout, rank)
+        labels = [t.get_text() for t in plt.gcf().legends[0].get_texts()]
+        assert (
+            labels[:world_size] == [f"rank {r}" for r in range(world_size)] and "skipped (all in the future)" in labels
+        )
+        plt.close("all")
+    ax = ulysses_diagram(4, 8)
+    colours = [to_hex(p.get_facecolor()) for p in ax.patches if isinstance(p, plt.Rectangle)]
+    before, after = colours[:32], colours[32:64]
+    assert before[:8] == [to_hex(RANK_COLOURS[0])] * 8  # token chunk 0, all heads: rank 0
+    assert after[:8] == [to_hex(RANK_COLOURS[h // 2]) for h in range(8)]  # two heads per rank after the all-to-all
+    assert sorted(before) == sorted(after)  # the same amount of data on each rank, re-partitioned
+    with pytest.raises(ValueError, match="divisible by world_size=4"):
+        ulysses_diagram(4, 6)
+    with pytest.raises(ValueError, match="2..8"):
+        ring_diagram(9)
+    with pytest.raises(ValueError, match="layout"):
+        layout_diagram(2, "striped")
+    plt.close("all")

@@ -13,10 +13,12 @@ source word's state; before step 0 the decoder holds its initial state s_{-1}). 
 from 1, as lesson 08 does.
 
 One module per group of lessons: ``encoder_decoder`` (01-03), ``queries_to_positions`` (04-07), ``transformers``
-(08-11); the shared vocabulary (colours, boxes, arrows) in ``_draw``.
+(08-11), ``devices`` (12: ranks, each with its colour in ``RANK_COLOURS``); the shared vocabulary (colours, boxes,
+arrows) in ``_draw``.
 """
 
 from ._draw import COLOURS, arrow, box
+from .devices import RANK_COLOURS, layout_diagram, layouts_diagram, ring_diagram, ulysses_diagram
 from .encoder_decoder import luong_diagram, seq2seq_diagram
 from .queries_to_positions import (
     lookup_diagram,
@@ -49,4 +51,9 @@ __all__ = [
     "transformer_blocks_diagram",
     "kv_sharing_diagram",
     "induction_circuit_diagram",
+    "RANK_COLOURS",
+    "ring_diagram",
+    "layout_diagram",
+    "layouts_diagram",
+    "ulysses_diagram",
 ]
