@@ -33,7 +33,8 @@ One concept per module; a lesson's library code lives in the module its concept 
     triton_basics      small Triton kernels run on the CPU under the interpreter, memory-checked: lesson 08's practice
     context_parallel   attention across processes (torch.distributed, gloo): a launcher, ring attention and
                        all-to-all (Ulysses) attention, forward and backward, contiguous and zigzag layouts, score
-                       blocks per rank, bytes sent by formula and counted (12, the lesson in progress)
+                       blocks per rank, bytes sent by formula and counted, time per rank, memory per device, an
+                       alpha-beta model of scaling, PyTorch's own context_parallel tried (12)
     bench, bench_gpu   python -m attnedu.bench: time and memory of naive, tiled, SDPA and Triton attention;
                        bench_gpu holds the GPU suite of make gpu-bench (08); measurements, below both, the
                        methods compared and the records they produce; bench_report, their tables, figure and files
