@@ -252,7 +252,7 @@ RING_STEP = Exercise(
     ),
     hint=(
         "Two steps: attention of the query chunk over this one key chunk (with the causal mask when diagonal), as an "
-        "output and a log-sum-exp; then the merge of lesson 08, in the (out, lse) form. What weight does each of the "
+        "output and a log-sum-exp; then the merge of lesson 08a, in the (out, lse) form. What weight does each of the "
         "two outputs get?",
         "Block: s = q k^T / sqrt(head_dim), masked where j > i when diagonal; lse_b = logsumexp(s) over the keys, "
         "out_b = softmax(s) v. Merge: lse_new = log(exp(lse) + exp(lse_b)), computed stably (logaddexp); out_new = "
