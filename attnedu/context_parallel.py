@@ -5,7 +5,7 @@ Ring attention (Liu, Zaharia and Abbeel 2023). Rank r holds the queries Q_r and 
 shard. Every query needs every key, so the K/V blocks travel around a ring: at step t = 0 .. P-1 rank r holds the
 block of rank (r - t) mod P, computes its queries against it while sending it on to rank r + 1 and receiving the
 next from rank r - 1 (P - 1 transfers). Each step gives a partial attention over one block of keys, as a softmax
-state (out_t, lse_t) with lse_t = log sum_{j in block t} exp(s_ij); lesson 08's merge combines them exactly:
+state (out_t, lse_t) with lse_t = log sum_{j in block t} exp(s_ij); lesson 08a's merge combines them exactly:
 
     lse = log(exp(lse_a) + exp(lse_b)),    out = exp(lse_a - lse) out_a + exp(lse_b - lse) out_b
 
