@@ -36,9 +36,11 @@ number, b sequences of N tokens, chunk c = N / P per rank, F FLOP/s per GPU):
 
     memory    K/V of all layers 2 L H_kv d s N bytes; one layer's Q, K, V and O (2 H + 2 H_kv) d s N; each / P when
               the sequence is sharded (``memory_per_device``)
-    time      each rank's wall time of the ring call and its time inside the tile computations (``time_ring``): a
-              ring's waits even out the wall times, the compute times show each rank's work; with more processes
-              than cores they also take turns on the cores (``oversubscription_cost``)
+    time      each rank's wall time of the ring call and its time inside the tile computations (``time_ring``, or
+              ``time_ring_rank`` in each rank of a launch of your own, gathered by ``RingTiming.from_ranks``; a
+              transfer to the next rank: ``time_transfer_rank``): a ring's waits even out the wall times, the compute
+              times show each rank's work; with more processes than cores they also take turns on the cores
+              (``oversubscription_cost``)
     model     a transfer of B bytes takes alpha + B / beta (``transfer_time``). A ring step computes one block pair,
               4 b H c^2 d FLOPs (half of that per step for causal zigzag), while one K/V block, 2 b H_kv c d s bytes,
               travels: step = max(compute, transfer), so computation hides communication for c >= c*
@@ -906,9 +908,7 @@ def time_ring_rank(rank: int, world_size: int, seq_len: int, *, batch: int = 1, 
     entered = time.time()
     config = _timing_config(world_size, seq_len, batch, heads, head_dim, is_causal, layouts, repeats, warmup,
                             backward, seed)  # fmt: skip
-    rank = check_int("rank", rank, "this process's rank", minimum=0)
-    if rank >= world_size:
-        raise ValueError(f"rank should be below world_size={world_size}, got {rank}")
+    rank = check_int("rank", rank, "which process", minimum=0, maximum=world_size - 1)
     generator = torch.Generator().manual_seed(config["seed"])
     shape = (config["batch"], config["heads"], config["seq_len"], config["head_dim"])
     tensors = [torch.randn(shape, generator=generator) for _ in range(4)]  # q, k, v, d_out: the same on every rank
@@ -974,10 +974,8 @@ def time_transfer_rank(rank: int, world_size: int, *, numbers: int = 2**20, repe
     (2^20: 4 MiB) to rank + 1 while receiving one from rank - 1, as a ring step does (``batch_isend_irecv``), and
     times it to the last completion; the first ``warmup`` repeats are not kept. Needs at least 2 ranks.
     -> {"bytes": the block's bytes, "seconds": one per timed repeat, "median_s": their median}."""
-    world_size = check_int("world_size", world_size, "how many processes (a ring of at least 2)", minimum=2)
-    rank = check_int("rank", rank, "this process's rank", minimum=0)
-    if rank >= world_size:
-        raise ValueError(f"rank should be below world_size={world_size}, got {rank}")
+    world_size = check_int("world_size", world_size, "processes in the ring, at least 2", minimum=2)
+    rank = check_int("rank", rank, "which process", minimum=0, maximum=world_size - 1)
     numbers = check_positive_int("numbers", numbers, "float32 numbers in the block sent")
     repeats = check_positive_int("repeats", repeats, "timed transfers")
     warmup = check_int("warmup", warmup, "untimed transfers first", minimum=0)
@@ -1009,6 +1007,7 @@ def plot_rank_timing(fig, timing: RingTiming, kinds=("compute", "wall")):
         check_choice("kinds[...]", kind, TIME_KINDS)
     layouts = list(timing.layouts)
     axes = fig.subplots(2, len(layouts), squeeze=False, sharey="row")
+    highest = {"work": 0.0, "time": 0.0}  # room above the tallest bar of each row for its labels and the legend
     colours = {"compute": "tab:blue", "compute_cpu": "tab:cyan", "wall": "tab:grey"}
     labels = {"compute": "computing (wall clock)", "compute_cpu": "computing (CPU time)", "wall": "whole ring call"}
     ranks = np.arange(timing.world_size)
@@ -1023,6 +1022,7 @@ def plot_rank_timing(fig, timing: RingTiming, kinds=("compute", "wall")):
         for r, b in enumerate(times.blocks):
             top.annotate(f"{b['full']}+{b['diagonal']}d", (r, full[r] + diagonal[r]), ha="center", va="bottom",
                          fontsize=8)  # fmt: skip
+        highest["work"] = max(highest["work"], max(times.work))
         top.set_title(f"{layout}: work counted", fontsize=10)
         top.set_xticks(ranks)
         bottom = axes[1, column]
@@ -1033,13 +1033,16 @@ def plot_rank_timing(fig, timing: RingTiming, kinds=("compute", "wall")):
             x = ranks - 0.4 + width * (i + 0.5)
             bottom.bar(x, median, width, color=colours[kind], label=labels[kind])
             bottom.errorbar(x, median, yerr=[median - low, high - median], fmt="none", ecolor="black", capsize=2)
+            highest["time"] = max(highest["time"], float(high.max()))
         bottom.set_title(f"{layout}: time measured", fontsize=10)
         bottom.set_xticks(ranks)
         bottom.set_xlabel("rank")
     axes[0, 0].set_ylabel("scores computed / N²")
     axes[1, 0].set_ylabel(f"ms (median of {timing.repeats} repeats)")
-    axes[0, -1].legend(fontsize=8)
-    axes[1, -1].legend(fontsize=8)
+    axes[0, 0].set_ylim(0, 1.3 * highest["work"])
+    axes[1, 0].set_ylim(0, 1.3 * highest["time"])
+    axes[0, -1].legend(fontsize=8, ncols=2, loc="upper left")
+    axes[1, -1].legend(fontsize=8, ncols=len(kinds), loc="upper left")
     what = "forward and backward" if timing.backward else "forward"
     fig.suptitle(f"Ring attention {what}, P = {timing.world_size}, N = {timing.seq_len}"
                  f"{', causal' if timing.is_causal else ''}", fontsize=11)  # fmt: skip

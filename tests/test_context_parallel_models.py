@@ -100,11 +100,11 @@ def test_time_transfer_rank_times_one_block_per_repeat(launched):
 def test_per_rank_timings_refuse_bad_arguments_before_timing():
     with pytest.raises(ValueError, match="world_size"):
         cp.time_transfer_rank(0, 1)
-    with pytest.raises(ValueError, match="rank should be below"):
+    with pytest.raises(ValueError, match="rank"):
         cp.time_transfer_rank(2, 2)
     with pytest.raises(ValueError, match="numbers"):
         cp.time_transfer_rank(0, 2, numbers=0)
-    with pytest.raises(ValueError, match="rank should be below"):
+    with pytest.raises(ValueError, match="rank"):
         cp.time_ring_rank(4, 4, 64)
     with pytest.raises(ValueError, match="seq_len should be a multiple of 4"):
         cp.time_ring_rank(0, 2, 6)
