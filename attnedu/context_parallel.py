@@ -242,9 +242,12 @@ def run_ranks(fn, world_size: int, *args, timeout: float = DEFAULT_TIMEOUT_S) ->
     interpreter that imports torch and this module once, so a later call starts its ranks without importing torch
     again (on this project's 2-core machine about 0.05 s for 4 ranks instead of about 2 s). Where there is no fork
     server (Windows) or it cannot start the ranks, they are spawned: fresh interpreters, each importing torch. Each
-    rank takes the caller's environment of the moment (os.environ as this call finds it). fn and args reach the
-    ranks pickled with cloudpickle, by value where they cannot be imported (a function defined in a notebook cell, a
-    lambda, a closure, and such a function passed in args), by name otherwise; the results come back with pickle.
+    rank takes the caller's environment of the moment (os.environ as this call finds it); what the server imported
+    (torch, this module and the attnedu modules it uses) stays as it was at the first call, and so does what they
+    read from the environment on import: an edit to those modules reaches the ranks after a restart of the kernel.
+    fn and args reach the ranks pickled with cloudpickle, by value where they cannot be imported (a function defined
+    in a notebook cell, a lambda, a closure, and such a function passed in args), by name otherwise; the results come
+    back with pickle.
 
     If a rank raises, every process is ended and a ``RankError`` names the rank and shows its traceback; if a rank
     dies without a word, the error gives its exit code; if the ranks have not all finished ``timeout`` seconds after
