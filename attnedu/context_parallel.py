@@ -40,9 +40,11 @@ number, b sequences of N tokens, chunk c = N / P per rank, F FLOP/s per GPU):
 
     memory    K/V of all layers 2 L H_kv d s N bytes; one layer's Q, K, V and O (2 H + 2 H_kv) d s N; each / P when
               the sequence is sharded (``memory_per_device``)
-    time      each rank's wall time of the ring call and its time inside the tile computations (``time_ring``): a
-              ring's waits even out the wall times, the compute times show each rank's work; with more processes
-              than cores they also take turns on the cores (``oversubscription_cost``)
+    time      each rank's wall time of the ring call and its time inside the tile computations (``time_ring``, or
+              ``time_ring_rank`` in each rank of a launch of your own, gathered by ``RingTiming.from_ranks``; a
+              transfer to the next rank: ``time_transfer_rank``): a ring's waits even out the wall times, the compute
+              times show each rank's work; with more processes than cores they also take turns on the cores
+              (``oversubscription_cost``)
     model     a transfer of B bytes takes alpha + B / beta (``transfer_time``). A ring step computes one block pair,
               4 b H c^2 d FLOPs (half of that per step for causal zigzag), while one K/V block, 2 b H_kv c d s bytes,
               travels: step = max(compute, transfer), so computation hides communication for c >= c*
@@ -77,6 +79,7 @@ import socket
 import sys
 import time
 import traceback
+import warnings
 from datetime import timedelta
 
 import cloudpickle
@@ -92,6 +95,11 @@ LOOPBACK = "127.0.0.1"
 # gloo picks its network interface from the host name unless told: on the loopback interface nothing leaves the machine
 LOOPBACK_INTERFACE = {"linux": "lo", "darwin": "lo0"}
 DEFAULT_TIMEOUT_S = 120.0
+# How run_ranks starts its processes: "forkserver" (a server process with torch and this module imported forks each
+# rank: no import per launch) where the platform has it, else "spawn" (a fresh interpreter per rank, importing torch)
+START_METHOD = "forkserver"
+_PRELOAD = ["attnedu.context_parallel"]  # imported by the fork server before its first fork: torch with it
+_forkserver_failed: str | None = None  # why the fork server could not start ranks in this process, once it failed
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -115,9 +123,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _rank_main(payload: bytes, rank: int, world_size: int, port: int, results, timeout_s: float) -> None:
-    """What each spawned process runs: load (fn, args) (pickled by value with cloudpickle in the parent), join the
+def _rank_main(payload: bytes, rank: int, world_size: int, port: int, results, timeout_s: float,
+               environ: dict[str, str]) -> None:  # fmt: skip
+    """What each rank's process runs: take the caller's environment (a rank forked by the fork server starts with the
+    server's, from when it started), load (fn, args) (pickled by value with cloudpickle in the parent), join the
     process group, call fn, report (rank, ok, pickled result or the traceback) on the queue, leave the group."""
+    for name in set(os.environ) - set(environ):
+        del os.environ[name]
+    os.environ.update(environ)
     torch.set_num_threads(1)
     try:
         fn, args = pickle.loads(payload)  # cloudpickle's output is read by pickle (cloudpickle is imported as needed)
@@ -133,7 +146,7 @@ def _rank_main(payload: bytes, rank: int, world_size: int, port: int, results, t
 
 
 def _by_value(fn, args: tuple) -> bytes:
-    """(fn, args) pickled for the spawned processes with cloudpickle: a function defined in a notebook cell, a lambda
+    """(fn, args) pickled for the ranks' processes with cloudpickle: a function defined in a notebook cell, a lambda
     or a closure (and such a function passed in args) travels by value, its code and the globals it uses; a function
     of an importable module travels by name, as pickle sends it. What cannot be pickled at all (an open file, a lock,
     a generator, ...) is refused here, naming fn or the argument and why."""
@@ -189,39 +202,78 @@ def _failure(results, processes, done: dict, first, grace_s: float = 0.5) -> Ran
     return RankError("\n".join(lines), dead or [raised[0]], [])
 
 
+def _start_method() -> str:
+    """START_METHOD where this platform has it and it has not failed in this process; "spawn" otherwise."""
+    unavailable = _forkserver_failed or "forkserver" not in multiprocessing.get_all_start_methods()
+    if START_METHOD == "forkserver" and unavailable:
+        return "spawn"
+    return START_METHOD
+
+
+def _start_ranks(payload: bytes, world_size: int, port: int, timeout: float, environ: dict):
+    """Start the ranks' processes (and their result queue) from the fork server, or spawned (see _start_method); if
+    the fork server cannot start them, end what was started, warn once, and spawn them instead."""
+    global _forkserver_failed
+    method = _start_method()
+    context = multiprocessing.get_context(method)
+    if method == "forkserver":
+        context.set_forkserver_preload(_PRELOAD)  # read when the server starts: at the first launch of this process
+    results = context.Queue()
+    processes = [context.Process(target=_rank_main, args=(payload, rank, world_size, port, results, timeout, environ),
+                                 name=f"attnedu-rank-{rank}", daemon=True) for rank in range(world_size)]  # fmt: skip
+    try:
+        for process in processes:
+            process.start()
+    except Exception as exc:
+        for process in processes:
+            if process.pid is not None:
+                process.kill()
+                process.join()
+        results.close()
+        results.join_thread()
+        if method != "forkserver":
+            raise
+        _forkserver_failed = f"{type(exc).__name__}: {exc}"
+        warnings.warn(f"run_ranks: the fork server could not start the ranks ({_forkserver_failed}); they are "
+                      "spawned instead, each importing torch, in this process from now on", RuntimeWarning,
+                      stacklevel=3)  # fmt: skip
+        return _start_ranks(payload, world_size, port, timeout, environ)
+    return processes, results
+
+
 def run_ranks(fn, world_size: int, *args, timeout: float = DEFAULT_TIMEOUT_S) -> list:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` new processes, one ``torch.distributed`` rank each
     (gloo backend, 127.0.0.1 on a free port, one torch thread per process), and return their results in rank order.
 
-    The processes are started with "spawn" (fresh interpreters): fn and args reach them pickled with cloudpickle, by
-    value where they cannot be imported (a function defined in a notebook cell, a lambda, a closure, and such a
-    function passed in args), by name otherwise; the results come back with pickle.
+    The processes are forked from multiprocessing's fork server ("forkserver"), which the first call starts: a fresh
+    interpreter that imports torch and this module once, so a later call starts its ranks without importing torch
+    again (on this project's 2-core machine about 0.05 s for 4 ranks instead of about 2 s). Where there is no fork
+    server (Windows) or it cannot start the ranks, they are spawned: fresh interpreters, each importing torch. Each
+    rank takes the caller's environment of the moment (os.environ as this call finds it); what the server imported
+    (torch, this module and the attnedu modules it uses) stays as it was at the first call, and so does what they
+    read from the environment on import: an edit to those modules reaches the ranks after a restart of the kernel.
+    fn and args reach the ranks pickled with cloudpickle, by value where they cannot be imported (a function defined
+    in a notebook cell, a lambda, a closure, and such a function passed in args), by name otherwise; the results come
+    back with pickle.
 
     If a rank raises, every process is ended and a ``RankError`` names the rank and shows its traceback; if a rank
     dies without a word, the error gives its exit code; if the ranks have not all finished ``timeout`` seconds after
-    the call (starting them included), all are killed and the error names those that did not finish. No
-    process started here outlives the call.
+    the call (starting them included), all are killed and the error names those that did not finish. No rank
+    outlives the call. What stays is the fork server: one idle process, sleeping until the next call, holding about
+    230 MB (torch imported; its pages shared with the ranks it forks), that ends when the process that started it
+    (the notebook's kernel) ends.
     """
     if not callable(fn):
         raise TypeError(f"fn should be a function fn(rank, world_size, *args), got {describe(fn)}")
     world_size = check_int("world_size", world_size, "how many processes to start", minimum=1)
     timeout = check_number("timeout", timeout, "seconds before the processes are killed", 0.0, strict=True)
     payload = _by_value(fn, args)
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
-    port = free_port()
+    environ = dict(os.environ)
     interface = LOOPBACK_INTERFACE.get(sys.platform)
-    saved = os.environ.get("GLOO_SOCKET_IFNAME")
-    if interface and saved is None:
-        os.environ["GLOO_SOCKET_IFNAME"] = interface  # inherited by the spawned processes
-    processes = [context.Process(target=_rank_main, args=(payload, rank, world_size, port, results, timeout),
-                                 name=f"attnedu-rank-{rank}", daemon=True) for rank in range(world_size)]  # fmt: skip
-    try:
-        for process in processes:
-            process.start()
-    finally:
-        if interface and saved is None:
-            del os.environ["GLOO_SOCKET_IFNAME"]
+    if interface and "GLOO_SOCKET_IFNAME" not in environ:
+        environ["GLOO_SOCKET_IFNAME"] = interface  # the ranks' environment only; the caller's stays as it is
+    port = free_port()
+    processes, results = _start_ranks(payload, world_size, port, timeout, environ)
     deadline = time.monotonic() + timeout
     done: dict[int, object] = {}
     failure = None
@@ -769,8 +821,8 @@ def score_entries(world_size: int, seq_len: int, layout: str = "contiguous", is_
 
 @dataclass(frozen=True)
 class RankTimes:
-    """One layout's measurements in ``time_ring``, per rank (lists in rank order; times in seconds, one per timed
-    repeat):
+    """One layout's measurements (``time_ring_rank`` on every rank, gathered by ``RingTiming.from_ranks``), per rank
+    (lists in rank order; times in seconds, one per timed repeat):
 
         blocks         score blocks by rule (``score_blocks``): {"full": ..., "diagonal": ...} per rank
         tiles          the tile calls each rank made in the forward, counted by the timing hook (equal to blocks)
@@ -778,8 +830,10 @@ class RankTimes:
         work           the scores each rank computes as a share of N^2 (``score_entries``)
         wall_s         the ring call on each rank: from the barrier that starts the repeat to its return
         compute_s      the part of it spent inside the tile computations (wall clock)
-        compute_cpu_s  the same as CPU time of the rank's thread: what the rank itself computed, whether or not
-                       another process held its core meanwhile
+        compute_cpu_s  the same as CPU time of the rank's thread (``time.thread_time``): what the rank itself
+                       computed, whether or not another process held its core meanwhile
+        tile_calls     every tile call of every timed repeat, per rank: (pass, query rows, diagonal, wall seconds,
+                       CPU seconds) with pass "forward" or "backward" and diagonal True for a masked block
     """
 
     layout: str
@@ -790,6 +844,7 @@ class RankTimes:
     wall_s: list
     compute_s: list
     compute_cpu_s: list
+    tile_calls: list
 
     def median(self, kind: str = "compute") -> list[float]:
         """Each rank's median over the repeats of ``kind``: 'wall', 'compute' or 'compute_cpu'."""
@@ -801,15 +856,20 @@ class RankTimes:
         return [(float(np.quantile(t, 0.25)), float(np.quantile(t, 0.75))) for t in self._times(kind)]
 
     def _times(self, kind: str) -> list:
-        check_choice("kind", kind, ("wall", "compute", "compute_cpu"))
+        check_choice("kind", kind, TIME_KINDS)
         return {"wall": self.wall_s, "compute": self.compute_s, "compute_cpu": self.compute_cpu_s}[kind]
+
+
+TIME_KINDS = ("wall", "compute", "compute_cpu")
+_RING_RECORD = "attnedu ring timing"  # the kind of record time_ring_rank returns (checked by RingTiming.from_ranks)
 
 
 @dataclass(frozen=True)
 class RingTiming:
-    """What ``time_ring`` measured: the configuration, one ``RankTimes`` per layout (``layouts[name]``), and the
-    launch: ``launch_s`` seconds from the call until the last rank had started (spawn, import torch, join the group),
-    ``total_s`` for the whole call."""
+    """Per-rank ring timings of every rank: the configuration, one ``RankTimes`` per layout (``layouts[name]``), and,
+    when ``time_ring`` made the launch, ``launch_s`` seconds from the call until the last rank had started (spawn,
+    import torch, join the group) and ``total_s`` for the whole call (both None for records gathered from a launch
+    made elsewhere: ``from_ranks``)."""
 
     world_size: int
     seq_len: int
@@ -821,33 +881,129 @@ class RingTiming:
     repeats: int
     warmup: int
     layouts: dict
-    launch_s: float
-    total_s: float
+    launch_s: float | None = None
+    total_s: float | None = None
+
+    @classmethod
+    def from_ranks(cls, records, *, started: float | None = None, finished: float | None = None) -> RingTiming:
+        """The timing of a whole ring from what ``time_ring_rank`` returned on each rank, in rank order (the list
+        ``run_ranks`` returns when each rank returns its record). ``started`` and ``finished``: the launcher's
+        ``time.time()`` before the launch and after it, for ``launch_s`` and ``total_s`` (left None without them)."""
+        records = check_items("records", records, dict, "time_ring_rank's records, one per rank in rank order")
+        for rank, record in enumerate(records):
+            if record.get("kind") != _RING_RECORD:
+                raise ValueError(f"records[{rank}] should be what time_ring_rank returned, got a dict with keys "
+                                 f"{sorted(record)}")  # fmt: skip
+            if record["rank"] != rank or record["world_size"] != len(records):
+                raise ValueError(f"records should hold one record per rank, in rank order: records[{rank}] came from "
+                                 f"rank {record['rank']} of {record['world_size']}, and there are {len(records)} "
+                                 "records")  # fmt: skip
+            if record["config"] != records[0]["config"]:
+                raise ValueError(f"records should come from one ring (the same arguments on every rank): records"
+                                 f"[{rank}] has {record['config']}, records[0] {records[0]['config']}")  # fmt: skip
+        config, world_size = records[0]["config"], len(records)
+        layouts = {}
+        for layout in config["layouts"]:
+            mine = [r["layouts"][layout] for r in records]
+            layouts[layout] = RankTimes(
+                layout=layout, blocks=score_blocks(world_size, layout, config["is_causal"]),
+                tiles=[m["tiles"] for m in mine], backward_tiles=[m["backward_tiles"] for m in mine],
+                work=score_entries(world_size, config["seq_len"], layout, config["is_causal"]),
+                wall_s=[m["wall_s"] for m in mine], compute_s=[m["compute_s"] for m in mine],
+                compute_cpu_s=[m["compute_cpu_s"] for m in mine],
+                tile_calls=[m["tile_calls"] for m in mine])  # fmt: skip
+        launch = None if started is None else max(r["entered"] for r in records) - started
+        total = None if started is None or finished is None else finished - started
+        return cls(world_size=world_size, layouts=layouts, launch_s=launch, total_s=total,
+                   **{k: config[k] for k in ("seq_len", "batch", "heads", "head_dim", "is_causal", "backward",
+                                             "repeats", "warmup")})  # fmt: skip
+
+    def block_seconds(self, kind: str = "compute_cpu", *, rows: int, diagonal: bool = False,
+                      backward: bool = False) -> list[float]:  # fmt: skip
+        """The seconds of every single tile call with ``rows`` query rows (a block of rows x rows scores: a chunk
+        against a chunk of the same length), masked (``diagonal=True``) or full, in the forward (or the backward),
+        over every layout, rank and timed repeat; ``kind`` 'compute' (wall clock) or 'compute_cpu' (the rank's CPU
+        time). Empty if no such block was computed."""
+        check_choice("kind", kind, ("compute", "compute_cpu"))
+        rows = check_positive_int("rows", rows, "query rows of the block")
+        check_bool("diagonal", diagonal, "whether the block is masked")
+        check_bool("backward", backward, "whether the backward's tile calls are meant")
+        where, column = "backward" if backward else "forward", 3 if kind == "compute" else 4
+        return [call[column] for times in self.layouts.values() for per_rank in times.tile_calls
+                for repeat in per_rank for call in repeat
+                if call[0] == where and call[1] == rows and call[2] == diagonal]  # fmt: skip
 
 
 def _timed_tile(tile, clock: dict, name: str):
-    """tile wrapped so that each call adds its wall and thread CPU time to clock and counts itself."""
+    """tile wrapped so that each call adds its wall and thread CPU time to clock, counts itself and is recorded."""
 
     def timed(*args, is_causal, **kwargs):
         start, start_cpu = time.perf_counter(), time.thread_time()
         try:
             return tile(*args, is_causal=is_causal, **kwargs)
         finally:
-            clock["compute"] += time.perf_counter() - start
-            clock["compute_cpu"] += time.thread_time() - start_cpu
+            wall, cpu = time.perf_counter() - start, time.thread_time() - start_cpu
+            clock["compute"] += wall
+            clock["compute_cpu"] += cpu
             clock[name]["diagonal" if is_causal else "full"] += 1
+            clock["calls"].append((name, args[0].shape[-2], bool(is_causal), wall, cpu))
 
     return timed
 
 
-def _time_ring_rank(rank: int, world_size: int, config: dict) -> dict:
-    """Run by each rank of ``time_ring``: the ring on this rank's shards, timed per repeat, layouts interleaved."""
+def _timing_config(world_size, seq_len, batch, heads, head_dim, is_causal, layouts, repeats, warmup, backward,
+                   seed) -> dict:  # fmt: skip
+    """The arguments of ``time_ring`` and ``time_ring_rank``, checked, as the dict every rank receives."""
+    world_size = check_int("world_size", world_size, "how many processes", minimum=1)
+    layouts = check_items("layouts", layouts, str, "layout names")
+    for layout in layouts:
+        check_choice("layouts[...]", layout, LAYOUTS)
+    if len(set(layouts)) != len(layouts):
+        raise ValueError(f"layouts should name each layout once, got {layouts}")
+    seq_len = check_int("seq_len", seq_len, "the length of the whole sequence", minimum=1)
+    for layout in layouts:
+        shard_positions(seq_len, 0, world_size, layout)  # refuses a length the layout cannot split
+    return {
+        "seq_len": seq_len, "layouts": tuple(layouts), "seed": check_int("seed", seed, "the inputs' seed", minimum=0),
+        "batch": check_positive_int("batch", batch, "sequences"), "heads": check_positive_int("heads", heads, "heads"),
+        "head_dim": check_positive_int("head_dim", head_dim, "numbers per head"),
+        "is_causal": check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i"),
+        "repeats": check_positive_int("repeats", repeats, "timed repeats of each layout"),
+        "warmup": check_int("warmup", warmup, "untimed repeats first", minimum=0),
+        "backward": check_bool("backward", backward, "whether the backward is timed with the forward"),
+    }  # fmt: skip
+
+
+def time_ring_rank(rank: int, world_size: int, seq_len: int, *, batch: int = 1, heads: int = 2, head_dim: int = 32,
+                   is_causal: bool = True, layouts=LAYOUTS, repeats: int = 5, warmup: int = 1, backward: bool = False,
+                   seed: int = 0) -> dict:  # fmt: skip
+    """Time ring attention on this rank: called inside a rank of a launch (``run_ranks``; ``time_ring`` makes its own),
+    by every rank with the same arguments. Every layout runs ``warmup + repeats`` times, the layouts interleaved
+    (alternating which goes first), each repeat started together (``dist.barrier()``); the first ``warmup`` repeats
+    are not kept.
+
+    The rank measures its own wall time of the ring call (forward, and backward with ``backward=True``) and, with a
+    hook around the tile computations (``tiled_attention_forward`` and ``_backward``, wrapped in this process only
+    while it runs: the ring's numerics are untouched), the time it spends computing: wall clock and its thread's CPU
+    time (``time.thread_time``), per repeat and per tile call. Wall times hide the imbalance of causal attention: at
+    every step each rank waits for the block its neighbour sends, so the idle ranks wait for the busy ones; the
+    compute times show it. The hook also counts the tiles computed, which must equal ``score_blocks``.
+
+    Inputs: float32 (batch, heads, seq_len, head_dim) standard normal from ``seed`` (q, k, v and the output's
+    gradient, drawn in that order), the same on every rank, each rank taking its shard. seq_len must split into each
+    layout's chunks (a multiple of 2P for zigzag). -> this rank's record (a picklable dict): return it from the rank
+    and pass the ranks' records, in rank order, to ``RingTiming.from_ranks``.
+    """
     entered = time.time()
+    config = _timing_config(world_size, seq_len, batch, heads, head_dim, is_causal, layouts, repeats, warmup,
+                            backward, seed)  # fmt: skip
+    rank = check_int("rank", rank, "which process", minimum=0, maximum=world_size - 1)
     generator = torch.Generator().manual_seed(config["seed"])
     shape = (config["batch"], config["heads"], config["seq_len"], config["head_dim"])
     tensors = [torch.randn(shape, generator=generator) for _ in range(4)]  # q, k, v, d_out: the same on every rank
     shards = {layout: [shard_sequence(x, rank, world_size, layout) for x in tensors] for layout in config["layouts"]}
-    results = {layout: {"wall_s": [], "compute_s": [], "compute_cpu_s": []} for layout in config["layouts"]}
+    results = {layout: {"wall_s": [], "compute_s": [], "compute_cpu_s": [], "tile_calls": []}
+               for layout in config["layouts"]}  # fmt: skip
     clock = {}
     module = globals()  # the ring looks its tile functions up here: wrap them for the timing (this process only)
     saved = module["tiled_attention_forward"], module["tiled_attention_backward"]
@@ -859,7 +1015,7 @@ def _time_ring_rank(rank: int, world_size: int, config: dict) -> dict:
             for layout in order:
                 q, k, v, d_out = shards[layout]
                 clock.update(compute=0.0, compute_cpu=0.0, forward={"full": 0, "diagonal": 0},
-                             backward={"full": 0, "diagonal": 0})  # fmt: skip
+                             backward={"full": 0, "diagonal": 0}, calls=[])  # fmt: skip
                 dist.barrier()
                 start = time.perf_counter()
                 out, lse = ring_attention_forward(q, k, v, is_causal=config["is_causal"], layout=layout)
@@ -870,80 +1026,77 @@ def _time_ring_rank(rank: int, world_size: int, config: dict) -> dict:
                     results[layout]["wall_s"].append(wall)
                     results[layout]["compute_s"].append(clock["compute"])
                     results[layout]["compute_cpu_s"].append(clock["compute_cpu"])
+                    results[layout]["tile_calls"].append(clock["calls"])
                 results[layout]["tiles"] = dict(clock["forward"])
                 results[layout]["backward_tiles"] = dict(clock["backward"])
     finally:
         module["tiled_attention_forward"], module["tiled_attention_backward"] = saved
-    return {"entered": entered, "layouts": results}
+    return {"kind": _RING_RECORD, "rank": rank, "world_size": world_size, "config": config, "entered": entered,
+            "layouts": results}  # fmt: skip
+
+
+def _time_ring_rank(rank: int, world_size: int, config: dict) -> dict:
+    """What each rank of ``time_ring`` runs: ``time_ring_rank`` with time_ring's checked arguments."""
+    return time_ring_rank(rank, world_size, **config)
 
 
 def time_ring(world_size: int, seq_len: int, *, batch: int = 1, heads: int = 2, head_dim: int = 32,
               is_causal: bool = True, layouts=LAYOUTS, repeats: int = 5, warmup: int = 1, backward: bool = False,
               seed: int = 0, timeout: float = DEFAULT_TIMEOUT_S) -> RingTiming:  # fmt: skip
-    """Time ring attention on each rank: one launch of ``world_size`` processes (``run_ranks``) runs every layout
-    ``warmup + repeats`` times, the layouts interleaved (alternating which goes first), each repeat started together
-    (``dist.barrier()``); the first ``warmup`` repeats are not kept.
-
-    Each rank measures its own wall time of the ring call (forward, and backward with ``backward=True``) and, with a
-    hook around the tile computations (``tiled_attention_forward`` and ``_backward``, wrapped in that process only:
-    the ring's numerics are untouched), the time it spends computing: wall clock and its thread's CPU time. Wall
-    times hide the imbalance of causal attention: at every step each rank waits for the block its neighbour sends,
-    so the idle ranks wait for the busy ones; the compute times show it. The hook also counts the tiles computed,
-    which must equal ``score_blocks``.
-
-    Inputs: float32 (batch, heads, seq_len, head_dim) standard normal from ``seed``, the same on every rank, each rank
-    taking its shard. seq_len must split into each layout's chunks (a multiple of 2P for zigzag). -> ``RingTiming``.
+    """Time ring attention on each rank in one launch of ``world_size`` processes (``run_ranks``): every rank runs
+    ``time_ring_rank`` with these arguments (see it for what is measured and how), and their records make the
+    ``RingTiming`` (``RingTiming.from_ranks``), with the launch's own times: ``launch_s`` until the last rank had
+    started, ``total_s`` for the whole call. Inside a launch of your own, call ``time_ring_rank`` in each rank instead.
     Timings vary from run to run and machine to machine: they are shown, never asserted.
     """
-    world_size = check_int("world_size", world_size, "how many processes to start", minimum=1)
-    layouts = check_items("layouts", layouts, str, "layout names")
-    for layout in layouts:
-        check_choice("layouts[...]", layout, LAYOUTS)
-    if len(set(layouts)) != len(layouts):
-        raise ValueError(f"layouts should name each layout once, got {layouts}")
-    seq_len = check_int("seq_len", seq_len, "the length of the whole sequence", minimum=1)
-    for layout in layouts:
-        shard_positions(seq_len, 0, world_size, layout)  # refuses a length the layout cannot split
-    config = {
-        "seq_len": seq_len, "layouts": layouts, "seed": check_int("seed", seed, "the inputs' seed", minimum=0),
-        "batch": check_positive_int("batch", batch, "sequences"), "heads": check_positive_int("heads", heads, "heads"),
-        "head_dim": check_positive_int("head_dim", head_dim, "numbers per head"),
-        "is_causal": check_bool("is_causal", is_causal, "whether query i may only attend keys j <= i"),
-        "repeats": check_positive_int("repeats", repeats, "timed repeats of each layout"),
-        "warmup": check_int("warmup", warmup, "untimed repeats first", minimum=0),
-        "backward": check_bool("backward", backward, "whether the backward is timed with the forward"),
-    }  # fmt: skip
+    config = _timing_config(world_size, seq_len, batch, heads, head_dim, is_causal, layouts, repeats, warmup,
+                            backward, seed)  # fmt: skip
     start = time.time()
     per_rank = run_ranks(_time_ring_rank, world_size, config, timeout=timeout)
-    total = time.time() - start
-    results = {}
-    for layout in layouts:
-        mine = [r["layouts"][layout] for r in per_rank]
-        results[layout] = RankTimes(
-            layout=layout, blocks=score_blocks(world_size, layout, config["is_causal"]),
-            tiles=[m["tiles"] for m in mine], backward_tiles=[m["backward_tiles"] for m in mine],
-            work=score_entries(world_size, seq_len, layout, config["is_causal"]),
-            wall_s=[m["wall_s"] for m in mine], compute_s=[m["compute_s"] for m in mine],
-            compute_cpu_s=[m["compute_cpu_s"] for m in mine])  # fmt: skip
-    return RingTiming(world_size=world_size, seq_len=seq_len, batch=config["batch"], heads=config["heads"],
-                      head_dim=config["head_dim"], is_causal=config["is_causal"], backward=config["backward"],
-                      repeats=config["repeats"], warmup=config["warmup"], layouts=results,
-                      launch_s=max(r["entered"] for r in per_rank) - start, total_s=total)  # fmt: skip
+    return RingTiming.from_ranks(per_rank, started=start, finished=time.time())
+
+
+def time_transfer_rank(rank: int, world_size: int, *, numbers: int = 2**20, repeats: int = 3,
+                       warmup: int = 1) -> dict:  # fmt: skip
+    """Time the ring's transfer on this rank: called inside a rank of a launch, by every rank with the same
+    arguments. Each repeat, started together (``dist.barrier()``), sends one float32 block of ``numbers`` numbers
+    (2^20: 4 MiB) to rank + 1 while receiving one from rank - 1, as a ring step does (``batch_isend_irecv``), and
+    times it to the last completion; the first ``warmup`` repeats are not kept. Needs at least 2 ranks.
+    -> {"bytes": the block's bytes, "seconds": one per timed repeat, "median_s": their median}."""
+    world_size = check_int("world_size", world_size, "processes in the ring, at least 2", minimum=2)
+    rank = check_int("rank", rank, "which process", minimum=0, maximum=world_size - 1)
+    numbers = check_positive_int("numbers", numbers, "float32 numbers in the block sent")
+    repeats = check_positive_int("repeats", repeats, "timed transfers")
+    warmup = check_int("warmup", warmup, "untimed transfers first", minimum=0)
+    block, received = torch.ones(numbers), torch.empty(numbers)
+    seconds = []
+    for _ in range(warmup + repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        ops = [dist.P2POp(dist.isend, block, (rank + 1) % world_size),
+               dist.P2POp(dist.irecv, received, (rank - 1) % world_size)]  # fmt: skip
+        for request in dist.batch_isend_irecv(ops):
+            request.wait()
+        seconds.append(time.perf_counter() - start)
+    seconds = seconds[warmup:]
+    return {"bytes": block.nbytes, "seconds": seconds, "median_s": statistics.median(seconds)}
 
 
 def plot_rank_timing(fig, timing: RingTiming, kinds=("compute", "wall")):
     """Counted work beside measured time, per rank: one column per layout; top, the scores each rank computes as a
-    share of N^2 (counted: full blocks and diagonal blocks stacked); bottom, the median seconds of each of ``kinds``
-    ('compute', 'compute_cpu', 'wall') per rank, with bars from the first to the third quartile of the repeats. Rows
-    share their scale across layouts, so the layouts compare by eye. Returns the axes (2, layouts)."""
+    share of N^2 (counted: full blocks and diagonal blocks stacked); bottom, the median milliseconds of each of
+    ``kinds`` ('compute', 'compute_cpu', 'wall') per rank, with bars from the first to the third quartile of the
+    repeats. Rows share their scale across layouts, so the layouts compare by eye. ``timing``: what ``time_ring`` or
+    ``RingTiming.from_ranks`` returns. Returns the axes (2, layouts)."""
     import matplotlib.pyplot as plt  # only where a picture is drawn (the ranks never import it)
 
-    check_instance("timing", timing, RingTiming, "a RingTiming (what time_ring returns)")
+    check_instance("timing", timing, RingTiming, "a RingTiming (what time_ring or RingTiming.from_ranks returns)")
     kinds = check_items("kinds", kinds, str, "time kinds")
     for kind in kinds:
-        check_choice("kinds[...]", kind, ("compute", "compute_cpu", "wall"))
+        check_choice("kinds[...]", kind, TIME_KINDS)
     layouts = list(timing.layouts)
     axes = fig.subplots(2, len(layouts), squeeze=False, sharey="row")
+    highest = {"work": 0.0, "time": 0.0}  # room above the tallest bar of each row for its labels and the legend
     colours = {"compute": "tab:blue", "compute_cpu": "tab:cyan", "wall": "tab:grey"}
     labels = {"compute": "computing (wall clock)", "compute_cpu": "computing (CPU time)", "wall": "whole ring call"}
     ranks = np.arange(timing.world_size)
@@ -958,23 +1111,27 @@ def plot_rank_timing(fig, timing: RingTiming, kinds=("compute", "wall")):
         for r, b in enumerate(times.blocks):
             top.annotate(f"{b['full']}+{b['diagonal']}d", (r, full[r] + diagonal[r]), ha="center", va="bottom",
                          fontsize=8)  # fmt: skip
+        highest["work"] = max(highest["work"], max(times.work))
         top.set_title(f"{layout}: work counted", fontsize=10)
         top.set_xticks(ranks)
         bottom = axes[1, column]
         width = 0.8 / len(kinds)
         for i, kind in enumerate(kinds):
-            median = np.array(times.median(kind))
-            low, high = (np.array(q) for q in zip(*times.quartiles(kind)))
+            median = 1e3 * np.array(times.median(kind))
+            low, high = (1e3 * np.array(q) for q in zip(*times.quartiles(kind)))
             x = ranks - 0.4 + width * (i + 0.5)
             bottom.bar(x, median, width, color=colours[kind], label=labels[kind])
             bottom.errorbar(x, median, yerr=[median - low, high - median], fmt="none", ecolor="black", capsize=2)
+            highest["time"] = max(highest["time"], float(high.max()))
         bottom.set_title(f"{layout}: time measured", fontsize=10)
         bottom.set_xticks(ranks)
         bottom.set_xlabel("rank")
     axes[0, 0].set_ylabel("scores computed / N²")
-    axes[1, 0].set_ylabel("seconds (median of repeats)")
-    axes[0, -1].legend(fontsize=8)
-    axes[1, -1].legend(fontsize=8)
+    axes[1, 0].set_ylabel(f"ms (median of {timing.repeats} repeats)")
+    axes[0, 0].set_ylim(0, 1.3 * highest["work"])
+    axes[1, 0].set_ylim(0, 1.3 * highest["time"])
+    axes[0, -1].legend(fontsize=8, ncols=2, loc="upper left")
+    axes[1, -1].legend(fontsize=8, ncols=len(kinds), loc="upper left")
     what = "forward and backward" if timing.backward else "forward"
     fig.suptitle(f"Ring attention {what}, P = {timing.world_size}, N = {timing.seq_len}"
                  f"{', causal' if timing.is_causal else ''}", fontsize=11)  # fmt: skip

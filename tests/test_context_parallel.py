@@ -9,6 +9,7 @@ one launch (``_ring_cases``), whose results the tests below share.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import sys
 import threading
@@ -516,3 +517,62 @@ def test_a_rank_that_dies_silently_is_named_with_its_exit_code():
     with pytest.raises(cp.RankError, match=r"rank 0 of 2 died without a result \(exit code 3\)") as caught:
         cp.run_ranks(_dies_on_rank_0, 2, timeout=60)
     assert _all_gone(caught.value.pids)
+
+
+def _rank_state(rank, world_size):
+    """What a rank finds in its process: its parent, its environment, torch's threads; then two threads of intra-op
+    parallelism and a backward, which must neither deadlock nor be refused in a process forked from the server."""
+    state = {"parent": os.getppid(), "threads": torch.get_num_threads(), "gloo": os.environ.get("GLOO_SOCKET_IFNAME"),
+             "gone": os.environ.get("ATTNEDU_TEST_GONE"), "new": os.environ.get("ATTNEDU_TEST_NEW")}  # fmt: skip
+    torch.set_num_threads(2)
+    x = torch.randn(256, 256, dtype=torch.float64, generator=torch.Generator().manual_seed(rank), requires_grad=True)
+    (x @ x).sum().backward()
+    state["parallel"] = (torch.get_num_threads(), torch.allclose(x.grad, (x.sum(0)[:, None] + x.sum(1)).detach()))
+    return state
+
+
+def test_ranks_are_forked_from_a_server_that_imported_torch(monkeypatch):
+    """run_ranks starts its ranks from multiprocessing's fork server, which imported this module (and torch) once: the
+    ranks' parent is that server, the same at every launch; each rank gets the caller's environment of the moment (a
+    variable set or removed since the server started included), gloo's loopback interface, one torch thread; and
+    threads and autograd work in it after the fork."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork server on this platform: run_ranks spawns")
+    monkeypatch.setenv("ATTNEDU_TEST_GONE", "1")
+    gloo = os.environ.get("GLOO_SOCKET_IFNAME")
+    first = cp.run_ranks(_rank_state, 2, timeout=60)
+    monkeypatch.delenv("ATTNEDU_TEST_GONE")
+    monkeypatch.setenv("ATTNEDU_TEST_NEW", "2")
+    second = cp.run_ranks(_rank_state, 2, timeout=60)
+    server = multiprocessing.forkserver._forkserver
+    assert server._preload_modules == ["attnedu.context_parallel"]
+    assert {s["parent"] for s in first + second} == {server._forkserver_pid} != {os.getpid()}
+    if sys.platform == "linux":  # torch's library is loaded in the server itself
+        with open(f"/proc/{server._forkserver_pid}/maps", encoding="utf-8") as maps:
+            assert "libtorch_cpu" in maps.read()
+    assert [(s["gone"], s["new"]) for s in first] == [("1", None)] * 2
+    assert [(s["gone"], s["new"]) for s in second] == [(None, "2")] * 2
+    expected_gloo = cp.LOOPBACK_INTERFACE.get(sys.platform)
+    assert all(s["threads"] == 1 and s["gloo"] == expected_gloo and s["parallel"] == (2, True) for s in first + second)
+    assert os.environ.get("GLOO_SOCKET_IFNAME") == gloo  # the caller's environment is left as it was
+
+
+def test_ranks_are_spawned_where_there_is_no_fork_server_or_it_fails(monkeypatch):
+    monkeypatch.setattr(cp, "START_METHOD", "spawn")
+    assert cp._start_method() == "spawn"
+    monkeypatch.setattr(cp, "START_METHOD", "forkserver")
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])  # as on Windows
+    assert cp._start_method() == "spawn"
+    monkeypatch.undo()
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork server on this platform")
+
+    def broken(*args, **kwargs):
+        raise OSError("no unix socket here")
+
+    monkeypatch.setattr(cp, "_forkserver_failed", None)
+    monkeypatch.setattr(multiprocessing.forkserver, "connect_to_new_process", broken)  # what Process.start calls
+    with pytest.warns(RuntimeWarning, match=r"fork server could not start the ranks \(OSError: no unix socket here\)"):
+        states = cp.run_ranks(_rank_state, 2, timeout=60)
+    assert [s["parent"] for s in states] == [os.getpid()] * 2 and cp._start_method() == "spawn"
+    assert all(s["threads"] == 1 and s["parallel"] == (2, True) for s in states)

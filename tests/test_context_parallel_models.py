@@ -2,8 +2,9 @@
 oversubscription costs (structure), the alpha-beta model of scaling and the memory per device on hand-computed cases,
 and PyTorch's context_parallel still refusing the CPU (so the lesson's claim breaks CI when PyTorch changes).
 
-Launches are few and small: time_ring once at P = 2 (forward and backward, both layouts), oversubscription_cost at
-P = 1 and 2, try_torch_context_parallel once at P = 2.
+Launches are few and small: one at P = 2 whose ranks call time_ring_rank (forward and backward, both layouts) and
+time_transfer_rank, as lesson 12's worker does; oversubscription_cost at P = 1 and 2 (time_ring's own launches);
+try_torch_context_parallel once at P = 2.
 """
 
 from __future__ import annotations
@@ -18,15 +19,27 @@ import attnedu.context_parallel as cp
 from attnedu.cache_sizes import MODEL_CONFIGS
 
 
+def _timing_ranks(rank, world_size):
+    # what a launch made elsewhere (lesson 12's) runs in each rank: the package's per-rank timings
+    ring = cp.time_ring_rank(rank, world_size, 16, heads=2, head_dim=4, is_causal=True, repeats=3, warmup=1,
+                             backward=True)  # fmt: skip
+    return ring, cp.time_transfer_rank(rank, world_size, numbers=64, repeats=2, warmup=1)
+
+
 @pytest.fixture(scope="module")
-def timing():
-    return cp.time_ring(2, 16, heads=2, head_dim=4, is_causal=True, repeats=3, warmup=1, backward=True, timeout=120)
+def launched():
+    return cp.run_ranks(_timing_ranks, 2, timeout=120)
 
 
-def test_time_ring_measures_every_rank_of_every_layout(timing):
+@pytest.fixture(scope="module")
+def timing(launched):
+    return cp.RingTiming.from_ranks([ring for ring, _ in launched])
+
+
+def test_time_ring_rank_measures_every_rank_of_every_layout(timing):
     assert (timing.world_size, timing.seq_len, timing.repeats, timing.warmup) == (2, 16, 3, 1)
     assert list(timing.layouts) == list(cp.LAYOUTS) and timing.backward and timing.is_causal
-    assert 0 < timing.launch_s < timing.total_s
+    assert timing.launch_s is None and timing.total_s is None  # the launch was not RingTiming's
     for layout, times in timing.layouts.items():
         assert times.layout == layout
         for kind in ("wall", "compute", "compute_cpu"):
@@ -38,9 +51,66 @@ def test_time_ring_measures_every_rank_of_every_layout(timing):
         # time inside the tiles is part of the ring call's time, on every rank and repeat
         for wall, compute in zip(times.wall_s, times.compute_s):
             assert all(c <= w for c, w in zip(compute, wall))
+        # the tile calls recorded one by one add up to the repeat's totals, and count what the hook counted
+        for rank in range(2):
+            assert len(times.tile_calls[rank]) == 3
+            for repeat, calls in enumerate(times.tile_calls[rank]):
+                assert sum(c[3] for c in calls) == pytest.approx(times.compute_s[rank][repeat])
+                assert sum(c[4] for c in calls) == pytest.approx(times.compute_cpu_s[rank][repeat])
+                forward = [c for c in calls if c[0] == "forward"]
+                assert sum(not c[2] for c in forward) == times.tiles[rank]["full"]
+                assert sum(c[2] for c in forward) == times.tiles[rank]["diagonal"]
 
 
-def test_time_ring_counts_the_blocks_score_blocks_counts(timing):
+def test_block_seconds_picks_the_tile_calls_of_one_block_size(timing):
+    # P = 2, N = 16: contiguous chunks of 8, zigzag chunks of 4. Contiguous: rank 0 one diagonal 8 x 8 block, rank 1
+    # one full and one diagonal; 3 timed repeats each
+    assert len(timing.block_seconds("compute", rows=8)) == 1 * 3
+    assert len(timing.block_seconds("compute_cpu", rows=8, diagonal=True)) == 2 * 3
+    assert len(timing.block_seconds(rows=8, diagonal=True, backward=True)) == 2 * 3
+    # zigzag: each rank 3 full 4 x 4 pairs and 2 diagonal ones
+    assert len(timing.block_seconds(rows=4)) == 2 * 3 * 3
+    assert timing.block_seconds(rows=5) == []
+    assert all(t >= 0 for t in timing.block_seconds("compute", rows=4, diagonal=True))
+    with pytest.raises(ValueError, match="kind"):
+        timing.block_seconds("wall", rows=8)
+
+
+def test_ring_timing_from_ranks_refuses_what_is_not_one_ring(launched):
+    records = [ring for ring, _ in launched]
+    with pytest.raises(ValueError, match="rank order"):
+        cp.RingTiming.from_ranks(records[::-1])
+    with pytest.raises(ValueError, match="rank order"):
+        cp.RingTiming.from_ranks(records[:1])
+    with pytest.raises(ValueError, match="time_ring_rank"):
+        cp.RingTiming.from_ranks([launched[0][1], records[1]])
+    with pytest.raises(TypeError, match="records"):
+        cp.RingTiming.from_ranks(records[0])
+    other = dict(records[1], config=dict(records[1]["config"], seed=1))
+    with pytest.raises(ValueError, match="one ring"):
+        cp.RingTiming.from_ranks([records[0], other])
+
+
+def test_time_transfer_rank_times_one_block_per_repeat(launched):
+    for _, transfer in launched:
+        assert transfer["bytes"] == 64 * 4 and len(transfer["seconds"]) == 2  # the warm-up dropped
+        assert all(s > 0 for s in transfer["seconds"]) and transfer["median_s"] == np.median(transfer["seconds"])
+
+
+def test_per_rank_timings_refuse_bad_arguments_before_timing():
+    with pytest.raises(ValueError, match="world_size"):
+        cp.time_transfer_rank(0, 1)
+    with pytest.raises(ValueError, match="rank"):
+        cp.time_transfer_rank(2, 2)
+    with pytest.raises(ValueError, match="numbers"):
+        cp.time_transfer_rank(0, 2, numbers=0)
+    with pytest.raises(ValueError, match="rank"):
+        cp.time_ring_rank(4, 4, 64)
+    with pytest.raises(ValueError, match="seq_len should be a multiple of 4"):
+        cp.time_ring_rank(0, 2, 6)
+
+
+def test_time_ring_rank_counts_the_blocks_score_blocks_counts(timing):
     for layout, times in timing.layouts.items():
         expected = cp.score_blocks(2, layout, is_causal=True)
         assert times.blocks == expected
@@ -93,7 +163,9 @@ def test_oversubscription_cost_reports_each_world_size():
     assert cost["cpu_count"] >= 1 and 1 <= cost["usable_cpus"] <= cost["cpu_count"]
     assert set(cost["world_sizes"]) == {1, 2} == set(cost["timings"])
     for p, row in cost["world_sizes"].items():
-        times = cost["timings"][p].layouts["contiguous"]
+        timing = cost["timings"][p]  # time_ring's own launch: its times are RingTiming's too
+        assert 0 < timing.launch_s < timing.total_s
+        times = timing.layouts["contiguous"]
         assert times.tiles == [{"full": p, "diagonal": 0}] * p  # P blocks of chunk x chunk on every rank
         assert row["ring_block_s"] == row["ring_s"] / p
         assert row["cores_s"] == pytest.approx(p * p * row["block_cpu_s"] / min(p, cost["usable_cpus"]))
