@@ -259,9 +259,16 @@ def run_ranks(fn, world_size: int, *args, timeout: float = DEFAULT_TIMEOUT_S) ->
     If a rank raises, every process is ended and a ``RankError`` names the rank and shows its traceback; if a rank
     dies without a word, the error gives its exit code; if the ranks have not all finished ``timeout`` seconds after
     the call (starting them included), all are killed and the error names those that did not finish. No rank
-    outlives the call. What stays is the fork server: one idle process, sleeping until the next call, holding about
-    230 MB (torch imported; its pages shared with the ranks it forks), that ends when the process that started it
-    (the notebook's kernel) ends.
+    outlives the call. What stays are two helper processes of multiprocessing, idle until the next call, that end when
+    the process that started them (the notebook's kernel) ends: the fork server, holding about 230 MB (torch
+    imported; its pages shared with the ranks it forks), and multiprocessing's resource tracker (about 13 MB; spawned
+    ranks start it too).
+
+    In a script (a .py file run with ``python``), call run_ranks under ``if __name__ == "__main__":``. Each rank's
+    process first imports the script as a module (multiprocessing does so for the fork server and for spawn alike),
+    so code outside that guard runs again in every rank: a run_ranks there is refused in the rank (a process may not
+    start processes while it is starting), and the call fails with a ``RankError``, each rank "died without a result
+    (exit code 1)". A notebook needs no guard: its cells are not a module the ranks import.
     """
     if not callable(fn):
         raise TypeError(f"fn should be a function fn(rank, world_size, *args), got {describe(fn)}")

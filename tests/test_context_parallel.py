@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -576,3 +577,32 @@ def test_ranks_are_spawned_where_there_is_no_fork_server_or_it_fails(monkeypatch
         states = cp.run_ranks(_rank_state, 2, timeout=60)
     assert [s["parent"] for s in states] == [os.getpid()] * 2 and cp._start_method() == "spawn"
     assert all(s["threads"] == 1 and s["parallel"] == (2, True) for s in states)
+
+
+SCRIPT = """
+import attnedu.context_parallel as cp
+
+
+def rank_of(rank, world_size):
+    return rank
+
+
+{call}
+"""
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+def test_a_script_needs_the_main_guard(tmp_path, guarded):
+    """A script's ranks import it first (fork server and spawn alike): under ``if __name__ == "__main__":`` the call
+    runs once; without the guard each rank runs it again, is refused, and the caller's RankError says each rank died
+    (run_ranks' docstring)."""
+    call = "print(cp.run_ranks(rank_of, 2, timeout=60))"
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT.format(call=f'if __name__ == "__main__":\n    {call}' if guarded else call))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})  # fmt: skip
+    if guarded:
+        assert done.returncode == 0 and done.stdout.strip() == "[0, 1]", done.stderr
+    else:
+        assert done.returncode != 0
+        assert "RankError: rank 0 of 2 died without a result (exit code 1)" in done.stderr, done.stderr
