@@ -152,7 +152,8 @@ class Prediction:
     a few words; ``diagnose(index, guess, measured)``, a line on what a wrong guess at part ``index`` typically
     assumed ("" if nothing to say); ``details(measured)``, more of the measurement, shown under the verdict;
     ``credit(index, guess, measured)``, half credit (0.5, else 0) for a guess outside the margins that a reasoned
-    route gives (its ``diagnose`` line says where that route runs out)."""
+    route gives (its ``diagnose`` line says where that route runs out); ``observed``, the word for how the course got
+    its value ("measured", or "counted" where it counts instead of timing)."""
 
     parts: tuple[Part, ...]
     measure: Callable[[], tuple]
@@ -160,6 +161,7 @@ class Prediction:
     diagnose: Callable[[int, object, tuple], str] | None = None
     details: Callable[[tuple], str] | None = None
     credit: Callable[[int, object, tuple], float] | None = None
+    observed: str = "measured"
 
 
 # --------------------------------------------------------------------------------------------

@@ -614,6 +614,7 @@ PREDICTED_IMBALANCE = prediction_exercise(
     details=_imbalance_details,
     diagnose=_imbalance_diagnosis,
     credit=_imbalance_credit,
+    observed="counted",
     forbidden=OWN_CODE,  # a prediction, not a count made with the course's code
     hint=(
         "Count scores, not blocks: a query reads the keys at or before its position. With shards of n = 8 tokens, "

@@ -56,12 +56,14 @@ def prediction_exercise(
     details: Callable[[tuple], str] | None = None,
     forbidden: tuple[str, ...] = (),
     credit: Callable[[int, object, tuple], float] | None = None,
+    observed: str = "measured",
 ) -> Exercise:
     """An exercise whose answer is a prediction (see the module's docstring): the learner's ``name()`` returns one
     value per part of ``parts``; ``measure()`` is called once per process (its result is kept) and only after a
     valid prediction. ``forbidden``: modules of the course the learner's function may not run (it would measure, not
     predict). ``credit``: optional, (part index, guess, measured) -> 0.5 for a guess outside the margins that a
-    reasoned route gives (say in ``diagnose`` where it runs out), else 0."""
+    reasoned route gives (say in ``diagnose`` where it runs out), else 0. ``observed``: the word the verdict uses for
+    the course's value ("measured"; "counted" where it is counted)."""
     if not parts or not all(isinstance(p, Part) for p in parts):
         raise TypeError(f"parts should be one or more Part, got {parts!r}")
     for part in parts:
@@ -72,7 +74,7 @@ def prediction_exercise(
         if part.margin is not None and not part.margin > 0:
             raise ValueError(f"part {part.name!r}: the margin should be positive, got {part.margin!r}")
     measured = Once(measure)
-    prediction = Prediction(tuple(parts), measured, question, diagnose, details, credit)
+    prediction = Prediction(tuple(parts), measured, question, diagnose, details, credit, observed)
     returns = tuple(() for _ in parts)
     return Exercise(
         name=name,
@@ -202,9 +204,9 @@ def _show(part: Part, value) -> str:
     return f"{value:.4g}{unit}"
 
 
-def _margin(part: Part) -> str:
+def _margin(part: Part, observed: str = "measured") -> str:
     if part.relative:
-        return f"{part.margin:.0%} of the measurement"
+        return f"{part.margin:.0%} of the {'count' if observed == 'counted' else 'measurement'}"
     unit = f" {part.unit}" if part.unit else ""
     return f"{part.margin:g}{unit}"
 
@@ -214,21 +216,22 @@ def verdict(exercise: Exercise, guess: tuple, measured: tuple) -> tuple[float, l
     prediction = exercise.prediction
     lines, points = [], []
     for index, (part, g, m) in enumerate(zip(prediction.parts, guess, measured, strict=True)):
+        margin = _margin(part, prediction.observed) if part.margin is not None else ""
         got = part_points(part, g, m)
         reasoned = prediction.credit is not None and got == 0 and prediction.credit(index, g, measured) == 0.5
         got = 0.5 if reasoned else got
         points.append(got)
-        line = f"{part.name}: you predicted {_show(part, g)}, measured {_show(part, m)}"
+        line = f"{part.name}: you predicted {_show(part, g)}, {prediction.observed} {_show(part, m)}"
         if reasoned:
-            line += f": 🟡 further than twice {_margin(part)}, but a reasoned route's value (half credit)"
+            line += f": 🟡 further than twice {margin}, but a reasoned route's value (half credit)"
         elif part.margin is None:
-            line += ": ✅ right" if got == 1 else ": ❌ not what was measured"
+            line += ": ✅ right" if got == 1 else f": ❌ not what was {prediction.observed}"
         elif got == 1:
-            line += f": ✅ within {_margin(part)} (full credit)"
+            line += f": ✅ within {margin} (full credit)"
         elif got == 0.5:
-            line += f": 🟡 within twice {_margin(part)} (half credit)"
+            line += f": 🟡 within twice {margin} (half credit)"
         else:
-            line += f": ❌ further than twice {_margin(part)} (no credit)"
+            line += f": ❌ further than twice {margin} (no credit)"
         why = prediction.diagnose(index, g, measured) if prediction.diagnose is not None and got < 1 else ""
         why = why.strip().rstrip(".")
         lines.append(line + (f". {why[0].upper()}{why[1:]}." if why else ""))

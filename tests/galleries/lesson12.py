@@ -723,7 +723,7 @@ def pi_unwritten():
 
 
 PREDICTIONS = [
-    ("predicted_imbalance", pi_right, "passed", 1.0, "measured 13.44"),
+    ("predicted_imbalance", pi_right, "passed", 1.0, "counted 13.44"),
     ("predicted_imbalance", pi_by_hand, "passed", 1.0, "Score: 1 of 1"),
     ("predicted_imbalance", pi_as_tensors, "passed", 1.0, "full credit"),
     ("predicted_imbalance", pi_nearly, "passed", 1.0, "(full credit)"),
