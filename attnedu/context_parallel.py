@@ -5,7 +5,7 @@ Ring attention (Liu, Zaharia and Abbeel 2023). Rank r holds the queries Q_r and 
 shard. Every query needs every key, so the K/V blocks travel around a ring: at step t = 0 .. P-1 rank r holds the
 block of rank (r - t) mod P, computes its queries against it while sending it on to rank r + 1 and receiving the
 next from rank r - 1 (P - 1 transfers). Each step gives a partial attention over one block of keys, as a softmax
-state (out_t, lse_t) with lse_t = log sum_{j in block t} exp(s_ij); lesson 08's merge combines them exactly:
+state (out_t, lse_t) with lse_t = log sum_{j in block t} exp(s_ij); lesson 08a's merge combines them exactly:
 
     lse = log(exp(lse_a) + exp(lse_b)),    out = exp(lse_a - lse) out_a + exp(lse_b - lse) out_b
 
@@ -13,9 +13,13 @@ state (out_t, lse_t) with lse_t = log sum_{j in block t} exp(s_ij); lesson 08's 
 all N keys and lse is each query's log-sum-exp over all of them.
 
 The backward carries gradients home around the same ring: with the global out and lse (from the forward),
-P_ij = exp(s_ij - lse_i) is rebuilt exactly for any block of keys (lesson 08's recomputation), so each step adds the
+P_ij = exp(s_ij - lse_i) is rebuilt exactly for any block of keys (lesson 08b's recomputation), so each step adds the
 block's share to dQ_r (kept at home) and to dK, dV of the block it holds, which travel with the block; after P
-steps and P transfers each dK_s, dV_s arrives back at rank s complete.
+steps and P transfers each dK_s, dV_s arrives back at rank s complete. P transfers are this schedule's choice, not a
+necessity: the travelling dK_s, dV_s start at their owner, so they need P hops to come back; an owner that kept its
+own share at home and started the accumulator at rank s + 1 would need P - 1. ring-flash-attention (zhuzilin) and
+PyTorch's context parallelism send P, as this one does, and they accumulate and send dK, dV in float32 for
+half-precision inputs: so does this one (float64 stays float64), while dQ, kept at home, is accumulated likewise.
 
 Causal attention (query i sees keys j <= i, positions counted in the whole sequence): the sequence is cut into
 chunks of equal length; a (query chunk a, key chunk b) pair is computed in full when b < a, with the causal mask
@@ -54,7 +58,8 @@ sharding rule): ``try_torch_context_parallel`` shows it.
 Bytes each rank sends per layer (``ring_bytes``, ``ulysses_bytes``; both functions also count what they send into a
 ``sent`` list): with S = batch * H * (N/P) * head_dim * bytes per number the size of one shard of Q (or K, V),
 
-    ring      forward 2 (P - 1) S (K and V, P - 1 times);  backward 2 (P - 1) S + 2 P S (dK and dV travel home)
+    ring      forward 2 (P - 1) S (K and V, P - 1 times);  backward 2 (P - 1) S + 2 P S_g (dK and dV travel home,
+              in float32 unless the inputs are float64: S_g is S at max(bytes per number, 4))
     Ulysses   forward 4 (P - 1) / P S (Q, K, V and the output);  backward the same (their gradients)
 
 so the ring's traffic per rank approaches 2 N tokens of K/V as P grows, while Ulysses' falls as 1 / P.
@@ -254,9 +259,16 @@ def run_ranks(fn, world_size: int, *args, timeout: float = DEFAULT_TIMEOUT_S) ->
     If a rank raises, every process is ended and a ``RankError`` names the rank and shows its traceback; if a rank
     dies without a word, the error gives its exit code; if the ranks have not all finished ``timeout`` seconds after
     the call (starting them included), all are killed and the error names those that did not finish. No rank
-    outlives the call. What stays is the fork server: one idle process, sleeping until the next call, holding about
-    230 MB (torch imported; its pages shared with the ranks it forks), that ends when the process that started it
-    (the notebook's kernel) ends.
+    outlives the call. What stays are two helper processes of multiprocessing, idle until the next call, that end when
+    the process that started them (the notebook's kernel) ends: the fork server, holding about 230 MB (torch
+    imported; its pages shared with the ranks it forks), and multiprocessing's resource tracker (about 13 MB; spawned
+    ranks start it too).
+
+    In a script (a .py file run with ``python``), call run_ranks under ``if __name__ == "__main__":``. Each rank's
+    process first imports the script as a module (multiprocessing does so for the fork server and for spawn alike),
+    so code outside that guard runs again in every rank: a run_ranks there is refused in the rank (a process may not
+    start processes while it is starting), and the call fails with a ``RankError``, each rank "died without a result
+    (exit code 1)". A notebook needs no guard: its cells are not a module the ranks import.
     """
     if not callable(fn):
         raise TypeError(f"fn should be a function fn(rank, world_size, *args), got {describe(fn)}")
@@ -528,9 +540,28 @@ def _hook_step(step, state, query, key, value, diagonal: bool, where) -> tuple[t
                              f"state's), got {describe(new)} {place}")  # fmt: skip
         if torch.isnan(new).any():
             raise ValueError(f"step returned NaN in {name} {place}: every pair gives each query at least one key, so "
-                             "the state after it is finite (the state over no keys has lse = -inf and out = 0: "
-                             "exp(-inf) is 0, but -inf - (-inf) is NaN)")  # fmt: skip
+                             f"the state after it is finite. {_nan_cause(new, lse, diagonal)}")  # fmt: skip
     return result[0], result[1]
+
+
+def _nan_cause(new: torch.Tensor, lse: torch.Tensor, diagonal: bool) -> str:
+    """Where a step's NaN is (which queries of the chunk), and the cause those places point to: the first query alone
+    on the diagonal pair is the strict mask's (it leaves query 0 no key); a step from the empty state, the -inf of
+    its lse; else both are possible."""
+    nan = torch.isnan(new) if new.dim() == lse.dim() else torch.isnan(new).any(dim=-1)  # lse, or out: per query
+    queries = sorted({int(i) for i in nan.nonzero()[:, -1]})
+    shown = ", ".join(map(str, queries[:8])) + (", ..." if len(queries) > 8 else "")
+    where = f"The NaN is at quer{'y' if len(queries) == 1 else 'ies'} {shown} of the chunk."
+    no_key = "a query whose scores are all masked reads no key, and a softmax over no key is 0/0"
+    empty = "the state over no keys has lse = -inf and out = 0: exp(-inf) is 0, but -inf - (-inf) is NaN"
+    if diagonal and queries == [0]:
+        return (
+            f"{where} Only the chunk's first query, on the diagonal pair: the query that a mask one off (j < i) "
+            f"leaves with no key at all, and {no_key}. Query i must read key i: keys j <= i, itself included."
+        )
+    if bool(torch.isneginf(lse).all()):
+        return f"{where} This step starts from the empty state: {empty}. Or {no_key}."
+    return f"{where} Either {no_key}, or {empty}."
 
 
 def ring_attention_backward(query, key, value, out, lse, grad_out, *, is_causal: bool = False,
@@ -545,8 +576,17 @@ def ring_attention_backward(query, key, value, out, lse, grad_out, *, is_causal:
         dV_s += P^T dO_r;   dS = P * (dO_r V_s^T - D);   dQ_r += dS K_s / sqrt(d);   dK_s += dS^T Q_r / sqrt(d)
 
     The next K/V block travels while the step computes; the block's dK, dV are sent on after it (they are not ready
-    before), P transfers in all, so that the last one brings each dK_s, dV_s home to rank s. ``sent`` counts the
-    bytes sent as in ``ring_attention_forward``.
+    before), P transfers in all, so that the last one brings each dK_s, dV_s home to rank s. That is the schedule
+    ring-flash-attention and PyTorch's context parallelism use; it is not the fewest: rank s could keep its own
+    block's share at home and start the travelling dK_s, dV_s at rank s + 1, and P - 1 transfers would bring them
+    back (one transfer of dK and dV fewer).
+
+    The travelling dK, dV and the dQ kept at home are accumulated in float32 for half-precision inputs (float64 for
+    float64 inputs: in float32 or float64, as the inputs), as those implementations do: each pair's share is what
+    ``tiled_attention_backward`` returns, in the inputs' dtype, added into the float32 sum, so bfloat16 rounding
+    happens once per pair rather than once per addition; dK and dV therefore travel in float32 (``ring_bytes``
+    counts them so). The results are returned in the inputs' dtypes. ``sent`` counts the bytes sent as in
+    ``ring_attention_forward``.
     """
     is_causal, rank, world_size = _check_ring(query, key, value, is_causal, layout, (out, lse, grad_out))
     if out.shape != (*query.shape[:-1], value.shape[-1]) or grad_out.shape != out.shape:
@@ -556,9 +596,10 @@ def ring_attention_backward(query, key, value, out, lse, grad_out, *, is_causal:
         raise ValueError(f"lse should have shape {tuple(query.shape[:-1])} (one per query, from the forward), "
                          f"got {describe(lse)}")  # fmt: skip
     q_chunks = _chunk_slices(query.shape[-2], rank, world_size, layout)
-    d_query = torch.zeros_like(query)
+    work = torch.float64 if query.dtype == torch.float64 else torch.float32  # the sums' (and dK, dV's sent) dtype
+    d_query = torch.zeros_like(query, dtype=work)
     block = (key.contiguous(), value.contiguous())
-    grads = (torch.zeros_like(block[0]), torch.zeros_like(block[1]))  # dK_s, dV_s of the block held, travelling
+    grads = (torch.zeros_like(block[0], dtype=work), torch.zeros_like(block[1], dtype=work))  # dK_s, dV_s, travelling
     for step in range(world_size):
         source = (rank - step) % world_size
         pending = _exchange(block, rank, world_size, sent) if step < world_size - 1 else None
@@ -583,7 +624,7 @@ def ring_attention_backward(query, key, value, out, lse, grad_out, *, is_causal:
             for request in requests:
                 request.wait()
             block = tuple(received)
-    return d_query, grads[0], grads[1]
+    return d_query.to(query.dtype), grads[0].to(key.dtype), grads[1].to(value.dtype)
 
 
 class RingAttention(torch.autograd.Function):
@@ -712,18 +753,23 @@ def _check_sizes(batch, heads, seq_len, head_dim, world_size, bytes_per_number):
 def ring_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world_size: int,
                bytes_per_number: int) -> dict[str, int]:  # fmt: skip
     """Bytes one rank sends per layer in ring attention (``ring_attention_forward`` and ``_backward``), value_dim =
-    head_dim. A K (or V) block is B = batch * heads * (seq_len / P) * head_dim * bytes_per_number bytes.
+    head_dim. A K (or V) block is B = batch * heads * (seq_len / P) * head_dim * bytes_per_number bytes; its gradient
+    travels in float32 unless the inputs are float64 (as in ring-flash-attention and PyTorch's context parallelism),
+    so a dK (or dV) block is B_g = batch * heads * (seq_len / P) * head_dim * max(bytes_per_number, 4) bytes.
 
         forward   (P - 1) transfers of K and V:                          2 (P - 1) B
-        backward  (P - 1) transfers of K and V, then P of dK and dV:     2 (P - 1) B + 2 P B     (0 for P = 1)
+        backward  (P - 1) transfers of K and V, then P of dK and dV:     2 (P - 1) B + 2 P B_g     (0 for P = 1)
 
-    The same for both layouts, and for every rank; it does not shrink as P grows (about 2 N/P * P = 2 N tokens of
-    K/V pass through each rank): only the time to compute each block, (N/P)^2, does."""
+    In bfloat16 (2 bytes) B_g = 2 B. P transfers of dK and dV are this schedule's (see ``ring_attention_backward``);
+    keeping each owner's share at home would make it P - 1. The same for both layouts, and for every rank; it does
+    not shrink as P grows (about 2 N/P * P = 2 N tokens of K/V pass through each rank): only the time to compute each
+    block, (N/P)^2, does."""
     batch, heads, seq_len, head_dim, world_size, size = _check_sizes(batch, heads, seq_len, head_dim, world_size,
                                                                      bytes_per_number)  # fmt: skip
-    block = batch * heads * (seq_len // world_size) * head_dim * size
+    numbers = batch * heads * (seq_len // world_size) * head_dim
+    block, grad_block = numbers * size, numbers * max(size, 4)
     forward = 2 * (world_size - 1) * block
-    return {"forward": forward, "backward": forward + (2 * world_size * block if world_size > 1 else 0)}
+    return {"forward": forward, "backward": forward + (2 * world_size * grad_block if world_size > 1 else 0)}
 
 
 def ulysses_bytes(batch: int, heads: int, seq_len: int, head_dim: int, world_size: int,

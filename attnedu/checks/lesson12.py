@@ -6,9 +6,11 @@ checked in float64 on states a ring really holds: the empty state (out = 0, lse 
 the diagonal pair (causal mask inside the chunk) and full pairs, a batch of one and scores in the thousands, where an
 exp without its maximum overflows. Its values only are compared: ring attention's backward is the package's, rebuilt
 from the forward's out and lse, so the step's autograd graph plays no part in training. The variants: the outputs
-averaged or added without the log-sum-exp, the log-sum-exp of two taken as their maximum, the two weights swapped, the
-block's output added without its weight, the diagonal without its mask, with it shifted one key either way, transposed
-or applied to every pair, lse not updated or replaced by the block's, the scores not scaled.
+averaged (from the empty state too, or with the first step's block output kept as it is) or added without the
+log-sum-exp, the log-sum-exp of two taken as their maximum, the two weights swapped, the block's output or the
+running output added without its weight, the diagonal without its mask, with it shifted one key either way (the
+strict mask leaves the chunk's first query no key: its NaN is matched whichever way the log-sum-exps were written),
+transposed or applied to every pair, lse not updated or replaced by the block's, the scores not scaled.
 
 The striped layout (a transfer: the lesson shows contiguous and zigzag chunks; ``striped_mask``) puts token t on rank
 t mod P (Brandon et al. 2023), so rank r's local index i is position i P + r; the mask between rank r's queries and rank
@@ -103,13 +105,17 @@ def _ring_cases() -> list[Case]:
 
 
 def _ring_step_with(out, lse, query, key, value, diagonal, *, merge="lse", weights="right", mask="causal",
-                    new_lse="merged", scale=True):  # fmt: skip
+                    new_lse="merged", scale=True, stable="torch"):  # fmt: skip
     """A ring step with switches, each a known mistake: ``merge`` the two outputs with their log-sum-exp ("lse"),
-    their mean ("average"), their sum ("sum"), or with the maximum of the two lse as the new lse ("max"); ``weights``
-    "right", "swapped" (each output scaled by the other's weight), "block_unscaled" (the block's output added as it
-    is); ``mask`` on the diagonal "causal" (j <= i), "none", "next" (j <= i + 1), "strict" (j < i), "transposed"
-    (j >= i), or "every" (the causal mask on every pair); ``new_lse`` "merged", "old" (not updated), "block" (the
-    block's own); ``scale`` the scores by 1/sqrt(head_dim)."""
+    their mean ("average"; "average_first": the block's output alone from the empty state, the mean after it), their
+    sum ("sum"), or with the maximum of the two lse as the new lse ("max"); ``weights`` "right", "swapped" (each
+    output scaled by the other's weight), "block_unscaled" (the block's output added as it is), "old_unscaled" (the
+    running output added as it is); ``mask`` on the diagonal "causal" (j <= i), "none", "next" (j <= i + 1),
+    "strict" (j < i), "transposed" (j >= i), or "every" (the causal mask on every pair); ``new_lse`` "merged", "old"
+    (not updated), "block" (the block's own); ``scale`` the scores by 1/sqrt(head_dim). ``stable``: how the two
+    log-sum-exps are written, which matters only for a query with no key (all its scores -inf): "torch"
+    (torch.logsumexp and torch.logaddexp: -inf stays -inf), "max" (both as a maximum plus the log of a sum of exps
+    of the differences: -inf - (-inf) gives NaN), or "block_max" (the block's that way, the merge by logaddexp)."""
     n = query.shape[-2]
     i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
     rule = {"causal": j <= i, "none": None, "next": j <= i + 1, "strict": j < i, "transposed": j >= i,
@@ -118,16 +124,30 @@ def _ring_step_with(out, lse, query, key, value, diagonal, *, merge="lse", weigh
     scores = query @ key.transpose(-2, -1) / (math.sqrt(query.shape[-1]) if scale else 1.0)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, NEG_INF)
-    block_lse = torch.logsumexp(scores, dim=-1)
+    if stable == "torch":
+        block_lse = torch.logsumexp(scores, dim=-1)
+    else:
+        top = scores.amax(dim=-1)
+        block_lse = top + torch.log(torch.exp(scores - top[..., None]).sum(-1))
     block_out = torch.softmax(scores, dim=-1) @ value
-    merged = torch.logaddexp(lse, block_lse) if merge != "max" else torch.maximum(lse, block_lse)
+    if merge == "max":
+        merged = torch.maximum(lse, block_lse)
+    elif stable == "max":
+        top = torch.maximum(lse, block_lse)
+        merged = top + torch.log(torch.exp(lse - top) + torch.exp(block_lse - top))
+    else:
+        merged = torch.logaddexp(lse, block_lse)
     w_old, w_block = torch.exp(lse - merged)[..., None], torch.exp(block_lse - merged)[..., None]
     if weights == "swapped":
         w_old, w_block = w_block, w_old
     elif weights == "block_unscaled":
         w_block = torch.ones_like(w_block)
+    elif weights == "old_unscaled":
+        w_old = torch.ones_like(w_old)
+    first = torch.isneginf(lse)[..., None]  # the empty state: no key seen yet
     combined = {"lse": w_old * out + w_block * block_out, "max": w_old * out + w_block * block_out,
-                "average": (out + block_out) / 2, "sum": out + block_out}[merge]  # fmt: skip
+                "average": (out + block_out) / 2, "sum": out + block_out,
+                "average_first": torch.where(first, block_out, (out + block_out) / 2)}[merge]  # fmt: skip
     returned = {"merged": merged, "old": lse, "block": block_lse}[new_lse]
     return combined, returned.clone()
 
@@ -153,8 +173,10 @@ RING_STEP = Exercise(
         _ring_variant(
             "the two outputs were averaged with equal weights: each is an average over its own keys, and the merged "
             "output weighs them by the share of the softmax mass each set of keys holds, exp(lse_a - lse) and "
-            "exp(lse_b - lse), which the log-sum-exps give (from the empty state, the block's output alone).",
-            merge="average",
+            "exp(lse_b - lse), which the log-sum-exps give. Equal shares happen only when the two sets of keys "
+            "hold the same mass, which a state over several blocks and one new block rarely do.",
+            dict(merge="average"),
+            dict(merge="average_first"),
         ),
         _ring_variant(
             "the two outputs were added: each is already normalised over its own keys, so their sum is not an "
@@ -180,6 +202,12 @@ RING_STEP = Exercise(
             weights="block_unscaled",
         ),
         _ring_variant(
+            "the block's output was weighted but the running output was added as it is: the running output is "
+            "normalised over the keys seen before, and after this block those keys hold only part of the softmax "
+            "mass, exp(lse - the merged lse), so it needs that weight too for the two to add up to one softmax.",
+            weights="old_unscaled",
+        ),
+        _ring_variant(
             "the diagonal pair was computed without its causal mask: the query chunk and the key chunk are the same "
             "positions there, and query i may not read keys after it (j > i).",
             mask="none",
@@ -190,9 +218,10 @@ RING_STEP = Exercise(
             mask="next",
         ),
         _ring_variant(
-            "off by one: on the diagonal pair each query was kept from its own key (the mask is strict), and the "
-            "chunk's first query from every key: a query reads keys j <= i, itself included.",
-            mask="strict",
+            "off by one: on the diagonal pair each query was kept from its own key (the mask is strict), so the "
+            "chunk's first query read no key at all, and a softmax over no key is 0/0: that is where the NaN comes "
+            "from, not from the empty state. Query i must read key i: keys j <= i, itself included.",
+            *(dict(mask="strict", stable=form) for form in ("torch", "max", "block_max")),
         ),
         _ring_variant(
             "the diagonal pair's mask is transposed: query i read the keys after it (j >= i) instead of those up to "
@@ -223,7 +252,7 @@ RING_STEP = Exercise(
     ),
     hint=(
         "Two steps: attention of the query chunk over this one key chunk (with the causal mask when diagonal), as an "
-        "output and a log-sum-exp; then the merge of lesson 08, in the (out, lse) form. What weight does each of the "
+        "output and a log-sum-exp; then the merge of lesson 08a, in the (out, lse) form. What weight does each of the "
         "two outputs get?",
         "Block: s = q k^T / sqrt(head_dim), masked where j > i when diagonal; lse_b = logsumexp(s) over the keys, "
         "out_b = softmax(s) v. Merge: lse_new = log(exp(lse) + exp(lse_b)), computed stably (logaddexp); out_new = "
@@ -236,8 +265,11 @@ RING_STEP = Exercise(
     large_note="This test case has large inputs: scores and log-sum-exps near a thousand. exp(s) on its own is inf "
     "in float64 above about 709, and inf / inf or inf - inf is NaN: subtract a maximum (or the log-sum-exp) before "
     "exponentiating.",
-    nan_note="NaN comes from 0/0, inf - inf or 0 * inf: in the empty state lse is -inf, and -inf - (-inf) is NaN "
-    "(the merged lse is finite once a block has a key, so lse - merged is -inf, whose exp is 0).",
+    nan_note="NaN comes from 0/0, inf - inf or 0 * inf. Two places give it here: a query whose scores are all "
+    "masked reads no key, and its softmax (and its log-sum-exp written with a maximum) is 0/0, though every pair "
+    "gives each query at least one key; and the empty state, whose lse is -inf, where -inf - (-inf) is NaN (the "
+    "merged lse is finite once a block has a key, so lse - merged is -inf, whose exp is 0). Look at which queries "
+    "hold the NaN, and on which pairs.",
     forbidden=OWN_CODE,
 )
 

@@ -178,6 +178,13 @@ def rs_average(out, lse, query, key, value, diagonal):
     return 0.5 * (out + out_b), torch.logaddexp(lse, lse_b)
 
 
+def rs_average_after_the_first(out, lse, query, key, value, diagonal):
+    """The empty state handled on its own (the block's output kept as it is), the two outputs averaged after it."""
+    out_b, lse_b = _pieces(query, key, value, diagonal)
+    first = torch.isinf(lse).unsqueeze(-1)
+    return torch.where(first, out_b, (out + out_b) / 2), torch.logaddexp(lse, lse_b)
+
+
 def rs_sum(out, lse, query, key, value, diagonal):
     out_b, lse_b = _pieces(query, key, value, diagonal)
     return out + out_b, torch.logaddexp(lse, lse_b)
@@ -201,6 +208,12 @@ def rs_block_unscaled(out, lse, query, key, value, diagonal):
     return torch.exp(lse - new).unsqueeze(-1) * out + out_b, new
 
 
+def rs_old_unscaled(out, lse, query, key, value, diagonal):
+    out_b, lse_b = _pieces(query, key, value, diagonal)
+    new = torch.logaddexp(lse, lse_b)
+    return out + torch.exp(lse_b - new).unsqueeze(-1) * out_b, new
+
+
 def _merged(out, lse, out_b, lse_b):
     new = torch.logaddexp(lse, lse_b)
     return torch.exp(lse - new).unsqueeze(-1) * out + torch.exp(lse_b - new).unsqueeze(-1) * out_b, new
@@ -220,6 +233,21 @@ def rs_mask_strict(out, lse, query, key, value, diagonal):
     n = query.shape[-2]
     mask = torch.ones(n, n, dtype=torch.bool).tril(-1) if diagonal else None
     return _merged(out, lse, *_pieces(query, key, value, diagonal, mask))
+
+
+def rs_mask_strict_by_maxima(out, lse, query, key, value, diagonal):
+    """The strict mask, the log-sum-exps written with maxima: the first query's lse is NaN, not -inf."""
+    s = _block(query, key, value, False)
+    if diagonal:
+        n = s.shape[-1]
+        s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(-1), NEG_INF)
+    m_b = s.amax(-1)
+    p = torch.exp(s - m_b[..., None])
+    lse_b = m_b + torch.log(p.sum(-1))
+    m = torch.maximum(lse, lse_b)
+    new = m + torch.log(torch.exp(lse - m) + torch.exp(lse_b - m))
+    out_b = p @ value / p.sum(-1, keepdim=True)
+    return torch.exp(lse - new)[..., None] * out + torch.exp(lse_b - new)[..., None] * out_b, new
 
 
 def rs_mask_transposed(out, lse, query, key, value, diagonal):
@@ -331,13 +359,16 @@ def ua_group_minus_one(shards):
 
 MUTANTS = [
     ("ring_step", rs_average, "averaged with equal weights"),
+    ("ring_step", rs_average_after_the_first, "averaged with equal weights"),
     ("ring_step", rs_sum, "the two outputs were added"),
     ("ring_step", rs_max_lse, "the larger of the two log-sum-exps"),
     ("ring_step", rs_swapped, "the two weights were swapped"),
     ("ring_step", rs_block_unscaled, "the block's output was added as it is"),
+    ("ring_step", rs_old_unscaled, "the running output was added as it is"),
     ("ring_step", rs_no_mask, "computed without its causal mask"),
     ("ring_step", rs_mask_next, "also read the key just after it"),
-    ("ring_step", rs_mask_strict, "kept from its own key"),
+    ("ring_step", rs_mask_strict, "Query i must read key i"),
+    ("ring_step", rs_mask_strict_by_maxima, "Query i must read key i"),
     ("ring_step", rs_mask_transposed, "mask is transposed"),
     ("ring_step", rs_mask_every_pair, "applied to a full pair too"),
     ("ring_step", rs_lse_not_updated, "lse was returned unchanged"),
@@ -467,6 +498,38 @@ def rsb_weights_summed_not_normalised(out, lse, query, key, value, diagonal):
     return a[..., None] * out + b[..., None] * (s.softmax(-1) @ value), m + torch.log(a + b)
 
 
+def rsb_strict_tril_by_hand(out, lse, query, key, value, diagonal):
+    """The learner's review's strict mask: tril(-1) kept, the block's lse as its maximum plus a log, logaddexp merge."""
+    s = torch.einsum("bhqd,bhkd->bhqk", query, key) / query.shape[-1] ** 0.5
+    if diagonal:
+        keep = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool).tril(-1)
+        s = s.masked_fill(~keep, float("-inf"))
+    m = s.amax(-1)
+    p = torch.exp(s - m[..., None])
+    l = p.sum(-1)  # noqa: E741
+    lse_b = m + torch.log(l)
+    new = torch.logaddexp(lse, lse_b)
+    return torch.exp(lse - new)[..., None] * out + torch.exp(lse_b - new)[..., None] * (p @ value / l[..., None]), new
+
+
+def rsb_average_unless_empty(out, lse, query, key, value, diagonal):
+    """Lesson 12's cell 7 mistake, with the first step special-cased by its lse."""
+    s = _block(query, key, value, diagonal)
+    out_b = s.softmax(-1) @ value
+    lse_b = s.logsumexp(-1)
+    if torch.isneginf(lse).all():
+        return out_b, lse_b
+    return (out + out_b) / 2, torch.logaddexp(lse, lse_b)
+
+
+def rsb_rescale_only_the_block(out, lse, query, key, value, diagonal):
+    s = _block(query, key, value, diagonal)
+    lse_b = s.logsumexp(-1)
+    new = torch.logaddexp(lse, lse_b)
+    share = torch.sigmoid(lse_b - lse)  # the block's share: right; the old output kept whole: wrong
+    return out + share[..., None] * (s.softmax(-1) @ value), new
+
+
 def smb_rank_major(query_ranks, key_ranks, world_size, shard_len):
     out = []
     for r, s in zip(query_ranks.tolist(), key_ranks.tolist()):
@@ -559,6 +622,9 @@ BUGS = [
     ("ring_step", rsb_softmax_over_queries, GENERIC),
     ("ring_step", rsb_weights_by_exp, GENERIC),
     ("ring_step", rsb_sdpa_strict, "kept from its own key"),
+    ("ring_step", rsb_strict_tril_by_hand, "Query i must read key i"),
+    ("ring_step", rsb_average_unless_empty, "averaged with equal weights"),
+    ("ring_step", rsb_rescale_only_the_block, "the running output was added as it is"),
     ("ring_step", rsb_sdpa_always_causal, "applied to a full pair too"),
     ("ring_step", rsb_mean_of_lses, GENERIC),
     ("ring_step", rsb_forgets_the_state, GENERIC),
