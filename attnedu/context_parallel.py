@@ -42,9 +42,9 @@ number, b sequences of N tokens, chunk c = N / P per rank, F FLOP/s per GPU):
               the sequence is sharded (``memory_per_device``)
     time      each rank's wall time of the ring call and its time inside the tile computations (``time_ring``, or
               ``time_ring_rank`` in each rank of a launch of your own, gathered by ``RingTiming.from_ranks``; a
-              transfer to the next rank: ``time_transfer_rank``): a ring's waits even out the wall times, the compute
-              times show each rank's work; with more processes than cores they also take turns on the cores
-              (``oversubscription_cost``)
+              transfer to the next rank: ``time_transfer_rank``): the compute times show each rank's work; the wall
+              times when each finished (a rank waits only for its predecessor's blocks); with more processes than
+              cores they also take turns on the cores (``oversubscription_cost``)
     model     a transfer of B bytes takes alpha + B / beta (``transfer_time``). A ring step computes one block pair,
               4 b H c^2 d FLOPs (half of that per step for causal zigzag), while one K/V block, 2 b H_kv c d s bytes,
               travels: step = max(compute, transfer), so computation hides communication for c >= c*
@@ -874,9 +874,9 @@ _RING_RECORD = "attnedu ring timing"  # the kind of record time_ring_rank return
 @dataclass(frozen=True)
 class RingTiming:
     """Per-rank ring timings of every rank: the configuration, one ``RankTimes`` per layout (``layouts[name]``), and,
-    when ``time_ring`` made the launch, ``launch_s`` seconds from the call until the last rank had started (spawn,
-    import torch, join the group) and ``total_s`` for the whole call (both None for records gathered from a launch
-    made elsewhere: ``from_ranks``)."""
+    when ``time_ring`` made the launch, ``launch_s`` seconds from the call until the last rank had started (the
+    processes started, by the fork server or spawned, and joined into the group) and ``total_s`` for the whole call
+    (both None for records gathered from a launch made elsewhere: ``from_ranks``)."""
 
     world_size: int
     seq_len: int
@@ -992,9 +992,11 @@ def time_ring_rank(rank: int, world_size: int, seq_len: int, *, batch: int = 1, 
     The rank measures its own wall time of the ring call (forward, and backward with ``backward=True``) and, with a
     hook around the tile computations (``tiled_attention_forward`` and ``_backward``, wrapped in this process only
     while it runs: the ring's numerics are untouched), the time it spends computing: wall clock and its thread's CPU
-    time (``time.thread_time``), per repeat and per tile call. Wall times hide the imbalance of causal attention: at
-    every step each rank waits for the block its neighbour sends, so the idle ranks wait for the busy ones; the
-    compute times show it. The hook also counts the tiles computed, which must equal ``score_blocks``.
+    time (``time.thread_time``), per repeat and per tile call. The compute times show each rank's work. The wall
+    times show when each rank finished, which is not the busiest rank's time on every rank: a rank waits only for the
+    blocks its predecessor sends, each posted at the start of the predecessor's step, so a lightly loaded rank may
+    finish before the busiest (a layer ends when the busiest does: the next collective operation waits for it). The
+    hook also counts the tiles computed, which must equal ``score_blocks``.
 
     Inputs: float32 (batch, heads, seq_len, head_dim) standard normal from ``seed`` (q, k, v and the output's
     gradient, drawn in that order), the same on every rank, each rank taking its shard. seq_len must split into each
@@ -1063,30 +1065,34 @@ def time_ring(world_size: int, seq_len: int, *, batch: int = 1, heads: int = 2, 
     return RingTiming.from_ranks(per_rank, started=start, finished=time.time())
 
 
-def time_transfer_rank(rank: int, world_size: int, *, numbers: int = 2**20, repeats: int = 3,
+def time_transfer_rank(rank: int, world_size: int, *, numbers: int = 2**20, tensors: int = 1, repeats: int = 3,
                        warmup: int = 1) -> dict:  # fmt: skip
     """Time the ring's transfer on this rank: called inside a rank of a launch, by every rank with the same
-    arguments. Each repeat, started together (``dist.barrier()``), sends one float32 block of ``numbers`` numbers
-    (2^20: 4 MiB) to rank + 1 while receiving one from rank - 1, as a ring step does (``batch_isend_irecv``), and
-    times it to the last completion; the first ``warmup`` repeats are not kept. Needs at least 2 ranks.
-    -> {"bytes": the block's bytes, "seconds": one per timed repeat, "median_s": their median}."""
+    arguments. Each repeat, started together (``dist.barrier()``), sends ``tensors`` float32 blocks of ``numbers``
+    numbers each to rank + 1 while receiving as many from rank - 1, posted together as a ring step posts them
+    (``batch_isend_irecv``; a ring step sends K and V: ``tensors=2``, ``numbers`` the numbers of one shard of K), and
+    times them to the last completion; the first ``warmup`` repeats are not kept. Needs at least 2 ranks.
+    -> {"bytes": the bytes sent per repeat (all the blocks), "seconds": one per timed repeat, "median_s": their
+    median}."""
     world_size = check_int("world_size", world_size, "processes in the ring, at least 2", minimum=2)
     rank = check_int("rank", rank, "which process", minimum=0, maximum=world_size - 1)
-    numbers = check_positive_int("numbers", numbers, "float32 numbers in the block sent")
+    numbers = check_positive_int("numbers", numbers, "float32 numbers in each block sent")
+    tensors = check_positive_int("tensors", tensors, "blocks sent together (2 for a ring step's K and V)")
     repeats = check_positive_int("repeats", repeats, "timed transfers")
     warmup = check_int("warmup", warmup, "untimed transfers first", minimum=0)
-    block, received = torch.ones(numbers), torch.empty(numbers)
+    blocks = [torch.ones(numbers) for _ in range(tensors)]
+    received = [torch.empty(numbers) for _ in range(tensors)]
     seconds = []
     for _ in range(warmup + repeats):
         dist.barrier()
         start = time.perf_counter()
-        ops = [dist.P2POp(dist.isend, block, (rank + 1) % world_size),
-               dist.P2POp(dist.irecv, received, (rank - 1) % world_size)]  # fmt: skip
+        ops = [dist.P2POp(dist.isend, block, (rank + 1) % world_size) for block in blocks]
+        ops += [dist.P2POp(dist.irecv, buffer, (rank - 1) % world_size) for buffer in received]
         for request in dist.batch_isend_irecv(ops):
             request.wait()
         seconds.append(time.perf_counter() - start)
     seconds = seconds[warmup:]
-    return {"bytes": block.nbytes, "seconds": seconds, "median_s": statistics.median(seconds)}
+    return {"bytes": sum(b.nbytes for b in blocks), "seconds": seconds, "median_s": statistics.median(seconds)}
 
 
 def plot_rank_timing(fig, timing: RingTiming, kinds=("compute", "wall")):
@@ -1171,7 +1177,8 @@ def oversubscription_cost(chunk: int = 512, *, world_sizes=(2, 4), heads: int = 
         ring_block_s  ring_s / P: the ring's wall time per block each rank computes (computing and waiting)
         cores_s       the least time the P * P blocks could take on this machine's cores: P * P * block_cpu_s /
                       min(P, usable cores), transfers left out
-        launch_s      from the call until the last rank had started (spawn, import torch, join the group)
+        launch_s      from the call until the last rank had started (processes started and joined into the group:
+                      seconds at the first launch, which starts the fork server and imports torch; far less after)
 
     Processes take turns on the cores: with more processes than cores a rank waits for a core as well as for its
     neighbour's block, so ring_s grows faster than the work per rank (P blocks) while block_cpu_s stays put.

@@ -23,7 +23,11 @@ def _timing_ranks(rank, world_size):
     # what a launch made elsewhere (lesson 12's) runs in each rank: the package's per-rank timings
     ring = cp.time_ring_rank(rank, world_size, 16, heads=2, head_dim=4, is_causal=True, repeats=3, warmup=1,
                              backward=True)  # fmt: skip
-    return ring, cp.time_transfer_rank(rank, world_size, numbers=64, repeats=2, warmup=1)
+    return (
+        ring,
+        cp.time_transfer_rank(rank, world_size, numbers=64, repeats=2, warmup=1),
+        cp.time_transfer_rank(rank, world_size, numbers=16, tensors=2, repeats=2, warmup=1),
+    )  # one block; a ring step's K and V
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +37,7 @@ def launched():
 
 @pytest.fixture(scope="module")
 def timing(launched):
-    return cp.RingTiming.from_ranks([ring for ring, _ in launched])
+    return cp.RingTiming.from_ranks([ring for ring, *_ in launched])
 
 
 def test_time_ring_rank_measures_every_rank_of_every_layout(timing):
@@ -77,7 +81,7 @@ def test_block_seconds_picks_the_tile_calls_of_one_block_size(timing):
 
 
 def test_ring_timing_from_ranks_refuses_what_is_not_one_ring(launched):
-    records = [ring for ring, _ in launched]
+    records = [ring for ring, *_ in launched]
     with pytest.raises(ValueError, match="rank order"):
         cp.RingTiming.from_ranks(records[::-1])
     with pytest.raises(ValueError, match="rank order"):
@@ -92,9 +96,11 @@ def test_ring_timing_from_ranks_refuses_what_is_not_one_ring(launched):
 
 
 def test_time_transfer_rank_times_one_block_per_repeat(launched):
-    for _, transfer in launched:
+    for _, transfer, pair in launched:
         assert transfer["bytes"] == 64 * 4 and len(transfer["seconds"]) == 2  # the warm-up dropped
-        assert all(s > 0 for s in transfer["seconds"]) and transfer["median_s"] == np.median(transfer["seconds"])
+        assert pair["bytes"] == 2 * 16 * 4 and len(pair["seconds"]) == 2  # both blocks counted
+        for t in (transfer, pair):
+            assert all(s > 0 for s in t["seconds"]) and t["median_s"] == np.median(t["seconds"])
 
 
 def test_per_rank_timings_refuse_bad_arguments_before_timing():
@@ -104,6 +110,8 @@ def test_per_rank_timings_refuse_bad_arguments_before_timing():
         cp.time_transfer_rank(2, 2)
     with pytest.raises(ValueError, match="numbers"):
         cp.time_transfer_rank(0, 2, numbers=0)
+    with pytest.raises(ValueError, match="tensors"):
+        cp.time_transfer_rank(0, 2, tensors=0)
     with pytest.raises(ValueError, match="rank"):
         cp.time_ring_rank(4, 4, 64)
     with pytest.raises(ValueError, match="seq_len should be a multiple of 4"):
