@@ -557,7 +557,8 @@ def _nan_cause(new: torch.Tensor, lse: torch.Tensor, diagonal: bool) -> str:
     if diagonal and queries == [0]:
         return (
             f"{where} Only the chunk's first query, on the diagonal pair: the query that a mask one off (j < i) "
-            f"leaves with no key at all, and {no_key}. Query i must read key i: keys j <= i, itself included."
+            "leaves with no key at all; a softmax over no key is 0/0. Query i must read key i: keys j <= i, itself "
+            "included."
         )
     if bool(torch.isneginf(lse).all()):
         return f"{where} This step starts from the empty state: {empty}. Or {no_key}."

@@ -304,7 +304,8 @@ def session_prediction(exercise: Exercise, fn, time_limit: float = TIME_LIMIT):
             _RECORDED[exercise.name] = recorded = guess
         elif guess is not None and guess != recorded:
             shown = ", ".join(_show(p, v) for p, v in zip(exercise.prediction.parts, guess, strict=True))
-            note = f"Your prediction is now {shown}, changed after the measurement was shown"
+            value = "count" if exercise.prediction.observed == "counted" else "measurement"
+            note = f"Your prediction is now {shown}, changed after the {value} was shown"
         elif guess is None and recorded is not None:
             note = f"Your function now returns {_describe(call.value)}, not a prediction"
         if recorded is not None:
