@@ -196,6 +196,12 @@ def test_lesson_12_diagrams_draw_what_the_ranks_hold_and_compute():
     assert before[:8] == [to_hex(RANK_COLOURS[0])] * 8  # token chunk 0, all heads: rank 0
     assert after[:8] == [to_hex(RANK_COLOURS[h // 2]) for h in range(8)]  # two heads per rank after the all-to-all
     assert sorted(before) == sorted(after)  # the same amount of data on each rank, re-partitioned
+    cells = [p for p in ax.patches if isinstance(p, plt.Rectangle)][:64]
+    home = [i for i, p in enumerate(cells) if p.get_hatch()]  # cell i: panel i // 32, chunk i % 32 // 8, head i % 8
+    assert home == [panel * 32 + chunk * 8 + h for panel in (0, 1) for chunk in range(4) for h in range(8)
+                    if h // 2 == chunk]  # fmt: skip
+    assert all(before[i] == after[i] for i in home[:8])  # what stays home is held by the same rank before and after
+    assert "stays home (not sent)" in [t.get_text() for t in ax.get_legend().get_texts()]
     with pytest.raises(ValueError, match="divisible by world_size=4"):
         ulysses_diagram(4, 6)
     with pytest.raises(ValueError, match="2..8"):

@@ -134,8 +134,9 @@ def ulysses_diagram(world_size: int = 4, heads: int = 8, ax: Axes | None = None,
     """DeepSpeed-Ulysses' all-to-all (Jacobs et al. 2023) for P = ``world_size`` ranks and ``heads`` = H heads. Left:
     before, rank r holds its N/P tokens for all H heads (a row band of the tokens x heads grid). Right: after one
     all-to-all, rank r holds all N tokens of its H/P heads (a column band): every rank sent the block (its tokens, head
-    group g) to rank g, keeping (P - 1)/P of its data in flight. Each cell is coloured by the rank that holds it.
-    heads must be divisible by world_size, as ``ulysses_attention`` requires."""
+    group g) to rank g, keeping (P - 1)/P of its data in flight. Each cell is coloured by the rank that holds it; the
+    hatched cells, rank r's tokens of head group r, stay home (the 1/P that is not sent). heads must be divisible by
+    world_size, as ``ulysses_attention`` requires."""
     world_size = _check_world_size(world_size)
     if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or heads % world_size or heads > 16:
         raise ValueError(f"heads must be an int in 1..16 divisible by world_size={world_size} to draw, got "
@@ -151,8 +152,10 @@ def ulysses_diagram(world_size: int = 4, heads: int = 8, ax: Axes | None = None,
         for chunk in range(rows):
             for h in range(heads):
                 rank = chunk if panel == 0 else h // group
+                home = chunk == h // group  # held by the same rank before and after: not sent
                 ax.add_patch(Rectangle((x0 + h * cell_w, grid_h - (chunk + 1) * cell_h), cell_w, cell_h,
-                                       facecolor=RANK_COLOURS[rank], edgecolor="white", linewidth=0.8))  # fmt: skip
+                                       facecolor=RANK_COLOURS[rank], edgecolor="white", linewidth=0.8,
+                                       hatch="////" if home else None))  # fmt: skip
         ax.text(x0 + grid_w / 2, grid_h + 0.3, heading, ha="center", va="bottom", fontsize=9)
         ax.text(x0 + grid_w / 2, -0.2, f"heads 0..{heads - 1}", ha="center", va="top", fontsize=8)
         for chunk in range(rows):
@@ -163,7 +166,8 @@ def ulysses_diagram(world_size: int = 4, heads: int = 8, ax: Axes | None = None,
     ax.text(middle, grid_h / 2 + 0.3, "all-to-all", ha="center", va="center", fontsize=9)
     ax.text(middle, grid_h / 2 - 0.4, "(and back after\nattention)", ha="center", va="center", fontsize=7)
     handles = [Patch(facecolor=RANK_COLOURS[r], label=f"held by rank {r}") for r in range(world_size)]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=world_size, fontsize=8,
+    handles.append(Patch(facecolor="white", edgecolor=COLOURS["edge"], hatch="////", label="stays home (not sent)"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=world_size + 1, fontsize=8,
               frameon=False)  # fmt: skip
     ax.set_xlim(-1.0, 2 * grid_w + gap + 0.1)
     ax.set_ylim(-0.5, grid_h + 0.7)
