@@ -33,6 +33,7 @@ from attnedu import (
     plots,
     positional,
     runtime,
+    sparse_attention,
     tasks,
     train,
     transformer,
@@ -986,6 +987,18 @@ BAD_CALLS = [
      r"link should be a Link \(NVLINK4, INFINIBAND_NDR or your own\)"),
     ("memory_per_device/model", lambda: context_parallel.memory_per_device("Llama-9"), ValueError,
      r"model should be one of \('Llama-2-7B \(MHA\)'"),
+    # ---- sparse_attention (lesson 13): block top-k, indexer top-k, window ------------------------------------
+    # top_k=0 would read no block (not even the query's own); a float block size or a 3-D q came from a notebook
+    ("moba_attention/top_k-0", lambda: sparse_attention.moba_attention(Q4, Q4, Q4, 2, 0), ValueError,
+     r"top_k \(blocks read per query, its own block included\) should be an int with 1 <= top_k, got 0"),
+    ("moba_attention/block_size-float", lambda: sparse_attention.moba_attention(Q4, Q4, Q4, 2.0, 1), TypeError,
+     r"block_size \(keys per block\) should be an int, got 2\.0"),
+    ("moba_attention/q-3d", lambda: sparse_attention.moba_attention(Q4[0], Q4, Q4, 2, 1), ValueError,
+     r"q should be of shape \(batch, heads, N, head_dim\) \(4 dimensions\).*\[None\]"),
+    ("dsa_attention/k_index-shape", lambda: sparse_attention.dsa_attention(Q4, Q4, Q4, rand(2, 3, 2, 4),
+     rand(2, 3, 5), rand(2, 3, 2), 2), ValueError, r"k_index should be of shape \(batch, N, index_dim\) = \(2, 3, 4\)"),
+    ("sliding_window_attention/window-negative", lambda: sparse_attention.sliding_window_attention(Q4, Q4, Q4, -1),
+     ValueError, r"window \(how many earlier keys each query reads besides itself\) should be an int with 0 <= window"),
 ]  # fmt: skip
 
 

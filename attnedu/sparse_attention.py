@@ -1,0 +1,270 @@
+"""Sparse selection (lesson 13, "Sparse selection"): each query reads only some of the keys before it, and which ones
+it reads is chosen from the data. Three rules, one causal self-attention, vectors as rows; shapes q, k (B, H, N, d),
+v (B, H, N, d_v); positions count from 0; query i may only ever read keys j <= i.
+
+    sliding window (the baseline; attnedu.masks.sliding_window_mask):   read j with i - window <= j <= i
+
+    MoBA, block top-k (Lu et al. 2025, "MoBA: Mixture of Block Attention for Long-Context LLMs"):
+        cut the keys into blocks of block_size; block b's representative is its mean key  kbar_b = mean_{j in b} k_j
+        gate  s_{i,b} = q_i . kbar_b  for the blocks b before query i's own block
+        read  query i's own block (always, with the causal mask inside it)  +  the top_k - 1 earlier blocks of
+              largest s_{i,b}; a block after query i's is never read.  top_k counts the own block.
+
+    DSA, the lightning indexer's token top-k (DeepSeek-V3.2-Exp, "DeepSeek Sparse Attention", eq. 1-2):
+        I_{t,s} = sum_{j=1}^{H_I} w_{t,j} ReLU(q^I_{t,j} . k^I_s)       H_I small indexer heads, one key k^I_s per token
+        read  the top_k keys s <= t of largest I_{t,s} (all of them while t + 1 <= top_k); every head of the
+              attention reads the same tokens (one selection per token, as in the reference's MQA mode).
+
+Then  o_i = sum_{j read by i} softmax_j(q_i . k_j / sqrt(d)) v_j,  the softmax over the keys read only. When the
+selection covers every block (top_k >= the number of blocks) or every token (top_k >= N), or the window every earlier
+position (window >= N - 1), each is dense causal attention: the tests assert it in float64.
+
+What is followed (read before writing):
+    MoBA   MoonshotAI/MoBA, moba/moba_naive.py, ``moba_attn_varlen_naive``: the gate is q . mean(K_block) (unscaled);
+           blocks with keys after the query get -inf and the query's own block +inf before ``torch.topk(k=min(topk,
+           num_block))``, so top_k counts the own block; the last block may be shorter (ceil(N / block_size)
+           blocks, its mean over the keys it has); the causal mask is applied to the token mask afterwards (tril).
+    DSA    deepseek-ai/DeepSeek-V3.2-Exp, inference/model.py, ``Indexer.forward`` and ``MLA.forward``, and
+           inference/kernel.py, ``fp8_index_kernel``: sum over indexer heads of ReLU(q . k) times the head's weight;
+           the weights fold in H_I^-0.5 and d_I^-0.5 (here: whatever ``weights`` holds; top-k does not see a positive
+           scale); the causal mask is added to the index scores before ``topk(min(index_topk, end_pos))`` and again
+           to the attention scores, so a short prefix reads fewer than top_k keys and never a future one. Their
+           sizes: H_I = 64 indexer heads of d_I = 128, top_k = 2048 (inference/config_671B_v3.2.json). Left out
+           here: RoPE on part of the indexer's q and k, the Hadamard rotation and FP8 quantisation, the KV cache.
+
+Counts (``SparseCounts``, totals over batch and heads). ``scores`` is the number of attention scores q_i . k_j
+computed (one per key read), against ``dense_scores`` = N(N+1)/2 per sequence and head for dense causal attention.
+``selection_scores`` is what choosing cost: MoBA's gates q_i . kbar_b over the earlier blocks, DSA's H_I dot products
+per query and earlier token, 0 for the window. ``kv_bytes`` counts, per query, the bytes of K and V read for its
+scores ((d + d_v) x element size per key read) plus the bytes the selection read (a mean key, d numbers, per gate; an
+indexer key, d_I numbers, per query and earlier token), against ``dense_kv_bytes``. The indexer is what keeps DSA's
+fraction of bytes above zero at any length: d_I / (d + d_v) of dense per query, whatever top_k.
+
+What NSA adds (Yuan et al. 2025, "Native Sparse Attention: Hardware-Aligned and Natively Trainable Sparse
+Attention", arXiv:2502.11089; not implemented here): three branches per query, mixed by gates g in [0, 1] computed from
+the input (an MLP with a sigmoid):  o_t = g_cmp Attn(q_t, compressed K/V) + g_slc Attn(q_t, selected blocks)
++ g_win Attn(q_t, sliding window). The compressed branch turns each block of l = 32 keys, taken every d = 16 positions,
+into one key by a learned MLP (a learned MoBA mean); the selected branch reads the top n = 16 blocks of l' = 64 keys
+(counting one initial block and two local ones, always kept), scored from the compressed branch's own attention
+weights, so choosing costs no extra dot products; the window branch reads the last w = 512 keys, so that local
+patterns do not dominate the other two. The paper reports, for 64k-token sequences against FlashAttention-2,
+up to 11.6x faster decoding and 9.0x faster forward.
+
+Each public function checks its arguments in one call (the checks are at the end of this module), then the math.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from ._validate import check_float, check_int, check_positive_int, check_same_dtype, check_tensor, describe
+from .masks import _causal_block, _sliding_window_mask
+
+
+class SparseCounts(NamedTuple):
+    """What one sparse attention call computed and read (totals over batch and heads), against dense causal attention
+    on the same inputs. See the module docstring for what each count includes."""
+
+    scores: int
+    dense_scores: int
+    selection_scores: int
+    kv_bytes: int
+    dense_kv_bytes: int
+
+    @property
+    def scores_fraction(self) -> float:
+        """Attention scores computed / dense causal attention's (the selection's own scores not included)."""
+        return self.scores / self.dense_scores
+
+    @property
+    def kv_bytes_fraction(self) -> float:
+        """Bytes of K/V read, the selection's reads included / dense causal attention's."""
+        return self.kv_bytes / self.dense_kv_bytes
+
+
+class SparseAttention(NamedTuple):
+    """output (B, H, N, d_v); selected: MoBA (B, H, N, num_blocks) bool, block b read by query i; DSA (B, N, N) bool,
+    token s read by query t (every head); window (N, N) bool; keys_read (B, H, N, N) bool, key j read by query i
+    (causal mask applied); counts: SparseCounts."""
+
+    output: torch.Tensor
+    selected: torch.Tensor
+    keys_read: torch.Tensor
+    counts: SparseCounts
+
+
+def block_mean_keys(k: torch.Tensor, block_size: int) -> torch.Tensor:
+    """MoBA's block representatives: k (B, H, N, d) -> (B, H, ceil(N / block_size), d), block b's mean key
+    kbar_b = mean of k_j for j in b*block_size .. min(N, (b+1)*block_size) - 1 (the last block may be shorter)."""
+    block_size = _check_block_mean_keys(k, block_size)
+    return _block_mean_keys(k, block_size)
+
+
+def _block_mean_keys(k, block_size):
+    n = k.shape[-2]
+    blocks = -(-n // block_size)
+    padded = torch.nn.functional.pad(k, (0, 0, 0, blocks * block_size - n))  # zeros after the last key
+    sums = padded.unflatten(-2, (blocks, block_size)).sum(dim=-2)  # (B, H, blocks, d)
+    sizes = torch.full((blocks,), block_size, dtype=k.dtype, device=k.device)
+    sizes[-1] = n - (blocks - 1) * block_size
+    return sums / sizes[:, None]
+
+
+def moba_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int, top_k: int) -> SparseAttention:
+    """MoBA's causal block top-k attention (the module docstring has the math): q, k (B, H, N, d), v (B, H, N, d_v);
+    block_size keys per block; top_k blocks read per query, its own block among them (top_k = 1: the own block only).
+
+    -> SparseAttention(output (B, H, N, d_v), selected (B, H, N, num_blocks) bool, keys_read (B, H, N, N), counts).
+    The selection is discrete (torch.topk's indices): no gradient flows through it, only through the keys read."""
+    block_size, top_k = _check_moba_attention(q, k, v, block_size, top_k)
+    n = q.shape[-2]
+    blocks = -(-n // block_size)
+    own = torch.arange(n, device=q.device) // block_size  # (N,) each query's own block
+    block_ids = torch.arange(blocks, device=q.device)
+    with torch.no_grad():  # the selection: indices only
+        gate = q @ _block_mean_keys(k, block_size).transpose(-2, -1)  # (B, H, N, blocks): s_{i,b} = q_i . kbar_b
+        gate = gate.masked_fill(block_ids[None, :] > own[:, None], float("-inf"))  # future blocks: never
+        gate = gate.masked_fill(block_ids[None, :] == own[:, None], float("inf"))  # own block: always
+        chosen = gate.topk(min(top_k, blocks), dim=-1).indices
+        selected = torch.zeros(gate.shape, dtype=torch.bool, device=q.device).scatter_(-1, chosen, True)
+        selected &= block_ids[None, :] <= own[:, None]  # a short prefix has fewer than top_k blocks: no future one
+    keys_read = selected.repeat_interleave(block_size, dim=-1)[..., :n] & _causal_block(0, n, 0, n, device=q.device)
+    past_blocks = int(own.sum()) * q.shape[0] * q.shape[1]  # gates computed: the blocks before each query's own
+    counts = _counts(q, v, keys_read, past_blocks, past_blocks * q.shape[-1] * k.element_size())
+    return SparseAttention(_attend(q, k, v, keys_read), selected, keys_read, counts)
+
+
+def indexer_scores(q_index: torch.Tensor, k_index: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """DeepSeek-V3.2's lightning indexer, eq. (1): I_{t,s} = sum_j w_{t,j} ReLU(q^I_{t,j} . k^I_s), for every pair
+    (no mask: the causal mask is the selection's).
+
+    q_index (B, N, H_I, d_I): H_I indexer queries per token; k_index (B, N, d_I): one indexer key per token, shared by
+    the indexer heads; weights (B, N, H_I): each query's weight per indexer head -> (B, N, N), [t, s]."""
+    _check_indexer_scores(q_index, k_index, weights)
+    return _indexer_scores(q_index, k_index, weights)
+
+
+def _indexer_scores(q_index, k_index, weights):
+    per_head = torch.relu(torch.einsum("bthd,bsd->bths", q_index, k_index))  # (B, N, H_I, N)
+    return torch.einsum("bth,bths->bts", weights, per_head)
+
+
+def dsa_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_index: torch.Tensor,
+    k_index: torch.Tensor,
+    weights: torch.Tensor,
+    top_k: int,
+) -> SparseAttention:
+    """DeepSeek Sparse Attention (the module docstring has the math): the lightning indexer scores every earlier
+    token (``indexer_scores``), each query keeps the top_k of largest score, and every head attends over those only.
+
+    q, k (B, H, N, d), v (B, H, N, d_v); q_index (B, N, H_I, d_I), k_index (B, N, d_I), weights (B, N, H_I).
+    -> SparseAttention(output (B, H, N, d_v), selected (B, N, N) bool, keys_read (B, H, N, N), counts). The top-k is
+    discrete: no gradient reaches the indexer through the output (DeepSeek trains it with its own loss)."""
+    top_k = _check_dsa_attention(q, k, v, q_index, k_index, weights, top_k)
+    batch, heads, n, _ = q.shape
+    causal = _causal_block(0, n, 0, n, device=q.device)
+    with torch.no_grad():
+        index = _indexer_scores(q_index, k_index, weights).masked_fill(~causal, float("-inf"))
+        chosen = index.topk(min(top_k, n), dim=-1).indices
+        selected = torch.zeros(index.shape, dtype=torch.bool, device=q.device).scatter_(-1, chosen, True) & causal
+    keys_read = selected[:, None].expand(batch, heads, n, n)
+    pairs = batch * n * (n + 1) // 2  # (query, earlier token) pairs the indexer scored
+    index_heads, index_dim = q_index.shape[-2], q_index.shape[-1]
+    counts = _counts(q, v, keys_read, pairs * index_heads, pairs * index_dim * k_index.element_size())
+    return SparseAttention(_attend(q, k, v, keys_read), selected, keys_read, counts)
+
+
+def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> SparseAttention:
+    """The baseline: query i reads keys i - window .. i (``attnedu.masks.sliding_window_mask(N, window,
+    causal=True)``), the same keys whatever the data. q, k (B, H, N, d), v (B, H, N, d_v); window >= 0.
+    -> SparseAttention(output (B, H, N, d_v), selected (N, N) bool (the mask), keys_read (B, H, N, N), counts)."""
+    window = _check_sliding_window_attention(q, k, v, window)
+    n = q.shape[-2]
+    selected = _sliding_window_mask(n, window, True).to(q.device)
+    keys_read = selected.expand(*q.shape[:2], n, n)
+    return SparseAttention(_attend(q, k, v, keys_read), selected, keys_read, _counts(q, v, keys_read, 0, 0))
+
+
+def _attend(q, k, v, keys_read):
+    """softmax over the keys read only; every query reads at least itself, so no row is empty."""
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores.masked_fill(~keys_read, float("-inf")), dim=-1) @ v
+
+
+def _counts(q, v, keys_read, selection_scores, selection_bytes) -> SparseCounts:
+    batch, heads, n, _ = q.shape
+    per_key = (q.shape[-1] + v.shape[-1]) * v.element_size()  # one key and one value
+    scores = int(keys_read.sum())
+    dense = batch * heads * n * (n + 1) // 2
+    return SparseCounts(scores, dense, int(selection_scores), scores * per_key + int(selection_bytes), dense * per_key)
+
+
+# --------------------------------------------------------------------------------------------
+# Input checks (each public function above calls its own first; one form of message: attnedu._validate)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_self_attention(q, k, v) -> None:
+    """q, k (B, H, N, d), v (B, H, N, d_v): one float dtype, as many heads and positions (causal self-attention)."""
+    check_tensor("q", q, 4, "(batch, heads, N, head_dim)")
+    check_tensor("k", k, 4, "(batch, heads, N, head_dim)")
+    check_tensor("v", v, 4, "(batch, heads, N, value_dim)")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_float(name, x)
+    check_same_dtype(q=q, k=k, v=v)
+    if q.shape != k.shape or k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(
+            f"q and k should have the same shape (batch, heads, N, head_dim) and v the same (batch, heads, N), got q "
+            f"{describe(q)}, k {describe(k)}, v {describe(v)}; selection here is causal self-attention, one "
+            "key/value head per query head"
+        )
+
+
+def _check_block_mean_keys(k, block_size) -> int:
+    check_tensor("k", k, 4, "(batch, heads, N, head_dim)")
+    check_float("k", k)
+    return check_positive_int("block_size", block_size, "keys per block")
+
+
+def _check_moba_attention(q, k, v, block_size, top_k) -> tuple[int, int]:
+    _check_self_attention(q, k, v)
+    block_size = check_positive_int("block_size", block_size, "keys per block")
+    top_k = check_positive_int("top_k", top_k, "blocks read per query, its own block included")
+    return block_size, top_k
+
+
+def _check_indexer_scores(q_index, k_index, weights) -> None:
+    check_tensor("q_index", q_index, 4, "(batch, N, index_heads, index_dim)")
+    check_tensor("k_index", k_index, 3, "(batch, N, index_dim)")
+    check_tensor("weights", weights, 3, "(batch, N, index_heads)")
+    for name, x in (("q_index", q_index), ("k_index", k_index), ("weights", weights)):
+        check_float(name, x)
+    check_same_dtype(q_index=q_index, k_index=k_index, weights=weights)
+    batch, n, heads, dim = q_index.shape
+    if tuple(k_index.shape) != (batch, n, dim):
+        raise ValueError(f"k_index should be of shape (batch, N, index_dim) = {(batch, n, dim)} to match q_index "
+                         f"{describe(q_index)}, got {describe(k_index)}")  # fmt: skip
+    if tuple(weights.shape) != (batch, n, heads):
+        raise ValueError(f"weights should be of shape (batch, N, index_heads) = {(batch, n, heads)} to match q_index "
+                         f"{describe(q_index)}, got {describe(weights)}")  # fmt: skip
+
+
+def _check_dsa_attention(q, k, v, q_index, k_index, weights, top_k) -> int:
+    _check_self_attention(q, k, v)
+    _check_indexer_scores(q_index, k_index, weights)
+    if q_index.shape[:2] != (q.shape[0], q.shape[2]):
+        raise ValueError(f"q_index should be of shape (batch, N, index_heads, index_dim) with q's batch and N "
+                         f"{(q.shape[0], q.shape[2])}, got {describe(q_index)} for q {describe(q)}")  # fmt: skip
+    return check_positive_int("top_k", top_k, "tokens read per query")
+
+
+def _check_sliding_window_attention(q, k, v, window) -> int:
+    _check_self_attention(q, k, v)
+    return check_int("window", window, "how many earlier keys each query reads besides itself", minimum=0)
