@@ -37,8 +37,10 @@ computed (one per key read), against ``dense_scores`` = N(N+1)/2 per sequence an
 ``selection_scores`` is what choosing cost: MoBA's gates q_i . kbar_b over the earlier blocks, DSA's H_I dot products
 per query and earlier token, 0 for the window. ``kv_bytes`` counts, per query, the bytes of K and V read for its
 scores ((d + d_v) x element size per key read) plus the bytes the selection read (a mean key, d numbers, per gate; an
-indexer key, d_I numbers, per query and earlier token), against ``dense_kv_bytes``. The indexer is what keeps DSA's
-fraction of bytes above zero at any length: d_I / (d + d_v) of dense per query, whatever top_k.
+indexer key, d_I numbers, per query and earlier token, once for all heads), against ``dense_kv_bytes``. Keys and
+values are counted per head (multi-head attention; DeepSeek's MLA in its MQA mode reads one latent per token for all
+heads). The indexer is what keeps DSA's fraction of bytes above zero at any length: with equal element sizes it tends
+to d_I / (H (d + d_v)) as N grows, whatever top_k.
 
 What NSA adds (Yuan et al. 2025, "Native Sparse Attention: Hardware-Aligned and Natively Trainable Sparse
 Attention", arXiv:2502.11089; not implemented here): three branches per query, mixed by gates g in [0, 1] computed from
@@ -47,8 +49,8 @@ the input (an MLP with a sigmoid):  o_t = g_cmp Attn(q_t, compressed K/V) + g_sl
 into one key by a learned MLP (a learned MoBA mean); the selected branch reads the top n = 16 blocks of l' = 64 keys
 (counting one initial block and two local ones, always kept), scored from the compressed branch's own attention
 weights, so choosing costs no extra dot products; the window branch reads the last w = 512 keys, so that local
-patterns do not dominate the other two. The paper reports, for 64k-token sequences against FlashAttention-2,
-up to 11.6x faster decoding and 9.0x faster forward.
+patterns do not dominate the other two. The paper reports, for 64k-token sequences against full attention, up
+to 11.6x faster decoding and 9.0x faster forward.
 
 Each public function checks its arguments in one call (the checks are at the end of this module), then the math.
 """
