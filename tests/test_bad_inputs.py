@@ -26,6 +26,7 @@ from attnedu import (
     blocks,
     context_parallel,
     data,
+    delta_rule,
     init_gradients,
     masks,
     models,
@@ -999,6 +1000,18 @@ BAD_CALLS = [
      rand(2, 3, 5), rand(2, 3, 2), 2), ValueError, r"k_index should be of shape \(batch, N, index_dim\) = \(2, 3, 4\)"),
     ("sliding_window_attention/window-negative", lambda: sparse_attention.sliding_window_attention(Q4, Q4, Q4, -1),
      ValueError, r"window \(how many earlier keys each query reads besides itself\) should be an int with 0 <= window"),
+    # ---- delta_rule (lesson 13): a write strength outside the stable range diverged silently ---------------------
+    ("delta_rule/beta-2.5", lambda: delta_rule.delta_rule(rand(1, 4, 3), rand(1, 4, 3), rand(1, 4, 2), 2.5),
+     ValueError, r"beta \(the write strength\) should be a number in \[0, 2\], got 2\.5"),
+    ("delta_rule/alpha-0", lambda: delta_rule.delta_rule(rand(1, 4, 3), rand(1, 4, 3), rand(1, 4, 2), 0.5,
+     torch.tensor([[1.0, 0.0, 1.0, 1.0]])), ValueError,
+     r"alpha \(the decay per token\) should hold numbers in \(0, 1\], got 0\.0 at index \(0, 1\)"),
+    ("delta_step/state-transposed", lambda: delta_rule.delta_step(rand(1, 3, 2), rand(1, 3), rand(1, 2), 1.0),
+     ValueError, r"state should be of shape \(1, 2, 3\) \(\.\.\., d_v, d_k\)"),
+    ("recall/memory-typo", lambda: delta_rule.recall(rand(3, 2), rand(3, 2), "detla"), ValueError,
+     r"memory should be one of \('softmax', 'additive', 'delta'\), got 'detla'.*did you mean 'delta'"),
+    ("recall_curve/orthonormal-past-d_k", lambda: delta_rule.recall_curve([4, 8], 4, orthonormal=True), ValueError,
+     r"n_pairs should be at most d_k = 4 with orthonormal keys"),
 ]  # fmt: skip
 
 
