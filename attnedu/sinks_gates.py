@@ -111,7 +111,7 @@ def _softmax_with_sink(scores, sink, mask=None):
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     sink = sink.to(scores.dtype)[:, None, None].expand(scores.shape[:-1] + (1,))  # (..., H, n, 1)
-    shift = torch.maximum(scores.amax(dim=-1, keepdim=True), sink).detach()  # finite: the sink is
+    shift = torch.maximum(scores.amax(dim=-1, keepdim=True), sink).detach()  # finite, as the sink is
     exps = torch.exp(scores - shift)  # masked keys: exp(-inf) = 0
     return exps / (exps.sum(dim=-1, keepdim=True) + torch.exp(sink - shift))
 
@@ -285,7 +285,8 @@ def add_sinks_gates(model: DecoderLM, sink: bool = False, gate: str | None = Non
 @torch.no_grad()
 def residual_stream(model: DecoderLM, tokens: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """The residual stream of a ``DecoderLM`` layer by layer, for ``largest_activations``: the embeddings, then each
-    block's output (before the final norm), and each block's attention weights, for ``first_token_mass``.
+    block's output (before the final norm; Sun et al. measure the blocks' outputs, hidden[1:]), and each block's
+    attention weights, for ``first_token_mass``.
 
     tokens (B, n) ids -> hidden states (layers + 1 tensors (B, n, d_model)), weights (layers tensors (B, H, n, n))."""
     check_instance("model", model, DecoderLM, "an attnedu.blocks.DecoderLM")
@@ -333,9 +334,11 @@ def largest_activations(hidden_states, k: int = 3) -> ActivationStats:
     the median of each layer's hidden states).
 
     hidden_states: a list of per-layer residual streams, each (B, n, d_model) (e.g. the embeddings, then each
-    block's output), or one (L, B, n, d_model) tensor; k: how many of the largest to keep. The median is over all
-    the layer's activations (every batch row, token and feature), as Sun et al.'s median magnitude of the hidden
-    state. -> ActivationStats.
+    block's output), or one (L, B, n, d_model) tensor; k: how many of the largest to keep. The top values and the
+    median are over all the layer's activations (every batch row, token and feature), as Sun et al.'s code does
+    for one sequence (locuslab/massive-activations, gpt-2/analyze.py: each block's output x after both residual
+    adds, ``torch.sort(feat_abs.flatten())`` and ``torch.median(feat_abs)``; it then averages these over 3
+    sequences, so pass B = 1 and average to reproduce that exactly). -> ActivationStats.
     """
     stacked, k = _check_largest_activations(hidden_states, k)
     flat = stacked.detach().abs().flatten(1)  # (L, B n d)
