@@ -254,6 +254,12 @@ class MultiHeadAttention(nn.Module):
         if rope_positions is not None:
             q = apply_rope(q, rope_positions, rope_layout, rope_base)
             k = apply_rope(k, rope_positions, rope_layout, rope_base)
+        return self._attention(q, k, v, mask, bias)
+
+    def _attention(self, q, k, v, mask=None, bias=None):
+        """The heads' attention on projected (and rotated) q (batch, heads, query_len, head_dim) and k, v (batch,
+        kv_heads, key_len, head_dim) -> heads, weights. A subclass that changes the softmax overrides this one
+        (``attnedu.sinks_gates.SinkGateAttention``: a sink logit per head)."""
         return _grouped_attention(q, k, v, mask, bias)
 
     def _merge(self, heads: torch.Tensor, head_gate: torch.Tensor | None = None) -> torch.Tensor:

@@ -34,6 +34,7 @@ from attnedu import (
     plots,
     positional,
     runtime,
+    sinks_gates,
     sparse_attention,
     tasks,
     train,
@@ -1012,6 +1013,19 @@ BAD_CALLS = [
      r"memory should be one of \('softmax', 'additive', 'delta'\), got 'detla'.*did you mean 'delta'"),
     ("recall_curve/orthonormal-past-d_k", lambda: delta_rule.recall_curve([4, 8], 4, orthonormal=True), ValueError,
      r"n_pairs should be at most d_k = 4 with orthonormal keys"),
+    # ---- sinks_gates (lesson 13): sink logits, the output gate, the measurements -----------------------------
+    ("softmax_with_sink/sink-size", lambda: sinks_gates.softmax_with_sink(Q4, torch.zeros(3)), ValueError,
+     r"sink should be of size 2 in dimension 0 \(one logit per head"),
+    ("sink_attention/window-cross", lambda: sinks_gates.sink_attention(Q4, rand(2, 2, 4, 8), rand(2, 2, 4, 8),
+     torch.zeros(2), window=1), ValueError, r"window should be used with self-attention \(n == m\)"),
+    ("output_gate/gate_scores", lambda: sinks_gates.output_gate(Q4, rand(2, 2, 3, 2)), ValueError,
+     r"gate_scores should be \(2, 2, 3, 8\) \(elementwise\) or \(2, 2, 3, 1\) \(headwise\)"),
+    ("SinkGateAttention/gate-typo", lambda: sinks_gates.SinkGateAttention(8, 2, gate="headwsie"), ValueError,
+     r"gate should be one of \('elementwise', 'headwise', None\).*did you mean 'headwise'"),
+    ("first_token_mass/first_query", lambda: sinks_gates.first_token_mass([Q4.softmax(-1)], first_query=3),
+     ValueError, r"first_query \(the first query averaged over\) should be an int with 0 <= first_query <= 2"),
+    ("largest_activations/2d", lambda: sinks_gates.largest_activations([rand(3, 4)]), ValueError,
+     r"hidden_states\[0\] should be of shape \(B, n, d_model\)"),
 ]  # fmt: skip
 
 
