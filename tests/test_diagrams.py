@@ -209,3 +209,104 @@ def test_lesson_12_diagrams_draw_what_the_ranks_hold_and_compute():
     with pytest.raises(ValueError, match="layout"):
         layout_diagram(2, "striped")
     plt.close("all")
+
+
+def test_lesson_13a_sink_and_gate_diagram_draws_the_package_softmax_rows():
+    import torch
+
+    from attnedu.diagrams import draw_sink_and_gate
+    from attnedu.diagrams.models2025 import IDLE_SCORES
+    from attnedu.sinks_gates import sink_weight, softmax_with_sink
+
+    fig = draw_sink_and_gate(sink=3.0, first_token_score=3.0)
+    axes = {ax.get_label(): ax for ax in fig.axes}
+
+    def heights(ax, gid):
+        return torch.tensor([p.get_height() for p in ax.patches if p.get_gid() == gid], dtype=torch.float64)
+
+    plain, keys, dropped = heights(axes["plain"], "plain:keys"), heights(axes["sink"], "sink:keys"), None
+    dropped = heights(axes["sink"], "sink:sink")
+    idle = torch.tensor(IDLE_SCORES, dtype=torch.float64)
+    raised = idle.clone()
+    raised[0] = 3.0
+    torch.testing.assert_close(plain, torch.softmax(raised, -1))  # the plain row sums to 1, most on the first token
+    assert plain.argmax() == 0 and plain[0] > 0.5
+    row, logit = idle[None, None], torch.tensor([3.0], dtype=torch.float64)
+    torch.testing.assert_close(keys, softmax_with_sink(row, logit)[0, 0])
+    torch.testing.assert_close(dropped, sink_weight(row, logit)[0])
+    assert abs(float(keys.sum() + dropped.sum()) - 1) < 1e-12 and dropped[0] > 0.5  # the sink takes the mass
+    assert len(heights(axes["plain"], "plain:sink")) == 0  # the plain softmax has no sink column
+    texts = " ".join(t.get_text() for t in axes["gate"].texts)
+    assert "after attention, before $W_o$" in texts and "layer input" in texts and r"\sigma(x W_g)" in texts
+    with pytest.raises(TypeError, match="sink"):
+        draw_sink_and_gate(sink="3")
+    plt.close("all")
+
+
+def test_lesson_13b_selection_grid_shades_the_package_selection():
+    from matplotlib.colors import to_hex
+
+    from attnedu.diagrams import draw_sparse_selection
+    from attnedu.diagrams.models2025 import FUTURE, KEPT, NOT_READ, READ, selection_inputs
+    from attnedu.sparse_attention import dsa_attention, moba_attention, sliding_window_attention
+
+    READ, KEPT, NOT_READ, FUTURE = (to_hex(c) for c in (READ, KEPT, NOT_READ, FUTURE))  # noqa: N806
+    n, block, needle = 16, 4, 2
+    fig = draw_sparse_selection(length=n, block_size=block, window=3, top_k_blocks=2, top_k_tokens=4, needle=needle)
+    q, k, v, late = selection_inputs(n, needle, block)
+    import torch
+
+    expected = {
+        "window": sliding_window_attention(q, k, v, 3).keys_read[0, 0],
+        "moba": moba_attention(q, k, v, block, 2).keys_read[0, 0],
+        "dsa": dsa_attention(q, k, v, q[:, 0, :, None], k[:, 0], torch.ones(1, n, 1, dtype=q.dtype), 4).keys_read[0, 0],
+    }
+    for ax, (rule, read) in zip(fig.axes, expected.items()):
+        colour = {p.get_gid(): to_hex(p.get_facecolor()) for p in ax.patches if p.get_gid()}
+        assert len(colour) == n * n
+        shaded = torch.tensor([[colour[f"{rule}:{i},{j}"] in (READ, KEPT) for j in range(n)] for i in range(n)])
+        assert torch.equal(shaded, read), rule  # the shaded cells are the package's selection
+        assert all(colour[f"{rule}:{i},{j}"] == FUTURE for i in range(n) for j in range(i + 1, n))
+        assert all(colour[f"{rule}:{i},{j}"] == NOT_READ for i in range(n) for j in range(i + 1) if not read[i, j])
+        assert ax.get_title().endswith(f"{int(read.sum())} of {n * (n + 1) // 2} scores computed")
+        reads_needle = all(bool(read[i, needle]) for i in late)
+        assert reads_needle == (rule != "window"), rule  # what the figure says: selection finds key 2, the window not
+    moba = {p.get_gid(): to_hex(p.get_facecolor()) for p in fig.axes[1].patches if p.get_gid()}
+    own = [moba[f"moba:{i},{j}"] for i in range(n) for j in range(i // block * block, i + 1)]
+    assert set(own) == {KEPT}  # the own block always, with the causal mask inside
+    assert KEPT not in {to_hex(p.get_facecolor()) for ax in (fig.axes[0], fig.axes[2]) for p in ax.patches}
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "future key (never read)" in labels and "MoBA: the query's own block (always read)" in labels
+    with pytest.raises(ValueError, match="needle"):
+        draw_sparse_selection(needle=13)
+    with pytest.raises(ValueError, match="length"):
+        draw_sparse_selection(length=64)
+    plt.close("all")
+
+
+def test_lesson_13b_delta_rule_diagram_overwrites_where_the_additive_memory_sums():
+    import torch
+
+    from attnedu.diagrams import draw_delta_rule
+    from attnedu.diagrams.models2025 import NEW_KEY, NEW_VALUE, REWRITE_VALUE, STORED_VALUES, delta_rule_example
+
+    def drawn(fig, gid):
+        return torch.tensor([float(t.get_text()) for t in fig.axes[0].texts if t.get_gid() == gid])
+
+    fig = draw_delta_rule()
+    v, v1, v2 = torch.tensor(NEW_VALUE), torch.tensor(STORED_VALUES[1]), torch.tensor(REWRITE_VALUE)
+    torch.testing.assert_close(drawn(fig, "read_delta"), v)  # beta = 1, a unit key: read back v exactly
+    assert (drawn(fig, "read_add") - v).abs().max() > 0.5  # the additive memory returns v plus what S held
+    torch.testing.assert_close(drawn(fig, "read_add"), drawn(fig, "Sk") + v)
+    torch.testing.assert_close(drawn(fig, "twice_add"), v1 + v2)  # the sum
+    torch.testing.assert_close(drawn(fig, "twice_delta"), v2)  # the overwrite
+    assert len(drawn(fig, "S")) == 3 * 4 and len(drawn(fig, "k")) == 4  # S is d_v x d_k
+    ex = delta_rule_example(0.5)  # by hand: S + beta (v - S k) k^T
+    S, k = ex["S"], torch.tensor(NEW_KEY, dtype=torch.float64)
+    torch.testing.assert_close(ex["S_delta"], S + 0.5 * torch.outer(v.double() - S @ k, k))
+    torch.testing.assert_close(ex["write"], ex["S_delta"] - S)  # the drawn write is what the step adds
+    torch.testing.assert_close(ex["correction"], v.double() - S @ k)
+    torch.testing.assert_close(ex["twice_delta"], v1.double() + 0.5 * (v2.double() - v1.double()))
+    with pytest.raises(ValueError, match="beta"):
+        draw_delta_rule(beta=3.0)
+    plt.close("all")

@@ -13,13 +13,15 @@ source word's state; before step 0 the decoder holds its initial state s_{-1}). 
 from 1, as lesson 08 does.
 
 One module per group of lessons: ``encoder_decoder`` (01-03), ``queries_to_positions`` (04-07), ``transformers``
-(08-11), ``devices`` (12: ranks, each with its colour in ``RANK_COLOURS``); the shared vocabulary (colours, boxes,
-arrows) in ``_draw``.
+(08-11), ``devices`` (12: ranks, each with its colour in ``RANK_COLOURS``), ``models2025`` (13a, 13b: sinks and
+gates, sparse selection, the delta rule; each returns its Figure); the shared vocabulary (colours, boxes, arrows) in
+``_draw``.
 """
 
 from ._draw import COLOURS, arrow, box
 from .devices import RANK_COLOURS, layout_diagram, layouts_diagram, ring_diagram, ulysses_diagram
 from .encoder_decoder import luong_diagram, seq2seq_diagram
+from .models2025 import draw_delta_rule, draw_sink_and_gate, draw_sparse_selection
 from .queries_to_positions import (
     lookup_diagram,
     mask_gallery,
@@ -56,4 +58,7 @@ __all__ = [
     "layout_diagram",
     "layouts_diagram",
     "ulysses_diagram",
+    "draw_sink_and_gate",
+    "draw_sparse_selection",
+    "draw_delta_rule",
 ]
