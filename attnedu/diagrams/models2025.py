@@ -193,10 +193,10 @@ def draw_sparse_selection(
     q, k, v, late = selection_inputs(length, needle, block_size, seed=seed)
     index_q = q[:, 0, :, None, :]  # (B, N, H_I = 1, d): the indexer's queries are q
     panels = [
-        (f"sliding window ({window} earlier keys + itself)", sliding_window_attention(q, k, v, window)),
-        (f"MoBA: top {top_k_blocks} blocks of {block_size}\n(own block always)",
+        (f"sliding window: {window} earlier keys\nand the query's own", sliding_window_attention(q, k, v, window)),
+        (f"MoBA: top {top_k_blocks} blocks of {block_size}, its own always,\nthe others by q . (block's mean key)",
          moba_attention(q, k, v, block_size, top_k_blocks)),
-        (f"DeepSeek indexer: top {top_k_tokens} tokens",
+        (f"DeepSeek indexer: top {top_k_tokens} tokens\nby ReLU(q . k) (an indexer of one head)",
          dsa_attention(q, k, v, index_q, k[:, 0], torch.ones(1, length, 1, dtype=q.dtype), top_k_tokens)),
     ]  # fmt: skip
     fig = fig or plt.figure(figsize=(10.5, 4.3), layout="constrained")
