@@ -214,11 +214,11 @@ def test_lesson_12_diagrams_draw_what_the_ranks_hold_and_compute():
 def test_lesson_13a_sink_and_gate_diagram_draws_the_package_softmax_rows():
     import torch
 
-    from attnedu.diagrams import draw_sink_and_gate
+    from attnedu.diagrams import sink_and_gate_diagram
     from attnedu.diagrams.models2025 import IDLE_SCORES
     from attnedu.sinks_gates import sink_weight, softmax_with_sink
 
-    fig = draw_sink_and_gate(sink=3.0, first_token_score=3.0)
+    fig = sink_and_gate_diagram(sink=3.0, first_token_score=3.0)
     axes = {ax.get_label(): ax for ax in fig.axes}
 
     def heights(ax, gid):
@@ -239,20 +239,20 @@ def test_lesson_13a_sink_and_gate_diagram_draws_the_package_softmax_rows():
     texts = " ".join(t.get_text() for t in axes["gate"].texts)
     assert "after attention, before $W_o$" in texts and "layer input" in texts and r"\sigma(x W_g)" in texts
     with pytest.raises(TypeError, match="sink"):
-        draw_sink_and_gate(sink="3")
+        sink_and_gate_diagram(sink="3")
     plt.close("all")
 
 
 def test_lesson_13b_selection_grid_shades_the_package_selection():
     from matplotlib.colors import to_hex
 
-    from attnedu.diagrams import draw_sparse_selection
+    from attnedu.diagrams import sparse_selection_diagram
     from attnedu.diagrams.models2025 import FUTURE, KEPT, NOT_READ, READ, selection_inputs
     from attnedu.sparse_attention import dsa_attention, moba_attention, sliding_window_attention
 
     READ, KEPT, NOT_READ, FUTURE = (to_hex(c) for c in (READ, KEPT, NOT_READ, FUTURE))  # noqa: N806
     n, block, needle = 16, 4, 2
-    fig = draw_sparse_selection(length=n, block_size=block, window=3, top_k_blocks=2, top_k_tokens=4, needle=needle)
+    fig = sparse_selection_diagram(length=n, block_size=block, window=3, top_k_blocks=2, top_k_tokens=4, needle=needle)
     q, k, v, late = selection_inputs(n, needle, block)
     import torch
 
@@ -278,22 +278,22 @@ def test_lesson_13b_selection_grid_shades_the_package_selection():
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "future key (never read)" in labels and "MoBA: the query's own block (always read)" in labels
     with pytest.raises(ValueError, match="needle"):
-        draw_sparse_selection(needle=13)
+        sparse_selection_diagram(needle=13)
     with pytest.raises(ValueError, match="length"):
-        draw_sparse_selection(length=64)
+        sparse_selection_diagram(length=64)
     plt.close("all")
 
 
 def test_lesson_13b_delta_rule_diagram_overwrites_where_the_additive_memory_sums():
     import torch
 
-    from attnedu.diagrams import draw_delta_rule
+    from attnedu.diagrams import delta_rule_diagram
     from attnedu.diagrams.models2025 import NEW_KEY, NEW_VALUE, REWRITE_VALUE, STORED_VALUES, delta_rule_example
 
     def drawn(fig, gid):
         return torch.tensor([float(t.get_text()) for t in fig.axes[0].texts if t.get_gid() == gid])
 
-    fig = draw_delta_rule()
+    fig = delta_rule_diagram()
     v, v1, v2 = torch.tensor(NEW_VALUE), torch.tensor(STORED_VALUES[1]), torch.tensor(REWRITE_VALUE)
     torch.testing.assert_close(drawn(fig, "read_delta"), v)  # beta = 1, a unit key: read back v exactly
     assert (drawn(fig, "read_add") - v).abs().max() > 0.5  # the additive memory returns v plus what S held
@@ -308,5 +308,5 @@ def test_lesson_13b_delta_rule_diagram_overwrites_where_the_additive_memory_sums
     torch.testing.assert_close(ex["correction"], v.double() - S @ k)
     torch.testing.assert_close(ex["twice_delta"], v1.double() + 0.5 * (v2.double() - v1.double()))
     with pytest.raises(ValueError, match="beta"):
-        draw_delta_rule(beta=3.0)
+        delta_rule_diagram(beta=3.0)
     plt.close("all")

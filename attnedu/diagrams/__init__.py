@@ -21,7 +21,7 @@ gates, sparse selection, the delta rule; each returns its Figure); the shared vo
 from ._draw import COLOURS, arrow, box
 from .devices import RANK_COLOURS, layout_diagram, layouts_diagram, ring_diagram, ulysses_diagram
 from .encoder_decoder import luong_diagram, seq2seq_diagram
-from .models2025 import draw_delta_rule, draw_sink_and_gate, draw_sparse_selection
+from .models2025 import delta_rule_diagram, sink_and_gate_diagram, sparse_selection_diagram
 from .queries_to_positions import (
     lookup_diagram,
     mask_gallery,
@@ -58,7 +58,7 @@ __all__ = [
     "layout_diagram",
     "layouts_diagram",
     "ulysses_diagram",
-    "draw_sink_and_gate",
-    "draw_sparse_selection",
-    "draw_delta_rule",
+    "sink_and_gate_diagram",
+    "sparse_selection_diagram",
+    "delta_rule_diagram",
 ]

@@ -1,14 +1,14 @@
 """Lesson 13's diagrams (13a, 13b): what 2025's models changed in attention, each figure computed by the package.
 
-    draw_sink_and_gate()      13a: one query's softmax row without and with a sink logit s_h
-                              (``attnedu.sinks_gates.softmax_with_sink`` and ``sink_weight``), and where Qiu et al.'s
-                              output gate sits (after attention, before W_o)
-    draw_sparse_selection()   13b: the causal (query, key) grid of a sliding window, MoBA's block top-k and DeepSeek's
-                              indexer token top-k, the cells read being ``keys_read`` of ``attnedu.sparse_attention``
-                              run on small inputs built here
-    draw_delta_rule()         13b: the memory S (d_v x d_k) written additively (S + v k^T) and by the delta rule
-                              (read S k, correct v - S k, scale by beta, write), and a key written twice: the sum
-                              against the overwrite (``attnedu.delta_rule.additive_memory`` and ``delta_step``)
+    sink_and_gate_diagram()      13a: one query's softmax row without and with a sink logit s_h
+                                 (``attnedu.sinks_gates.softmax_with_sink`` and ``sink_weight``), and where Qiu et al.'s
+                                 output gate sits (after attention, before W_o)
+    sparse_selection_diagram()   13b: the causal (query, key) grid of a sliding window, MoBA's block top-k and
+                                 DeepSeek's indexer token top-k, the cells read being ``keys_read`` of
+                                 ``attnedu.sparse_attention`` run on small inputs built here
+    delta_rule_diagram()         13b: the memory S (d_v x d_k) written additively (S + v k^T) and by the delta rule
+                                 (read S k, correct v - S k, scale by beta, write), and a key written twice: the sum
+                                 against the overwrite (``attnedu.delta_rule.additive_memory`` and ``delta_step``)
 
 Each returns its Figure. Positions, keys and blocks count from 0, as in the code. Colours: the house palette of
 ``_draw`` (blue for what is read, orange for what is always kept or taken away), matrices on one diverging scale
@@ -40,7 +40,7 @@ IDLE_SCORES = (0.3, -0.2, 0.4, 0.0, -0.3, 0.1)
 """One query's scores q . k_j / sqrt(d) over six keys when its head has nothing to read: all small, none stands out."""
 
 
-def draw_sink_and_gate(sink: float = 3.0, first_token_score: float = 3.0, fig: Figure | None = None) -> Figure:
+def sink_and_gate_diagram(sink: float = 3.0, first_token_score: float = 3.0, fig: Figure | None = None) -> Figure:
     """Where a head with nothing to read puts its softmax mass (lesson 13a), and Qiu et al.'s output gate.
 
     Left, top: the plain softmax of one query's row, the first token's score raised to ``first_token_score`` (what
@@ -143,7 +143,7 @@ def _gate_panel(ax) -> None:
 
 
 def selection_inputs(length: int = 16, needle: int = 2, block_size: int = 4, dim: int = 8, seed: int = 0):
-    """Small inputs for ``draw_sparse_selection``: q, k (1, 1, length, dim) with random features 1.. (seeded), and
+    """Small inputs for ``sparse_selection_diagram``: q, k (1, 1, length, dim) with random features 1.. (seeded), and
     one needle: key ``needle`` carries 4 along feature 0, which no other key has, and the queries of the last block
     (positions length - block_size .. length - 1, "late queries") carry 3 along it, so that their best key is the
     needle. -> q, k, v (1, 1, length, dim), the late queries' positions."""
@@ -159,7 +159,7 @@ def selection_inputs(length: int = 16, needle: int = 2, block_size: int = 4, dim
     return q, k, v, late
 
 
-def draw_sparse_selection(
+def sparse_selection_diagram(
     length: int = 16,
     block_size: int = 4,
     window: int = 3,
@@ -252,7 +252,7 @@ REWRITE_VALUE = (1.0, -1.0, 0.0)  # the second value written with the second sto
 
 
 def delta_rule_example(beta: float = 1.0) -> dict[str, torch.Tensor]:
-    """The numbers ``draw_delta_rule`` draws (float64): the memory S (d_v = 3 x d_k = 4) holding two pairs with
+    """The numbers ``delta_rule_diagram`` draws (float64): the memory S (d_v = 3 x d_k = 4) holding two pairs with
     orthogonal unit keys, a new unit pair (k, v) whose key overlaps the second stored key, and the second key written
     again with another value. -> dict: S, k, v; additive: vk (v k^T), S_add, read_add ((S + v k^T) k); delta: Sk,
     correction (v - S k), write (beta (v - S k) k^T), S_delta, read_delta; twice: first, second (the two values),
@@ -283,7 +283,7 @@ def delta_rule_example(beta: float = 1.0) -> dict[str, torch.Tensor]:
     }  # fmt: skip
 
 
-def draw_delta_rule(beta: float = 1.0, fig: Figure | None = None) -> Figure:
+def delta_rule_diagram(beta: float = 1.0, fig: Figure | None = None) -> Figure:
     """The memory of linear attention, S (d_v x d_k), and two ways of writing a pair (k, v) into it (lesson 13b).
 
     Top: S holding two pairs, and the new unit key k and value v. Middle: the additive write S + v k^T, read back
