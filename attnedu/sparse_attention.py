@@ -44,7 +44,7 @@ to d_I / (H (d + d_v)) as N grows, whatever top_k.
 
 What NSA adds (Yuan et al. 2025, "Native Sparse Attention: Hardware-Aligned and Natively Trainable Sparse
 Attention", arXiv:2502.11089; not implemented here): three branches per query, mixed by gates g in [0, 1] computed from
-the input (a sigmoid):  o_t = g_cmp Attn(q_t, compressed K/V) + g_slc Attn(q_t, selected blocks)
+the input:  o_t = g_cmp Attn(q_t, compressed K/V) + g_slc Attn(q_t, selected blocks)
 + g_win Attn(q_t, sliding window). The compressed branch turns each block of l consecutive keys, the blocks taken
 every d <= l positions, into one key by a learned MLP (a learned MoBA mean); the selected branch reads the top n blocks
 of l' keys, scored from the compressed branch's own attention probabilities, so choosing costs no extra dot products;
