@@ -44,13 +44,28 @@ to d_I / (H (d + d_v)) as N grows, whatever top_k.
 
 What NSA adds (Yuan et al. 2025, "Native Sparse Attention: Hardware-Aligned and Natively Trainable Sparse
 Attention", arXiv:2502.11089; not implemented here): three branches per query, mixed by gates g in [0, 1] computed from
-the input (an MLP with a sigmoid):  o_t = g_cmp Attn(q_t, compressed K/V) + g_slc Attn(q_t, selected blocks)
-+ g_win Attn(q_t, sliding window). The compressed branch turns each block of l = 32 keys, taken every d = 16 positions,
-into one key by a learned MLP (a learned MoBA mean); the selected branch reads the top n = 16 blocks of l' = 64 keys
-(counting one initial block and two local ones, always kept), scored from the compressed branch's own attention
-weights, so choosing costs no extra dot products; the window branch reads the last w = 512 keys, so that local
-patterns do not dominate the other two. The paper reports, for 64k-token sequences against full attention, up
-to 11.6x faster decoding and 9.0x faster forward.
+the input:  o_t = g_cmp Attn(q_t, compressed K/V) + g_slc Attn(q_t, selected blocks)
++ g_win Attn(q_t, sliding window). The compressed branch turns each block of l consecutive keys, the blocks taken
+every d <= l positions, into one key by a learned MLP (a learned MoBA mean); the selected branch reads the top n blocks
+of l' keys, scored from the compressed branch's own attention probabilities, so choosing costs no extra dot products;
+the window branch reads the last w keys. (The form as written by the paper's abstract and by implementations that
+follow it: NVIDIA cuDNN's NSA frontend, flash-linear-attention's ``naive_nsa``, MindSpore's ``nsa_compress_attention``.
+The paper's own sizes (l, d, l', n, w) and speed-ups are not quoted here: they could not be read in the paper itself
+when this was written; its abstract says only that NSA matches or beats full attention on general, long-context and
+reasoning benchmarks and is substantially faster than it on 64k-token sequences for decoding, forward and backward.)
+
+The retrieval task (``retrieval_task``, lesson 13's experiments): N keys on the unit sphere in runs of ``passage``
+consecutive tokens that share a topic direction t_p,  k_j = normalise(c t_p(j) + sqrt(1 - c^2) u_j)  with t, u random
+unit vectors and c = ``topic`` (c = 0: every key unrelated to its neighbours); values v_j ~ N(0, I). The last
+``asked`` positions ask for a key written more than ``window`` positions earlier:
+q_i = s sqrt(d) normalise(k_a + noise g / sqrt(d)) with g ~ N(0, I), so that q_i . k_j / sqrt(d) = s cos(q_i, k_j)
+(s = ``sharpness``); every other position's query is a random direction of the same length (it asks nothing, but it
+is computed and counted). The built query stands in for what a trained
+head's query projection learns: to point at the key of the token it needs (lesson 10's recall). The indexer's inputs
+are a random projection of the same q and k to ``index_dim`` numbers, one indexer head of weight 1: a random
+projection P (d x d_I, entries N(0, 1 / d_I)) keeps dot products on average (E[P P^T] = I), standing in for the small
+projections DeepSeek trains. ``retrieval_recall``: the share of the asked positions whose output is nearer (Euclidean)
+to the right value than to any other of the N values.
 
 Each public function checks its arguments in one call (the checks are at the end of this module), then the math.
 """
@@ -62,7 +77,15 @@ from typing import NamedTuple
 
 import torch
 
-from ._validate import check_float, check_int, check_positive_int, check_same_dtype, check_tensor, describe
+from ._validate import (
+    check_float,
+    check_int,
+    check_number,
+    check_positive_int,
+    check_same_dtype,
+    check_tensor,
+    describe,
+)
 from .masks import _causal_block, _sliding_window_mask
 
 
@@ -208,6 +231,77 @@ def _counts(q, v, keys_read, selection_scores, selection_bytes) -> SparseCounts:
     return SparseCounts(scores, dense, int(selection_scores), scores * per_key + int(selection_bytes), dense * per_key)
 
 
+class RetrievalTask(NamedTuple):
+    """q, k (batch, 1, N, head_dim), v (batch, 1, N, head_dim); q_index (batch, N, 1, index_dim), k_index (batch, N,
+    index_dim), weights (batch, N, 1): the indexer's inputs for ``dsa_attention``; positions (asked,): the positions
+    that ask; targets (batch, asked): the position of the key each asks for."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    q_index: torch.Tensor
+    k_index: torch.Tensor
+    weights: torch.Tensor
+    positions: torch.Tensor
+    targets: torch.Tensor
+
+
+def retrieval_task(
+    n: int,
+    head_dim: int,
+    *,
+    batch: int = 1,
+    passage: int = 64,
+    topic: float = 0.6,
+    noise: float = 0.3,
+    sharpness: float = 16.0,
+    asked: int = 64,
+    window: int = 128,
+    index_dim: int = 16,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> RetrievalTask:
+    """The retrieval task of the module docstring: ``batch`` independent sequences of ``n`` tokens, one head of
+    ``head_dim`` features; the last ``asked`` positions each ask for a key written more than ``window`` positions
+    before it. Built from ``seed`` alone (a torch.Generator), so the same arguments give the same task."""
+    n, head_dim, batch, passage, asked, window, index_dim = _check_retrieval_task(
+        n, head_dim, batch, passage, topic, noise, sharpness, asked, window, index_dim, dtype
+    )
+    g = torch.Generator().manual_seed(seed)
+
+    def unit(*shape):
+        return torch.nn.functional.normalize(torch.randn(*shape, head_dim, generator=g, dtype=torch.float64), dim=-1)
+
+    topics = unit(batch, -(-n // passage))[:, torch.arange(n) // passage]  # (batch, N, d): t_p(j)
+    k = torch.nn.functional.normalize(topic * topics + math.sqrt(1 - topic**2) * unit(batch, n), dim=-1)
+    v = torch.randn(batch, n, head_dim, generator=g, dtype=torch.float64)
+    q = unit(batch, n)
+    positions = torch.arange(n - asked, n)
+    targets = torch.randint(0, n - asked - window, (batch, asked), generator=g)
+    asked_keys = k.gather(1, targets[..., None].expand(batch, asked, head_dim))
+    jitter = noise * torch.randn(batch, asked, head_dim, generator=g, dtype=torch.float64) / math.sqrt(head_dim)
+    q[:, positions] = torch.nn.functional.normalize(asked_keys + jitter, dim=-1)
+    q = sharpness * math.sqrt(head_dim) * q
+    projection = torch.randn(head_dim, index_dim, generator=g, dtype=torch.float64) / math.sqrt(index_dim)
+    return RetrievalTask(
+        *(x[:, None].to(dtype) for x in (q, k, v)),
+        (q @ projection)[:, :, None].to(dtype),
+        (k @ projection).to(dtype),
+        torch.ones(batch, n, 1, dtype=dtype),
+        positions,
+        targets,
+    )
+
+
+def retrieval_recall(output: torch.Tensor, task: RetrievalTask) -> torch.Tensor:
+    """output (batch, 1, N, head_dim) of an attention over ``task`` -> (batch,): the share of the asked positions
+    whose output is nearer to the value of the key asked for than to any other value of its sequence."""
+    _check_retrieval_recall(output, task)
+    answers = output[:, 0, task.positions].double()  # (batch, asked, d)
+    nearest = torch.cdist(answers, task.v[:, 0].double()).argmin(dim=-1)
+    return (nearest == task.targets).double().mean(dim=-1)
+
+
 # --------------------------------------------------------------------------------------------
 # Input checks (each public function above calls its own first; one form of message: attnedu._validate)
 # --------------------------------------------------------------------------------------------
@@ -270,3 +364,36 @@ def _check_dsa_attention(q, k, v, q_index, k_index, weights, top_k) -> int:
 def _check_sliding_window_attention(q, k, v, window) -> int:
     _check_self_attention(q, k, v)
     return check_int("window", window, "how many earlier keys each query reads besides itself", minimum=0)
+
+
+def _check_retrieval_task(n, head_dim, batch, passage, topic, noise, sharpness, asked, window, index_dim, dtype):
+    n = check_positive_int("n", n, "tokens per sequence")
+    head_dim = check_positive_int("head_dim", head_dim, "features per key")
+    batch = check_positive_int("batch", batch, "independent sequences")
+    passage = check_positive_int("passage", passage, "consecutive tokens sharing a topic")
+    topic = check_number("topic", topic, "the topic's share of each key, in [0, 1]", minimum=0.0)
+    if topic > 1:
+        raise ValueError(f"topic (the topic's share of each key) should be in [0, 1], got {topic!r}")
+    check_number("noise", noise, "the query's distance from the key it asks for", minimum=0.0)
+    check_number("sharpness", sharpness, "score per unit of cosine", minimum=0.0, strict=True)
+    asked = check_positive_int("asked", asked, "positions that ask, the last ones")
+    window = check_int("window", window, "how far back every answer lies, at least", minimum=0)
+    index_dim = check_positive_int("index_dim", index_dim, "features of the indexer's keys")
+    if n <= asked + window:
+        raise ValueError(
+            f"n ({n} tokens) should exceed asked + window = {asked + window}: every answer lies more than window "
+            "positions before the last asked positions; pass a longer n or a shorter window"
+        )
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"dtype should be torch.float32 or torch.float64, got {dtype!r}")
+    return n, head_dim, batch, passage, asked, window, index_dim
+
+
+def _check_retrieval_recall(output, task) -> None:
+    if not isinstance(task, RetrievalTask):
+        raise TypeError(f"task should be a RetrievalTask (from retrieval_task), got {type(task).__name__}")
+    check_tensor("output", output, 4, "(batch, 1, N, head_dim)")
+    check_float("output", output)
+    if output.shape != task.v.shape:
+        raise ValueError(f"output should have the task's shape (batch, 1, N, head_dim) = {tuple(task.v.shape)}, got "
+                         f"{describe(output)}")  # fmt: skip

@@ -1001,6 +1001,13 @@ BAD_CALLS = [
      rand(2, 3, 5), rand(2, 3, 2), 2), ValueError, r"k_index should be of shape \(batch, N, index_dim\) = \(2, 3, 4\)"),
     ("sliding_window_attention/window-negative", lambda: sparse_attention.sliding_window_attention(Q4, Q4, Q4, -1),
      ValueError, r"window \(how many earlier keys each query reads besides itself\) should be an int with 0 <= window"),
+    # the retrieval task: a topic share above 1 has no key; answers cannot lie beyond a window longer than the sequence
+    ("retrieval_task/topic-1.5", lambda: sparse_attention.retrieval_task(400, 8, topic=1.5), ValueError,
+     r"topic \(the topic's share of each key\) should be in \[0, 1\], got 1\.5"),
+    ("retrieval_task/n-short", lambda: sparse_attention.retrieval_task(100, 8, asked=64, window=128), ValueError,
+     r"n \(100 tokens\) should exceed asked \+ window = 192"),
+    ("retrieval_recall/task", lambda: sparse_attention.retrieval_recall(Q4, (Q4,)), TypeError,
+     r"task should be a RetrievalTask \(from retrieval_task\), got tuple"),
     # ---- delta_rule (lesson 13): a write strength outside the stable range diverged silently ---------------------
     ("delta_rule/beta-2.5", lambda: delta_rule.delta_rule(rand(1, 4, 3), rand(1, 4, 3), rand(1, 4, 2), 2.5),
      ValueError, r"beta \(the write strength\) should be a number in \[0, 2\], got 2\.5"),

@@ -208,3 +208,70 @@ def test_counts_on_cases_by_hand():
     assert moba_attention(q6, k6, v6, 2, 2).counts == (24 * 6, 36 * 6, 12 * 6, 1920 * 6, 2304 * 6)
     dsa6 = dsa_attention(q6, k6, v6, *indexer(batch=2, n=8, index_heads=2, index_dim=2), top_k=3).counts
     assert dsa6 == (21 * 6, 36 * 6, 72 * 2, 21 * 64 * 6 + 576 * 2, 2304 * 6)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The retrieval task of lesson 13b
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_retrieval_task_shapes_answers_beyond_the_window_and_reproducible():
+    from attnedu.sparse_attention import retrieval_task
+
+    task = retrieval_task(300, 8, batch=3, passage=16, asked=10, window=50, index_dim=4, seed=7)
+    assert task.q.shape == task.k.shape == task.v.shape == (3, 1, 300, 8)
+    assert (
+        task.q_index.shape == (3, 300, 1, 4) and task.k_index.shape == (3, 300, 4) and task.weights.shape == (3, 300, 1)
+    )
+    assert task.positions.tolist() == list(range(290, 300)) and task.targets.shape == (3, 10)
+    assert bool(((task.positions[None] - task.targets) > 50).all()), "every answer lies beyond the window"
+    torch.testing.assert_close(task.k.norm(dim=-1), torch.ones(3, 1, 300))
+    # q . k / sqrt(d) = sharpness x cosine
+    torch.testing.assert_close(task.q.norm(dim=-1), torch.full((3, 1, 300), 16.0 * math.sqrt(8)))
+    again = retrieval_task(300, 8, batch=3, passage=16, asked=10, window=50, index_dim=4, seed=7)
+    assert all(torch.equal(a, b) for a, b in zip(task, again))
+
+
+def test_retrieval_task_topic_makes_neighbouring_keys_alike():
+    from attnedu.sparse_attention import retrieval_task
+
+    def neighbour_cosine(topic):
+        k = retrieval_task(1024, 64, passage=64, topic=topic, seed=0, dtype=torch.float64).k[0, 0]
+        same = (k[:-1] * k[1:]).sum(-1)[torch.arange(1023) % 64 != 63]  # neighbours in one passage
+        return same.mean().item()
+
+    assert abs(neighbour_cosine(0.6) - 0.36) < 0.05  # c^2
+    assert abs(neighbour_cosine(0.0)) < 0.05
+
+
+def test_retrieval_recall_counts_the_nearest_value():
+    from attnedu.sparse_attention import retrieval_recall, retrieval_task
+
+    task = retrieval_task(200, 8, batch=2, asked=10, window=20, seed=1)
+    perfect = task.v.clone()
+    perfect[:, 0, task.positions] = task.v[:, 0].gather(1, task.targets[..., None].expand(2, 10, 8))
+    assert retrieval_recall(perfect, task).tolist() == [1.0, 1.0]
+    half = perfect.clone()
+    half[0, 0, task.positions[:5]] = task.v[0, 0, task.positions[:5]]  # each answers itself: not its target
+    assert retrieval_recall(half, task).tolist() == [0.5, 1.0]
+    task = retrieval_task(512, 64, batch=2, asked=32, window=64, seed=1)
+    dense = dense_causal(task.q, task.k, task.v)
+    assert retrieval_recall(dense, task).min() >= 0.9, "sharp dense attention finds the key asked for"
+    window = sliding_window_attention(task.q, task.k, task.v, 64).output
+    assert retrieval_recall(window, task).max() <= 0.1, "the answers lie beyond the window"
+
+
+def test_retrieval_task_refuses_what_it_cannot_build():
+    from attnedu.sparse_attention import retrieval_recall, retrieval_task
+
+    with pytest.raises(ValueError, match="n"):
+        retrieval_task(100, 8, asked=64, window=128)
+    with pytest.raises(ValueError, match="topic"):
+        retrieval_task(400, 8, topic=1.5)
+    with pytest.raises(TypeError, match="head_dim"):
+        retrieval_task(400, 8.0)
+    task = retrieval_task(400, 8, seed=0)
+    with pytest.raises(ValueError, match="output"):
+        retrieval_recall(task.v[:, :, :10], task)
+    with pytest.raises(TypeError, match="task"):
+        retrieval_recall(task.v, tuple(task))
