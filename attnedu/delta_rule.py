@@ -43,8 +43,9 @@ q scaled as fla does, keys already unit): equal to float32 rounding; fla is not 
 the chunked form against the loop here and one step against numbers worked by hand.
 
 Finally the recall task: store n key-value pairs, read each key back, and count the keys whose read-out is
-nearest to the value last written with that key (``recall``, ``recall_curve``), for three memories: softmax
-attention over the stored pairs, the additive memory and the delta rule.
+nearest to the value last written with that key (``recall``; key by key ``recall_hits``; against n
+``recall_curve``; by the age of the pair ``recall_by_age``), for three memories: softmax attention over the
+stored pairs, the additive memory and the delta rule.
 
 Each public function checks its arguments in one call (the checks are at the end of this module), then the math.
 """
@@ -211,7 +212,15 @@ def recall(keys: torch.Tensor, values: torch.Tensor, memory: str, *, beta: float
     two values unless other keys tip it), "additive" reads S q with S = sum_i v_i k_i^T, "delta" the delta rule
     with this beta (constant, no decay, keys used as given).
 
-    keys (n, d_k) (use unit keys: the additive memory and the delta rule read k . k), values (n, d_v) -> float."""
+    keys (n, d_k) (use unit keys: the additive memory and the delta rule read k . k), values (n, d_v) -> float.
+    ``recall_hits`` gives the same answer key by key."""
+    return float(recall_hits(keys, values, memory, beta=beta).double().mean())
+
+
+def recall_hits(keys: torch.Tensor, values: torch.Tensor, memory: str, *, beta: float = 1.0) -> torch.Tensor:
+    """``recall`` key by key: a bool tensor (distinct keys,), in the order of each key's first write, True where the
+    read-out of that key is nearest to the value written last with it (arguments as ``recall``). Without rewritten
+    keys, entry i is the pair written i-th, so hits can be sorted by the age of the pair."""
     _check_recall(keys, values, memory, beta)
     distinct, last = _last_writes(keys)
     if memory == "softmax":
@@ -228,7 +237,7 @@ def recall(keys: torch.Tensor, values: torch.Tensor, memory: str, *, beta: float
     squared = torch.cdist(read, values) ** 2  # (distinct keys, writes)
     right = squared.gather(1, last[:, None])
     others = squared.scatter(1, last[:, None], math.inf)
-    return float((others.min(dim=1).values - right[:, 0] > TIE).double().mean())
+    return others.min(dim=1).values - right[:, 0] > TIE
 
 
 def recall_curve(
@@ -267,6 +276,33 @@ def recall_curve(
         for memory in memories:
             result[memory].append(totals[memory] / trials)
     return result
+
+
+def recall_by_age(
+    n_pairs: int,
+    d_k: int,
+    *,
+    d_v: int | None = None,
+    memories=MEMORIES,
+    beta: float = 1.0,
+    trials: int = 1,
+    seed: int = 0,
+) -> dict[str, list[float]]:
+    """Recall by the age of the pair: write ``n_pairs`` pairs (random unit keys and values, drawn as
+    ``recall_curve`` draws them, no rewrites), read every key back (``recall_hits``), and return, for each memory,
+    the fraction of the ``trials`` draws in which the pair written i-th was recalled, for i = 0 .. n_pairs - 1
+    (the last entry is the newest pair). Deterministic per seed: the same seed draws the same pairs whatever
+    ``memories`` and ``beta`` are, so calls with different betas compare the same draws."""
+    n_pairs = check_positive_int("n_pairs", n_pairs, "pairs to store")
+    _, d_k, d_v, memories = _check_recall_curve([n_pairs], d_k, d_v, memories, 0, False, beta, trials, seed)
+    generator = torch.Generator().manual_seed(seed)
+    hits = {memory: torch.zeros(n_pairs, dtype=torch.float64) for memory in memories}
+    for _ in range(trials):
+        keys = F.normalize(torch.randn(n_pairs, d_k, generator=generator, dtype=torch.float64), dim=-1)
+        values = F.normalize(torch.randn(n_pairs, d_v, generator=generator, dtype=torch.float64), dim=-1)
+        for memory in memories:
+            hits[memory] += recall_hits(keys, values, memory, beta=beta).double()
+    return {memory: (hits[memory] / trials).tolist() for memory in memories}
 
 
 # --------------------------------------------------------------------------------------------

@@ -1020,6 +1020,8 @@ BAD_CALLS = [
      r"memory should be one of \('softmax', 'additive', 'delta'\), got 'detla'.*did you mean 'delta'"),
     ("recall_curve/orthonormal-past-d_k", lambda: delta_rule.recall_curve([4, 8], 4, orthonormal=True), ValueError,
      r"n_pairs should be at most d_k = 4 with orthonormal keys"),
+    ("recall_by_age/memories-a-string", lambda: delta_rule.recall_by_age(8, 4, memories="delta"), TypeError,
+     r"memories should be a list of names from .*wrap one in a list"),
     # ---- sinks_gates (lesson 13): sink logits, the output gate, the measurements -----------------------------
     ("softmax_with_sink/sink-size", lambda: sinks_gates.softmax_with_sink(Q4, torch.zeros(3)), ValueError,
      r"sink should be of size 2 in dimension 0 \(one logit per head"),

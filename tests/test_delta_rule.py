@@ -1,7 +1,8 @@
 """Lesson 13's delta rule (attnedu/delta_rule.py): one step against numbers worked by hand; the additive memory
 against lesson 10's linear attention; the chunked (WY / UT transform) form equal to the recurrent loop, with and
 without Gated DeltaNet's decay, for chunk sizes that do and do not divide N, and with equal gradients; the recall
-task on cases whose answer is known (orthonormal keys, a key written twice) and its determinism per seed."""
+task on cases whose answer is known (orthonormal keys, a key written twice) and its determinism per seed; recall
+key by key and by the age of the pair, against recall."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from attnedu.delta_rule import (
     delta_rule_chunked,
     delta_step,
     recall,
+    recall_by_age,
     recall_curve,
+    recall_hits,
 )
 from attnedu.linear_attention import elu_feature_map, linear_attention
 
@@ -164,3 +167,32 @@ def test_recall_curve_is_deterministic_per_seed():
     assert first == recall_curve([8, 24], 8, rewrites=2, seed=5)
     assert set(first) == set(MEMORIES) and all(len(r) == 2 for r in first.values())
     assert recall_curve([24], 8, memories=["delta"], seed=5) == {"delta": recall_curve([24], 8, seed=5)["delta"]}
+
+
+def test_recall_hits_are_recall_key_by_key():
+    keys = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]], dtype=F64)
+    values = torch.eye(3, dtype=F64)
+    # distinct keys in the order of their first write: e1 (rewritten: a tie for the additive memory), e2
+    assert recall_hits(keys, values, "additive").tolist() == [False, True]
+    assert recall_hits(keys, values, "delta").tolist() == [True, True]
+    generator = torch.Generator().manual_seed(0)
+    keys = F.normalize(torch.randn(24, 8, generator=generator, dtype=F64), dim=-1)
+    values = F.normalize(torch.randn(24, 8, generator=generator, dtype=F64), dim=-1)
+    for memory in MEMORIES:
+        hits = recall_hits(keys, values, memory, beta=0.7)
+        assert hits.dtype == torch.bool and hits.shape == (24,)
+        assert recall(keys, values, memory, beta=0.7) == hits.double().mean().item()
+
+
+def test_recall_by_age_averages_recall_hits_over_the_draws_of_recall_curve():
+    d_k, n, trials = 8, 12, 3
+    by_age = recall_by_age(n, d_k, memories=["additive", "delta"], beta=0.5, trials=trials, seed=4)
+    # the same draws as recall_curve: the mean over ages is the recall at n
+    curve = recall_curve([n], d_k, memories=["additive", "delta"], beta=0.5, trials=trials, seed=4)
+    for memory in ("additive", "delta"):
+        assert len(by_age[memory]) == n and all(x in (0, 1 / 3, 2 / 3, 1) for x in by_age[memory])
+        assert abs(sum(by_age[memory]) / n - curve[memory][0]) < 1e-12
+    # the draws do not depend on the memories or beta asked for
+    assert recall_by_age(n, d_k, memories=["additive"], trials=trials, seed=4)["additive"] == by_age["additive"]
+    # the delta rule with beta = 1 reads the newest pair exactly (S k_n = v_n after its write)
+    assert recall_by_age(2, d_k, memories=["delta"], seed=0)["delta"][-1] == 1.0
