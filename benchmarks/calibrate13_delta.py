@@ -20,7 +20,7 @@ import torch
 
 from attnedu.delta_rule import recall_by_age, recall_curve
 
-# the notebook's constants (notebooks/13b_delta_rule_draft.ipynb, later 13b's "The delta rule")
+# the notebook's constants (notebooks/13b_sparse_selection_and_delta_rule.ipynb, section "The delta rule")
 D_K = 16
 N_PAIRS = (4, 8, 12, 16, 24, 32, 48, 64)
 TRIALS = 8
