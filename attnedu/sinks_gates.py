@@ -53,6 +53,20 @@ tokens)`` reads both from a DecoderLM):
                                  activation is massive if its magnitude exceeds 100 and is about 1,000 times the
                                  median magnitude of its hidden state; ``is_massive`` applies those two thresholds)
 
+A controlled setting (the lesson's experiment: a head that has nothing to read for some queries, and a fixed first
+token it could park on). ``marker_task`` draws sequences of ``vocab`` ordinary tokens after a BOS token; half of them
+hold one *marked* token (id ``vocab + x`` for the ordinary token x) at a random position p. At every position t the
+target is x once the marker has been seen (t >= p), else a token NONE: the queries before the marker, or of a sequence
+without one, have nothing to read.
+
+    marker_task(batch, length, vocab, generator)   tokens (BOS = 2 vocab), targets (NONE = 2 vocab + 1), seen
+    marker_model(variant, seed, **recipe)          a DecoderLM, "plain", "sink" or "gate" (headwise), at equal
+                                                   parameters (the SwiGLU width reduced by what the gate adds)
+    train_marker(variant, seed, **recipe)          the model trained on marker_task with the recipe ``MARKER``
+    marker_reading(model, batch)                   per layer and head: the weight on the marker when present, and
+                                                   where the mass goes when there is nothing to read (the first
+                                                   token, the sink), the gates; the reader head; the loss
+
 Each public function checks its arguments in one call (the checks are at the end of this module), then computes;
 ``_softmax_with_sink`` and ``_sink_attention`` are the unchecked versions the module uses.
 """
@@ -87,6 +101,10 @@ from .multihead import MultiHeadAttention
 from .runtime import seeded
 
 GATES = ("elementwise", "headwise")
+VARIANTS = ("plain", "sink", "gate")  # marker_model's models: no fix, a sink logit per head, a headwise output gate
+# the lesson's controlled setting (marker_task, train_marker): its sizes and its training
+MARKER = {"vocab": 16, "length": 32, "present": 0.5, "d_model": 32, "num_heads": 4, "num_layers": 2, "steps": 200,
+          "batch": 32, "lr": 6e-3}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,6 +373,154 @@ def is_massive(stats: ActivationStats, magnitude: float = 100.0, ratio: float = 
     magnitude = check_number("magnitude", magnitude, "the absolute threshold", 0.0)
     ratio = check_number("ratio", ratio, "times the median magnitude", 0.0)
     return (stats.top[:, 0] > magnitude) & (stats.ratio >= ratio)
+
+
+# --------------------------------------------------------------------------------------------
+# A controlled setting: a head with nothing to read for some queries (the lesson's experiment)
+# --------------------------------------------------------------------------------------------
+
+
+class MarkerBatch(NamedTuple):
+    """``marker_task``'s sequences: ``tokens`` (B, n) ids, BOS = 2 vocab at position 0; ``targets`` (B, n) the marked
+    token's value x where it has been seen, else NONE = 2 vocab + 1; ``seen`` (B, n) bool, True where it has been
+    seen (those queries have something to read); ``position`` (B,) where the marker is, -1 in a sequence without."""
+
+    tokens: torch.Tensor
+    targets: torch.Tensor
+    seen: torch.Tensor
+    position: torch.Tensor
+
+
+def marker_task(batch: int, length: int, vocab: int, generator: torch.Generator, present: float = 0.5) -> MarkerBatch:
+    """``batch`` sequences of ``length`` tokens: BOS (id 2 vocab), then ordinary tokens drawn uniformly from 0..vocab-1;
+    with probability ``present`` one of them, at a position p drawn from 1..length-1, is marked (its id x becomes
+    vocab + x). Target at position t: x if the sequence has a marker and t >= p, else NONE (id 2 vocab + 1); a model
+    needs a vocabulary of 2 vocab + 2. -> MarkerBatch(tokens, targets, seen, position)."""
+    for name, value, meaning in (("batch", batch, "sequences"), ("vocab", vocab, "ordinary tokens")):
+        check_positive_int(name, value, meaning)
+    length = check_int("length", length, "tokens per sequence, BOS included", 2)
+    present = check_number("present", present, "the share of sequences with a marker", 0.0)
+    if present > 1:
+        raise ValueError(f"present should be a probability in [0, 1], got {present}")
+    check_instance("generator", generator, torch.Generator, "a torch.Generator",
+                   "pass torch.Generator().manual_seed(seed), not the seed itself")  # fmt: skip
+    tokens = torch.randint(0, vocab, (batch, length), generator=generator)
+    tokens[:, 0] = 2 * vocab  # BOS
+    has = torch.rand(batch, generator=generator) < present
+    position = torch.randint(1, length, (batch,), generator=generator)
+    rows = torch.arange(batch)
+    value = tokens[rows, position]
+    tokens[rows[has], position[has]] += vocab
+    seen = has[:, None] & (torch.arange(length)[None, :] >= position[:, None])
+    targets = torch.where(seen, value[:, None].expand(-1, length), torch.full_like(tokens, 2 * vocab + 1))
+    return MarkerBatch(tokens, targets, seen, torch.where(has, position, -1))
+
+
+def _recipe(recipe: dict) -> dict:
+    unknown = sorted(set(recipe) - set(MARKER))
+    if unknown:
+        raise TypeError(f"recipe should hold keys of MARKER {sorted(MARKER)}, got {unknown}")
+    return {**MARKER, **recipe}
+
+
+def marker_model(variant: str, seed: int = 0, **recipe) -> DecoderLM:
+    """The DecoderLM of the controlled setting (``MARKER``'s sizes, any key overridable): "plain"; "sink" (a sink
+    logit per head, ``add_sinks_gates(sink=True)``); "gate" (a headwise output gate, ``gate="headwise"``). Equal
+    parameters: the SwiGLU width d_ff is reduced by round(extra / (3 d_model)) units, where extra is what the sink or
+    the gate adds to each block (``SinkGateAttention.extra_parameters``; one unit of d_ff is 3 d_model weights), so
+    the counts differ by less than 3 d_model / 2 per block. Built under ``seed`` (the plain weights are the same
+    draws in all three where the widths agree)."""
+    check_choice("variant", variant, VARIANTS)
+    check_int("seed", seed, "the seed of the initialisation")
+    r = _recipe(recipe)
+    from .block_parts import swiglu_hidden
+
+    sink, gate = variant == "sink", ("headwise" if variant == "gate" else None)
+    extra = SinkGateAttention.extra_parameters(r["d_model"], r["num_heads"], sink, gate, bias=False)
+    d_ff = swiglu_hidden(r["d_model"]) - round(extra / (3 * r["d_model"]))
+    model = DecoderLM(2 * r["vocab"] + 2, r["d_model"], r["num_heads"], r["num_layers"], d_ff, seed=seed)
+    if variant != "plain":
+        add_sinks_gates(model, sink=sink, gate=gate, seed=seed)
+    return model
+
+
+def train_marker(variant: str, seed: int = 0, desc: str = "training", **recipe):
+    """``marker_model(variant, seed)`` trained on ``marker_task`` batches with ``MARKER``'s recipe (any key
+    overridable): AdamW (betas 0.9, 0.95), gradients clipped to norm 1, a constant learning rate, the cross-entropy
+    of every position's target. ``seed`` fixes the initialisation and the batches (through
+    ``runtime.training_seed``); nothing is drawn from the global generators, so several models can train at once
+    (``runtime.in_parallel``). -> (model, TrainLog)."""
+    from .runtime import training_seed
+    from .train import _fit
+
+    check_choice("variant", variant, VARIANTS)
+    check_int("seed", seed, "the seed of the initialisation and the batches")
+    r = _recipe(recipe)
+    model = marker_model(variant, seed, **recipe)
+    generator = torch.Generator().manual_seed(training_seed(seed))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=r["lr"], betas=(0.9, 0.95))
+
+    def batch_loss() -> torch.Tensor:
+        batch = marker_task(r["batch"], r["length"], r["vocab"], generator, r["present"])
+        return nn.functional.cross_entropy(model(batch.tokens).flatten(0, 1), batch.targets.flatten())
+
+    log = _fit(model, batch_loss, optimizer, None, r["steps"], 1.0, desc, show_every=25)
+    return model, log
+
+
+class MarkerReading(NamedTuple):
+    """What ``marker_reading`` measured, per layer and head (L, H) unless said: ``on_marker`` the mean weight on the
+    marked token at the queries that have seen it; ``idle_first`` the mean weight on the first token (BOS) at the
+    queries with nothing to read (before the marker or without one; query 0 left out); ``idle_sink`` the mass the
+    sink logit takes there (0 without a sink); ``gate_idle``, ``gate_busy`` the mean gate sigmoid(x W_g) at the idle
+    and at the busy queries (nan without a gate); ``reader`` (layer, head) the head with the largest ``on_marker``;
+    ``loss`` the mean cross-entropy over every position."""
+
+    on_marker: torch.Tensor
+    idle_first: torch.Tensor
+    idle_sink: torch.Tensor
+    gate_idle: torch.Tensor
+    gate_busy: torch.Tensor
+    reader: tuple[int, int]
+    loss: float
+
+
+@torch.no_grad()
+def marker_reading(model: DecoderLM, batch: MarkerBatch) -> MarkerReading:
+    """Where each head of ``model`` (a DecoderLM trained on ``marker_task``) puts its attention on ``batch``: on the
+    marker when there is one to read, on the first token or the sink when there is nothing. -> MarkerReading."""
+    from .block_parts import _rms_norm
+
+    check_instance("model", model, DecoderLM, "an attnedu.blocks.DecoderLM (train_marker's model)")
+    check_instance("batch", batch, MarkerBatch, "what marker_task returned (a MarkerBatch)")
+    tokens, targets, seen, position = batch
+    logits = model(tokens)
+    if logits.shape[-1] <= int(targets.max()):
+        raise ValueError(f"model should have a vocabulary of at least {int(targets.max()) + 1} (2 vocab + 2), got "
+                         f"{logits.shape[-1]}")  # fmt: skip
+    loss = nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten()).item()
+    hidden, maps = residual_stream(model, tokens)
+    idle = ~seen
+    idle[:, 0] = False  # query 0 can only read the first token
+    marked = (torch.arange(tokens.shape[1])[None, :] == position[:, None]).to(maps[0].dtype)  # (B, m)
+
+    def mean_over(values, where):  # values (B, H, n) -> (H,), the mean over the queries where `where` (B, n)
+        where = where[:, None].to(values.dtype)
+        return (values * where).sum(dim=(0, 2)) / where.sum(dim=(0, 2)).clamp(min=1)
+
+    on_marker = torch.stack([mean_over((w * marked[:, None, None, :]).sum(-1), seen) for w in maps])
+    idle_first = torch.stack([mean_over(w[..., 0], idle) for w in maps])
+    idle_sink = torch.stack([mean_over(1 - w.sum(-1), idle) for w in maps])
+    gate_idle, gate_busy = torch.full_like(on_marker, float("nan")), torch.full_like(on_marker, float("nan"))
+    for layer, (block, x) in enumerate(zip(model.blocks, hidden, strict=False)):
+        W_g = getattr(block.attention, "W_g", None)
+        if W_g is not None:
+            normed = _rms_norm(x, block.attention_norm.weight, block.attention_norm.eps)
+            gates = torch.sigmoid(W_g(normed)).view(*x.shape[:2], block.attention.num_heads, -1).mean(-1)
+            gate_idle[layer] = mean_over(gates.transpose(1, 2), idle)
+            gate_busy[layer] = mean_over(gates.transpose(1, 2), seen)
+    reader = divmod(int(on_marker.argmax()), on_marker.shape[1])
+    return MarkerReading(on_marker, idle_first, idle_sink, gate_idle, gate_busy, reader, loss)
 
 
 # --------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ EXPERIMENTS = [
 # and its calibration call it and override no key of the recipe
 DEFAULT_RECIPES = [
     ("11_real_attention_heads", "attnedu.induction", "train_induction", "INDUCTION"),
+    ("13a_sinks_and_gates", "attnedu.sinks_gates", "train_marker", "MARKER"),
 ]
 LESSONS = sorted({notebook for notebook, _, _ in EXPERIMENTS} | {notebook for notebook, *_ in DEFAULT_RECIPES})
 RECIPES = sorted({recipe for _, _, recipe in EXPERIMENTS})
@@ -245,7 +246,7 @@ def test_the_records_follow_from_their_calibration(name, monkeypatch):
 
 
 def test_the_records_are_found():
-    assert {"lesson09", "lesson10"} <= set(RECORDED)
+    assert {"lesson09", "lesson10", "lesson13"} <= set(RECORDED)
 
 
 def short(recipe: dict, **changes) -> dict:

@@ -265,3 +265,99 @@ def test_largest_activations_by_hand():
     assert is_massive(stats).tolist() == [False, False, True]  # 500 is > 100 but only 500x the median
     assert is_massive(stats, ratio=400).tolist() == [False, True, True]
     assert torch.equal(largest_activations(h).top, stats.top.new_tensor([[1, 1, 1], [500, 1, 1], [2000, 300, 1]]))
+
+
+# --------------------------------------------------------------------------------------------
+# The controlled setting: marker_task, marker_model, train_marker, marker_reading
+# --------------------------------------------------------------------------------------------
+
+
+def test_marker_task_targets_follow_the_marker():
+    from attnedu.sinks_gates import marker_task
+
+    vocab, length = 5, 12
+    batch = marker_task(200, length, vocab, torch.Generator().manual_seed(0))
+    tokens, targets, seen, position = batch
+    assert tokens.shape == targets.shape == seen.shape == (200, length)
+    assert (tokens[:, 0] == 2 * vocab).all() and (tokens[:, 1:] < 2 * vocab).all()
+    marked = (tokens >= vocab) & (tokens < 2 * vocab)
+    assert (marked.sum(1) == (position >= 0).long()).all(), "one marker in a sequence with one, none otherwise"
+    assert 60 < int((position >= 0).sum()) < 140, "about half the sequences have a marker"
+    for row in range(200):
+        p = int(position[row])
+        if p < 0:
+            assert not seen[row].any() and (targets[row] == 2 * vocab + 1).all()
+            continue
+        value = int(tokens[row, p]) - vocab
+        assert seen[row].tolist() == [t >= p for t in range(length)]
+        assert targets[row].tolist() == [value if t >= p else 2 * vocab + 1 for t in range(length)]
+    never = marker_task(20, length, vocab, torch.Generator().manual_seed(0), present=0.0)
+    assert not never.seen.any() and (never.position == -1).all()
+    always = marker_task(20, length, vocab, torch.Generator().manual_seed(0), present=1.0)
+    assert (always.position >= 1).all()
+
+
+def test_marker_task_refuses_bad_arguments():
+    from attnedu.sinks_gates import marker_task
+
+    with pytest.raises(ValueError, match="present"):
+        marker_task(4, 8, 5, torch.Generator(), present=1.5)
+    with pytest.raises(ValueError, match="length"):
+        marker_task(4, 1, 5, torch.Generator())
+    with pytest.raises(TypeError, match="generator"):
+        marker_task(4, 8, 5, 0)
+
+
+def test_marker_models_have_equal_parameters():
+    from attnedu.models import count_parameters
+    from attnedu.sinks_gates import MARKER, VARIANTS, marker_model
+
+    models = {v: marker_model(v) for v in VARIANTS}
+    counts = {v: count_parameters(m) for v, m in models.items()}
+    d, layers = MARKER["d_model"], MARKER["num_layers"]
+    assert max(counts.values()) - min(counts.values()) <= layers * 3 * d / 2, counts
+    assert models["sink"].blocks[0].attention.sink_logits is not None
+    assert models["gate"].blocks[0].attention.W_g.out_features == MARKER["num_heads"]  # headwise
+    assert type(models["plain"].blocks[0].attention) is MultiHeadAttention
+    with pytest.raises(ValueError, match="variant"):
+        marker_model("gated")
+    with pytest.raises(TypeError, match="recipe"):
+        marker_model("plain", stepz=3)
+
+
+def test_train_marker_is_seeded():
+    from attnedu.sinks_gates import train_marker
+
+    first, log = train_marker("sink", seed=0, steps=3)
+    again, _ = train_marker("sink", seed=0, steps=3)
+    other, _ = train_marker("sink", seed=1, steps=3)
+    assert len(log.losses) == 3
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
+    assert not torch.equal(first.blocks[0].attention.W_q.weight, other.blocks[0].attention.W_q.weight)
+
+
+def test_marker_reading_on_models_built_by_hand():
+    """A sink logit far above every score takes every idle row whole; with it far below, the rows are the plain
+    softmax's; the readings stay in their ranges, and only a gated model has gates."""
+    from attnedu.sinks_gates import MARKER, marker_model, marker_reading, marker_task
+
+    batch = marker_task(64, MARKER["length"], MARKER["vocab"], torch.Generator().manual_seed(1))
+    plain = marker_reading(marker_model("plain"), batch)
+    assert plain.on_marker.shape == (MARKER["num_layers"], MARKER["num_heads"])
+    assert (plain.idle_sink.abs() <= 1e-5).all() and plain.gate_idle.isnan().all()
+    assert ((plain.on_marker >= 0) & (plain.on_marker <= 1)).all() and plain.loss > 0
+    layer, head = plain.reader
+    assert plain.on_marker[layer, head] == plain.on_marker.max()
+    model = marker_model("sink")
+    for block in model.blocks:
+        block.attention.sink_logits.data.fill_(30.0)
+    full = marker_reading(model, batch)
+    assert (full.idle_sink >= 0.999).all() and (full.idle_first <= 1e-3).all()
+    for block in model.blocks:
+        block.attention.sink_logits.data.fill_(-30.0)
+    none = marker_reading(model, batch)
+    assert (none.idle_sink <= 1e-6).all()
+    gated = marker_reading(marker_model("gate"), batch)
+    assert ((gated.gate_idle > 0) & (gated.gate_idle < 1)).all() and not gated.gate_busy.isnan().any()
+    with pytest.raises(TypeError, match="batch"):
+        marker_reading(marker_model("plain"), batch.tokens)

@@ -20,4 +20,14 @@ that its lesson reads gives its own ``write_record(results, info, path) -> str``
 """
 
 # every module, in the order of the lessons
-MODULES = ("lesson01_03", "lesson04", "lesson05", "lesson06", "lesson07", "lesson09", "lesson10", "lesson11")
+MODULES = (
+    "lesson01_03",
+    "lesson04",
+    "lesson05",
+    "lesson06",
+    "lesson07",
+    "lesson09",
+    "lesson10",
+    "lesson11",
+    "lesson13",
+)
