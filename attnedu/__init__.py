@@ -36,11 +36,10 @@ One concept per module; a lesson's library code lives in the module its concept 
                        blocks per rank, bytes sent by formula and counted, time per rank, memory per device, an
                        alpha-beta model of scaling, PyTorch's own context_parallel tried (12)
     sinks_gates        softmax with a sink logit per head (gpt-oss), the output gate (Qiu et al.), SinkGateAttention;
-                       first-token attention mass, largest activations (13, the lesson in progress)
+                       first-token attention mass, largest activations; the marker task (13a)
     sparse_attention   sparse selection: MoBA block top-k, DeepSeek's indexer top-k, a sliding window, with the
-                       scores and K/V bytes counted (13, the lesson in progress)
-    delta_rule         the additive memory, the (gated) delta rule recurrent and chunked, the recall task (13, the
-                       lesson in progress)
+                       scores and K/V bytes counted; the retrieval task (13b)
+    delta_rule         the additive memory, the (gated) delta rule recurrent and chunked, the recall task (13b)
     bench, bench_gpu   python -m attnedu.bench: time and memory of naive, tiled, SDPA and Triton attention;
                        bench_gpu holds the GPU suite of make gpu-bench (08); measurements, below both, the
                        methods compared and the records they produce; bench_report, their tables, figure and files
