@@ -11,14 +11,14 @@ those sizes equal the heads'), one sink for every head, masked scores set to 0, 
 leaves the sink out of the maximum gives finite values and NaN gradients where the sink exceeds every score by more than
 exp's range (the large case, in float32), and NaN on a fully masked row: the notes name both.
 
-13b. NSA's block selection, a transfer of MoBA's block top-k (``nsa_block_selection``: q, k (batch, H, N, d),
-block_size, top_k -> (batch, H, N, num_blocks) bool): each query keeps the first block and its own block always,
-plus the top_k of the blocks strictly between them by the score of their mean key (q . mean key), ties to the
-earlier block; nothing after the query's own block. The variants: the own block not always kept (it competes), the
-first block not always kept, future blocks scored with the others (selection leaking the future), one block too many
-or too few (the own or first block counted among the top_k: the off-by-one pair), ties to the later block, blocks
-scored by their best key instead of their mean key. (A mean of the short last block taken over block_size keys never
-shows: the last block is never before a query's own block, so it never competes.)
+13b. A block selection in the manner of NSA's selected branch (simplified), a transfer of MoBA's block top-k
+(``nsa_block_selection``: q, k (batch, H, N, d), block_size, top_k -> (batch, H, N, num_blocks) bool): each query keeps
+the first block and its own block always, plus the top_k of the blocks strictly between them by the score of their mean
+key (q . mean key), ties to the earlier block; nothing after the query's own block. The variants: the own block not
+always kept (it competes), the first block not always kept, future blocks scored with the others (selection leaking the
+future), one block too many or too few (the own or first block counted among the top_k: the off-by-one pair), ties to
+the later block, blocks scored by their best key instead of their mean key. (A mean of the short last block taken over
+block_size keys never shows: the last block is never before a query's own block, so it never competes.)
 
 One step of Gated DeltaNet (``gated_delta_step``: state (batch, H, d_v, d_k), k (batch, H, d_k) not unit, v (batch,
 H, d_v), alpha and beta (H,) per head -> the new state): S' = alpha S (I - beta k k^T) + beta v k^T with k normalised
@@ -263,7 +263,7 @@ SINK_SOFTMAX = Exercise(
 )
 
 # --------------------------------------------------------------------------------------------
-# 13b. nsa_block_selection: NSA's rule (the first and the own block always, top_k others by mean key), causal
+# 13b. nsa_block_selection: the first and the own block always, top_k others by mean key (NSA-like), causal
 # --------------------------------------------------------------------------------------------
 
 
@@ -291,7 +291,7 @@ def _selection_cases() -> list[Case]:
 
 def _select_with(q, k, block_size, top_k, *, own="always", first="always", future="masked", extra=0, ties="earlier",
                  score="mean"):  # fmt: skip
-    """NSA's selection with switches, each a known mistake: ``own`` "always" or "scored" (the query's own block
+    """The selection with switches, each a known mistake: ``own`` "always" or "scored" (the query's own block
     competes with the others); ``first`` "always" or "scored"; ``future`` "masked" or "scored" (blocks after the
     query's own compete); ``extra`` blocks chosen by score beyond top_k (+1, -1); ``ties`` to the "earlier" or the
     "later" block; ``score`` "mean" (q . the mean key) or "max" (the largest q . k_j of the block)."""
@@ -341,7 +341,7 @@ def _select_properties(args: tuple, got) -> str | None:
     own = torch.arange(n) // block_size
     ids = torch.arange(blocks)
     if not bool(got[..., 0].all()):
-        return "some queries do not read block 0: NSA keeps the first block for every query."
+        return "some queries do not read block 0: the rule keeps the first block for every query."
     if not bool(got.gather(-1, own.expand(*q.shape[:-2], n)[..., None]).all()):
         return "some queries do not read their own block (the block of position i is i // block_size)."
     if bool((got & (ids[None, :] > own[:, None])).any()):
@@ -378,13 +378,13 @@ NSA_BLOCK_SELECTION = Exercise(
     variants=(
         _select_variant(
             "the query's own block is not always selected: it competed on its mean key's score with the others. A "
-            "query's own block holds its most recent keys, itself included; NSA keeps it whatever its score (and "
+            "query's own block holds its most recent keys, itself included; the rule keeps it whatever its score (and "
             "without it a query in a block of its own could read no key at all).",
             own="scored",
         ),
         _select_variant(
-            "the first block is not always selected: it competed on its score with the others. NSA keeps the first "
-            "block (the tokens at the start, where heads park their attention) whatever its score.",
+            "the first block is not always selected: it competed on its score with the others. The rule keeps the "
+            "first block (the tokens at the start, where heads park their attention) whatever its score.",
             first="scored",
         ),
         _select_variant(
