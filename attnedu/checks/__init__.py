@@ -60,6 +60,7 @@ from . import (
     lesson10,
     lesson11,
     lesson12,
+    lesson13,
 )
 from .calling import MAX_PRINTED, TIME_LIMIT, grading_mode
 from .diagnosis import run_check
@@ -71,7 +72,7 @@ from .results import FAILED, ICONS, NOT_ATTEMPTED, PARTIAL, PASSED, CheckResult,
 # The registry: every lesson's checks module lists its exercises in EXERCISES, in the order of its notebook.
 LESSON_MODULES = (
     lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09, lesson10, lesson11,
-    lesson12,
+    lesson12, lesson13,
 )  # fmt: skip
 EXERCISES: dict[str, Exercise] = {e.name: e for module in LESSON_MODULES for e in module.EXERCISES}
 LESSONS: dict[str, list[str]] = {}

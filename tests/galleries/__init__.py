@@ -63,6 +63,7 @@ LESSON_MODULES = (
     "lesson10",
     "lesson11",
     "lesson12",
+    "lesson13",
 )
 LESSONS = [import_module(f".{name}", __name__) for name in LESSON_MODULES]
 
