@@ -56,16 +56,25 @@ tokens)`` reads both from a DecoderLM):
 A controlled setting (the lesson's experiment: a head that has nothing to read for some queries, and a fixed first
 token it could park on). ``marker_task`` draws sequences of ``vocab`` ordinary tokens after a BOS token; half of them
 hold one *marked* token (id ``vocab + x`` for the ordinary token x) at a random position p. At every position t the
-target is x once the marker has been seen (t >= p), else a token NONE: the queries before the marker, or of a sequence
-without one, have nothing to read.
+target is x once the marker has been seen (t >= p), else the current token itself (a label per position, not the next
+token). The queries before the marker, or of a sequence without one, are *idle*: their answer is already in the
+residual stream (the token's own embedding), so attention has nothing to add there. A constant target (a token
+"none" at every idle query) would not do: a constant token such as BOS could carry that answer in its value, and a
+head parking on it would be reading something. ``marker_reading`` tests this: it zeroes BOS's value vector in the
+last layer and measures the accuracy at the idle and at the busy queries again.
 
-    marker_task(batch, length, vocab, generator)   tokens (BOS = 2 vocab), targets (NONE = 2 vocab + 1), seen
-    marker_model(variant, seed, **recipe)          a DecoderLM, "plain", "sink" or "gate" (headwise), at equal
-                                                   parameters (the SwiGLU width reduced by what the gate adds)
+    marker_task(batch, length, vocab, generator)   tokens (BOS = 2 vocab), targets, seen
+    marker_model(variant, seed, **recipe)          a DecoderLM, "plain", "sink" or "gate" (headwise) -- the lesson's
+                                                   ``VARIANTS`` -- or "off_by_one" (a sink fixed at 0) or
+                                                   "gate_elementwise" (``MORE_VARIANTS``, trained by the
+                                                   calibration), at equal parameters (the SwiGLU width reduced by
+                                                   what the sink or the gate adds)
     train_marker(variant, seed, **recipe)          the model trained on marker_task with the recipe ``MARKER``
     marker_reading(model, batch)                   per layer and head: the weight on the marker when present, and
                                                    where the mass goes when there is nothing to read (the first
-                                                   token, the sink), the gates; the reader head; the loss
+                                                   token, the sink), the gates, the sink logits; the reader head;
+                                                   the loss; the accuracy at the idle and busy queries, intact and
+                                                   with BOS's value zeroed in the last layer
 
 Each public function checks its arguments in one call (the checks are at the end of this module), then computes;
 ``_softmax_with_sink`` and ``_sink_attention`` are the unchecked versions the module uses.
@@ -101,7 +110,9 @@ from .multihead import MultiHeadAttention
 from .runtime import seeded
 
 GATES = ("elementwise", "headwise")
-VARIANTS = ("plain", "sink", "gate")  # marker_model's models: no fix, a sink logit per head, a headwise output gate
+VARIANTS = ("plain", "sink", "gate")  # the lesson's models: no fix, a sink logit per head, a headwise output gate
+# two more the calibration trains: the sink fixed at 0 (Miller's off by one), an elementwise gate (Qwen3-Next's)
+MORE_VARIANTS = ("off_by_one", "gate_elementwise")
 # the lesson's controlled setting (marker_task, train_marker): its sizes and its training
 MARKER = {"vocab": 16, "length": 32, "present": 0.5, "d_model": 32, "num_heads": 4, "num_layers": 2, "steps": 200,
           "batch": 32, "lr": 6e-3}  # fmt: skip
@@ -382,8 +393,9 @@ def is_massive(stats: ActivationStats, magnitude: float = 100.0, ratio: float = 
 
 class MarkerBatch(NamedTuple):
     """``marker_task``'s sequences: ``tokens`` (B, n) ids, BOS = 2 vocab at position 0; ``targets`` (B, n) the marked
-    token's value x where it has been seen, else NONE = 2 vocab + 1; ``seen`` (B, n) bool, True where it has been
-    seen (those queries have something to read); ``position`` (B,) where the marker is, -1 in a sequence without."""
+    token's value x where it has been seen, else the token at that position; ``seen`` (B, n) bool, True where it has
+    been seen (those queries have something to read); ``position`` (B,) where the marker is, -1 in a sequence
+    without."""
 
     tokens: torch.Tensor
     targets: torch.Tensor
@@ -394,8 +406,9 @@ class MarkerBatch(NamedTuple):
 def marker_task(batch: int, length: int, vocab: int, generator: torch.Generator, present: float = 0.5) -> MarkerBatch:
     """``batch`` sequences of ``length`` tokens: BOS (id 2 vocab), then ordinary tokens drawn uniformly from 0..vocab-1;
     with probability ``present`` one of them, at a position p drawn from 1..length-1, is marked (its id x becomes
-    vocab + x). Target at position t: x if the sequence has a marker and t >= p, else NONE (id 2 vocab + 1); a model
-    needs a vocabulary of 2 vocab + 2. -> MarkerBatch(tokens, targets, seen, position)."""
+    vocab + x). Target at position t: x if the sequence has a marker and t >= p, else the token at t itself (the idle
+    queries need nothing from attention); a model needs a vocabulary of 2 vocab + 1. -> MarkerBatch(tokens, targets,
+    seen, position)."""
     for name, value, meaning in (("batch", batch, "sequences"), ("vocab", vocab, "ordinary tokens")):
         check_positive_int(name, value, meaning)
     length = check_int("length", length, "tokens per sequence, BOS included", 2)
@@ -412,7 +425,7 @@ def marker_task(batch: int, length: int, vocab: int, generator: torch.Generator,
     value = tokens[rows, position]
     tokens[rows[has], position[has]] += vocab
     seen = has[:, None] & (torch.arange(length)[None, :] >= position[:, None])
-    targets = torch.where(seen, value[:, None].expand(-1, length), torch.full_like(tokens, 2 * vocab + 1))
+    targets = torch.where(seen, value[:, None].expand(-1, length), tokens)
     return MarkerBatch(tokens, targets, seen, torch.where(has, position, -1))
 
 
@@ -425,22 +438,27 @@ def _recipe(recipe: dict) -> dict:
 
 def marker_model(variant: str, seed: int = 0, **recipe) -> DecoderLM:
     """The DecoderLM of the controlled setting (``MARKER``'s sizes, any key overridable): "plain"; "sink" (a sink
-    logit per head, ``add_sinks_gates(sink=True)``); "gate" (a headwise output gate, ``gate="headwise"``). Equal
+    logit per head, ``add_sinks_gates(sink=True)``); "gate" (a headwise output gate, ``gate="headwise"``);
+    "off_by_one" (the sink logits fixed at 0: not trained); "gate_elementwise" (``gate="elementwise"``). Equal
     parameters: the SwiGLU width d_ff is reduced by round(extra / (3 d_model)) units, where extra is what the sink or
     the gate adds to each block (``SinkGateAttention.extra_parameters``; one unit of d_ff is 3 d_model weights), so
     the counts differ by less than 3 d_model / 2 per block. Built under ``seed`` (the plain weights are the same
     draws in all three where the widths agree)."""
-    check_choice("variant", variant, VARIANTS)
+    check_choice("variant", variant, VARIANTS + MORE_VARIANTS)
     check_int("seed", seed, "the seed of the initialisation")
     r = _recipe(recipe)
     from .block_parts import swiglu_hidden
 
-    sink, gate = variant == "sink", ("headwise" if variant == "gate" else None)
-    extra = SinkGateAttention.extra_parameters(r["d_model"], r["num_heads"], sink, gate, bias=False)
+    sink = variant in ("sink", "off_by_one")
+    gate = {"gate": "headwise", "gate_elementwise": "elementwise"}.get(variant)
+    extra = SinkGateAttention.extra_parameters(r["d_model"], r["num_heads"], variant == "sink", gate, bias=False)
     d_ff = swiglu_hidden(r["d_model"]) - round(extra / (3 * r["d_model"]))
-    model = DecoderLM(2 * r["vocab"] + 2, r["d_model"], r["num_heads"], r["num_layers"], d_ff, seed=seed)
+    model = DecoderLM(2 * r["vocab"] + 1, r["d_model"], r["num_heads"], r["num_layers"], d_ff, seed=seed)
     if variant != "plain":
         add_sinks_gates(model, sink=sink, gate=gate, seed=seed)
+    if variant == "off_by_one":
+        for block in model.blocks:
+            block.attention.sink_logits.requires_grad_(False)  # s_h = 0 for good: Miller's softmax off by one
     return model
 
 
@@ -453,12 +471,13 @@ def train_marker(variant: str, seed: int = 0, desc: str = "training", **recipe):
     from .runtime import training_seed
     from .train import _fit
 
-    check_choice("variant", variant, VARIANTS)
+    check_choice("variant", variant, VARIANTS + MORE_VARIANTS)
     check_int("seed", seed, "the seed of the initialisation and the batches")
     r = _recipe(recipe)
     model = marker_model(variant, seed, **recipe)
     generator = torch.Generator().manual_seed(training_seed(seed))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=r["lr"], betas=(0.9, 0.95))
+    trained = [p for p in model.parameters() if p.requires_grad]  # all but off_by_one's fixed sinks
+    optimizer = torch.optim.AdamW(trained, lr=r["lr"], betas=(0.9, 0.95))
 
     def batch_loss() -> torch.Tensor:
         batch = marker_task(r["batch"], r["length"], r["vocab"], generator, r["present"])
@@ -473,16 +492,22 @@ class MarkerReading(NamedTuple):
     marked token at the queries that have seen it; ``idle_first`` the mean weight on the first token (BOS) at the
     queries with nothing to read (before the marker or without one; query 0 left out); ``idle_sink`` the mass the
     sink logit takes there (0 without a sink); ``gate_idle``, ``gate_busy`` the mean gate sigmoid(x W_g) at the idle
-    and at the busy queries (nan without a gate); ``reader`` (layer, head) the head with the largest ``on_marker``;
-    ``loss`` the mean cross-entropy over every position."""
+    and at the busy queries (nan without a gate); ``sink_logits`` the heads' sink logits s_h (nan without a sink);
+    ``reader`` (layer, head) the head with the largest ``on_marker``; ``loss`` the mean cross-entropy over every
+    position; ``accuracy`` a dict of the share of right answers (argmax) at the ``"idle"`` queries (query 0 left
+    out) and at the ``"busy"`` ones (the marker seen), intact, and ``"idle, BOS value zeroed"``, ``"busy, BOS value
+    zeroed"``: the same with the value vector of position 0 set to 0 in every head of the last layer's attention
+    (if the heads that park on BOS at the idle queries read nothing there, the idle accuracy does not move)."""
 
     on_marker: torch.Tensor
     idle_first: torch.Tensor
     idle_sink: torch.Tensor
     gate_idle: torch.Tensor
     gate_busy: torch.Tensor
+    sink_logits: torch.Tensor
     reader: tuple[int, int]
     loss: float
+    accuracy: dict
 
 
 @torch.no_grad()
@@ -519,8 +544,37 @@ def marker_reading(model: DecoderLM, batch: MarkerBatch) -> MarkerReading:
             gates = torch.sigmoid(W_g(normed)).view(*x.shape[:2], block.attention.num_heads, -1).mean(-1)
             gate_idle[layer] = mean_over(gates.transpose(1, 2), idle)
             gate_busy[layer] = mean_over(gates.transpose(1, 2), seen)
+    sink_logits = torch.full_like(on_marker, float("nan"))
+    for layer, block in enumerate(model.blocks):
+        if getattr(block.attention, "sink_logits", None) is not None:
+            sink_logits[layer] = block.attention.sink_logits.detach()
     reader = divmod(int(on_marker.argmax()), on_marker.shape[1])
-    return MarkerReading(on_marker, idle_first, idle_sink, gate_idle, gate_busy, reader, loss)
+    right = logits.argmax(-1) == targets
+    accuracy = {"idle": right[idle].float().mean().item(), "busy": right[seen].float().mean().item()}
+    with _first_value_zeroed(model.blocks[-1].attention):
+        right = model(tokens).argmax(-1) == targets
+    accuracy["idle, BOS value zeroed"] = right[idle].float().mean().item()
+    accuracy["busy, BOS value zeroed"] = right[seen].float().mean().item()
+    return MarkerReading(on_marker, idle_first, idle_sink, gate_idle, gate_busy, sink_logits, reader, loss, accuracy)
+
+
+class _first_value_zeroed:
+    """Within ``with``: the attention's value projection returns 0 at position 0 (BOS's value vector v_0 = 0 in
+    every head, bias included); the keys, and so the weights, are unchanged."""
+
+    def __init__(self, attention):
+        self.attention = attention
+
+    def __enter__(self):
+        def zero_first(module, inputs, output):
+            output = output.clone()
+            output[:, 0] = 0
+            return output
+
+        self.handle = self.attention.W_v.register_forward_hook(zero_first)
+
+    def __exit__(self, *exc):
+        self.handle.remove()
 
 
 # --------------------------------------------------------------------------------------------

@@ -286,11 +286,11 @@ def test_marker_task_targets_follow_the_marker():
     for row in range(200):
         p = int(position[row])
         if p < 0:
-            assert not seen[row].any() and (targets[row] == 2 * vocab + 1).all()
+            assert not seen[row].any() and torch.equal(targets[row], tokens[row]), "idle: the current token"
             continue
         value = int(tokens[row, p]) - vocab
         assert seen[row].tolist() == [t >= p for t in range(length)]
-        assert targets[row].tolist() == [value if t >= p else 2 * vocab + 1 for t in range(length)]
+        assert targets[row].tolist() == [value if t >= p else int(tokens[row, t]) for t in range(length)]
     never = marker_task(20, length, vocab, torch.Generator().manual_seed(0), present=0.0)
     assert not never.seen.any() and (never.position == -1).all()
     always = marker_task(20, length, vocab, torch.Generator().manual_seed(0), present=1.0)
@@ -310,14 +310,16 @@ def test_marker_task_refuses_bad_arguments():
 
 def test_marker_models_have_equal_parameters():
     from attnedu.models import count_parameters
-    from attnedu.sinks_gates import MARKER, VARIANTS, marker_model
+    from attnedu.sinks_gates import MARKER, MORE_VARIANTS, VARIANTS, marker_model
 
-    models = {v: marker_model(v) for v in VARIANTS}
+    models = {v: marker_model(v) for v in VARIANTS + MORE_VARIANTS}
     counts = {v: count_parameters(m) for v, m in models.items()}
     d, layers = MARKER["d_model"], MARKER["num_layers"]
-    assert max(counts.values()) - min(counts.values()) <= layers * 3 * d / 2, counts
+    assert all(abs(c - counts["plain"]) <= layers * 3 * d / 2 for c in counts.values()), counts
     assert models["sink"].blocks[0].attention.sink_logits is not None
     assert models["gate"].blocks[0].attention.W_g.out_features == MARKER["num_heads"]  # headwise
+    assert models["gate_elementwise"].blocks[0].attention.W_g.out_features == d  # one gate per feature
+    assert not models["off_by_one"].blocks[0].attention.sink_logits.requires_grad  # fixed at 0
     assert type(models["plain"].blocks[0].attention) is MultiHeadAttention
     with pytest.raises(ValueError, match="variant"):
         marker_model("gated")
@@ -326,7 +328,7 @@ def test_marker_models_have_equal_parameters():
 
 
 def test_train_marker_is_seeded():
-    from attnedu.sinks_gates import train_marker
+    from attnedu.sinks_gates import marker_model, train_marker
 
     first, log = train_marker("sink", seed=0, steps=3)
     again, _ = train_marker("sink", seed=0, steps=3)
@@ -334,6 +336,11 @@ def test_train_marker_is_seeded():
     assert len(log.losses) == 3
     assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
     assert not torch.equal(first.blocks[0].attention.W_q.weight, other.blocks[0].attention.W_q.weight)
+    fixed, _ = train_marker("off_by_one", seed=0, steps=3)
+    assert all((block.attention.sink_logits == 0).all() for block in fixed.blocks), "off by one: s_h stays 0"
+    assert not torch.equal(
+        fixed.blocks[0].attention.W_q.weight, marker_model("off_by_one").blocks[0].attention.W_q.weight
+    )
 
 
 def test_marker_reading_on_models_built_by_hand():
@@ -353,6 +360,12 @@ def test_marker_reading_on_models_built_by_hand():
         block.attention.sink_logits.data.fill_(30.0)
     full = marker_reading(model, batch)
     assert (full.idle_sink >= 0.999).all() and (full.idle_first <= 1e-3).all()
+    assert (full.sink_logits == 30.0).all() and plain.sink_logits.isnan().all()
+    # every row goes to the sink: the heads read nothing, so BOS's value cannot matter
+    assert full.accuracy["idle"] == full.accuracy["idle, BOS value zeroed"]
+    assert full.accuracy["busy"] == full.accuracy["busy, BOS value zeroed"]
+    assert set(plain.accuracy) == {"idle", "busy", "idle, BOS value zeroed", "busy, BOS value zeroed"}
+    assert all(0 <= a <= 1 for a in plain.accuracy.values())
     for block in model.blocks:
         block.attention.sink_logits.data.fill_(-30.0)
     none = marker_reading(model, batch)
@@ -361,3 +374,30 @@ def test_marker_reading_on_models_built_by_hand():
     assert ((gated.gate_idle > 0) & (gated.gate_idle < 1)).all() and not gated.gate_busy.isnan().any()
     with pytest.raises(TypeError, match="batch"):
         marker_reading(marker_model("plain"), batch.tokens)
+
+
+def test_bos_value_zeroed_is_that_and_nothing_else():
+    """marker_reading's ablation: the last layer's attention computed with v_0 = 0 (by hand: its weights times the
+    values with row 0 zeroed), the other layers untouched, and the model restored after."""
+    from attnedu.sinks_gates import MARKER, _first_value_zeroed, marker_model, marker_task, residual_stream
+
+    model = marker_model("sink", seed=3)
+    for block in model.blocks:
+        block.attention.sink_logits.data.normal_(generator=torch.Generator().manual_seed(0))
+    tokens = marker_task(4, MARKER["length"], MARKER["vocab"], torch.Generator().manual_seed(2)).tokens
+    before = model(tokens)
+    hidden, maps = residual_stream(model, tokens)
+    attention, n = model.blocks[-1].attention, tokens.shape[1]
+    mask, positions = torch.ones(n, n, dtype=torch.bool).tril()[None, None], torch.arange(n)
+    with torch.no_grad():
+        x = model.blocks[-1].attention_norm(hidden[-2])
+        full = attention._attend(x, x, x, mask, rope_positions=positions)[0]
+        v = attention.W_v(x).view(*x.shape[:2], attention.num_heads, -1).transpose(1, 2)
+        v[:, :, 0] = 0
+        by_hand = attention.W_o((maps[-1] @ v).transpose(1, 2).reshape(x.shape))
+        with _first_value_zeroed(attention):
+            zeroed = attention._attend(x, x, x, mask, rope_positions=positions)[0]
+            changed = model(tokens)
+    assert torch.allclose(zeroed, by_hand, atol=1e-5) and not torch.allclose(zeroed, full, atol=1e-3)
+    assert not torch.allclose(changed, before, atol=1e-4)
+    assert torch.equal(model(tokens), before), "the hook is removed on leaving"
