@@ -226,13 +226,12 @@ def recall_hits(keys: torch.Tensor, values: torch.Tensor, memory: str, *, beta: 
     if memory == "softmax":
         weights = torch.softmax(math.sqrt(keys.shape[-1]) * distinct @ keys.T, dim=-1)
         read = weights @ values
+    elif memory == "additive":  # S = sum_i v_i k_i^T, all the writes at once
+        read = distinct @ (values.T @ keys).T
     else:
         state = keys.new_zeros(values.shape[-1], keys.shape[-1])
         for key, value in zip(keys, values):
-            if memory == "additive":
-                state = state + value[:, None] * key[None, :]
-            else:
-                state = _step(state, key, value, keys.new_tensor(beta), None)
+            state = _step(state, key, value, keys.new_tensor(beta), None)
         read = distinct @ state.T
     squared = torch.cdist(read, values) ** 2  # (distinct keys, writes)
     right = squared.gather(1, last[:, None])
@@ -324,16 +323,12 @@ def _step(state, k, v, beta, alpha):
 
 def _last_writes(keys):
     """The distinct keys (in order of first write) and, for each, the index of its last write."""
-    distinct, last = [], []
-    for i, key in enumerate(keys):
-        for j, seen in enumerate(distinct):
-            if torch.equal(seen, key):
-                last[j] = i
-                break
-        else:
-            distinct.append(key)
-            last.append(i)
-    return torch.stack(distinct), torch.tensor(last)
+    _, key_of = torch.unique(keys, dim=0, return_inverse=True)  # write i used key number key_of[i]
+    writes = torch.arange(keys.shape[0], device=keys.device)
+    first = torch.full_like(writes, keys.shape[0])[: int(key_of.max()) + 1].scatter_reduce(0, key_of, writes, "amin")
+    last = torch.full_like(first, -1).scatter_reduce(0, key_of, writes, "amax")
+    order = first.argsort()  # the distinct keys in the order of their first write
+    return keys[first[order]], last[order]
 
 
 # --------------------------------------------------------------------------------------------

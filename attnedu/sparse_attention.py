@@ -6,7 +6,7 @@ v (B, H, N, d_v); positions count from 0; query i may only ever read keys j <= i
 
     MoBA, block top-k (Lu et al. 2025, "MoBA: Mixture of Block Attention for Long-Context LLMs"):
         cut the keys into blocks of block_size; block b's representative is its mean key  kbar_b = mean_{j in b} k_j
-        gate  s_{i,b} = q_i . kbar_b  for the blocks b before query i's own block
+        block score  s_{i,b} = q_i . kbar_b  for the blocks b before query i's own block (MoBA's paper: its gate)
         read  query i's own block (always, with the causal mask inside it)  +  the top_k - 1 earlier blocks of
               largest s_{i,b}; a block after query i's is never read.  top_k counts the own block.
 
@@ -20,7 +20,7 @@ selection covers every block (top_k >= the number of blocks) or every token (top
 position (window >= N - 1), each is dense causal attention: the tests assert it in float64.
 
 What is followed (read before writing):
-    MoBA   MoonshotAI/MoBA, moba/moba_naive.py, ``moba_attn_varlen_naive``: the gate is q . mean(K_block) (unscaled);
+    MoBA   MoonshotAI/MoBA, moba/moba_naive.py, ``moba_attn_varlen_naive``: the score is q . mean(K_block) (unscaled);
            blocks with keys after the query get -inf and the query's own block +inf before ``torch.topk(k=min(topk,
            num_block))``, so top_k counts the own block; the last block may be shorter (ceil(N / block_size)
            blocks, its mean over the keys it has); the causal mask is applied to the token mask afterwards (tril).
@@ -34,13 +34,13 @@ What is followed (read before writing):
 
 Counts (``SparseCounts``, totals over batch and heads). ``scores`` is the number of attention scores q_i . k_j
 computed (one per key read), against ``dense_scores`` = N(N+1)/2 per sequence and head for dense causal attention.
-``selection_scores`` is what choosing cost: MoBA's gates q_i . kbar_b over the earlier blocks, DSA's H_I dot products
-per query and earlier token, 0 for the window. ``kv_bytes`` counts, per query, the bytes of K and V read for its
-scores ((d + d_v) x element size per key read) plus the bytes the selection read (a mean key, d numbers, per gate; an
-indexer key, d_I numbers, per query and earlier token, once for all heads), against ``dense_kv_bytes``. Keys and
-values are counted per head (multi-head attention; DeepSeek's MLA in its MQA mode reads one latent per token for all
-heads). The indexer is what keeps DSA's fraction of bytes above zero at any length: with equal element sizes it tends
-to d_I / (H (d + d_v)) as N grows, whatever top_k.
+``selection_scores`` is what choosing cost: MoBA's block scores q_i . kbar_b over the earlier blocks, DSA's H_I dot
+products per query and earlier token, 0 for the window. ``kv_bytes`` counts, per query, the bytes of K and V read for
+its scores ((d + d_v) x element size per key read) plus the bytes the selection read (a mean key, d numbers, per block
+score; an indexer key, d_I numbers, per query and earlier token, once for all heads), against ``dense_kv_bytes``.
+Keys and values are counted per head (multi-head attention; DeepSeek's MLA in its MQA mode reads one latent per token
+for all heads). The indexer is what keeps DSA's fraction of bytes above zero at any length: with equal element sizes
+it tends to d_I / (H (d + d_v)) as N grows, whatever top_k.
 
 What NSA adds (Yuan et al. 2025, "Native Sparse Attention: Hardware-Aligned and Natively Trainable Sparse
 Attention", arXiv:2502.11089; not implemented here): three branches per query, mixed by gates g in [0, 1] computed from
@@ -150,14 +150,14 @@ def moba_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size
     own = torch.arange(n, device=q.device) // block_size  # (N,) each query's own block
     block_ids = torch.arange(blocks, device=q.device)
     with torch.no_grad():  # the selection: indices only
-        gate = q @ _block_mean_keys(k, block_size).transpose(-2, -1)  # (B, H, N, blocks): s_{i,b} = q_i . kbar_b
-        gate = gate.masked_fill(block_ids[None, :] > own[:, None], float("-inf"))  # future blocks: never
-        gate = gate.masked_fill(block_ids[None, :] == own[:, None], float("inf"))  # own block: always
-        chosen = gate.topk(min(top_k, blocks), dim=-1).indices
-        selected = torch.zeros(gate.shape, dtype=torch.bool, device=q.device).scatter_(-1, chosen, True)
+        score = q @ _block_mean_keys(k, block_size).transpose(-2, -1)  # (B, H, N, blocks): s_{i,b} = q_i . kbar_b
+        score = score.masked_fill(block_ids[None, :] > own[:, None], float("-inf"))  # future blocks: never
+        score = score.masked_fill(block_ids[None, :] == own[:, None], float("inf"))  # own block: always
+        chosen = score.topk(min(top_k, blocks), dim=-1).indices
+        selected = torch.zeros(score.shape, dtype=torch.bool, device=q.device).scatter_(-1, chosen, True)
         selected &= block_ids[None, :] <= own[:, None]  # a short prefix has fewer than top_k blocks: no future one
     keys_read = selected.repeat_interleave(block_size, dim=-1)[..., :n] & _causal_block(0, n, 0, n, device=q.device)
-    past_blocks = int(own.sum()) * q.shape[0] * q.shape[1]  # gates computed: the blocks before each query's own
+    past_blocks = int(own.sum()) * q.shape[0] * q.shape[1]  # block scores computed: the blocks before each query's own
     counts = _counts(q, v, keys_read, past_blocks, past_blocks * q.shape[-1] * k.element_size())
     return SparseAttention(_attend(q, k, v, keys_read), selected, keys_read, counts)
 

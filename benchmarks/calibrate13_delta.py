@@ -31,6 +31,9 @@ AGE_N = 32
 AGE_TRIALS = 16
 NEWEST = 8  # "the newest pairs": the last NEWEST writes
 SEEDS = (0, 1, 2)
+# "Larger heads": (d_k, d_v) sizes at n = ratio x d_k pairs, one seed (the notebook's first), TRIALS draws
+SIZES = ((16, 16), (64, 64), (64, 16))
+RATIOS = (1, 2, 4)
 
 
 def measure(base: int) -> dict[str, float]:
@@ -68,7 +71,18 @@ def measure(base: int) -> dict[str, float]:
             "age delta 0.5 old half": statistics.mean(age_soft[:half]),
             "age delta 0.5 newest": statistics.mean(age_soft[-NEWEST:]),
         })  # fmt: skip
-    return {key: statistics.mean(row[key] for row in rows) for key in rows[0]}
+    means = {key: statistics.mean(row[key] for row in rows) for key in rows[0]}
+    sizes = {
+        (d_k, d_v): recall_curve(
+            [r * d_k for r in RATIOS], d_k, d_v=d_v, memories=["additive", "delta"], trials=TRIALS, seed=base + SEEDS[0]
+        )  # fmt: skip
+        for d_k, d_v in SIZES
+    }
+    for (d_k, d_v), result in sizes.items():
+        for memory, recalls in result.items():
+            for ratio, x in zip(RATIOS, recalls):
+                means[f"size {memory} {ratio}d_k ({d_k},{d_v})"] = x
+    return means
 
 
 GAPS = {  # name: (larger, smaller, the notebook's margin): the notebook asserts larger - smaller >= the margin
@@ -79,6 +93,9 @@ GAPS = {  # name: (larger, smaller, the notebook's margin): the notebook asserts
     "age: delta - additive, newest": ("age delta newest", "age additive newest", 0.12),
     "age: additive - delta, old half": ("age additive old half", "age delta old half", 0.21),
     "age: delta 0.5 - delta 1, old half": ("age delta 0.5 old half", "age delta old half", 0.08),
+    "sizes, additive at 2 d_k: (64,64) - (16,16)": ("size additive 2d_k (64,64)", "size additive 2d_k (16,16)", 0.15),
+    "sizes, additive at 2 d_k: (64,64) - (64,16)": ("size additive 2d_k (64,64)", "size additive 2d_k (64,16)", 0.25),
+    "sizes, (64,64) at 2 d_k: additive - delta": ("size additive 2d_k (64,64)", "size delta 2d_k (64,64)", 0.21),
 }
 BOUNDS = (
     "the notebook also asserts: softmax min >= 0.95 (observed minimum in the ranges above), additive n=4d_k and "
@@ -101,7 +118,9 @@ def main() -> None:
         f"over the seeds base + {SEEDS}, as the notebook computes it (bases 1000.. are the perturbed run's). d_k = "
         f"d_v = {D_K}; curves at n = {N_PAIRS}, {TRIALS} draws per n and seed; rewrites: {REWRITE_N} keys, the first "
         f"r of them written again with new values, r = {REWRITES}; by age: {AGE_N} pairs, {AGE_TRIALS} draws, 'old "
-        f"half' = the first {AGE_N // 2} writes, 'newest' = the last {NEWEST}; 'delta 0.5' = beta {SOFT_BETA}.",
+        f"half' = the first {AGE_N // 2} writes, 'newest' = the last {NEWEST}; 'delta 0.5' = beta {SOFT_BETA}. "
+        f"'size M Rd_k (d_k,d_v)': the section 'Larger heads', memory M at n = R d_k pairs, (d_k, d_v) in {SIZES}, "
+        f"{TRIALS} draws, one seed only (base + {SEEDS[0]}), as the notebook measures it.",
         "",
         "| base | " + " | ".join(keys) + " |",
         "|---|" + "---|" * len(keys),

@@ -184,6 +184,15 @@ def test_recall_hits_are_recall_key_by_key():
         assert recall(keys, values, memory, beta=0.7) == hits.double().mean().item()
 
 
+def test_recall_hits_follow_the_order_of_first_writes_and_score_the_last_value_of_interleaved_rewrites():
+    e1, e2, e3 = torch.eye(3, dtype=F64)
+    keys = torch.stack([e2, e1, e2, e3, e1])  # first writes: e2, e1, e3; last writes: 2, 4, 3
+    values = torch.eye(5, dtype=F64)
+    assert recall_hits(keys, values, "delta").tolist() == [True, True, True]  # beta 1, orthonormal: the last value
+    # the additive memory returns old + new for e2 and e1 (a tie, a miss), e3's one value exactly
+    assert recall_hits(keys, values, "additive").tolist() == [False, False, True]
+
+
 def test_recall_by_age_averages_recall_hits_over_the_draws_of_recall_curve():
     d_k, n, trials = 8, 12, 3
     by_age = recall_by_age(n, d_k, memories=["additive", "delta"], beta=0.5, trials=trials, seed=4)
