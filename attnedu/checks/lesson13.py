@@ -34,8 +34,9 @@ cases), no decay, the write applied twice or not at all (the off-by-one pair: on
 The prediction (``predicted_recall``): recall of the additive memory and of the delta rule (beta = 1) with d_k = 32:
 64 random unit keys (twice d_k, no key repeated) and 32 keys each written twice, the second time with a new value
 (64 writes too), measured with ``attnedu.delta_rule.recall_curve`` under fixed seeds; none of the four is near 0 or
-1, and the lesson measured at d_k = 16 only. Half credit for a guess outside the margins that puts the two memories
-in the right order (on the right side of the other memory's measured recall) and is within ORDER_RANGE of its own.
+1, and the lesson measured at d_k = 16 and, for its larger heads, 64. Half credit for a guess outside the margins that
+puts the two memories in the right order (on the right side of the other memory's measured recall) and is within
+ORDER_RANGE of its own.
 """
 
 from __future__ import annotations
@@ -750,7 +751,7 @@ def _recall_diagnosis(index: int, guess: float, measured: tuple) -> str:
         )
     if index == 0 and guess < mine - 2 * RECALL_MARGIN:
         return (
-            "at the same ratio of pairs to dimensions the additive memory does better with d_k = 32 than at 16: a "
+            "at the same ratio of pairs to dimensions the additive memory does better in larger heads: a "
             "miss needs the read-out to come nearer to another value than to its own, and each such comparison is "
             "disturbed by overlaps of about 1 / sqrt(d) and by the leak's component along one direction, which "
             "shrinks as the leak spreads over more value dimensions"
@@ -794,21 +795,21 @@ PREDICTED_RECALL = prediction_exercise(
     hint=(
         "Two questions per memory: what decides whether a read-out comes out nearest to its own value when the "
         "keys are random and outnumber the dimensions, and what does the memory return for a key written twice? "
-        "The lesson measured at d_k = 16: which of its numbers carry over to d_k = 32 at the same ratio of pairs "
-        "to dimensions, and which do not?",
+        "The lesson measured heads of 16 and of 64: which of its numbers depend on the ratio of pairs to "
+        "dimensions alone, and which on the head's size?",
         "Additive: S k_i = v_i + sum_{j != i} (k_j . k_i) v_j. A key is recalled when its read-out is nearer to v_i "
         "than to every other value v_j. Each such comparison is disturbed by the overlaps k_j . k_i and v_i . v_j "
         "(about 1 / sqrt(d) each) and by the leak's component along one direction, which shrinks as the leak spreads "
-        "over more value dimensions (d_v = d_k): at the same ratio n / d_k, recall is higher at d_k = 32 than at 16. "
+        "over more value dimensions (d_v = d_k): at the same ratio n / d_k, recall rises with the head's size. "
         "A key written twice reads v_old + v_new: a coin toss between them, before the other pairs' leaks. Delta "
         "(beta = 1): the last write of a key reads back exactly, and each later write erases along its own key, so "
         "past d_k pairs the old ones fade; a key written again has its old value replaced, and loses only what the "
         "other keys' writes take from it.",
-        "No formula gives these four numbers; reason from the lesson's table. Additive, 64 distinct keys: above the "
-        "lesson's value at n = 2 d_k, since the comparisons are less disturbed at d_k = 32. Delta rule, 64 distinct "
-        "keys: near the lesson's value at n = 2 d_k. Additive, every key written twice: below one half (the coin "
+        "No formula gives these four numbers; reason from the lesson's tables. Additive, 64 distinct keys: between "
+        "the lesson's values at n = 2 d_k for heads of 16 and of 64. Delta rule, 64 distinct keys: between its "
+        "values there too. Additive, every key written twice: below one half (the coin "
         "toss, then the leaks of 31 other keys, each with two values). Delta rule, every key written twice: near "
-        "its recall of d_k distinct keys (the lesson's value at n = d_k), since a rewrite costs it nothing more.",
+        "its recall of d_k distinct keys (the lesson's values at n = d_k), since a rewrite costs it nothing more.",
     ),
 )
 

@@ -42,9 +42,8 @@ SAFE_HELPERS = {
         "ring_attention_forward",
     },
     # exercise 13b loops the learner's gated_delta_step over a sequence and compares it with the lesson's recurrence
-    # and its chunked form, and measures recall once the prediction is recorded (the check forbids all of
-    # attnedu.delta_rule inside the learner's functions)
-    "attnedu.delta_rule": {"delta_rule", "delta_rule_chunked", "recall_curve"},
+    # and its chunked form (the check forbids all of attnedu.delta_rule inside the learner's functions)
+    "attnedu.delta_rule": {"delta_rule", "delta_rule_chunked"},
 }
 # (recorded_prediction: the learner's own first prediction of the session, which an exercise cell waits for before it
 # shows a measurement; it gives nothing of the measurement away)
