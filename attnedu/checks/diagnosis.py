@@ -603,10 +603,11 @@ def _gradient_problem(exercise: Exercise, case: Case, call: Call) -> str | None:
         if bool((~torch.isfinite(g) & torch.isfinite(e)).any())
     ]
     if nonfinite:
+        note = exercise.gradient_nan_note
+        note = note(case, got) if callable(note) else note
         return (
             intro + f"the gradient that flows back to {_and(nonfinite)} contains NaN or inf where the reference's is "
-            "finite, and one NaN in a gradient turns every weight it reaches into NaN. "
-            + (exercise.gradient_nan_note or GRADIENT_NAN_NOTE)
+            "finite, and one NaN in a gradient turns every weight it reaches into NaN. " + (note or GRADIENT_NAN_NOTE)
         )
     if all(same(e, g) for e, g in zip(expected, got, strict=True)):
         return None

@@ -116,8 +116,10 @@ class Exercise:
     units: tuple[tuple[str, str, str], ...] | None = None
     large_note: str | None = None  # said when NaN or inf appear on large inputs, in the exercise's words
     nan_note: str | None = None  # said when they appear on other inputs
-    # said when the values are finite but the gradients that flow back through them are not (default: its usual causes)
-    gradient_nan_note: str | None = None
+    # said when the values are finite but the gradients that flow back through them are not (default: its usual
+    # causes); or a function (the case, the learner's gradients in the order of calling.gradient_leaves) -> that note,
+    # or "" for the default, where the cause depends on the test case and the gradients can show which it is
+    gradient_nan_note: str | Callable[[Case, tuple], str] | None = None
     # For an exercise whose answer is not a function but, say, a Triton kernel: ``launch(answer, *case.args)`` runs
     # it on a case (the answer is then never called directly).
     launch: Callable | None = None
@@ -153,7 +155,8 @@ class Prediction:
     assumed ("" if nothing to say); ``details(measured)``, more of the measurement, shown under the verdict;
     ``credit(index, guess, measured)``, half credit (0.5, else 0) for a guess outside the margins that a reasoned
     route gives (its ``diagnose`` line says where that route runs out); ``observed``, the word for how the course got
-    its value ("measured", or "counted" where it counts instead of timing)."""
+    its value ("measured", or "counted" where it counts instead of timing); ``credit_label``, what the verdict calls a
+    guess that ``credit`` rewards ("a reasoned route's value"; "in the right order" where it rewards an order)."""
 
     parts: tuple[Part, ...]
     measure: Callable[[], tuple]
@@ -162,6 +165,7 @@ class Prediction:
     details: Callable[[tuple], str] | None = None
     credit: Callable[[int, object, tuple], float] | None = None
     observed: str = "measured"
+    credit_label: str = "a reasoned route's value"
 
 
 # --------------------------------------------------------------------------------------------

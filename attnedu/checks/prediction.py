@@ -57,13 +57,15 @@ def prediction_exercise(
     forbidden: tuple[str, ...] = (),
     credit: Callable[[int, object, tuple], float] | None = None,
     observed: str = "measured",
+    credit_label: str = "a reasoned route's value",
 ) -> Exercise:
     """An exercise whose answer is a prediction (see the module's docstring): the learner's ``name()`` returns one
     value per part of ``parts``; ``measure()`` is called once per process (its result is kept) and only after a
     valid prediction. ``forbidden``: modules of the course the learner's function may not run (it would measure, not
     predict). ``credit``: optional, (part index, guess, measured) -> 0.5 for a guess outside the margins that a
     reasoned route gives (say in ``diagnose`` where it runs out), else 0. ``observed``: the word the verdict uses for
-    the course's value ("measured"; "counted" where it is counted)."""
+    the course's value ("measured"; "counted" where it is counted). ``credit_label``: what the verdict calls a guess
+    that ``credit`` rewards ("in the right order" where it rewards an order)."""
     if not parts or not all(isinstance(p, Part) for p in parts):
         raise TypeError(f"parts should be one or more Part, got {parts!r}")
     for part in parts:
@@ -74,7 +76,7 @@ def prediction_exercise(
         if part.margin is not None and not part.margin > 0:
             raise ValueError(f"part {part.name!r}: the margin should be positive, got {part.margin!r}")
     measured = Once(measure)
-    prediction = Prediction(tuple(parts), measured, question, diagnose, details, credit, observed)
+    prediction = Prediction(tuple(parts), measured, question, diagnose, details, credit, observed, credit_label)
     returns = tuple(() for _ in parts)
     return Exercise(
         name=name,
@@ -223,7 +225,7 @@ def verdict(exercise: Exercise, guess: tuple, measured: tuple) -> tuple[float, l
         points.append(got)
         line = f"{part.name}: you predicted {_show(part, g)}, {prediction.observed} {_show(part, m)}"
         if reasoned:
-            line += f": 🟡 further than twice {margin}, but a reasoned route's value (half credit)"
+            line += f": 🟡 further than twice {margin}, but {prediction.credit_label} (half credit)"
         elif part.margin is None:
             line += ": ✅ right" if got == 1 else f": ❌ not what was {prediction.observed}"
         elif got == 1:
@@ -256,8 +258,9 @@ def judge(exercise: Exercise, value, hint) -> CheckResult:
     measured = tuple(prediction.measure())
     score, lines = verdict(exercise, guess, measured)
     status = PASSED if score == 1 else FAILED if score == 0 else PARTIAL
-    if len(lines) > 1:
-        lines.append(f"Score: {score_text(score)} of 1.")
+    if len(lines) > 1:  # a mean of halves over up to four parts is exact in three decimals: 0.875, not 7/8
+        exact = abs(score * 1000 - round(score * 1000)) < 1e-9
+        lines.append(f"Score: {f'{score:g}' if exact else score_text(score)} of 1.")
     details = prediction.details(measured) if prediction.details is not None else ""
     return CheckResult(
         exercise.name, status, "\n".join(lines), hint_text=hint, findings=("prediction",), points=score,
