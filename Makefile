@@ -1,4 +1,4 @@
-# Two commands do everything on a fresh machine with Python 3.10+:
+# Two commands do everything on a fresh machine with Python 3.11+ (tools/check_python.py refuses an older one):
 #   make lab    set up the learner install, then open the course in JupyterLab at lesson 01
 #   make test   set up the contributor install, then run the whole test suite (what CI runs)
 # and for learners: make check [LESSON=04]   run your own exercise notebooks in work/ and see where you stand
@@ -33,6 +33,7 @@ LESSON ?=
 
 # The learner install: the lessons, the exercises, `make check` and the grader (requirements.txt).
 $(READY): requirements.txt requirements-nodeps.txt constraints.txt pyproject.toml
+	@$(PYTHON) tools/check_python.py
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --no-index --no-deps $(TORCH) 2>/dev/null || $(PIP) $(TORCH) $(TORCH_INDEX)
 	$(PIP) -r requirements.txt

@@ -179,3 +179,29 @@ def test_binder_start_fills_work_and_starts_the_server_as_make_lab_does(tmp_path
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):
         return None
+
+
+def test_make_lab_refuses_an_older_python_at_once(tmp_path):
+    """`make lab` with a Python older than pyproject.toml's requires-python stops before it makes anything, with a
+    message that says what to install; the Python running the tests passes the same check."""
+    for name in ("Makefile", "pyproject.toml", "requirements.txt", "requirements-nodeps.txt", "constraints.txt"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "tools").mkdir()
+    shutil.copy(ROOT / "tools" / "check_python.py", tmp_path / "tools" / "check_python.py")
+    old = tmp_path / "python3.10"  # this interpreter, telling the script it is 3.10.12
+    prelude = (
+        "import runpy, sys; sys.version_info = (3, 10, 12, 'final', 0); sys.argv = sys.argv[1:]; "
+        "runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    old.write_text(f'#!/bin/sh\nexec "{sys.executable}" -c "{prelude}" "$@"\n')
+    old.chmod(0o755)
+    started = time.monotonic()
+    made = subprocess.run(["make", "lab", f"PYTHON={old}"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    said = made.stdout + made.stderr
+    assert made.returncode != 0, said
+    assert "needs Python 3.11 or newer" in said and "is Python 3.10.12" in said, said
+    assert "make lab PYTHON=python3.11" in said, said
+    assert not (tmp_path / ".venv").exists(), "nothing is made before the refusal"
+    assert time.monotonic() - started < 30, "refused at once"
+    ours = subprocess.run([sys.executable, "tools/check_python.py"], cwd=ROOT, capture_output=True, text=True)
+    assert ours.returncode == 0, ours.stderr
