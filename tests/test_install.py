@@ -5,6 +5,7 @@ on a copy of the course."""
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
 import json
 import os
@@ -124,6 +125,9 @@ def test_binder_opens_the_lab_as_make_lab_does():
     spec.loader.exec_module(lab)
     config = json.loads((ROOT / "binder" / "jupyter" / "jupyter_server_config.json").read_text(encoding="utf-8"))
     assert config["ContentsManager"]["hide_globs"] == lab.HIDE
+    # what the set-up writes beside the lessons stays out of the learner's file browser
+    assert any(fnmatch.fnmatch("attnedu.egg-info", pattern) for pattern in lab.HIDE)
+    assert not any(fnmatch.fnmatch(name, pattern) for name in ("notebooks", "work") for pattern in lab.HIDE)
     assert config["ServerApp"]["default_url"] == f"/lab/tree/{lab.FIRST_LESSON}"
     for script in ("postBuild", "start"):
         assert os.access(ROOT / "binder" / script, os.X_OK), f"binder/{script} must be executable"

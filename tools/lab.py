@@ -28,8 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FIRST_LESSON = "notebooks/01_rnn_bottleneck.ipynb"
 WORK, EXERCISES = "work", "exercises"
-# JupyterLab's default hidden names, plus exercises/ (the learner's copies are in work/)
-HIDE = ["__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", EXERCISES]
+# JupyterLab's default hidden names, plus attnedu.egg-info (pip's record of the course's editable install, made by
+# the set-up) and exercises/ (the learner's copies are in work/)
+HIDE = ["__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "*.egg-info", EXERCISES]
 # Exercise notebooks the course has split or renamed: old name -> (new names, what changed). A learner's copy under
 # the old name stays in work/ as it is; the new notebooks are copied in beside it, and the first start that copies
 # them says what changed. (tests/test_lab.py checks the function names below against the exercise registry.)
