@@ -58,9 +58,11 @@ token it could park on). ``marker_task`` draws sequences of ``vocab`` ordinary t
 hold one *marked* token (id ``vocab + x`` for the ordinary token x) at a random position p. At every position t the
 target is x once the marker has been seen (t >= p), else the current token itself (a label per position, not the next
 token). The queries before the marker, or of a sequence without one, are *idle*: their answer is already in the
-residual stream (the token's own embedding), so attention has nothing to add there. A constant target (a token
-"none" at every idle query) would not do: a constant token such as BOS could carry that answer in its value, and a
-head parking on it would be reading something. ``marker_reading`` tests this: it zeroes BOS's value vector in the
+residual stream (the token's own embedding), so a head has nothing to copy there; the one thing attention must still
+tell an idle query is that no marker came before it (the tokens after a marker are ordinary tokens), which a head
+with a sink or a gate can say with an empty output and a plain softmax head only with some value. A constant target
+(a token "none" at every idle query) would not do: BOS could carry that whole answer in its value, and a head parking
+on it would be reading the answer itself. ``marker_reading`` tests this: it zeroes BOS's value vector in the
 last layer and measures the accuracy at the idle and at the busy queries again.
 
     marker_task(batch, length, vocab, generator)   tokens (BOS = 2 vocab), targets, seen
@@ -407,8 +409,8 @@ def marker_task(batch: int, length: int, vocab: int, generator: torch.Generator,
     """``batch`` sequences of ``length`` tokens: BOS (id 2 vocab), then ordinary tokens drawn uniformly from 0..vocab-1;
     with probability ``present`` one of them, at a position p drawn from 1..length-1, is marked (its id x becomes
     vocab + x). Target at position t: x if the sequence has a marker and t >= p, else the token at t itself (the idle
-    queries need nothing from attention); a model needs a vocabulary of 2 vocab + 1. -> MarkerBatch(tokens, targets,
-    seen, position)."""
+    queries need nothing copied, only the fact that no marker came); a model needs a vocabulary of 2 vocab + 1.
+    -> MarkerBatch(tokens, targets, seen, position)."""
     for name, value, meaning in (("batch", batch, "sequences"), ("vocab", vocab, "ordinary tokens")):
         check_positive_int(name, value, meaning)
     length = check_int("length", length, "tokens per sequence, BOS included", 2)
@@ -497,7 +499,8 @@ class MarkerReading(NamedTuple):
     position; ``accuracy`` a dict of the share of right answers (argmax) at the ``"idle"`` queries (query 0 left
     out) and at the ``"busy"`` ones (the marker seen), intact, and ``"idle, BOS value zeroed"``, ``"busy, BOS value
     zeroed"``: the same with the value vector of position 0 set to 0 in every head of the last layer's attention
-    (if the heads that park on BOS at the idle queries read nothing there, the idle accuracy does not move)."""
+    (if the rest of the model ignored what the heads parked on BOS write at the idle queries, the idle accuracy
+    would not move)."""
 
     on_marker: torch.Tensor
     idle_first: torch.Tensor
