@@ -133,6 +133,19 @@ def test_binder_opens_the_lab_as_make_lab_does():
         assert os.access(ROOT / "binder" / script, os.X_OK), f"binder/{script} must be executable"
 
 
+def test_make_lab_asks_nothing_about_jupyter_news():
+    """`make lab` gives JupyterLab the course's settings defaults: no prompt about Jupyter's news feed at the first
+    start and no update check (a running server's settings API showed both defaults in effect when this was added)."""
+    spec = importlib.util.spec_from_file_location("lab", ROOT / "tools" / "lab.py")
+    lab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lab)
+    folder = ROOT / lab.SETTINGS
+    assert f"--LabApp.app_settings_dir={folder}" in lab.command()
+    overrides = json.loads((folder / "overrides.json").read_text(encoding="utf-8"))
+    news = {"fetchNews": "false", "checkForUpdates": False}
+    assert overrides == {"@jupyterlab/apputils-extension:notification": news}
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="binder/start is a bash script")
 def test_binder_start_fills_work_and_starts_the_server_as_make_lab_does(tmp_path):
     """binder/start on a copy of the course, starting a real Jupyter server: work/ is filled without touching

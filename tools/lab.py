@@ -31,6 +31,10 @@ WORK, EXERCISES = "work", "exercises"
 # JupyterLab's default hidden names, plus attnedu.egg-info (pip's record of the course's editable install, made by
 # the set-up) and exercises/ (the learner's copies are in work/)
 HIDE = ["__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "*.egg-info", EXERCISES]
+# JupyterLab's defaults for the course (overrides.json): no "Would you like to get notified about official Jupyter
+# news?" prompt at the first start, and no check for JupyterLab updates (the course pins its version); nothing is
+# fetched from the internet. A learner's own choice in Settings still wins over these defaults.
+SETTINGS = Path("tools") / "lab_settings"
 # Exercise notebooks the course has split or renamed: old name -> (new names, what changed). A learner's copy under
 # the old name stays in work/ as it is; the new notebooks are copied in beside it, and the first start that copies
 # them says what changed. (tests/test_lab.py checks the function names below against the exercise registry.)
@@ -105,6 +109,7 @@ def command(extra: list[str] | None = None, root: Path = ROOT) -> list[str]:
         f"--ServerApp.root_dir={root}",
         f"--LabApp.default_url=/lab/tree/{FIRST_LESSON}",
         *(f"--ContentsManager.hide_globs={pattern}" for pattern in HIDE),
+        f"--LabApp.app_settings_dir={root / SETTINGS}",
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         args.append("--allow-root")
