@@ -7,6 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 READY  := $(VENV)/.ready
 DEV_READY := $(VENV)/.ready-dev
+INSTRUCTOR_READY := $(VENV)/.ready-instructor
 # Every install is held to the exact versions in constraints.txt (regenerate with `make lock`).
 PIP    := $(BIN)/python -m pip install --quiet -c constraints.txt
 # torch goes in first, so that nothing else can pull a build of its own: a wheel already on this
@@ -29,7 +30,7 @@ ARGS ?=
 # `make check LESSON=04` checks only work/04_*.ipynb
 LESSON ?=
 
-.PHONY: lab check test notebooks book lock cuda gpu-bench clean
+.PHONY: lab check instructor test notebooks book lock cuda gpu-bench clean
 
 # The learner install: the lessons, the exercises, `make check` and the grader (requirements.txt).
 $(READY): requirements.txt requirements-nodeps.txt constraints.txt pyproject.toml
@@ -42,8 +43,15 @@ $(READY): requirements.txt requirements-nodeps.txt constraints.txt pyproject.tom
 	$(BIN)/python -c "import matplotlib.pyplot"  # build the font cache now, not in a notebook
 	touch $(READY)
 
-# The contributor install: the learner install plus the book, the test tools and Playwright (requirements-dev.txt).
-$(DEV_READY): $(READY) requirements-dev.txt
+# The instructor install: the learner install plus nbgrader and JupyterHub (requirements-instructor.txt).
+$(INSTRUCTOR_READY): $(READY) requirements-instructor.txt
+	$(PIP) -r requirements-instructor.txt
+	touch $(INSTRUCTOR_READY)
+
+instructor: $(INSTRUCTOR_READY)
+
+# The contributor install: the instructor install plus the book, the test tools and Playwright (requirements-dev.txt).
+$(DEV_READY): $(READY) requirements-dev.txt requirements-instructor.txt
 	$(PIP) -r requirements-dev.txt
 	touch $(DEV_READY)
 

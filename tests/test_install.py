@@ -64,7 +64,7 @@ LOCK = pins_of(ROOT / "constraints.txt")
 
 
 def test_every_pin_is_the_lock_files():
-    for name in ("requirements.txt", "requirements-dev.txt"):
+    for name in ("requirements.txt", "requirements-instructor.txt", "requirements-dev.txt"):
         pins, _, _ = read_requirements(ROOT / name)
         assert pins, name
         drift = {k: (v, LOCK.get(k)) for k, v in pins.items() if LOCK.get(k) != v}
@@ -78,7 +78,11 @@ def test_the_learner_install_carries_nothing_only_contributors_need():
     assert CONTRIBUTOR_ONLY <= set(contributor)
     assert set(learner) < set(contributor)  # the contributor install is the learner's and more
     assert {"torch", "jupyterlab", "nbval", "pytest", "nbclient"} <= set(learner)  # lessons, make check, grader
-    assert "-r requirements.txt" in (ROOT / "requirements-dev.txt").read_text(encoding="utf-8").splitlines()
+    # the contributor install includes the instructor install, which includes the learner's
+    assert "-r requirements-instructor.txt" in (ROOT / "requirements-dev.txt").read_text(encoding="utf-8").splitlines()
+    assert "-r requirements.txt" in (ROOT / "requirements-instructor.txt").read_text(encoding="utf-8").splitlines()
+    instructor, _, _ = read_requirements(ROOT / "requirements-instructor.txt")
+    assert not CONTRIBUTOR_ONLY & set(instructor) and set(learner) < set(instructor) < set(contributor)
 
 
 def test_make_installs_each_set_and_locks_both():
@@ -90,6 +94,11 @@ def test_make_installs_each_set_and_locks_both():
     assert "-c constraints.txt -r requirements.txt" in lab and "requirements-dev.txt" not in lab
     assert "-c constraints.txt -r requirements-dev.txt" in test
     assert "-r requirements-dev.txt" in dry("lock")  # which includes requirements.txt: one lock file for both
+    instructor = dry("instructor")
+    assert "-c constraints.txt -r requirements-instructor.txt" in instructor
+    assert "requirements-dev.txt" not in instructor
+    # the contributor install holds the instructor's tools, so that `make test` runs nbgrader and JupyterHub
+    assert {"nbgrader", "jupyterhub"} <= set(read_requirements(ROOT / "requirements-dev.txt")[0])
 
 
 def test_the_pretrained_model_goes_in_without_its_dependencies():
