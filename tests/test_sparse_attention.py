@@ -275,3 +275,17 @@ def test_retrieval_task_refuses_what_it_cannot_build():
         retrieval_recall(task.v[:, :, :10], task)
     with pytest.raises(TypeError, match="task"):
         retrieval_recall(task.v, tuple(task))
+
+
+def test_nsa_decoding_keys_counts_every_block_by_hand_and_the_papers_sizes():
+    from attnedu.sparse_attention import NSA_SIZES, nsa_decoding_keys
+
+    for n in (1, 31, 32, 33, 47, 48, 100, 1024, 1025):
+        starts = [s for s in range(0, n, 16) if s + 32 <= n]  # compressed blocks of 32 keys, one every 16 tokens
+        got = nsa_decoding_keys(n, block=32, stride=16, select_block=64, n_select=2, window=40)
+        assert got == (len(starts), min(128, n), min(40, n)), n
+        assert got.total == sum(got)
+    assert nsa_decoding_keys(4096) == nsa_decoding_keys(4096, **NSA_SIZES)
+    # the paper's Table 4 counts about 5,632 keys at 64k tokens and expects 11.6x: the same three parts
+    reads = nsa_decoding_keys(65536)
+    assert reads == (4095, 1024, 512) and round(65536 / reads.total, 1) == 11.6
