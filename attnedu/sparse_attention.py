@@ -49,11 +49,15 @@ blocks) + g_win Attn(q_t, sliding window). The compressed branch turns each bloc
 taken every d <= l positions, into one key by a learned MLP (a learned MoBA mean); the selected branch reads the top n
 blocks of l' keys, scored from the compressed branch's own attention probabilities, so choosing costs no extra dot
 products; the window branch reads the last w keys. The paper's sizes: l = 32, d = 16, l' = 64, n = 16, w = 512
-(``NSA_SIZES``), in a 27B-parameter model trained on 260B tokens. ``nsa_decoding_keys`` counts the keys one decoding
-step reads at most with those sizes (the paper's Table 4 counts the same three parts: about 5,632 against 65,536 at
-64k tokens, an expected speed-up of 11.6x for memory-bound decoding); its Triton kernels measured 9.0x (forward) and
-6.0x (backward) against FlashAttention-2 in Triton at 64k on A100s. The form as written by the paper and by the
-implementations that follow it: NVIDIA cuDNN's NSA frontend, flash-linear-attention's ``naive_nsa``.
+(``NSA_SIZES``, its section 4.1; the first block and the 2 most recent are always among the n), in a 27B-parameter
+mixture-of-experts model (3B active) pretrained on 270B tokens (260B in the paper's introduction). Each 64-key block is
+scored by the compressed attention its overlapping summaries got, summed over the query heads of a GQA group, so the
+group reads one set of blocks. ``nsa_decoding_keys`` counts the keys one decoding step's attention reads with those
+sizes (the paper's Table 4 sums the same three parts: 5,632 against 65,536 at 64k tokens, an expected speed-up of
+11.6x for memory-bound decoding attention); its Triton attention kernels measured 9.0x (forward) and 6.0x (backward)
+against Triton FlashAttention-2 at 64k on A100s (its Figure 6). The gated sum as written by the paper and by the
+implementations that follow it: NVIDIA cuDNN's NSA frontend, flash-linear-attention's ``naive_nsa`` (which
+mean-pools the compressed keys and shares one K/V across the branches).
 
 The retrieval task (``retrieval_task``, lesson 13's experiments): N keys on the unit sphere in runs of ``passage``
 consecutive tokens that share a topic direction t_p,  k_j = normalise(c t_p(j) + sqrt(1 - c^2) u_j)  with t, u random
@@ -245,9 +249,12 @@ def nsa_decoding_keys(
     """The keys NSA reads to decode one token with ``n_cached`` tokens in the cache (the new one included), defaults
     the paper's sizes (``NSA_SIZES``): the compressed keys, one per block of ``block`` tokens starting every ``stride``
     (floor((n_cached - block) / stride) + 1 of them, 0 while n_cached < block); ``n_select`` selected blocks of
-    ``select_block`` tokens (fewer while the cache holds fewer); the last ``window`` tokens. Counted as the paper
-    counts its decoding reads: a selected block that overlaps the window is counted twice (an upper bound), and a
-    compressed key costs what a key does. Dense attention reads n_cached keys."""
+    ``select_block`` tokens (fewer while the cache holds fewer); the last ``window`` tokens. The three parts are summed
+    as the paper's Table 4 sums them: the paper gives each branch its own keys and values, so nothing is read twice (a
+    model that shares one cache across the branches reads the overlap of the selected blocks and the window once: for
+    it this is an upper bound), and a compressed key costs what a key does. The compressed count is the length of the
+    paper's eq. (8), floor((t - l)/d) + 1: one fewer than its Table 4 (which takes t/d), so each total here is one
+    below the table's and the ratios agree to the decimal it prints. Dense attention reads n_cached keys."""
     n_cached, block, stride, select_block, n_select, window = _check_nsa_decoding_keys(
         n_cached, block, stride, select_block, n_select, window
     )

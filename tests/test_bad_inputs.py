@@ -1009,7 +1009,8 @@ BAD_CALLS = [
     ("nsa_decoding_keys/stride-above-block", lambda: sparse_attention.nsa_decoding_keys(1024, block=16, stride=32),
      ValueError, r"stride \(tokens between compressed blocks' starts \(the paper's d\)\) should be an int with "
      r"1 <= stride <= 16"),
-    ("nsa_decoding_keys/n_cached-0", lambda: sparse_attention.nsa_decoding_keys(0), ValueError, r"n_cached"),
+    ("nsa_decoding_keys/n_cached-0", lambda: sparse_attention.nsa_decoding_keys(0), ValueError,
+     r"n_cached \(tokens in the cache, the new one included\) should be"),
     ("retrieval_recall/task", lambda: sparse_attention.retrieval_recall(Q4, (Q4,)), TypeError,
      r"task should be a RetrievalTask \(from retrieval_task\), got tuple"),
     # ---- delta_rule (lesson 13): a write strength outside the stable range diverged silently ---------------------

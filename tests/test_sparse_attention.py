@@ -286,6 +286,7 @@ def test_nsa_decoding_keys_counts_every_block_by_hand_and_the_papers_sizes():
         assert got == (len(starts), min(128, n), min(40, n)), n
         assert got.total == sum(got)
     assert nsa_decoding_keys(4096) == nsa_decoding_keys(4096, **NSA_SIZES)
-    # the paper's Table 4 counts about 5,632 keys at 64k tokens and expects 11.6x: the same three parts
-    reads = nsa_decoding_keys(65536)
-    assert reads == (4095, 1024, 512) and round(65536 / reads.total, 1) == 11.6
+    # the paper's Table 4 (t/d compressed keys, one more than its eq. 8) and its expected speed-ups
+    for n, table, speedup in ((8192, 2048, 4.0), (16384, 2560, 6.4), (32768, 3584, 9.1), (65536, 5632, 11.6)):
+        reads = nsa_decoding_keys(n)
+        assert reads.total == table - 1 and reads[1:] == (1024, 512) and round(n / reads.total, 1) == speedup
