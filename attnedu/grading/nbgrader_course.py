@@ -65,6 +65,13 @@ c.CourseGrader.no_sandbox = False  # True grades without bubblewrap: unsafe (doc
 '''
 
 
+# Hidden from the learner (generate_assignment removes it), put back by autograde: a check cell run by nbgrader's own
+# Execute step (the course's config failed to load, or is not used) raises, and scores 0. Without it, each check cell
+# would score full marks there: nbgrader gives them to a cell that shows anything but a number, and a check shows
+# its result. The course's grader (nbgrader_scores) runs the cells as the learner saw them, without this.
+GUARD = f"""### BEGIN HIDDEN TESTS
+raise RuntimeError("nbgrader's own Execute step cannot score this course's checks: use the course's {CONFIG}")
+### END HIDDEN TESTS"""
 PREDICTION_CELL = {"grade": False, "locked": False, "schema_version": 3, "solution": True, "task": False}
 
 
@@ -109,6 +116,7 @@ def source_notebook(solution: nbformat.NotebookNode, name: str = "notebook") -> 
         if exercise not in LESSONS[lesson]:
             raise ValueError(f"{name}: check cell {CHECK_PREFIX}{exercise} checks no exercise of lesson {lesson}")
         cell.metadata.nbgrader.update(grade=True, points=POINTS, locked=True)
+        cell.source = f"{cell.source}\n{GUARD}"
         found.append(exercise)
     if sorted(found) != sorted(LESSONS[lesson]):
         raise ValueError(
