@@ -51,14 +51,17 @@ class CourseGrader(NbGraderPreprocessor):
         info = resources.get("nbgrader", {})
         name = f"{info.get('student', 'student')}_{info.get('notebook', 'notebook')}.ipynb"
         if self.memory_gb < 2:
-            raise ValueError(f"CourseGrader.memory_gb = {self.memory_gb:g} is too small: a kernel with torch maps 1.4 GB")
+            raise ValueError(f"CourseGrader.memory_gb = {self.memory_gb:g} is too small: torch maps 1.4 GB")
         graded, warnings = grade_one(
             name, as_the_learner_saw_it(nb), self.settings(), self.no_sandbox, _course_folders(info.get("db_url", ""))
         )
         for warning in warnings:
             self.log.warning(warning)
         self.log.info(
-            "%s: %s, %s", name, graded.notebook, ", ".join(f"{r.exercise} {r.status} {r.score:g}" for r in graded.results)
+            "%s: %s, %s",
+            name,
+            graded.notebook,
+            ", ".join(f"{r.exercise} {r.status} {r.score:g}" for r in graded.results),
         )
         write_outputs(nb, graded, self.feedback)
         return nb, resources
