@@ -30,7 +30,7 @@ ARGS ?=
 # `make check LESSON=04` checks only work/04_*.ipynb
 LESSON ?=
 
-.PHONY: lab check instructor test notebooks book lock cuda gpu-bench clean
+.PHONY: lab check instructor nbgrader-course test notebooks book lock cuda gpu-bench clean
 
 # The learner install: the lessons, the exercises, `make check` and the grader (requirements.txt).
 $(READY): requirements.txt requirements-nodeps.txt constraints.txt pyproject.toml
@@ -49,6 +49,12 @@ $(INSTRUCTOR_READY): $(READY) requirements-instructor.txt
 	touch $(INSTRUCTOR_READY)
 
 instructor: $(INSTRUCTOR_READY)
+
+# An nbgrader course directory made from solutions/, in nbgrader_course/ (git-ignored): one assignment per exercise
+# notebook, the student versions released, the gradebook, and the config under which autograde runs each submission
+# in the course grader's sandbox (docs/instructors.md, "Grading with nbgrader"). Run nbgrader from that folder.
+nbgrader-course: $(INSTRUCTOR_READY)
+	$(BIN)/python -m attnedu.grading.nbgrader_course nbgrader_course
 
 # The contributor install: the instructor install plus the book, the test tools and Playwright (requirements-dev.txt).
 $(DEV_READY): $(READY) requirements-dev.txt requirements-instructor.txt
