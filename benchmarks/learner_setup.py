@@ -6,6 +6,7 @@ Merges what it measured into benchmarks/learner_setup.json, the record the READM
     python3 benchmarks/learner_setup.py setup /tmp/clone               # git clone . /tmp/clone; time the set-up; du
     python3 benchmarks/learner_setup.py check /tmp/clone 01 02 03      # make check LESSON=NN there, one after another
     python3 benchmarks/learner_setup.py check /tmp/clone all           # make check over every notebook of work/
+    python3 benchmarks/learner_setup.py check /tmp/clone finished      # the same with every exercise done
 
 Run each under the machine's CPU lock with nothing else running, a few lessons per call. Standard library only.
 """
@@ -18,6 +19,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -69,41 +71,59 @@ def setup(clone: Path) -> dict:
 
 
 def check(clone: Path, lessons: list[str]) -> dict:
-    """Wall seconds of `tools/check.py` (what `make check` runs) per lesson, or over all of work/ for "all"."""
+    """Wall seconds of `tools/check.py` (what `make check` runs) per lesson, or over all of work/ for "all", on an
+    untouched work/; "finished" runs all of them with every exercise done (the solutions as work/, which is put back
+    afterwards)."""
     if not (clone / ".venv" / ".ready").exists():
         raise SystemExit(f"{clone} has no learner install: run the setup step first")
     found = {}
     for lesson in lessons:
-        command = [str(clone / ".venv" / "bin" / "python"), "tools/check.py", *([] if lesson == "all" else [lesson])]
-        start = time.monotonic()
-        done = subprocess.run(command, cwd=clone, env=clean_env(), capture_output=True, text=True)
-        seconds = time.monotonic() - start
-        if done.returncode != 0 or "0 passed, 0 failed" not in done.stdout:
-            raise SystemExit(f"make check {lesson} did not run an untouched work/ cleanly:\n{done.stdout}{done.stderr}")
+        finished = lesson == "finished"
+        command = [str(clone / ".venv" / "bin" / "python"), "tools/check.py"]
+        command += [] if lesson in ("all", "finished") else [lesson]
+        if finished:
+            (clone / "work").rename(clone / "work-untouched")
+            shutil.copytree(clone / "solutions", clone / "work")
+        try:
+            start = time.monotonic()
+            done = subprocess.run(command, cwd=clone, env=clean_env(), capture_output=True, text=True)
+            seconds = time.monotonic() - start
+        finally:
+            if finished:
+                shutil.rmtree(clone / "work")
+                (clone / "work-untouched").rename(clone / "work")
+        expected = " 0 failed, 0 not attempted, 0 not checked" if finished else "0 passed, 0 failed"
+        if done.returncode != 0 or expected not in done.stdout:
+            raise SystemExit(f"make check {lesson} did not end as expected:\n{done.stdout}{done.stderr}")
         notebooks = {m[1]: int(m[2]) for m in map(NOTEBOOK_LINE.match, done.stdout.splitlines()) if m}
         found[lesson] = {"seconds": round(seconds, 1), "notebooks": notebooks}
         print(f"make check {lesson}: {seconds:.1f} s {notebooks}", flush=True)
     return found
 
 
+def commit(clone: Path) -> str:
+    """The commit measured: the clone's."""
+    done = subprocess.run(["git", "-C", str(clone), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("step", choices=("setup", "check"))
     parser.add_argument("clone", type=Path)
-    parser.add_argument("lessons", nargs="*", help="for check: lessons (01, 08a, ...) or all")
+    parser.add_argument("lessons", nargs="*", help="for check: lessons (01, 08a, ...), all or finished")
     args = parser.parse_args(argv)
     record = json.loads(RECORD.read_text(encoding="utf-8")) if RECORD.exists() else {}
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     if args.step == "setup":
         record["setup"] = setup(args.clone.resolve())
-        record["setup"].update(date=datetime.date.today().isoformat(), commit=commit.stdout.strip(), machine=machine())
+        record["setup"].update(date=datetime.date.today().isoformat(), commit=commit(args.clone), machine=machine())
         print(json.dumps(record["setup"], indent=1))
     else:
         if not args.lessons:
             parser.error("check needs lessons, or all")
         checks = record.setdefault("check", {})
         for lesson, figures in check(args.clone.resolve(), args.lessons).items():
-            checks[lesson] = {**figures, "date": datetime.date.today().isoformat(), "commit": commit.stdout.strip()}
+            checks[lesson] = {**figures, "date": datetime.date.today().isoformat(), "commit": commit(args.clone)}
         record["check"] = dict(sorted(checks.items()))
     RECORD.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return 0
