@@ -797,7 +797,13 @@ def test_feedback_levels(hint):
 
     diagnosis = feedback(graded, row, "diagnosis")
     assert "softmax over the wrong axis" in diagnosis and "ZeroDivisionError" in diagnosis
-    assert not any(step in diagnosis for step in steps) and 'hint("name")' in diagnosis
+    assert not any(step in diagnosis for step in steps) and 'hint("name")' not in diagnosis
+    # the call that shows the hint, for the exercise that needs it, under that exercise; none for the others
+    section = diagnosis.split("`masked_softmax`: failed")[1].split("\n## ")[0]
+    assert '`hint("masked_softmax")`' in section and "code cell of your exercise notebook" in diagnosis
+    assert diagnosis.count("`hint(") == 2  # the call, and the closing line's `hint("...")`
+    for name in ("additive_score", "decoder_step", "coverage"):  # passed, or flagged: no hint offered
+        assert f'hint("{name}")' not in diagnosis
 
     score = feedback(graded, row, "score")
     assert "**Score: 2 / 5**" in score and "`masked_softmax`: failed" in score and "`coverage`: passed" in score

@@ -155,16 +155,49 @@ def test_make_lab_asks_nothing_about_jupyter_news():
     assert overrides == {"@jupyterlab/apputils-extension:notification": news}
 
 
+def test_binder_asks_nothing_about_jupyter_news():
+    """On Binder and JupyterHub the server reads binder/jupyter/ (binder/start puts it on JUPYTER_CONFIG_PATH), whose
+    Python config gives JupyterLab the same settings folder as `make lab`, found from where the file is, wherever the
+    image puts the course (the test below asks a running server for the settings)."""
+    spec = importlib.util.spec_from_file_location("lab", ROOT / "tools" / "lab.py")
+    lab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lab)
+    config_file = ROOT / "binder" / "jupyter" / "jupyter_server_config.py"
+
+    class Section:
+        pass
+
+    class Config:
+        LabApp = Section()
+
+    code = compile(config_file.read_text(encoding="utf-8"), str(config_file), "exec")
+    exec(code, {"c": Config, "__file__": str(config_file)})  # as traitlets runs a config file
+    assert Path(Config.LabApp.app_settings_dir) == ROOT / lab.SETTINGS
+    assert "binder/jupyter" in (ROOT / "binder" / "start").read_text(encoding="utf-8")
+
+
+NEWS_SETTINGS = "@jupyterlab/apputils-extension:notification"
+
+
+def jupyterlab_news_defaults() -> dict:
+    """JupyterLab's own defaults for the news prompt and the update check, from its installed schema."""
+    schema = Path(sys.prefix, "share", "jupyter", "lab", "schemas", *NEWS_SETTINGS.split(":")).with_suffix(".json")
+    properties = json.loads(schema.read_text(encoding="utf-8"))["properties"]
+    return {key: properties[key]["default"] for key in ("fetchNews", "checkForUpdates")}
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="binder/start is a bash script")
 def test_binder_start_fills_work_and_starts_the_server_as_make_lab_does(tmp_path):
     """binder/start on a copy of the course, starting a real Jupyter server: work/ is filled without touching
-    what is there, exercises/ is hidden, and / opens lesson 01."""
+    what is there, exercises/ is hidden, / opens lesson 01, and JupyterLab's settings say no news prompt and no update
+    check, where its own defaults say the opposite (so the course's settings are what changed them)."""
     course = tmp_path / "course"
     for folder in ("binder", "tools", "exercises", "notebooks"):
         (course / folder).mkdir(parents=True)
     shutil.copy2(ROOT / "binder" / "start", course / "binder" / "start")
     shutil.copytree(ROOT / "binder" / "jupyter", course / "binder" / "jupyter")
     shutil.copy(ROOT / "tools" / "lab.py", course / "tools" / "lab.py")
+    shutil.copytree(ROOT / "tools" / "lab_settings", course / "tools" / "lab_settings")
     shutil.copy(ROOT / "notebooks" / "01_rnn_bottleneck.ipynb", course / "notebooks")
     for name in ("01_rnn_bottleneck.ipynb", "02_bahdanau_attention.ipynb"):
         shutil.copy(ROOT / "exercises" / name, course / "exercises")
@@ -195,6 +228,11 @@ def test_binder_start_fills_work_and_starts_the_server_as_make_lab_does(tmp_path
         with pytest.raises(urllib.error.HTTPError) as redirect:
             opener.open(f"{base}/", timeout=10)
         assert redirect.value.headers["Location"].split("?")[0].endswith("/lab/tree/notebooks/01_rnn_bottleneck.ipynb")
+        with urllib.request.urlopen(f"{base}/lab/api/settings/{NEWS_SETTINGS}", timeout=10) as reply:
+            properties = json.load(reply)["schema"]["properties"]
+        served = {key: properties[key]["default"] for key in ("fetchNews", "checkForUpdates")}
+        assert served == {"fetchNews": "false", "checkForUpdates": False}, served
+        assert jupyterlab_news_defaults() == {"fetchNews": "none", "checkForUpdates": True}  # ask, and check
     finally:
         process.terminate()
         process.wait(timeout=30)

@@ -282,6 +282,12 @@ def test_make_check_on_untouched_finished_and_broken_notebooks(tmp_path):
     assert f"❌ {wrong}: failed" in out and "on test case" in out.split(f"❌ {wrong}: failed")[1].split("\n")[1]
     assert "ZeroDivisionError" in out and "1 raised an error" in out
     assert f"{L02}.ipynb (" in out and "where you stand" in out
+    # each notebook's line as it finishes: "ok" only for a notebook with no cell error and no failed exercise
+    progress = {line.split(".ipynb: ")[0].split("/")[-1]: line.split(".ipynb: ")[1] for line in out.splitlines()
+                if line.startswith("  work/")}  # fmt: skip
+    assert progress[L01].startswith("ok: 4 not attempted (") and progress[L02].startswith("ok: 5 passed (")
+    assert progress[L03].startswith("1 cell raised an error, ") and " failed; " in progress[L03], progress[L03]
+    assert f'`hint("{wrong}")`' in out.splitlines()[-1]  # the hint's call, for the exercise that failed
     for lesson in (L01, L02, L03):  # nothing written into the notebooks
         if lesson != L03:
             source = ROOT / ("exercises" if lesson == L01 else "solutions") / f"{lesson}.ipynb"
@@ -290,17 +296,51 @@ def test_make_check_on_untouched_finished_and_broken_notebooks(tmp_path):
     assert check(root, "09").returncode == 2
 
 
+def check_tool(monkeypatch):
+    """tools/check.py as a module."""
+    spec = importlib.util.spec_from_file_location("check_tool", ROOT / "tools" / "check.py")
+    tool = importlib.util.module_from_spec(spec)
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))
+    monkeypatch.setitem(sys.modules, "check_tool", tool)  # its dataclasses look their module up there
+    spec.loader.exec_module(tool)
+    return tool
+
+
+def test_a_notebook_with_a_failed_exercise_is_not_ok(tmp_path, monkeypatch):
+    """The line make check prints as each notebook finishes says "ok" only when no cell raised and no exercise failed
+    or was partly right (a failed check raises nothing: the notebook runs to its end); otherwise it says what
+    happened, and the summary's last line names the call that gives each failed exercise's hint."""
+    from attnedu import checks
+
+    tool = check_tool(monkeypatch)
+
+    def run(*records, failed_cells=()):
+        done = tool.Run(tmp_path / f"{L02}.ipynb", cells=12, failed_cells=list(failed_cells))
+        done.records = [{"exercise": name, "status": status, "score": 0, "message": "m"} for name, status in records]
+        return done
+
+    fine = run(("additive_score", "passed"), ("masked_softmax", "not_attempted"))
+    assert tool.verdict(fine) == "ok: 1 passed, 1 not attempted"
+    wrong = run(("additive_score", "passed"), ("masked_softmax", "failed"), ("context_vector", "not_attempted"))
+    assert tool.verdict(wrong) == "1 exercise failed; 1 passed, 1 not attempted"
+    again = run(("masked_softmax", "failed"), ("masked_softmax", "passed"))  # fixed, checked again: the last counts
+    assert tool.verdict(again) == "ok: 1 passed"
+    both = run(("masked_softmax", "failed"), ("coverage", "failed"), failed_cells=["Cell 3", "Cell 5"])
+    assert tool.verdict(both) == "2 cells raised an error, 2 exercises failed"
+    assert tool.verdict(tool.Run(tmp_path / "x.ipynb")) == "nbval could not run it"
+    text, ok = tool.report([wrong], checks.LESSONS)
+    assert not ok and text.splitlines()[-1] == 'Stuck? In its notebook, `hint("masked_softmax")` gives a hint.'
+    text, _ = tool.report([both], checks.LESSONS)
+    assert '`hint("masked_softmax")`, `hint("coverage")` give hints' in text.splitlines()[-1]
+
+
 def test_make_check_counts_a_prediction_partly_right(tmp_path, monkeypatch):
     """A graded prediction half right: the check records its status and score, and make check's summary shows it
     partly right, with its score and its lines, counts it in the total score, and exits 1 as for a failure."""
     from attnedu import checks
     from attnedu.checks.prediction import forget_predictions
 
-    spec = importlib.util.spec_from_file_location("check_tool", ROOT / "tools" / "check.py")
-    tool = importlib.util.module_from_spec(spec)
-    monkeypatch.syspath_prepend(str(ROOT / "tools"))
-    monkeypatch.setitem(sys.modules, "check_tool", tool)  # its dataclasses look their module up there
-    spec.loader.exec_module(tool)
+    tool = check_tool(monkeypatch)
     record = tmp_path / "record.jsonl"
     monkeypatch.setenv(tool.RECORD_ENV, str(record))
     forget_predictions()
@@ -315,6 +355,7 @@ def test_make_check_counts_a_prediction_partly_right(tmp_path, monkeypatch):
     assert not ok
     assert "🟡 wrong_layout_prediction: partly right (score 0.5)" in text
     assert "you predicted yes, measured no" in text and "1 partly right" in text and "(score 0.5 of 5)" in text
+    assert tool.verdict(run).startswith("1 prediction partly right")
 
 
 # --------------------------------------------------------------------------------------------

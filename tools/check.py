@@ -137,10 +137,7 @@ def lesson_of(notebook: Path, lessons: dict[str, list[str]]) -> str | None:
 
 def standing(run: Run, lessons: dict[str, list[str]]) -> list[tuple[str, str, str, float]]:
     """(exercise, status, message, score) for each exercise of the notebook's lesson, then any other it checked."""
-    latest = {}
-    for record in run.records:  # a check called twice: its last result counts
-        if isinstance(record, dict) and isinstance(record.get("exercise"), str):
-            latest[record["exercise"]] = record
+    latest = latest_records(run)
     lesson = lesson_of(run.notebook, lessons)
     names = list(lessons.get(lesson, [])) + [n for n in latest if n not in lessons.get(lesson, [])]
     rows = []
@@ -157,10 +154,46 @@ def standing(run: Run, lessons: dict[str, list[str]]) -> list[tuple[str, str, st
     return rows
 
 
+def latest_records(run: Run) -> dict[str, dict]:
+    """Each exercise's record from the run, by name: a check called twice counts by its last result."""
+    latest = {}
+    for record in run.records:
+        if isinstance(record, dict) and isinstance(record.get("exercise"), str):
+            latest[record["exercise"]] = record
+    return latest
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def verdict(run: Run) -> str:
+    """One notebook's line while the runs go on: "ok" only when no cell raised and no exercise it checked failed or
+    was only partly right; else what went wrong, then what its checks found (the summary at the end names them)."""
+    if not run.cells:
+        return "nbval could not run it"
+    statuses = [
+        record.get("status") if record.get("status") in ICONS else "failed" for record in latest_records(run).values()
+    ]
+    counts = {status: statuses.count(status) for status in ICONS}
+    wrong = []
+    if run.failed_cells:
+        wrong.append(f"{_count(len(run.failed_cells), 'cell')} raised an error")
+    if counts["failed"]:
+        wrong.append(f"{_count(counts['failed'], 'exercise')} failed")
+    if counts["partial"]:
+        wrong.append(f"{_count(counts['partial'], 'prediction')} partly right")
+    found = [f"{counts[s]} {LABELS[s]}" for s in ("passed", "not_attempted") if counts[s]]
+    if not found:
+        return ", ".join(wrong) or "ok"
+    return f"{', '.join(wrong)}; {', '.join(found)}" if wrong else f"ok: {', '.join(found)}"
+
+
 def report(runs: list[Run], lessons: dict[str, list[str]], width: int = 100) -> tuple[str, bool]:
     """The summary text, and whether everything is fine (no cell error, no failed exercise)."""
     lines, counts, ok = ["", "=" * 30 + " where you stand " + "=" * 30], dict.fromkeys(ICONS, 0), True
     scores: list[float] = []
+    stuck: list[str] = []  # the exercises failed or partly right, for the hint line at the end
     for run in runs:
         errors = len(run.failed_cells)
         if errors or run.cells == 0:
@@ -173,6 +206,8 @@ def report(runs: list[Run], lessons: dict[str, list[str]], width: int = 100) -> 
             counts[status] += 1
             scores.append(score)
             ok = ok and status not in ("failed", "partial")
+            if status in ("failed", "partial") and name not in stuck:
+                stuck.append(name)
             credit = f" (score {score_text(score)})" if status == "partial" else ""
             lines.append(f"  {ICONS[status]} {name}: {LABELS[status]}{credit}")
             for line in message.splitlines():
@@ -183,8 +218,12 @@ def report(runs: list[Run], lessons: dict[str, list[str]], width: int = 100) -> 
         f"{counts['passed']} passed, {partly}{counts['failed']} failed, {counts['not_attempted']} not attempted, "
         f"{counts['not_checked']} not checked, of {total} exercises (score {score_text(sum(scores))} of {total})"
     )
-    if counts["failed"] or counts["partial"]:
-        lines.append('Stuck on a failed one? In its notebook, `hint("name")` gives a hint.')
+    if stuck:
+        calls = ", ".join(f'`hint("{name}")`' for name in stuck)
+        where, verb = (
+            ("its notebook", "gives a hint") if len(stuck) == 1 else ("each exercise's notebook", "give hints")
+        )
+        lines.append(f"Stuck? In {where}, {calls} {verb}.")
     return "\n".join(lines), ok
 
 
@@ -218,8 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         for run in pool.map(lambda nb: run_notebook(nb, args.cell_timeout), notebooks):
             runs.append(run)
-            verdict = "ok" if not run.failed_cells and run.cells else "cell errors"
-            print(f"  {WORK}/{run.notebook.name}: {verdict} ({run.seconds:.0f} s)", flush=True)
+            print(f"  {WORK}/{run.notebook.name}: {verdict(run)} ({run.seconds:.0f} s)", flush=True)
             if run.failed_cells or not run.cells:
                 print(textwrap.indent(run.output.strip()[-6000:], "    | "))
     from attnedu.checks import GRADED_LESSONS  # after the runs: torch loads while nothing else waits

@@ -237,9 +237,17 @@ NOTEBOOK_TEXT = {
 
 FEEDBACK_ENDS = {
     "full": "",
-    "diagnosis": 'Stuck on one? In its exercise notebook, `hint("name")` gives a hint.',
+    "diagnosis": "",
     "score": "Your instructor sends the score only: run the checks in your notebook to see what is wrong.",
 }
+# At the diagnosis level, under each exercise not yet right that has a hint: the call that shows it in the learner's
+# own kernel (the exercise notebooks import ``hint`` in the cells at their top), and where the file ends, how to run it.
+HINT_CALL = '💡 Stuck? `hint("{name}")` shows a hint.'
+HINT_STATUSES = (FAILED, PARTIAL, TIMEOUT, CRASHED, NOT_ATTEMPTED)
+HINT_HOW = (
+    'Each `hint("...")` above runs in a code cell of your exercise notebook, once the cells at its top have run; '
+    "a hint that comes in steps says how to see the next one."
+)
 
 
 def feedback(g: Graded, row: dict, level: str = "diagnosis") -> str:
@@ -263,12 +271,16 @@ def feedback(g: Graded, row: dict, level: str = "diagnosis") -> str:
         elif steps:
             lines += ["💡 Hints, one step at a time (read the next only if the last did not help):", ""]
             lines += [f"{number}. {_md(step)}" for number, step in enumerate(steps, start=1)] + [""]
+        if level == "diagnosis" and r.hint and r.status in HINT_STATUSES:
+            lines += [HINT_CALL.format(name=r.exercise), ""]
         if r.printed and level != "score":
             lines += ["Your function printed:", "", _fence(r.printed), ""]
     if g.notes and level != "score":
         lines += ["## Notes", ""] + [f"- {_md(n)}" for n in g.notes] + [""]
     if FEEDBACK_ENDS[level] and any(r.status != PASSED for r in g.results):
         lines += [FEEDBACK_ENDS[level], ""]
+    if level == "diagnosis" and any(r.hint and r.status in HINT_STATUSES for r in g.results):
+        lines += [HINT_HOW, ""]
     return "\n".join(lines)
 
 
