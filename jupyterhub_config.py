@@ -54,6 +54,9 @@ c.Authenticator.blocked_users = {"root"}
 c.JupyterHub.spawner_class = CourseSpawner
 c.Spawner.cmd = [str(PYTHON), str(COURSE / "hub" / "singleuser.py")]
 c.Spawner.default_url = "/lab/tree/notebooks/01_rnn_bottleneck.ipynb"
+# The kernels import the package of the course this hub serves (the one beside this file), whatever else the install
+# has; JupyterHub passes the hub's own environment to no learner.
+c.Spawner.environment = {"PYTHONPATH": str(COURSE)}
 c.Spawner.start_timeout = 120  # a busy two-core machine takes its time to start a server
 c.Spawner.http_timeout = 120
 # Limits (hub/spawner.py): a lesson needs at most 2 GiB of memory (benchmarks/notebooks.md: peaks of 280-711 MiB);

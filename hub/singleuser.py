@@ -11,7 +11,11 @@
      its caches under the learner's home (matplotlib, torch).
    - ``work``: the learner's own exercise notebooks, filled as ``make lab`` fills work/ (tools/lab.py): a copy of
      each exercise it lacks, never one overwritten, so answers survive restarts and new versions of the course.
-2. Then it becomes ``jupyterhub-singleuser`` from the course's install (the learner install, with the course's
+2. A temporary folder of the learner's own, ``~/.attnedu-tmp`` (TMPDIR, for the server and its kernels): the system's
+   /tmp is shared by every learner, and what the server and torch put there would otherwise be one learner's in
+   everyone's way (Jupyter keeps the checkpoints of a notebook in a read-only folder, such as the lessons, in
+   ``$TMPDIR/jupyter_checkpoints``: the first learner's would shut every other learner out of theirs).
+3. Then it becomes ``jupyterhub-singleuser`` from the course's install (the learner install, with the course's
    kernel), rooted at that folder, with make lab's settings: exercises/ hidden, no news prompt and no update check.
 
 Standard library only, and run by the course's Python.
@@ -29,6 +33,7 @@ import lab  # noqa: E402  (tools/lab.py: what make lab does)
 
 SHARED = (lab.EXERCISES, "notebooks")  # linked from the course, read-only to the learner
 LEARNER_DIR = "~/attnedu"
+TMP = ".attnedu-tmp"  # under the learner's home
 
 
 def prepare(learner: Path, course: Path = COURSE) -> list[str]:
@@ -53,6 +58,14 @@ def prepare(learner: Path, course: Path = COURSE) -> list[str]:
     return done + lab.prepare_work(learner)
 
 
+def private_tmp(home: Path) -> Path:
+    """The learner's own temporary folder (mode 700), for TMPDIR."""
+    folder = home / TMP
+    folder.mkdir(mode=0o700, exist_ok=True)
+    folder.chmod(0o700)
+    return folder
+
+
 def command(learner: Path, argv: list[str]) -> list[str]:
     """The jupyterhub-singleuser command line: the course's install, rooted at the learner's folder."""
     return [
@@ -68,6 +81,7 @@ def main(argv: list[str]) -> int:
     learner = Path(os.environ.get("ATTNEDU_LEARNER_DIR", LEARNER_DIR)).expanduser()
     for line in prepare(learner):
         print(f"attnedu: {line}", file=sys.stderr, flush=True)
+    os.environ["TMPDIR"] = str(private_tmp(Path.home()))
     args = command(learner, argv)
     os.execv(args[0], args)
     return 1  # not reached

@@ -95,6 +95,19 @@ def _processes_of(uids: set[int]) -> list[str]:
     return found
 
 
+def _files_of(uids: set[int]) -> list[str]:
+    """What belongs to one of ``uids`` directly in the machine's shared temporary folders."""
+    found = []
+    for folder in (Path("/tmp"), Path("/dev/shm")):
+        for entry in folder.iterdir() if folder.is_dir() else []:
+            try:
+                if entry.lstat().st_uid in uids:
+                    found.append(str(entry))
+            except OSError:
+                continue
+    return found
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -177,7 +190,7 @@ class Hub:
         deadline = time.monotonic() + 10  # a kernel's last moments after its server has gone
         while (found := _processes_of(uids)) and time.monotonic() < deadline:
             time.sleep(0.5)
-        return left + found
+        return left + found + _files_of(uids)
 
     def remove(self):
         """Whatever happened: kill what the test started, remove its users (homes included) and group."""
@@ -279,6 +292,10 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _snapshot(folder: Path) -> dict[str, str]:
+    return {str(path.relative_to(folder)): _sha(path) for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
 PROBE = """
 import json, os, pwd, resource, sys
 import attnedu
@@ -325,11 +342,13 @@ def test_two_learners_run_the_course_in_their_own_servers_and_cannot_touch_each_
         listing = page.evaluate("async () => (await window.jupyterapp.serviceManager.contents.get('')).content"
                                 ".map(entry => entry.name)")  # fmt: skip
         assert {"notebooks", "work"} <= set(listing) and "exercises" not in listing, listing
-        settings = page.evaluate(
+        # make lab's defaults (tools/lab_settings): the settings API serves them as the schema's defaults
+        schema = page.evaluate(
             "async () => (await window.jupyterapp.serviceManager.settings.fetch("
-            "'@jupyterlab/apputils-extension:notification')).composite"
+            "'@jupyterlab/apputils-extension:notification')).schema.properties"
         )
-        assert settings.get("fetchNews") == "false" and settings.get("checkForUpdates") is False, settings
+        defaults = {key: schema[key].get("default") for key in ("fetchNews", "checkForUpdates")}
+        assert defaults == {"fetchNews": "false", "checkForUpdates": False}, defaults
         lesson_started = time.monotonic()
         _run_to_the_end(page, base, LESSON)
         print(f"{user}: lesson 01 ran to the end in {time.monotonic() - lesson_started:.1f} s", flush=True)
@@ -348,23 +367,28 @@ def test_two_learners_run_the_course_in_their_own_servers_and_cannot_touch_each_
 
     # The second learner's kernel (the page is theirs now) against the first learner's work/ and the course
     other_work = hub.learner_file(first, "work")
-    before = {path.name: _sha(path) for path in other_work.iterdir()}
+    before = _snapshot(other_work)
     lesson_before = _sha(ROOT / LESSON)
     probe = PROBE.format(other_work=str(other_work), course=str(ROOT), exercise=Path(EXERCISE).name, lesson=LESSON)
     found = _run_in_kernel(page, probe)
     assert found["user"] == second, found
     assert found["python"] == os.path.realpath(PYTHON), found  # the course's install, as the learner's kernel
-    assert found["attnedu"] == os.path.realpath(__import__("attnedu").__file__), found
+    assert found["attnedu"] == str(ROOT / "attnedu" / "__init__.py"), found  # the course's own package
     assert found["address space limit"][1] > 0 and found["process limit"][1] > 0, found  # hub/spawner.py's limits
     refused = {key: value for key, value in found.items() if key.startswith(("read", "list", "write", "create"))}
     assert set(refused.values()) == {"PermissionError"}, refused
-    assert {path.name: _sha(path) for path in other_work.iterdir()} == before
+    assert _snapshot(other_work) == before
     assert _sha(ROOT / LESSON) == lesson_before and not (ROOT / "notebooks" / "intruder.txt").exists()
+    log = hub.log.read_text(errors="replace")
+    assert "Permission denied" not in log, "a learner's server met a permission error:\n" + "\n".join(
+        line for line in log.splitlines() if "Permission denied" in line
+    )
     print(f"two learners logged in and ran lesson 01 and an exercise in {time.monotonic() - started:.1f} s")
 
 
 def test_stopping_the_hub_stops_everything_it_started_and_keeps_the_work(hub):
-    """Ctrl+C on `make hub`: the hub stops every learner's server (and so their kernels) and its proxy."""
+    """Ctrl+C on `make hub`: the hub stops every learner's server (and so their kernels) and its proxy, and no
+    learner left anything in the machine's shared /tmp or /dev/shm."""
     assert hub.process is not None and hub.process.poll() is None, hub.log_tail()
     left = hub.stop()
     assert hub.process.returncode is not None
