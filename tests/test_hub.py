@@ -397,3 +397,81 @@ def test_stopping_the_hub_stops_everything_it_started_and_keeps_the_work(hub):
     for user in hub.answered:  # what a learner wrote stays in their work/
         notebook = nbformat.read(hub.learner_file(user, EXERCISE), 4)
         assert "### BEGIN SOLUTION" in next(cell for cell in notebook.cells if cell.id == SOLVED).source
+
+
+# Zero to JupyterHub, for a class too big for one server: hub/z2jh-values.yaml against the chart's own values schema
+CHART = ROOT / "hub" / "z2jh-chart-4.4.0"
+Z2JH_VALUES = ROOT / "hub" / "z2jh-values.yaml"
+
+
+def _helm_merge(defaults: dict, values: dict) -> dict:
+    """``values`` over ``defaults`` as helm coalesces them: maps merge key by key, anything else replaces the default,
+    and a null removes it."""
+    merged = dict(defaults)
+    for key, value in values.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _helm_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _chart_errors(values: dict) -> list[str]:
+    """What the chart's schema refuses in ``values`` merged over the chart's defaults (empty: helm would accept it)."""
+    import jsonschema
+    import yaml
+
+    schema = yaml.safe_load((CHART / "values.schema.yaml").read_text(encoding="utf-8"))
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8"))
+    validator = jsonschema.Draft7Validator(schema)
+    merged = _helm_merge(defaults, values)
+    return [f"{'.'.join(map(str, error.absolute_path))}: {error.message}" for error in validator.iter_errors(merged)]
+
+
+def _z2jh_values() -> dict:
+    import yaml
+
+    return yaml.safe_load(Z2JH_VALUES.read_text(encoding="utf-8"))
+
+
+def test_z2jh_values_pass_the_charts_own_schema():
+    import jsonschema
+    import yaml
+
+    schema = yaml.safe_load((CHART / "values.schema.yaml").read_text(encoding="utf-8"))
+    jsonschema.Draft7Validator.check_schema(schema)
+    assert _chart_errors({}) == []  # the chart's own defaults
+    assert _chart_errors(_z2jh_values()) == []
+    values = _z2jh_values()
+    single = values["singleuser"]
+    assert single["defaultUrl"] == "/lab/tree/notebooks/01_rnn_bottleneck.ipynb" and (ROOT / LESSON).exists()
+    # the learner's volume at work/, not over the home folder that holds the course (binder/start fills it)
+    assert single["storage"]["homeMountPath"] == "/home/jovyan/work"
+    assert values["hub"]["config"]["JupyterHub"]["authenticator_class"] != "dummy"  # the chart's default lets anyone in
+    settings = values["hub"]["config"]["KubeSpawner"]["args"][0].split("=", 1)[1]
+    assert Path(settings).relative_to("/home/jovyan") == Path("tools/lab_settings")  # the course's, in the image
+    assert (ROOT / "tools" / "lab_settings").is_dir()
+
+
+@pytest.mark.parametrize(
+    "broken, refused",
+    [
+        (("singleuser", "storage", "homeMountpath"), "Additional properties are not allowed ('homeMountpath'"),
+        (("singleuser", "cpu", "limit"), "'two' is not of type 'number', 'null'"),
+        (("singleuser", "storage", "type"), "'persistent' is not one of"),
+    ],
+)
+def test_the_charts_schema_refuses_a_wrong_key_or_type(broken, refused):
+    values = _z2jh_values()
+    *parents, key = broken
+    folder = values
+    for name in parents:
+        folder = folder[name]
+    if key == "homeMountpath":  # a misspelt key, beside the right one
+        folder[key] = folder["homeMountPath"]
+    else:
+        folder[key] = {"limit": "two", "type": "persistent"}[key]
+    errors = _chart_errors(values)
+    assert any(refused in error for error in errors), errors
