@@ -48,6 +48,7 @@ ALLOWED = {
     ("hub/singleuser.py", "~/"): "the folder the class hub makes in each learner's own home (~/attnedu) on the hub's "
     "machine, where their work/ lives",
     ("jupyterhub_config.py", "~/"): "the same folder in each learner's home, described",
+    ("docs/instructors.md", "~/"): "the same folder in each learner's home, described for instructors",
 }
 
 
