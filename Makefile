@@ -30,7 +30,7 @@ ARGS ?=
 # `make check LESSON=04` checks only work/04_*.ipynb
 LESSON ?=
 
-.PHONY: lab check instructor nbgrader-course test notebooks book lock cuda gpu-bench clean
+.PHONY: lab check instructor nbgrader-course hub test notebooks book lock cuda gpu-bench clean
 
 # The learner install: the lessons, the exercises, `make check` and the grader (requirements.txt).
 $(READY): requirements.txt requirements-nodeps.txt constraints.txt pyproject.toml
@@ -56,6 +56,19 @@ instructor: $(INSTRUCTOR_READY)
 nbgrader-course: $(INSTRUCTOR_READY)
 	$(BIN)/python -m attnedu.grading.nbgrader_course nbgrader_course
 
+# The class hub's proxy: configurable-http-proxy from npm, pinned by hub/package-lock.json, in hub/node_modules.
+HUB_PROXY := hub/node_modules/.installed
+$(HUB_PROXY): hub/package.json hub/package-lock.json
+	cd hub && npm ci
+	touch $(HUB_PROXY)
+
+# JupyterHub for a class on this machine, as root (jupyterhub_config.py; docs/instructors.md, "A class on one
+# server"): the system users in the group attnedu log in with their password, each gets a server of their own with the
+# course read-only and a private work/. Stop it with Ctrl+C. Options to JupyterHub: make hub ARGS="--port=8443 ..."
+hub: $(INSTRUCTOR_READY) $(HUB_PROXY)
+	@[ "$$(id -u)" = 0 ] || { echo "make hub: run it as root (JupyterHub starts each learner's server as them)" >&2; exit 2; }
+	$(BIN)/jupyterhub -f jupyterhub_config.py $(ARGS)
+
 # The contributor install: the instructor install plus the book, the test tools and Playwright (requirements-dev.txt).
 $(DEV_READY): $(READY) requirements-dev.txt requirements-instructor.txt
 	$(PIP) -r requirements-dev.txt
@@ -79,7 +92,7 @@ check: $(READY)
 #    kernels (OTHER_KERNELS), standing in for another machine (compared outputs must still match, asserted effects
 #    still hold).
 # ATTNEDU_PROGRESS=0: progress bars change from run to run, and nbval compares outputs.
-test: $(DEV_READY)
+test: $(DEV_READY) $(if $(shell command -v npm),$(HUB_PROXY))
 	$(BIN)/ruff check .
 	ATTNEDU_PROGRESS=0 $(BIN)/python -m pytest -n 2 --dist loadscope --nbval-lax --nbval-current-env tests exercises
 	ATTNEDU_PROGRESS=0 $(BIN)/python -m pytest $(NBVAL) notebooks solutions

@@ -42,6 +42,13 @@ ALLOWED = {
     ("tests/test_workspace.py", "/work/"): "checks that ignore pattern in .gitignore",
     ("docs/instructors.md", "/home/jovyan"): "the home folder of the user of Jupyter's Docker images, inside the "
     "container an instructor deploys (where the course and the learner's work/ go), not a path on anyone's machine",
+    ("hub/z2jh-values.yaml", "/home/jovyan"): "that home folder, in the image Zero to JupyterHub runs for a learner",
+    ("hub/z2jh-chart-4.4.0/values.yaml", "/home/jovyan"): "that home folder, in the chart's own defaults (vendored)",
+    ("tests/test_hub.py", "/home/jovyan"): "checks the Zero to JupyterHub values' paths in that image",
+    ("hub/singleuser.py", "~/"): "the folder the class hub makes in each learner's own home (~/attnedu) on the hub's "
+    "machine, where their work/ lives",
+    ("jupyterhub_config.py", "~/"): "the same folder in each learner's home, described",
+    ("docs/instructors.md", "~/"): "the same folder in each learner's home, described for instructors",
 }
 
 
