@@ -6,7 +6,9 @@ hub must leave no process behind.
 
 It needs root (it creates system users, and the hub starts each learner's server as that user), Chromium, Node with
 hub/node_modules installed (`make test` runs `npm ci` in hub/), and a course and Python that every user can run (a
-learner's server runs this repository's .venv as the learner). Without one of them it is skipped on a contributor's
+learner's server runs this repository's .venv as the learner): where one lies under a folder closed to other users
+(pyenv's Python under /root, mode 700), the test lets its own three users pass through that folder with an ACL entry
+(setfacl, from the acl package), and takes it back afterwards. Without one of them it is skipped on a contributor's
 machine with the reason, and fails in CI (CI=true), where all of them are there.
 """
 
@@ -125,7 +127,7 @@ class Hub:
         self.tmp, self.group = tmp, tag
         self.users = [f"{tag}{letter}" for letter in "abc"]
         self.password = secrets.token_urlsafe(12)
-        self.made_users, self.made_group, self.answered = [], False, []
+        self.made_users, self.made_group, self.answered, self.opened = [], False, [], []
         self.process, self.proxy_pid, self.log = None, None, tmp / "hub.log"
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -144,6 +146,22 @@ class Hub:
             self.made_users.append(user)
         lines = "".join(f"{user}:{self.password}\n" for user in self.users)
         subprocess.run(["chpasswd"], input=lines, text=True, check=True, capture_output=True)
+
+    def open_the_way(self):
+        """Where the course or the Python its .venv was made from lies under a folder other users cannot enter (pyenv's
+        Python under /root, mode 700, on this project's machines), let this test's users pass through that folder, and
+        only pass (an ACL entry, x: no listing, no reading), until remove(). An instructor does the same for the class's
+        group, or installs the course and Python where everyone can read them (docs/instructors.md)."""
+        if shutil.which("setfacl") is None:
+            return  # the check in the fixture then names the closed folder
+        targets = [ROOT, Path(os.path.realpath(PYTHON)).parent]
+        closed = {folder for target in targets for folder in (target, *target.parents)
+                  if not folder.stat().st_mode & stat.S_IXOTH}  # fmt: skip
+        entries = ",".join(f"u:{user}:x" for user in self.made_users)
+        for folder in sorted(closed):
+            extended = subprocess.run(["getfacl", "--skip-base", "-p", str(folder)], capture_output=True, text=True)
+            subprocess.run(["setfacl", "-m", entries, str(folder)], check=True, capture_output=True)
+            self.opened.append((folder, bool(extended.stdout.strip())))
 
     def start(self):
         config = self.tmp / "jupyterhub_config.py"
@@ -193,7 +211,12 @@ class Hub:
         return left + found + _files_of(uids)
 
     def remove(self):
-        """Whatever happened: kill what the test started, remove its users (homes included) and group."""
+        """Whatever happened: kill what the test started, take back the passages it opened, remove its users (homes
+        included) and group."""
+        for folder, extended in self.opened:  # as it was: its own ACL entries kept, or none at all
+            entries = ",".join(f"u:{user}" for user in self.made_users)
+            command = ["setfacl", "-x", entries] if extended else ["setfacl", "-b"]
+            subprocess.run([*command, str(folder)], capture_output=True)
         if self.proxy_pid and _alive(self.proxy_pid):
             os.kill(self.proxy_pid, signal.SIGKILL)
         for process in _processes_of({pwd.getpwnam(user).pw_uid for user in self.made_users}):
@@ -215,6 +238,7 @@ def hub(tmp_path_factory):
     hub = Hub(tmp_path_factory.mktemp("hub"))
     try:
         hub.create_class()
+        hub.open_the_way()
         try:
             can = _as_user(hub.users[0], [str(PYTHON), "-c", "import attnedu, jupyterhub"])
             error = None if can.returncode == 0 else (can.stderr.strip().splitlines() or ["no output"])[-1]
