@@ -82,7 +82,7 @@ lab: $(READY)
 # Run the learner's own notebooks in work/ (all, or LESSON=04's) under nbval (lax: a cell that raises fails),
 # then a summary per exercise: passed, failed with the diagnosis, or not attempted.
 check: $(READY)
-	$(BIN)/python tools/check.py $(LESSON)
+	@$(BIN)/python tools/check.py $(LESSON)
 
 # 1. ruff; 2. unit tests, two at a time, and beside them lax nbval over the generated exercises (no stored outputs:
 #    they must run without error); 3. strict nbval over the lessons and solutions (stored outputs must match), one

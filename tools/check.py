@@ -252,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
             f"note: {EXERCISES}/{name} has changes of yours, but this checks {WORK}/{name}. To check that work, "
             f"copy it over the copy in {WORK}/ (cp {EXERCISES}/{name} {WORK}/{name}) if that one has nothing of yours."
         )
-    print(f"running {len(notebooks)} notebook(s) from {WORK}/ under nbval (lax), {args.jobs} at a time ...", flush=True)
+    at_once = min(args.jobs, len(notebooks))
+    what = "1 notebook" if len(notebooks) == 1 else f"{len(notebooks)} notebooks, {at_once} at a time"
+    print(f"running {what} from {WORK}/ under nbval (lax) ...", flush=True)
     runs = []
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         for run in pool.map(lambda nb: run_notebook(nb, args.cell_timeout), notebooks):
