@@ -5,9 +5,11 @@
 * ``autograde`` on a class of one lesson (LESSON: its solution runs in about 2 s, and it has plain functions and a
   graded prediction with partial credit): correct, untouched, one wrong answer per exercise (a mutant of each from
   the checks' galleries; half a prediction), a notebook that raises, a deleted check cell, and forged scores (the
-  course grader's forger, plus a check cell edited to show full marks, its points raised and a stored output) gives
-  per exercise the points that ``python -m attnedu.grade`` gives the same notebooks;
-* ``generate_feedback`` gives each learner the course's diagnosis of each exercise.
+  course grader's forger, plus a check cell edited to show full marks, its points raised and a stored output), and a
+  learner's ``work/`` copy of exercises/' notebook (not the released one) filled in, gives per exercise the points
+  that ``python -m attnedu.grade`` gives the same notebooks;
+* ``generate_feedback`` gives each learner the course's diagnosis of each exercise, its score, and the hint call for
+  each exercise not yet right, without the check cells' hidden line.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from test_grading import FORGER, insert_after
 from attnedu.checks import LESSONS
 from attnedu.grading import sandbox
 from attnedu.grading.nbgrader_course import CHECK_PREFIX, GUARD
+from attnedu.grading.reports import HINT_CALL
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = "07_positional_encoding"
@@ -41,7 +44,7 @@ ENV = {
     "PYTHONPATH": str(ROOT),  # this tree's attnedu, in nbgrader's process and the grader's
     "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # nbgrader, and the alembic it runs
 }
-STUDENTS = ("correct", "untouched", "wrong", "raises", "deleted_check", "forged")
+STUDENTS = ("correct", "untouched", "wrong", "raises", "deleted_check", "forged", "work_copy")
 
 
 def run(*command: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -68,6 +71,32 @@ def test_generate_assignment_gives_the_exercise_notebooks(course, path):
     source = nbformat.read(course / "source" / path.stem / path.name, as_version=4)
     checks = [c for c in source.cells if c.metadata.get("nbgrader", {}).get("grade")]
     assert [c.metadata.nbgrader.grade_id for c in checks] == [CHECK_PREFIX + n for n in LESSONS[path.stem]]
+    assert all(c.metadata.nbgrader.points == 1 and c.source.endswith(GUARD) for c in checks)
+
+
+def test_a_work_copy_gets_the_gradebooks_check_cells(course):
+    """nbgrader's steps before grading (the course's: AsReleased before OverwriteCells) on a learner's copy of
+    exercises/ whose check cells were edited (one forged to show full marks, one unmarked as a solution): every check
+    cell leaves them as the gradebook has it, source, flags and points, and no step raises."""
+    from nbgrader.api import Gradebook
+    from nbgrader.utils import compute_checksum
+
+    from attnedu.grading.nbgrader_scores import sanitize_preprocessors
+
+    nb = nbformat.read(ROOT / "exercises" / f"{LESSON}.ipynb", as_version=4)
+    checks = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith(CHECK_PREFIX)]
+    checks[0].source = "1.0"
+    checks[0].metadata.nbgrader.update(grade=True, points=100.0)
+    checks[-1].metadata.nbgrader.update(solution=True, locked=False)
+    db_url = f"sqlite:///{course / 'gradebook.db'}"
+    resources = {"nbgrader": {"notebook": LESSON, "assignment": LESSON, "db_url": db_url}}
+    for step in sanitize_preprocessors():
+        nb, resources = step().preprocess(nb, resources)
+    with Gradebook(db_url, "attnedu") as gradebook:
+        source = {c.name: c for c in gradebook.find_notebook(LESSON, LESSON).source_cells}
+        expected = {c.name: (c.source, c.checksum) for c in source.values() if c.name.startswith(CHECK_PREFIX)}
+    got = {c.metadata.nbgrader.grade_id: (c.source, compute_checksum(c)) for c in checks}
+    assert got == expected
     assert all(c.metadata.nbgrader.points == 1 and c.source.endswith(GUARD) for c in checks)
 
 
@@ -105,14 +134,15 @@ def _renamed(function, name: str) -> str:
 
 
 def class_of(course: Path) -> dict[str, nbformat.NotebookNode]:
-    """The learners' notebooks: each made from the released one, as a learner fills it in."""
+    """The learners' notebooks: each made from the released one as a learner fills it in, but ``work_copy``, made
+    from exercises/' (what ``make lab`` and ``make hub`` copy to a learner's work/)."""
     released = nbformat.read(course / "release" / LESSON / f"{LESSON}.ipynb", as_version=4)
     answers = {c.id: c.source for c in nbformat.read(ROOT / "solutions" / f"{LESSON}.ipynb", as_version=4).cells}
 
-    def filled(change=lambda cell: None):
-        nb = nbformat.from_dict(released)
+    def filled(change=lambda cell: None, start=released):
+        nb = nbformat.from_dict(start)
         for cell in nb.cells:
-            if cell.metadata.get("nbgrader", {}).get("solution"):
+            if cell.metadata.get("nbgrader", {}).get("solution") or "prediction" in cell.metadata.get("tags", []):
                 cell.source = answers[cell.id]
                 change(cell)
         return nb
@@ -139,6 +169,7 @@ def class_of(course: Path) -> dict[str, nbformat.NotebookNode]:
     edited.metadata.nbgrader.points = 100
     edited.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "100"}, execution_count=1)]
     notebooks["forged"] = forged
+    notebooks["work_copy"] = filled(start=nbformat.read(ROOT / "exercises" / f"{LESSON}.ipynb", as_version=4))
     return notebooks
 
 
@@ -192,6 +223,7 @@ def test_the_class_covers_what_it_should(graded):
     table, names = graded["table"], LESSONS[LESSON]
     full, none = dict.fromkeys(names, 1.0), dict.fromkeys(names, 0.0)
     assert scores(table["correct"]) == scores(table["raises"]) == scores(table["deleted_check"]) == full
+    assert scores(table["work_copy"]) == full
     assert scores(table["untouched"]) == scores(table["forged"]) == none
     assert table["raises"]["notebook"] == "cell errors"
     assert "tampers with the grading code" in table["forged"]["notes"], table["forged"]["notes"]
@@ -218,12 +250,19 @@ def words(text: str) -> str:
 
 
 def test_generate_feedback_gives_the_course_diagnosis(graded):
-    """Each exercise's diagnosis in the table, in the learner's feedback page (its text: tags and line breaks aside)."""
+    """Each exercise's diagnosis in the table, in the learner's feedback page (its text: tags and line breaks aside),
+    with the score, the hint call under each exercise not yet right (as the course grader's feedback), and not the
+    hidden line of the check cells."""
+    hidden = words(re.search(r'RuntimeError\("([^"]+)"\)', GUARD).group(1))  # what the hidden line raises
     for student in STUDENTS:
         page = (graded["course"] / "feedback" / student / LESSON / f"{LESSON}.html").read_text(encoding="utf-8")
         text = words(html.unescape(re.sub(r"<[^>]+>", " ", page)))
         row = graded["table"][student]
         for name in LESSONS[LESSON]:
             assert words(row[f"{name}_message"]) in text, (student, name, row[f"{name}_message"])
+            call = words(HINT_CALL.format(name=name))
+            assert (call in text) == (row[f"{name}_status"] != "passed"), (student, name, row[f"{name}_status"])
+        assert f"Score: {round(float(row['total']), 2)} / {round(float(row['max_total']), 2)}" in text, student
+        assert "HIDDEN TESTS" not in text and hidden not in text, student
     wrong = graded["table"]["wrong"]
     assert all(wrong[f"{name}_message"] for name in LESSONS[LESSON])  # every exercise has a diagnosis to show

@@ -11,9 +11,10 @@ notebook. In ``DIR`` it writes:
   grader's table gives each exercise). The solution cells keep nbgrader's ``### BEGIN SOLUTION`` markers, from
   which ``nbgrader generate_assignment`` makes the same stubs as ``python -m attnedu.build_exercises``;
 * ``nbgrader_config.py``: the course id, the course root (this folder, wherever nbgrader is run from), deleted
-  check cells put back when grading (``OverwriteCells.add_missing_cells``), and autograding done by the course's
-  own grader, each submission in its sandbox (:mod:`.nbgrader_scores`), in place of nbgrader's execution of the
-  learner's notebook in the instructor's account;
+  check cells put back when grading (``OverwriteCells.add_missing_cells``), a learner's copy of ``exercises/``
+  graded as a released notebook (:class:`.nbgrader_scores.AsReleased`), autograding done by the course's own
+  grader, each submission in its sandbox (:mod:`.nbgrader_scores`), in place of nbgrader's execution of the
+  learner's notebook in the instructor's account, and feedback without :data:`GUARD`;
 * unless ``--no-release``: ``nbgrader generate_assignment`` run on every assignment (in this process), which
   records the assignments in the gradebook (``gradebook.db``) and writes the student notebooks to ``release/``.
 
@@ -44,7 +45,10 @@ CONFIG_TEXT = f'''{MARK}; rewritten each time it runs.
 
 import os
 
-from attnedu.grading.nbgrader_scores import autograde_preprocessors
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+from nbgrader.preprocessors import ClearHiddenTests, GetGrades
+
+from attnedu.grading.nbgrader_scores import autograde_preprocessors, sanitize_preprocessors
 
 c = get_config()  # noqa: F821 (nbgrader provides it)
 c.CourseDirectory.course_id = "{COURSE_ID}"
@@ -52,6 +56,9 @@ c.CourseDirectory.root = os.path.dirname(os.path.abspath(__file__))  # this fold
 
 # A check cell the learner deleted is put back (and graded), as the course grader grades every exercise anyway.
 c.OverwriteCells.add_missing_cells = True
+# A learner's copy of exercises/ (work/ in make lab and make hub) is graded as a released notebook: its check cells
+# get the gradebook's grade flags and points before OverwriteCells restores them from the gradebook.
+c.Autograde.sanitize_preprocessors = sanitize_preprocessors()
 
 # Autograding: the course's grader runs each submission in its own sandbox (bubblewrap) and writes each check
 # cell's outputs: the diagnosis, and the points as nbgrader's partial credit. nbgrader's own Execute step, which
@@ -62,10 +69,14 @@ c.CourseGrader.time_limit = 5  # seconds per call of a learner's function (--tim
 c.CourseGrader.memory_gb = 4  # memory cap of each process of a submission (--memory-gb)
 c.CourseGrader.feedback = "diagnosis"  # what a check cell's output says: full, diagnosis or score (--feedback)
 c.CourseGrader.no_sandbox = False  # True grades without bubblewrap: unsafe (docs/instructors.md)
+
+# The learner's feedback, without the hidden line that autograde put back in each check cell (nbgrader_course.GUARD).
+c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
 '''
 
 
-# Hidden from the learner (generate_assignment removes it), put back by autograde: a check cell run by nbgrader's own
+# Hidden from the learner (generate_assignment removes it, and generate_feedback again), put back by autograde: a
+# check cell run by nbgrader's own
 # Execute step (the course's config failed to load, or is not used) raises, and scores 0. Without it, each check cell
 # would score full marks there: nbgrader gives them to a cell that shows anything but a number, and a check shows
 # its result. The course's grader (nbgrader_scores) runs the cells as the learner saw them, without this.

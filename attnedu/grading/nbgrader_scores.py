@@ -17,6 +17,10 @@ So nbgrader records, per exercise, the points in ``attnedu.grade``'s table, what
 itself: its own outputs were cleared before this step, and nothing the learner's kernel does reaches these.
 Every check cell gets a number, also when the grader could not grade the exercise (0: nbgrader would give a cell
 without one full marks). The other cells are left without outputs: the notebook ran in the sandbox, not here.
+
+Before that, :class:`AsReleased` lets autograde take a learner's copy of ``exercises/`` (the ``work/`` notebooks of
+``make lab`` and ``make hub``) as it takes a released notebook: their check cells carry the release's grade ids
+without its grade flags and points, which nbgrader's ``OverwriteCells`` would reject ("Inconsistent checksums").
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ import sys
 from pathlib import Path
 
 from nbformat.v4 import new_output
-from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from nbgrader.api import Gradebook
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor, OverwriteCells
 from nbgrader.utils import is_grade
 from traitlets import Bool, Enum, Float
 
@@ -74,6 +79,49 @@ class CourseGrader(NbGraderPreprocessor):
             if getattr(self, trait) <= 0:
                 raise ValueError(f"CourseGrader.{trait} must be positive, got {getattr(self, trait):g}")
         return Settings(self.timeout, self.time_limit, 1, Limits(memory_bytes=int(self.memory_gb * (1 << 30))))
+
+
+class AsReleased(NbGraderPreprocessor):
+    """Each cell whose grade id the gradebook knows gets the gradebook's grade and solution flags (and a grade cell its
+    points), before ``OverwriteCells`` compares the cell with the gradebook's.
+
+    The check cells of ``exercises/``, which learners' ``work/`` copies keep, are locked and carry the release's grade
+    ids, but not its ``grade: true`` and points (those belong to nbgrader's release only). ``OverwriteCells`` puts
+    back a changed locked cell's source and keeps its flags, so such a cell's checksum never matched the gradebook's,
+    and autograde stopped ("Inconsistent checksums for cell check_..."). With the flags restored here,
+    ``OverwriteCells`` restores the source and points from the gradebook as for a released notebook: whatever the
+    submitted cell holds (its source, flags or points), the gradebook's cell is what is graded.
+    """
+
+    def preprocess(self, nb, resources):
+        info = resources["nbgrader"]
+        with Gradebook(info["db_url"]) as gradebook:
+            source = gradebook.find_notebook(info["notebook"], info["assignment"])
+            points = {cell.name: float(cell.max_score) for cell in source.grade_cells}
+            solutions = {cell.name for cell in source.solution_cells}
+            known = {cell.name for cell in source.source_cells}
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            grade_id = meta.get("grade_id")
+            if grade_id not in known:
+                continue  # OverwriteCells warns of it and drops its grade id
+            meta["grade"], meta["solution"] = grade_id in points, grade_id in solutions
+            if grade_id in points:
+                meta["points"] = points[grade_id]
+            else:
+                meta.pop("points", None)
+        return nb, resources
+
+
+def sanitize_preprocessors() -> list:
+    """nbgrader's autograde steps before grading, with :class:`AsReleased` just before its ``OverwriteCells``."""
+    from nbgrader.converters import Autograde
+
+    steps = list(Autograde.class_traits()["sanitize_preprocessors"].default())
+    if OverwriteCells not in steps:
+        raise RuntimeError(f"nbgrader's sanitize steps have no OverwriteCells step: {steps}")
+    at = steps.index(OverwriteCells)
+    return [*steps[:at], AsReleased, *steps[at:]]
 
 
 def autograde_preprocessors() -> list:
@@ -150,7 +198,7 @@ def feedback_text(result, level: str) -> str:
     """One exercise's feedback, as plain text, at ``level`` (what ``scores_report/feedback/`` says of it)."""
     from ..checks.results import FAILED, PARTIAL, TIMEOUT, hint_steps
     from .grader import CRASHED, FLAGGED
-    from .reports import STATUS_ICONS, STATUS_TEXT
+    from .reports import HINT_CALL, HINT_STATUSES, STATUS_ICONS, STATUS_TEXT
 
     lines = [f"{STATUS_ICONS.get(result.status, '')} {result.exercise}: {STATUS_TEXT.get(result.status)}"]
     if level == "score" and result.status != FLAGGED:
@@ -160,6 +208,8 @@ def feedback_text(result, level: str) -> str:
     if level == "full" and result.status in (FAILED, PARTIAL, TIMEOUT, CRASHED):
         steps = [step for step in hint_steps(result.hint) if step]
         lines += [f"Hint {number}: {step}" for number, step in enumerate(steps, start=1)]
+    if level == "diagnosis" and result.hint and result.status in HINT_STATUSES:
+        lines.append(HINT_CALL.format(name=result.exercise))  # as scores_report/feedback/ says it
     if result.printed:
         lines += ["Your function printed:", result.printed]
     return "\n".join(lines) + "\n"
