@@ -152,8 +152,8 @@ def class_of(course: Path) -> dict[str, nbformat.NotebookNode]:
 
     def mistaken(cell):
         exercise = cell.metadata.nbgrader.grade_id
-        if exercise in LESSONS[LESSON]:
-            cell.source = wrong_answer(exercise)
+        if exercise in LESSONS[LESSON]:  # the answer cell as solved, then the mistaken function in its place
+            cell.source = f"{cell.source}\n\n\n{wrong_answer(exercise)}"
 
     notebooks = {"correct": filled(), "untouched": nbformat.from_dict(released), "wrong": filled(mistaken)}
     raises = filled()
@@ -226,6 +226,9 @@ def test_the_class_covers_what_it_should(graded):
     assert scores(table["work_copy"]) == full
     assert scores(table["untouched"]) == scores(table["forged"]) == none
     assert table["raises"]["notebook"] == "cell errors"
+    assert table["correct"]["notebook"] == "ok"
+    # a wrong answer may make a later cell of its exercise fail an assertion, as a learner's would; not a lost helper
+    assert "NameError" not in table["wrong"]["notes"], table["wrong"]["notes"]
     assert "tampers with the grading code" in table["forged"]["notes"], table["forged"]["notes"]
     wrong = {name: table["wrong"][f"{name}_status"] for name in names}
     assert wrong == {name: "partial" if "prediction" in name else "failed" for name in names}, wrong
