@@ -9,7 +9,8 @@ on one server", says how to set one up and what an instructor changes for a real
 - Each learner's server is a local process of their user (hub/spawner.py), started by hub/singleuser.py: the course
   (this repository's lessons and exercises) shared and read-only, their own private and persistent
   ``~/attnedu/work/`` filled as ``make lab`` fills work/, the course's install and kernel (this repository's .venv),
-  JupyterLab's settings of ``make lab``, and per-process limits (hub/spawner.py says what is and is not limited).
+  JupyterLab's settings of ``make lab``, nbgrader's extensions off (hub/jupyter/: they are the instructor's), and
+  per-process limits (hub/spawner.py says what is and is not limited).
 - The hub listens on 127.0.0.1:8000 (``ATTNEDU_HUB_IP``, ``ATTNEDU_HUB_PORT``); its proxy is configurable-http-proxy
   from hub/node_modules (``npm ci`` in hub/, pinned by hub/package-lock.json). Its database, cookie secret and the
   proxy's pid file go in ``ATTNEDU_HUB_STATE`` (default hub/state/, git-ignored, mode 700).

@@ -15,8 +15,14 @@
    /tmp is shared by every learner, and what the server and torch put there would otherwise be one learner's in
    everyone's way (Jupyter keeps the checkpoints of a notebook in a read-only folder, such as the lessons, in
    ``$TMPDIR/jupyter_checkpoints``: the first learner's would shut every other learner out of theirs).
-3. Then it becomes ``jupyterhub-singleuser`` from the course's install (the learner install, with the course's
-   kernel), rooted at that folder, with make lab's settings: exercises/ hidden, no news prompt and no update check.
+3. Then it becomes ``jupyterhub-singleuser`` from the course's install (with the course's kernel), rooted at that
+   folder, with make lab's settings: exercises/ and solutions/ hidden, no news prompt and no update check.
+   That install is the instructor's (``make instructor``: nbgrader too), so the learner's server gets the course's
+   Jupyter configuration for learners first on its ``JUPYTER_CONFIG_PATH``: ``hub/jupyter/``, whose
+   ``jupyter_server_config.json`` turns nbgrader's server extensions off (Formgrader, Assignments, Courses,
+   Validate: the instructor's tools; ``/user/NAME/formgrader`` is then 404) and whose ``labconfig/page_config.json``
+   turns its JupyterLab extension off (``@jupyter/nbgrader``: its menu and panels). Settings in the learner's own
+   ``~/.jupyter`` still come first, as Jupyter always reads them first.
 
 Standard library only, and run by the course's Python.
 """
@@ -33,6 +39,7 @@ import lab  # noqa: E402  (tools/lab.py: what make lab does)
 
 SHARED = (lab.EXERCISES, "notebooks")  # linked from the course, read-only to the learner
 LEARNER_DIR = "~/attnedu"
+CONFIG = COURSE / "hub" / "jupyter"  # Jupyter's configuration for learners: nbgrader's extensions off
 TMP = ".attnedu-tmp"  # under the learner's home
 
 
@@ -77,11 +84,18 @@ def command(learner: Path, argv: list[str]) -> list[str]:
     ]
 
 
+def config_path(existing: str | None) -> str:
+    """``JUPYTER_CONFIG_PATH`` for the learner's server: the course's configuration for learners first, then any the
+    environment had."""
+    return os.pathsep.join([str(CONFIG), *([existing] if existing else [])])
+
+
 def main(argv: list[str]) -> int:
     learner = Path(os.environ.get("ATTNEDU_LEARNER_DIR", LEARNER_DIR)).expanduser()
     for line in prepare(learner):
         print(f"attnedu: {line}", file=sys.stderr, flush=True)
     os.environ["TMPDIR"] = str(private_tmp(Path.home()))
+    os.environ["JUPYTER_CONFIG_PATH"] = config_path(os.environ.get("JUPYTER_CONFIG_PATH"))
     args = command(learner, argv)
     os.execv(args[0], args)
     return 1  # not reached

@@ -1,8 +1,11 @@
 """The class hub (jupyterhub_config.py, `make hub`) must really serve a class: JupyterHub with configurable-http-proxy
 from hub/node_modules, started on a free loopback port with three system users of their own (removed afterwards, also
 after a failure), two of whom log in through Chromium, run lesson 01 to the end and an exercise check in their own
-work/ copy; one learner's kernel must get PermissionError on the other's work/ and on the course's files; stopping the
-hub must leave no process behind.
+work/ copy, with none of nbgrader's extensions (the instructor's tools) in their server or their JupyterLab; one
+learner's kernel must get PermissionError on the other's work/ and on the course's files; stopping the hub must leave
+no process behind. The course's solutions/ is closed to other users during the test, as docs/instructors.md tells an
+instructor to do for a graded class (mode as before afterwards): the lesson and the exercise run without it, and a
+learner's kernel cannot read it.
 
 It needs root (it creates system users, and the hub starts each learner's server as that user), Chromium, Node with
 hub/node_modules installed (`make test` runs `npm ci` in hub/), and a course and Python that every user can run (a
@@ -127,7 +130,7 @@ class Hub:
         self.tmp, self.group = tmp, tag
         self.users = [f"{tag}{letter}" for letter in "abc"]
         self.password = secrets.token_urlsafe(12)
-        self.made_users, self.made_group, self.answered, self.opened = [], False, [], []
+        self.made_users, self.made_group, self.answered, self.opened, self.closed = [], False, [], [], []
         self.process, self.proxy_pid, self.log = None, None, tmp / "hub.log"
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -162,6 +165,14 @@ class Hub:
             extended = subprocess.run(["getfacl", "--skip-base", "-p", str(folder)], capture_output=True, text=True)
             subprocess.run(["setfacl", "-m", entries, str(folder)], check=True, capture_output=True)
             self.opened.append((folder, bool(extended.stdout.strip())))
+
+    def close_solutions(self):
+        """A graded class's clone (docs/instructors.md): solutions/ for its owner only (`chmod go-rwx solutions`),
+        until remove() puts its mode back."""
+        folder = ROOT / "solutions"
+        mode = stat.S_IMODE(folder.stat().st_mode)
+        self.closed.append((folder, mode))
+        folder.chmod(mode & ~0o077)
 
     def start(self):
         config = self.tmp / "jupyterhub_config.py"
@@ -213,6 +224,8 @@ class Hub:
     def remove(self):
         """Whatever happened: kill what the test started, take back the passages it opened, remove its users (homes
         included) and group."""
+        for folder, mode in self.closed:  # the checkout's modes as they were
+            folder.chmod(mode)
         for folder, extended in self.opened:  # as it was: its own ACL entries kept, or none at all
             entries = ",".join(f"u:{user}" for user in self.made_users)
             command = ["setfacl", "-x", entries] if extended else ["setfacl", "-b"]
@@ -239,6 +252,7 @@ def hub(tmp_path_factory):
     try:
         hub.create_class()
         hub.open_the_way()
+        hub.close_solutions()
         try:
             can = _as_user(hub.users[0], [str(PYTHON), "-c", "import attnedu, jupyterhub"])
             error = None if can.returncode == 0 else (can.stderr.strip().splitlines() or ["no output"])[-1]
@@ -345,6 +359,8 @@ print(json.dumps({{
     "create in the other's work": attempt(lambda: open(os.path.join(other_work, "intruder.txt"), "w").close()),
     "write the course's lesson": attempt(lambda: open(os.path.join(course, {lesson!r}), "a").close()),
     "create in the course": attempt(lambda: open(os.path.join(course, "notebooks", "intruder.txt"), "w").close()),
+    "read the course's solutions": attempt(lambda: open(os.path.join(course, "solutions", {exercise!r})).read()),
+    "list the course's solutions": attempt(lambda: os.listdir(os.path.join(course, "solutions"))),
 }}))
 """
 
@@ -366,6 +382,14 @@ def test_two_learners_run_the_course_in_their_own_servers_and_cannot_touch_each_
         listing = page.evaluate("async () => (await window.jupyterapp.serviceManager.contents.get('')).content"
                                 ".map(entry => entry.name)")  # fmt: skip
         assert {"notebooks", "work"} <= set(listing) and "exercises" not in listing, listing
+        # nbgrader (in the instructor install the learners' servers run) is off for learners (hub/jupyter/): no
+        # Formgrader page, no plugin of its JupyterLab extension
+        status = page.evaluate(
+            "url => fetch(url, {redirect: 'manual'}).then(reply => reply.status, error => String(error))",
+            f"/user/{user}/formgrader",
+        )
+        plugins = page.evaluate("() => window.jupyterapp.listPlugins().filter(id => id.includes('nbgrader'))")
+        assert (status, plugins) == (404, []), (status, plugins)
         # make lab's defaults (tools/lab_settings): the settings API serves them as the schema's defaults
         schema = page.evaluate(
             "async () => (await window.jupyterapp.serviceManager.settings.fetch("
@@ -400,7 +424,7 @@ def test_two_learners_run_the_course_in_their_own_servers_and_cannot_touch_each_
     assert found["attnedu"] == str(ROOT / "attnedu" / "__init__.py"), found  # the course's own package
     assert found["address space limit"][1] > 0 and found["process limit"][1] > 0, found  # hub/spawner.py's limits
     refused = {key: value for key, value in found.items() if key.startswith(("read", "list", "write", "create"))}
-    assert set(refused.values()) == {"PermissionError"}, refused
+    assert set(refused.values()) == {"PermissionError"} and len(refused) == 8, refused
     assert _snapshot(other_work) == before
     assert _sha(ROOT / LESSON) == lesson_before and not (ROOT / "notebooks" / "intruder.txt").exists()
     log = hub.log.read_text(errors="replace")
@@ -458,6 +482,24 @@ def _z2jh_values() -> dict:
     import yaml
 
     return yaml.safe_load(Z2JH_VALUES.read_text(encoding="utf-8"))
+
+
+def _lets_in(config: dict, user: str) -> bool:
+    """Whether JupyterHub's Authenticator, configured by the values' ``hub.config``, lets ``user`` in once the password
+    is checked (the chart's schema cannot see inside hub.config). NativeAuthenticator adds no allow rule of its own:
+    since JupyterHub 5, without one, no one gets in."""
+    from jupyterhub.auth import Authenticator
+    from traitlets.config import Config
+
+    return Authenticator(config=Config(config)).check_allowed(user)
+
+
+def test_z2jh_values_let_in_whom_the_authenticator_admits():
+    config = _z2jh_values()["hub"]["config"]
+    assert config["JupyterHub"]["authenticator_class"] == "nativeauthenticator.NativeAuthenticator"
+    assert _lets_in(config, "alice") and _lets_in(config, config["Authenticator"]["admin_users"][0])
+    del config["Authenticator"]["allow_all"]  # what the values said before: no one, not even the instructor
+    assert not _lets_in(config, "alice") and not _lets_in(config, config["Authenticator"]["admin_users"][0])
 
 
 def test_z2jh_values_pass_the_charts_own_schema():
