@@ -16,7 +16,7 @@
    everyone's way (Jupyter keeps the checkpoints of a notebook in a read-only folder, such as the lessons, in
    ``$TMPDIR/jupyter_checkpoints``: the first learner's would shut every other learner out of theirs).
 3. Then it becomes ``jupyterhub-singleuser`` from the course's install (with the course's kernel), rooted at that
-   folder, with make lab's settings: exercises/ and solutions/ hidden, no news prompt and no update check.
+   folder, with make lab's settings: exercises/ hidden, no news prompt and no update check.
    That install is the instructor's (``make instructor``: nbgrader too), so the learner's server gets the course's
    Jupyter configuration for learners first on its ``JUPYTER_CONFIG_PATH``: ``hub/jupyter/``, whose
    ``jupyter_server_config.json`` turns nbgrader's server extensions off (Formgrader, Assignments, Courses,

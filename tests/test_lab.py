@@ -94,12 +94,11 @@ def test_jupyterlab_starts_and_serves_lesson_01(lab):
 
 def test_lab_is_rooted_at_the_course_and_opens_lesson_01(lab):
     """The file browser reaches the lessons and the learner's own exercises in work/ (the generated originals
-    in exercises/ are hidden, so that no one works in them, and so are the answers in solutions/), and / opens
-    lesson 01."""
+    in exercises/ are hidden, so that no one works in them), and / opens lesson 01."""
     base, _ = lab
     with urllib.request.urlopen(f"{base}/api/contents", timeout=10) as reply:
         names = {entry["name"] for entry in json.load(reply)["content"]}
-    assert {"notebooks", "work"} <= names and not {"exercises", "solutions"} & names, names
+    assert {"notebooks", "work"} <= names and "exercises" not in names, names
     with urllib.request.urlopen(f"{base}/api/contents/work", timeout=10) as reply:
         work = {entry["name"] for entry in json.load(reply)["content"]}
     assert work == {p.name for p in (ROOT / "exercises").glob("*.ipynb")}, work

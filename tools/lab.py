@@ -11,7 +11,7 @@
    (``notebooks/``) and the learner's exercises (``work/``) are both in the file browser. The
    generated originals in ``exercises/`` are hidden there (``--ContentsManager.hide_globs``): they
    are rewritten from ``solutions/`` when the course changes, so work done in them would be in the
-   way of the next update. ``solutions/`` (the answers) is hidden too.
+   way of the next update.
 
 As root (common in containers) JupyterLab refuses to start without --allow-root; this adds it.
 Standard library only: it starts before JupyterLab, in the course's virtual environment.
@@ -29,9 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FIRST_LESSON = "notebooks/01_rnn_bottleneck.ipynb"
 WORK, EXERCISES = "work", "exercises"
 # JupyterLab's default hidden names, plus attnedu.egg-info (pip's record of the course's editable install, made by
-# the set-up), exercises/ (the learner's copies are in work/) and solutions/ (the answers: out of the learner's way in
-# the file browser; hidden is not unreadable: a kernel still reads them, see docs/instructors.md for a graded class)
-HIDE = ["__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "*.egg-info", EXERCISES, "solutions"]
+# the set-up) and exercises/ (the learner's copies are in work/)
+HIDE = ["__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "*.egg-info", EXERCISES]
 # JupyterLab's defaults for the course (overrides.json): no "Would you like to get notified about official Jupyter
 # news?" prompt at the first start, and no check for JupyterLab updates (the course pins its version); nothing is
 # fetched from the internet. A learner's own choice in Settings still wins over these defaults.
