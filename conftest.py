@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["attnedu.nbval_plugin"]  # a kernel that dies of a taken port while starting is started again
+
 BUDGET_SECONDS, BUDGET_MIB = 60, 2048  # per notebook, on the slow reference machine
 BUDGET_NOTE = (
     "within budget is informational: a notebook over budget (NO) does not fail this run, because its time depends "

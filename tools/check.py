@@ -99,6 +99,7 @@ def run_notebook(notebook: Path, cell_timeout: int) -> Run:
         command = [
             sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env",
             f"--nbval-cell-timeout={cell_timeout}", "--noconftest", "-p", "no:cacheprovider",
+            "-p", "attnedu.nbval_plugin",  # a kernel that dies of a taken port while starting is started again
             "-q", "--tb=short", "--color=no", "-p", "no:warnings", f"--junitxml={junit}", "-o", "junit_family=xunit1",
             "--rootdir", str(ROOT), str(notebook),
         ]  # fmt: skip
