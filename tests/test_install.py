@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from test_lab import free_port, served_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRIBUTOR_ONLY = {"playwright", "jupyter-book", "sphinx-mathjax-offline", "pytest-xdist", "nbstripout", "ruff"}
@@ -204,17 +204,15 @@ def test_binder_start_fills_work_and_starts_the_server_as_make_lab_does(tmp_path
     (course / "work").mkdir()  # a learner's persistent volume, with work of theirs in it
     (course / "work" / "01_rnn_bottleneck.ipynb").write_text("{mine}", encoding="utf-8")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port, log = free_port(), tmp_path / "server.log"
     server = [sys.executable, "-m", "jupyter_server", "--no-browser", "--ip=127.0.0.1", f"--port={port}"]
     server += ["--ServerApp.token=", f"--ServerApp.root_dir={course}", f"--ServerApp.runtime_dir={tmp_path}"]
     server += ["--allow-root"] if os.geteuid() == 0 else []
     process = subprocess.Popen(
-        [str(course / "binder" / "start"), *server], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [str(course / "binder" / "start"), *server], env=env, stdout=subprocess.DEVNULL, stderr=open(log, "w")
     )
-    base = f"http://127.0.0.1:{port}"
     try:
+        base = f"http://127.0.0.1:{served_port(log, process, port)}"
         deadline, names = time.monotonic() + 60, None
         while time.monotonic() < deadline and process.poll() is None and names is None:
             try:
@@ -222,7 +220,7 @@ def test_binder_start_fills_work_and_starts_the_server_as_make_lab_does(tmp_path
                     names = {entry["name"] for entry in json.load(reply)["content"]}
             except OSError:
                 time.sleep(0.5)
-        assert names is not None, "the server did not start"
+        assert names is not None, f"the server did not start; its log ends:\n{log.read_text()[-2000:]}"
         assert {"notebooks", "work"} <= names and "exercises" not in names, names
         opener = urllib.request.build_opener(_NoRedirect)
         with pytest.raises(urllib.error.HTTPError) as redirect:

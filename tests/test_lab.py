@@ -8,9 +8,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -32,6 +34,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def served_port(log: Path, server: subprocess.Popen, asked: int, seconds: float = 90) -> int:
+    """The port the server says it runs at. ``asked`` came from ``free_port()``, which lets the port go before the
+    server binds it: if another process (a kernel starting elsewhere in the test run) took it meanwhile, Jupyter
+    Server moves on to another port and says so in its log ("is running at: http://127.0.0.1:PORT/...")."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and server.poll() is None:
+        said = log.read_text(errors="replace").partition("is running at")[2]
+        running = re.search(r"http://127\.0\.0\.1:(\d+)/", said)
+        if running:
+            return int(running.group(1))
+        time.sleep(0.5)
+    return asked  # the server stopped or never said: the first request then fails with its log
 
 
 def _lab_module():
@@ -62,8 +78,8 @@ def lab(tmp_path_factory):
     ]  # fmt: skip
     command = _lab_module().command(headless, root=root)
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
-    base = f"http://127.0.0.1:{port}"
     try:
+        base = f"http://127.0.0.1:{served_port(log, server, port)}"
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and server.poll() is None:
             try:
@@ -112,6 +128,26 @@ def test_lab_is_rooted_at_the_course_and_opens_lesson_01(lab):
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):
         return None
+
+
+def test_a_server_whose_port_was_taken_is_found_where_it_moved(tmp_path):
+    """free_port() lets its port go before the server binds it; the fixtures find the server all the same."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken, log = held.getsockname()[1], tmp_path / "server.log"
+        command = [sys.executable, "-m", "jupyter_server", "--no-browser", "--ip=127.0.0.1", f"--port={taken}"]
+        command += ["--ServerApp.token=", f"--ServerApp.root_dir={tmp_path}", f"--ServerApp.runtime_dir={tmp_path}"]
+        command += ["--allow-root"] if os.geteuid() == 0 else []
+        server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+        try:
+            port = served_port(log, server, taken)
+            assert port != taken, log.read_text()
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=10) as reply:
+                assert "started" in json.load(reply)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
 
 
 def test_lab_command_allows_root_exactly_when_run_as_root():
