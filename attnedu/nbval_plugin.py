@@ -8,7 +8,7 @@ once), another process can take one of those ports in between: the kernel exits 
 already in use`` before it answers, and nbval reports every cell of the notebook as an error, "Kernel died before
 replying to kernel_info". Starting the kernel again draws new ports. nbval sends the kernel's own output
 (``stderr``) to /dev/null; here it goes to a temporary file, so that the error it raises when the kernel cannot
-start says what the kernel printed (a broken install, a module shadowed in the notebook's folder).
+start says what the kernel printed (a broken install, say).
 
 Loaded by the root ``conftest.py`` (``make test``) and by ``tools/check.py`` (``make check``, ``-p``).
 """
@@ -22,6 +22,11 @@ import nbval.kernel
 ATTEMPTS = 3  # starts of one kernel at most: one taken port is rare, and each start draws new ports
 PORT_TAKEN = "Address already in use"  # what a kernel prints when a port it was given is taken
 SHOWN_LINES = 20  # of the kernel's output, in the error
+
+WHY = (
+    "The kernel's last lines above say why it stopped. If they name a package that is missing or broken, set the "
+    "course's environment up again: `rm -rf .venv && make lab`."
+)
 
 _nbval_start = nbval.kernel.start_new_kernel
 
@@ -40,7 +45,8 @@ def start_new_kernel(startup_timeout=60, kernel_name="python", **kwargs):
                     continue
                 tries = "once" if attempt == 1 else f"{attempt} times, each with new ports"
                 said = "\n".join(printed.splitlines()[-SHOWN_LINES:]) or "(nothing)"
-                raise RuntimeError(f"{error}: the kernel was started {tries}; it last printed:\n{said}") from error
+                why = "" if PORT_TAKEN in printed else f"\n{WHY}"
+                raise RuntimeError(f"{error}: the kernel was started {tries}; it last printed:\n{said}{why}") from error
     raise AssertionError("unreachable")  # pragma: no cover
 
 
